@@ -1,0 +1,146 @@
+//! Environments own tools and state, and run the episode's control loop: they execute the
+//! agent's calls and report back. They never decide.
+
+pub mod definition;
+mod kv;
+mod run;
+mod shell;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::FutureExt;
+use serde_json::{Map, Value, json};
+use tokio::sync::Semaphore;
+
+use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
+use crate::suite::Task;
+use definition::{Definition, Kind, validate_arguments};
+
+pub use run::{EpisodeLimits, Ending, Trajectory};
+
+/// A tool's failure, raised by the world and normalised by the environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolFailure {
+    pub kind: ErrorType,
+    pub message: String,
+    pub suggested_action: Option<String>,
+    /// What the tool produced before it failed (truncated output, say).
+    pub partial: Option<Value>,
+}
+
+impl ToolFailure {
+    pub fn new(kind: ErrorType, message: impl Into<String>) -> Self {
+        ToolFailure { kind, message: message.into(), suggested_action: None, partial: None }
+    }
+
+    pub fn suggest(mut self, action: impl Into<String>) -> Self {
+        self.suggested_action = Some(action.into());
+        self
+    }
+}
+
+/// The state a kind of environment acts on, and the code of its tools.
+#[async_trait]
+pub trait World: Send + Sync {
+    /// Runs tool `name` with arguments already checked against its schema.
+    async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure>;
+
+    /// Facts for the first observation's `info` (a working directory, say).
+    fn describe(&self) -> Map<String, Value> {
+        Map::new()
+    }
+}
+
+/// A failure to set up an environment: the episode is unscored (`environment_error`).
+#[derive(Debug, thiserror::Error)]
+#[error("failed to set up environment `{name}`: {message}")]
+pub struct SetupError {
+    pub name: String,
+    pub message: String,
+}
+
+/// One episode's environment: a definition, a live world, and its own concurrency limit.
+pub struct Environment {
+    pub definition: Arc<Definition>,
+    world: Box<dyn World>,
+    slots: Semaphore,
+}
+
+impl Environment {
+    /// Sets up a fresh world for `task`.
+    pub fn create(definition: Arc<Definition>, task: &Task) -> Result<Self, SetupError> {
+        let fail = |message: String| SetupError { name: definition.name.clone(), message };
+        let world: Box<dyn World> = match definition.kind {
+            Kind::Shell => Box::new(shell::ShellWorld::create(&definition, task).map_err(fail)?),
+            Kind::Kv => Box::new(kv::KvWorld::create(&definition, task)),
+        };
+        Ok(Self::with_world(definition, world))
+    }
+
+    /// An environment over any world: for worlds defined outside the built-in kinds.
+    pub fn with_world(definition: Arc<Definition>, world: Box<dyn World>) -> Self {
+        let slots = Semaphore::new(definition.limits.max_concurrency);
+        Environment { definition, world, slots }
+    }
+
+    /// The first observation: the task's input, the tools and the world's facts.
+    pub fn reset(&self, task: &Task) -> Observation {
+        let mut info = self.world.describe();
+        info.insert("environment".into(), Value::String(self.definition.name.clone()));
+        info.insert("task_id".into(), Value::String(task.id.clone()));
+        Observation { call_id: None, done: false, error: None, tool_result: None, messages: vec![task.input.clone()], info }
+    }
+
+    /// Executes one call and normalises whatever happens into an observation.
+    pub async fn execute(&self, call: &ToolCall) -> Observation {
+        let Some(tool) = self.definition.tool(&call.name) else {
+            let names: Vec<&str> = self.definition.specs.iter().map(|t| t.name.as_str()).collect();
+            let error = ToolError::new(ErrorType::ToolNotFound, format!("no tool named `{}`", call.name))
+                .suggest(format!("call one of: {}", names.join(", ")));
+            return Observation::of_error(&call.call_id, error);
+        };
+        if let Err(message) = validate_arguments(tool, &call.arguments) {
+            let error = ToolError::new(ErrorType::ValidationError, format!("invalid arguments for `{}`: {message}", call.name))
+                .suggest(format!("call `{}` with arguments that match its parameters schema", call.name));
+            return Observation::of_error(&call.call_id, error);
+        }
+        if call.name == FINAL_TOOL {
+            let answer = call.arguments.get("answer").cloned().unwrap_or(Value::Null);
+            let mut obs = Observation::of_result(&call.call_id, json!({"answer": answer}));
+            obs.done = true;
+            return obs;
+        }
+
+        let Ok(_slot) = self.slots.acquire().await else {
+            return Observation::of_error(&call.call_id, ToolError::new(ErrorType::Cancelled, "the environment is closed"));
+        };
+        let timeout = Duration::from_secs_f64(self.definition.limits.tool_timeout_s);
+        let running = AssertUnwindSafe(self.world.call(&call.name, call.arguments.clone())).catch_unwind();
+        match tokio::time::timeout(timeout, running).await {
+            Ok(Ok(Ok(result))) => Observation::of_result(&call.call_id, result),
+            Ok(Ok(Err(failure))) => {
+                let mut error = ToolError::new(failure.kind, failure.message);
+                error.suggested_action = failure.suggested_action;
+                let mut obs = Observation::of_error(&call.call_id, error);
+                obs.tool_result = failure.partial;
+                obs
+            }
+            Ok(Err(panic)) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".into());
+                Observation::of_error(&call.call_id, ToolError::new(ErrorType::ExecutionError, format!("the tool crashed: {what}")))
+            }
+            Err(_) => Observation::of_error(
+                &call.call_id,
+                ToolError::new(ErrorType::TimeoutError, format!("`{}` took longer than {}s", call.name, timeout.as_secs_f64()))
+                    .suggest("try a smaller or faster action"),
+            ),
+        }
+    }
+}

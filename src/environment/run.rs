@@ -1,0 +1,191 @@
+//! The control loop of one episode, owned by the environment: ask the agent, run its calls
+//! concurrently, hand back the observations in call order, until the final tool, a limit,
+//! or a fault.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use super::Environment;
+use crate::agent::{Agent, AgentFault, Budget, Turn};
+use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
+use crate::log::{Event, Recorder, Termination, Usage};
+use crate::suite::Task;
+
+#[derive(Debug, Clone, Copy)]
+pub struct EpisodeLimits {
+    pub max_steps: u32,
+    pub time: Duration,
+    pub max_tokens: Option<u64>,
+}
+
+/// What the agent did, as scorers see it.
+#[derive(Debug, Clone, Default)]
+pub struct Trajectory {
+    /// Every dispatched call, in the order the agent proposed them.
+    pub calls: Vec<ToolCall>,
+    pub tool_errors: u32,
+}
+
+/// How an episode's loop ended.
+#[derive(Debug, Clone)]
+pub struct Ending {
+    pub termination: Termination,
+    pub final_answer: Option<String>,
+    pub steps: u32,
+    pub usage: Usage,
+    /// Set when the episode cannot be scored: nobody's answer.
+    pub fault: Option<AgentFault>,
+    pub trajectory: Trajectory,
+}
+
+/// The observations of one turn, in call order, and whether the episode ends with it.
+struct Dispatched {
+    observations: Vec<Observation>,
+    answer: Option<String>,
+    stopped: Option<Termination>,
+}
+
+impl Environment {
+    /// Runs one episode of `task` with `agent` to its end.
+    pub async fn run(
+        &self,
+        agent: &mut dyn Agent,
+        task: &Task,
+        limits: &EpisodeLimits,
+        recorder: &Recorder,
+        stop: &CancellationToken,
+    ) -> Ending {
+        let deadline = Instant::now() + limits.time;
+        let mut ending = Ending {
+            termination: Termination::MaxSteps,
+            final_answer: None,
+            steps: 0,
+            usage: Usage::default(),
+            fault: None,
+            trajectory: Trajectory::default(),
+        };
+        let first = self.reset(task);
+        recorder.emit(&Event::Observation { step: 0, observation: first.clone() });
+        let mut observations = vec![first];
+
+        loop {
+            if ending.steps >= limits.max_steps {
+                return ending.with(Termination::MaxSteps);
+            }
+            let step = ending.steps + 1;
+            let budget = Budget {
+                step,
+                steps_left: limits.max_steps - ending.steps,
+                deadline,
+                tokens_left: limits.max_tokens.map(|max| max.saturating_sub(ending.usage.total())),
+            };
+            let turn = Turn { observations: &observations, tools: &self.definition.specs, budget, recorder };
+            let proposal = tokio::select! {
+                biased;
+                _ = stop.cancelled() => return ending.with(Termination::UserStop),
+                _ = sleep_until(deadline) => return ending.with(Termination::TimeLimit),
+                proposal = agent.propose(turn) => proposal,
+            };
+            ending.steps = step;
+            let proposal = match proposal {
+                Ok(proposal) => proposal,
+                Err(fault) => {
+                    recorder.emit(&Event::Error { step, cause: fault.cause.clone(), message: fault.message.clone() });
+                    ending.fault = Some(fault);
+                    return ending.with(Termination::AgentError);
+                }
+            };
+            ending.usage.add(proposal.usage);
+            if limits.max_tokens.is_some_and(|max| ending.usage.total() > max) {
+                return ending.with(Termination::TokenLimit);
+            }
+
+            let turn = self.dispatch(&proposal.calls, step, deadline, stop, recorder, &mut ending.trajectory).await;
+            if let Some(answer) = turn.answer {
+                ending.final_answer = Some(answer);
+                return ending.with(Termination::FinalAnswer);
+            }
+            if let Some(reason) = turn.stopped {
+                return ending.with(reason);
+            }
+            observations = turn.observations;
+        }
+    }
+
+    /// Runs one turn's calls at once (bounded by the environment's own limit) and returns
+    /// their observations in the order of the calls, whatever order they finished in.
+    async fn dispatch(
+        &self,
+        calls: &[ToolCall],
+        step: u32,
+        deadline: Instant,
+        stop: &CancellationToken,
+        recorder: &Recorder,
+        trajectory: &mut Trajectory,
+    ) -> Dispatched {
+        for call in calls {
+            recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
+            trajectory.calls.push(call.clone());
+        }
+        let mut slots: Vec<Option<Observation>> = vec![None; calls.len()];
+        let mut answer = None;
+        let mut stopped = None;
+        {
+            let mut running: FuturesUnordered<_> =
+                calls.iter().enumerate().map(|(i, call)| async move { (i, self.execute(call).await) }).collect();
+            while !running.is_empty() {
+                let (i, obs) = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => { stopped = Some(Termination::UserStop); break }
+                    _ = sleep_until(deadline) => { stopped = Some(Termination::TimeLimit); break }
+                    Some(done) = running.next() => done,
+                };
+                recorder.emit(&Event::Observation { step, observation: obs.clone() });
+                if obs.error.is_some() {
+                    trajectory.tool_errors += 1;
+                }
+                let is_final = obs.done && calls[i].name == FINAL_TOOL;
+                if is_final {
+                    let text = match obs.tool_result.as_ref().and_then(|r| r.get("answer")) {
+                        Some(serde_json::Value::String(s)) => s.clone(),
+                        Some(other) => other.to_string(),
+                        None => String::new(),
+                    };
+                    recorder.emit(&Event::Final { step, call_id: calls[i].call_id.clone(), answer: text.clone() });
+                    answer = Some(text);
+                }
+                slots[i] = Some(obs);
+                if is_final {
+                    break;
+                }
+            }
+            // Dropping the futures cancels the calls still in flight.
+        }
+        let observations = slots
+            .into_iter()
+            .zip(calls)
+            .map(|(slot, call)| {
+                slot.unwrap_or_else(|| {
+                    let obs = Observation::of_error(
+                        &call.call_id,
+                        ToolError::new(ErrorType::Cancelled, "the episode ended before this call finished"),
+                    );
+                    recorder.emit(&Event::Observation { step, observation: obs.clone() });
+                    obs
+                })
+            })
+            .collect();
+        Dispatched { observations, answer, stopped }
+    }
+}
+
+impl Ending {
+    fn with(mut self, termination: Termination) -> Self {
+        self.termination = termination;
+        self
+    }
+}

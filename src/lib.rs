@@ -1,0 +1,9 @@
+//! `runner`: runs LLM agents through episodes in environments, in batches, and reports how
+//! well they did. See `ARCHITECTURE.md` for the map of this crate.
+
+pub mod agent;
+pub mod contract;
+pub mod environment;
+pub mod log;
+pub mod model;
+pub mod suite;

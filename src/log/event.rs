@@ -1,0 +1,164 @@
+//! The events of a run: one JSON object per line of `events.jsonl`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::contract::{Observation, ToolCall};
+
+/// The version of the event schema, written as `v` on every line.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Tokens spent by model calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    #[serde(default)]
+    pub cached_tokens: u64,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.input_tokens + self.output_tokens
+    }
+
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.cached_tokens += other.cached_tokens;
+    }
+}
+
+/// Why an episode stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Termination {
+    FinalAnswer,
+    MaxSteps,
+    TimeLimit,
+    TokenLimit,
+    CostLimit,
+    AgentError,
+    EnvironmentError,
+    UserStop,
+}
+
+impl Termination {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Termination::FinalAnswer => "final_answer",
+            Termination::MaxSteps => "max_steps",
+            Termination::TimeLimit => "time_limit",
+            Termination::TokenLimit => "token_limit",
+            Termination::CostLimit => "cost_limit",
+            Termination::AgentError => "agent_error",
+            Termination::EnvironmentError => "environment_error",
+            Termination::UserStop => "user_stop",
+        }
+    }
+}
+
+/// How an episode counts: scored, unscored (nobody's answer, never a 0), or cancelled.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum Outcome {
+    Scored { score: f64, passed: bool },
+    Unscored { cause: String, message: String },
+    Cancelled,
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        matches!(self, Outcome::Scored { passed: true, .. })
+    }
+}
+
+/// One suite as the run saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SuiteInfo {
+    pub name: String,
+    pub path: String,
+    pub digest: String,
+    pub tasks: usize,
+    pub environment: String,
+    pub epochs: u32,
+    pub pass_threshold: Option<f64>,
+}
+
+/// The body of an event; `type` names the variant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    RunStarted {
+        runner_version: String,
+        command_line: Vec<String>,
+        models: Vec<String>,
+        suites: Vec<SuiteInfo>,
+        episodes: u64,
+        jobs: usize,
+        git_revision: Option<String>,
+    },
+    EpisodeStarted {
+        suite: String,
+        task_id: String,
+        task_digest: String,
+        model: String,
+        epoch: u32,
+        environment: String,
+    },
+    ModelCall {
+        model: String,
+        step: u32,
+        request_digest: String,
+        /// What the model answered: text, tool calls, finish reason.
+        response: Value,
+        usage: Usage,
+        latency_ms: f64,
+        attempts: u32,
+        cache_hit: bool,
+    },
+    ActionDispatched {
+        step: u32,
+        call: ToolCall,
+    },
+    Observation {
+        step: u32,
+        observation: Observation,
+    },
+    /// A fault of the episode, not of a tool call: tool errors are observations.
+    Error {
+        step: u32,
+        cause: String,
+        message: String,
+    },
+    Final {
+        step: u32,
+        call_id: String,
+        answer: String,
+    },
+    Score {
+        scorer: String,
+        value: f64,
+        passed: bool,
+        explanation: String,
+    },
+    EpisodeFinished {
+        outcome: Outcome,
+        termination: Termination,
+        steps: u32,
+        tool_calls: u32,
+        tool_errors: u32,
+        usage: Usage,
+        cost_usd: f64,
+        wall_ms: f64,
+    },
+    RunFinished {
+        episodes: u64,
+        scored: u64,
+        passed: u64,
+        unscored: u64,
+        cancelled: u64,
+        interrupted: bool,
+        wall_ms: f64,
+    },
+}

@@ -1,0 +1,10 @@
+//! The event log, `results/<run-id>/events.jsonl`: the source of truth of a run. Everything
+//! else (progress, summaries, tables, reports) is computed from these events.
+
+pub mod event;
+pub mod reader;
+pub mod writer;
+
+pub use event::{Event, Outcome, Termination, Usage};
+pub use reader::{LoggedEvent, for_each_event, read_events};
+pub use writer::{EventLog, LogWriter, Recorder};

@@ -1,0 +1,90 @@
+//! Reading a run's log back: tolerant of a torn last line (a crash mid-write) and of
+//! fields and event types this version does not know.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::event::Event;
+
+/// One line of the log, with the header fields every event has.
+#[derive(Debug, Clone, Deserialize)]
+pub struct LoggedEvent {
+    pub v: u32,
+    pub run_id: String,
+    pub seq: u64,
+    pub ts: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub episode_id: Option<String>,
+    /// Every field, the header's included.
+    #[serde(skip)]
+    pub fields: Map<String, Value>,
+}
+
+impl LoggedEvent {
+    /// The event as this version knows it; `None` for a type it does not know.
+    pub fn event(&self) -> Option<Event> {
+        Event::deserialize(Value::Object(self.fields.clone())).ok()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("failed to read {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error("{path}:{line}: not a valid event: {message}")]
+    Invalid { path: String, line: usize, message: String },
+}
+
+/// The events of a log, and whether its last line was torn.
+#[derive(Debug, Default)]
+pub struct Events {
+    pub events: Vec<LoggedEvent>,
+    pub torn_last_line: bool,
+}
+
+/// Reads every event of `path`, calling `each` on them in order, without holding them all.
+pub fn for_each_event(path: &Path, mut each: impl FnMut(LoggedEvent)) -> Result<bool, ReadError> {
+    let shown = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
+    let mut reader = BufReader::new(file);
+    let mut buf = String::new();
+    let mut line_no = 0;
+    loop {
+        buf.clear();
+        let n = reader.read_line(&mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
+        if n == 0 {
+            return Ok(false);
+        }
+        line_no += 1;
+        let complete = buf.ends_with('\n');
+        let text = buf.trim_end();
+        if text.is_empty() {
+            continue;
+        }
+        match parse_line(text) {
+            Ok(event) => each(event),
+            // Only the last line can be torn, and a torn line has no newline yet.
+            Err(_) if !complete => return Ok(true),
+            Err(message) => return Err(ReadError::Invalid { path: shown, line: line_no, message }),
+        }
+    }
+}
+
+/// Reads a whole log into memory.
+pub fn read_events(path: &Path) -> Result<Events, ReadError> {
+    let mut events = Vec::new();
+    let torn_last_line = for_each_event(path, |e| events.push(e))?;
+    Ok(Events { events, torn_last_line })
+}
+
+fn parse_line(text: &str) -> Result<LoggedEvent, String> {
+    let fields: Map<String, Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let mut event = LoggedEvent::deserialize(Value::Object(fields.clone())).map_err(|e| e.to_string())?;
+    event.fields = fields;
+    Ok(event)
+}

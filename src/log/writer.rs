@@ -1,0 +1,112 @@
+//! The event writer: every event of a run goes through one thread that numbers it and
+//! appends it to `events.jsonl` through a buffer, flushed when an episode finishes.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::thread::JoinHandle;
+
+use super::event::{Event, SCHEMA_VERSION};
+
+struct Line {
+    episode_id: Option<Arc<str>>,
+    ts: String,
+    /// The event serialised by the emitter, so that serialisation runs on many cores.
+    body: Vec<u8>,
+    flush: bool,
+}
+
+/// A handle to the run's log; cheap to clone.
+#[derive(Clone)]
+pub struct EventLog {
+    sender: Sender<Line>,
+}
+
+/// Owns the writer thread; `close` waits for every event to reach the disk.
+pub struct LogWriter {
+    thread: JoinHandle<std::io::Result<()>>,
+}
+
+impl EventLog {
+    /// Creates `path` and starts the writer.
+    pub fn create(path: &Path, run_id: &str) -> std::io::Result<(EventLog, LogWriter)> {
+        let file = File::options().create(true).append(true).open(path)?;
+        let (sender, receiver) = channel();
+        let run_id = serde_json::to_string(run_id)?;
+        let thread = std::thread::Builder::new()
+            .name("event-log".into())
+            .spawn(move || write_lines(receiver, BufWriter::with_capacity(256 * 1024, file), &run_id))?;
+        Ok((EventLog { sender }, LogWriter { thread }))
+    }
+
+    /// Appends an event. `episode_id` is `None` for run-level events.
+    pub fn emit(&self, episode_id: Option<&Arc<str>>, event: &Event) {
+        let flush = matches!(event, Event::EpisodeFinished { .. } | Event::RunFinished { .. } | Event::RunStarted { .. });
+        let body = match serde_json::to_vec(event) {
+            Ok(body) => body,
+            // Our own event types always serialise; a failure here is a bug in runner.
+            Err(e) => panic!("failed to serialise an event: {e}"),
+        };
+        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        // The writer outlives every handle; if it died, its error surfaces at `close`.
+        let _ = self.sender.send(Line { episode_id: episode_id.cloned(), ts, body, flush });
+    }
+
+    /// A handle that stamps every event with one episode's id.
+    pub fn recorder(&self, episode_id: &str) -> Recorder {
+        Recorder { log: self.clone(), episode_id: Arc::from(episode_id) }
+    }
+}
+
+impl LogWriter {
+    /// Waits until every handle is dropped and all events are on disk.
+    pub fn close(self) -> std::io::Result<()> {
+        match self.thread.join() {
+            Ok(result) => result,
+            Err(_) => Err(std::io::Error::other("the event writer panicked")),
+        }
+    }
+}
+
+fn write_lines(receiver: Receiver<Line>, mut out: BufWriter<File>, run_id: &str) -> std::io::Result<()> {
+    let mut seq: u64 = 0;
+    let mut head = Vec::with_capacity(256);
+    for line in receiver {
+        seq += 1;
+        head.clear();
+        write!(head, "{{\"v\":{SCHEMA_VERSION},\"run_id\":{run_id},\"seq\":{seq},\"ts\":\"{}\"", line.ts)?;
+        if let Some(id) = &line.episode_id {
+            head.extend_from_slice(b",\"episode_id\":");
+            serde_json::to_writer(&mut head, id.as_ref())?;
+        }
+        out.write_all(&head)?;
+        // The body is a JSON object: splice its fields after the header's.
+        out.write_all(b",")?;
+        out.write_all(&line.body[1..])?;
+        out.write_all(b"\n")?;
+        if line.flush {
+            out.flush()?;
+        }
+    }
+    out.flush()?;
+    out.get_ref().sync_data()
+}
+
+/// One episode's view of the log.
+#[derive(Clone)]
+pub struct Recorder {
+    log: EventLog,
+    episode_id: Arc<str>,
+}
+
+impl Recorder {
+    pub fn emit(&self, event: &Event) {
+        self.log.emit(Some(&self.episode_id), event);
+    }
+
+    pub fn episode_id(&self) -> &str {
+        &self.episode_id
+    }
+}

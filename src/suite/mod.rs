@@ -1,0 +1,418 @@
+//! Suite loading: `tasks/*.yaml` (and their datasets) into validated [`Suite`]s.
+//!
+//! Every mistake is reported with the file, line and column, and what was expected.
+
+pub mod dataset;
+pub mod decode;
+pub mod template;
+pub mod text;
+pub mod yaml;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Component, Path};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::environment::definition::Definition;
+use decode::{ConfigError, Source};
+use text::Text;
+
+/// One loaded suite: shared settings plus its tasks.
+#[derive(Debug)]
+pub struct Suite {
+    pub name: String,
+    pub version: u32,
+    pub description: String,
+    pub path: std::path::PathBuf,
+    /// SHA-256 of the suite file (and its dataset, when it has one).
+    pub digest: String,
+    pub environment: Arc<Definition>,
+    pub agent: AgentConfig,
+    pub limits: Limits,
+    pub epochs: u32,
+    pub pass_threshold: Option<f64>,
+    pub grader: Option<GraderConfig>,
+    pub scorers: Vec<ScorerSpec>,
+    pub tasks: Vec<Task>,
+}
+
+/// One thing to do.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub id: String,
+    pub input: String,
+    pub target: Option<String>,
+    pub files: BTreeMap<String, String>,
+    pub metadata: Map<String, Value>,
+    /// Scorers of this task alone; the suite's apply as well.
+    pub scorers: Vec<ScorerSpec>,
+    /// The scripted turns `--model mock` plays, templates already rendered.
+    pub mock: Arc<[MockTurn]>,
+    /// SHA-256 over the task's content (input, target, files, metadata).
+    pub digest: String,
+}
+
+impl Task {
+    /// The variables templates see: `id`, `input`, `target`, `metadata`, and each
+    /// metadata field (a dataset's extra columns) by its own name.
+    pub fn template_context(&self) -> Map<String, Value> {
+        let mut ctx = self.metadata.clone();
+        ctx.insert("id".into(), Value::String(self.id.clone()));
+        ctx.insert("input".into(), Value::String(self.input.clone()));
+        ctx.insert("target".into(), self.target.clone().map(Value::String).unwrap_or(Value::Null));
+        ctx.insert("metadata".into(), Value::Object(self.metadata.clone()));
+        ctx
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The system prompt, a template over the task's fields.
+    pub system: Option<String>,
+    /// When true, a plain text answer does not end the episode: the agent is reminded to
+    /// call `final_answer`.
+    #[serde(default)]
+    pub require_final_answer: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub max_steps: u32,
+    pub time_s: f64,
+    pub max_tokens: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_steps: 20, time_s: 300.0, max_tokens: None }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GraderConfig {
+    pub model: String,
+}
+
+/// A scorer as written in a suite: one key naming the scorer, its argument the value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ScorerSpec {
+    /// The final answer contains the text.
+    Includes(Text),
+    /// The final answer, trimmed, equals the text.
+    Equals(Text),
+    /// The final answer matches the regular expression.
+    Regex(Text),
+    /// The agent called this tool at least once.
+    ToolCalled(String),
+}
+
+impl ScorerSpec {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ScorerSpec::Includes(_) => "includes",
+            ScorerSpec::Equals(_) => "equals",
+            ScorerSpec::Regex(_) => "regex",
+            ScorerSpec::ToolCalled(_) => "tool_called",
+        }
+    }
+}
+
+/// One scripted model turn: text, tool calls, or both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MockTurn {
+    pub text: Option<Text>,
+    #[serde(default)]
+    pub tool_calls: Vec<MockCall>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MockCall {
+    pub name: String,
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+    /// The id the model gives the call; the agent makes one when it is missing.
+    pub id: Option<String>,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SuiteFile {
+    suite: String,
+    #[serde(default = "one")]
+    version: u32,
+    #[serde(default)]
+    description: String,
+    environment: String,
+    #[serde(default)]
+    agent: AgentConfig,
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default = "one")]
+    epochs: u32,
+    pass_threshold: Option<f64>,
+    grader: Option<GraderConfig>,
+    #[serde(default)]
+    scorers: Vec<ScorerSpec>,
+    /// The default script for `--model mock`, rendered per task.
+    #[serde(default)]
+    mock: Vec<MockTurn>,
+    #[serde(default)]
+    tasks: Vec<TaskFile>,
+    dataset: Option<dataset::DatasetSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TaskFile {
+    pub id: Text,
+    pub input: Text,
+    pub target: Option<Text>,
+    #[serde(default)]
+    pub files: BTreeMap<String, Text>,
+    #[serde(default)]
+    pub metadata: Map<String, Value>,
+    #[serde(default)]
+    pub scorers: Vec<ScorerSpec>,
+    pub mock: Option<Vec<MockTurn>>,
+}
+
+/// Loads and validates one suite file.
+pub fn load(path: &Path) -> Result<Suite, ConfigError> {
+    let (mut source, bytes) = Source::read(path)?;
+    // `dataset: data/qa.csv` is short for `dataset: {path: data/qa.csv}`.
+    if let Some(Value::String(p)) = source.value.get("dataset") {
+        let short = json!({"path": p});
+        if let Some(obj) = source.value.as_object_mut() {
+            obj.insert("dataset".into(), short);
+        }
+    }
+    if !source.value.is_object() {
+        return Err(source.error("", "a suite must be a mapping with `suite`, `environment` and `tasks`"));
+    }
+    let file: SuiteFile = source.decode("", &source.value)?;
+    let mut hasher = Sha256::new();
+    hasher.update(&bytes);
+
+    if file.suite.trim().is_empty() {
+        return Err(source.error("suite", "the suite needs a name"));
+    }
+    if file.epochs == 0 {
+        return Err(source.error("epochs", "must be at least 1"));
+    }
+    if let Some(t) = file.pass_threshold
+        && !(0.0..=1.0).contains(&t)
+    {
+        return Err(source.error("pass_threshold", format!("must be between 0 and 1, got {t}")));
+    }
+    if file.limits.max_steps == 0 {
+        return Err(source.error("limits.max_steps", "must be at least 1"));
+    }
+    if !(file.limits.time_s > 0.0 && file.limits.time_s.is_finite()) {
+        return Err(source.error("limits.time_s", "must be a positive number of seconds"));
+    }
+    let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
+    check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
+
+    let mut raw_tasks: Vec<(String, TaskFile)> =
+        file.tasks.into_iter().enumerate().map(|(i, t)| (yaml::item("tasks", i), t)).collect();
+    let mut dataset_rows = Vec::new();
+    if let Some(spec) = &file.dataset {
+        let (rows, data_bytes) = dataset::load(&source, spec)?;
+        hasher.update(&data_bytes);
+        dataset_rows = rows;
+    }
+    if raw_tasks.is_empty() && dataset_rows.is_empty() {
+        return Err(source.error("tasks", "the suite has no tasks: add `tasks:` or a `dataset:`"));
+    }
+
+    let system = file.agent.system.as_deref().unwrap_or("");
+    let mut seen = HashSet::new();
+    let mut tasks = Vec::with_capacity(raw_tasks.len() + dataset_rows.len());
+    let suite_mock: Arc<[MockTurn]> = file.mock.clone().into();
+    for (at, raw) in raw_tasks.drain(..) {
+        check_tool_refs(&source, &yaml::child(&at, "scorers"), &raw.scorers, &environment)?;
+        for name in raw.files.keys() {
+            if !is_relative_inside(name) {
+                return Err(source.error(
+                    &yaml::child(&yaml::child(&at, "files"), name),
+                    "file names must be relative paths inside the working directory",
+                ));
+            }
+        }
+        let task = build_task(raw, &suite_mock).map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
+        finish_task(&source, &at, task, system, &file.scorers, &mut seen, &mut tasks)?;
+    }
+    for row in dataset_rows {
+        let at = row.origin.clone();
+        let task = build_task(row.task, &suite_mock).map_err(|(field, e)| ConfigError::at(&row.file, row.position, format!("{field}: {e}")))?;
+        finish_task(&source, &at, task, system, &file.scorers, &mut seen, &mut tasks)
+            .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
+    }
+
+    Ok(Suite {
+        name: file.suite,
+        version: file.version,
+        description: file.description,
+        path: path.to_owned(),
+        digest: hex::encode(hasher.finalize()),
+        environment,
+        agent: file.agent,
+        limits: file.limits,
+        epochs: file.epochs,
+        pass_threshold: file.pass_threshold,
+        grader: file.grader,
+        scorers: file.scorers,
+        tasks,
+    })
+}
+
+/// Checks that the templates a task will meet render, and that its id is new.
+fn finish_task(
+    source: &Source,
+    at: &str,
+    task: Task,
+    system: &str,
+    suite_scorers: &[ScorerSpec],
+    seen: &mut HashSet<String>,
+    tasks: &mut Vec<Task>,
+) -> Result<(), ConfigError> {
+    if !seen.insert(task.id.clone()) {
+        return Err(source.error(&yaml::child(at, "id"), format!("duplicate task id `{}`", task.id)));
+    }
+    let ctx = task.template_context();
+    template::render(system, &ctx).map_err(|e| source.error("agent.system", format!("in task `{}`: {e}", task.id)))?;
+    for (i, scorer) in suite_scorers.iter().chain(&task.scorers).enumerate() {
+        if let ScorerSpec::Includes(t) | ScorerSpec::Equals(t) | ScorerSpec::Regex(t) = scorer {
+            let rendered = template::render(&t.0, &ctx);
+            let where_ = if i < suite_scorers.len() {
+                yaml::item("scorers", i)
+            } else {
+                yaml::item(&yaml::child(at, "scorers"), i - suite_scorers.len())
+            };
+            let rendered = rendered.map_err(|e| source.error(&where_, format!("in task `{}`: {e}", task.id)))?;
+            if let ScorerSpec::Regex(_) = scorer {
+                regex::Regex::new(&rendered).map_err(|e| source.error(&where_, format!("invalid regex: {e}")))?;
+            }
+        }
+    }
+    tasks.push(task);
+    Ok(())
+}
+
+/// Turns a task as written into a [`Task`]; an error names the field it is about.
+pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<Task, (&'static str, String)> {
+    if raw.id.0.trim().is_empty() {
+        return Err(("id", "a task needs a non-empty id".into()));
+    }
+    let files: BTreeMap<String, String> = raw.files.into_iter().map(|(k, v)| (k, v.0)).collect();
+    let target = raw.target.map(|t| t.0);
+    let digest = {
+        let content = json!({"input": raw.input.0, "target": target, "files": files, "metadata": raw.metadata});
+        hex::encode(Sha256::digest(content.to_string().as_bytes()))
+    };
+    let mut task = Task {
+        id: raw.id.0,
+        input: raw.input.0,
+        target,
+        files,
+        metadata: raw.metadata,
+        scorers: raw.scorers,
+        mock: suite_mock.clone(),
+        digest,
+    };
+    let script: &[MockTurn] = match &raw.mock {
+        Some(turns) => turns,
+        None => suite_mock,
+    };
+    if script.iter().any(turn_has_template) {
+        let ctx = task.template_context();
+        let rendered = script.iter().map(|t| render_turn(t, &ctx)).collect::<Result<Vec<_>, _>>();
+        task.mock = rendered.map_err(|e| ("mock", e))?.into();
+    } else if let Some(turns) = raw.mock {
+        task.mock = turns.into();
+    }
+    Ok(task)
+}
+
+fn turn_has_template(turn: &MockTurn) -> bool {
+    fn value_has(v: &Value) -> bool {
+        match v {
+            Value::String(s) => template::is_template(s),
+            Value::Array(a) => a.iter().any(value_has),
+            Value::Object(o) => o.values().any(value_has),
+            _ => false,
+        }
+    }
+    turn.text.as_ref().is_some_and(|t| template::is_template(&t.0)) || turn.tool_calls.iter().any(|c| value_has(&c.arguments))
+}
+
+fn render_turn(turn: &MockTurn, ctx: &Map<String, Value>) -> Result<MockTurn, String> {
+    Ok(MockTurn {
+        text: turn.text.as_ref().map(|t| template::render(&t.0, ctx).map(Text)).transpose()?,
+        tool_calls: turn
+            .tool_calls
+            .iter()
+            .map(|c| Ok(MockCall { name: c.name.clone(), arguments: template::render_value(&c.arguments, ctx)?, id: c.id.clone() }))
+            .collect::<Result<_, String>>()?,
+    })
+}
+
+fn check_tool_refs(source: &Source, at: &str, scorers: &[ScorerSpec], env: &Definition) -> Result<(), ConfigError> {
+    for (i, scorer) in scorers.iter().enumerate() {
+        if let ScorerSpec::ToolCalled(name) = scorer
+            && env.tool(name).is_none()
+        {
+            let known: Vec<&str> = env.specs.iter().map(|t| t.name.as_str()).collect();
+            return Err(source.error(
+                &yaml::child(&yaml::item(at, i), "tool_called"),
+                format!("unknown tool `{name}`: environment `{}` has {}", env.name, known.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A relative path that cannot climb out of the directory it is joined to.
+pub fn is_relative_inside(name: &str) -> bool {
+    let path = Path::new(name);
+    !name.is_empty() && path.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+}
+
+/// Loads several suite files; suite names must be unique across them.
+pub fn load_all(paths: &[std::path::PathBuf]) -> Result<Vec<Arc<Suite>>, Vec<ConfigError>> {
+    let mut suites: Vec<Arc<Suite>> = Vec::new();
+    let mut errors = Vec::new();
+    for path in paths {
+        match load(path) {
+            Ok(suite) => {
+                if let Some(other) = suites.iter().find(|s| s.name == suite.name) {
+                    errors.push(ConfigError::whole(
+                        path,
+                        format!("suite name `{}` is already used by {}", suite.name, other.path.display()),
+                    ));
+                } else {
+                    suites.push(Arc::new(suite));
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    if errors.is_empty() { Ok(suites) } else { Err(errors) }
+}

@@ -1,0 +1,79 @@
+//! Templates over a task's fields (`{{ input }}`, `{{ target }}`, dataset columns), rendered
+//! with minijinja. Undefined variables are errors, so a typo is caught when a suite loads.
+
+use std::sync::OnceLock;
+
+use minijinja::{Environment, UndefinedBehavior};
+use serde_json::{Map, Value};
+
+fn engine() -> &'static Environment<'static> {
+    static ENGINE: OnceLock<Environment<'static>> = OnceLock::new();
+    ENGINE.get_or_init(|| {
+        let mut env = Environment::new();
+        env.set_undefined_behavior(UndefinedBehavior::Strict);
+        env
+    })
+}
+
+/// Whether `text` has any template syntax at all; most strings don't, and skip rendering.
+pub fn is_template(text: &str) -> bool {
+    text.contains("{{") || text.contains("{%")
+}
+
+/// Renders `text` over `context`; plain text is returned as it is.
+pub fn render(text: &str, context: &Map<String, Value>) -> Result<String, String> {
+    if !is_template(text) {
+        return Ok(text.to_owned());
+    }
+    engine().render_str(text, minijinja::Value::from(minijinja::value::Serde(context))).map_err(|e| {
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        message
+    })
+}
+
+/// Renders every string inside a JSON value.
+pub fn render_value(value: &Value, context: &Map<String, Value>) -> Result<Value, String> {
+    Ok(match value {
+        Value::String(s) => Value::String(render(s, context)?),
+        Value::Array(items) => Value::Array(items.iter().map(|v| render_value(v, context)).collect::<Result<_, _>>()?),
+        Value::Object(map) => Value::Object(
+            map.iter().map(|(k, v)| Ok((k.clone(), render_value(v, context)?))).collect::<Result<_, String>>()?,
+        ),
+        other => other.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ctx(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn renders_fields_and_leaves_plain_text() {
+        let c = ctx(json!({"target": "3", "metadata": {"lang": "en"}}));
+        assert_eq!(render("answer {{ target }} in {{ metadata.lang }}", &c).unwrap(), "answer 3 in en");
+        assert_eq!(render("awk '{print $1}'", &c).unwrap(), "awk '{print $1}'");
+    }
+
+    #[test]
+    fn undefined_variables_are_errors() {
+        let err = render("{{ tagret }}", &ctx(json!({"target": "3"}))).unwrap_err();
+        assert!(err.contains("undefined"), "{err}");
+    }
+
+    #[test]
+    fn renders_inside_nested_values() {
+        let v = render_value(&json!({"a": ["{{ x }}", 1]}), &ctx(json!({"x": "y"}))).unwrap();
+        assert_eq!(v, json!({"a": ["y", 1]}));
+    }
+}
