@@ -7,3 +7,7 @@ pub mod environment;
 pub mod log;
 pub mod model;
 pub mod suite;
+pub mod batch;
+pub mod scoring;
+pub mod report;
+pub mod cli;

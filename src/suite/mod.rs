@@ -296,6 +296,12 @@ fn finish_task(
     if !seen.insert(task.id.clone()) {
         return Err(source.error(&yaml::child(at, "id"), format!("duplicate task id `{}`", task.id)));
     }
+    if suite_scorers.is_empty() && task.scorers.is_empty() {
+        return Err(source.error(
+            at,
+            format!("task `{}` has no scorers: add `scorers:` to the suite or to the task", task.id),
+        ));
+    }
     let ctx = task.template_context();
     template::render(system, &ctx).map_err(|e| source.error("agent.system", format!("in task `{}`: {e}", task.id)))?;
     for (i, scorer) in suite_scorers.iter().chain(&task.scorers).enumerate() {

@@ -1,0 +1,236 @@
+//! Batch runs: suites × models × epochs into episodes, run with bounded concurrency as a
+//! stream (memory stays flat in the number of episodes), every step logged.
+
+mod episode;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+
+use crate::log::event::SuiteInfo;
+use crate::log::{Event, EventLog, Outcome, Termination};
+use crate::model::ModelSpec;
+use crate::suite::Suite;
+
+pub use episode::run_episode;
+
+/// One episode to run: `(task, model, epoch)`.
+#[derive(Clone)]
+pub struct EpisodeSpec {
+    pub id: String,
+    pub suite: Arc<Suite>,
+    pub task: usize,
+    pub model: Arc<ModelSpec>,
+    pub epoch: u32,
+}
+
+/// A stable id from the suite, the task's id and content, the model and the epoch: the same
+/// episode gets the same id in every run, so runs can be resumed, sharded and compared.
+pub fn episode_id(suite: &str, task_id: &str, task_digest: &str, model: &str, epoch: u32) -> String {
+    let mut h = Sha256::new();
+    for part in [suite, task_id, task_digest, model] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    h.update(epoch.to_le_bytes());
+    format!("ep_{}", &hex::encode(h.finalize())[..16])
+}
+
+/// Every episode of a run, generated lazily in a stable order.
+pub fn episodes(
+    suites: &[Arc<Suite>],
+    models: &[Arc<ModelSpec>],
+    epochs: Option<u32>,
+) -> impl Iterator<Item = EpisodeSpec> + Send + 'static {
+    let suites = suites.to_vec();
+    let models = models.to_vec();
+    suites.into_iter().flat_map(move |suite| {
+        let models = models.clone();
+        let epochs = epochs.unwrap_or(suite.epochs);
+        (0..suite.tasks.len()).flat_map(move |task| {
+            let suite = suite.clone();
+            models.clone().into_iter().flat_map(move |model| {
+                let suite = suite.clone();
+                (1..=epochs).map(move |epoch| {
+                    let t = &suite.tasks[task];
+                    let id = episode_id(&suite.name, &t.id, &t.digest, model.name(), epoch);
+                    EpisodeSpec { id, suite: suite.clone(), task, model: model.clone(), epoch }
+                })
+            })
+        })
+    })
+}
+
+pub fn episode_count(suites: &[Arc<Suite>], models: usize, epochs: Option<u32>) -> u64 {
+    suites.iter().map(|s| s.tasks.len() as u64 * models as u64 * epochs.unwrap_or(s.epochs) as u64).sum()
+}
+
+/// How one episode ended, as the progress display sees it.
+#[derive(Debug, Clone)]
+pub struct EpisodeReport {
+    pub id: String,
+    pub suite: String,
+    pub task_id: String,
+    pub model: String,
+    pub epoch: u32,
+    pub outcome: Outcome,
+    pub termination: Termination,
+    pub steps: u32,
+    pub wall_ms: f64,
+}
+
+pub struct RunOptions {
+    pub models: Vec<Arc<ModelSpec>>,
+    pub epochs: Option<u32>,
+    pub jobs: usize,
+    /// The run folder is created under this directory.
+    pub out_dir: PathBuf,
+    pub run_id: Option<String>,
+    pub command_line: Vec<String>,
+}
+
+/// A finished (or interrupted) run.
+pub struct RunResult {
+    pub run_id: String,
+    pub dir: PathBuf,
+    pub events_path: PathBuf,
+    pub interrupted: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("failed to create the run folder {path}: {source}")]
+    Folder { path: String, source: std::io::Error },
+    #[error("the run folder {0} already exists; choose another --run-id")]
+    Exists(String),
+    #[error("failed to write the event log: {0}")]
+    Log(std::io::Error),
+}
+
+/// Runs every episode, `jobs` at a time, and logs them to `<out_dir>/<run-id>/events.jsonl`.
+/// `on_finished` sees each episode as it ends; `stop` ends the run early.
+pub async fn run(
+    suites: &[Arc<Suite>],
+    options: &RunOptions,
+    stop: CancellationToken,
+    mut on_finished: impl FnMut(&EpisodeReport),
+) -> Result<RunResult, RunError> {
+    let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
+    let dir = options.out_dir.join(&run_id);
+    if dir.exists() {
+        return Err(RunError::Exists(dir.display().to_string()));
+    }
+    std::fs::create_dir_all(&dir).map_err(|source| RunError::Folder { path: dir.display().to_string(), source })?;
+    let events_path = dir.join("events.jsonl");
+    let (log, writer) = EventLog::create(&events_path, &run_id).map_err(RunError::Log)?;
+    let started = std::time::Instant::now();
+
+    let total = episode_count(suites, options.models.len(), options.epochs);
+    log.emit(
+        None,
+        &Event::RunStarted {
+            runner_version: env!("CARGO_PKG_VERSION").into(),
+            command_line: options.command_line.clone(),
+            models: options.models.iter().map(|m| m.name().to_owned()).collect(),
+            suites: suites.iter().map(|s| suite_info(s)).collect(),
+            episodes: total,
+            jobs: options.jobs,
+            git_revision: git_revision(suites.first().map(|s| s.path.as_path())),
+        },
+    );
+
+    let mut tally = Tally::default();
+    {
+        let not_stopped = stop.clone();
+        let plan = episodes(suites, &options.models, options.epochs).take_while(move |_| !not_stopped.is_cancelled());
+        let mut running = futures::stream::iter(plan)
+            .map(|spec| {
+                let log = log.clone();
+                let stop = stop.clone();
+                tokio::spawn(async move { run_episode(spec, &log, &stop).await })
+            })
+            .buffer_unordered(options.jobs.max(1));
+        while let Some(joined) = running.next().await {
+            match joined {
+                Ok(report) => {
+                    tally.add(&report.outcome);
+                    on_finished(&report);
+                }
+                // An episode task panicked: a bug in runner, not the agent's doing.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => tally.cancelled += 1,
+            }
+        }
+    }
+
+    let interrupted = stop.is_cancelled();
+    log.emit(
+        None,
+        &Event::RunFinished {
+            episodes: tally.episodes,
+            scored: tally.scored,
+            passed: tally.passed,
+            unscored: tally.unscored,
+            cancelled: tally.cancelled,
+            interrupted,
+            wall_ms: started.elapsed().as_secs_f64() * 1e3,
+        },
+    );
+    drop(log);
+    writer.close().map_err(RunError::Log)?;
+    Ok(RunResult { run_id, dir, events_path, interrupted })
+}
+
+#[derive(Default)]
+struct Tally {
+    episodes: u64,
+    scored: u64,
+    passed: u64,
+    unscored: u64,
+    cancelled: u64,
+}
+
+impl Tally {
+    fn add(&mut self, outcome: &Outcome) {
+        self.episodes += 1;
+        match outcome {
+            Outcome::Scored { passed, .. } => {
+                self.scored += 1;
+                self.passed += u64::from(*passed);
+            }
+            Outcome::Unscored { .. } => self.unscored += 1,
+            Outcome::Cancelled => self.cancelled += 1,
+        }
+    }
+}
+
+fn suite_info(suite: &Suite) -> SuiteInfo {
+    SuiteInfo {
+        name: suite.name.clone(),
+        path: suite.path.display().to_string(),
+        digest: suite.digest.clone(),
+        tasks: suite.tasks.len(),
+        environment: suite.environment.name.clone(),
+        epochs: suite.epochs,
+        pass_threshold: suite.pass_threshold,
+    }
+}
+
+/// `20261122T053000Z-1a2b`: sortable by time, unique enough for one machine.
+pub fn new_run_id() -> String {
+    let now = chrono::Utc::now();
+    let mut h = Sha256::new();
+    h.update(now.timestamp_nanos_opt().unwrap_or_default().to_le_bytes());
+    h.update(std::process::id().to_le_bytes());
+    format!("{}-{}", now.format("%Y%m%dT%H%M%SZ"), &hex::encode(h.finalize())[..4])
+}
+
+/// The git revision of the suites' repository, when there is one.
+fn git_revision(near: Option<&Path>) -> Option<String> {
+    let dir = near.and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let out = std::process::Command::new("git").args(["rev-parse", "HEAD"]).current_dir(dir).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}

@@ -1,0 +1,275 @@
+//! The command line: arguments, the commands, and exit codes.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use crate::batch::{self, RunOptions};
+use crate::model::ModelSpec;
+use crate::report::{Progress, Summary};
+use crate::suite::{self, Suite};
+
+/// Distinct exit codes, documented in the README.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Every gate passed.
+    Passed = 0,
+    /// A suite's `pass_threshold` or `--fail-under` was not met.
+    GateFailed = 1,
+    /// Bad arguments or a bad suite, environment or dataset file.
+    Usage = 2,
+    /// More episodes went unscored than `--max-unscored` allows.
+    TooManyUnscored = 3,
+    /// Stopped by Ctrl-C.
+    Interrupted = 130,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(exit: Exit) -> ExitCode {
+        ExitCode::from(exit as u8)
+    }
+}
+
+#[derive(Parser)]
+#[command(name = "runner", version, about = "Run LLM agents through task suites and tell how well they did.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the episodes of one or more suites and score them.
+    Eval(EvalArgs),
+    /// Check suites (and their environments and datasets) without running them.
+    Validate {
+        /// Suite files, or folders of them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+struct EvalArgs {
+    /// Suite files, or folders of them.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// A model backend, e.g. `mock`. Repeat to run the same episodes on several.
+    #[arg(long = "model", short = 'm', required = true)]
+    models: Vec<String>,
+    /// Run each task this many times (overrides the suites' `epochs`).
+    #[arg(long)]
+    epochs: Option<u32>,
+    /// How many episodes run at once.
+    #[arg(long, short = 'j', default_value_t = 8)]
+    jobs: usize,
+    /// The folder runs are written under.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Name the run folder instead of using a timestamp.
+    #[arg(long)]
+    run_id: Option<String>,
+    /// Fail when the pass rate over all scored episodes is below this fraction.
+    #[arg(long)]
+    fail_under: Option<f64>,
+    /// The largest fraction of episodes that may go unscored before the run fails.
+    #[arg(long, default_value_t = 0.0)]
+    max_unscored: f64,
+}
+
+/// Parses the command line, runs the command, and returns its exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Validate { paths } => validate(&paths).into(),
+        Command::Eval(args) => eval(args).into(),
+    }
+}
+
+/// Expands folders into the suite files inside them, in name order.
+fn suite_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut inside: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|e| format!("{}: failed to read folder: {e}", path.display()))?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .collect();
+            inside.sort();
+            files.extend(inside);
+        } else if path.exists() {
+            files.push(path.clone());
+        } else {
+            return Err(format!("{}: no such file", path.display()));
+        }
+    }
+    if files.is_empty() {
+        return Err("no suite files found".into());
+    }
+    Ok(files)
+}
+
+fn load_suites(paths: &[PathBuf]) -> Result<Vec<Arc<Suite>>, Exit> {
+    let files = suite_files(paths).map_err(|e| {
+        eprintln!("error: {e}");
+        Exit::Usage
+    })?;
+    suite::load_all(&files).map_err(|errors| {
+        for e in errors {
+            eprintln!("error: {e}");
+        }
+        Exit::Usage
+    })
+}
+
+fn validate(paths: &[PathBuf]) -> Exit {
+    let files = match suite_files(paths) {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Usage;
+        }
+    };
+    let mut ok = true;
+    for file in &files {
+        match suite::load(file) {
+            Ok(s) => println!(
+                "ok  {}  suite `{}`: {} tasks, environment `{}`",
+                file.display(),
+                s.name,
+                s.tasks.len(),
+                s.environment.name
+            ),
+            Err(e) => {
+                ok = false;
+                eprintln!("error: {e}");
+            }
+        }
+    }
+    if ok { Exit::Passed } else { Exit::Usage }
+}
+
+fn eval(args: EvalArgs) -> Exit {
+    let models: Result<Vec<Arc<ModelSpec>>, String> =
+        args.models.iter().map(|m| ModelSpec::parse(m).map(Arc::new)).collect();
+    let models = match models {
+        Ok(models) => models,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Usage;
+        }
+    };
+    for (flag, value) in [("--fail-under", args.fail_under), ("--max-unscored", Some(args.max_unscored))] {
+        if let Some(v) = value
+            && !(0.0..=1.0).contains(&v)
+        {
+            eprintln!("error: {flag} must be a fraction between 0 and 1, got {v}");
+            return Exit::Usage;
+        }
+    }
+    if args.epochs == Some(0) {
+        eprintln!("error: --epochs must be at least 1");
+        return Exit::Usage;
+    }
+    let suites = match load_suites(&args.paths) {
+        Ok(suites) => suites,
+        Err(exit) => return exit,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: failed to start the async runtime: {e}");
+            return Exit::Usage;
+        }
+    };
+    let options = RunOptions {
+        models,
+        epochs: args.epochs,
+        jobs: args.jobs.max(1),
+        out_dir: args.out.clone(),
+        run_id: args.run_id.clone(),
+        command_line: std::env::args().collect(),
+    };
+    let total = batch::episode_count(&suites, options.models.len(), options.epochs);
+    let stop = CancellationToken::new();
+    let result = runtime.block_on(async {
+        tokio::spawn(stop_on_ctrl_c(stop.clone()));
+        let mut progress = Progress::new(total);
+        let result = batch::run(&suites, &options, stop.clone(), |r| progress.finished(r)).await;
+        progress.finish();
+        result
+    });
+    let result = match result {
+        Ok(result) => result,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Usage;
+        }
+    };
+    let summary = match Summary::from_log(&result.events_path) {
+        Ok(summary) => summary,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Usage;
+        }
+    };
+    print!("\n{}", summary.render());
+    println!("results: {}", result.dir.display());
+    if result.interrupted {
+        eprintln!("interrupted: episodes in flight were cancelled");
+        return Exit::Interrupted;
+    }
+    gate(&summary, args.fail_under, args.max_unscored)
+}
+
+/// Decides the exit code of a finished run. Unscored episodes come first: a verdict
+/// built on too few scored episodes cannot be trusted either way.
+fn gate(summary: &Summary, fail_under: Option<f64>, max_unscored: f64) -> Exit {
+    let total = summary.total();
+    if total.episodes > 0 && total.unscored as f64 / total.episodes as f64 > max_unscored {
+        eprintln!(
+            "gate: {} of {} episodes unscored, more than --max-unscored {max_unscored} allows",
+            total.unscored, total.episodes
+        );
+        return Exit::TooManyUnscored;
+    }
+    let mut failed = false;
+    for row in &summary.rows {
+        let threshold = summary.thresholds.get(&row.suite).copied().flatten();
+        if let (Some(threshold), Some(rate)) = (threshold, row.pass_rate())
+            && rate < threshold
+        {
+            eprintln!(
+                "gate: suite `{}` on {} passed {:.1}%, below its pass_threshold {:.1}%",
+                row.suite,
+                row.model,
+                rate * 100.0,
+                threshold * 100.0
+            );
+            failed = true;
+        }
+    }
+    if let (Some(min), Some(rate)) = (fail_under, total.pass_rate())
+        && rate < min
+    {
+        eprintln!("gate: {:.1}% of scored episodes passed, below --fail-under {:.1}%", rate * 100.0, min * 100.0);
+        failed = true;
+    }
+    if failed { Exit::GateFailed } else { Exit::Passed }
+}
+
+/// The first Ctrl-C stops the run gracefully; a second one exits at once.
+async fn stop_on_ctrl_c(stop: CancellationToken) {
+    if tokio::signal::ctrl_c().await.is_err() {
+        return;
+    }
+    eprintln!("\nstopping: cancelling the episodes in flight (Ctrl-C again to quit now)");
+    stop.cancel();
+    if tokio::signal::ctrl_c().await.is_ok() {
+        std::process::exit(Exit::Interrupted as i32);
+    }
+}

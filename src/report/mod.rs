@@ -1,0 +1,8 @@
+//! What people read: progress while a run goes and the summary at its end. Everything here
+//! is computed from the event log or from the stream of finished episodes.
+
+pub mod progress;
+pub mod summary;
+
+pub use progress::Progress;
+pub use summary::{Row, Summary};

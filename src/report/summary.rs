@@ -1,0 +1,185 @@
+//! The run summary: per suite and model, computed from the event log alone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use chrono::{DateTime, FixedOffset};
+
+use crate::log::reader::{ReadError, for_each_event};
+use crate::log::{Event, Outcome};
+
+/// One line of the summary table.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Row {
+    pub suite: String,
+    pub model: String,
+    pub episodes: u64,
+    pub passed: u64,
+    pub failed: u64,
+    pub unscored: u64,
+    pub cancelled: u64,
+    pub steps: u64,
+    pub tokens: u64,
+    /// Why episodes went unscored, and how many.
+    pub unscored_causes: BTreeMap<String, u64>,
+    first_start: Option<DateTime<FixedOffset>>,
+    last_finish: Option<DateTime<FixedOffset>>,
+}
+
+impl Row {
+    pub fn scored(&self) -> u64 {
+        self.passed + self.failed
+    }
+
+    /// Passed over scored; `None` when nothing was scored.
+    pub fn pass_rate(&self) -> Option<f64> {
+        (self.scored() > 0).then(|| self.passed as f64 / self.scored() as f64)
+    }
+
+    pub fn mean_steps(&self) -> f64 {
+        let finished = self.episodes - self.cancelled;
+        if finished == 0 { 0.0 } else { self.steps as f64 / finished as f64 }
+    }
+
+    /// From the first episode's start to the last one's end.
+    pub fn wall_s(&self) -> f64 {
+        match (self.first_start, self.last_finish) {
+            (Some(a), Some(b)) => (b - a).num_microseconds().unwrap_or(0) as f64 / 1e6,
+            _ => 0.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    pub run_id: String,
+    /// In the order suites and models first appear in the log.
+    pub rows: Vec<Row>,
+    pub thresholds: HashMap<String, Option<f64>>,
+    pub interrupted: bool,
+    pub wall_ms: f64,
+    /// Episodes started but never finished (the run was killed).
+    pub unfinished: u64,
+    pub torn_last_line: bool,
+}
+
+impl Summary {
+    /// Reads `events.jsonl` and tallies it, holding only the episodes in flight.
+    pub fn from_log(path: &Path) -> Result<Summary, ReadError> {
+        let mut summary = Summary::default();
+        let mut index: HashMap<(String, String), usize> = HashMap::new();
+        let mut open: HashMap<String, usize> = HashMap::new();
+        let torn = for_each_event(path, |logged| {
+            if summary.run_id.is_empty() {
+                summary.run_id = logged.run_id.clone();
+            }
+            let ts = DateTime::parse_from_rfc3339(&logged.ts).ok();
+            let Some(event) = logged.event() else { return };
+            match event {
+                Event::RunStarted { suites, .. } => {
+                    for s in suites {
+                        summary.thresholds.insert(s.name, s.pass_threshold);
+                    }
+                }
+                Event::EpisodeStarted { suite, model, .. } => {
+                    let key = (suite, model);
+                    let at = *index.entry(key.clone()).or_insert_with(|| {
+                        summary.rows.push(Row { suite: key.0.clone(), model: key.1.clone(), ..Row::default() });
+                        summary.rows.len() - 1
+                    });
+                    let row = &mut summary.rows[at];
+                    row.first_start = row.first_start.min(ts).or(row.first_start).or(ts);
+                    if let Some(id) = logged.episode_id {
+                        open.insert(id, at);
+                    }
+                }
+                Event::EpisodeFinished { outcome, steps, usage, .. } => {
+                    let Some(at) = logged.episode_id.and_then(|id| open.remove(&id)) else { return };
+                    let row = &mut summary.rows[at];
+                    row.episodes += 1;
+                    row.steps += u64::from(steps);
+                    row.tokens += usage.total();
+                    row.last_finish = row.last_finish.max(ts);
+                    match outcome {
+                        Outcome::Scored { passed: true, .. } => row.passed += 1,
+                        Outcome::Scored { passed: false, .. } => row.failed += 1,
+                        Outcome::Unscored { cause, .. } => {
+                            row.unscored += 1;
+                            *row.unscored_causes.entry(cause).or_default() += 1;
+                        }
+                        Outcome::Cancelled => row.cancelled += 1,
+                    }
+                }
+                Event::RunFinished { interrupted, wall_ms, .. } => {
+                    summary.interrupted = interrupted;
+                    summary.wall_ms = wall_ms;
+                }
+                _ => {}
+            }
+        })?;
+        summary.unfinished = open.len() as u64;
+        summary.torn_last_line = torn;
+        Ok(summary)
+    }
+
+    pub fn total(&self) -> Row {
+        let mut t = Row { suite: "total".into(), ..Row::default() };
+        for r in &self.rows {
+            t.episodes += r.episodes;
+            t.passed += r.passed;
+            t.failed += r.failed;
+            t.unscored += r.unscored;
+            t.cancelled += r.cancelled;
+            t.steps += r.steps;
+            t.tokens += r.tokens;
+            for (cause, n) in &r.unscored_causes {
+                *t.unscored_causes.entry(cause.clone()).or_default() += n;
+            }
+        }
+        t
+    }
+
+    /// The table printed at the end of a run.
+    pub fn render(&self) -> String {
+        let header = ["suite", "model", "episodes", "passed", "failed", "unscored", "pass rate", "mean steps", "wall"];
+        let mut lines: Vec<[String; 9]> = vec![header.map(String::from)];
+        for r in &self.rows {
+            lines.push([
+                r.suite.clone(),
+                r.model.clone(),
+                r.episodes.to_string(),
+                r.passed.to_string(),
+                r.failed.to_string(),
+                r.unscored.to_string(),
+                r.pass_rate().map_or("-".into(), |p| format!("{:.1}%", p * 100.0)),
+                format!("{:.1}", r.mean_steps()),
+                format!("{:.2}s", r.wall_s()),
+            ]);
+        }
+        let widths: Vec<usize> = (0..9).map(|c| lines.iter().map(|l| l[c].chars().count()).max().unwrap_or(0)).collect();
+        let mut out = String::new();
+        for line in &lines {
+            for (c, cell) in line.iter().enumerate() {
+                let pad = widths[c] - cell.chars().count();
+                if c < 2 {
+                    let _ = write!(out, "{cell}{}  ", " ".repeat(pad));
+                } else {
+                    let _ = write!(out, "{}{cell}  ", " ".repeat(pad));
+                }
+            }
+            let trimmed = out.trim_end().len();
+            out.truncate(trimmed);
+            out.push('\n');
+        }
+        let total = self.total();
+        if total.unscored > 0 {
+            let causes: Vec<String> = total.unscored_causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+            let _ = writeln!(out, "unscored episodes are not failures; causes: {}", causes.join(", "));
+        }
+        if total.cancelled > 0 {
+            let _ = writeln!(out, "cancelled: {}", total.cancelled);
+        }
+        out
+    }
+}
