@@ -2,12 +2,12 @@
 //! well they did. See `ARCHITECTURE.md` for the map of this crate.
 
 pub mod agent;
+pub mod batch;
+pub mod cli;
 pub mod contract;
 pub mod environment;
 pub mod log;
 pub mod model;
-pub mod suite;
-pub mod batch;
-pub mod scoring;
 pub mod report;
-pub mod cli;
+pub mod scoring;
+pub mod suite;

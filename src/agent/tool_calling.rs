@@ -14,7 +14,8 @@ use crate::model::{LanguageModel, Message, ModelRequest, ModelResponse};
 
 pub const FINAL_ANSWER_REMINDER: &str =
     "You answered without calling a tool. When you are done, call `final_answer` with your answer.";
-pub const EMPTY_REPLY_REMINDER: &str = "Your reply was empty. Use a tool, or call `final_answer` with your answer.";
+pub const EMPTY_REPLY_REMINDER: &str =
+    "Your reply was empty. Use a tool, or call `final_answer` with your answer.";
 
 pub struct ToolCallingAgent {
     model: Arc<dyn LanguageModel>,
@@ -26,9 +27,24 @@ pub struct ToolCallingAgent {
 }
 
 impl ToolCallingAgent {
-    pub fn new(model: Arc<dyn LanguageModel>, model_name: &str, system: Option<String>, require_final_answer: bool) -> Self {
-        let transcript = system.filter(|s| !s.trim().is_empty()).map(|content| Message::System { content }).into_iter().collect();
-        ToolCallingAgent { model, model_name: model_name.to_owned(), transcript, require_final_answer, call_names: HashMap::new() }
+    pub fn new(
+        model: Arc<dyn LanguageModel>,
+        model_name: &str,
+        system: Option<String>,
+        require_final_answer: bool,
+    ) -> Self {
+        let transcript = system
+            .filter(|s| !s.trim().is_empty())
+            .map(|content| Message::System { content })
+            .into_iter()
+            .collect();
+        ToolCallingAgent {
+            model,
+            model_name: model_name.to_owned(),
+            transcript,
+            require_final_answer,
+            call_names: HashMap::new(),
+        }
     }
 
     pub fn transcript(&self) -> &[Message] {
@@ -43,20 +59,31 @@ impl ToolCallingAgent {
                     (None, Some(serde_json::Value::String(s))) => s.clone(),
                     (None, Some(result)) => result.to_string(),
                     (None, None) => "null".to_owned(),
-                    (Some(error), partial) => json!({"error": error, "tool_result": partial}).to_string(),
+                    (Some(error), partial) => {
+                        json!({"error": error, "tool_result": partial}).to_string()
+                    }
                 };
                 let name = self.call_names.get(call_id).cloned().unwrap_or_default();
-                self.transcript.push(Message::Tool { call_id: call_id.clone(), name, content });
+                self.transcript.push(Message::Tool {
+                    call_id: call_id.clone(),
+                    name,
+                    content,
+                });
             }
             for text in &obs.messages {
-                self.transcript.push(Message::User { content: text.clone() });
+                self.transcript.push(Message::User {
+                    content: text.clone(),
+                });
             }
         }
     }
 
     /// Gives each call an id unique in the episode, keeping the model's own when it can.
     fn name_call(&mut self, proposed: Option<&str>, tool: &str) -> String {
-        let id = match proposed.map(str::trim).filter(|id| !id.is_empty() && !self.call_names.contains_key(*id)) {
+        let id = match proposed
+            .map(str::trim)
+            .filter(|id| !id.is_empty() && !self.call_names.contains_key(*id))
+        {
             Some(id) => id.to_owned(),
             None => (self.call_names.len() + 1..)
                 .map(|n| format!("c_{n}"))
@@ -68,7 +95,10 @@ impl ToolCallingAgent {
     }
 
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
-        let request = ModelRequest { messages: &self.transcript, tools: turn.tools };
+        let request = ModelRequest {
+            messages: &self.transcript,
+            tools: turn.tools,
+        };
         let started = std::time::Instant::now();
         let result = self.model.respond(&request).await;
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -87,7 +117,10 @@ impl ToolCallingAgent {
                 });
                 Ok(response)
             }
-            Err(e) => Err(AgentFault { cause: e.cause, message: e.message }),
+            Err(e) => Err(AgentFault {
+                cause: e.cause,
+                message: e.message,
+            }),
         }
     }
 }
@@ -103,9 +136,16 @@ impl Agent for ToolCallingAgent {
         let mut calls = Vec::with_capacity(response.tool_calls.len());
         for proposed in response.tool_calls {
             let call_id = self.name_call(proposed.id.as_deref(), &proposed.name);
-            calls.push(ToolCall { call_id, name: proposed.name, arguments: proposed.arguments });
+            calls.push(ToolCall {
+                call_id,
+                name: proposed.name,
+                arguments: proposed.arguments,
+            });
         }
-        self.transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: calls.clone() });
+        self.transcript.push(Message::Assistant {
+            content: response.text.clone(),
+            tool_calls: calls.clone(),
+        });
         if !calls.is_empty() {
             return Ok(Proposal { calls, usage });
         }
@@ -114,15 +154,218 @@ impl Agent for ToolCallingAgent {
         // must do, and the turn still counts against the step limit.
         let text = response.text.unwrap_or_default();
         if text.trim().is_empty() {
-            self.transcript.push(Message::User { content: EMPTY_REPLY_REMINDER.into() });
-            return Ok(Proposal { calls: Vec::new(), usage });
+            self.transcript.push(Message::User {
+                content: EMPTY_REPLY_REMINDER.into(),
+            });
+            return Ok(Proposal {
+                calls: Vec::new(),
+                usage,
+            });
         }
         if self.require_final_answer {
-            self.transcript.push(Message::User { content: FINAL_ANSWER_REMINDER.into() });
-            return Ok(Proposal { calls: Vec::new(), usage });
+            self.transcript.push(Message::User {
+                content: FINAL_ANSWER_REMINDER.into(),
+            });
+            return Ok(Proposal {
+                calls: Vec::new(),
+                usage,
+            });
         }
         let call_id = self.name_call(None, FINAL_TOOL);
-        let call = ToolCall { call_id, name: FINAL_TOOL.into(), arguments: json!({"answer": text}) };
-        Ok(Proposal { calls: vec![call], usage })
+        let call = ToolCall {
+            call_id,
+            name: FINAL_TOOL.into(),
+            arguments: json!({"answer": text}),
+        };
+        Ok(Proposal {
+            calls: vec![call],
+            usage,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::agent::Budget;
+    use crate::contract::ToolSpec;
+    use crate::log::EventLog;
+    use crate::model::mock::MockModel;
+    use crate::suite::{MockCall, MockTurn, text::Text};
+    use serde_json::Value;
+
+    fn turn_of(text: Option<&str>, calls: &[(&str, Value, Option<&str>)]) -> MockTurn {
+        MockTurn {
+            text: text.map(|t| Text(t.into())),
+            tool_calls: calls
+                .iter()
+                .map(|(n, a, id)| MockCall {
+                    name: (*n).into(),
+                    arguments: a.clone(),
+                    id: id.map(String::from),
+                })
+                .collect(),
+        }
+    }
+
+    fn agent(turns: Vec<MockTurn>, require_final: bool) -> ToolCallingAgent {
+        let model = Arc::new(MockModel::new(turns.into()));
+        ToolCallingAgent::new(model, "mock", Some("be careful".into()), require_final)
+    }
+
+    fn tools() -> Vec<ToolSpec> {
+        vec![ToolSpec {
+            name: "run_command".into(),
+            description: "run".into(),
+            parameters: json!({"type": "object"}),
+        }]
+    }
+
+    fn first_observation() -> Observation {
+        Observation {
+            call_id: None,
+            done: false,
+            error: None,
+            tool_result: None,
+            messages: vec!["count the lines".into()],
+            info: Default::default(),
+        }
+    }
+
+    /// Asks the agent once, with a log that goes to a temporary file.
+    async fn propose(
+        agent: &mut ToolCallingAgent,
+        observations: &[Observation],
+    ) -> Result<Proposal, AgentFault> {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
+        let recorder = log.recorder("ep");
+        let tools = tools();
+        let budget = Budget {
+            step: 1,
+            steps_left: 5,
+            deadline: tokio::time::Instant::now(),
+            tokens_left: None,
+        };
+        let result = agent
+            .propose(Turn {
+                observations,
+                tools: &tools,
+                budget,
+                recorder: &recorder,
+            })
+            .await;
+        drop((recorder, log));
+        writer.close().unwrap();
+        result
+    }
+
+    #[tokio::test]
+    async fn proposes_the_models_tool_calls_without_running_them() {
+        let mut a = agent(
+            vec![turn_of(
+                None,
+                &[("run_command", json!({"command": "wc -l f"}), None)],
+            )],
+            false,
+        );
+        let p = propose(&mut a, &[first_observation()]).await.unwrap();
+        assert_eq!(
+            p.calls,
+            [ToolCall {
+                call_id: "c_1".into(),
+                name: "run_command".into(),
+                arguments: json!({"command": "wc -l f"})
+            }]
+        );
+        assert_eq!(
+            a.transcript()[..2],
+            [
+                Message::System {
+                    content: "be careful".into()
+                },
+                Message::User {
+                    content: "count the lines".into()
+                }
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_text_answer_becomes_the_final_answer() {
+        let mut a = agent(vec![turn_of(Some("3"), &[])], false);
+        let p = propose(&mut a, &[first_observation()]).await.unwrap();
+        assert_eq!(p.calls.len(), 1);
+        assert_eq!(p.calls[0].name, FINAL_TOOL);
+        assert_eq!(p.calls[0].arguments, json!({"answer": "3"}));
+    }
+
+    #[tokio::test]
+    async fn when_final_answer_is_required_a_text_answer_earns_a_reminder() {
+        let mut a = agent(vec![turn_of(Some("3"), &[])], true);
+        let p = propose(&mut a, &[first_observation()]).await.unwrap();
+        assert!(p.calls.is_empty());
+        assert_eq!(
+            a.transcript().last(),
+            Some(&Message::User {
+                content: FINAL_ANSWER_REMINDER.into()
+            })
+        );
+    }
+
+    #[tokio::test]
+    async fn call_ids_are_unique_in_the_episode() {
+        let turn = turn_of(
+            None,
+            &[
+                ("run_command", json!({}), Some("x")),
+                ("run_command", json!({}), Some("x")),
+                ("run_command", json!({}), None),
+            ],
+        );
+        let mut a = agent(vec![turn], false);
+        let p = propose(&mut a, &[first_observation()]).await.unwrap();
+        let ids: Vec<&str> = p.calls.iter().map(|c| c.call_id.as_str()).collect();
+        assert_eq!(ids[0], "x");
+        let unique: std::collections::HashSet<&str> = ids.iter().copied().collect();
+        assert_eq!(unique.len(), 3, "ids {ids:?} repeat");
+    }
+
+    #[tokio::test]
+    async fn observations_enter_the_transcript_as_tool_results() {
+        let turns = vec![
+            turn_of(None, &[("run_command", json!({"command": "ls"}), None)]),
+            turn_of(Some("done"), &[]),
+        ];
+        let mut a = agent(turns, false);
+        let p = propose(&mut a, &[first_observation()]).await.unwrap();
+        let failed = Observation::of_error(
+            &p.calls[0].call_id,
+            crate::contract::ToolError::new(crate::contract::ErrorType::TimeoutError, "too slow"),
+        );
+        propose(&mut a, &[failed]).await.unwrap();
+        let tool_message = a
+            .transcript()
+            .iter()
+            .find(|m| matches!(m, Message::Tool { .. }))
+            .unwrap();
+        let Message::Tool {
+            call_id,
+            name,
+            content,
+        } = tool_message
+        else {
+            unreachable!()
+        };
+        assert_eq!((call_id.as_str(), name.as_str()), ("c_1", "run_command"));
+        let content: Value = serde_json::from_str(content).unwrap();
+        assert_eq!(content["error"]["type"], "TimeoutError");
+    }
+
+    #[tokio::test]
+    async fn a_model_failure_is_an_agent_fault_with_its_cause() {
+        let mut a = agent(vec![], false);
+        let fault = propose(&mut a, &[first_observation()]).await.unwrap_err();
+        assert_eq!(fault.cause, "mock_exhausted");
     }
 }

@@ -7,12 +7,16 @@ use tokio_util::sync::CancellationToken;
 
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::ToolCallingAgent;
-use crate::environment::{EpisodeLimits, Environment};
+use crate::environment::{Environment, EpisodeLimits};
 use crate::log::{Event, EventLog, Outcome, Termination, Usage};
 use crate::scoring::{self, Finished};
 use crate::suite::template;
 
-pub async fn run_episode(spec: EpisodeSpec, log: &EventLog, stop: &CancellationToken) -> EpisodeReport {
+pub async fn run_episode(
+    spec: EpisodeSpec,
+    log: &EventLog,
+    stop: &CancellationToken,
+) -> EpisodeReport {
     let started = std::time::Instant::now();
     let suite = &spec.suite;
     let task = &suite.tasks[spec.task];
@@ -30,20 +34,43 @@ pub async fn run_episode(spec: EpisodeSpec, log: &EventLog, stop: &CancellationT
         match Environment::create(suite.environment.clone(), task) {
             Err(e) => {
                 let message = e.to_string();
-                recorder.emit(&Event::Error { step: 0, cause: "environment_error".into(), message: message.clone() });
-                let outcome = Outcome::Unscored { cause: "environment_error".into(), message };
-                (outcome, Termination::EnvironmentError, 0, Usage::default(), 0, 0)
+                recorder.emit(&Event::Error {
+                    step: 0,
+                    cause: "environment_error".into(),
+                    message: message.clone(),
+                });
+                let outcome = Outcome::Unscored {
+                    cause: "environment_error".into(),
+                    message,
+                };
+                (
+                    outcome,
+                    Termination::EnvironmentError,
+                    0,
+                    Usage::default(),
+                    0,
+                    0,
+                )
             }
             Ok(env) => {
                 // The suite was checked at load time against every task, so this renders.
-                let system = suite.agent.system.as_deref().map(|s| template::render(s, &task.template_context()));
+                let system = suite
+                    .agent
+                    .system
+                    .as_deref()
+                    .map(|s| template::render(s, &task.template_context()));
                 let system = match system {
                     Some(Ok(text)) => Some(text),
                     Some(Err(e)) => Some(format!("(the system prompt failed to render: {e})")),
                     None => None,
                 };
                 let model = spec.model.for_episode(task);
-                let mut agent = ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer);
+                let mut agent = ToolCallingAgent::new(
+                    model,
+                    spec.model.name(),
+                    system,
+                    suite.agent.require_final_answer,
+                );
                 let limits = EpisodeLimits {
                     max_steps: suite.limits.max_steps,
                     time: Duration::from_secs_f64(suite.limits.time_s),
@@ -51,7 +78,10 @@ pub async fn run_episode(spec: EpisodeSpec, log: &EventLog, stop: &CancellationT
                 };
                 let ending = env.run(&mut agent, task, &limits, &recorder, stop).await;
                 let outcome = match (&ending.fault, ending.termination) {
-                    (Some(fault), _) => Outcome::Unscored { cause: fault.cause.clone(), message: fault.message.clone() },
+                    (Some(fault), _) => Outcome::Unscored {
+                        cause: fault.cause.clone(),
+                        message: fault.message.clone(),
+                    },
                     (None, Termination::UserStop) => Outcome::Cancelled,
                     (None, _) => {
                         // Scored against the final world, before it is torn down.
@@ -61,7 +91,8 @@ pub async fn run_episode(spec: EpisodeSpec, log: &EventLog, stop: &CancellationT
                             termination: ending.termination,
                             trajectory: &ending.trajectory,
                         };
-                        let scores = scoring::score(suite.scorers.iter().chain(&task.scorers), &finished);
+                        let scores =
+                            scoring::score(suite.scorers.iter().chain(&task.scorers), &finished);
                         for s in &scores {
                             recorder.emit(&Event::Score {
                                 scorer: s.scorer.clone(),
@@ -76,7 +107,14 @@ pub async fn run_episode(spec: EpisodeSpec, log: &EventLog, stop: &CancellationT
                 };
                 drop(env);
                 let calls = ending.trajectory.calls.len() as u32;
-                (outcome, ending.termination, ending.steps, ending.usage, calls, ending.trajectory.tool_errors)
+                (
+                    outcome,
+                    ending.termination,
+                    ending.steps,
+                    ending.usage,
+                    calls,
+                    ending.trajectory.tool_errors,
+                )
             }
         };
 

@@ -19,7 +19,7 @@ use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
 use crate::suite::Task;
 use definition::{Definition, Kind, validate_arguments};
 
-pub use run::{EpisodeLimits, Ending, Trajectory};
+pub use run::{Ending, EpisodeLimits, Trajectory};
 
 /// A tool's failure, raised by the world and normalised by the environment.
 #[derive(Debug, Clone, PartialEq)]
@@ -33,7 +33,12 @@ pub struct ToolFailure {
 
 impl ToolFailure {
     pub fn new(kind: ErrorType, message: impl Into<String>) -> Self {
-        ToolFailure { kind, message: message.into(), suggested_action: None, partial: None }
+        ToolFailure {
+            kind,
+            message: message.into(),
+            suggested_action: None,
+            partial: None,
+        }
     }
 
     pub fn suggest(mut self, action: impl Into<String>) -> Self {
@@ -72,10 +77,20 @@ pub struct Environment {
 impl Environment {
     /// Sets up a fresh world for `task`.
     pub fn create(definition: Arc<Definition>, task: &Task) -> Result<Self, SetupError> {
-        let fail = |message: String| SetupError { name: definition.name.clone(), message };
+        let fail = |message: String| SetupError {
+            name: definition.name.clone(),
+            message,
+        };
         let world: Box<dyn World> = match definition.kind {
-            Kind::Shell => Box::new(shell::ShellWorld::create(&definition, task).map_err(fail)?),
-            Kind::Kv => Box::new(kv::KvWorld::create(&definition, task)),
+            Some(Kind::Shell) => {
+                Box::new(shell::ShellWorld::create(&definition, task).map_err(fail)?)
+            }
+            Some(Kind::Kv) => Box::new(kv::KvWorld::create(&definition, task)),
+            None => {
+                return Err(fail(
+                    "its world is supplied in code: use Environment::with_world".into(),
+                ));
+            }
         };
         Ok(Self::with_world(definition, world))
     }
@@ -83,28 +98,56 @@ impl Environment {
     /// An environment over any world: for worlds defined outside the built-in kinds.
     pub fn with_world(definition: Arc<Definition>, world: Box<dyn World>) -> Self {
         let slots = Semaphore::new(definition.limits.max_concurrency);
-        Environment { definition, world, slots }
+        Environment {
+            definition,
+            world,
+            slots,
+        }
     }
 
     /// The first observation: the task's input, the tools and the world's facts.
     pub fn reset(&self, task: &Task) -> Observation {
         let mut info = self.world.describe();
-        info.insert("environment".into(), Value::String(self.definition.name.clone()));
+        info.insert(
+            "environment".into(),
+            Value::String(self.definition.name.clone()),
+        );
         info.insert("task_id".into(), Value::String(task.id.clone()));
-        Observation { call_id: None, done: false, error: None, tool_result: None, messages: vec![task.input.clone()], info }
+        Observation {
+            call_id: None,
+            done: false,
+            error: None,
+            tool_result: None,
+            messages: vec![task.input.clone()],
+            info,
+        }
     }
 
     /// Executes one call and normalises whatever happens into an observation.
     pub async fn execute(&self, call: &ToolCall) -> Observation {
         let Some(tool) = self.definition.tool(&call.name) else {
-            let names: Vec<&str> = self.definition.specs.iter().map(|t| t.name.as_str()).collect();
-            let error = ToolError::new(ErrorType::ToolNotFound, format!("no tool named `{}`", call.name))
-                .suggest(format!("call one of: {}", names.join(", ")));
+            let names: Vec<&str> = self
+                .definition
+                .specs
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect();
+            let error = ToolError::new(
+                ErrorType::ToolNotFound,
+                format!("no tool named `{}`", call.name),
+            )
+            .suggest(format!("call one of: {}", names.join(", ")));
             return Observation::of_error(&call.call_id, error);
         };
         if let Err(message) = validate_arguments(tool, &call.arguments) {
-            let error = ToolError::new(ErrorType::ValidationError, format!("invalid arguments for `{}`: {message}", call.name))
-                .suggest(format!("call `{}` with arguments that match its parameters schema", call.name));
+            let error = ToolError::new(
+                ErrorType::ValidationError,
+                format!("invalid arguments for `{}`: {message}", call.name),
+            )
+            .suggest(format!(
+                "call `{}` with arguments that match its parameters schema",
+                call.name
+            ));
             return Observation::of_error(&call.call_id, error);
         }
         if call.name == FINAL_TOOL {
@@ -115,10 +158,14 @@ impl Environment {
         }
 
         let Ok(_slot) = self.slots.acquire().await else {
-            return Observation::of_error(&call.call_id, ToolError::new(ErrorType::Cancelled, "the environment is closed"));
+            return Observation::of_error(
+                &call.call_id,
+                ToolError::new(ErrorType::Cancelled, "the environment is closed"),
+            );
         };
         let timeout = Duration::from_secs_f64(self.definition.limits.tool_timeout_s);
-        let running = AssertUnwindSafe(self.world.call(&call.name, call.arguments.clone())).catch_unwind();
+        let running =
+            AssertUnwindSafe(self.world.call(&call.name, call.arguments.clone())).catch_unwind();
         match tokio::time::timeout(timeout, running).await {
             Ok(Ok(Ok(result))) => Observation::of_result(&call.call_id, result),
             Ok(Ok(Err(failure))) => {
@@ -134,12 +181,25 @@ impl Environment {
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                Observation::of_error(&call.call_id, ToolError::new(ErrorType::ExecutionError, format!("the tool crashed: {what}")))
+                Observation::of_error(
+                    &call.call_id,
+                    ToolError::new(
+                        ErrorType::ExecutionError,
+                        format!("the tool crashed: {what}"),
+                    ),
+                )
             }
             Err(_) => Observation::of_error(
                 &call.call_id,
-                ToolError::new(ErrorType::TimeoutError, format!("`{}` took longer than {}s", call.name, timeout.as_secs_f64()))
-                    .suggest("try a smaller or faster action"),
+                ToolError::new(
+                    ErrorType::TimeoutError,
+                    format!(
+                        "`{}` took longer than {}s",
+                        call.name,
+                        timeout.as_secs_f64()
+                    ),
+                )
+                .suggest("try a smaller or faster action"),
             ),
         }
     }

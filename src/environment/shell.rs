@@ -28,23 +28,39 @@ pub fn tool_specs() -> Vec<ToolSpec> {
         parameters,
     };
     vec![
-        spec("run_command", "Run a shell command in the working directory.", json!({
+        spec(
+            "run_command",
+            "Run a shell command in the working directory.",
+            json!({
             "type": "object",
             "properties": {
                 "command": {"type": "string", "minLength": 1},
                 "timeout_s": {"type": "number", "exclusiveMinimum": 0, "default": 60}
             },
-            "required": ["command"], "additionalProperties": false})),
-        spec("read_file", "Read a text file in the working directory.", json!({
+            "required": ["command"], "additionalProperties": false}),
+        ),
+        spec(
+            "read_file",
+            "Read a text file in the working directory.",
+            json!({
             "type": "object", "properties": {"path": {"type": "string", "minLength": 1}},
-            "required": ["path"], "additionalProperties": false})),
-        spec("write_file", "Write a text file in the working directory, creating folders as needed.", json!({
+            "required": ["path"], "additionalProperties": false}),
+        ),
+        spec(
+            "write_file",
+            "Write a text file in the working directory, creating folders as needed.",
+            json!({
             "type": "object",
             "properties": {"path": {"type": "string", "minLength": 1}, "content": {"type": "string"}},
-            "required": ["path", "content"], "additionalProperties": false})),
-        spec("list_dir", "List a folder of the working directory.", json!({
+            "required": ["path", "content"], "additionalProperties": false}),
+        ),
+        spec(
+            "list_dir",
+            "List a folder of the working directory.",
+            json!({
             "type": "object", "properties": {"path": {"type": "string", "default": "."}},
-            "additionalProperties": false})),
+            "additionalProperties": false}),
+        ),
     ]
 }
 
@@ -61,29 +77,49 @@ impl ShellWorld {
             .prefix("runner-episode-")
             .tempdir()
             .map_err(|e| format!("failed to create a working directory: {e}"))?;
-        let root = dir.path().canonicalize().map_err(|e| format!("failed to resolve the working directory: {e}"))?;
+        let root = dir
+            .path()
+            .canonicalize()
+            .map_err(|e| format!("failed to resolve the working directory: {e}"))?;
         for (name, content) in definition.files.iter().chain(&task.files) {
             if !crate::suite::is_relative_inside(name) {
-                return Err(format!("file `{name}` would land outside the working directory"));
+                return Err(format!(
+                    "file `{name}` would land outside the working directory"
+                ));
             }
             let path = root.join(name);
             if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
+                std::fs::create_dir_all(parent)
+                    .map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
             }
             std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
         }
-        Ok(ShellWorld { dir, root, limits: definition.limits.clone() })
+        Ok(ShellWorld {
+            dir,
+            root,
+            limits: definition.limits.clone(),
+        })
     }
 
     /// Resolves a path the model gave, refusing any that leads outside the working directory.
     fn resolve(&self, given: &str) -> Result<PathBuf, ToolFailure> {
         let refuse = || {
-            ToolFailure::new(ErrorType::PermissionError, format!("`{given}` is outside the working directory"))
-                .suggest("use a path relative to the working directory")
+            ToolFailure::new(
+                ErrorType::PermissionError,
+                format!("`{given}` is outside the working directory"),
+            )
+            .suggest("use a path relative to the working directory")
         };
         let path = Path::new(given);
-        let relative = if path.is_absolute() { path.strip_prefix(&self.root).map_err(|_| refuse())? } else { path };
-        if relative.components().any(|c| matches!(c, Component::ParentDir)) {
+        let relative = if path.is_absolute() {
+            path.strip_prefix(&self.root).map_err(|_| refuse())?
+        } else {
+            path
+        };
+        if relative
+            .components()
+            .any(|c| matches!(c, Component::ParentDir))
+        {
             return Err(refuse());
         }
         let full = self.root.join(relative);
@@ -121,11 +157,19 @@ impl ShellWorld {
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("failed to start the shell: {e}")))?;
+            .map_err(|e| {
+                ToolFailure::new(
+                    ErrorType::ExecutionError,
+                    format!("failed to start the shell: {e}"),
+                )
+            })?;
         // From here on, however this future ends (timeout, cancellation), the group dies.
         let group = ProcessGroup(child.id().map(|id| id as libc::pid_t));
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(ToolFailure::new(ErrorType::ExecutionError, "the shell's output was not captured"));
+            return Err(ToolFailure::new(
+                ErrorType::ExecutionError,
+                "the shell's output was not captured",
+            ));
         };
         let cap = self.limits.output_cap_bytes;
         let work = async {
@@ -143,12 +187,20 @@ impl ShellWorld {
                 group.kill();
                 return Err(ToolFailure::new(
                     ErrorType::TimeoutError,
-                    format!("the command ran longer than {}s; its process group was killed", timeout.as_secs_f64()),
+                    format!(
+                        "the command ran longer than {}s; its process group was killed",
+                        timeout.as_secs_f64()
+                    ),
                 )
                 .suggest("make the command faster, or pass a larger timeout_s"));
             }
         };
-        let status = status.map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("failed to wait for the command: {e}")))?;
+        let status = status.map_err(|e| {
+            ToolFailure::new(
+                ErrorType::ExecutionError,
+                format!("failed to wait for the command: {e}"),
+            )
+        })?;
         let (out, err) = (out.map_err(io_failure)?, err.map_err(io_failure)?);
         let truncated = out.total > out.kept.len() || err.total > err.kept.len();
         let mut result = Map::new();
@@ -178,14 +230,24 @@ impl ShellWorld {
 
     async fn read_file(&self, path: &str) -> Result<Value, ToolFailure> {
         let full = self.resolve(path)?;
-        let file = tokio::fs::File::open(&full).await.map_err(|e| not_found_or(e, path))?;
-        let read = read_capped(file, self.limits.output_cap_bytes).await.map_err(io_failure)?;
+        let file = tokio::fs::File::open(&full)
+            .await
+            .map_err(|e| not_found_or(e, path))?;
+        let read = read_capped(file, self.limits.output_cap_bytes)
+            .await
+            .map_err(io_failure)?;
         let result = json!({"path": path, "content": read.text()});
         if read.total > read.kept.len() {
             return Err(ToolFailure {
                 kind: ErrorType::OutputTruncated,
-                message: format!("`{path}` has {} bytes; only the first {} are shown", read.total, read.kept.len()),
-                suggested_action: Some("read a part of it with run_command (head, sed -n, grep)".into()),
+                message: format!(
+                    "`{path}` has {} bytes; only the first {} are shown",
+                    read.total,
+                    read.kept.len()
+                ),
+                suggested_action: Some(
+                    "read a part of it with run_command (head, sed -n, grep)".into(),
+                ),
                 partial: Some(result),
             });
         }
@@ -195,7 +257,9 @@ impl ShellWorld {
     async fn write_file(&self, path: &str, content: &str) -> Result<Value, ToolFailure> {
         let full = self.resolve(path)?;
         if let Some(parent) = full.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(io_failure)?;
+            tokio::fs::create_dir_all(parent)
+                .await
+                .map_err(io_failure)?;
         }
         tokio::fs::write(&full, content).await.map_err(io_failure)?;
         Ok(json!({"path": path, "bytes": content.len()}))
@@ -203,11 +267,19 @@ impl ShellWorld {
 
     async fn list_dir(&self, path: &str) -> Result<Value, ToolFailure> {
         let full = self.resolve(path)?;
-        let mut reader = tokio::fs::read_dir(&full).await.map_err(|e| not_found_or(e, path))?;
+        let mut reader = tokio::fs::read_dir(&full)
+            .await
+            .map_err(|e| not_found_or(e, path))?;
         let mut entries = Vec::new();
         while let Some(entry) = reader.next_entry().await.map_err(io_failure)? {
             let meta = entry.metadata().await.map_err(io_failure)?;
-            let kind = if meta.is_dir() { "dir" } else if meta.is_file() { "file" } else { "other" };
+            let kind = if meta.is_dir() {
+                "dir"
+            } else if meta.is_file() {
+                "file"
+            } else {
+                "other"
+            };
             entries.push(json!({"name": entry.file_name().to_string_lossy(), "type": kind, "size": meta.len()}));
         }
         entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
@@ -238,7 +310,8 @@ struct WriteFile {
 }
 
 fn args<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, ToolFailure> {
-    serde_json::from_value(arguments).map_err(|e| ToolFailure::new(ErrorType::ValidationError, e.to_string()))
+    serde_json::from_value(arguments)
+        .map_err(|e| ToolFailure::new(ErrorType::ValidationError, e.to_string()))
 }
 
 #[async_trait]
@@ -252,7 +325,10 @@ impl World for ShellWorld {
                 self.write_file(&path, &content).await
             }
             "list_dir" => self.list_dir(&args::<PathArg>(arguments)?.path).await,
-            other => Err(ToolFailure::new(ErrorType::ToolNotFound, format!("shell has no tool `{other}`"))),
+            other => Err(ToolFailure::new(
+                ErrorType::ToolNotFound,
+                format!("shell has no tool `{other}`"),
+            )),
         }
     }
 
@@ -269,7 +345,11 @@ fn io_failure(e: std::io::Error) -> ToolFailure {
 
 fn not_found_or(e: std::io::Error, path: &str) -> ToolFailure {
     if e.kind() == std::io::ErrorKind::NotFound {
-        ToolFailure::new(ErrorType::ExecutionError, format!("`{path}` does not exist")).suggest("call list_dir to see the files")
+        ToolFailure::new(
+            ErrorType::ExecutionError,
+            format!("`{path}` does not exist"),
+        )
+        .suggest("call list_dir to see the files")
     } else {
         io_failure(e)
     }
@@ -304,7 +384,11 @@ impl Captured {
     fn text(&self) -> String {
         let mut text = String::from_utf8_lossy(&self.kept).into_owned();
         if self.total > self.kept.len() {
-            text.push_str(&format!("\n[... output truncated: showing {} of {} bytes ...]", self.kept.len(), self.total));
+            text.push_str(&format!(
+                "\n[... output truncated: showing {} of {} bytes ...]",
+                self.kept.len(),
+                self.total
+            ));
         }
         text
     }

@@ -35,9 +35,16 @@ impl LoggedEvent {
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("failed to read {path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path}:{line}: not a valid event: {message}")]
-    Invalid { path: String, line: usize, message: String },
+    Invalid {
+        path: String,
+        line: usize,
+        message: String,
+    },
 }
 
 /// The events of a log, and whether its last line was torn.
@@ -50,13 +57,19 @@ pub struct Events {
 /// Reads every event of `path`, calling `each` on them in order, without holding them all.
 pub fn for_each_event(path: &Path, mut each: impl FnMut(LoggedEvent)) -> Result<bool, ReadError> {
     let shown = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
+    let file = std::fs::File::open(path).map_err(|source| ReadError::Io {
+        path: shown.clone(),
+        source,
+    })?;
     let mut reader = BufReader::new(file);
     let mut buf = String::new();
     let mut line_no = 0;
     loop {
         buf.clear();
-        let n = reader.read_line(&mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
+        let n = reader.read_line(&mut buf).map_err(|source| ReadError::Io {
+            path: shown.clone(),
+            source,
+        })?;
         if n == 0 {
             return Ok(false);
         }
@@ -70,7 +83,13 @@ pub fn for_each_event(path: &Path, mut each: impl FnMut(LoggedEvent)) -> Result<
             Ok(event) => each(event),
             // Only the last line can be torn, and a torn line has no newline yet.
             Err(_) if !complete => return Ok(true),
-            Err(message) => return Err(ReadError::Invalid { path: shown, line: line_no, message }),
+            Err(message) => {
+                return Err(ReadError::Invalid {
+                    path: shown,
+                    line: line_no,
+                    message,
+                });
+            }
         }
     }
 }
@@ -79,12 +98,16 @@ pub fn for_each_event(path: &Path, mut each: impl FnMut(LoggedEvent)) -> Result<
 pub fn read_events(path: &Path) -> Result<Events, ReadError> {
     let mut events = Vec::new();
     let torn_last_line = for_each_event(path, |e| events.push(e))?;
-    Ok(Events { events, torn_last_line })
+    Ok(Events {
+        events,
+        torn_last_line,
+    })
 }
 
 fn parse_line(text: &str) -> Result<LoggedEvent, String> {
     let fields: Map<String, Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let mut event = LoggedEvent::deserialize(Value::Object(fields.clone())).map_err(|e| e.to_string())?;
+    let mut event =
+        LoggedEvent::deserialize(Value::Object(fields.clone())).map_err(|e| e.to_string())?;
     event.fields = fields;
     Ok(event)
 }

@@ -18,14 +18,22 @@ use crate::suite::Task;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
-    System { content: String },
-    User { content: String },
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
     Assistant {
         content: Option<String>,
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<crate::contract::ToolCall>,
     },
-    Tool { call_id: String, name: String, content: String },
+    Tool {
+        call_id: String,
+        name: String,
+        content: String,
+    },
 }
 
 /// What a backend is asked.

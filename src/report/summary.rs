@@ -39,7 +39,11 @@ impl Row {
 
     pub fn mean_steps(&self) -> f64 {
         let finished = self.episodes - self.cancelled;
-        if finished == 0 { 0.0 } else { self.steps as f64 / finished as f64 }
+        if finished == 0 {
+            0.0
+        } else {
+            self.steps as f64 / finished as f64
+        }
     }
 
     /// From the first episode's start to the last one's end.
@@ -85,7 +89,11 @@ impl Summary {
                 Event::EpisodeStarted { suite, model, .. } => {
                     let key = (suite, model);
                     let at = *index.entry(key.clone()).or_insert_with(|| {
-                        summary.rows.push(Row { suite: key.0.clone(), model: key.1.clone(), ..Row::default() });
+                        summary.rows.push(Row {
+                            suite: key.0.clone(),
+                            model: key.1.clone(),
+                            ..Row::default()
+                        });
                         summary.rows.len() - 1
                     });
                     let row = &mut summary.rows[at];
@@ -94,8 +102,15 @@ impl Summary {
                         open.insert(id, at);
                     }
                 }
-                Event::EpisodeFinished { outcome, steps, usage, .. } => {
-                    let Some(at) = logged.episode_id.and_then(|id| open.remove(&id)) else { return };
+                Event::EpisodeFinished {
+                    outcome,
+                    steps,
+                    usage,
+                    ..
+                } => {
+                    let Some(at) = logged.episode_id.and_then(|id| open.remove(&id)) else {
+                        return;
+                    };
                     let row = &mut summary.rows[at];
                     row.episodes += 1;
                     row.steps += u64::from(steps);
@@ -111,7 +126,11 @@ impl Summary {
                         Outcome::Cancelled => row.cancelled += 1,
                     }
                 }
-                Event::RunFinished { interrupted, wall_ms, .. } => {
+                Event::RunFinished {
+                    interrupted,
+                    wall_ms,
+                    ..
+                } => {
                     summary.interrupted = interrupted;
                     summary.wall_ms = wall_ms;
                 }
@@ -124,7 +143,10 @@ impl Summary {
     }
 
     pub fn total(&self) -> Row {
-        let mut t = Row { suite: "total".into(), ..Row::default() };
+        let mut t = Row {
+            suite: "total".into(),
+            ..Row::default()
+        };
         for r in &self.rows {
             t.episodes += r.episodes;
             t.passed += r.passed;
@@ -142,7 +164,17 @@ impl Summary {
 
     /// The table printed at the end of a run.
     pub fn render(&self) -> String {
-        let header = ["suite", "model", "episodes", "passed", "failed", "unscored", "pass rate", "mean steps", "wall"];
+        let header = [
+            "suite",
+            "model",
+            "episodes",
+            "passed",
+            "failed",
+            "unscored",
+            "pass rate",
+            "mean steps",
+            "wall",
+        ];
         let mut lines: Vec<[String; 9]> = vec![header.map(String::from)];
         for r in &self.rows {
             lines.push([
@@ -152,12 +184,21 @@ impl Summary {
                 r.passed.to_string(),
                 r.failed.to_string(),
                 r.unscored.to_string(),
-                r.pass_rate().map_or("-".into(), |p| format!("{:.1}%", p * 100.0)),
+                r.pass_rate()
+                    .map_or("-".into(), |p| format!("{:.1}%", p * 100.0)),
                 format!("{:.1}", r.mean_steps()),
                 format!("{:.2}s", r.wall_s()),
             ]);
         }
-        let widths: Vec<usize> = (0..9).map(|c| lines.iter().map(|l| l[c].chars().count()).max().unwrap_or(0)).collect();
+        let widths: Vec<usize> = (0..9)
+            .map(|c| {
+                lines
+                    .iter()
+                    .map(|l| l[c].chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
         let mut out = String::new();
         for line in &lines {
             for (c, cell) in line.iter().enumerate() {
@@ -174,8 +215,16 @@ impl Summary {
         }
         let total = self.total();
         if total.unscored > 0 {
-            let causes: Vec<String> = total.unscored_causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
-            let _ = writeln!(out, "unscored episodes are not failures; causes: {}", causes.join(", "));
+            let causes: Vec<String> = total
+                .unscored_causes
+                .iter()
+                .map(|(c, n)| format!("{c}: {n}"))
+                .collect();
+            let _ = writeln!(
+                out,
+                "unscored episodes are not failures; causes: {}",
+                causes.join(", ")
+            );
         }
         if total.cancelled > 0 {
             let _ = writeln!(out, "cancelled: {}", total.cancelled);
