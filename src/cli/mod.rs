@@ -170,6 +170,12 @@ fn eval(args: EvalArgs) -> Exit {
             return Exit::Usage;
         }
     };
+    for (i, m) in models.iter().enumerate() {
+        if models[..i].iter().any(|other| other.name() == m.name()) {
+            eprintln!("error: --model {} is given more than once", m.name());
+            return Exit::Usage;
+        }
+    }
     for (flag, value) in [
         ("--fail-under", args.fail_under),
         ("--max-unscored", Some(args.max_unscored)),

@@ -1,1 +1,109 @@
+//! Integration tests through the `runner` binary: one test binary, each test in its own
+//! temporary folder.
 
+mod bad_input;
+mod eval;
+mod log;
+mod shell;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// An isolated folder to write suites into and run `runner` from.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    pub fn new() -> Self {
+        Sandbox {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn write(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.path().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("create dir");
+        }
+        std::fs::write(&path, content).expect("write file");
+        path
+    }
+
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_runner"));
+        cmd.current_dir(self.path());
+        cmd
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        let output = self.command().args(args).output().expect("run runner");
+        Run::from(output)
+    }
+
+    /// `runner eval` with the mock model into `results/test`.
+    pub fn eval(&self, suites: &[&str]) -> Run {
+        let mut args = vec!["eval"];
+        args.extend_from_slice(suites);
+        args.extend_from_slice(&["--model", "mock", "--run-id", "test", "--out", "results"]);
+        self.run(&args)
+    }
+
+    /// The events of the run `eval` made.
+    pub fn events(&self) -> Vec<Value> {
+        read_jsonl(&self.path().join("results/test/events.jsonl"))
+    }
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Self {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}\n--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+pub fn read_jsonl(path: &Path) -> Vec<Value> {
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+pub fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == kind).collect()
+}
+
+/// The observations of tool calls (not the first one after reset).
+pub fn tool_observations(events: &[Value]) -> Vec<&Value> {
+    of_type(events, "observation")
+        .into_iter()
+        .map(|e| &e["observation"])
+        .filter(|o| !o["call_id"].is_null())
+        .collect()
+}
