@@ -82,6 +82,9 @@ struct EvalArgs {
     /// The largest fraction of episodes that may go unscored before the run fails.
     #[arg(long, default_value_t = 0.0)]
     max_unscored: f64,
+    /// No progress bar or per-episode lines; only the summary.
+    #[arg(long, short = 'q')]
+    quiet: bool,
 }
 
 /// Parses the command line, runs the command, and returns its exit code.
@@ -217,7 +220,7 @@ fn eval(args: EvalArgs) -> Exit {
     let stop = CancellationToken::new();
     let result = runtime.block_on(async {
         tokio::spawn(stop_on_ctrl_c(stop.clone()));
-        let mut progress = Progress::new(total);
+        let mut progress = Progress::new(total, args.quiet);
         let result = batch::run(&suites, &options, stop.clone(), |r| progress.finished(r)).await;
         progress.finish();
         result

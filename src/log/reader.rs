@@ -28,7 +28,7 @@ pub struct LoggedEvent {
 impl LoggedEvent {
     /// The event as this version knows it; `None` for a type it does not know.
     pub fn event(&self) -> Option<Event> {
-        Event::deserialize(Value::Object(self.fields.clone())).ok()
+        Event::deserialize(&self.fields).ok()
     }
 }
 
@@ -55,7 +55,14 @@ pub struct Events {
 }
 
 /// Reads every event of `path`, calling `each` on them in order, without holding them all.
-pub fn for_each_event(path: &Path, mut each: impl FnMut(LoggedEvent)) -> Result<bool, ReadError> {
+/// Returns whether the last line was torn.
+pub fn for_each_event(path: &Path, each: impl FnMut(LoggedEvent)) -> Result<bool, ReadError> {
+    for_each_event_of(path, None, each)
+}
+
+/// Like [`for_each_event`], but only for events whose `type` is in `kinds`; the others are
+/// checked for well-formedness and skipped without being decoded.
+pub fn for_each_event_of(path: &Path, kinds: Option<&[&str]>, mut each: impl FnMut(LoggedEvent)) -> Result<bool, ReadError> {
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| ReadError::Io {
         path: shown.clone(),
@@ -79,8 +86,9 @@ pub fn for_each_event(path: &Path, mut each: impl FnMut(LoggedEvent)) -> Result<
         if text.is_empty() {
             continue;
         }
-        match parse_line(text) {
-            Ok(event) => each(event),
+        match parse_line(text, kinds) {
+            Ok(Some(event)) => each(event),
+            Ok(None) => {}
             // Only the last line can be torn, and a torn line has no newline yet.
             Err(_) if !complete => return Ok(true),
             Err(message) => {
@@ -104,10 +112,23 @@ pub fn read_events(path: &Path) -> Result<Events, ReadError> {
     })
 }
 
-fn parse_line(text: &str) -> Result<LoggedEvent, String> {
+/// The part of a line needed to decide whether to decode the rest.
+#[derive(Deserialize)]
+struct Kind<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+}
+
+fn parse_line(text: &str, kinds: Option<&[&str]>) -> Result<Option<LoggedEvent>, String> {
+    if let Some(kinds) = kinds {
+        let head: Kind = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if !kinds.contains(&head.kind.as_ref()) {
+            return Ok(None);
+        }
+    }
     let fields: Map<String, Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let mut event =
         LoggedEvent::deserialize(Value::Object(fields.clone())).map_err(|e| e.to_string())?;
     event.fields = fields;
-    Ok(event)
+    Ok(Some(event))
 }

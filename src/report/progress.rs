@@ -14,11 +14,12 @@ pub struct Progress {
     failed: u64,
     unscored: u64,
     bar: Option<ProgressBar>,
+    quiet: bool,
 }
 
 impl Progress {
-    pub fn new(total: u64) -> Self {
-        let bar = std::io::stdout().is_terminal().then(|| {
+    pub fn new(total: u64, quiet: bool) -> Self {
+        let bar = (!quiet && std::io::stdout().is_terminal()).then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
             let style = ProgressStyle::with_template(
                 "{bar:30.cyan/blue} {pos}/{len} episodes  {msg}  ETA {eta}",
@@ -34,6 +35,7 @@ impl Progress {
             failed: 0,
             unscored: 0,
             bar,
+            quiet,
         }
     }
 
@@ -62,6 +64,7 @@ impl Progress {
                 ));
                 bar.inc(1);
             }
+            None if self.quiet => {}
             None => {
                 let width = self.total.to_string().len();
                 let line = format!(

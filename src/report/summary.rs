@@ -6,7 +6,7 @@ use std::path::Path;
 
 use chrono::{DateTime, FixedOffset};
 
-use crate::log::reader::{ReadError, for_each_event};
+use crate::log::reader::{ReadError, for_each_event_of};
 use crate::log::{Event, Outcome};
 
 /// One line of the summary table.
@@ -74,7 +74,9 @@ impl Summary {
         let mut summary = Summary::default();
         let mut index: HashMap<(String, String), usize> = HashMap::new();
         let mut open: HashMap<String, usize> = HashMap::new();
-        let torn = for_each_event(path, |logged| {
+        // Most events are steps of an episode; only these four matter here.
+        let kinds = ["run_started", "episode_started", "episode_finished", "run_finished"];
+        let torn = for_each_event_of(path, Some(&kinds), |logged| {
             if summary.run_id.is_empty() {
                 summary.run_id = logged.run_id.clone();
             }
