@@ -14,8 +14,7 @@ use crate::model::{LanguageModel, Message, ModelRequest, ModelResponse};
 
 pub const FINAL_ANSWER_REMINDER: &str =
     "You answered without calling a tool. When you are done, call `final_answer` with your answer.";
-pub const EMPTY_REPLY_REMINDER: &str =
-    "Your reply was empty. Use a tool, or call `final_answer` with your answer.";
+pub const EMPTY_REPLY_REMINDER: &str = "Your reply was empty. Use a tool, or call `final_answer` with your answer.";
 
 pub struct ToolCallingAgent {
     model: Arc<dyn LanguageModel>,
@@ -33,11 +32,8 @@ impl ToolCallingAgent {
         system: Option<String>,
         require_final_answer: bool,
     ) -> Self {
-        let transcript = system
-            .filter(|s| !s.trim().is_empty())
-            .map(|content| Message::System { content })
-            .into_iter()
-            .collect();
+        let transcript =
+            system.filter(|s| !s.trim().is_empty()).map(|content| Message::System { content }).into_iter().collect();
         ToolCallingAgent {
             model,
             model_name: model_name.to_owned(),
@@ -59,31 +55,20 @@ impl ToolCallingAgent {
                     (None, Some(serde_json::Value::String(s))) => s.clone(),
                     (None, Some(result)) => result.to_string(),
                     (None, None) => "null".to_owned(),
-                    (Some(error), partial) => {
-                        json!({"error": error, "tool_result": partial}).to_string()
-                    }
+                    (Some(error), partial) => json!({"error": error, "tool_result": partial}).to_string(),
                 };
                 let name = self.call_names.get(call_id).cloned().unwrap_or_default();
-                self.transcript.push(Message::Tool {
-                    call_id: call_id.clone(),
-                    name,
-                    content,
-                });
+                self.transcript.push(Message::Tool { call_id: call_id.clone(), name, content });
             }
             for text in &obs.messages {
-                self.transcript.push(Message::User {
-                    content: text.clone(),
-                });
+                self.transcript.push(Message::User { content: text.clone() });
             }
         }
     }
 
     /// Gives each call an id unique in the episode, keeping the model's own when it can.
     fn name_call(&mut self, proposed: Option<&str>, tool: &str) -> String {
-        let id = match proposed
-            .map(str::trim)
-            .filter(|id| !id.is_empty() && !self.call_names.contains_key(*id))
-        {
+        let id = match proposed.map(str::trim).filter(|id| !id.is_empty() && !self.call_names.contains_key(*id)) {
             Some(id) => id.to_owned(),
             None => (self.call_names.len() + 1..)
                 .map(|n| format!("c_{n}"))
@@ -95,10 +80,7 @@ impl ToolCallingAgent {
     }
 
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
-        let request = ModelRequest {
-            messages: &self.transcript,
-            tools: turn.tools,
-        };
+        let request = ModelRequest { messages: &self.transcript, tools: turn.tools };
         let started = std::time::Instant::now();
         let result = self.model.respond(&request).await;
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -117,10 +99,7 @@ impl ToolCallingAgent {
                 });
                 Ok(response)
             }
-            Err(e) => Err(AgentFault {
-                cause: e.cause,
-                message: e.message,
-            }),
+            Err(e) => Err(AgentFault { cause: e.cause, message: e.message }),
         }
     }
 }
@@ -136,16 +115,9 @@ impl Agent for ToolCallingAgent {
         let mut calls = Vec::with_capacity(response.tool_calls.len());
         for proposed in response.tool_calls {
             let call_id = self.name_call(proposed.id.as_deref(), &proposed.name);
-            calls.push(ToolCall {
-                call_id,
-                name: proposed.name,
-                arguments: proposed.arguments,
-            });
+            calls.push(ToolCall { call_id, name: proposed.name, arguments: proposed.arguments });
         }
-        self.transcript.push(Message::Assistant {
-            content: response.text.clone(),
-            tool_calls: calls.clone(),
-        });
+        self.transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: calls.clone() });
         if !calls.is_empty() {
             return Ok(Proposal { calls, usage });
         }
@@ -154,33 +126,16 @@ impl Agent for ToolCallingAgent {
         // must do, and the turn still counts against the step limit.
         let text = response.text.unwrap_or_default();
         if text.trim().is_empty() {
-            self.transcript.push(Message::User {
-                content: EMPTY_REPLY_REMINDER.into(),
-            });
-            return Ok(Proposal {
-                calls: Vec::new(),
-                usage,
-            });
+            self.transcript.push(Message::User { content: EMPTY_REPLY_REMINDER.into() });
+            return Ok(Proposal { calls: Vec::new(), usage });
         }
         if self.require_final_answer {
-            self.transcript.push(Message::User {
-                content: FINAL_ANSWER_REMINDER.into(),
-            });
-            return Ok(Proposal {
-                calls: Vec::new(),
-                usage,
-            });
+            self.transcript.push(Message::User { content: FINAL_ANSWER_REMINDER.into() });
+            return Ok(Proposal { calls: Vec::new(), usage });
         }
         let call_id = self.name_call(None, FINAL_TOOL);
-        let call = ToolCall {
-            call_id,
-            name: FINAL_TOOL.into(),
-            arguments: json!({"answer": text}),
-        };
-        Ok(Proposal {
-            calls: vec![call],
-            usage,
-        })
+        let call = ToolCall { call_id, name: FINAL_TOOL.into(), arguments: json!({"answer": text}) };
+        Ok(Proposal { calls: vec![call], usage })
     }
 }
 
@@ -199,11 +154,7 @@ mod tests {
             text: text.map(|t| Text(t.into())),
             tool_calls: calls
                 .iter()
-                .map(|(n, a, id)| MockCall {
-                    name: (*n).into(),
-                    arguments: a.clone(),
-                    id: id.map(String::from),
-                })
+                .map(|(n, a, id)| MockCall { name: (*n).into(), arguments: a.clone(), id: id.map(String::from) })
                 .collect(),
         }
     }
@@ -214,11 +165,7 @@ mod tests {
     }
 
     fn tools() -> Vec<ToolSpec> {
-        vec![ToolSpec {
-            name: "run_command".into(),
-            description: "run".into(),
-            parameters: json!({"type": "object"}),
-        }]
+        vec![ToolSpec { name: "run_command".into(), description: "run".into(), parameters: json!({"type": "object"}) }]
     }
 
     fn first_observation() -> Observation {
@@ -233,28 +180,13 @@ mod tests {
     }
 
     /// Asks the agent once, with a log that goes to a temporary file.
-    async fn propose(
-        agent: &mut ToolCallingAgent,
-        observations: &[Observation],
-    ) -> Result<Proposal, AgentFault> {
+    async fn propose(agent: &mut ToolCallingAgent, observations: &[Observation]) -> Result<Proposal, AgentFault> {
         let dir = tempfile::tempdir().unwrap();
         let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
         let recorder = log.recorder("ep");
         let tools = tools();
-        let budget = Budget {
-            step: 1,
-            steps_left: 5,
-            deadline: tokio::time::Instant::now(),
-            tokens_left: None,
-        };
-        let result = agent
-            .propose(Turn {
-                observations,
-                tools: &tools,
-                budget,
-                recorder: &recorder,
-            })
-            .await;
+        let budget = Budget { step: 1, steps_left: 5, deadline: tokio::time::Instant::now(), tokens_left: None };
+        let result = agent.propose(Turn { observations, tools: &tools, budget, recorder: &recorder }).await;
         drop((recorder, log));
         writer.close().unwrap();
         result
@@ -262,32 +194,15 @@ mod tests {
 
     #[tokio::test]
     async fn proposes_the_models_tool_calls_without_running_them() {
-        let mut a = agent(
-            vec![turn_of(
-                None,
-                &[("run_command", json!({"command": "wc -l f"}), None)],
-            )],
-            false,
-        );
+        let mut a = agent(vec![turn_of(None, &[("run_command", json!({"command": "wc -l f"}), None)])], false);
         let p = propose(&mut a, &[first_observation()]).await.unwrap();
         assert_eq!(
             p.calls,
-            [ToolCall {
-                call_id: "c_1".into(),
-                name: "run_command".into(),
-                arguments: json!({"command": "wc -l f"})
-            }]
+            [ToolCall { call_id: "c_1".into(), name: "run_command".into(), arguments: json!({"command": "wc -l f"}) }]
         );
         assert_eq!(
             a.transcript()[..2],
-            [
-                Message::System {
-                    content: "be careful".into()
-                },
-                Message::User {
-                    content: "count the lines".into()
-                }
-            ]
+            [Message::System { content: "be careful".into() }, Message::User { content: "count the lines".into() }]
         );
     }
 
@@ -305,12 +220,7 @@ mod tests {
         let mut a = agent(vec![turn_of(Some("3"), &[])], true);
         let p = propose(&mut a, &[first_observation()]).await.unwrap();
         assert!(p.calls.is_empty());
-        assert_eq!(
-            a.transcript().last(),
-            Some(&Message::User {
-                content: FINAL_ANSWER_REMINDER.into()
-            })
-        );
+        assert_eq!(a.transcript().last(), Some(&Message::User { content: FINAL_ANSWER_REMINDER.into() }));
     }
 
     #[tokio::test]
@@ -333,10 +243,7 @@ mod tests {
 
     #[tokio::test]
     async fn observations_enter_the_transcript_as_tool_results() {
-        let turns = vec![
-            turn_of(None, &[("run_command", json!({"command": "ls"}), None)]),
-            turn_of(Some("done"), &[]),
-        ];
+        let turns = vec![turn_of(None, &[("run_command", json!({"command": "ls"}), None)]), turn_of(Some("done"), &[])];
         let mut a = agent(turns, false);
         let p = propose(&mut a, &[first_observation()]).await.unwrap();
         let failed = Observation::of_error(
@@ -344,19 +251,8 @@ mod tests {
             crate::contract::ToolError::new(crate::contract::ErrorType::TimeoutError, "too slow"),
         );
         propose(&mut a, &[failed]).await.unwrap();
-        let tool_message = a
-            .transcript()
-            .iter()
-            .find(|m| matches!(m, Message::Tool { .. }))
-            .unwrap();
-        let Message::Tool {
-            call_id,
-            name,
-            content,
-        } = tool_message
-        else {
-            unreachable!()
-        };
+        let tool_message = a.transcript().iter().find(|m| matches!(m, Message::Tool { .. })).unwrap();
+        let Message::Tool { call_id, name, content } = tool_message else { unreachable!() };
         assert_eq!((call_id.as_str(), name.as_str()), ("c_1", "run_command"));
         let content: Value = serde_json::from_str(content).unwrap();
         assert_eq!(content["error"]["type"], "TimeoutError");

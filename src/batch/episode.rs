@@ -1,5 +1,5 @@
 //! One episode from start to finish: set up the environment, let the agent and the
-//! environment run their loop, score, tear down, and log each part.
+//! environment run their loop, score against the final world, tear down, log each part.
 
 use std::time::Duration;
 
@@ -7,16 +7,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::ToolCallingAgent;
-use crate::environment::{Environment, EpisodeLimits};
-use crate::log::{Event, EventLog, Outcome, Termination, Usage};
+use crate::environment::{Ending, Environment, EpisodeLimits, Trajectory};
+use crate::log::{Event, EventLog, Outcome, Recorder, Termination, Usage};
 use crate::scoring::{self, Finished};
-use crate::suite::template;
+use crate::suite::{Suite, Task, template};
 
-pub async fn run_episode(
-    spec: EpisodeSpec,
-    log: &EventLog,
-    stop: &CancellationToken,
-) -> EpisodeReport {
+pub async fn run_episode(spec: EpisodeSpec, log: &EventLog, stop: &CancellationToken) -> EpisodeReport {
     let started = std::time::Instant::now();
     let suite = &spec.suite;
     let task = &suite.tasks[spec.task];
@@ -30,102 +26,32 @@ pub async fn run_episode(
         environment: suite.environment.name.clone(),
     });
 
-    let (outcome, termination, steps, usage, tool_calls, tool_errors) =
-        match Environment::create(suite.environment.clone(), task) {
-            Err(e) => {
-                let message = e.to_string();
-                recorder.emit(&Event::Error {
-                    step: 0,
-                    cause: "environment_error".into(),
-                    message: message.clone(),
-                });
-                let outcome = Outcome::Unscored {
-                    cause: "environment_error".into(),
-                    message,
-                };
-                (
-                    outcome,
-                    Termination::EnvironmentError,
-                    0,
-                    Usage::default(),
-                    0,
-                    0,
-                )
-            }
-            Ok(env) => {
-                // The suite was checked at load time against every task, so this renders.
-                let system = suite
-                    .agent
-                    .system
-                    .as_deref()
-                    .map(|s| template::render(s, &task.template_context()));
-                let system = match system {
-                    Some(Ok(text)) => Some(text),
-                    Some(Err(e)) => Some(format!("(the system prompt failed to render: {e})")),
-                    None => None,
-                };
-                let model = spec.model.for_episode(task);
-                let mut agent = ToolCallingAgent::new(
-                    model,
-                    spec.model.name(),
-                    system,
-                    suite.agent.require_final_answer,
-                );
-                let limits = EpisodeLimits {
-                    max_steps: suite.limits.max_steps,
-                    time: Duration::from_secs_f64(suite.limits.time_s),
-                    max_tokens: suite.limits.max_tokens,
-                };
-                let ending = env.run(&mut agent, task, &limits, &recorder, stop).await;
-                let outcome = match (&ending.fault, ending.termination) {
-                    (Some(fault), _) => Outcome::Unscored {
-                        cause: fault.cause.clone(),
-                        message: fault.message.clone(),
-                    },
-                    (None, Termination::UserStop) => Outcome::Cancelled,
-                    (None, _) => {
-                        // Scored against the final world, before it is torn down.
-                        let finished = Finished {
-                            task,
-                            answer: ending.final_answer.as_deref(),
-                            termination: ending.termination,
-                            trajectory: &ending.trajectory,
-                        };
-                        let scores =
-                            scoring::score(suite.scorers.iter().chain(&task.scorers), &finished);
-                        for s in &scores {
-                            recorder.emit(&Event::Score {
-                                scorer: s.scorer.clone(),
-                                value: s.value,
-                                passed: s.passed,
-                                explanation: s.explanation.clone(),
-                            });
-                        }
-                        let (score, passed) = scoring::aggregate(&scores);
-                        Outcome::Scored { score, passed }
-                    }
-                };
-                drop(env);
-                let calls = ending.trajectory.calls.len() as u32;
-                (
-                    outcome,
-                    ending.termination,
-                    ending.steps,
-                    ending.usage,
-                    calls,
-                    ending.trajectory.tool_errors,
-                )
-            }
-        };
+    let (ending, outcome) = match Environment::create(suite.environment.clone(), task) {
+        Err(e) => {
+            let message = e.to_string();
+            recorder.emit(&Event::Error { step: 0, cause: "environment_error".into(), message: message.clone() });
+            (
+                Ending::before_start(Termination::EnvironmentError),
+                Outcome::Unscored { cause: "environment_error".into(), message },
+            )
+        }
+        Ok(env) => {
+            let mut agent = agent_for(&spec, suite, task);
+            let ending = env.run(&mut agent, task, &limits(suite), &recorder, stop).await;
+            let outcome = outcome_of(&ending, suite, task, &recorder);
+            drop(env);
+            (ending, outcome)
+        }
+    };
 
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     recorder.emit(&Event::EpisodeFinished {
         outcome: outcome.clone(),
-        termination,
-        steps,
-        tool_calls,
-        tool_errors,
-        usage,
+        termination: ending.termination,
+        steps: ending.steps,
+        tool_calls: ending.trajectory.calls.len() as u32,
+        tool_errors: ending.trajectory.tool_errors,
+        usage: ending.usage,
         cost_usd: 0.0,
         wall_ms,
     });
@@ -136,8 +62,67 @@ pub async fn run_episode(
         model: spec.model.name().to_owned(),
         epoch: spec.epoch,
         outcome,
-        termination,
-        steps,
+        termination: ending.termination,
+        steps: ending.steps,
         wall_ms,
+    }
+}
+
+fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> ToolCallingAgent {
+    // Every template was rendered against every task when the suite loaded.
+    let system = suite.agent.system.as_deref().map(|s| {
+        template::render(s, &task.template_context())
+            .unwrap_or_else(|e| format!("(the system prompt failed to render: {e})"))
+    });
+    let model = spec.model.for_episode(task);
+    ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer)
+}
+
+fn limits(suite: &Suite) -> EpisodeLimits {
+    EpisodeLimits {
+        max_steps: suite.limits.max_steps,
+        time: Duration::from_secs_f64(suite.limits.time_s),
+        max_tokens: suite.limits.max_tokens,
+    }
+}
+
+/// Unscored when nobody answered, cancelled when the run was stopped, scored otherwise.
+fn outcome_of(ending: &Ending, suite: &Suite, task: &Task, recorder: &Recorder) -> Outcome {
+    if let Some(fault) = &ending.fault {
+        return Outcome::Unscored { cause: fault.cause.clone(), message: fault.message.clone() };
+    }
+    if ending.termination == Termination::UserStop {
+        return Outcome::Cancelled;
+    }
+    let finished = Finished {
+        task,
+        answer: ending.final_answer.as_deref(),
+        termination: ending.termination,
+        trajectory: &ending.trajectory,
+    };
+    let scores = scoring::score(suite.scorers.iter().chain(&task.scorers), &finished);
+    for s in &scores {
+        recorder.emit(&Event::Score {
+            scorer: s.scorer.clone(),
+            value: s.value,
+            passed: s.passed,
+            explanation: s.explanation.clone(),
+        });
+    }
+    let (score, passed) = scoring::aggregate(&scores);
+    Outcome::Scored { score, passed }
+}
+
+impl Ending {
+    /// The ending of an episode whose loop never started.
+    fn before_start(termination: Termination) -> Self {
+        Ending {
+            termination,
+            final_answer: None,
+            steps: 0,
+            usage: Usage::default(),
+            fault: None,
+            trajectory: Trajectory::default(),
+        }
     }
 }

@@ -29,13 +29,7 @@ pub struct EpisodeSpec {
 
 /// A stable id from the suite, the task's id and content, the model and the epoch: the same
 /// episode gets the same id in every run, so runs can be resumed, sharded and compared.
-pub fn episode_id(
-    suite: &str,
-    task_id: &str,
-    task_digest: &str,
-    model: &str,
-    epoch: u32,
-) -> String {
+pub fn episode_id(suite: &str, task_id: &str, task_digest: &str, model: &str, epoch: u32) -> String {
     let mut h = Sha256::new();
     for part in [suite, task_id, task_digest, model] {
         h.update(part.as_bytes());
@@ -63,13 +57,7 @@ pub fn episodes(
                 (1..=epochs).map(move |epoch| {
                     let t = &suite.tasks[task];
                     let id = episode_id(&suite.name, &t.id, &t.digest, model.name(), epoch);
-                    EpisodeSpec {
-                        id,
-                        suite: suite.clone(),
-                        task,
-                        model: model.clone(),
-                        epoch,
-                    }
+                    EpisodeSpec { id, suite: suite.clone(), task, model: model.clone(), epoch }
                 })
             })
         })
@@ -77,10 +65,7 @@ pub fn episodes(
 }
 
 pub fn episode_count(suites: &[Arc<Suite>], models: usize, epochs: Option<u32>) -> u64 {
-    suites
-        .iter()
-        .map(|s| s.tasks.len() as u64 * models as u64 * epochs.unwrap_or(s.epochs) as u64)
-        .sum()
+    suites.iter().map(|s| s.tasks.len() as u64 * models as u64 * epochs.unwrap_or(s.epochs) as u64).sum()
 }
 
 /// How one episode ended, as the progress display sees it.
@@ -118,10 +103,7 @@ pub struct RunResult {
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     #[error("failed to create the run folder {path}: {source}")]
-    Folder {
-        path: String,
-        source: std::io::Error,
-    },
+    Folder { path: String, source: std::io::Error },
     #[error("the run folder {0} already exists; choose another --run-id")]
     Exists(String),
     #[error("failed to write the event log: {0}")]
@@ -141,10 +123,7 @@ pub async fn run(
     if dir.exists() {
         return Err(RunError::Exists(dir.display().to_string()));
     }
-    std::fs::create_dir_all(&dir).map_err(|source| RunError::Folder {
-        path: dir.display().to_string(),
-        source,
-    })?;
+    std::fs::create_dir_all(&dir).map_err(|source| RunError::Folder { path: dir.display().to_string(), source })?;
     let events_path = dir.join("events.jsonl");
     let (log, writer) = EventLog::create(&events_path, &run_id).map_err(RunError::Log)?;
     let started = std::time::Instant::now();
@@ -166,8 +145,7 @@ pub async fn run(
     let mut tally = Tally::default();
     {
         let not_stopped = stop.clone();
-        let plan = episodes(suites, &options.models, options.epochs)
-            .take_while(move |_| !not_stopped.is_cancelled());
+        let plan = episodes(suites, &options.models, options.epochs).take_while(move |_| !not_stopped.is_cancelled());
         let mut running = futures::stream::iter(plan)
             .map(|spec| {
                 let log = log.clone();
@@ -203,12 +181,7 @@ pub async fn run(
     );
     drop(log);
     writer.close().map_err(RunError::Log)?;
-    Ok(RunResult {
-        run_id,
-        dir,
-        events_path,
-        interrupted,
-    })
+    Ok(RunResult { run_id, dir, events_path, interrupted })
 }
 
 #[derive(Default)]
@@ -252,25 +225,12 @@ pub fn new_run_id() -> String {
     let mut h = Sha256::new();
     h.update(now.timestamp_nanos_opt().unwrap_or_default().to_le_bytes());
     h.update(std::process::id().to_le_bytes());
-    format!(
-        "{}-{}",
-        now.format("%Y%m%dT%H%M%SZ"),
-        &hex::encode(h.finalize())[..4]
-    )
+    format!("{}-{}", now.format("%Y%m%dT%H%M%SZ"), &hex::encode(h.finalize())[..4])
 }
 
 /// The git revision of the suites' repository, when there is one.
 fn git_revision(near: Option<&Path>) -> Option<String> {
-    let dir = near
-        .and_then(Path::parent)
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let out = std::process::Command::new("git")
-        .args(["rev-parse", "HEAD"])
-        .current_dir(dir)
-        .output()
-        .ok()?;
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    let dir = near.and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let out = std::process::Command::new("git").args(["rev-parse", "HEAD"]).current_dir(dir).output().ok()?;
+    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }

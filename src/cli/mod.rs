@@ -34,11 +34,7 @@ impl From<Exit> for ExitCode {
 }
 
 #[derive(Parser)]
-#[command(
-    name = "runner",
-    version,
-    about = "Run LLM agents through task suites and tell how well they did."
-)]
+#[command(name = "runner", version, about = "Run LLM agents through task suites and tell how well they did.")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -161,11 +157,8 @@ fn validate(paths: &[PathBuf]) -> Exit {
 }
 
 fn eval(args: EvalArgs) -> Exit {
-    let models: Result<Vec<Arc<ModelSpec>>, String> = args
-        .models
-        .iter()
-        .map(|m| ModelSpec::parse(m).map(Arc::new))
-        .collect();
+    let models: Result<Vec<Arc<ModelSpec>>, String> =
+        args.models.iter().map(|m| ModelSpec::parse(m).map(Arc::new)).collect();
     let models = match models {
         Ok(models) => models,
         Err(e) => {
@@ -179,10 +172,7 @@ fn eval(args: EvalArgs) -> Exit {
             return Exit::Usage;
         }
     }
-    for (flag, value) in [
-        ("--fail-under", args.fail_under),
-        ("--max-unscored", Some(args.max_unscored)),
-    ] {
+    for (flag, value) in [("--fail-under", args.fail_under), ("--max-unscored", Some(args.max_unscored))] {
         if let Some(v) = value
             && !(0.0..=1.0).contains(&v)
         {
@@ -198,10 +188,7 @@ fn eval(args: EvalArgs) -> Exit {
         Ok(suites) => suites,
         Err(exit) => return exit,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: failed to start the async runtime: {e}");
@@ -278,18 +265,10 @@ fn gate(summary: &Summary, fail_under: Option<f64>, max_unscored: f64) -> Exit {
     if let (Some(min), Some(rate)) = (fail_under, total.pass_rate())
         && rate < min
     {
-        eprintln!(
-            "gate: {:.1}% of scored episodes passed, below --fail-under {:.1}%",
-            rate * 100.0,
-            min * 100.0
-        );
+        eprintln!("gate: {:.1}% of scored episodes passed, below --fail-under {:.1}%", rate * 100.0, min * 100.0);
         failed = true;
     }
-    if failed {
-        Exit::GateFailed
-    } else {
-        Exit::Passed
-    }
+    if failed { Exit::GateFailed } else { Exit::Passed }
 }
 
 /// The first Ctrl-C stops the run gracefully; a second one exits at once.

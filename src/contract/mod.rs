@@ -106,12 +106,7 @@ pub struct ToolError {
 
 impl ToolError {
     pub fn new(kind: ErrorType, message: impl Into<String>) -> Self {
-        ToolError {
-            kind,
-            message: message.into(),
-            retryable: kind.retryable(),
-            suggested_action: None,
-        }
+        ToolError { kind, message: message.into(), retryable: kind.retryable(), suggested_action: None }
     }
 
     pub fn suggest(mut self, action: impl Into<String>) -> Self {
@@ -130,10 +125,7 @@ mod tests {
 
     #[test]
     fn observation_serialises_as_the_design_envelope() {
-        let obs = Observation::of_error(
-            "c_1",
-            ToolError::new(ErrorType::TimeoutError, "slow").suggest("retry"),
-        );
+        let obs = Observation::of_error("c_1", ToolError::new(ErrorType::TimeoutError, "slow").suggest("retry"));
         let v = serde_json::to_value(&obs).unwrap();
         assert_eq!(
             v,

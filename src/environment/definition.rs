@@ -73,12 +73,7 @@ pub struct EnvLimits {
 
 impl Default for EnvLimits {
     fn default() -> Self {
-        EnvLimits {
-            max_concurrency: 4,
-            tool_timeout_s: 120.0,
-            command_timeout_s: 60.0,
-            output_cap_bytes: 32 * 1024,
-        }
+        EnvLimits { max_concurrency: 4, tool_timeout_s: 120.0, command_timeout_s: 60.0, output_cap_bytes: 32 * 1024 }
     }
 }
 
@@ -119,46 +114,23 @@ pub struct ExposedTool {
 
 impl std::fmt::Debug for Definition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Definition")
-            .field("name", &self.name)
-            .field("kind", &self.kind)
-            .finish_non_exhaustive()
+        f.debug_struct("Definition").field("name", &self.name).field("kind", &self.kind).finish_non_exhaustive()
     }
 }
 
 impl Definition {
     pub fn builtin(kind: Kind) -> Self {
         let specs = kind.tools();
-        Self::new(
-            kind.name().to_owned(),
-            Some(kind),
-            String::new(),
-            None,
-            EnvLimits::default(),
-            BTreeMap::new(),
-            specs,
-        )
-        .unwrap_or_else(|e| panic!("built-in tool schema is invalid: {e}"))
+        Self::new(kind.name().to_owned(), Some(kind), String::new(), None, EnvLimits::default(), BTreeMap::new(), specs)
+            .unwrap_or_else(|e| panic!("built-in tool schema is invalid: {e}"))
     }
 
     /// A definition for a world written in code: its tools (with `final_answer` added) and limits.
-    pub fn for_world(
-        name: &str,
-        mut specs: Vec<ToolSpec>,
-        limits: EnvLimits,
-    ) -> Result<Self, String> {
+    pub fn for_world(name: &str, mut specs: Vec<ToolSpec>, limits: EnvLimits) -> Result<Self, String> {
         if !specs.iter().any(|t| t.name == FINAL_TOOL) {
             specs.push(final_answer_spec());
         }
-        Self::new(
-            name.to_owned(),
-            None,
-            String::new(),
-            None,
-            limits,
-            BTreeMap::new(),
-            specs,
-        )
+        Self::new(name.to_owned(), None, String::new(), None, limits, BTreeMap::new(), specs)
     }
 
     fn new(
@@ -175,22 +147,10 @@ impl Definition {
             .map(|spec| {
                 let validator = jsonschema::validator_for(&spec.parameters)
                     .map_err(|e| format!("tool `{}` has an invalid schema: {e}", spec.name))?;
-                Ok(ExposedTool {
-                    spec: spec.clone(),
-                    validator,
-                })
+                Ok(ExposedTool { spec: spec.clone(), validator })
             })
             .collect::<Result<Vec<_>, String>>()?;
-        Ok(Definition {
-            name,
-            kind,
-            description,
-            path,
-            limits,
-            files,
-            tools,
-            specs,
-        })
+        Ok(Definition { name, kind, description, path, limits, files, tools, specs })
     }
 
     /// Loads `environments/NAME.yaml`.
@@ -228,15 +188,11 @@ impl Definition {
         if file.limits.max_concurrency == 0 {
             return Err(source.error("limits.max_concurrency", "must be at least 1"));
         }
-        for (field, value) in [
-            ("tool_timeout_s", file.limits.tool_timeout_s),
-            ("command_timeout_s", file.limits.command_timeout_s),
-        ] {
+        for (field, value) in
+            [("tool_timeout_s", file.limits.tool_timeout_s), ("command_timeout_s", file.limits.command_timeout_s)]
+        {
             if !(value > 0.0 && value.is_finite()) {
-                return Err(source.error(
-                    &format!("limits.{field}"),
-                    "must be a positive number of seconds",
-                ));
+                return Err(source.error(&format!("limits.{field}"), "must be a positive number of seconds"));
             }
         }
         let name = file
@@ -244,16 +200,8 @@ impl Definition {
             .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .unwrap_or_else(|| file.kind.name().to_owned());
         let files = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
-        Self::new(
-            name,
-            Some(file.kind),
-            file.description,
-            Some(path.to_owned()),
-            file.limits,
-            files,
-            specs,
-        )
-        .map_err(|e| ConfigError::whole(path, e))
+        Self::new(name, Some(file.kind), file.description, Some(path.to_owned()), file.limits, files, specs)
+            .map_err(|e| ConfigError::whole(path, e))
     }
 
     /// Finds the environment a suite names: a file in an `environments/` folder beside or
@@ -304,18 +252,10 @@ pub fn validate_arguments(tool: &ExposedTool, arguments: &Value) -> Result<(), S
         .iter_errors(arguments)
         .map(|e| {
             let at = e.instance_path().to_string();
-            if at.is_empty() {
-                e.to_string()
-            } else {
-                format!("{at}: {e}")
-            }
+            if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
         })
         .collect();
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
-    }
+    if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
 }
 
 #[cfg(test)]
@@ -330,16 +270,8 @@ mod tests {
                 if let Err(e) = jsonschema::meta::validate(&spec.parameters) {
                     panic!("{}::{} has an invalid schema: {e}", kind.name(), spec.name);
                 }
-                assert_eq!(
-                    spec.parameters["type"], "object",
-                    "{}: parameters must be an object schema",
-                    spec.name
-                );
-                assert!(
-                    !spec.description.is_empty(),
-                    "{} has no description",
-                    spec.name
-                );
+                assert_eq!(spec.parameters["type"], "object", "{}: parameters must be an object schema", spec.name);
+                assert!(!spec.description.is_empty(), "{} has no description", spec.name);
                 let text = serde_json::to_string(&spec).unwrap();
                 let back: ToolSpec = serde_json::from_str(&text).unwrap();
                 assert_eq!(back, spec);
@@ -350,11 +282,7 @@ mod tests {
     #[test]
     fn every_kind_offers_final_answer() {
         for kind in Kind::ALL {
-            assert!(
-                kind.tools().iter().any(|t| t.name == FINAL_TOOL),
-                "{} lacks final_answer",
-                kind.name()
-            );
+            assert!(kind.tools().iter().any(|t| t.name == FINAL_TOOL), "{} lacks final_answer", kind.name());
         }
     }
 

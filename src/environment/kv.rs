@@ -65,9 +65,7 @@ impl KvWorld {
     pub fn create(definition: &Definition, task: &Task) -> Self {
         let mut store = definition.files.clone();
         store.extend(task.files.iter().map(|(k, v)| (k.clone(), v.clone())));
-        KvWorld {
-            store: Mutex::new(store),
-        }
+        KvWorld { store: Mutex::new(store) }
     }
 
     fn with_store<T>(&self, f: impl FnOnce(&mut BTreeMap<String, String>) -> T) -> T {
@@ -100,8 +98,7 @@ struct Calc {
 }
 
 fn args<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, ToolFailure> {
-    serde_json::from_value(arguments)
-        .map_err(|e| ToolFailure::new(ErrorType::ValidationError, e.to_string()))
+    serde_json::from_value(arguments).map_err(|e| ToolFailure::new(ErrorType::ValidationError, e.to_string()))
 }
 
 #[async_trait]
@@ -112,11 +109,8 @@ impl World for KvWorld {
                 let Key { key } = args(arguments)?;
                 match self.with_store(|s| s.get(&key).cloned()) {
                     Some(value) => Ok(json!({"key": key, "value": value})),
-                    None => Err(ToolFailure::new(
-                        ErrorType::ExecutionError,
-                        format!("no key `{key}`"),
-                    )
-                    .suggest("call kv_list to see the keys")),
+                    None => Err(ToolFailure::new(ErrorType::ExecutionError, format!("no key `{key}`"))
+                        .suggest("call kv_list to see the keys")),
                 }
             }
             "kv_set" => {
@@ -128,35 +122,24 @@ impl World for KvWorld {
                 let Key { key } = args(arguments)?;
                 match self.with_store(|s| s.remove(&key)) {
                     Some(_) => Ok(json!({"key": key, "deleted": true})),
-                    None => Err(ToolFailure::new(
-                        ErrorType::ExecutionError,
-                        format!("no key `{key}`"),
-                    )
-                    .suggest("call kv_list to see the keys")),
+                    None => Err(ToolFailure::new(ErrorType::ExecutionError, format!("no key `{key}`"))
+                        .suggest("call kv_list to see the keys")),
                 }
             }
             "kv_list" => {
                 let List { prefix } = args(arguments)?;
-                let keys: Vec<String> = self.with_store(|s| {
-                    s.keys()
-                        .filter(|k| k.starts_with(&prefix))
-                        .cloned()
-                        .collect()
-                });
+                let keys: Vec<String> =
+                    self.with_store(|s| s.keys().filter(|k| k.starts_with(&prefix)).cloned().collect());
                 Ok(json!({"keys": keys}))
             }
             "calc" => {
                 let Calc { expression } = args(arguments)?;
                 let value = calc::evaluate(&expression).map_err(|e| {
-                    ToolFailure::new(ErrorType::ExecutionError, e)
-                        .suggest("use numbers, + - * / and parentheses")
+                    ToolFailure::new(ErrorType::ExecutionError, e).suggest("use numbers, + - * / and parentheses")
                 })?;
                 Ok(json!({"expression": expression, "value": value}))
             }
-            other => Err(ToolFailure::new(
-                ErrorType::ToolNotFound,
-                format!("kv has no tool `{other}`"),
-            )),
+            other => Err(ToolFailure::new(ErrorType::ToolNotFound, format!("kv has no tool `{other}`"))),
         }
     }
 }
@@ -164,17 +147,10 @@ impl World for KvWorld {
 /// A small recursive-descent calculator.
 mod calc {
     pub fn evaluate(text: &str) -> Result<f64, String> {
-        let mut p = Parser {
-            chars: text.chars().filter(|c| !c.is_whitespace()).collect(),
-            at: 0,
-        };
+        let mut p = Parser { chars: text.chars().filter(|c| !c.is_whitespace()).collect(), at: 0 };
         let value = p.sum()?;
         if p.at != p.chars.len() {
-            return Err(format!(
-                "unexpected `{}` at position {}",
-                p.chars[p.at],
-                p.at + 1
-            ));
+            return Err(format!("unexpected `{}` at position {}", p.chars[p.at], p.at + 1));
         }
         if !value.is_finite() {
             return Err("the result is not a finite number (division by zero?)".into());
@@ -233,9 +209,7 @@ mod calc {
                         self.at += 1;
                     }
                     let number: String = self.chars[start..self.at].iter().collect();
-                    number
-                        .parse()
-                        .map_err(|_| format!("`{number}` is not a number"))
+                    number.parse().map_err(|_| format!("`{number}` is not a number"))
                 }
                 Some(c) => Err(format!("unexpected `{c}` at position {}", self.at + 1)),
                 None => Err("the expression ends too early".into()),

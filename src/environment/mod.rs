@@ -33,12 +33,7 @@ pub struct ToolFailure {
 
 impl ToolFailure {
     pub fn new(kind: ErrorType, message: impl Into<String>) -> Self {
-        ToolFailure {
-            kind,
-            message: message.into(),
-            suggested_action: None,
-            partial: None,
-        }
+        ToolFailure { kind, message: message.into(), suggested_action: None, partial: None }
     }
 
     pub fn suggest(mut self, action: impl Into<String>) -> Self {
@@ -77,19 +72,12 @@ pub struct Environment {
 impl Environment {
     /// Sets up a fresh world for `task`.
     pub fn create(definition: Arc<Definition>, task: &Task) -> Result<Self, SetupError> {
-        let fail = |message: String| SetupError {
-            name: definition.name.clone(),
-            message,
-        };
+        let fail = |message: String| SetupError { name: definition.name.clone(), message };
         let world: Box<dyn World> = match definition.kind {
-            Some(Kind::Shell) => {
-                Box::new(shell::ShellWorld::create(&definition, task).map_err(fail)?)
-            }
+            Some(Kind::Shell) => Box::new(shell::ShellWorld::create(&definition, task).map_err(fail)?),
             Some(Kind::Kv) => Box::new(kv::KvWorld::create(&definition, task)),
             None => {
-                return Err(fail(
-                    "its world is supplied in code: use Environment::with_world".into(),
-                ));
+                return Err(fail("its world is supplied in code: use Environment::with_world".into()));
             }
         };
         Ok(Self::with_world(definition, world))
@@ -98,20 +86,13 @@ impl Environment {
     /// An environment over any world: for worlds defined outside the built-in kinds.
     pub fn with_world(definition: Arc<Definition>, world: Box<dyn World>) -> Self {
         let slots = Semaphore::new(definition.limits.max_concurrency);
-        Environment {
-            definition,
-            world,
-            slots,
-        }
+        Environment { definition, world, slots }
     }
 
     /// The first observation: the task's input, the tools and the world's facts.
     pub fn reset(&self, task: &Task) -> Observation {
         let mut info = self.world.describe();
-        info.insert(
-            "environment".into(),
-            Value::String(self.definition.name.clone()),
-        );
+        info.insert("environment".into(), Value::String(self.definition.name.clone()));
         info.insert("task_id".into(), Value::String(task.id.clone()));
         Observation {
             call_id: None,
@@ -126,28 +107,15 @@ impl Environment {
     /// Executes one call and normalises whatever happens into an observation.
     pub async fn execute(&self, call: &ToolCall) -> Observation {
         let Some(tool) = self.definition.tool(&call.name) else {
-            let names: Vec<&str> = self
-                .definition
-                .specs
-                .iter()
-                .map(|t| t.name.as_str())
-                .collect();
-            let error = ToolError::new(
-                ErrorType::ToolNotFound,
-                format!("no tool named `{}`", call.name),
-            )
-            .suggest(format!("call one of: {}", names.join(", ")));
+            let names: Vec<&str> = self.definition.specs.iter().map(|t| t.name.as_str()).collect();
+            let error = ToolError::new(ErrorType::ToolNotFound, format!("no tool named `{}`", call.name))
+                .suggest(format!("call one of: {}", names.join(", ")));
             return Observation::of_error(&call.call_id, error);
         };
         if let Err(message) = validate_arguments(tool, &call.arguments) {
-            let error = ToolError::new(
-                ErrorType::ValidationError,
-                format!("invalid arguments for `{}`: {message}", call.name),
-            )
-            .suggest(format!(
-                "call `{}` with arguments that match its parameters schema",
-                call.name
-            ));
+            let error =
+                ToolError::new(ErrorType::ValidationError, format!("invalid arguments for `{}`: {message}", call.name))
+                    .suggest(format!("call `{}` with arguments that match its parameters schema", call.name));
             return Observation::of_error(&call.call_id, error);
         }
         if call.name == FINAL_TOOL {
@@ -164,8 +132,7 @@ impl Environment {
             );
         };
         let timeout = Duration::from_secs_f64(self.definition.limits.tool_timeout_s);
-        let running =
-            AssertUnwindSafe(self.world.call(&call.name, call.arguments.clone())).catch_unwind();
+        let running = AssertUnwindSafe(self.world.call(&call.name, call.arguments.clone())).catch_unwind();
         match tokio::time::timeout(timeout, running).await {
             Ok(Ok(Ok(result))) => Observation::of_result(&call.call_id, result),
             Ok(Ok(Err(failure))) => {
@@ -183,21 +150,14 @@ impl Environment {
                     .unwrap_or_else(|| "unknown panic".into());
                 Observation::of_error(
                     &call.call_id,
-                    ToolError::new(
-                        ErrorType::ExecutionError,
-                        format!("the tool crashed: {what}"),
-                    ),
+                    ToolError::new(ErrorType::ExecutionError, format!("the tool crashed: {what}")),
                 )
             }
             Err(_) => Observation::of_error(
                 &call.call_id,
                 ToolError::new(
                     ErrorType::TimeoutError,
-                    format!(
-                        "`{}` took longer than {}s",
-                        call.name,
-                        timeout.as_secs_f64()
-                    ),
+                    format!("`{}` took longer than {}s", call.name, timeout.as_secs_f64()),
                 )
                 .suggest("try a smaller or faster action"),
             ),

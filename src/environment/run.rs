@@ -69,10 +69,7 @@ impl Environment {
             trajectory: Trajectory::default(),
         };
         let first = self.reset(task);
-        recorder.emit(&Event::Observation {
-            step: 0,
-            observation: first.clone(),
-        });
+        recorder.emit(&Event::Observation { step: 0, observation: first.clone() });
         let mut observations = vec![first];
 
         loop {
@@ -84,16 +81,9 @@ impl Environment {
                 step,
                 steps_left: limits.max_steps - ending.steps,
                 deadline,
-                tokens_left: limits
-                    .max_tokens
-                    .map(|max| max.saturating_sub(ending.usage.total())),
+                tokens_left: limits.max_tokens.map(|max| max.saturating_sub(ending.usage.total())),
             };
-            let turn = Turn {
-                observations: &observations,
-                tools: &self.definition.specs,
-                budget,
-                recorder,
-            };
+            let turn = Turn { observations: &observations, tools: &self.definition.specs, budget, recorder };
             let proposal = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return ending.with(Termination::UserStop),
@@ -104,33 +94,17 @@ impl Environment {
             let proposal = match proposal {
                 Ok(proposal) => proposal,
                 Err(fault) => {
-                    recorder.emit(&Event::Error {
-                        step,
-                        cause: fault.cause.clone(),
-                        message: fault.message.clone(),
-                    });
+                    recorder.emit(&Event::Error { step, cause: fault.cause.clone(), message: fault.message.clone() });
                     ending.fault = Some(fault);
                     return ending.with(Termination::AgentError);
                 }
             };
             ending.usage.add(proposal.usage);
-            if limits
-                .max_tokens
-                .is_some_and(|max| ending.usage.total() > max)
-            {
+            if limits.max_tokens.is_some_and(|max| ending.usage.total() > max) {
                 return ending.with(Termination::TokenLimit);
             }
 
-            let turn = self
-                .dispatch(
-                    &proposal.calls,
-                    step,
-                    deadline,
-                    stop,
-                    recorder,
-                    &mut ending.trajectory,
-                )
-                .await;
+            let turn = self.dispatch(&proposal.calls, step, deadline, stop, recorder, &mut ending.trajectory).await;
             if let Some(answer) = turn.answer {
                 ending.final_answer = Some(answer);
                 return ending.with(Termination::FinalAnswer);
@@ -154,21 +128,15 @@ impl Environment {
         trajectory: &mut Trajectory,
     ) -> Dispatched {
         for call in calls {
-            recorder.emit(&Event::ActionDispatched {
-                step,
-                call: call.clone(),
-            });
+            recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
             trajectory.calls.push(call.clone());
         }
         let mut slots: Vec<Option<Observation>> = vec![None; calls.len()];
         let mut answer = None;
         let mut stopped = None;
         {
-            let mut running: FuturesUnordered<_> = calls
-                .iter()
-                .enumerate()
-                .map(|(i, call)| async move { (i, self.execute(call).await) })
-                .collect();
+            let mut running: FuturesUnordered<_> =
+                calls.iter().enumerate().map(|(i, call)| async move { (i, self.execute(call).await) }).collect();
             while !running.is_empty() {
                 let (i, obs) = tokio::select! {
                     biased;
@@ -176,10 +144,7 @@ impl Environment {
                     _ = sleep_until(deadline) => { stopped = Some(Termination::TimeLimit); break }
                     Some(done) = running.next() => done,
                 };
-                recorder.emit(&Event::Observation {
-                    step,
-                    observation: obs.clone(),
-                });
+                recorder.emit(&Event::Observation { step, observation: obs.clone() });
                 if obs.error.is_some() {
                     trajectory.tool_errors += 1;
                 }
@@ -190,11 +155,7 @@ impl Environment {
                         Some(other) => other.to_string(),
                         None => String::new(),
                     };
-                    recorder.emit(&Event::Final {
-                        step,
-                        call_id: calls[i].call_id.clone(),
-                        answer: text.clone(),
-                    });
+                    recorder.emit(&Event::Final { step, call_id: calls[i].call_id.clone(), answer: text.clone() });
                     answer = Some(text);
                 }
                 slots[i] = Some(obs);
@@ -211,24 +172,14 @@ impl Environment {
                 slot.unwrap_or_else(|| {
                     let obs = Observation::of_error(
                         &call.call_id,
-                        ToolError::new(
-                            ErrorType::Cancelled,
-                            "the episode ended before this call finished",
-                        ),
+                        ToolError::new(ErrorType::Cancelled, "the episode ended before this call finished"),
                     );
-                    recorder.emit(&Event::Observation {
-                        step,
-                        observation: obs.clone(),
-                    });
+                    recorder.emit(&Event::Observation { step, observation: obs.clone() });
                     obs
                 })
             })
             .collect();
-        Dispatched {
-            observations,
-            answer,
-            stopped,
-        }
+        Dispatched { observations, answer, stopped }
     }
 }
 

@@ -45,24 +45,15 @@ impl World for TestWorld {
                 let ms = arguments["ms"].as_u64().unwrap_or(0);
                 let start = Instant::now();
                 tokio::time::sleep(Duration::from_millis(ms)).await;
-                self.clock
-                    .spans
-                    .lock()
-                    .unwrap()
-                    .push((ms, start, Instant::now()));
+                self.clock.spans.lock().unwrap().push((ms, start, Instant::now()));
                 Ok(json!({"slept_ms": ms}))
             }
             "hang" => {
-                let _flag = DropFlag(
-                    self.clock.clone(),
-                    arguments["tag"].as_str().unwrap_or("").to_owned(),
-                );
+                let _flag = DropFlag(self.clock.clone(), arguments["tag"].as_str().unwrap_or("").to_owned());
                 std::future::pending::<()>().await;
                 Ok(Value::Null)
             }
-            "fail" => {
-                Err(ToolFailure::new(ErrorType::ExecutionError, "it failed").suggest("try again"))
-            }
+            "fail" => Err(ToolFailure::new(ErrorType::ExecutionError, "it failed").suggest("try again")),
             "boom" => panic!("boom went the tool"),
             _ => Err(ToolFailure::new(ErrorType::ToolNotFound, name)),
         }
@@ -82,36 +73,16 @@ fn specs() -> Vec<ToolSpec> {
             description: "never ends".into(),
             parameters: object(json!({"tag": {"type": "string"}})),
         },
-        ToolSpec {
-            name: "fail".into(),
-            description: "fails".into(),
-            parameters: object(json!({})),
-        },
-        ToolSpec {
-            name: "boom".into(),
-            description: "panics".into(),
-            parameters: object(json!({})),
-        },
+        ToolSpec { name: "fail".into(), description: "fails".into(), parameters: object(json!({})) },
+        ToolSpec { name: "boom".into(), description: "panics".into(), parameters: object(json!({})) },
     ]
 }
 
 fn env(max_concurrency: usize, tool_timeout_s: f64) -> (Environment, Arc<Clock>) {
-    let limits = EnvLimits {
-        max_concurrency,
-        tool_timeout_s,
-        ..EnvLimits::default()
-    };
+    let limits = EnvLimits { max_concurrency, tool_timeout_s, ..EnvLimits::default() };
     let def = Definition::for_world("test", specs(), limits).unwrap();
     let clock = Arc::new(Clock::default());
-    (
-        Environment::with_world(
-            Arc::new(def),
-            Box::new(TestWorld {
-                clock: clock.clone(),
-            }),
-        ),
-        clock,
-    )
+    (Environment::with_world(Arc::new(def), Box::new(TestWorld { clock: clock.clone() })), clock)
 }
 
 fn task() -> Task {
@@ -128,11 +99,7 @@ fn task() -> Task {
 }
 
 fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
-    ToolCall {
-        call_id: id.into(),
-        name: name.into(),
-        arguments,
-    }
+    ToolCall { call_id: id.into(), name: name.into(), arguments }
 }
 
 /// Proposes a fixed list of turns and remembers what it observed; proposes `repeat` after.
@@ -146,13 +113,7 @@ struct ScriptedAgent {
 
 impl ScriptedAgent {
     fn new(turns: Vec<Vec<ToolCall>>) -> Self {
-        ScriptedAgent {
-            turns: turns.into(),
-            repeat: None,
-            seen: Vec::new(),
-            usage_per_turn: 0,
-            fail_at: None,
-        }
+        ScriptedAgent { turns: turns.into(), repeat: None, seen: Vec::new(), usage_per_turn: 0, fail_at: None }
     }
 }
 
@@ -161,10 +122,7 @@ impl Agent for ScriptedAgent {
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault> {
         self.seen.push(turn.observations.to_vec());
         if self.fail_at == Some(self.seen.len()) {
-            return Err(AgentFault {
-                cause: "provider_error".into(),
-                message: "the backend is down".into(),
-            });
+            return Err(AgentFault { cause: "provider_error".into(), message: "the backend is down".into() });
         }
         let step = self.seen.len();
         let calls = match self.turns.pop_front() {
@@ -180,13 +138,7 @@ impl Agent for ScriptedAgent {
                 })
                 .collect(),
         };
-        Ok(Proposal {
-            calls,
-            usage: Usage {
-                input_tokens: self.usage_per_turn,
-                ..Usage::default()
-            },
-        })
+        Ok(Proposal { calls, usage: Usage { input_tokens: self.usage_per_turn, ..Usage::default() } })
     }
 }
 
@@ -206,40 +158,19 @@ async fn run_with(
     let path = dir.path().join("events.jsonl");
     let (log, writer) = EventLog::create(&path, "test-run").unwrap();
     let recorder = log.recorder("ep_test");
-    let ending = environment
-        .run(&mut agent, &task(), &limits, &recorder, &stop)
-        .await;
+    let ending = environment.run(&mut agent, &task(), &limits, &recorder, &stop).await;
     drop((recorder, log));
     writer.close().unwrap();
-    let events = read_events(&path)
-        .unwrap()
-        .events
-        .iter()
-        .map(|e| e.event().unwrap())
-        .collect();
-    Run {
-        ending,
-        agent,
-        events,
-    }
+    let events = read_events(&path).unwrap().events.iter().map(|e| e.event().unwrap()).collect();
+    Run { ending, agent, events }
 }
 
 fn limits(max_steps: u32) -> EpisodeLimits {
-    EpisodeLimits {
-        max_steps,
-        time: Duration::from_secs(30),
-        max_tokens: None,
-    }
+    EpisodeLimits { max_steps, time: Duration::from_secs(30), max_tokens: None }
 }
 
 async fn run(environment: &Environment, agent: ScriptedAgent, max_steps: u32) -> Run {
-    run_with(
-        environment,
-        agent,
-        limits(max_steps),
-        CancellationToken::new(),
-    )
-    .await
+    run_with(environment, agent, limits(max_steps), CancellationToken::new()).await
 }
 
 fn final_call(id: &str) -> ToolCall {
@@ -250,9 +181,7 @@ fn logged_observations(events: &[Event]) -> Vec<Observation> {
     events
         .iter()
         .filter_map(|e| match e {
-            Event::Observation { observation, .. } if observation.call_id.is_some() => {
-                Some(observation.clone())
-            }
+            Event::Observation { observation, .. } if observation.call_id.is_some() => Some(observation.clone()),
             _ => None,
         })
         .collect()
@@ -261,45 +190,25 @@ fn logged_observations(events: &[Event]) -> Vec<Observation> {
 #[tokio::test]
 async fn calls_of_one_turn_overlap_in_time() {
     let (environment, clock) = env(4, 10.0);
-    let turn = (1..=3)
-        .map(|i| call(&format!("c{i}"), "sleep", json!({"ms": 150})))
-        .collect();
-    let r = run(
-        &environment,
-        ScriptedAgent::new(vec![turn, vec![final_call("f")]]),
-        5,
-    )
-    .await;
+    let turn = (1..=3).map(|i| call(&format!("c{i}"), "sleep", json!({"ms": 150}))).collect();
+    let r = run(&environment, ScriptedAgent::new(vec![turn, vec![final_call("f")]]), 5).await;
     assert_eq!(r.ending.termination, Termination::FinalAnswer);
     let spans = clock.spans.lock().unwrap();
     assert_eq!(spans.len(), 3);
     let last_start = spans.iter().map(|s| s.1).max().unwrap();
     let first_end = spans.iter().map(|s| s.2).min().unwrap();
-    assert!(
-        last_start < first_end,
-        "the three calls ran one after another, not at once"
-    );
+    assert!(last_start < first_end, "the three calls ran one after another, not at once");
 }
 
 #[tokio::test]
 async fn max_concurrency_bounds_the_calls_in_flight() {
     let (environment, clock) = env(1, 10.0);
-    let turn = (1..=3)
-        .map(|i| call(&format!("c{i}"), "sleep", json!({"ms": 30})))
-        .collect();
-    run(
-        &environment,
-        ScriptedAgent::new(vec![turn, vec![final_call("f")]]),
-        5,
-    )
-    .await;
+    let turn = (1..=3).map(|i| call(&format!("c{i}"), "sleep", json!({"ms": 30}))).collect();
+    run(&environment, ScriptedAgent::new(vec![turn, vec![final_call("f")]]), 5).await;
     let mut spans = clock.spans.lock().unwrap().clone();
     spans.sort_by_key(|s| s.1);
     for pair in spans.windows(2) {
-        assert!(
-            pair[1].1 >= pair[0].2,
-            "with max_concurrency 1, a call started before the previous one ended"
-        );
+        assert!(pair[1].1 >= pair[0].2, "with max_concurrency 1, a call started before the previous one ended");
     }
 }
 
@@ -311,23 +220,11 @@ async fn results_reach_the_agent_in_call_order_whatever_order_they_finish_in() {
         call("fast", "sleep", json!({"ms": 1})),
         call("mid", "sleep", json!({"ms": 80})),
     ];
-    let r = run(
-        &environment,
-        ScriptedAgent::new(vec![turn, vec![final_call("f")]]),
-        5,
-    )
-    .await;
-    let seen: Vec<_> = r.agent.seen[1]
-        .iter()
-        .map(|o| o.call_id.clone().unwrap())
-        .collect();
+    let r = run(&environment, ScriptedAgent::new(vec![turn, vec![final_call("f")]]), 5).await;
+    let seen: Vec<_> = r.agent.seen[1].iter().map(|o| o.call_id.clone().unwrap()).collect();
     assert_eq!(seen, ["slow", "fast", "mid"]);
     // The log records them as they finished.
-    let logged: Vec<_> = logged_observations(&r.events)
-        .iter()
-        .take(3)
-        .map(|o| o.call_id.clone().unwrap())
-        .collect();
+    let logged: Vec<_> = logged_observations(&r.events).iter().take(3).map(|o| o.call_id.clone().unwrap()).collect();
     assert_eq!(logged, ["fast", "mid", "slow"]);
 }
 
@@ -338,21 +235,10 @@ async fn final_answer_cancels_calls_still_in_flight() {
     let r = run(&environment, ScriptedAgent::new(vec![turn]), 5).await;
     assert_eq!(r.ending.termination, Termination::FinalAnswer);
     assert_eq!(r.ending.final_answer.as_deref(), Some("done"));
-    assert_eq!(
-        *clock.dropped.lock().unwrap(),
-        ["h"],
-        "the hanging call was not cancelled"
-    );
-    let cancelled = logged_observations(&r.events)
-        .into_iter()
-        .find(|o| o.call_id.as_deref() == Some("h"))
-        .unwrap();
+    assert_eq!(*clock.dropped.lock().unwrap(), ["h"], "the hanging call was not cancelled");
+    let cancelled = logged_observations(&r.events).into_iter().find(|o| o.call_id.as_deref() == Some("h")).unwrap();
     assert_eq!(cancelled.error.unwrap().kind, ErrorType::Cancelled);
-    assert!(
-        r.events
-            .iter()
-            .any(|e| matches!(e, Event::Final { answer, .. } if answer == "done"))
-    );
+    assert!(r.events.iter().any(|e| matches!(e, Event::Final { answer, .. } if answer == "done")));
 }
 
 #[tokio::test]
@@ -371,11 +257,7 @@ async fn max_steps_ends_the_episode() {
 async fn the_episode_time_limit_cancels_what_is_running() {
     let (environment, clock) = env(4, 10.0);
     let agent = ScriptedAgent::new(vec![vec![call("h", "hang", json!({"tag": "h"}))]]);
-    let limits = EpisodeLimits {
-        max_steps: 5,
-        time: Duration::from_millis(100),
-        max_tokens: None,
-    };
+    let limits = EpisodeLimits { max_steps: 5, time: Duration::from_millis(100), max_tokens: None };
     let r = run_with(&environment, agent, limits, CancellationToken::new()).await;
     assert_eq!(r.ending.termination, Termination::TimeLimit);
     assert_eq!(*clock.dropped.lock().unwrap(), ["h"]);
@@ -388,12 +270,7 @@ async fn the_episode_time_limit_cancels_what_is_running() {
 async fn a_tool_past_its_timeout_is_an_observation_and_the_episode_goes_on() {
     let (environment, _) = env(4, 0.05);
     let turn = vec![call("h", "hang", json!({"tag": "h"}))];
-    let r = run(
-        &environment,
-        ScriptedAgent::new(vec![turn, vec![final_call("f")]]),
-        5,
-    )
-    .await;
+    let r = run(&environment, ScriptedAgent::new(vec![turn, vec![final_call("f")]]), 5).await;
     assert_eq!(r.ending.termination, Termination::FinalAnswer);
     let error = r.agent.seen[1][0].error.clone().unwrap();
     assert_eq!(error.kind, ErrorType::TimeoutError);
@@ -406,11 +283,7 @@ async fn the_token_limit_ends_the_episode() {
     let mut agent = ScriptedAgent::new(vec![]);
     agent.repeat = Some(vec![call("s", "sleep", json!({"ms": 0}))]);
     agent.usage_per_turn = 100;
-    let limits = EpisodeLimits {
-        max_steps: 10,
-        time: Duration::from_secs(10),
-        max_tokens: Some(250),
-    };
+    let limits = EpisodeLimits { max_steps: 10, time: Duration::from_secs(10), max_tokens: Some(250) };
     let r = run_with(&environment, agent, limits, CancellationToken::new()).await;
     assert_eq!(r.ending.termination, Termination::TokenLimit);
     assert_eq!(r.ending.steps, 3);
@@ -442,21 +315,9 @@ async fn tool_errors_become_observations_with_stable_types() {
         call("d", "boom", json!({})),
         call("e", "sleep", json!({"ms": 1})),
     ];
-    let r = run(
-        &environment,
-        ScriptedAgent::new(vec![turn, vec![final_call("f")]]),
-        5,
-    )
-    .await;
-    assert_eq!(
-        r.ending.termination,
-        Termination::FinalAnswer,
-        "a failing tool must not end the episode"
-    );
-    let kinds: Vec<Option<ErrorType>> = r.agent.seen[1]
-        .iter()
-        .map(|o| o.error.as_ref().map(|e| e.kind))
-        .collect();
+    let r = run(&environment, ScriptedAgent::new(vec![turn, vec![final_call("f")]]), 5).await;
+    assert_eq!(r.ending.termination, Termination::FinalAnswer, "a failing tool must not end the episode");
+    let kinds: Vec<Option<ErrorType>> = r.agent.seen[1].iter().map(|o| o.error.as_ref().map(|e| e.kind)).collect();
     assert_eq!(
         kinds,
         [
@@ -468,11 +329,7 @@ async fn tool_errors_become_observations_with_stable_types() {
         ]
     );
     let boom = r.agent.seen[1][3].error.clone().unwrap();
-    assert!(
-        boom.message.contains("boom went the tool"),
-        "{}",
-        boom.message
-    );
+    assert!(boom.message.contains("boom went the tool"), "{}", boom.message);
     let not_found = r.agent.seen[1][0].error.clone().unwrap();
     assert!(not_found.suggested_action.unwrap().contains("sleep"));
     assert_eq!(r.ending.trajectory.tool_errors, 4);
@@ -483,18 +340,10 @@ async fn tool_errors_become_observations_with_stable_types() {
 async fn an_invalid_final_answer_does_not_end_the_episode() {
     let (environment, _) = env(4, 10.0);
     let bad = call("f1", "final_answer", json!({"text": "done"}));
-    let r = run(
-        &environment,
-        ScriptedAgent::new(vec![vec![bad], vec![final_call("f2")]]),
-        5,
-    )
-    .await;
+    let r = run(&environment, ScriptedAgent::new(vec![vec![bad], vec![final_call("f2")]]), 5).await;
     assert_eq!(r.ending.termination, Termination::FinalAnswer);
     assert_eq!(r.ending.steps, 2);
-    assert_eq!(
-        r.agent.seen[1][0].error.as_ref().unwrap().kind,
-        ErrorType::ValidationError
-    );
+    assert_eq!(r.agent.seen[1][0].error.as_ref().unwrap().kind, ErrorType::ValidationError);
 }
 
 #[tokio::test]
@@ -505,22 +354,13 @@ async fn an_agent_fault_ends_the_episode_with_its_cause() {
     let r = run(&environment, agent, 5).await;
     assert_eq!(r.ending.termination, Termination::AgentError);
     assert_eq!(r.ending.fault.unwrap().cause, "provider_error");
-    assert!(
-        r.events
-            .iter()
-            .any(|e| matches!(e, Event::Error { cause, .. } if cause == "provider_error"))
-    );
+    assert!(r.events.iter().any(|e| matches!(e, Event::Error { cause, .. } if cause == "provider_error")));
 }
 
 #[tokio::test]
 async fn the_first_observation_carries_the_task_input() {
     let (environment, _) = env(4, 10.0);
-    let r = run(
-        &environment,
-        ScriptedAgent::new(vec![vec![final_call("f")]]),
-        5,
-    )
-    .await;
+    let r = run(&environment, ScriptedAgent::new(vec![vec![final_call("f")]]), 5).await;
     let first = &r.agent.seen[0];
     assert_eq!(first.len(), 1);
     assert_eq!(first[0].call_id, None);

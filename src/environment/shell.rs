@@ -77,49 +77,29 @@ impl ShellWorld {
             .prefix("runner-episode-")
             .tempdir()
             .map_err(|e| format!("failed to create a working directory: {e}"))?;
-        let root = dir
-            .path()
-            .canonicalize()
-            .map_err(|e| format!("failed to resolve the working directory: {e}"))?;
+        let root = dir.path().canonicalize().map_err(|e| format!("failed to resolve the working directory: {e}"))?;
         for (name, content) in definition.files.iter().chain(&task.files) {
             if !crate::suite::is_relative_inside(name) {
-                return Err(format!(
-                    "file `{name}` would land outside the working directory"
-                ));
+                return Err(format!("file `{name}` would land outside the working directory"));
             }
             let path = root.join(name);
             if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
+                std::fs::create_dir_all(parent).map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
             }
             std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
         }
-        Ok(ShellWorld {
-            dir,
-            root,
-            limits: definition.limits.clone(),
-        })
+        Ok(ShellWorld { dir, root, limits: definition.limits.clone() })
     }
 
     /// Resolves a path the model gave, refusing any that leads outside the working directory.
     fn resolve(&self, given: &str) -> Result<PathBuf, ToolFailure> {
         let refuse = || {
-            ToolFailure::new(
-                ErrorType::PermissionError,
-                format!("`{given}` is outside the working directory"),
-            )
-            .suggest("use a path relative to the working directory")
+            ToolFailure::new(ErrorType::PermissionError, format!("`{given}` is outside the working directory"))
+                .suggest("use a path relative to the working directory")
         };
         let path = Path::new(given);
-        let relative = if path.is_absolute() {
-            path.strip_prefix(&self.root).map_err(|_| refuse())?
-        } else {
-            path
-        };
-        if relative
-            .components()
-            .any(|c| matches!(c, Component::ParentDir))
-        {
+        let relative = if path.is_absolute() { path.strip_prefix(&self.root).map_err(|_| refuse())? } else { path };
+        if relative.components().any(|c| matches!(c, Component::ParentDir)) {
             return Err(refuse());
         }
         let full = self.root.join(relative);
@@ -157,19 +137,11 @@ impl ShellWorld {
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| {
-                ToolFailure::new(
-                    ErrorType::ExecutionError,
-                    format!("failed to start the shell: {e}"),
-                )
-            })?;
+            .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("failed to start the shell: {e}")))?;
         // From here on, however this future ends (timeout, cancellation), the group dies.
         let group = ProcessGroup(child.id().map(|id| id as libc::pid_t));
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(ToolFailure::new(
-                ErrorType::ExecutionError,
-                "the shell's output was not captured",
-            ));
+            return Err(ToolFailure::new(ErrorType::ExecutionError, "the shell's output was not captured"));
         };
         let cap = self.limits.output_cap_bytes;
         let work = async {
@@ -187,20 +159,13 @@ impl ShellWorld {
                 group.kill();
                 return Err(ToolFailure::new(
                     ErrorType::TimeoutError,
-                    format!(
-                        "the command ran longer than {}s; its process group was killed",
-                        timeout.as_secs_f64()
-                    ),
+                    format!("the command ran longer than {}s; its process group was killed", timeout.as_secs_f64()),
                 )
                 .suggest("make the command faster, or pass a larger timeout_s"));
             }
         };
-        let status = status.map_err(|e| {
-            ToolFailure::new(
-                ErrorType::ExecutionError,
-                format!("failed to wait for the command: {e}"),
-            )
-        })?;
+        let status = status
+            .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("failed to wait for the command: {e}")))?;
         let (out, err) = (out.map_err(io_failure)?, err.map_err(io_failure)?);
         let truncated = out.total > out.kept.len() || err.total > err.kept.len();
         let mut result = Map::new();
@@ -230,24 +195,14 @@ impl ShellWorld {
 
     async fn read_file(&self, path: &str) -> Result<Value, ToolFailure> {
         let full = self.resolve(path)?;
-        let file = tokio::fs::File::open(&full)
-            .await
-            .map_err(|e| not_found_or(e, path))?;
-        let read = read_capped(file, self.limits.output_cap_bytes)
-            .await
-            .map_err(io_failure)?;
+        let file = tokio::fs::File::open(&full).await.map_err(|e| not_found_or(e, path))?;
+        let read = read_capped(file, self.limits.output_cap_bytes).await.map_err(io_failure)?;
         let result = json!({"path": path, "content": read.text()});
         if read.total > read.kept.len() {
             return Err(ToolFailure {
                 kind: ErrorType::OutputTruncated,
-                message: format!(
-                    "`{path}` has {} bytes; only the first {} are shown",
-                    read.total,
-                    read.kept.len()
-                ),
-                suggested_action: Some(
-                    "read a part of it with run_command (head, sed -n, grep)".into(),
-                ),
+                message: format!("`{path}` has {} bytes; only the first {} are shown", read.total, read.kept.len()),
+                suggested_action: Some("read a part of it with run_command (head, sed -n, grep)".into()),
                 partial: Some(result),
             });
         }
@@ -257,9 +212,7 @@ impl ShellWorld {
     async fn write_file(&self, path: &str, content: &str) -> Result<Value, ToolFailure> {
         let full = self.resolve(path)?;
         if let Some(parent) = full.parent() {
-            tokio::fs::create_dir_all(parent)
-                .await
-                .map_err(io_failure)?;
+            tokio::fs::create_dir_all(parent).await.map_err(io_failure)?;
         }
         tokio::fs::write(&full, content).await.map_err(io_failure)?;
         Ok(json!({"path": path, "bytes": content.len()}))
@@ -267,9 +220,7 @@ impl ShellWorld {
 
     async fn list_dir(&self, path: &str) -> Result<Value, ToolFailure> {
         let full = self.resolve(path)?;
-        let mut reader = tokio::fs::read_dir(&full)
-            .await
-            .map_err(|e| not_found_or(e, path))?;
+        let mut reader = tokio::fs::read_dir(&full).await.map_err(|e| not_found_or(e, path))?;
         let mut entries = Vec::new();
         while let Some(entry) = reader.next_entry().await.map_err(io_failure)? {
             let meta = entry.metadata().await.map_err(io_failure)?;
@@ -310,8 +261,7 @@ struct WriteFile {
 }
 
 fn args<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, ToolFailure> {
-    serde_json::from_value(arguments)
-        .map_err(|e| ToolFailure::new(ErrorType::ValidationError, e.to_string()))
+    serde_json::from_value(arguments).map_err(|e| ToolFailure::new(ErrorType::ValidationError, e.to_string()))
 }
 
 #[async_trait]
@@ -325,10 +275,7 @@ impl World for ShellWorld {
                 self.write_file(&path, &content).await
             }
             "list_dir" => self.list_dir(&args::<PathArg>(arguments)?.path).await,
-            other => Err(ToolFailure::new(
-                ErrorType::ToolNotFound,
-                format!("shell has no tool `{other}`"),
-            )),
+            other => Err(ToolFailure::new(ErrorType::ToolNotFound, format!("shell has no tool `{other}`"))),
         }
     }
 
@@ -345,11 +292,8 @@ fn io_failure(e: std::io::Error) -> ToolFailure {
 
 fn not_found_or(e: std::io::Error, path: &str) -> ToolFailure {
     if e.kind() == std::io::ErrorKind::NotFound {
-        ToolFailure::new(
-            ErrorType::ExecutionError,
-            format!("`{path}` does not exist"),
-        )
-        .suggest("call list_dir to see the files")
+        ToolFailure::new(ErrorType::ExecutionError, format!("`{path}` does not exist"))
+            .suggest("call list_dir to see the files")
     } else {
         io_failure(e)
     }

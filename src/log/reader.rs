@@ -35,16 +35,9 @@ impl LoggedEvent {
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("failed to read {path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    Io { path: String, source: std::io::Error },
     #[error("{path}:{line}: not a valid event: {message}")]
-    Invalid {
-        path: String,
-        line: usize,
-        message: String,
-    },
+    Invalid { path: String, line: usize, message: String },
 }
 
 /// The events of a log, and whether its last line was torn.
@@ -62,21 +55,19 @@ pub fn for_each_event(path: &Path, each: impl FnMut(LoggedEvent)) -> Result<bool
 
 /// Like [`for_each_event`], but only for events whose `type` is in `kinds`; the others are
 /// checked for well-formedness and skipped without being decoded.
-pub fn for_each_event_of(path: &Path, kinds: Option<&[&str]>, mut each: impl FnMut(LoggedEvent)) -> Result<bool, ReadError> {
+pub fn for_each_event_of(
+    path: &Path,
+    kinds: Option<&[&str]>,
+    mut each: impl FnMut(LoggedEvent),
+) -> Result<bool, ReadError> {
     let shown = path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|source| ReadError::Io {
-        path: shown.clone(),
-        source,
-    })?;
+    let file = std::fs::File::open(path).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
     let mut reader = BufReader::new(file);
     let mut buf = String::new();
     let mut line_no = 0;
     loop {
         buf.clear();
-        let n = reader.read_line(&mut buf).map_err(|source| ReadError::Io {
-            path: shown.clone(),
-            source,
-        })?;
+        let n = reader.read_line(&mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
         if n == 0 {
             return Ok(false);
         }
@@ -92,11 +83,7 @@ pub fn for_each_event_of(path: &Path, kinds: Option<&[&str]>, mut each: impl FnM
             // Only the last line can be torn, and a torn line has no newline yet.
             Err(_) if !complete => return Ok(true),
             Err(message) => {
-                return Err(ReadError::Invalid {
-                    path: shown,
-                    line: line_no,
-                    message,
-                });
+                return Err(ReadError::Invalid { path: shown, line: line_no, message });
             }
         }
     }
@@ -106,10 +93,7 @@ pub fn for_each_event_of(path: &Path, kinds: Option<&[&str]>, mut each: impl FnM
 pub fn read_events(path: &Path) -> Result<Events, ReadError> {
     let mut events = Vec::new();
     let torn_last_line = for_each_event(path, |e| events.push(e))?;
-    Ok(Events {
-        events,
-        torn_last_line,
-    })
+    Ok(Events { events, torn_last_line })
 }
 
 /// The part of a line needed to decide whether to decode the rest.
@@ -127,8 +111,7 @@ fn parse_line(text: &str, kinds: Option<&[&str]>) -> Result<Option<LoggedEvent>,
         }
     }
     let fields: Map<String, Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let mut event =
-        LoggedEvent::deserialize(Value::Object(fields.clone())).map_err(|e| e.to_string())?;
+    let mut event = LoggedEvent::deserialize(Value::Object(fields.clone())).map_err(|e| e.to_string())?;
     event.fields = fields;
     Ok(Some(event))
 }

@@ -37,22 +37,14 @@ impl EventLog {
         let run_id = serde_json::to_string(run_id)?;
         let thread = std::thread::Builder::new()
             .name("event-log".into())
-            .spawn(move || {
-                write_lines(
-                    receiver,
-                    BufWriter::with_capacity(256 * 1024, file),
-                    &run_id,
-                )
-            })?;
+            .spawn(move || write_lines(receiver, BufWriter::with_capacity(256 * 1024, file), &run_id))?;
         Ok((EventLog { sender }, LogWriter { thread }))
     }
 
     /// Appends an event. `episode_id` is `None` for run-level events.
     pub fn emit(&self, episode_id: Option<&Arc<str>>, event: &Event) {
-        let flush = matches!(
-            event,
-            Event::EpisodeFinished { .. } | Event::RunFinished { .. } | Event::RunStarted { .. }
-        );
+        let flush =
+            matches!(event, Event::EpisodeFinished { .. } | Event::RunFinished { .. } | Event::RunStarted { .. });
         let body = match serde_json::to_vec(event) {
             Ok(body) => body,
             // Our own event types always serialise; a failure here is a bug in runner.
@@ -60,20 +52,12 @@ impl EventLog {
         };
         let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
         // The writer outlives every handle; if it died, its error surfaces at `close`.
-        let _ = self.sender.send(Line {
-            episode_id: episode_id.cloned(),
-            ts,
-            body,
-            flush,
-        });
+        let _ = self.sender.send(Line { episode_id: episode_id.cloned(), ts, body, flush });
     }
 
     /// A handle that stamps every event with one episode's id.
     pub fn recorder(&self, episode_id: &str) -> Recorder {
-        Recorder {
-            log: self.clone(),
-            episode_id: Arc::from(episode_id),
-        }
+        Recorder { log: self.clone(), episode_id: Arc::from(episode_id) }
     }
 }
 
@@ -87,21 +71,13 @@ impl LogWriter {
     }
 }
 
-fn write_lines(
-    receiver: Receiver<Line>,
-    mut out: BufWriter<File>,
-    run_id: &str,
-) -> std::io::Result<()> {
+fn write_lines(receiver: Receiver<Line>, mut out: BufWriter<File>, run_id: &str) -> std::io::Result<()> {
     let mut seq: u64 = 0;
     let mut head = Vec::with_capacity(256);
     for line in receiver {
         seq += 1;
         head.clear();
-        write!(
-            head,
-            "{{\"v\":{SCHEMA_VERSION},\"run_id\":{run_id},\"seq\":{seq},\"ts\":\"{}\"",
-            line.ts
-        )?;
+        write!(head, "{{\"v\":{SCHEMA_VERSION},\"run_id\":{run_id},\"seq\":{seq},\"ts\":\"{}\"", line.ts)?;
         if let Some(id) = &line.episode_id {
             head.extend_from_slice(b",\"episode_id\":");
             serde_json::to_writer(&mut head, id.as_ref())?;

@@ -17,10 +17,7 @@ pub struct MockModel {
 
 impl MockModel {
     pub fn new(turns: Arc<[MockTurn]>) -> Self {
-        MockModel {
-            turns,
-            next: AtomicUsize::new(0),
-        }
+        MockModel { turns, next: AtomicUsize::new(0) }
     }
 }
 
@@ -42,36 +39,17 @@ impl LanguageModel for MockModel {
         let tool_calls: Vec<ProposedCall> = turn
             .tool_calls
             .iter()
-            .map(|c| ProposedCall {
-                id: c.id.clone(),
-                name: c.name.clone(),
-                arguments: c.arguments.clone(),
-            })
+            .map(|c| ProposedCall { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
             .collect();
         let output_chars = text.as_ref().map_or(0, |t| t.len())
-            + tool_calls
-                .iter()
-                .map(|c| c.name.len() + c.arguments.to_string().len())
-                .sum::<usize>();
+            + tool_calls.iter().map(|c| c.name.len() + c.arguments.to_string().len()).sum::<usize>();
         let usage = Usage {
             input_tokens: estimate_tokens(request.messages),
             output_tokens: (output_chars / 4) as u64,
             cached_tokens: 0,
         };
-        let finish_reason = Some(
-            if tool_calls.is_empty() {
-                "stop"
-            } else {
-                "tool_calls"
-            }
-            .to_owned(),
-        );
-        Ok(ModelResponse {
-            text,
-            tool_calls,
-            usage,
-            finish_reason,
-        })
+        let finish_reason = Some(if tool_calls.is_empty() { "stop" } else { "tool_calls" }.to_owned());
+        Ok(ModelResponse { text, tool_calls, usage, finish_reason })
     }
 }
 
@@ -81,12 +59,8 @@ fn estimate_tokens(messages: &[Message]) -> u64 {
         .iter()
         .map(|m| match m {
             Message::System { content } | Message::User { content } => content.len(),
-            Message::Assistant {
-                content,
-                tool_calls,
-            } => {
-                content.as_ref().map_or(0, |c| c.len())
-                    + tool_calls.iter().map(|c| c.name.len() + 16).sum::<usize>()
+            Message::Assistant { content, tool_calls } => {
+                content.as_ref().map_or(0, |c| c.len()) + tool_calls.iter().map(|c| c.name.len() + 16).sum::<usize>()
             }
             Message::Tool { content, .. } => content.len(),
         })

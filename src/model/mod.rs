@@ -90,9 +90,9 @@ impl ModelSpec {
     pub fn parse(name: &str) -> Result<Self, String> {
         match name {
             "mock" => Ok(ModelSpec::Mock),
-            other => Err(format!(
-                "unknown model `{other}`: this build runs `mock` (each task's scripted `mock:` turns)"
-            )),
+            other => {
+                Err(format!("unknown model `{other}`: this build runs `mock` (each task's scripted `mock:` turns)"))
+            }
         }
     }
 

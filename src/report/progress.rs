@@ -21,22 +21,12 @@ impl Progress {
     pub fn new(total: u64, quiet: bool) -> Self {
         let bar = (!quiet && std::io::stdout().is_terminal()).then(|| {
             let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-            let style = ProgressStyle::with_template(
-                "{bar:30.cyan/blue} {pos}/{len} episodes  {msg}  ETA {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
+            let style = ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} episodes  {msg}  ETA {eta}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
             bar.set_style(style);
             bar
         });
-        Progress {
-            total,
-            done: 0,
-            passed: 0,
-            failed: 0,
-            unscored: 0,
-            bar,
-            quiet,
-        }
+        Progress { total, done: 0, passed: 0, failed: 0, unscored: 0, bar, quiet }
     }
 
     pub fn finished(&mut self, report: &EpisodeReport) {
@@ -58,10 +48,7 @@ impl Progress {
         };
         match &self.bar {
             Some(bar) => {
-                bar.set_message(format!(
-                    "passed {}  failed {}  unscored {}",
-                    self.passed, self.failed, self.unscored
-                ));
+                bar.set_message(format!("passed {}  failed {}  unscored {}", self.passed, self.failed, self.unscored));
                 bar.inc(1);
             }
             None if self.quiet => {}

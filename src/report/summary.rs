@@ -39,11 +39,7 @@ impl Row {
 
     pub fn mean_steps(&self) -> f64 {
         let finished = self.episodes - self.cancelled;
-        if finished == 0 {
-            0.0
-        } else {
-            self.steps as f64 / finished as f64
-        }
+        if finished == 0 { 0.0 } else { self.steps as f64 / finished as f64 }
     }
 
     /// From the first episode's start to the last one's end.
@@ -91,11 +87,7 @@ impl Summary {
                 Event::EpisodeStarted { suite, model, .. } => {
                     let key = (suite, model);
                     let at = *index.entry(key.clone()).or_insert_with(|| {
-                        summary.rows.push(Row {
-                            suite: key.0.clone(),
-                            model: key.1.clone(),
-                            ..Row::default()
-                        });
+                        summary.rows.push(Row { suite: key.0.clone(), model: key.1.clone(), ..Row::default() });
                         summary.rows.len() - 1
                     });
                     let row = &mut summary.rows[at];
@@ -104,12 +96,7 @@ impl Summary {
                         open.insert(id, at);
                     }
                 }
-                Event::EpisodeFinished {
-                    outcome,
-                    steps,
-                    usage,
-                    ..
-                } => {
+                Event::EpisodeFinished { outcome, steps, usage, .. } => {
                     let Some(at) = logged.episode_id.and_then(|id| open.remove(&id)) else {
                         return;
                     };
@@ -128,11 +115,7 @@ impl Summary {
                         Outcome::Cancelled => row.cancelled += 1,
                     }
                 }
-                Event::RunFinished {
-                    interrupted,
-                    wall_ms,
-                    ..
-                } => {
+                Event::RunFinished { interrupted, wall_ms, .. } => {
                     summary.interrupted = interrupted;
                     summary.wall_ms = wall_ms;
                 }
@@ -145,10 +128,7 @@ impl Summary {
     }
 
     pub fn total(&self) -> Row {
-        let mut t = Row {
-            suite: "total".into(),
-            ..Row::default()
-        };
+        let mut t = Row { suite: "total".into(), ..Row::default() };
         for r in &self.rows {
             t.episodes += r.episodes;
             t.passed += r.passed;
@@ -166,17 +146,7 @@ impl Summary {
 
     /// The table printed at the end of a run.
     pub fn render(&self) -> String {
-        let header = [
-            "suite",
-            "model",
-            "episodes",
-            "passed",
-            "failed",
-            "unscored",
-            "pass rate",
-            "mean steps",
-            "wall",
-        ];
+        let header = ["suite", "model", "episodes", "passed", "failed", "unscored", "pass rate", "mean steps", "wall"];
         let mut lines: Vec<[String; 9]> = vec![header.map(String::from)];
         for r in &self.rows {
             lines.push([
@@ -186,21 +156,13 @@ impl Summary {
                 r.passed.to_string(),
                 r.failed.to_string(),
                 r.unscored.to_string(),
-                r.pass_rate()
-                    .map_or("-".into(), |p| format!("{:.1}%", p * 100.0)),
+                r.pass_rate().map_or("-".into(), |p| format!("{:.1}%", p * 100.0)),
                 format!("{:.1}", r.mean_steps()),
                 format!("{:.2}s", r.wall_s()),
             ]);
         }
-        let widths: Vec<usize> = (0..9)
-            .map(|c| {
-                lines
-                    .iter()
-                    .map(|l| l[c].chars().count())
-                    .max()
-                    .unwrap_or(0)
-            })
-            .collect();
+        let widths: Vec<usize> =
+            (0..9).map(|c| lines.iter().map(|l| l[c].chars().count()).max().unwrap_or(0)).collect();
         let mut out = String::new();
         for line in &lines {
             for (c, cell) in line.iter().enumerate() {
@@ -217,16 +179,8 @@ impl Summary {
         }
         let total = self.total();
         if total.unscored > 0 {
-            let causes: Vec<String> = total
-                .unscored_causes
-                .iter()
-                .map(|(c, n)| format!("{c}: {n}"))
-                .collect();
-            let _ = writeln!(
-                out,
-                "unscored episodes are not failures; causes: {}",
-                causes.join(", ")
-            );
+            let causes: Vec<String> = total.unscored_causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+            let _ = writeln!(out, "unscored episodes are not failures; causes: {}", causes.join(", "));
         }
         if total.cancelled > 0 {
             let _ = writeln!(out, "cancelled: {}", total.cancelled);

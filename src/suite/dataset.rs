@@ -41,13 +41,12 @@ pub struct Columns {
 
 impl Default for Columns {
     fn default() -> Self {
-        Columns {
-            id: None,
-            input: "input".into(),
-            target: None,
-        }
+        Columns { id: None, input: "input".into(), target: None }
     }
 }
+
+/// A row as read: where it starts, and its columns.
+type Record = (Position, Map<String, Value>);
 
 pub(crate) struct DatasetRow {
     pub file: PathBuf,
@@ -58,27 +57,22 @@ pub(crate) struct DatasetRow {
 }
 
 /// Reads the rows; returns them with the file's bytes (for the suite's digest).
-pub(crate) fn load(
-    suite: &Source,
-    spec: &DatasetSpec,
-) -> Result<(Vec<DatasetRow>, Vec<u8>), ConfigError> {
+pub(crate) fn load(suite: &Source, spec: &DatasetSpec) -> Result<(Vec<DatasetRow>, Vec<u8>), ConfigError> {
     let dir = suite.file.parent().unwrap_or(std::path::Path::new("."));
     let path = dir.join(&spec.path);
-    let bytes = std::fs::read(&path).map_err(|e| {
-        suite.error(
-            "dataset.path",
-            format!("failed to read {}: {e}", path.display()),
-        )
-    })?;
+    let bytes = std::fs::read(&path)
+        .map_err(|e| suite.error("dataset.path", format!("failed to read {}: {e}", path.display())))?;
     let format = match spec.format {
         Some(f) => f,
         None => match path.extension().and_then(|e| e.to_str()) {
             Some("csv") => Format::Csv,
             Some("jsonl") | Some("ndjson") => Format::Jsonl,
-            _ => return Err(suite.error(
-                "dataset.path",
-                "cannot tell the format from the extension: add `format: csv` or `format: jsonl`",
-            )),
+            _ => {
+                return Err(suite.error(
+                    "dataset.path",
+                    "cannot tell the format from the extension: add `format: csv` or `format: jsonl`",
+                ));
+            }
         },
     };
     let records = match format {
@@ -88,12 +82,7 @@ pub(crate) fn load(
     let mut rows = Vec::with_capacity(records.len());
     for (n, (position, record)) in records.into_iter().enumerate() {
         let task = map_row(suite, spec, &path, position, n + 1, record)?;
-        rows.push(DatasetRow {
-            file: path.clone(),
-            position,
-            origin: format!("dataset row {}", n + 1),
-            task,
-        });
+        rows.push(DatasetRow { file: path.clone(), position, origin: format!("dataset row {}", n + 1), task });
     }
     Ok((rows, bytes))
 }
@@ -107,34 +96,29 @@ fn map_row(
     mut record: Map<String, Value>,
 ) -> Result<TaskFile, ConfigError> {
     let cols = &spec.columns;
-    let mut take =
-        |column: &str, field: &str, required: bool| -> Result<Option<Text>, ConfigError> {
-            match record.remove(column) {
-                Some(Value::Null) | None if required => {
-                    if row == 1 {
-                        Err(suite.error(
-                            &format!("dataset.columns.{field}"),
-                            format!("column `{column}` is not in {}", path.display()),
-                        ))
-                    } else {
-                        Err(ConfigError::at(
-                            path,
-                            position,
-                            format!("row {row} has no `{column}` (the task's {field})"),
-                        ))
-                    }
+    let mut take = |column: &str, field: &str, required: bool| -> Result<Option<Text>, ConfigError> {
+        match record.remove(column) {
+            Some(Value::Null) | None if required => {
+                if row == 1 {
+                    Err(suite.error(
+                        &format!("dataset.columns.{field}"),
+                        format!("column `{column}` is not in {}", path.display()),
+                    ))
+                } else {
+                    Err(ConfigError::at(path, position, format!("row {row} has no `{column}` (the task's {field})")))
                 }
-                Some(Value::Null) | None => Ok(None),
-                Some(Value::String(s)) => Ok(Some(Text(s))),
-                Some(Value::Number(n)) => Ok(Some(Text(n.to_string()))),
-                Some(Value::Bool(b)) => Ok(Some(Text(b.to_string()))),
-                Some(_) => Err(ConfigError::at(
-                    path,
-                    position,
-                    format!("row {row}: `{column}` must be text, not a list or object"),
-                )),
             }
-        };
+            Some(Value::Null) | None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(Text(s))),
+            Some(Value::Number(n)) => Ok(Some(Text(n.to_string()))),
+            Some(Value::Bool(b)) => Ok(Some(Text(b.to_string()))),
+            Some(_) => Err(ConfigError::at(
+                path,
+                position,
+                format!("row {row}: `{column}` must be text, not a list or object"),
+            )),
+        }
+    };
     let input = take(&cols.input, "input", true)?.unwrap_or_default();
     let target = match &cols.target {
         Some(c) => take(c, "target", true)?,
@@ -145,80 +129,43 @@ fn map_row(
         None => take("id", "id", false)?,
     };
     let id = id.unwrap_or_else(|| Text(format!("row-{row}")));
-    Ok(TaskFile {
-        id,
-        input,
-        target,
-        files: Default::default(),
-        metadata: record,
-        scorers: Vec::new(),
-        mock: None,
-    })
+    Ok(TaskFile { id, input, target, files: Default::default(), metadata: record, scorers: Vec::new(), mock: None })
 }
 
-fn read_csv(
-    path: &std::path::Path,
-    bytes: &[u8],
-) -> Result<Vec<(Position, Map<String, Value>)>, ConfigError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(true)
-        .from_reader(bytes);
+fn read_csv(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<Record>, ConfigError> {
+    let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(bytes);
     let headers = reader
         .headers()
-        .map_err(|e| {
-            ConfigError::at(
-                path,
-                Position { line: 1, column: 1 },
-                format!("invalid CSV header: {e}"),
-            )
-        })?
+        .map_err(|e| ConfigError::at(path, Position { line: 1, column: 1 }, format!("invalid CSV header: {e}")))?
         .clone();
     let mut rows = Vec::new();
     for record in reader.records() {
         let record = record.map_err(|e| {
             let line = e.position().map(|p| p.line() as usize).unwrap_or(0);
-            ConfigError::at(
-                path,
-                Position { line, column: 1 },
-                format!("invalid CSV row: {e}"),
-            )
+            ConfigError::at(path, Position { line, column: 1 }, format!("invalid CSV row: {e}"))
         })?;
         let line = record.position().map(|p| p.line() as usize).unwrap_or(0);
-        let map = headers
-            .iter()
-            .zip(record.iter())
-            .map(|(h, v)| (h.to_owned(), Value::String(v.to_owned())))
-            .collect();
+        let map = headers.iter().zip(record.iter()).map(|(h, v)| (h.to_owned(), Value::String(v.to_owned()))).collect();
         rows.push((Position { line, column: 1 }, map));
     }
     Ok(rows)
 }
 
-fn read_jsonl(
-    path: &std::path::Path,
-    bytes: &[u8],
-) -> Result<Vec<(Position, Map<String, Value>)>, ConfigError> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|e| ConfigError::whole(path, format!("not UTF-8: {e}")))?;
+fn read_jsonl(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<Record>, ConfigError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::whole(path, format!("not UTF-8: {e}")))?;
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let at = Position {
-            line: i + 1,
-            column: 1,
-        };
+        let at = Position { line: i + 1, column: 1 };
         match serde_json::from_str::<Value>(line) {
             Ok(Value::Object(map)) => rows.push((at, map)),
             Ok(_) => return Err(ConfigError::at(path, at, "each line must be a JSON object")),
             Err(e) => {
                 return Err(ConfigError::at(
                     path,
-                    Position {
-                        line: i + 1,
-                        column: e.column(),
-                    },
+                    Position { line: i + 1, column: e.column() },
                     format!("invalid JSON: {e}"),
                 ));
             }

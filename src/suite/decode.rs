@@ -18,33 +18,18 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub fn at(file: &Path, position: Position, message: impl Into<String>) -> Self {
-        ConfigError {
-            file: file.to_owned(),
-            position: Some(position),
-            message: message.into(),
-        }
+        ConfigError { file: file.to_owned(), position: Some(position), message: message.into() }
     }
 
     pub fn whole(file: &Path, message: impl Into<String>) -> Self {
-        ConfigError {
-            file: file.to_owned(),
-            position: None,
-            message: message.into(),
-        }
+        ConfigError { file: file.to_owned(), position: None, message: message.into() }
     }
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.position {
-            Some(p) => write!(
-                f,
-                "{}:{}:{}: {}",
-                self.file.display(),
-                p.line,
-                p.column,
-                self.message
-            ),
+            Some(p) => write!(f, "{}:{}:{}: {}", self.file.display(), p.line, p.column, self.message),
             None => write!(f, "{}: {}", self.file.display(), self.message),
         }
     }
@@ -61,32 +46,21 @@ pub struct Source {
 
 impl Source {
     pub fn read(file: &Path) -> Result<(Self, Vec<u8>), ConfigError> {
-        let bytes = std::fs::read(file)
-            .map_err(|e| ConfigError::whole(file, format!("failed to read: {e}")))?;
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|e| ConfigError::whole(file, format!("not UTF-8: {e}")))?;
+        let bytes = std::fs::read(file).map_err(|e| ConfigError::whole(file, format!("failed to read: {e}")))?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| ConfigError::whole(file, format!("not UTF-8: {e}")))?;
         let source = Self::parse(file, text)?;
         Ok((source, bytes))
     }
 
     pub fn parse(file: &Path, text: &str) -> Result<Self, ConfigError> {
-        let (value, locations) = yaml::parse(text).map_err(|e| {
-            ConfigError::at(file, e.position, format!("invalid YAML: {}", e.message))
-        })?;
-        Ok(Source {
-            file: file.to_owned(),
-            value,
-            locations,
-        })
+        let (value, locations) =
+            yaml::parse(text).map_err(|e| ConfigError::at(file, e.position, format!("invalid YAML: {}", e.message)))?;
+        Ok(Source { file: file.to_owned(), value, locations })
     }
 
     /// An error about the part of the file at `path` (e.g. `tasks[1].scorers[0]`).
     pub fn error(&self, path: &str, message: impl fmt::Display) -> ConfigError {
-        let message = if path.is_empty() {
-            message.to_string()
-        } else {
-            format!("{path}: {message}")
-        };
+        let message = if path.is_empty() { message.to_string() } else { format!("{path}: {message}") };
         ConfigError::at(&self.file, self.locations.find(path), message)
     }
 
@@ -106,11 +80,7 @@ impl Source {
             // Point at the offending key itself rather than the map that holds it.
             if let Some(key) = unknown_key(&message) {
                 let key_path = yaml::child(&at, key);
-                return ConfigError::at(
-                    &self.file,
-                    self.locations.find(&key_path),
-                    format!("{key_path}: {message}"),
-                );
+                return ConfigError::at(&self.file, self.locations.find(&key_path), format!("{key_path}: {message}"));
             }
             self.error(&at, message)
         })

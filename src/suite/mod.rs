@@ -62,13 +62,7 @@ impl Task {
         let mut ctx = self.metadata.clone();
         ctx.insert("id".into(), Value::String(self.id.clone()));
         ctx.insert("input".into(), Value::String(self.input.clone()));
-        ctx.insert(
-            "target".into(),
-            self.target
-                .clone()
-                .map(Value::String)
-                .unwrap_or(Value::Null),
-        );
+        ctx.insert("target".into(), self.target.clone().map(Value::String).unwrap_or(Value::Null));
         ctx.insert("metadata".into(), Value::Object(self.metadata.clone()));
         ctx
     }
@@ -95,11 +89,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_steps: 20,
-            time_s: 300.0,
-            max_tokens: None,
-        }
+        Limits { max_steps: 20, time_s: 300.0, max_tokens: None }
     }
 }
 
@@ -214,10 +204,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         }
     }
     if !source.value.is_object() {
-        return Err(source.error(
-            "",
-            "a suite must be a mapping with `suite`, `environment` and `tasks`",
-        ));
+        return Err(source.error("", "a suite must be a mapping with `suite`, `environment` and `tasks`"));
     }
     let file: SuiteFile = source.decode("", &source.value)?;
     let mut hasher = Sha256::new();
@@ -232,10 +219,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     if let Some(t) = file.pass_threshold
         && !(0.0..=1.0).contains(&t)
     {
-        return Err(source.error(
-            "pass_threshold",
-            format!("must be between 0 and 1, got {t}"),
-        ));
+        return Err(source.error("pass_threshold", format!("must be between 0 and 1, got {t}")));
     }
     if file.limits.max_steps == 0 {
         return Err(source.error("limits.max_steps", "must be at least 1"));
@@ -243,16 +227,11 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     if !(file.limits.time_s > 0.0 && file.limits.time_s.is_finite()) {
         return Err(source.error("limits.time_s", "must be a positive number of seconds"));
     }
-    let environment =
-        Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
+    let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
     check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
 
-    let mut raw_tasks: Vec<(String, TaskFile)> = file
-        .tasks
-        .into_iter()
-        .enumerate()
-        .map(|(i, t)| (yaml::item("tasks", i), t))
-        .collect();
+    let mut raw_tasks: Vec<(String, TaskFile)> =
+        file.tasks.into_iter().enumerate().map(|(i, t)| (yaml::item("tasks", i), t)).collect();
     let mut dataset_rows = Vec::new();
     if let Some(spec) = &file.dataset {
         let (rows, data_bytes) = dataset::load(&source, spec)?;
@@ -260,10 +239,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         dataset_rows = rows;
     }
     if raw_tasks.is_empty() && dataset_rows.is_empty() {
-        return Err(source.error(
-            "tasks",
-            "the suite has no tasks: add `tasks:` or a `dataset:`",
-        ));
+        return Err(source.error("tasks", "the suite has no tasks: add `tasks:` or a `dataset:`"));
     }
 
     let system = file.agent.system.as_deref().unwrap_or("");
@@ -271,12 +247,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     let mut tasks = Vec::with_capacity(raw_tasks.len() + dataset_rows.len());
     let suite_mock: Arc<[MockTurn]> = file.mock.clone().into();
     for (at, raw) in raw_tasks.drain(..) {
-        check_tool_refs(
-            &source,
-            &yaml::child(&at, "scorers"),
-            &raw.scorers,
-            &environment,
-        )?;
+        check_tool_refs(&source, &yaml::child(&at, "scorers"), &raw.scorers, &environment)?;
         for name in raw.files.keys() {
             if !is_relative_inside(name) {
                 return Err(source.error(
@@ -285,33 +256,15 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
                 ));
             }
         }
-        let task = build_task(raw, &suite_mock)
-            .map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
-        finish_task(
-            &source,
-            &at,
-            task,
-            system,
-            &file.scorers,
-            &mut seen,
-            &mut tasks,
-        )?;
+        let task = build_task(raw, &suite_mock).map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
+        finish_task(&source, &at, task, system, &file.scorers, &mut seen, &mut tasks)?;
     }
     for row in dataset_rows {
         let at = row.origin.clone();
-        let task = build_task(row.task, &suite_mock).map_err(|(field, e)| {
-            ConfigError::at(&row.file, row.position, format!("{field}: {e}"))
-        })?;
-        finish_task(
-            &source,
-            &at,
-            task,
-            system,
-            &file.scorers,
-            &mut seen,
-            &mut tasks,
-        )
-        .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
+        let task = build_task(row.task, &suite_mock)
+            .map_err(|(field, e)| ConfigError::at(&row.file, row.position, format!("{field}: {e}")))?;
+        finish_task(&source, &at, task, system, &file.scorers, &mut seen, &mut tasks)
+            .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
     }
 
     Ok(Suite {
@@ -342,23 +295,15 @@ fn finish_task(
     tasks: &mut Vec<Task>,
 ) -> Result<(), ConfigError> {
     if !seen.insert(task.id.clone()) {
-        return Err(source.error(
-            &yaml::child(at, "id"),
-            format!("duplicate task id `{}`", task.id),
-        ));
+        return Err(source.error(&yaml::child(at, "id"), format!("duplicate task id `{}`", task.id)));
     }
     if suite_scorers.is_empty() && task.scorers.is_empty() {
-        return Err(source.error(
-            at,
-            format!(
-                "task `{}` has no scorers: add `scorers:` to the suite or to the task",
-                task.id
-            ),
-        ));
+        return Err(
+            source.error(at, format!("task `{}` has no scorers: add `scorers:` to the suite or to the task", task.id))
+        );
     }
     let ctx = task.template_context();
-    template::render(system, &ctx)
-        .map_err(|e| source.error("agent.system", format!("in task `{}`: {e}", task.id)))?;
+    template::render(system, &ctx).map_err(|e| source.error("agent.system", format!("in task `{}`: {e}", task.id)))?;
     for (i, scorer) in suite_scorers.iter().chain(&task.scorers).enumerate() {
         if let ScorerSpec::Includes(t) | ScorerSpec::Equals(t) | ScorerSpec::Regex(t) = scorer {
             let rendered = template::render(&t.0, &ctx);
@@ -367,11 +312,9 @@ fn finish_task(
             } else {
                 yaml::item(&yaml::child(at, "scorers"), i - suite_scorers.len())
             };
-            let rendered = rendered
-                .map_err(|e| source.error(&where_, format!("in task `{}`: {e}", task.id)))?;
+            let rendered = rendered.map_err(|e| source.error(&where_, format!("in task `{}`: {e}", task.id)))?;
             if let ScorerSpec::Regex(_) = scorer {
-                regex::Regex::new(&rendered)
-                    .map_err(|e| source.error(&where_, format!("invalid regex: {e}")))?;
+                regex::Regex::new(&rendered).map_err(|e| source.error(&where_, format!("invalid regex: {e}")))?;
             }
         }
     }
@@ -380,10 +323,7 @@ fn finish_task(
 }
 
 /// Turns a task as written into a [`Task`]; an error names the field it is about.
-pub(crate) fn build_task(
-    raw: TaskFile,
-    suite_mock: &Arc<[MockTurn]>,
-) -> Result<Task, (&'static str, String)> {
+pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<Task, (&'static str, String)> {
     if raw.id.0.trim().is_empty() {
         return Err(("id", "a task needs a non-empty id".into()));
     }
@@ -409,10 +349,7 @@ pub(crate) fn build_task(
     };
     if script.iter().any(turn_has_template) {
         let ctx = task.template_context();
-        let rendered = script
-            .iter()
-            .map(|t| render_turn(t, &ctx))
-            .collect::<Result<Vec<_>, _>>();
+        let rendered = script.iter().map(|t| render_turn(t, &ctx)).collect::<Result<Vec<_>, _>>();
         task.mock = rendered.map_err(|e| ("mock", e))?.into();
     } else if let Some(turns) = raw.mock {
         task.mock = turns.into();
@@ -429,19 +366,13 @@ fn turn_has_template(turn: &MockTurn) -> bool {
             _ => false,
         }
     }
-    turn.text
-        .as_ref()
-        .is_some_and(|t| template::is_template(&t.0))
+    turn.text.as_ref().is_some_and(|t| template::is_template(&t.0))
         || turn.tool_calls.iter().any(|c| value_has(&c.arguments))
 }
 
 fn render_turn(turn: &MockTurn, ctx: &Map<String, Value>) -> Result<MockTurn, String> {
     Ok(MockTurn {
-        text: turn
-            .text
-            .as_ref()
-            .map(|t| template::render(&t.0, ctx).map(Text))
-            .transpose()?,
+        text: turn.text.as_ref().map(|t| template::render(&t.0, ctx).map(Text)).transpose()?,
         tool_calls: turn
             .tool_calls
             .iter()
@@ -456,12 +387,7 @@ fn render_turn(turn: &MockTurn, ctx: &Map<String, Value>) -> Result<MockTurn, St
     })
 }
 
-fn check_tool_refs(
-    source: &Source,
-    at: &str,
-    scorers: &[ScorerSpec],
-    env: &Definition,
-) -> Result<(), ConfigError> {
+fn check_tool_refs(source: &Source, at: &str, scorers: &[ScorerSpec], env: &Definition) -> Result<(), ConfigError> {
     for (i, scorer) in scorers.iter().enumerate() {
         if let ScorerSpec::ToolCalled(name) = scorer
             && env.tool(name).is_none()
@@ -469,11 +395,7 @@ fn check_tool_refs(
             let known: Vec<&str> = env.specs.iter().map(|t| t.name.as_str()).collect();
             return Err(source.error(
                 &yaml::child(&yaml::item(at, i), "tool_called"),
-                format!(
-                    "unknown tool `{name}`: environment `{}` has {}",
-                    env.name,
-                    known.join(", ")
-                ),
+                format!("unknown tool `{name}`: environment `{}` has {}", env.name, known.join(", ")),
             ));
         }
     }
@@ -483,10 +405,7 @@ fn check_tool_refs(
 /// A relative path that cannot climb out of the directory it is joined to.
 pub fn is_relative_inside(name: &str) -> bool {
     let path = Path::new(name);
-    !name.is_empty()
-        && path
-            .components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+    !name.is_empty() && path.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
 /// Loads several suite files; suite names must be unique across them.
@@ -499,11 +418,7 @@ pub fn load_all(paths: &[std::path::PathBuf]) -> Result<Vec<Arc<Suite>>, Vec<Con
                 if let Some(other) = suites.iter().find(|s| s.name == suite.name) {
                     errors.push(ConfigError::whole(
                         path,
-                        format!(
-                            "suite name `{}` is already used by {}",
-                            suite.name,
-                            other.path.display()
-                        ),
+                        format!("suite name `{}` is already used by {}", suite.name, other.path.display()),
                     ));
                 } else {
                     suites.push(Arc::new(suite));
@@ -512,9 +427,5 @@ pub fn load_all(paths: &[std::path::PathBuf]) -> Result<Vec<Arc<Suite>>, Vec<Con
             Err(e) => errors.push(e),
         }
     }
-    if errors.is_empty() {
-        Ok(suites)
-    } else {
-        Err(errors)
-    }
+    if errors.is_empty() { Ok(suites) } else { Err(errors) }
 }

@@ -25,37 +25,25 @@ pub fn render(text: &str, context: &Map<String, Value>) -> Result<String, String
     if !is_template(text) {
         return Ok(text.to_owned());
     }
-    engine()
-        .render_str(
-            text,
-            minijinja::Value::from(minijinja::value::Serde(context)),
-        )
-        .map_err(|e| {
-            let mut message = e.to_string();
-            let mut source = std::error::Error::source(&e);
-            while let Some(cause) = source {
-                message.push_str(": ");
-                message.push_str(&cause.to_string());
-                source = cause.source();
-            }
-            message
-        })
+    engine().render_str(text, minijinja::Value::from(minijinja::value::Serde(context))).map_err(|e| {
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(cause) = source {
+            message.push_str(": ");
+            message.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        message
+    })
 }
 
 /// Renders every string inside a JSON value.
 pub fn render_value(value: &Value, context: &Map<String, Value>) -> Result<Value, String> {
     Ok(match value {
         Value::String(s) => Value::String(render(s, context)?),
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .map(|v| render_value(v, context))
-                .collect::<Result<_, _>>()?,
-        ),
+        Value::Array(items) => Value::Array(items.iter().map(|v| render_value(v, context)).collect::<Result<_, _>>()?),
         Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| Ok((k.clone(), render_value(v, context)?)))
-                .collect::<Result<_, String>>()?,
+            map.iter().map(|(k, v)| Ok((k.clone(), render_value(v, context)?))).collect::<Result<_, String>>()?,
         ),
         other => other.clone(),
     })
@@ -73,10 +61,7 @@ mod tests {
     #[test]
     fn renders_fields_and_leaves_plain_text() {
         let c = ctx(json!({"target": "3", "metadata": {"lang": "en"}}));
-        assert_eq!(
-            render("answer {{ target }} in {{ metadata.lang }}", &c).unwrap(),
-            "answer 3 in en"
-        );
+        assert_eq!(render("answer {{ target }} in {{ metadata.lang }}", &c).unwrap(), "answer 3 in en");
         assert_eq!(render("awk '{print $1}'", &c).unwrap(), "awk '{print $1}'");
     }
 

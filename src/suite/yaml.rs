@@ -17,10 +17,7 @@ pub struct Position {
 
 impl Position {
     fn of(mark: Marker) -> Self {
-        Position {
-            line: mark.line(),
-            column: mark.col() + 1,
-        }
+        Position { line: mark.line(), column: mark.col() + 1 }
     }
 }
 
@@ -41,11 +38,7 @@ impl Locations {
             match path.rfind(['.', '[']) {
                 Some(cut) => path = &path[..cut],
                 None => {
-                    return self
-                        .by_path
-                        .get("")
-                        .copied()
-                        .unwrap_or(Position { line: 1, column: 1 });
+                    return self.by_path.get("").copied().unwrap_or(Position { line: 1, column: 1 });
                 }
             }
         }
@@ -54,11 +47,7 @@ impl Locations {
 
 /// Joins a path and a key the way [`Locations`] spells paths.
 pub fn child(path: &str, key: &str) -> String {
-    if path.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{path}.{key}")
-    }
+    if path.is_empty() { key.to_owned() } else { format!("{path}.{key}") }
 }
 
 pub fn item(path: &str, index: usize) -> String {
@@ -75,10 +64,9 @@ pub struct YamlError {
 pub fn parse(text: &str) -> Result<(Value, Locations), YamlError> {
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
-    parser.load(&mut builder, false).map_err(|e| YamlError {
-        position: Position::of(*e.marker()),
-        message: e.info().to_owned(),
-    })?;
+    parser
+        .load(&mut builder, false)
+        .map_err(|e| YamlError { position: Position::of(*e.marker()), message: e.info().to_owned() })?;
     if let Some(error) = builder.error {
         return Err(error);
     }
@@ -87,17 +75,8 @@ pub fn parse(text: &str) -> Result<(Value, Locations), YamlError> {
 }
 
 enum Frame {
-    Seq {
-        items: Vec<Value>,
-        anchor: usize,
-        path: String,
-    },
-    Map {
-        entries: Map<String, Value>,
-        key: Option<String>,
-        anchor: usize,
-        path: String,
-    },
+    Seq { items: Vec<Value>, anchor: usize, path: String },
+    Map { entries: Map<String, Value>, key: Option<String>, anchor: usize, path: String },
 }
 
 #[derive(Default)]
@@ -115,23 +94,14 @@ impl Builder {
         match self.stack.last() {
             None => (String::new(), false),
             Some(Frame::Seq { items, path, .. }) => (item(path, items.len()), false),
-            Some(Frame::Map {
-                key: None, path, ..
-            }) => (path.clone(), true),
-            Some(Frame::Map {
-                key: Some(key),
-                path,
-                ..
-            }) => (child(path, key), false),
+            Some(Frame::Map { key: None, path, .. }) => (path.clone(), true),
+            Some(Frame::Map { key: Some(key), path, .. }) => (child(path, key), false),
         }
     }
 
     fn fail(&mut self, mark: Marker, message: String) {
         if self.error.is_none() {
-            self.error = Some(YamlError {
-                position: Position::of(mark),
-                message,
-            });
+            self.error = Some(YamlError { position: Position::of(mark), message });
         }
     }
 
@@ -142,9 +112,7 @@ impl Builder {
         match self.stack.last_mut() {
             None => self.root = Some(value),
             Some(Frame::Seq { items, .. }) => items.push(value),
-            Some(Frame::Map {
-                entries, key, path, ..
-            }) => match key.take() {
+            Some(Frame::Map { entries, key, path, .. }) => match key.take() {
                 Some(k) => {
                     entries.insert(k, value);
                 }
@@ -166,14 +134,10 @@ impl Builder {
                     // A block mapping's start event is marked after its first key; the
                     // first key is where a reader sees the mapping begin.
                     if entries.is_empty() {
-                        self.locations
-                            .by_path
-                            .insert(path.clone(), Position::of(mark));
+                        self.locations.by_path.insert(path.clone(), Position::of(mark));
                     }
                     let entry_path = child(path, &name);
-                    self.locations
-                        .by_path
-                        .insert(entry_path, Position::of(mark));
+                    self.locations.by_path.insert(entry_path, Position::of(mark));
                     *key = Some(name);
                 }
             },
@@ -187,52 +151,28 @@ impl MarkedEventReceiver for Builder {
             Event::Scalar(text, style, anchor, _tag) => {
                 let (path, is_key) = self.next_path();
                 if !is_key {
-                    self.locations
-                        .by_path
-                        .entry(path)
-                        .or_insert(Position::of(mark));
+                    self.locations.by_path.entry(path).or_insert(Position::of(mark));
                 }
-                let value = if style == TScalarStyle::Plain {
-                    plain_scalar(text)
-                } else {
-                    Value::String(text)
-                };
+                let value = if style == TScalarStyle::Plain { plain_scalar(text) } else { Value::String(text) };
                 self.push_value(value, anchor, mark);
             }
             Event::SequenceStart(anchor, _) => {
                 let (path, _) = self.next_path();
-                self.locations
-                    .by_path
-                    .entry(path.clone())
-                    .or_insert(Position::of(mark));
-                self.stack.push(Frame::Seq {
-                    items: Vec::new(),
-                    anchor,
-                    path,
-                });
+                self.locations.by_path.entry(path.clone()).or_insert(Position::of(mark));
+                self.stack.push(Frame::Seq { items: Vec::new(), anchor, path });
             }
             Event::MappingStart(anchor, _) => {
                 let (path, is_key) = self.next_path();
                 if is_key {
                     self.fail(mark, "a mapping key must be a plain scalar".into());
                 }
-                self.locations
-                    .by_path
-                    .entry(path.clone())
-                    .or_insert(Position::of(mark));
-                self.stack.push(Frame::Map {
-                    entries: Map::new(),
-                    key: None,
-                    anchor,
-                    path,
-                });
+                self.locations.by_path.entry(path.clone()).or_insert(Position::of(mark));
+                self.stack.push(Frame::Map { entries: Map::new(), key: None, anchor, path });
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 let (value, anchor) = match self.stack.pop() {
                     Some(Frame::Seq { items, anchor, .. }) => (Value::Array(items), anchor),
-                    Some(Frame::Map {
-                        entries, anchor, ..
-                    }) => (Value::Object(entries), anchor),
+                    Some(Frame::Map { entries, anchor, .. }) => (Value::Object(entries), anchor),
                     None => return,
                 };
                 self.push_value(value, anchor, mark);
@@ -241,20 +181,13 @@ impl MarkedEventReceiver for Builder {
                 Some(value) => {
                     let (path, is_key) = self.next_path();
                     if !is_key {
-                        self.locations
-                            .by_path
-                            .entry(path)
-                            .or_insert(Position::of(mark));
+                        self.locations.by_path.entry(path).or_insert(Position::of(mark));
                     }
                     self.push_value(value, 0, mark);
                 }
                 None => self.fail(mark, "an alias refers to an unknown anchor".into()),
             },
-            Event::Nothing
-            | Event::StreamStart
-            | Event::StreamEnd
-            | Event::DocumentStart
-            | Event::DocumentEnd => {}
+            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentStart | Event::DocumentEnd => {}
         }
     }
 }
@@ -281,10 +214,7 @@ mod tests {
     #[test]
     fn converts_scalars_and_collections() {
         let (v, _) = parse("a: 1\nb: '1'\nc: [true, null, 2.5]\nd: {e: x}\n").unwrap();
-        assert_eq!(
-            v,
-            json!({"a": 1, "b": "1", "c": [true, null, 2.5], "d": {"e": "x"}})
-        );
+        assert_eq!(v, json!({"a": 1, "b": "1", "c": [true, null, 2.5], "d": {"e": "x"}}));
     }
 
     #[test]
@@ -294,10 +224,7 @@ mod tests {
         assert_eq!(locs.find("tasks[0].input"), Position { line: 4, column: 5 });
         assert_eq!(locs.find("tasks[1]"), Position { line: 5, column: 5 });
         // Unknown paths fall back to the nearest ancestor.
-        assert_eq!(
-            locs.find("tasks[1].missing"),
-            Position { line: 5, column: 5 }
-        );
+        assert_eq!(locs.find("tasks[1].missing"), Position { line: 5, column: 5 });
     }
 
     #[test]

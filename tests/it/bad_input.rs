@@ -14,10 +14,7 @@ fn error_for(suite: &str, extra: &[(&str, &str)]) -> String {
     // `eval` refuses the same suite before running anything.
     let eval = sb.run(&["eval", "tasks/bad.yaml", "--model", "mock", "--out", "r"]);
     assert_eq!(eval.code, 2, "{eval:?}");
-    assert!(
-        !sb.path().join("r").exists(),
-        "eval created a run for a bad suite"
-    );
+    assert!(!sb.path().join("r").exists(), "eval created a run for a bad suite");
     run.stderr
 }
 
@@ -25,21 +22,11 @@ const GOOD_HEAD: &str = "suite: s\nenvironment: kv\nscorers:\n  - includes: x\nt
 
 #[test]
 fn malformed_yaml_names_the_line() {
-    let err = error_for(
-        &format!("{GOOD_HEAD}  - id: a\n    input: [unclosed\n"),
-        &[],
-    );
+    let err = error_for(&format!("{GOOD_HEAD}  - id: a\n    input: [unclosed\n"), &[]);
     assert!(err.contains("tasks/bad.yaml:"), "{err}");
     assert!(err.contains("invalid YAML"), "{err}");
-    let line: usize = err
-        .split(':')
-        .nth(2)
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or(0);
-    assert!(
-        line >= 7,
-        "the error should point at or after line 7: {err}"
-    );
+    let line: usize = err.split(':').nth(2).and_then(|l| l.trim().parse().ok()).unwrap_or(0);
+    assert!(line >= 7, "the error should point at or after line 7: {err}");
 }
 
 #[test]
@@ -47,18 +34,12 @@ fn an_unknown_key_names_file_line_column_and_the_expected_keys() {
     let err = error_for(&format!("{GOOD_HEAD}  - id: a\n    inptu: hello\n"), &[]);
     assert!(err.contains("tasks/bad.yaml:7:5:"), "{err}");
     assert!(err.contains("unknown field `inptu`"), "{err}");
-    assert!(
-        err.contains("`input`"),
-        "the expected keys should be listed: {err}"
-    );
+    assert!(err.contains("`input`"), "the expected keys should be listed: {err}");
 }
 
 #[test]
 fn a_wrong_type_names_the_field() {
-    let err = error_for(
-        &format!("{GOOD_HEAD}  - id: a\n    input: hi\nlimits:\n  max_steps: many\n"),
-        &[],
-    );
+    let err = error_for(&format!("{GOOD_HEAD}  - id: a\n    input: hi\nlimits:\n  max_steps: many\n"), &[]);
     assert!(err.contains("tasks/bad.yaml:9:3:"), "{err}");
     assert!(err.contains("limits.max_steps"), "{err}");
     assert!(err.contains("invalid type"), "{err}");
@@ -67,9 +48,7 @@ fn a_wrong_type_names_the_field() {
 #[test]
 fn an_unknown_tool_in_a_scorer_names_the_tools_there_are() {
     let err = error_for(
-        &format!(
-            "{GOOD_HEAD}  - id: a\n    input: hi\n    scorers:\n      - tool_called: run_command\n"
-        ),
+        &format!("{GOOD_HEAD}  - id: a\n    input: hi\n    scorers:\n      - tool_called: run_command\n"),
         &[],
     );
     assert!(err.contains("tasks/bad.yaml:9:9:"), "{err}");
@@ -79,20 +58,15 @@ fn an_unknown_tool_in_a_scorer_names_the_tools_there_are() {
 
 #[test]
 fn an_unknown_environment_says_where_it_looked() {
-    let err = error_for(
-        "suite: s\nenvironment: nowhere\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n",
-        &[],
-    );
+    let err =
+        error_for("suite: s\nenvironment: nowhere\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n", &[]);
     assert!(err.contains("tasks/bad.yaml:2:1:"), "{err}");
     assert!(err.contains("unknown environment `nowhere`"), "{err}");
 }
 
 #[test]
 fn an_unknown_scorer_lists_the_scorers() {
-    let err = error_for(
-        "suite: s\nenvironment: kv\nscorers:\n  - contains: x\ntasks:\n  - {id: a, input: hi}\n",
-        &[],
-    );
+    let err = error_for("suite: s\nenvironment: kv\nscorers:\n  - contains: x\ntasks:\n  - {id: a, input: hi}\n", &[]);
     assert!(err.contains("tasks/bad.yaml:4:"), "{err}");
     assert!(err.contains("unknown variant `contains`"), "{err}");
     assert!(err.contains("includes"), "{err}");
@@ -110,20 +84,14 @@ fn a_template_with_an_undefined_variable_is_caught_at_load() {
 
 #[test]
 fn duplicate_task_ids_are_refused() {
-    let err = error_for(
-        &format!("{GOOD_HEAD}  - {{id: a, input: hi}}\n  - {{id: a, input: ho}}\n"),
-        &[],
-    );
+    let err = error_for(&format!("{GOOD_HEAD}  - {{id: a, input: hi}}\n  - {{id: a, input: ho}}\n"), &[]);
     assert!(err.contains("duplicate task id `a`"), "{err}");
     assert!(err.contains("tasks/bad.yaml:7:"), "{err}");
 }
 
 #[test]
 fn a_task_without_scorers_is_refused() {
-    let err = error_for(
-        "suite: s\nenvironment: kv\ntasks:\n  - {id: a, input: hi}\n",
-        &[],
-    );
+    let err = error_for("suite: s\nenvironment: kv\ntasks:\n  - {id: a, input: hi}\n", &[]);
     assert!(err.contains("no scorers"), "{err}");
 }
 
@@ -131,10 +99,7 @@ fn a_task_without_scorers_is_refused() {
 fn an_environment_file_with_an_unknown_tool_names_its_own_line() {
     let err = error_for(
         "suite: s\nenvironment: box\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n",
-        &[(
-            "environments/box.yaml",
-            "kind: shell\ntools: [run_command, rm_rf]\n",
-        )],
+        &[("environments/box.yaml", "kind: shell\ntools: [run_command, rm_rf]\n")],
     );
     assert!(err.contains("environments/box.yaml:2:"), "{err}");
     assert!(err.contains("unknown tool `rm_rf`"), "{err}");
@@ -154,10 +119,7 @@ fn a_dataset_missing_its_input_column_names_the_mapping() {
 fn a_bad_dataset_row_names_the_data_file_and_line() {
     let err = error_for(
         "suite: s\nenvironment: kv\nscorers: [{includes: x}]\ndataset: q.jsonl\n",
-        &[(
-            "tasks/q.jsonl",
-            "{\"input\": \"ok\"}\n{\"input\": \"broken\"\n",
-        )],
+        &[("tasks/q.jsonl", "{\"input\": \"ok\"}\n{\"input\": \"broken\"\n")],
     );
     assert!(err.contains("tasks/q.jsonl:2:"), "{err}");
     assert!(err.contains("invalid JSON"), "{err}");
@@ -165,10 +127,7 @@ fn a_bad_dataset_row_names_the_data_file_and_line() {
 
 #[test]
 fn a_task_file_outside_the_working_directory_is_refused() {
-    let err = error_for(
-        &format!("{GOOD_HEAD}  - id: a\n    input: hi\n    files: {{../escape.txt: x}}\n"),
-        &[],
-    );
+    let err = error_for(&format!("{GOOD_HEAD}  - id: a\n    input: hi\n    files: {{../escape.txt: x}}\n"), &[]);
     assert!(err.contains("relative paths inside"), "{err}");
 }
 
@@ -183,14 +142,8 @@ fn a_missing_suite_file_is_a_usage_error() {
 fn every_bad_file_is_reported_not_only_the_first() {
     let sb = Sandbox::new();
     sb.write("a.yaml", "suite: a\nenvironment: kv\n  bad: indent\n");
-    sb.write(
-        "b.yaml",
-        "suite: b\nenvironment: nowhere\nscorers: [{includes: x}]\ntasks: [{id: a, input: hi}]\n",
-    );
+    sb.write("b.yaml", "suite: b\nenvironment: nowhere\nscorers: [{includes: x}]\ntasks: [{id: a, input: hi}]\n");
     let run = sb.run(&["validate", "a.yaml", "b.yaml"]);
     assert_eq!(run.code, 2);
-    assert!(
-        run.stderr.contains("a.yaml:") && run.stderr.contains("b.yaml:"),
-        "{run:?}"
-    );
+    assert!(run.stderr.contains("a.yaml:") && run.stderr.contains("b.yaml:"), "{run:?}");
 }

@@ -22,21 +22,12 @@ fn example_suites() -> Vec<String> {
 fn the_example_suites_pass_offline_with_the_mock_model() {
     let sb = Sandbox::new();
     let suites = example_suites();
-    assert!(
-        suites.len() >= 3,
-        "expected the example suites, found {suites:?}"
-    );
+    assert!(suites.len() >= 3, "expected the example suites, found {suites:?}");
     let mut args: Vec<&str> = vec!["eval"];
     args.extend(suites.iter().map(String::as_str));
     args.extend(["--model", "mock", "--run-id", "test"]);
-    let run = sb
-        .command()
-        .current_dir(repo())
-        .args(&args)
-        .arg("--out")
-        .arg(sb.path().join("results"))
-        .output()
-        .unwrap();
+    let run =
+        sb.command().current_dir(repo()).args(&args).arg("--out").arg(sb.path().join("results")).output().unwrap();
     let run = crate::Run::from(run);
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.stdout.contains("results:"), "{run:?}");
@@ -53,56 +44,22 @@ fn the_example_suites_pass_offline_with_the_mock_model() {
     let dispatched = of_type(&events, "action_dispatched");
     let mut per_turn = std::collections::HashMap::new();
     for d in &dispatched {
-        *per_turn
-            .entry((
-                d["episode_id"].as_str().unwrap(),
-                d["step"].as_u64().unwrap(),
-            ))
-            .or_insert(0) += 1;
+        *per_turn.entry((d["episode_id"].as_str().unwrap(), d["step"].as_u64().unwrap())).or_insert(0) += 1;
     }
-    assert!(
-        per_turn.values().any(|n| *n >= 3),
-        "no turn with parallel tool calls"
-    );
-    let errors: Vec<_> = crate::tool_observations(&events)
-        .into_iter()
-        .filter(|o| !o["error"].is_null())
-        .collect();
-    assert!(
-        errors
-            .iter()
-            .any(|o| o["error"]["type"] == "ValidationError")
-    );
-    assert!(
-        errors
-            .iter()
-            .any(|o| o["error"]["type"] == "ExecutionError")
-    );
-    let suites_run: std::collections::HashSet<&str> = started
-        .iter()
-        .map(|e| e["suite"].as_str().unwrap())
-        .collect();
-    assert!(
-        suites_run.contains("arithmetic"),
-        "the dataset suite did not run"
-    );
+    assert!(per_turn.values().any(|n| *n >= 3), "no turn with parallel tool calls");
+    let errors: Vec<_> = crate::tool_observations(&events).into_iter().filter(|o| !o["error"].is_null()).collect();
+    assert!(errors.iter().any(|o| o["error"]["type"] == "ValidationError"));
+    assert!(errors.iter().any(|o| o["error"]["type"] == "ExecutionError"));
+    let suites_run: std::collections::HashSet<&str> = started.iter().map(|e| e["suite"].as_str().unwrap()).collect();
+    assert!(suites_run.contains("arithmetic"), "the dataset suite did not run");
 }
 
 #[test]
 fn the_example_suites_validate() {
-    let run = crate::Run::from(
-        Sandbox::new()
-            .command()
-            .current_dir(repo())
-            .args(["validate", "tasks"])
-            .output()
-            .unwrap(),
-    );
+    let run =
+        crate::Run::from(Sandbox::new().command().current_dir(repo()).args(["validate", "tasks"]).output().unwrap());
     assert_eq!(run.code, 0, "{run:?}");
-    assert_eq!(
-        run.stdout.lines().filter(|l| l.starts_with("ok ")).count(),
-        example_suites().len()
-    );
+    assert_eq!(run.stdout.lines().filter(|l| l.starts_with("ok ")).count(), example_suites().len());
 }
 
 const ONE_TASK: &str = r#"
@@ -133,10 +90,7 @@ fn every_event_has_the_envelope_fields_and_seq_counts_up() {
         assert_eq!(e["v"], 1);
         assert_eq!(e["run_id"], "test");
         assert_eq!(e["seq"], i as u64 + 1);
-        assert!(
-            chrono::DateTime::parse_from_rfc3339(e["ts"].as_str().unwrap()).is_ok(),
-            "{e}"
-        );
+        assert!(chrono::DateTime::parse_from_rfc3339(e["ts"].as_str().unwrap()).is_ok(), "{e}");
         let run_level = e["type"] == "run_started" || e["type"] == "run_finished";
         assert_eq!(e["episode_id"].is_null(), run_level, "{e}");
     }
@@ -153,47 +107,18 @@ fn a_failed_task_counts_as_failed_and_the_threshold_gates_the_exit_code() {
     assert!(run.stderr.contains("pass_threshold"), "{run:?}");
     let row = run.stdout.lines().find(|l| l.starts_with("one ")).unwrap();
     let cells: Vec<&str> = row.split_whitespace().collect();
-    assert_eq!(
-        cells[..7],
-        ["one", "mock", "2", "1", "1", "0", "50.0%"],
-        "{row}"
-    );
-    let scores = of_type(&sb.events(), "score")
-        .into_iter()
-        .cloned()
-        .collect::<Vec<_>>();
-    assert!(
-        scores
-            .iter()
-            .any(|s| s["passed"] == false && s["explanation"].as_str().unwrap().contains("\"6\""))
-    );
+    assert_eq!(cells[..7], ["one", "mock", "2", "1", "1", "0", "50.0%"], "{row}");
+    let scores = of_type(&sb.events(), "score").into_iter().cloned().collect::<Vec<_>>();
+    assert!(scores.iter().any(|s| s["passed"] == false && s["explanation"].as_str().unwrap().contains("\"6\"")));
 }
 
 #[test]
 fn fail_under_gates_the_whole_run() {
     let sb = Sandbox::new();
     sb.write("s.yaml", ONE_TASK);
-    let run = sb.run(&[
-        "eval",
-        "s.yaml",
-        "--model",
-        "mock",
-        "--out",
-        "r",
-        "--fail-under",
-        "0.75",
-    ]);
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--out", "r", "--fail-under", "0.75"]);
     assert_eq!(run.code, 1, "{run:?}");
-    let run = sb.run(&[
-        "eval",
-        "s.yaml",
-        "--model",
-        "mock",
-        "--out",
-        "r",
-        "--fail-under",
-        "0.5",
-    ]);
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--out", "r", "--fail-under", "0.5"]);
     assert_eq!(run.code, 0, "{run:?}");
 }
 
@@ -211,21 +136,9 @@ fn a_script_that_runs_out_makes_the_episode_unscored_not_failed() {
     assert_eq!(finished["outcome"]["status"], "unscored");
     assert_eq!(finished["outcome"]["cause"], "mock_exhausted");
     assert_eq!(finished["termination"], "agent_error");
-    assert!(
-        of_type(&sb.events(), "score").is_empty(),
-        "an unscored episode has no scores"
-    );
+    assert!(of_type(&sb.events(), "score").is_empty(), "an unscored episode has no scores");
     // Allowed by --max-unscored, the same run passes its gate.
-    let run = sb.run(&[
-        "eval",
-        "s.yaml",
-        "--model",
-        "mock",
-        "--out",
-        "r",
-        "--max-unscored",
-        "1",
-    ]);
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--out", "r", "--max-unscored", "1"]);
     assert_eq!(run.code, 0, "{run:?}");
 }
 
@@ -234,36 +147,25 @@ fn episode_ids_are_stable_across_runs_and_differ_by_epoch() {
     let sb = Sandbox::new();
     sb.write("s.yaml", ONE_TASK);
     let ids = |run_id: &str| -> Vec<String> {
-        let run = sb.run(&[
-            "eval", "s.yaml", "--model", "mock", "--epochs", "2", "--run-id", run_id, "--out",
-            "results",
-        ]);
+        let run =
+            sb.run(&["eval", "s.yaml", "--model", "mock", "--epochs", "2", "--run-id", run_id, "--out", "results"]);
         assert_eq!(run.code, 0, "{run:?}");
         let events = crate::read_jsonl(&sb.path().join(format!("results/{run_id}/events.jsonl")));
-        let mut ids: Vec<String> = of_type(&events, "episode_started")
-            .iter()
-            .map(|e| e["episode_id"].as_str().unwrap().to_owned())
-            .collect();
+        let mut ids: Vec<String> =
+            of_type(&events, "episode_started").iter().map(|e| e["episode_id"].as_str().unwrap().to_owned()).collect();
         ids.sort();
         ids
     };
     let first = ids("r1");
     assert_eq!(first.len(), 4);
-    assert_eq!(
-        first.iter().collect::<std::collections::HashSet<_>>().len(),
-        4,
-        "ids repeat: {first:?}"
-    );
+    assert_eq!(first.iter().collect::<std::collections::HashSet<_>>().len(), 4, "ids repeat: {first:?}");
     assert_eq!(first, ids("r2"));
 }
 
 #[test]
 fn a_dataset_suite_makes_one_task_per_row() {
     let sb = Sandbox::new();
-    sb.write(
-        "data/q.jsonl",
-        "{\"q\": \"2+2\", \"a\": 4}\n{\"q\": \"3*3\", \"a\": 9, \"note\": \"x\"}\n",
-    );
+    sb.write("data/q.jsonl", "{\"q\": \"2+2\", \"a\": 4}\n{\"q\": \"3*3\", \"a\": 9, \"note\": \"x\"}\n");
     sb.write(
         "s.yaml",
         "suite: d\nenvironment: kv\ndataset: {path: data/q.jsonl, columns: {input: q, target: a}}\nscorers: [{equals: \"{{ target }}\"}]\nmock:\n  - tool_calls: [{name: calc, arguments: {expression: \"{{ input }}\"}}]\n  - text: \"{{ target }}\"\n",
@@ -271,32 +173,19 @@ fn a_dataset_suite_makes_one_task_per_row() {
     let run = sb.eval(&["s.yaml"]);
     assert_eq!(run.code, 0, "{run:?}");
     let events = sb.events();
-    let tasks: Vec<&str> = of_type(&events, "episode_started")
-        .iter()
-        .map(|e| e["task_id"].as_str().unwrap())
-        .collect();
+    let tasks: Vec<&str> = of_type(&events, "episode_started").iter().map(|e| e["task_id"].as_str().unwrap()).collect();
     assert_eq!(tasks.len(), 2);
-    assert!(
-        tasks.contains(&"row-1") && tasks.contains(&"row-2"),
-        "{tasks:?}"
-    );
-    let results: Vec<f64> = crate::tool_observations(&events)
-        .iter()
-        .filter_map(|o| o["tool_result"]["value"].as_f64())
-        .collect();
-    assert!(
-        results.contains(&4.0) && results.contains(&9.0),
-        "{results:?}"
-    );
+    assert!(tasks.contains(&"row-1") && tasks.contains(&"row-2"), "{tasks:?}");
+    let results: Vec<f64> =
+        crate::tool_observations(&events).iter().filter_map(|o| o["tool_result"]["value"].as_f64()).collect();
+    assert!(results.contains(&4.0) && results.contains(&9.0), "{results:?}");
 }
 
 #[test]
 fn two_models_run_the_same_episodes_and_duplicates_are_refused() {
     let sb = Sandbox::new();
     sb.write("s.yaml", ONE_TASK);
-    let run = sb.run(&[
-        "eval", "s.yaml", "--model", "mock", "--model", "mock", "--out", "r",
-    ]);
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--model", "mock", "--out", "r"]);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("more than once"), "{run:?}");
 }
@@ -314,20 +203,15 @@ fn an_unknown_model_is_a_usage_error() {
 #[test]
 fn ctrl_c_cancels_episodes_flushes_the_log_and_exits_130() {
     let sb = Sandbox::new();
-    sb.write(
-        "environments/slow.yaml",
-        "kind: shell\nlimits: {command_timeout_s: 60, tool_timeout_s: 60}\n",
-    );
+    sb.write("environments/slow.yaml", "kind: shell\nlimits: {command_timeout_s: 60, tool_timeout_s: 60}\n");
     let mark = sb.path().join("started");
     sb.write(
         "s.yaml",
         &format!("suite: slow\nenvironment: slow\nscorers: [{{includes: x}}]\ntasks:\n  - id: a\n    input: wait\n    mock:\n      - tool_calls: [{{name: run_command, arguments: {{command: \"touch {}; sleep 50\"}}}}]\n", mark.display()),
     );
-    let mut child = sb
+    let child = sb
         .command()
-        .args([
-            "eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results",
-        ])
+        .args(["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -335,10 +219,7 @@ fn ctrl_c_cancels_episodes_flushes_the_log_and_exits_130() {
     // The command leaves a mark when it runs; wait for it, then interrupt.
     let started = std::time::Instant::now();
     while !mark.exists() {
-        assert!(
-            started.elapsed().as_secs() < 30,
-            "the episode never dispatched its command"
-        );
+        assert!(started.elapsed().as_secs() < 30, "the episode never dispatched its command");
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     // SAFETY: sends SIGINT to the child we spawned.

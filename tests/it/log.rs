@@ -16,9 +16,7 @@ fn a_torn_last_line_and_unknown_fields_are_tolerated() {
 
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push_str("{\"v\":2,\"run_id\":\"test\",\"seq\":999,\"ts\":\"2026-01-01T00:00:00Z\",\"type\":\"from_the_future\",\"extra\":[1]}\n");
-    text.push_str(
-        "{\"v\":1,\"run_id\":\"test\",\"seq\":1000,\"ts\":\"2026-01-01T00:00:00Z\",\"type\":\"epis",
-    );
+    text.push_str("{\"v\":1,\"run_id\":\"test\",\"seq\":1000,\"ts\":\"2026-01-01T00:00:00Z\",\"type\":\"epis");
     std::fs::write(&path, text).unwrap();
     let read = read_events(&path).unwrap();
     assert!(read.torn_last_line);
@@ -27,10 +25,7 @@ fn a_torn_last_line_and_unknown_fields_are_tolerated() {
     assert_eq!(future.kind, "from_the_future");
     assert!(future.event().is_none());
     assert_eq!(future.fields["extra"], serde_json::json!([1]));
-    assert!(matches!(
-        read.events[0].event(),
-        Some(Event::RunStarted { .. })
-    ));
+    assert!(matches!(read.events[0].event(), Some(Event::RunStarted { .. })));
 }
 
 #[test]

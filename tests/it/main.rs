@@ -16,11 +16,15 @@ pub struct Sandbox {
     pub dir: tempfile::TempDir,
 }
 
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Sandbox {
     pub fn new() -> Self {
-        Sandbox {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
+        Sandbox { dir: tempfile::tempdir().expect("temp dir") }
     }
 
     pub fn path(&self) -> &Path {
@@ -79,20 +83,13 @@ impl From<Output> for Run {
 
 impl std::fmt::Debug for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {}\n--- stdout\n{}\n--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
+        write!(f, "exit {}\n--- stdout\n{}\n--- stderr\n{}", self.code, self.stdout, self.stderr)
     }
 }
 
 pub fn read_jsonl(path: &Path) -> Vec<Value> {
-    let text =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    text.lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
 }
 
 pub fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -101,9 +98,5 @@ pub fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
 
 /// The observations of tool calls (not the first one after reset).
 pub fn tool_observations(events: &[Value]) -> Vec<&Value> {
-    of_type(events, "observation")
-        .into_iter()
-        .map(|e| &e["observation"])
-        .filter(|o| !o["call_id"].is_null())
-        .collect()
+    of_type(events, "observation").into_iter().map(|e| &e["observation"]).filter(|o| !o["call_id"].is_null()).collect()
 }
