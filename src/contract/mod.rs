@@ -15,6 +15,12 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+impl ToolSpec {
+    pub fn new(name: &str, description: &str, parameters: Value) -> Self {
+        ToolSpec { name: name.into(), description: description.into(), parameters }
+    }
+}
+
 /// One action proposed by the agent. `call_id` is unique within the episode.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolCall {

@@ -10,16 +10,12 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::definition::Definition;
-use super::{ToolFailure, World};
+use super::{ToolFailure, World, decode_arguments};
 use crate::contract::{ErrorType, ToolSpec};
 use crate::suite::Task;
 
 pub fn tool_specs() -> Vec<ToolSpec> {
-    let spec = |name: &str, description: &str, parameters: Value| ToolSpec {
-        name: name.into(),
-        description: description.into(),
-        parameters,
-    };
+    let spec = ToolSpec::new;
     let key = json!({"type": "string", "minLength": 1});
     vec![
         spec(
@@ -97,16 +93,12 @@ struct Calc {
     expression: String,
 }
 
-fn args<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, ToolFailure> {
-    serde_json::from_value(arguments).map_err(|e| ToolFailure::new(ErrorType::ValidationError, e.to_string()))
-}
-
 #[async_trait]
 impl World for KvWorld {
     async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
         match name {
             "kv_get" => {
-                let Key { key } = args(arguments)?;
+                let Key { key } = decode_arguments(arguments)?;
                 match self.with_store(|s| s.get(&key).cloned()) {
                     Some(value) => Ok(json!({"key": key, "value": value})),
                     None => Err(ToolFailure::new(ErrorType::ExecutionError, format!("no key `{key}`"))
@@ -114,12 +106,12 @@ impl World for KvWorld {
                 }
             }
             "kv_set" => {
-                let Set { key, value } = args(arguments)?;
+                let Set { key, value } = decode_arguments(arguments)?;
                 let replaced = self.with_store(|s| s.insert(key.clone(), value).is_some());
                 Ok(json!({"key": key, "replaced": replaced}))
             }
             "kv_delete" => {
-                let Key { key } = args(arguments)?;
+                let Key { key } = decode_arguments(arguments)?;
                 match self.with_store(|s| s.remove(&key)) {
                     Some(_) => Ok(json!({"key": key, "deleted": true})),
                     None => Err(ToolFailure::new(ErrorType::ExecutionError, format!("no key `{key}`"))
@@ -127,13 +119,13 @@ impl World for KvWorld {
                 }
             }
             "kv_list" => {
-                let List { prefix } = args(arguments)?;
+                let List { prefix } = decode_arguments(arguments)?;
                 let keys: Vec<String> =
                     self.with_store(|s| s.keys().filter(|k| k.starts_with(&prefix)).cloned().collect());
                 Ok(json!({"keys": keys}))
             }
             "calc" => {
-                let Calc { expression } = args(arguments)?;
+                let Calc { expression } = decode_arguments(arguments)?;
                 let value = calc::evaluate(&expression).map_err(|e| {
                     ToolFailure::new(ErrorType::ExecutionError, e).suggest("use numbers, + - * / and parentheses")
                 })?;

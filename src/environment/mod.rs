@@ -42,6 +42,11 @@ impl ToolFailure {
     }
 }
 
+/// Decodes a tool's arguments (already checked against its schema) into the tool's type.
+pub(crate) fn decode_arguments<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, ToolFailure> {
+    serde_json::from_value(arguments).map_err(|e| ToolFailure::new(ErrorType::ValidationError, e.to_string()))
+}
+
 /// The state a kind of environment acts on, and the code of its tools.
 #[async_trait]
 pub trait World: Send + Sync {

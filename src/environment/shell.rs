@@ -15,18 +15,14 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
 use super::definition::{Definition, EnvLimits};
-use super::{ToolFailure, World};
+use super::{ToolFailure, World, decode_arguments};
 use crate::contract::{ErrorType, ToolSpec};
 use crate::suite::Task;
 
 const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 pub fn tool_specs() -> Vec<ToolSpec> {
-    let spec = |name: &str, description: &str, parameters: Value| ToolSpec {
-        name: name.into(),
-        description: description.into(),
-        parameters,
-    };
+    let spec = ToolSpec::new;
     vec![
         spec(
             "run_command",
@@ -260,21 +256,17 @@ struct WriteFile {
     content: String,
 }
 
-fn args<T: for<'de> Deserialize<'de>>(arguments: Value) -> Result<T, ToolFailure> {
-    serde_json::from_value(arguments).map_err(|e| ToolFailure::new(ErrorType::ValidationError, e.to_string()))
-}
-
 #[async_trait]
 impl World for ShellWorld {
     async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
         match name {
-            "run_command" => self.run_command(args(arguments)?).await,
-            "read_file" => self.read_file(&args::<PathArg>(arguments)?.path).await,
+            "run_command" => self.run_command(decode_arguments(arguments)?).await,
+            "read_file" => self.read_file(&decode_arguments::<PathArg>(arguments)?.path).await,
             "write_file" => {
-                let WriteFile { path, content } = args(arguments)?;
+                let WriteFile { path, content } = decode_arguments(arguments)?;
                 self.write_file(&path, &content).await
             }
-            "list_dir" => self.list_dir(&args::<PathArg>(arguments)?.path).await,
+            "list_dir" => self.list_dir(&decode_arguments::<PathArg>(arguments)?.path).await,
             other => Err(ToolFailure::new(ErrorType::ToolNotFound, format!("shell has no tool `{other}`"))),
         }
     }
