@@ -9,12 +9,13 @@ use tokio_util::sync::CancellationToken;
 
 use runner::batch::{self, run_episode};
 use runner::log::{EventLog, Outcome};
-use runner::model::ModelSpec;
+use runner::model::config::ModelConfig;
+use runner::model::{Backend, BackendOptions};
 
 fn whole_episode(c: &mut Criterion) {
     let suite_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/suites/kv-episode.yaml");
     let suite = Arc::new(runner::suite::load(&suite_path).expect("the bench suite loads"));
-    let model = Arc::new(ModelSpec::Mock);
+    let model = Arc::new(Backend::open("mock", &ModelConfig::default(), BackendOptions::default()).expect("mock"));
     let spec = batch::episodes(&[suite], &[model], Some(1)).next().expect("one episode");
 
     let dir = tempfile::tempdir().expect("temp dir");

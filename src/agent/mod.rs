@@ -37,6 +37,8 @@ pub struct Budget {
 pub struct Proposal {
     pub calls: Vec<ToolCall>,
     pub usage: Usage,
+    /// What the turn's model calls cost; `None` when a call had no price.
+    pub cost_usd: Option<f64>,
 }
 
 /// A failure to decide that is nobody's answer (the model backend failed, a mock script

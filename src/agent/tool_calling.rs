@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{FINAL_TOOL, Observation, ToolCall};
-use crate::log::Event;
-use crate::model::{LanguageModel, Message, ModelRequest, ModelResponse};
+use crate::log::{Event, Usage};
+use crate::model::{LanguageModel, Message, ModelRequest, ModelResponse, canonical_request, digest};
 
 pub const FINAL_ANSWER_REMINDER: &str =
     "You answered without calling a tool. When you are done, call `final_answer` with your answer.";
@@ -58,7 +58,8 @@ impl ToolCallingAgent {
                     (Some(error), partial) => json!({"error": error, "tool_result": partial}).to_string(),
                 };
                 let name = self.call_names.get(call_id).cloned().unwrap_or_default();
-                self.transcript.push(Message::Tool { call_id: call_id.clone(), name, content });
+                let is_error = obs.error.is_some();
+                self.transcript.push(Message::Tool { call_id: call_id.clone(), name, content, is_error });
             }
             for text in &obs.messages {
                 self.transcript.push(Message::User { content: text.clone() });
@@ -79,28 +80,53 @@ impl ToolCallingAgent {
         id
     }
 
+    /// Asks the model and logs the call, answered or not.
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
         let request = ModelRequest { messages: &self.transcript, tools: turn.tools };
         let started = std::time::Instant::now();
         let result = self.model.respond(&request).await;
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;
-        match result {
-            Ok(response) => {
-                turn.recorder.emit(&Event::ModelCall {
-                    model: self.model_name.clone(),
-                    step: turn.budget.step,
-                    request_digest: request.digest(),
-                    response: json!({"text": response.text, "tool_calls": response.tool_calls,
-                                     "finish_reason": response.finish_reason}),
-                    usage: response.usage,
-                    latency_ms,
-                    attempts: 1,
-                    cache_hit: false,
-                });
-                Ok(response)
-            }
-            Err(e) => Err(AgentFault { cause: e.cause, message: e.message }),
-        }
+        let canonical = canonical_request(self.model.as_ref(), &request);
+        let (response, usage, attempts, cache_hit, cost_usd, error, cause, exchange) = match &result {
+            Ok(r) => (
+                serde_json::to_value(r.recorded()).unwrap_or_default(),
+                r.usage,
+                r.attempts,
+                r.cache_hit,
+                r.cost_usd,
+                None,
+                None,
+                r.exchange.clone(),
+            ),
+            Err(e) => (
+                Value::Null,
+                Usage::default(),
+                e.attempts,
+                false,
+                None,
+                Some(e.message.clone()),
+                Some(e.cause.clone()),
+                e.exchange.clone(),
+            ),
+        };
+        turn.recorder.emit(&Event::ModelCall {
+            model: self.model_name.clone(),
+            step: turn.budget.step,
+            request_digest: digest(&canonical),
+            sampling: canonical.sampling,
+            response,
+            usage,
+            latency_ms,
+            attempts,
+            cache_hit,
+            cost_usd,
+            error,
+            cause,
+            url: exchange.as_ref().map(|x| x.url.clone()),
+            request: exchange.as_ref().map(|x| x.request.clone()),
+            raw_response: exchange.map(|x| x.response),
+        });
+        result.map_err(|e| AgentFault { cause: e.cause, message: e.message })
     }
 }
 
@@ -110,7 +136,7 @@ impl Agent for ToolCallingAgent {
         self.perceive(turn.observations);
 
         let response = self.ask_model(&turn).await?;
-        let usage = response.usage;
+        let (usage, cost_usd) = (response.usage, response.cost_usd);
 
         let mut calls = Vec::with_capacity(response.tool_calls.len());
         for proposed in response.tool_calls {
@@ -119,7 +145,7 @@ impl Agent for ToolCallingAgent {
         }
         self.transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: calls.clone() });
         if !calls.is_empty() {
-            return Ok(Proposal { calls, usage });
+            return Ok(Proposal { calls, usage, cost_usd });
         }
 
         // No tool calls: either the answer itself, or the agent reminds the model what it
@@ -127,15 +153,15 @@ impl Agent for ToolCallingAgent {
         let text = response.text.unwrap_or_default();
         if text.trim().is_empty() {
             self.transcript.push(Message::User { content: EMPTY_REPLY_REMINDER.into() });
-            return Ok(Proposal { calls: Vec::new(), usage });
+            return Ok(Proposal { calls: Vec::new(), usage, cost_usd });
         }
         if self.require_final_answer {
             self.transcript.push(Message::User { content: FINAL_ANSWER_REMINDER.into() });
-            return Ok(Proposal { calls: Vec::new(), usage });
+            return Ok(Proposal { calls: Vec::new(), usage, cost_usd });
         }
         let call_id = self.name_call(None, FINAL_TOOL);
         let call = ToolCall { call_id, name: FINAL_TOOL.into(), arguments: json!({"answer": text}) };
-        Ok(Proposal { calls: vec![call], usage })
+        Ok(Proposal { calls: vec![call], usage, cost_usd })
     }
 }
 
@@ -252,7 +278,8 @@ mod tests {
         );
         propose(&mut a, &[failed]).await.unwrap();
         let tool_message = a.transcript().iter().find(|m| matches!(m, Message::Tool { .. })).unwrap();
-        let Message::Tool { call_id, name, content } = tool_message else { unreachable!() };
+        let Message::Tool { call_id, name, content, is_error } = tool_message else { unreachable!() };
+        assert!(is_error);
         assert_eq!((call_id.as_str(), name.as_str()), ("c_1", "run_command"));
         let content: Value = serde_json::from_str(content).unwrap();
         assert_eq!(content["error"]["type"], "TimeoutError");

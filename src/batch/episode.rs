@@ -52,7 +52,7 @@ pub async fn run_episode(spec: EpisodeSpec, log: &EventLog, stop: &CancellationT
         tool_calls: ending.trajectory.calls.len() as u32,
         tool_errors: ending.trajectory.tool_errors,
         usage: ending.usage,
-        cost_usd: 0.0,
+        cost_usd: ending.cost_usd,
         wall_ms,
     });
     EpisodeReport {
@@ -83,6 +83,7 @@ fn limits(suite: &Suite) -> EpisodeLimits {
         max_steps: suite.limits.max_steps,
         time: Duration::from_secs_f64(suite.limits.time_s),
         max_tokens: suite.limits.max_tokens,
+        max_cost_usd: suite.limits.max_cost_usd,
     }
 }
 
@@ -121,6 +122,7 @@ impl Ending {
             final_answer: None,
             steps: 0,
             usage: Usage::default(),
+            cost_usd: None,
             fault: None,
             trajectory: Trajectory::default(),
         }

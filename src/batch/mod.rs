@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::log::event::SuiteInfo;
 use crate::log::{Event, EventLog, Outcome, Termination};
-use crate::model::ModelSpec;
+use crate::model::Backend;
 use crate::suite::Suite;
 
 pub use episode::run_episode;
@@ -23,7 +23,7 @@ pub struct EpisodeSpec {
     pub id: String,
     pub suite: Arc<Suite>,
     pub task: usize,
-    pub model: Arc<ModelSpec>,
+    pub model: Arc<Backend>,
     pub epoch: u32,
 }
 
@@ -42,7 +42,7 @@ pub fn episode_id(suite: &str, task_id: &str, task_digest: &str, model: &str, ep
 /// Every episode of a run, generated lazily in a stable order.
 pub fn episodes(
     suites: &[Arc<Suite>],
-    models: &[Arc<ModelSpec>],
+    models: &[Arc<Backend>],
     epochs: Option<u32>,
 ) -> impl Iterator<Item = EpisodeSpec> + Send + 'static {
     let suites = suites.to_vec();
@@ -83,7 +83,7 @@ pub struct EpisodeReport {
 }
 
 pub struct RunOptions {
-    pub models: Vec<Arc<ModelSpec>>,
+    pub models: Vec<Arc<Backend>>,
     pub epochs: Option<u32>,
     pub jobs: usize,
     /// The run folder is created under this directory.
@@ -94,6 +94,8 @@ pub struct RunOptions {
 
 /// A finished (or interrupted) run.
 pub struct RunResult {
+    /// Set when the run stopped early because a model is misconfigured.
+    pub aborted: Option<String>,
     pub run_id: String,
     pub dir: PathBuf,
     pub events_path: PathBuf,
@@ -143,6 +145,7 @@ pub async fn run(
     );
 
     let mut tally = Tally::default();
+    let mut aborted = None;
     {
         let not_stopped = stop.clone();
         let plan = episodes(suites, &options.models, options.epochs).take_while(move |_| !not_stopped.is_cancelled());
@@ -158,6 +161,14 @@ pub async fn run(
                 Ok(report) => {
                     tally.add(&report.outcome);
                     on_finished(&report);
+                    // A misconfigured model (bad key, unknown model) would fail every
+                    // episode the same way: stop instead of burning through them.
+                    if aborted.is_none()
+                        && let Some(reason) = options.models.iter().find_map(|m| m.broken())
+                    {
+                        aborted = Some(reason);
+                        stop.cancel();
+                    }
                 }
                 // An episode task panicked: a bug in runner, not the agent's doing.
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -166,7 +177,7 @@ pub async fn run(
         }
     }
 
-    let interrupted = stop.is_cancelled();
+    let interrupted = stop.is_cancelled() && aborted.is_none();
     log.emit(
         None,
         &Event::RunFinished {
@@ -181,7 +192,7 @@ pub async fn run(
     );
     drop(log);
     writer.close().map_err(RunError::Log)?;
-    Ok(RunResult { run_id, dir, events_path, interrupted })
+    Ok(RunResult { aborted, run_id, dir, events_path, interrupted })
 }
 
 #[derive(Default)]

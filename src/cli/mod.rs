@@ -8,7 +8,10 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::{self, RunOptions};
-use crate::model::ModelSpec;
+use crate::model::cache::CacheOptions;
+use crate::model::config::ModelConfig;
+use crate::model::replay::CassetteWriter;
+use crate::model::{Backend, BackendOptions};
 use crate::report::{Progress, Summary};
 use crate::suite::{self, Suite};
 
@@ -57,9 +60,25 @@ struct EvalArgs {
     /// Suite files, or folders of them.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// A model backend, e.g. `mock`. Repeat to run the same episodes on several.
+    /// A model: `provider/model` (openai/gpt-4o-mini, anthropic/claude-…, ollama/qwen3,
+    /// openai-compatible/NAME), `mock`, or `replay:PATH`. Repeat to compare several.
     #[arg(long = "model", short = 'm', required = true)]
     models: Vec<String>,
+    /// The providers and prices file (default: $RUNNER_CONFIG, else ./runner.yaml if present).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Append every model response to this cassette, for `--model replay:FILE`.
+    #[arg(long)]
+    record: Option<PathBuf>,
+    /// Serve repeated requests from a local response cache.
+    #[arg(long)]
+    cache: bool,
+    /// How long cached responses stay fresh, in seconds.
+    #[arg(long, default_value_t = 7 * 24 * 3600)]
+    cache_ttl_s: u64,
+    /// Where the cache lives (default: ~/.cache/runner/responses).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
     /// Run each task this many times (overrides the suites' `epochs`).
     #[arg(long)]
     epochs: Option<u32>,
@@ -157,21 +176,13 @@ fn validate(paths: &[PathBuf]) -> Exit {
 }
 
 fn eval(args: EvalArgs) -> Exit {
-    let models: Result<Vec<Arc<ModelSpec>>, String> =
-        args.models.iter().map(|m| ModelSpec::parse(m).map(Arc::new)).collect();
-    let models = match models {
+    let models = match open_models(&args) {
         Ok(models) => models,
         Err(e) => {
             eprintln!("error: {e}");
             return Exit::Usage;
         }
     };
-    for (i, m) in models.iter().enumerate() {
-        if models[..i].iter().any(|other| other.name() == m.name()) {
-            eprintln!("error: --model {} is given more than once", m.name());
-            return Exit::Usage;
-        }
-    }
     for (flag, value) in [("--fail-under", args.fail_under), ("--max-unscored", Some(args.max_unscored))] {
         if let Some(v) = value
             && !(0.0..=1.0).contains(&v)
@@ -228,11 +239,42 @@ fn eval(args: EvalArgs) -> Exit {
     };
     print!("\n{}", summary.render());
     println!("results: {}", result.dir.display());
+    if let Some(reason) = &result.aborted {
+        eprintln!("error: stopped early, the model is misconfigured: {reason}");
+        return Exit::Usage;
+    }
     if result.interrupted {
         eprintln!("interrupted: episodes in flight were cancelled");
         return Exit::Interrupted;
     }
     gate(&summary, args.fail_under, args.max_unscored)
+}
+
+/// Opens every `--model`, with recording and caching as asked.
+fn open_models(args: &EvalArgs) -> Result<Vec<Arc<Backend>>, String> {
+    let config = ModelConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
+    let record = match &args.record {
+        Some(path) => Some(Arc::new(
+            CassetteWriter::create(path).map_err(|e| format!("failed to open the cassette {}: {e}", path.display()))?,
+        )),
+        None => None,
+    };
+    let cache = args.cache.then(|| {
+        Arc::new(CacheOptions {
+            dir: args.cache_dir.clone().unwrap_or_else(CacheOptions::default_dir),
+            ttl: std::time::Duration::from_secs(args.cache_ttl_s),
+        })
+    });
+    let options = BackendOptions { record, cache };
+    let mut models: Vec<Arc<Backend>> = Vec::new();
+    for spec in &args.models {
+        let backend = Backend::open(spec, &config, options.clone())?;
+        if models.iter().any(|m| m.name() == backend.name()) {
+            return Err(format!("--model {} is given more than once (as `{spec}`)", backend.name()));
+        }
+        models.push(Arc::new(backend));
+    }
+    Ok(models)
 }
 
 /// Decides the exit code of a finished run. Unscored episodes come first: a verdict

@@ -117,6 +117,15 @@ impl Environment {
                 .suggest(format!("call one of: {}", names.join(", ")));
             return Observation::of_error(&call.call_id, error);
         };
+        if let Value::String(raw) = &call.arguments {
+            let shown: String = raw.chars().take(200).collect();
+            let error = ToolError::new(
+                ErrorType::ValidationError,
+                format!("the arguments of `{}` are not valid JSON: {shown:?}", call.name),
+            )
+            .suggest("send the arguments as one JSON object");
+            return Observation::of_error(&call.call_id, error);
+        }
         if let Err(message) = validate_arguments(tool, &call.arguments) {
             let error =
                 ToolError::new(ErrorType::ValidationError, format!("invalid arguments for `{}`: {message}", call.name))

@@ -20,6 +20,7 @@ pub struct EpisodeLimits {
     pub max_steps: u32,
     pub time: Duration,
     pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<f64>,
 }
 
 /// What the agent did, as scorers see it.
@@ -37,6 +38,8 @@ pub struct Ending {
     pub final_answer: Option<String>,
     pub steps: u32,
     pub usage: Usage,
+    /// The model calls' cost; `None` when any call had no price.
+    pub cost_usd: Option<f64>,
     /// Set when the episode cannot be scored: nobody's answer.
     pub fault: Option<AgentFault>,
     pub trajectory: Trajectory,
@@ -65,6 +68,7 @@ impl Environment {
             final_answer: None,
             steps: 0,
             usage: Usage::default(),
+            cost_usd: Some(0.0),
             fault: None,
             trajectory: Trajectory::default(),
         };
@@ -100,8 +104,14 @@ impl Environment {
                 }
             };
             ending.usage.add(proposal.usage);
+            ending.cost_usd = ending.cost_usd.zip(proposal.cost_usd).map(|(a, b)| a + b);
             if limits.max_tokens.is_some_and(|max| ending.usage.total() > max) {
                 return ending.with(Termination::TokenLimit);
+            }
+            if let (Some(max), Some(cost)) = (limits.max_cost_usd, ending.cost_usd)
+                && cost > max
+            {
+                return ending.with(Termination::CostLimit);
             }
 
             let turn = self.dispatch(&proposal.calls, step, deadline, stop, recorder, &mut ending.trajectory).await;

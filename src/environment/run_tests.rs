@@ -138,7 +138,7 @@ impl Agent for ScriptedAgent {
                 })
                 .collect(),
         };
-        Ok(Proposal { calls, usage: Usage { input_tokens: self.usage_per_turn, ..Usage::default() } })
+        Ok(Proposal { calls, usage: Usage { input_tokens: self.usage_per_turn, ..Usage::default() }, cost_usd: None })
     }
 }
 
@@ -166,7 +166,7 @@ async fn run_with(
 }
 
 fn limits(max_steps: u32) -> EpisodeLimits {
-    EpisodeLimits { max_steps, time: Duration::from_secs(30), max_tokens: None }
+    EpisodeLimits { max_steps, time: Duration::from_secs(30), max_tokens: None, max_cost_usd: None }
 }
 
 async fn run(environment: &Environment, agent: ScriptedAgent, max_steps: u32) -> Run {
@@ -257,7 +257,7 @@ async fn max_steps_ends_the_episode() {
 async fn the_episode_time_limit_cancels_what_is_running() {
     let (environment, clock) = env(4, 10.0);
     let agent = ScriptedAgent::new(vec![vec![call("h", "hang", json!({"tag": "h"}))]]);
-    let limits = EpisodeLimits { max_steps: 5, time: Duration::from_millis(100), max_tokens: None };
+    let limits = EpisodeLimits { max_steps: 5, time: Duration::from_millis(100), max_tokens: None, max_cost_usd: None };
     let r = run_with(&environment, agent, limits, CancellationToken::new()).await;
     assert_eq!(r.ending.termination, Termination::TimeLimit);
     assert_eq!(*clock.dropped.lock().unwrap(), ["h"]);
@@ -283,7 +283,8 @@ async fn the_token_limit_ends_the_episode() {
     let mut agent = ScriptedAgent::new(vec![]);
     agent.repeat = Some(vec![call("s", "sleep", json!({"ms": 0}))]);
     agent.usage_per_turn = 100;
-    let limits = EpisodeLimits { max_steps: 10, time: Duration::from_secs(10), max_tokens: Some(250) };
+    let limits =
+        EpisodeLimits { max_steps: 10, time: Duration::from_secs(10), max_tokens: Some(250), max_cost_usd: None };
     let r = run_with(&environment, agent, limits, CancellationToken::new()).await;
     assert_eq!(r.ending.termination, Termination::TokenLimit);
     assert_eq!(r.ending.steps, 3);

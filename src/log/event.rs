@@ -109,13 +109,32 @@ pub enum Event {
     ModelCall {
         model: String,
         step: u32,
+        /// The digest of the canonical request (model, sampling, messages, tools): the
+        /// key of record, replay and the cache.
         request_digest: String,
-        /// What the model answered: text, tool calls, finish reason.
+        #[serde(default)]
+        sampling: serde_json::Map<String, Value>,
+        /// What the model answered: text, tool calls, usage, finish reason. Null on error.
         response: Value,
         usage: Usage,
         latency_ms: f64,
         attempts: u32,
+        /// Served from a cassette or the response cache.
         cache_hit: bool,
+        cost_usd: Option<f64>,
+        /// Why the call produced no answer; the episode is then unscored with `cause`.
+        #[serde(default)]
+        error: Option<String>,
+        #[serde(default)]
+        cause: Option<String>,
+        /// The endpoint, the request body as sent and the response body as received
+        /// (HTTP backends only; keys travel in headers and are never logged).
+        #[serde(default)]
+        url: Option<String>,
+        #[serde(default)]
+        request: Option<Value>,
+        #[serde(default)]
+        raw_response: Option<Value>,
     },
     ActionDispatched {
         step: u32,
@@ -149,7 +168,8 @@ pub enum Event {
         tool_calls: u32,
         tool_errors: u32,
         usage: Usage,
-        cost_usd: f64,
+        /// `None` when a model call had no price in the config.
+        cost_usd: Option<f64>,
         wall_ms: f64,
     },
     RunFinished {

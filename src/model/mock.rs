@@ -23,17 +23,17 @@ impl MockModel {
 
 #[async_trait]
 impl LanguageModel for MockModel {
+    fn name(&self) -> &str {
+        "mock"
+    }
+
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let Some(turn) = self.turns.get(n) else {
-            return Err(ModelError {
-                cause: "mock_exhausted".into(),
-                message: format!(
-                    "the task's mock script has {} turns and the agent asked for turn {}",
-                    self.turns.len(),
-                    n + 1
-                ),
-            });
+            return Err(ModelError::new(
+                "mock_exhausted",
+                format!("the task's mock script has {} turns and the agent asked for turn {}", self.turns.len(), n + 1),
+            ));
         };
         let text = turn.text.as_ref().map(|t| t.0.clone());
         let tool_calls: Vec<ProposedCall> = turn
@@ -49,7 +49,7 @@ impl LanguageModel for MockModel {
             cached_tokens: 0,
         };
         let finish_reason = Some(if tool_calls.is_empty() { "stop" } else { "tool_calls" }.to_owned());
-        Ok(ModelResponse { text, tool_calls, usage, finish_reason })
+        Ok(ModelResponse { text, tool_calls, usage, finish_reason, attempts: 1, ..ModelResponse::default() })
     }
 }
 

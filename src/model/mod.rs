@@ -1,18 +1,29 @@
-//! Language models: messages and tool specs in, a response out. Backends are named
-//! `provider/model`; this build has `mock`, which plays each task's scripted turns.
+//! Language models: messages and tool specs in, a response out. Backends are named as
+//! `provider/model` (`openai/…`, `anthropic/…`, `ollama/…`, `openai-compatible/…`, or a
+//! provider from `runner.yaml`), `mock` (each task's scripted turns) and `replay:PATH`.
 
+pub mod anthropic;
+pub mod cache;
+pub mod config;
+pub mod http;
+pub mod limiter;
 pub mod mock;
+pub mod openai;
+pub mod replay;
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::contract::ToolSpec;
 use crate::log::Usage;
 use crate::suite::Task;
+use cache::{CacheOptions, Cached};
+use config::ModelConfig;
+use replay::{CanonicalRequest, CassetteWriter, Recording, Replay};
 
 /// One message of a transcript, in a provider-neutral shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,22 +44,16 @@ pub enum Message {
         call_id: String,
         name: String,
         content: String,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
     },
 }
 
 /// What a backend is asked.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct ModelRequest<'a> {
     pub messages: &'a [Message],
     pub tools: &'a [ToolSpec],
-}
-
-impl ModelRequest<'_> {
-    /// A digest of the canonical request: the key for replay and caching.
-    pub fn digest(&self) -> String {
-        let bytes = serde_json::to_vec(self).unwrap_or_default();
-        hex::encode(Sha256::digest(&bytes))
-    }
 }
 
 /// A tool call as the model wrote it; the agent gives it a call id when it has none.
@@ -56,7 +61,16 @@ impl ModelRequest<'_> {
 pub struct ProposedCall {
     pub id: Option<String>,
     pub name: String,
+    /// A JSON object, or the text the model wrote when it was not valid JSON.
     pub arguments: Value,
+}
+
+/// The request as sent and the response as received, secrets left out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Exchange {
+    pub url: String,
+    pub request: Value,
+    pub response: Value,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -65,47 +79,147 @@ pub struct ModelResponse {
     pub tool_calls: Vec<ProposedCall>,
     pub usage: Usage,
     pub finish_reason: Option<String>,
+    #[serde(default, skip_serializing)]
+    pub attempts: u32,
+    /// `None` when the model has no price in the config.
+    #[serde(default, skip_serializing)]
+    pub cost_usd: Option<f64>,
+    /// Served from a cassette or the cache.
+    #[serde(default, skip_serializing)]
+    pub cache_hit: bool,
+    #[serde(default, skip_serializing)]
+    pub exchange: Option<Exchange>,
 }
 
-/// A model call that produced no answer. `cause` becomes the unscored cause.
+impl ModelResponse {
+    /// What a cassette or the cache keeps of a response.
+    pub fn recorded(&self) -> ModelResponse {
+        ModelResponse {
+            text: self.text.clone(),
+            tool_calls: self.tool_calls.clone(),
+            usage: self.usage,
+            finish_reason: self.finish_reason.clone(),
+            ..ModelResponse::default()
+        }
+    }
+}
+
+/// A model call that produced no answer. `cause` becomes the episode's unscored cause.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct ModelError {
     pub cause: String,
     pub message: String,
+    pub attempts: u32,
+    pub exchange: Option<Exchange>,
+}
+
+impl ModelError {
+    pub fn new(cause: &str, message: impl Into<String>) -> Self {
+        ModelError { cause: cause.into(), message: message.into(), attempts: 1, exchange: None }
+    }
 }
 
 #[async_trait]
 pub trait LanguageModel: Send + Sync {
+    /// The model's full name, as in episode ids and logs.
+    fn name(&self) -> &str;
+
+    /// Sampling parameters sent with every request; part of the canonical request.
+    fn sampling(&self) -> Map<String, Value> {
+        Map::new()
+    }
+
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError>;
 }
 
-/// A backend named on the command line.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelSpec {
-    Mock,
+/// The request as replay and caching key it: model, sampling, messages, tools.
+pub fn canonical_request(model: &dyn LanguageModel, request: &ModelRequest<'_>) -> CanonicalRequest {
+    CanonicalRequest {
+        model: model.name().to_owned(),
+        sampling: model.sampling(),
+        messages: request.messages.to_vec(),
+        tools: request.tools.to_vec(),
+    }
 }
 
-impl ModelSpec {
-    pub fn parse(name: &str) -> Result<Self, String> {
-        match name {
-            "mock" => Ok(ModelSpec::Mock),
-            other => {
-                Err(format!("unknown model `{other}`: this build runs `mock` (each task's scripted `mock:` turns)"))
-            }
-        }
+pub fn digest(request: &CanonicalRequest) -> String {
+    hex::encode(Sha256::digest(serde_json::to_vec(request).unwrap_or_default()))
+}
+
+/// What wraps every backend of a run.
+#[derive(Default, Clone)]
+pub struct BackendOptions {
+    pub record: Option<Arc<CassetteWriter>>,
+    pub cache: Option<Arc<CacheOptions>>,
+}
+
+enum Source {
+    Mock,
+    Http(Arc<http::HttpModel>),
+    Replay(Arc<Replay>),
+}
+
+/// One `--model` of a run: opened once, lent to each episode.
+pub struct Backend {
+    name: String,
+    source: Source,
+    options: BackendOptions,
+}
+
+impl Backend {
+    /// Opens `spec`: `mock`, `replay:PATH`, or `provider/model`.
+    pub fn open(spec: &str, config: &ModelConfig, options: BackendOptions) -> Result<Self, String> {
+        let (name, source) = if spec == "mock" {
+            ("mock".to_owned(), Source::Mock)
+        } else if let Some(path) = spec.strip_prefix("replay:") {
+            let replay = Replay::open(std::path::Path::new(path))?;
+            (replay.name().to_owned(), Source::Replay(Arc::new(replay)))
+        } else if let Some((provider, model)) = spec.split_once('/').filter(|(p, m)| !p.is_empty() && !m.is_empty()) {
+            let Some(p) = config.providers.get(provider) else {
+                let known: Vec<&str> = config.providers.keys().map(String::as_str).collect();
+                return Err(format!(
+                    "unknown provider `{provider}` in `{spec}`: expected one of {}, or one added in runner.yaml",
+                    known.join(", ")
+                ));
+            };
+            let model = http::HttpModel::new(spec, model, p.clone(), config.prices.get(spec).copied())?;
+            (spec.to_owned(), Source::Http(Arc::new(model)))
+        } else {
+            return Err(format!(
+                "unknown model `{spec}`: expected `provider/model` (e.g. openai/gpt-4o-mini), `mock`, or `replay:PATH`"
+            ));
+        };
+        Ok(Backend { name, source, options })
     }
 
+    /// The model's name: a replay takes the name of the model it recorded, so that its
+    /// episodes have the same ids as the recorded run's.
     pub fn name(&self) -> &str {
-        match self {
-            ModelSpec::Mock => "mock",
-        }
+        &self.name
     }
 
     /// The model one episode of `task` talks to.
     pub fn for_episode(&self, task: &Task) -> Arc<dyn LanguageModel> {
-        match self {
-            ModelSpec::Mock => Arc::new(mock::MockModel::new(task.mock.clone())),
+        let mut model: Arc<dyn LanguageModel> = match &self.source {
+            Source::Mock => Arc::new(mock::MockModel::new(task.mock.clone())),
+            Source::Http(m) => m.clone(),
+            Source::Replay(r) => r.clone(),
+        };
+        if let (Some(options), false) = (&self.options.cache, matches!(self.source, Source::Replay(_))) {
+            model = Arc::new(Cached { inner: model, options: options.clone() });
+        }
+        if let Some(cassette) = &self.options.record {
+            model = Arc::new(Recording { inner: model, cassette: cassette.clone() });
+        }
+        model
+    }
+
+    /// Why the run should stop early: the backend is misconfigured (every call refused).
+    pub fn broken(&self) -> Option<String> {
+        match &self.source {
+            Source::Http(m) => m.broken(),
+            _ => None,
         }
     }
 }

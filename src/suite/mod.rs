@@ -85,11 +85,13 @@ pub struct Limits {
     pub max_steps: u32,
     pub time_s: f64,
     pub max_tokens: Option<u64>,
+    /// USD per episode; applies to models with a price in the config.
+    pub max_cost_usd: Option<f64>,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_steps: 20, time_s: 300.0, max_tokens: None }
+        Limits { max_steps: 20, time_s: 300.0, max_tokens: None, max_cost_usd: None }
     }
 }
 

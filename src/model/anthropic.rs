@@ -1,0 +1,150 @@
+//! The Anthropic Messages wire format: a top-level `system`, alternating user and
+//! assistant turns, `tool_use` blocks from the model and `tool_result` blocks back.
+
+use serde_json::{Map, Value, json};
+
+use super::config::Provider;
+use super::{Message, ModelRequest, ModelResponse, ProposedCall};
+use crate::log::Usage;
+
+pub const VERSION: &str = "2023-06-01";
+
+pub fn endpoint(base_url: &str) -> String {
+    format!("{base_url}/v1/messages")
+}
+
+pub fn encode(model: &str, request: &ModelRequest<'_>, provider: &Provider) -> Value {
+    let mut system = Vec::new();
+    // Anthropic wants turns to alternate: consecutive messages of one role merge.
+    let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    let mut push = |role: &'static str, block: Value| match turns.last_mut() {
+        Some((r, blocks)) if *r == role => blocks.push(block),
+        _ => turns.push((role, vec![block])),
+    };
+    for m in request.messages {
+        match m {
+            Message::System { content } => system.push(content.clone()),
+            Message::User { content } => push("user", json!({"type": "text", "text": content})),
+            Message::Assistant { content, tool_calls } => {
+                if let Some(text) = content.as_ref().filter(|t| !t.is_empty()) {
+                    push("assistant", json!({"type": "text", "text": text}));
+                }
+                for c in tool_calls {
+                    let input = if c.arguments.is_object() { c.arguments.clone() } else { json!({}) };
+                    push("assistant", json!({"type": "tool_use", "id": c.call_id, "name": c.name, "input": input}));
+                }
+            }
+            Message::Tool { call_id, content, is_error, .. } => {
+                push(
+                    "user",
+                    json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error}),
+                );
+            }
+        }
+    }
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    let messages: Vec<Value> =
+        turns.into_iter().map(|(role, content)| json!({"role": role, "content": content})).collect();
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        body.insert("tool_choice".into(), json!({"type": "auto"}));
+    }
+    for (k, v) in &provider.sampling {
+        body.insert(k.clone(), v.clone());
+    }
+    body.entry("max_tokens").or_insert(json!(4096));
+    Value::Object(body)
+}
+
+pub fn decode(body: &Value) -> Result<ModelResponse, String> {
+    let blocks = body.get("content").and_then(Value::as_array).ok_or("the response has no `content`")?;
+    let mut text = String::new();
+    let mut tool_calls = Vec::new();
+    for block in blocks {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => text.push_str(block.get("text").and_then(Value::as_str).unwrap_or_default()),
+            Some("tool_use") => tool_calls.push(ProposedCall {
+                id: block.get("id").and_then(Value::as_str).map(String::from),
+                name: block.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                arguments: block.get("input").cloned().unwrap_or_else(|| json!({})),
+            }),
+            // Thinking and other blocks carry nothing the agent acts on.
+            _ => {}
+        }
+    }
+    let usage = body.get("usage").map(usage_of).unwrap_or_default();
+    Ok(ModelResponse {
+        text: Some(text).filter(|t| !t.is_empty()),
+        tool_calls,
+        usage,
+        finish_reason: body.get("stop_reason").and_then(Value::as_str).map(String::from),
+        ..ModelResponse::default()
+    })
+}
+
+fn usage_of(u: &Value) -> Usage {
+    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let cached = n("cache_read_input_tokens");
+    // Anthropic counts cached and cache-writing tokens apart from `input_tokens`.
+    Usage {
+        input_tokens: n("input_tokens") + cached + n("cache_creation_input_tokens"),
+        output_tokens: n("output_tokens"),
+        cached_tokens: cached,
+    }
+}
+
+pub fn error_message(body: &Value) -> Option<String> {
+    body.pointer("/error/message").and_then(Value::as_str).map(String::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::{ToolCall, ToolSpec};
+
+    #[test]
+    fn tool_results_and_text_merge_into_one_user_turn() {
+        let messages = vec![
+            Message::System { content: "sys".into() },
+            Message::User { content: "hi".into() },
+            Message::Assistant {
+                content: Some("let me look".into()),
+                tool_calls: vec![ToolCall { call_id: "t1".into(), name: "f".into(), arguments: json!({"a": 1}) }],
+            },
+            Message::Tool { call_id: "t1".into(), name: "f".into(), content: "42".into(), is_error: false },
+            Message::User { content: "reminder".into() },
+        ];
+        let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
+        let provider = super::super::config::ModelConfig::default().providers["anthropic"].clone();
+        let body = encode("claude-x", &ModelRequest { messages: &messages, tools: &tools }, &provider);
+        assert_eq!(body["system"], "sys");
+        assert_eq!(body["max_tokens"], 4096);
+        let turns = body["messages"].as_array().unwrap();
+        assert_eq!(turns.len(), 3);
+        assert_eq!(turns[1]["content"][1], json!({"type": "tool_use", "id": "t1", "name": "f", "input": {"a": 1}}));
+        assert_eq!(turns[2]["role"], "user");
+        assert_eq!(turns[2]["content"][0]["type"], "tool_result");
+        assert_eq!(turns[2]["content"][1]["text"], "reminder");
+        assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
+    }
+
+    #[test]
+    fn decodes_tool_use_and_usage() {
+        let body = json!({"content": [{"type": "text", "text": "ok"}, {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"x": 2}}],
+                          "stop_reason": "tool_use", "usage": {"input_tokens": 5, "output_tokens": 7, "cache_read_input_tokens": 3}});
+        let r = decode(&body).unwrap();
+        assert_eq!(r.text.as_deref(), Some("ok"));
+        assert_eq!(r.tool_calls[0].id.as_deref(), Some("toolu_1"));
+        assert_eq!(r.usage, Usage { input_tokens: 8, output_tokens: 7, cached_tokens: 3 });
+    }
+}

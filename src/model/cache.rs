@@ -1,0 +1,76 @@
+//! A local response cache (`--cache`): re-runs of unchanged prompts are served from disk
+//! until the entries expire. One file per request digest.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use super::{LanguageModel, ModelError, ModelRequest, ModelResponse, canonical_request, digest};
+
+#[derive(Debug, Clone)]
+pub struct CacheOptions {
+    pub dir: PathBuf,
+    pub ttl: Duration,
+}
+
+impl CacheOptions {
+    /// `$XDG_CACHE_HOME/runner/responses`, else `~/.cache/runner/responses`.
+    pub fn default_dir() -> PathBuf {
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(|| PathBuf::from(".cache"));
+        base.join("runner").join("responses")
+    }
+}
+
+pub struct Cached {
+    pub inner: Arc<dyn LanguageModel>,
+    pub options: Arc<CacheOptions>,
+}
+
+impl Cached {
+    fn lookup(&self, path: &std::path::Path) -> Option<ModelResponse> {
+        let age =
+            std::fs::metadata(path).ok()?.modified().ok().and_then(|t| SystemTime::now().duration_since(t).ok())?;
+        if age > self.options.ttl {
+            return None;
+        }
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    }
+}
+
+#[async_trait]
+impl LanguageModel for Cached {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn sampling(&self) -> Map<String, Value> {
+        self.inner.sampling()
+    }
+
+    async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let key = digest(&canonical_request(self, request));
+        let path = self.options.dir.join(format!("{key}.json"));
+        if let Some(mut hit) = self.lookup(&path) {
+            hit.cache_hit = true;
+            hit.cost_usd = Some(0.0);
+            return Ok(hit);
+        }
+        let response = self.inner.respond(request).await?;
+        // A cache that cannot be written only costs speed; the answer stands.
+        if std::fs::create_dir_all(&self.options.dir).is_ok()
+            && let Ok(bytes) = serde_json::to_vec(&response.recorded())
+        {
+            let tmp = path.with_extension(format!("tmp{}", fastrand::u64(..)));
+            if std::fs::write(&tmp, bytes).is_ok() {
+                let _ = std::fs::rename(&tmp, &path);
+            }
+        }
+        Ok(response)
+    }
+}

@@ -1,0 +1,327 @@
+//! Providers and prices: built-in defaults that follow the SDKs' conventions
+//! (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`,
+//! `OLLAMA_HOST`), extended or overridden by a `runner.yaml` config file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::suite::decode::{ConfigError, Source};
+
+/// The wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    /// OpenAI Chat Completions, also spoken by vLLM, llama.cpp, Ollama, LiteLLM, OpenRouter.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
+/// One provider: where it is, how to authenticate, how hard to push it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Provider {
+    pub name: String,
+    pub api: Api,
+    /// As the SDKs take it: `https://api.openai.com/v1` (OpenAI, with the version),
+    /// `https://api.anthropic.com` (Anthropic, without).
+    pub base_url: Option<String>,
+    /// An environment variable that, when set, overrides `base_url`.
+    pub base_url_env: Option<String>,
+    /// The environment variable holding the API key; the key itself is never stored.
+    pub key_env: Option<String>,
+    /// Requests in flight at once, per model (lowered for a while after a 429).
+    pub max_concurrency: usize,
+    /// Per request, including reading the body.
+    pub timeout_s: f64,
+    /// Retries after the first attempt, for 429, 5xx, timeouts and broken connections.
+    pub max_retries: u32,
+    /// The first retry waits up to this long; each retry doubles it (with jitter).
+    pub retry_base_s: f64,
+    /// The longest wait between attempts, `Retry-After` included.
+    pub retry_max_s: f64,
+    /// Merged into every request body: `temperature`, `max_tokens`, `seed`, …
+    pub sampling: Map<String, Value>,
+    /// OpenAI API only: send `parallel_tool_calls: true` with tools.
+    pub parallel_tool_calls: bool,
+}
+
+/// USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    /// Cached input tokens; the input price when absent.
+    pub cached_input: Option<f64>,
+}
+
+impl Price {
+    pub fn cost(&self, usage: &crate::log::Usage) -> f64 {
+        let cached = usage.cached_tokens.min(usage.input_tokens) as f64;
+        let fresh = usage.input_tokens as f64 - cached;
+        (fresh * self.input
+            + cached * self.cached_input.unwrap_or(self.input)
+            + usage.output_tokens as f64 * self.output)
+            / 1e6
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    pub providers: BTreeMap<String, Provider>,
+    /// Keyed by the full model name: `openai/gpt-4o-mini`.
+    pub prices: BTreeMap<String, Price>,
+    /// Where it was read from, if anywhere.
+    pub file: Option<PathBuf>,
+}
+
+fn provider(
+    name: &str,
+    api: Api,
+    base_url: Option<&str>,
+    base_url_env: Option<&str>,
+    key_env: Option<&str>,
+) -> Provider {
+    Provider {
+        name: name.into(),
+        api,
+        base_url: base_url.map(String::from),
+        base_url_env: base_url_env.map(String::from),
+        key_env: key_env.map(String::from),
+        max_concurrency: 16,
+        timeout_s: 120.0,
+        max_retries: 5,
+        retry_base_s: 1.0,
+        retry_max_s: 60.0,
+        sampling: Map::new(),
+        parallel_tool_calls: false,
+    }
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        let mut openai = provider(
+            "openai",
+            Api::Openai,
+            Some("https://api.openai.com/v1"),
+            Some("OPENAI_BASE_URL"),
+            Some("OPENAI_API_KEY"),
+        );
+        openai.parallel_tool_calls = true;
+        let mut anthropic = provider(
+            "anthropic",
+            Api::Anthropic,
+            Some("https://api.anthropic.com"),
+            Some("ANTHROPIC_BASE_URL"),
+            Some("ANTHROPIC_API_KEY"),
+        );
+        anthropic.sampling.insert("max_tokens".into(), json!(4096));
+        let mut ollama = provider("ollama", Api::Openai, Some("http://localhost:11434/v1"), Some("OLLAMA_HOST"), None);
+        ollama.max_concurrency = 4;
+        let compatible = provider(
+            "openai-compatible",
+            Api::Openai,
+            None,
+            Some("OPENAI_COMPATIBLE_BASE_URL"),
+            Some("OPENAI_COMPATIBLE_API_KEY"),
+        );
+        let providers = [openai, anthropic, ollama, compatible].into_iter().map(|p| (p.name.clone(), p)).collect();
+        ModelConfig { providers, prices: BTreeMap::new(), file: None }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    providers: BTreeMap<String, ProviderFile>,
+    #[serde(default)]
+    prices: BTreeMap<String, Price>,
+}
+
+/// A provider as written: every field optional, over the built-in of the same name.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderFile {
+    api: Option<Api>,
+    base_url: Option<String>,
+    base_url_env: Option<String>,
+    key_env: Option<String>,
+    max_concurrency: Option<usize>,
+    timeout_s: Option<f64>,
+    max_retries: Option<u32>,
+    retry_base_s: Option<f64>,
+    retry_max_s: Option<f64>,
+    sampling: Option<Map<String, Value>>,
+    parallel_tool_calls: Option<bool>,
+}
+
+impl ModelConfig {
+    /// The built-ins, then `path` if given, else `$RUNNER_CONFIG`, else `./runner.yaml` if it exists.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let chosen = match path {
+            Some(p) => Some(p.to_owned()),
+            None => match std::env::var_os("RUNNER_CONFIG") {
+                Some(p) => Some(PathBuf::from(p)),
+                None => Some(PathBuf::from("runner.yaml")).filter(|p| p.is_file()),
+            },
+        };
+        let mut config = ModelConfig::default();
+        if let Some(path) = chosen {
+            config.merge_file(&path)?;
+        }
+        Ok(config)
+    }
+
+    fn merge_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let (source, _) = Source::read(path)?;
+        let file: ConfigFile = source.decode("", &source.value)?;
+        for (name, f) in file.providers {
+            let at = format!("providers.{name}");
+            let mut p = match self.providers.get(&name) {
+                Some(p) => p.clone(),
+                None => {
+                    let Some(api) = f.api else {
+                        return Err(source.error(&at, "a new provider needs `api: openai` or `api: anthropic`"));
+                    };
+                    provider(&name, api, None, None, None)
+                }
+            };
+            if let Some(v) = f.api {
+                p.api = v;
+            }
+            if f.base_url.is_some() {
+                p.base_url = f.base_url;
+            }
+            if f.base_url_env.is_some() {
+                p.base_url_env = f.base_url_env;
+            }
+            if f.key_env.is_some() {
+                p.key_env = f.key_env;
+            }
+            if let Some(v) = f.max_concurrency {
+                if v == 0 {
+                    return Err(source.error(&format!("{at}.max_concurrency"), "must be at least 1"));
+                }
+                p.max_concurrency = v;
+            }
+            for (field, value, slot) in [
+                ("timeout_s", f.timeout_s, &mut p.timeout_s),
+                ("retry_base_s", f.retry_base_s, &mut p.retry_base_s),
+                ("retry_max_s", f.retry_max_s, &mut p.retry_max_s),
+            ] {
+                if let Some(v) = value {
+                    if !(v >= 0.0 && v.is_finite()) {
+                        return Err(source.error(&format!("{at}.{field}"), "must be a number of seconds"));
+                    }
+                    *slot = v;
+                }
+            }
+            if let Some(v) = f.max_retries {
+                p.max_retries = v;
+            }
+            if let Some(v) = f.sampling {
+                p.sampling.extend(v);
+            }
+            if let Some(v) = f.parallel_tool_calls {
+                p.parallel_tool_calls = v;
+            }
+            self.providers.insert(name, p);
+        }
+        self.prices.extend(file.prices);
+        self.file = Some(path.to_owned());
+        Ok(())
+    }
+}
+
+impl Provider {
+    /// The base URL in force: the environment variable's, else the configured one.
+    pub fn resolve_base_url(&self) -> Result<String, String> {
+        let from_env =
+            self.base_url_env.as_ref().and_then(|var| std::env::var(var).ok()).filter(|v| !v.trim().is_empty());
+        let url = match (from_env, &self.base_url) {
+            (Some(url), _) => {
+                if self.name == "ollama" {
+                    ollama_url(&url)
+                } else {
+                    url
+                }
+            }
+            (None, Some(url)) => url.clone(),
+            (None, None) => {
+                let var = self.base_url_env.as_deref().unwrap_or("a base_url");
+                return Err(format!(
+                    "provider `{}` has no endpoint: set {var}, or `providers.{}.base_url` in runner.yaml",
+                    self.name, self.name
+                ));
+            }
+        };
+        Ok(url.trim_end_matches('/').to_owned())
+    }
+
+    /// The API key, when the provider uses one. `Err` when its variable is unset.
+    pub fn resolve_key(&self) -> Result<Option<String>, String> {
+        let Some(var) = &self.key_env else { return Ok(None) };
+        match std::env::var(var) {
+            Ok(key) if !key.trim().is_empty() => Ok(Some(key.trim().to_owned())),
+            // Compatible servers often need no key.
+            _ if self.name == "openai-compatible" => Ok(None),
+            _ => Err(format!("provider `{}` needs an API key: set {var}", self.name)),
+        }
+    }
+}
+
+/// `OLLAMA_HOST` is a host (`localhost:11434`, `http://box:11434`); the API is under `/v1`.
+fn ollama_url(host: &str) -> String {
+    let host = host.trim().trim_end_matches('/');
+    let with_scheme = if host.contains("://") { host.to_owned() } else { format!("http://{host}") };
+    if with_scheme.ends_with("/v1") { with_scheme } else { format!("{with_scheme}/v1") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ollama_host_becomes_an_api_url() {
+        assert_eq!(ollama_url("localhost:11434"), "http://localhost:11434/v1");
+        assert_eq!(ollama_url("http://box:1/"), "http://box:1/v1");
+        assert_eq!(ollama_url("https://box/v1"), "https://box/v1");
+    }
+
+    #[test]
+    fn a_config_file_overrides_and_adds_providers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runner.yaml");
+        std::fs::write(
+            &path,
+            "providers:\n  openai: {max_concurrency: 3, sampling: {temperature: 0}}\n  local: {api: openai, base_url: http://x/v1}\nprices:\n  openai/m: {input: 1, output: 2}\n",
+        )
+        .unwrap();
+        let c = ModelConfig::load(Some(&path)).unwrap();
+        assert_eq!(c.providers["openai"].max_concurrency, 3);
+        assert_eq!(c.providers["openai"].key_env.as_deref(), Some("OPENAI_API_KEY"));
+        assert_eq!(c.providers["openai"].sampling["temperature"], 0);
+        assert_eq!(c.providers["local"].resolve_base_url().unwrap(), "http://x/v1");
+        assert_eq!(c.prices["openai/m"].output, 2.0);
+    }
+
+    #[test]
+    fn a_new_provider_without_an_api_is_an_error_with_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runner.yaml");
+        std::fs::write(&path, "providers:\n  local:\n    base_url: http://x\n").unwrap();
+        let e = ModelConfig::load(Some(&path)).unwrap_err().to_string();
+        assert!(e.contains("runner.yaml:3:") && e.contains("api: openai"), "{e}");
+    }
+
+    #[test]
+    fn price_counts_cached_tokens_at_their_own_rate() {
+        let p = Price { input: 2.0, output: 10.0, cached_input: Some(1.0) };
+        let u = crate::log::Usage { input_tokens: 1_000_000, output_tokens: 100_000, cached_tokens: 500_000 };
+        assert!((p.cost(&u) - (1.0 + 0.5 + 1.0)).abs() < 1e-9);
+    }
+}

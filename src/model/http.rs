@@ -1,0 +1,314 @@
+//! The HTTP backends: one client per model, requests encoded in the provider's wire format,
+//! faults retried and attributed. 429s, 5xx, timeouts and broken connections are retried
+//! with exponential backoff and jitter (honouring `Retry-After`), then end the episode
+//! unscored (`rate_limited` or `provider_error`). 400/401/403/404 are configuration errors:
+//! not retried, and when no call of a model has ever succeeded the run stops early.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use reqwest::StatusCode;
+use reqwest::header::HeaderMap;
+use serde_json::{Map, Value};
+
+use super::config::{Api, Price, Provider};
+use super::limiter::Limiter;
+use super::{Exchange, LanguageModel, ModelError, ModelRequest, ModelResponse, anthropic, openai};
+
+pub struct HttpModel {
+    /// `openai/gpt-4o-mini`: the name in logs and episode ids.
+    name: String,
+    /// `gpt-4o-mini`: the name the provider knows.
+    model: String,
+    provider: Provider,
+    url: String,
+    /// Secret: sent in a header, never logged, scrubbed from error messages.
+    key: Option<String>,
+    client: reqwest::Client,
+    limiter: Limiter,
+    price: Option<Price>,
+    successes: AtomicU64,
+    config_failures: AtomicU64,
+    last_config_error: Mutex<Option<String>>,
+}
+
+/// One attempt that did not produce an answer.
+struct Failure {
+    cause: &'static str,
+    message: String,
+    retryable: bool,
+    retry_after: Option<Duration>,
+    response: Option<Value>,
+}
+
+impl Failure {
+    fn transient(cause: &'static str, message: String) -> Self {
+        Failure { cause, message, retryable: true, retry_after: None, response: None }
+    }
+}
+
+impl HttpModel {
+    pub fn new(name: &str, model: &str, provider: Provider, price: Option<Price>) -> Result<Self, String> {
+        let base = provider.resolve_base_url()?;
+        let key = provider.resolve_key()?;
+        let url = match provider.api {
+            Api::Openai => openai::endpoint(&base),
+            Api::Anthropic => anthropic::endpoint(&base),
+        };
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs_f64(provider.timeout_s.clamp(0.001, 30.0)))
+            .pool_max_idle_per_host(provider.max_concurrency)
+            .build()
+            .map_err(|e| format!("failed to build an HTTP client: {e}"))?;
+        Ok(HttpModel {
+            name: name.to_owned(),
+            model: model.to_owned(),
+            limiter: Limiter::new(provider.max_concurrency),
+            provider,
+            url,
+            key,
+            client,
+            price,
+            successes: AtomicU64::new(0),
+            config_failures: AtomicU64::new(0),
+            last_config_error: Mutex::new(None),
+        })
+    }
+
+    /// Why the run should stop: calls fail as misconfigured and none ever succeeded.
+    pub fn broken(&self) -> Option<String> {
+        if self.successes.load(Ordering::Relaxed) == 0 && self.config_failures.load(Ordering::Relaxed) > 0 {
+            self.last_config_error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        } else {
+            None
+        }
+    }
+
+    fn encode(&self, request: &ModelRequest<'_>) -> Value {
+        match self.provider.api {
+            Api::Openai => openai::encode(&self.model, request, &self.provider),
+            Api::Anthropic => anthropic::encode(&self.model, request, &self.provider),
+        }
+    }
+
+    fn decode(&self, body: &Value) -> Result<ModelResponse, String> {
+        match self.provider.api {
+            Api::Openai => openai::decode(body),
+            Api::Anthropic => anthropic::decode(body),
+        }
+    }
+
+    /// Removes the key from text that came back from the provider.
+    fn scrub(&self, text: &str) -> String {
+        match &self.key {
+            Some(key) if key.len() >= 4 => text.replace(key.as_str(), "[REDACTED]"),
+            _ => text.to_owned(),
+        }
+    }
+
+    async fn attempt(&self, body: &Value) -> Result<Value, Failure> {
+        let _slot = self.limiter.acquire().await;
+        let mut request = self.client.post(&self.url).json(body);
+        match (self.provider.api, &self.key) {
+            (Api::Openai, Some(key)) => request = request.bearer_auth(key),
+            (Api::Anthropic, key) => {
+                request = request.header("anthropic-version", anthropic::VERSION);
+                if let Some(key) = key {
+                    request = request.header("x-api-key", key);
+                }
+            }
+            (Api::Openai, None) => {}
+        }
+        let exchange = async {
+            let response = request.send().await?;
+            let status = response.status();
+            let headers = response.headers().clone();
+            let bytes = response.bytes().await?;
+            Ok::<_, reqwest::Error>((status, headers, bytes))
+        };
+        let timeout = Duration::from_secs_f64(self.provider.timeout_s);
+        let (status, headers, bytes) = match tokio::time::timeout(timeout, exchange).await {
+            Err(_) => {
+                return Err(Failure::transient(
+                    "provider_error",
+                    format!("no complete response within {}s", timeout.as_secs_f64()),
+                ));
+            }
+            Ok(Err(e)) => {
+                let what = if e.is_connect() {
+                    "could not connect"
+                } else if e.is_body() || e.is_decode() {
+                    "the response broke off"
+                } else {
+                    "the request failed"
+                };
+                return Err(Failure::transient("provider_error", self.scrub(&format!("{what}: {}", error_chain(&e)))));
+            }
+            Ok(Ok(parts)) => parts,
+        };
+        let parsed: Result<Value, _> = serde_json::from_slice(&bytes);
+        if status.is_success() {
+            return parsed.map_err(|e| {
+                let head = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
+                Failure::transient("provider_error", self.scrub(&format!("the response is not JSON ({e}): {head:?}")))
+            });
+        }
+        let detail = parsed
+            .as_ref()
+            .ok()
+            .and_then(|v| match self.provider.api {
+                Api::Openai => openai::error_message(v),
+                Api::Anthropic => anthropic::error_message(v),
+            })
+            .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned());
+        let detail = self.scrub(&detail);
+        let response = parsed.ok();
+        let retry_after = retry_after(&headers);
+        let failure = match status {
+            StatusCode::TOO_MANY_REQUESTS => {
+                self.limiter.rate_limited();
+                Failure {
+                    cause: "rate_limited",
+                    message: format!("rate limited (429): {detail}"),
+                    retryable: true,
+                    retry_after,
+                    response,
+                }
+            }
+            s if s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT || s.as_u16() == 529 => Failure {
+                cause: "provider_error",
+                message: format!("the provider failed ({s}): {detail}"),
+                retryable: true,
+                retry_after,
+                response,
+            },
+            s => Failure {
+                cause: "configuration_error",
+                message: self.explain(s, &detail),
+                retryable: false,
+                retry_after: None,
+                response,
+            },
+        };
+        Err(failure)
+    }
+
+    fn explain(&self, status: StatusCode, detail: &str) -> String {
+        let key = self.provider.key_env.as_deref().unwrap_or("the provider's key variable");
+        match status.as_u16() {
+            401 => format!("{}: the API key was refused (401), check {key}: {detail}", self.name),
+            403 => format!("{}: forbidden (403), the key may lack access to `{}`: {detail}", self.name, self.model),
+            404 => format!(
+                "{}: not found (404), check the model name `{}` and the endpoint {}: {detail}",
+                self.name, self.model, self.url
+            ),
+            _ => format!("{}: the request was refused ({status}): {detail}", self.name),
+        }
+    }
+
+    fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self.provider.retry_base_s * 2f64.powi(attempt.saturating_sub(1).min(20) as i32);
+        let capped = exp.min(self.provider.retry_max_s);
+        // Equal jitter: at least half the delay, so concurrent retries spread without collapsing to 0.
+        Duration::from_secs_f64(capped * (0.5 + fastrand::f64() * 0.5))
+    }
+}
+
+#[async_trait]
+impl LanguageModel for HttpModel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn sampling(&self) -> Map<String, Value> {
+        self.provider.sampling.clone()
+    }
+
+    async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let body = self.encode(request);
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let failure = match self.attempt(&body).await {
+                Ok(raw) => match self.decode(&raw) {
+                    Ok(mut response) => {
+                        self.limiter.succeeded();
+                        self.successes.fetch_add(1, Ordering::Relaxed);
+                        response.attempts = attempts;
+                        response.cost_usd = self.price.map(|p| p.cost(&response.usage));
+                        response.exchange = Some(Exchange { url: self.url.clone(), request: body, response: raw });
+                        return Ok(response);
+                    }
+                    Err(message) => Failure { response: Some(raw), ..Failure::transient("provider_error", message) },
+                },
+                Err(failure) => failure,
+            };
+            if !failure.retryable || attempts > self.provider.max_retries {
+                if failure.cause == "configuration_error" {
+                    self.config_failures.fetch_add(1, Ordering::Relaxed);
+                    *self.last_config_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure.message.clone());
+                }
+                let message = if failure.retryable {
+                    format!("{} (after {attempts} attempts)", failure.message)
+                } else {
+                    failure.message
+                };
+                let exchange =
+                    failure.response.map(|response| Exchange { url: self.url.clone(), request: body, response });
+                return Err(ModelError { cause: failure.cause.into(), message, attempts, exchange });
+            }
+            let wait = failure.retry_after.map(|d| d.min(Duration::from_secs_f64(self.provider.retry_max_s)));
+            tokio::time::sleep(wait.unwrap_or_else(|| self.backoff(attempts))).await;
+        }
+    }
+}
+
+/// `retry-after-ms`, or `Retry-After` in seconds or as an HTTP date.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()).filter(|v| *v >= 0.0) {
+        return Some(Duration::from_secs_f64(ms / 1e3));
+    }
+    let value = get("retry-after")?;
+    if let Ok(seconds) = value.parse::<f64>() {
+        return (seconds >= 0.0 && seconds.is_finite()).then(|| Duration::from_secs_f64(seconds));
+    }
+    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let wait = at.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    Some(wait.to_std().unwrap_or(Duration::ZERO))
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use reqwest::header::HeaderValue;
+
+    #[test]
+    fn retry_after_reads_seconds_milliseconds_and_dates() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("2"));
+        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        h.insert("retry-after-ms", HeaderValue::from_static("150"));
+        assert_eq!(retry_after(&h), Some(Duration::from_millis(150)));
+        let mut h = HeaderMap::new();
+        let later = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
+        h.insert("retry-after", HeaderValue::from_str(&later).unwrap());
+        let wait = retry_after(&h).unwrap();
+        assert!(wait > Duration::from_secs(25) && wait <= Duration::from_secs(30), "{wait:?}");
+        h.insert("retry-after", HeaderValue::from_static("soon"));
+        assert_eq!(retry_after(&h), None);
+    }
+}

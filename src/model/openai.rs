@@ -1,0 +1,166 @@
+//! The OpenAI Chat Completions wire format, also spoken by vLLM, llama.cpp, Ollama,
+//! LiteLLM and OpenRouter. Decoding is lenient: missing usage, unknown finish reasons,
+//! extra fields, the legacy `function_call`, and arguments that are not valid JSON (those
+//! reach the environment, which answers with a `ValidationError`).
+
+use serde_json::{Map, Value, json};
+
+use super::config::Provider;
+use super::{Message, ModelRequest, ModelResponse, ProposedCall};
+use crate::log::Usage;
+
+pub fn endpoint(base_url: &str) -> String {
+    format!("{base_url}/chat/completions")
+}
+
+pub fn encode(model: &str, request: &ModelRequest<'_>, provider: &Provider) -> Value {
+    let messages: Vec<Value> = request
+        .messages
+        .iter()
+        .map(|m| match m {
+            Message::System { content } => json!({"role": "system", "content": content}),
+            Message::User { content } => json!({"role": "user", "content": content}),
+            Message::Assistant { content, tool_calls } => {
+                let mut msg = json!({"role": "assistant", "content": content});
+                if !tool_calls.is_empty() {
+                    let calls: Vec<Value> = tool_calls
+                        .iter()
+                        .map(|c| {
+                            let arguments = match &c.arguments {
+                                // Arguments the model wrote that were not JSON go back as written.
+                                Value::String(raw) => raw.clone(),
+                                other => other.to_string(),
+                            };
+                            json!({"id": c.call_id, "type": "function",
+                                   "function": {"name": c.name, "arguments": arguments}})
+                        })
+                        .collect();
+                    msg["tool_calls"] = Value::Array(calls);
+                }
+                msg
+            }
+            Message::Tool { call_id, content, .. } => {
+                json!({"role": "tool", "tool_call_id": call_id, "content": content})
+            }
+        })
+        .collect();
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}))
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        body.insert("tool_choice".into(), json!("auto"));
+        if provider.parallel_tool_calls {
+            body.insert("parallel_tool_calls".into(), json!(true));
+        }
+    }
+    for (k, v) in &provider.sampling {
+        body.insert(k.clone(), v.clone());
+    }
+    Value::Object(body)
+}
+
+pub fn decode(body: &Value) -> Result<ModelResponse, String> {
+    let choice = match body.get("choices").and_then(Value::as_array) {
+        Some(choices) if !choices.is_empty() => &choices[0],
+        Some(_) => return Err("the response has an empty `choices`".into()),
+        None => return Err("the response has no `choices`".into()),
+    };
+    let message = choice.get("message").ok_or("the first choice has no `message`")?;
+    let text = match message.get("content") {
+        Some(Value::String(s)) => Some(s.clone()),
+        // Some servers send content as a list of parts.
+        Some(Value::Array(parts)) => {
+            Some(parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(""))
+        }
+        _ => None,
+    }
+    .filter(|t| !t.is_empty());
+    let mut tool_calls = Vec::new();
+    if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+        for call in calls {
+            let function = call.get("function").unwrap_or(&Value::Null);
+            tool_calls.push(ProposedCall {
+                id: call.get("id").and_then(Value::as_str).map(String::from),
+                name: function.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                arguments: parse_arguments(function.get("arguments")),
+            });
+        }
+    } else if let Some(function) = message.get("function_call").filter(|f| f.is_object()) {
+        tool_calls.push(ProposedCall {
+            id: None,
+            name: function.get("name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            arguments: parse_arguments(function.get("arguments")),
+        });
+    }
+    let usage = body.get("usage").map(usage_of).unwrap_or_default();
+    let finish_reason = choice.get("finish_reason").and_then(Value::as_str).map(String::from);
+    Ok(ModelResponse { text, tool_calls, usage, finish_reason, ..ModelResponse::default() })
+}
+
+/// Arguments arrive as a JSON string; a string that does not parse is kept as it is.
+fn parse_arguments(raw: Option<&Value>) -> Value {
+    match raw {
+        Some(Value::String(s)) if s.trim().is_empty() => json!({}),
+        Some(Value::String(s)) => serde_json::from_str(s.trim()).unwrap_or_else(|_| Value::String(s.clone())),
+        Some(Value::Object(o)) => Value::Object(o.clone()),
+        None | Some(Value::Null) => json!({}),
+        Some(other) => other.clone(),
+    }
+}
+
+fn usage_of(u: &Value) -> Usage {
+    let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+    Usage {
+        input_tokens: n(u.get("prompt_tokens")),
+        output_tokens: n(u.get("completion_tokens")),
+        cached_tokens: n(u.pointer("/prompt_tokens_details/cached_tokens")),
+    }
+}
+
+/// The provider's own words from an error body.
+pub fn error_message(body: &Value) -> Option<String> {
+    body.pointer("/error/message").or_else(|| body.get("error")).or_else(|| body.get("message")).and_then(|m| match m {
+        Value::String(s) => Some(s.clone()),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_tool_calls_text_and_usage() {
+        let body = json!({"choices": [{"message": {"content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": " {\"a\": 1} "}},
+            {"id": "call_2", "type": "function", "function": {"name": "g", "arguments": "{not json"}}]},
+            "finish_reason": "something_new"}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": 4}}});
+        let r = decode(&body).unwrap();
+        assert_eq!(r.text, None);
+        assert_eq!(r.tool_calls[0].arguments, json!({"a": 1}));
+        assert_eq!(r.tool_calls[1].arguments, json!("{not json"));
+        assert_eq!(r.finish_reason.as_deref(), Some("something_new"));
+        assert_eq!(r.usage, Usage { input_tokens: 10, output_tokens: 3, cached_tokens: 4 });
+    }
+
+    #[test]
+    fn decodes_the_legacy_function_call_and_missing_usage() {
+        let body = json!({"choices": [{"message": {"content": "", "function_call": {"name": "f", "arguments": ""}}}]});
+        let r = decode(&body).unwrap();
+        assert_eq!(r.tool_calls, [ProposedCall { id: None, name: "f".into(), arguments: json!({}) }]);
+        assert_eq!(r.usage, Usage::default());
+    }
+
+    #[test]
+    fn empty_choices_are_an_error() {
+        assert!(decode(&json!({"choices": []})).unwrap_err().contains("empty"));
+        assert!(decode(&json!({"id": "x"})).is_err());
+    }
+}
