@@ -58,6 +58,7 @@ impl LanguageModel for Cached {
         let path = self.options.dir.join(format!("{key}.json"));
         if let Some(mut hit) = self.lookup(&path) {
             hit.cache_hit = true;
+            hit.attempts = 1;
             hit.cost_usd = Some(0.0);
             return Ok(hit);
         }

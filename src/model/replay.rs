@@ -208,6 +208,7 @@ impl LanguageModel for Replay {
         match served {
             Some(mut response) => {
                 response.cache_hit = true;
+                response.attempts = 1;
                 Ok(response)
             }
             None => Err(ModelError::new(

@@ -4,6 +4,8 @@
 mod bad_input;
 mod eval;
 mod log;
+mod models;
+mod replay;
 mod shell;
 
 use std::path::{Path, PathBuf};
