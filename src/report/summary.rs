@@ -21,6 +21,9 @@ pub struct Row {
     pub cancelled: u64,
     pub steps: u64,
     pub tokens: u64,
+    pub cost_usd: f64,
+    /// Episodes whose cost is unknown (a model without a price).
+    pub unpriced: u64,
     /// Why episodes went unscored, and how many.
     pub unscored_causes: BTreeMap<String, u64>,
     first_start: Option<DateTime<FixedOffset>>,
@@ -96,7 +99,7 @@ impl Summary {
                         open.insert(id, at);
                     }
                 }
-                Event::EpisodeFinished { outcome, steps, usage, .. } => {
+                Event::EpisodeFinished { outcome, steps, usage, cost_usd, .. } => {
                     let Some(at) = logged.episode_id.and_then(|id| open.remove(&id)) else {
                         return;
                     };
@@ -104,6 +107,10 @@ impl Summary {
                     row.episodes += 1;
                     row.steps += u64::from(steps);
                     row.tokens += usage.total();
+                    match cost_usd {
+                        Some(c) => row.cost_usd += c,
+                        None => row.unpriced += 1,
+                    }
                     row.last_finish = row.last_finish.max(ts);
                     match outcome {
                         Outcome::Scored { passed: true, .. } => row.passed += 1,
@@ -137,6 +144,8 @@ impl Summary {
             t.cancelled += r.cancelled;
             t.steps += r.steps;
             t.tokens += r.tokens;
+            t.cost_usd += r.cost_usd;
+            t.unpriced += r.unpriced;
             for (cause, n) in &r.unscored_causes {
                 *t.unscored_causes.entry(cause.clone()).or_default() += n;
             }
@@ -146,8 +155,9 @@ impl Summary {
 
     /// The table printed at the end of a run.
     pub fn render(&self) -> String {
-        let header = ["suite", "model", "episodes", "passed", "failed", "unscored", "pass rate", "mean steps", "wall"];
-        let mut lines: Vec<[String; 9]> = vec![header.map(String::from)];
+        let header =
+            ["suite", "model", "episodes", "passed", "failed", "unscored", "pass rate", "mean steps", "tokens", "cost", "wall"];
+        let mut lines: Vec<[String; 11]> = vec![header.map(String::from)];
         for r in &self.rows {
             lines.push([
                 r.suite.clone(),
@@ -158,11 +168,13 @@ impl Summary {
                 r.unscored.to_string(),
                 r.pass_rate().map_or("-".into(), |p| format!("{:.1}%", p * 100.0)),
                 format!("{:.1}", r.mean_steps()),
+                r.tokens.to_string(),
+                if r.unpriced == r.episodes { "-".into() } else { format!("${:.4}", r.cost_usd) },
                 format!("{:.2}s", r.wall_s()),
             ]);
         }
         let widths: Vec<usize> =
-            (0..9).map(|c| lines.iter().map(|l| l[c].chars().count()).max().unwrap_or(0)).collect();
+            (0..header.len()).map(|c| lines.iter().map(|l| l[c].chars().count()).max().unwrap_or(0)).collect();
         let mut out = String::new();
         for line in &lines {
             for (c, cell) in line.iter().enumerate() {
@@ -181,6 +193,9 @@ impl Summary {
         if total.unscored > 0 {
             let causes: Vec<String> = total.unscored_causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
             let _ = writeln!(out, "unscored episodes are not failures; causes: {}", causes.join(", "));
+        }
+        if total.unpriced > 0 && total.unpriced < total.episodes {
+            let _ = writeln!(out, "cost is a lower bound: {} episodes used a model without a price", total.unpriced);
         }
         if total.cancelled > 0 {
             let _ = writeln!(out, "cancelled: {}", total.cancelled);

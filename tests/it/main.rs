@@ -2,6 +2,7 @@
 //! temporary folder.
 
 mod bad_input;
+mod e2e;
 mod eval;
 mod log;
 mod models;

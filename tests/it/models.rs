@@ -154,6 +154,7 @@ async fn openai_parallel_tool_calls_then_text_with_the_exact_json_sent() {
     // 50 input at $1/M and 9 output at $2/M, then 20 and 2.
     let cost = of_type(&sb.events(), "episode_finished")[0]["cost_usd"].as_f64().unwrap();
     assert!((cost - (50.0 + 18.0 + 20.0 + 4.0) / 1e6).abs() < 1e-12, "{cost}");
+    assert!(run.stdout.contains("$0.0001"), "the summary shows the cost: {run:?}");
     let log = std::fs::read_to_string(sb.path().join("results/test/events.jsonl")).unwrap();
     assert!(!log.contains("sk-test-key-123"), "the key reached the log");
 }
