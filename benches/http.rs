@@ -21,7 +21,10 @@ async fn serve(listener: TcpListener) {
     let body = json!({"choices": [{"message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}],
                       "usage": {"prompt_tokens": 30, "completion_tokens": 1}})
     .to_string();
-    let reply = Arc::new(format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len()));
+    let reply = Arc::new(format!(
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    ));
     loop {
         let Ok((mut stream, _)) = listener.accept().await else { return };
         let reply = reply.clone();
@@ -35,7 +38,9 @@ async fn serve(listener: TcpListener) {
                         let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
                         let length = head
                             .lines()
-                            .find_map(|l| l.strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
+                            .find_map(|l| {
+                                l.strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
                             .unwrap_or(0);
                         break (end + 4, length);
                     }
@@ -122,6 +127,8 @@ fn main() {
         }
         rounds.sort_by(|a, b| a.0.total_cmp(&b.0));
         let (rps, cpu_us) = rounds[2];
-        println!("concurrency {concurrency:>3}: {rps:>8.0} requests/s, {cpu_us:>6.1} µs CPU per call (client and server together)");
+        println!(
+            "concurrency {concurrency:>3}: {rps:>8.0} requests/s, {cpu_us:>6.1} µs CPU per call (client and server together)"
+        );
     }
 }

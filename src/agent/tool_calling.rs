@@ -87,45 +87,53 @@ impl ToolCallingAgent {
         let result = self.model.respond(&request).await;
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;
         let canonical = canonical_request(self.model.as_ref(), &request);
-        let (response, usage, attempts, cache_hit, cost_usd, error, cause, exchange) = match &result {
-            Ok(r) => (
-                serde_json::to_value(r.recorded()).unwrap_or_default(),
-                r.usage,
-                r.attempts,
-                r.cache_hit,
-                r.cost_usd,
-                None,
-                None,
-                r.exchange.clone(),
-            ),
-            Err(e) => (
-                Value::Null,
-                Usage::default(),
-                e.attempts,
-                false,
-                None,
-                Some(e.message.clone()),
-                Some(e.cause.clone()),
-                e.exchange.clone(),
-            ),
-        };
-        turn.recorder.emit(&Event::ModelCall {
+        let mut event = Event::ModelCall {
             model: self.model_name.clone(),
             step: turn.budget.step,
             request_digest: digest(&canonical),
             sampling: canonical.sampling,
+            response: Value::Null,
+            usage: Usage::default(),
+            latency_ms,
+            attempts: 0,
+            cache_hit: false,
+            cost_usd: None,
+            error: None,
+            cause: None,
+            url: None,
+            request: None,
+            raw_response: None,
+        };
+        if let Event::ModelCall {
             response,
             usage,
-            latency_ms,
             attempts,
             cache_hit,
             cost_usd,
             error,
             cause,
-            url: exchange.as_ref().map(|x| x.url.clone()),
-            request: exchange.as_ref().map(|x| x.request.clone()),
-            raw_response: exchange.map(|x| x.response),
-        });
+            url,
+            request,
+            raw_response,
+            ..
+        } = &mut event
+        {
+            let exchange = match &result {
+                Ok(r) => {
+                    *response = serde_json::to_value(r.recorded()).unwrap_or_default();
+                    (*usage, *attempts, *cache_hit, *cost_usd) = (r.usage, r.attempts, r.cache_hit, r.cost_usd);
+                    r.exchange.clone()
+                }
+                Err(e) => {
+                    (*attempts, *error, *cause) = (e.attempts, Some(e.message.clone()), Some(e.cause.clone()));
+                    e.exchange.clone()
+                }
+            };
+            if let Some(x) = exchange {
+                (*url, *request, *raw_response) = (Some(x.url), Some(x.request), Some(x.response));
+            }
+        }
+        turn.recorder.emit(&event);
         result.map_err(|e| AgentFault { cause: e.cause, message: e.message })
     }
 }

@@ -155,8 +155,19 @@ impl Summary {
 
     /// The table printed at the end of a run.
     pub fn render(&self) -> String {
-        let header =
-            ["suite", "model", "episodes", "passed", "failed", "unscored", "pass rate", "mean steps", "tokens", "cost", "wall"];
+        let header = [
+            "suite",
+            "model",
+            "episodes",
+            "passed",
+            "failed",
+            "unscored",
+            "pass rate",
+            "mean steps",
+            "tokens",
+            "cost",
+            "wall",
+        ];
         let mut lines: Vec<[String; 11]> = vec![header.map(String::from)];
         for r in &self.rows {
             lines.push([

@@ -17,7 +17,18 @@ fn e2e_llama_server_speaks_to_runner() {
     sb.write("runner.yaml", "providers:\n  openai-compatible: {max_concurrency: 1, timeout_s: 240, max_retries: 1, sampling: {temperature: 0, max_tokens: 128}}\n");
     let output = sb
         .command()
-        .args(["eval", "s.yaml", "--model", "openai-compatible/gemma", "--run-id", "test", "--out", "results", "-j", "1"])
+        .args([
+            "eval",
+            "s.yaml",
+            "--model",
+            "openai-compatible/gemma",
+            "--run-id",
+            "test",
+            "--out",
+            "results",
+            "-j",
+            "1",
+        ])
         .env("OPENAI_COMPATIBLE_BASE_URL", &url)
         .output()
         .unwrap();
