@@ -389,3 +389,29 @@ async fn the_cache_serves_an_unchanged_request_without_calling_the_provider() {
     assert_eq!(run.code, 0, "{run:?}");
     assert_eq!(server.received_requests().await.unwrap().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_backends_run_the_same_episodes_side_by_side() {
+    let sb = sandbox(FAST);
+    let (server, _) = serve("/v1/chat/completions", vec![ok(openai_text("4"))]).await;
+    let mut env = openai_env(&server);
+    env.push(("OLLAMA_HOST", server.uri()));
+    let run = eval(&sb, "openai/gpt-test", &env, &["--model", "ollama/qwen-test"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let started = of_type(&events, "episode_started");
+    let mut pairs: Vec<(String, String)> =
+        started.iter().map(|e| (e["task_id"].as_str().unwrap().into(), e["model"].as_str().unwrap().into())).collect();
+    pairs.sort();
+    assert_eq!(pairs, [("t".into(), "ollama/qwen-test".into()), ("t".into(), "openai/gpt-test".into())]);
+    assert!(run.stdout.lines().any(|l| l.starts_with("m ") && l.contains("ollama/qwen-test")), "{run:?}");
+    assert!(run.stdout.lines().any(|l| l.starts_with("m ") && l.contains("openai/gpt-test")), "{run:?}");
+    let models: Vec<Value> = server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.body_json::<Value>().unwrap()["model"].clone())
+        .collect();
+    assert!(models.contains(&json!("gpt-test")) && models.contains(&json!("qwen-test")), "{models:?}");
+}
