@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use super::definition::{Definition, EnvLimits};
@@ -20,6 +20,7 @@ use crate::contract::{ErrorType, ToolSpec};
 use crate::suite::Task;
 
 const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+const MARK_VAR: &str = "RUNNER_EPISODE_MARK";
 
 pub fn tool_specs() -> Vec<ToolSpec> {
     let spec = ToolSpec::new;
@@ -61,6 +62,10 @@ pub fn tool_specs() -> Vec<ToolSpec> {
 }
 
 pub struct ShellWorld {
+    /// Every process of this episode carries `RUNNER_EPISODE_MARK=<mark>`, so that
+    /// those that left the command's process group (`setsid`) are found at teardown.
+    mark: String,
+    ran_commands: std::sync::atomic::AtomicBool,
     dir: tempfile::TempDir,
     /// `dir` with symlinks resolved, to check that paths stay inside it.
     root: PathBuf,
@@ -84,7 +89,8 @@ impl ShellWorld {
             }
             std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
         }
-        Ok(ShellWorld { dir, root, limits: definition.limits.clone() })
+        let mark = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+        Ok(ShellWorld { mark, ran_commands: false.into(), dir, root, limits: definition.limits.clone() })
     }
 
     /// Resolves a path the model gave, refusing any that leads outside the working directory.
@@ -98,26 +104,25 @@ impl ShellWorld {
         if relative.components().any(|c| matches!(c, Component::ParentDir)) {
             return Err(refuse());
         }
-        let full = self.root.join(relative);
-        // A symlink inside the directory may still point out of it.
-        let mut existing = full.as_path();
-        while !existing.exists() {
-            match existing.parent() {
-                Some(parent) => existing = parent,
-                None => break,
+        // A symlink inside the directory may point out of it, or nowhere yet (a write
+        // would then create its target outside): every link on the way must resolve inside.
+        let mut full = self.root.clone();
+        for part in relative.components() {
+            full.push(part);
+            if std::fs::symlink_metadata(&full).is_ok_and(|m| m.file_type().is_symlink()) {
+                match full.canonicalize() {
+                    Ok(real) if real.starts_with(&self.root) => {}
+                    _ => return Err(refuse()),
+                }
             }
-        }
-        if let Ok(real) = existing.canonicalize()
-            && !real.starts_with(&self.root)
-        {
-            return Err(refuse());
         }
         Ok(full)
     }
 
     async fn run_command(&self, args: RunCommand) -> Result<Value, ToolFailure> {
+        // Both bounds were checked when the definition loaded; the schema keeps timeout_s > 0.
         let limit = self.limits.command_timeout_s;
-        let timeout = Duration::from_secs_f64(args.timeout_s.unwrap_or(limit).clamp(0.001, limit));
+        let timeout = Duration::from_secs_f64(args.timeout_s.unwrap_or(limit).min(limit).max(0.001));
         let mut child = Command::new("/bin/sh")
             .arg("-c")
             .arg(&args.command)
@@ -127,6 +132,7 @@ impl ShellWorld {
             .env("HOME", self.dir.path())
             .env("TMPDIR", self.dir.path())
             .env("LANG", "C.UTF-8")
+            .env(MARK_VAR, &self.mark)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -134,6 +140,7 @@ impl ShellWorld {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("failed to start the shell: {e}")))?;
+        self.ran_commands.store(true, std::sync::atomic::Ordering::Relaxed);
         // From here on, however this future ends (timeout, cancellation), the group dies.
         let group = ProcessGroup(child.id().map(|id| id as libc::pid_t));
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
@@ -210,7 +217,23 @@ impl ShellWorld {
         if let Some(parent) = full.parent() {
             tokio::fs::create_dir_all(parent).await.map_err(io_failure)?;
         }
-        tokio::fs::write(&full, content).await.map_err(io_failure)?;
+        // O_NOFOLLOW: a link swapped in after the check above is refused, not followed.
+        let mut file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&full)
+            .await
+            .map_err(|e| {
+                if e.raw_os_error() == Some(libc::ELOOP) {
+                    ToolFailure::new(ErrorType::PermissionError, format!("`{path}` is a symbolic link; write to its target"))
+                } else {
+                    io_failure(e)
+                }
+            })?;
+        file.write_all(content.as_bytes()).await.map_err(io_failure)?;
+        file.flush().await.map_err(io_failure)?;
         Ok(json!({"path": path, "bytes": content.len()}))
     }
 
@@ -275,6 +298,30 @@ impl World for ShellWorld {
         let mut info = Map::new();
         info.insert("cwd".into(), Value::String(self.root.display().to_string()));
         info
+    }
+}
+
+impl Drop for ShellWorld {
+    fn drop(&mut self) {
+        if self.ran_commands.load(std::sync::atomic::Ordering::Relaxed) {
+            kill_marked(&format!("{MARK_VAR}={}", self.mark));
+        }
+    }
+}
+
+/// Kills every process whose environment holds `needle`: the ones that escaped their
+/// process group. Processes that clear their own environment are out of reach.
+fn kill_marked(needle: &str) {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return };
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<libc::pid_t>().ok()) else { continue };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
+        if environ.split(|b| *b == 0).any(|var| var == needle.as_bytes()) {
+            // SAFETY: kill only sends a signal, to a process that carries this episode's mark.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
     }
 }
 

@@ -38,11 +38,64 @@ fn a_command_that_hangs_times_out_and_its_process_group_is_killed() {
     let obs = tool_observations(&sb.events())[0].clone();
     assert_eq!(obs["error"]["type"], "TimeoutError", "{obs}");
     let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
-    // The background `sleep` was in the command's group: it must be gone (or a zombie
-    // about to be reaped by init), not still sleeping.
-    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let alive = state.split_whitespace().nth(2).is_some_and(|s| s != "Z" && s != "X");
-    assert!(!alive, "the background process {pid} survived the timeout: {state}");
+    // The background `sleep` was in the command's group: it must be gone.
+    assert_gone(pid);
+}
+
+/// Waits up to two seconds for `pid` to be gone (or a zombie about to be reaped).
+fn assert_gone(pid: i32) {
+    assert!(std::path::Path::new("/proc/self/stat").exists(), "this check needs /proc");
+    let started = std::time::Instant::now();
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let alive = state.split_whitespace().nth(2).is_some_and(|s| s != "Z" && s != "X");
+        if !alive {
+            return;
+        }
+        assert!(started.elapsed().as_secs() < 2, "process {pid} survived its episode: {state}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_process_that_leaves_the_group_is_killed_when_the_episode_ends() {
+    let sb = Sandbox::new();
+    let pid_file = sb.path().join("escapee.pid");
+    let mock = format!(
+        "      - tool_calls: [{{name: run_command, arguments: {{command: \"setsid sleep 600 >/dev/null 2>&1 </dev/null & echo $! > {}; sleep 0.2\"}}}}]\n      - text: ok\n",
+        pid_file.display()
+    );
+    let run = shell_run(&sb, "{}", &mock);
+    assert_eq!(run.code, 0, "{run:?}");
+    let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    assert_gone(pid);
+}
+
+/// The observation of the call with this id.
+fn observation(events: &[serde_json::Value], call_id: &str) -> serde_json::Value {
+    tool_observations(events).into_iter().find(|o| o["call_id"] == call_id).cloned().unwrap_or_else(|| panic!("no {call_id}"))
+}
+
+#[test]
+fn a_symlink_cannot_lead_a_read_or_write_out_of_the_working_directory() {
+    let sb = Sandbox::new();
+    let outside = sb.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "secret").unwrap();
+    let o = outside.display();
+    let mock = format!(
+        "      - tool_calls: [{{name: run_command, arguments: {{command: \"ln -s {o}/new.txt dangling; ln -s {o} away; echo in > inner.txt; ln -s inner.txt near\"}}}}]\n      - tool_calls:\n          - {{id: w1, name: write_file, arguments: {{path: dangling, content: pwned}}}}\n          - {{id: w2, name: write_file, arguments: {{path: away/f.txt, content: pwned}}}}\n          - {{id: r1, name: read_file, arguments: {{path: away/secret.txt}}}}\n          - {{id: l1, name: list_dir, arguments: {{path: away}}}}\n          - {{id: r2, name: read_file, arguments: {{path: near}}}}\n          - {{id: w3, name: write_file, arguments: {{path: near, content: changed}}}}\n      - text: ok\n"
+    );
+    let run = shell_run(&sb, "{}", &mock);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(!outside.join("new.txt").exists(), "a write followed a dangling link out");
+    assert!(!outside.join("f.txt").exists(), "a write followed a linked folder out");
+    let events = sb.events();
+    for id in ["w1", "w2", "r1", "l1", "w3"] {
+        assert_eq!(observation(&events, id)["error"]["type"], "PermissionError", "{id}: {}", observation(&events, id));
+    }
+    // A link that stays inside may be read.
+    assert_eq!(observation(&events, "r2")["tool_result"]["content"], "in\n");
 }
 
 #[test]
@@ -97,11 +150,11 @@ fn file_tools_stay_inside_the_working_directory() {
         "      - tool_calls:\n          - {name: read_file, arguments: {path: ../../etc/passwd}}\n          - {name: read_file, arguments: {path: /etc/passwd}}\n          - {name: write_file, arguments: {path: sub/new.txt, content: hi}}\n      - tool_calls: [{name: read_file, arguments: {path: sub/new.txt}}]\n      - text: ok\n",
     );
     assert_eq!(run.code, 0, "{run:?}");
-    let obs = tool_observations(&sb.events()).into_iter().cloned().collect::<Vec<_>>();
-    assert_eq!(obs[0]["error"]["type"], "PermissionError");
-    assert_eq!(obs[1]["error"]["type"], "PermissionError");
-    assert_eq!(obs[2]["tool_result"]["bytes"], 2);
-    assert_eq!(obs[3]["tool_result"]["content"], "hi");
+    let events = sb.events();
+    assert_eq!(observation(&events, "c_1")["error"]["type"], "PermissionError");
+    assert_eq!(observation(&events, "c_2")["error"]["type"], "PermissionError");
+    assert_eq!(observation(&events, "c_3")["tool_result"]["bytes"], 2);
+    assert_eq!(observation(&events, "c_4")["tool_result"]["content"], "hi");
 }
 
 #[test]
