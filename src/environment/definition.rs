@@ -9,7 +9,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::contract::{FINAL_TOOL, ToolSpec};
-use crate::suite::decode::{ConfigError, Source};
+use crate::suite::MAX_EPISODE_S;
+use crate::suite::decode::{ConfigError, Source, check_seconds};
 use crate::suite::text::Text;
 
 use super::{kv, shell};
@@ -191,8 +192,12 @@ impl Definition {
         for (field, value) in
             [("tool_timeout_s", file.limits.tool_timeout_s), ("command_timeout_s", file.limits.command_timeout_s)]
         {
-            if !(value > 0.0 && value.is_finite()) {
-                return Err(source.error(&format!("limits.{field}"), "must be a positive number of seconds"));
+            check_seconds(&source, &format!("limits.{field}"), value, 0.001, MAX_EPISODE_S)?;
+        }
+        for name in file.files.keys() {
+            if !crate::suite::is_relative_inside(name) {
+                let at = format!("files.{name}");
+                return Err(source.error(&at, "file names must be relative paths inside the working directory"));
             }
         }
         let name = file

@@ -227,7 +227,10 @@ impl ShellWorld {
             .await
             .map_err(|e| {
                 if e.raw_os_error() == Some(libc::ELOOP) {
-                    ToolFailure::new(ErrorType::PermissionError, format!("`{path}` is a symbolic link; write to its target"))
+                    ToolFailure::new(
+                        ErrorType::PermissionError,
+                        format!("`{path}` is a symbolic link; write to its target"),
+                    )
                 } else {
                     io_failure(e)
                 }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::suite::decode::{ConfigError, Source};
+use crate::suite::decode::{ConfigError, Source, check_seconds};
 
 /// The wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -214,9 +214,8 @@ impl ModelConfig {
                 ("retry_max_s", f.retry_max_s, &mut p.retry_max_s),
             ] {
                 if let Some(v) = value {
-                    if !(v >= 0.0 && v.is_finite()) {
-                        return Err(source.error(&format!("{at}.{field}"), "must be a number of seconds"));
-                    }
+                    let min = if field == "timeout_s" { 0.001 } else { 0.0 };
+                    check_seconds(&source, &format!("{at}.{field}"), v, min, crate::suite::MAX_EPISODE_S)?;
                     *slot = v;
                 }
             }

@@ -87,6 +87,15 @@ impl Source {
     }
 }
 
+/// Checks a number of seconds: positive, finite, at most `max`.
+pub fn check_seconds(source: &Source, path: &str, value: f64, min: f64, max: f64) -> Result<(), ConfigError> {
+    if value.is_finite() && value >= min && value <= max {
+        Ok(())
+    } else {
+        Err(source.error(path, format!("must be a number of seconds from {min} to {max}, got {value}")))
+    }
+}
+
 fn unknown_key(message: &str) -> Option<&str> {
     let rest = message.strip_prefix("unknown field `")?;
     rest.split('`').next()

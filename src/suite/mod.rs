@@ -20,6 +20,9 @@ use crate::environment::definition::Definition;
 use decode::{ConfigError, Source};
 use text::Text;
 
+/// The longest an episode may be allowed to run: thirty days.
+pub const MAX_EPISODE_S: f64 = 30.0 * 24.0 * 3600.0;
+
 /// One loaded suite: shared settings plus its tasks.
 #[derive(Debug)]
 pub struct Suite {
@@ -226,9 +229,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     if file.limits.max_steps == 0 {
         return Err(source.error("limits.max_steps", "must be at least 1"));
     }
-    if !(file.limits.time_s > 0.0 && file.limits.time_s.is_finite()) {
-        return Err(source.error("limits.time_s", "must be a positive number of seconds"));
-    }
+    decode::check_seconds(&source, "limits.time_s", file.limits.time_s, 0.001, MAX_EPISODE_S)?;
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
     check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
 

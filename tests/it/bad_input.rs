@@ -147,3 +147,28 @@ fn every_bad_file_is_reported_not_only_the_first() {
     assert_eq!(run.code, 2);
     assert!(run.stderr.contains("a.yaml:") && run.stderr.contains("b.yaml:"), "{run:?}");
 }
+
+#[test]
+fn a_time_limit_too_large_to_count_is_refused_at_load() {
+    let err = error_for(&format!("{GOOD_HEAD}  - {{id: a, input: hi}}\nlimits: {{time_s: 1e20}}\n"), &[]);
+    assert!(err.contains("tasks/bad.yaml:7:") && err.contains("limits.time_s"), "{err}");
+    let err = error_for(
+        "suite: s\nenvironment: box\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n",
+        &[("environments/box.yaml", "kind: shell\nlimits:\n  tool_timeout_s: 1e20\n")],
+    );
+    assert!(err.contains("environments/box.yaml:3:") && err.contains("tool_timeout_s"), "{err}");
+    let err = error_for(
+        "suite: s\nenvironment: box\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n",
+        &[("environments/box.yaml", "kind: shell\nlimits: {command_timeout_s: 0.0001}\n")],
+    );
+    assert!(err.contains("command_timeout_s"), "{err}");
+}
+
+#[test]
+fn an_environment_fixture_outside_the_directory_is_refused_at_load() {
+    let err = error_for(
+        "suite: s\nenvironment: box\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n",
+        &[("environments/box.yaml", "kind: kv\nfiles:\n  /etc/x: y\n")],
+    );
+    assert!(err.contains("environments/box.yaml:3:") && err.contains("relative paths"), "{err}");
+}

@@ -73,7 +73,11 @@ fn a_process_that_leaves_the_group_is_killed_when_the_episode_ends() {
 
 /// The observation of the call with this id.
 fn observation(events: &[serde_json::Value], call_id: &str) -> serde_json::Value {
-    tool_observations(events).into_iter().find(|o| o["call_id"] == call_id).cloned().unwrap_or_else(|| panic!("no {call_id}"))
+    tool_observations(events)
+        .into_iter()
+        .find(|o| o["call_id"] == call_id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {call_id}"))
 }
 
 #[test]
