@@ -314,7 +314,7 @@ mod tests {
         let path = dir.path().join("runner.yaml");
         std::fs::write(&path, "providers:\n  local:\n    base_url: http://x\n").unwrap();
         let e = ModelConfig::load(Some(&path)).unwrap_err().to_string();
-        assert!(e.contains("runner.yaml:3:") && e.contains("api: openai"), "{e}");
+        assert!(e.contains("runner.yaml:2:3:") && e.contains("api: openai"), "{e}");
     }
 
     #[test]

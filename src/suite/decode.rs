@@ -77,10 +77,12 @@ impl Source {
                 };
             }
             let message = e.inner().to_string();
-            // Point at the offending key itself rather than the map that holds it.
-            if let Some(key) = unknown_key(&message) {
-                let key_path = yaml::child(&at, key);
-                return ConfigError::at(&self.file, self.locations.find(&key_path), format!("{key_path}: {message}"));
+            // The path ends at the offending key when the error is about an unknown one.
+            if let Some(key) = unknown_key(&message)
+                && !at.ends_with(&format!(".{key}"))
+                && at != key
+            {
+                at = yaml::child(&at, key);
             }
             self.error(&at, message)
         })

@@ -76,7 +76,14 @@ pub fn parse(text: &str) -> Result<(Value, Locations), YamlError> {
 
 enum Frame {
     Seq { items: Vec<Value>, anchor: usize, path: String },
-    Map { entries: Map<String, Value>, key: Option<String>, anchor: usize, path: String },
+    Map {
+        entries: Map<String, Value>,
+        key: Option<String>,
+        anchor: usize,
+        path: String,
+        /// Whether the mapping's own start event placed its position (not a parent's key).
+        placed: bool,
+    },
 }
 
 #[derive(Default)]
@@ -112,7 +119,7 @@ impl Builder {
         match self.stack.last_mut() {
             None => self.root = Some(value),
             Some(Frame::Seq { items, .. }) => items.push(value),
-            Some(Frame::Map { entries, key, path, .. }) => match key.take() {
+            Some(Frame::Map { entries, key, path, placed, .. }) => match key.take() {
                 Some(k) => {
                     entries.insert(k, value);
                 }
@@ -133,7 +140,7 @@ impl Builder {
                     }
                     // A block mapping's start event is marked after its first key; the
                     // first key is where a reader sees the mapping begin.
-                    if entries.is_empty() {
+                    if entries.is_empty() && *placed {
                         self.locations.by_path.insert(path.clone(), Position::of(mark));
                     }
                     let entry_path = child(path, &name);
@@ -166,8 +173,9 @@ impl MarkedEventReceiver for Builder {
                 if is_key {
                     self.fail(mark, "a mapping key must be a plain scalar".into());
                 }
+                let placed = !self.locations.by_path.contains_key(&path);
                 self.locations.by_path.entry(path.clone()).or_insert(Position::of(mark));
-                self.stack.push(Frame::Map { entries: Map::new(), key: None, anchor, path });
+                self.stack.push(Frame::Map { entries: Map::new(), key: None, anchor, path, placed });
             }
             Event::SequenceEnd | Event::MappingEnd => {
                 let (value, anchor) = match self.stack.pop() {
@@ -242,8 +250,16 @@ mod tests {
 
     #[test]
     fn reports_syntax_errors_with_position() {
-        let err = parse("a: [1, 2\nb: 3\n").unwrap_err();
-        assert!(err.position.line >= 1);
+        let err = parse("a: 1\nb: [1, 2\nc: 3\n").unwrap_err();
+        assert!(err.position.line >= 2, "the error is on or after line 2, not at {:?}", err.position);
         assert!(!err.message.is_empty());
+    }
+
+    #[test]
+    fn a_key_whose_value_is_a_mapping_keeps_its_own_position() {
+        let (_, locs) = parse("top:\n  bogus:\n    deep: 1\n").unwrap();
+        assert_eq!(locs.find("top.bogus"), Position { line: 2, column: 3 });
+        assert_eq!(locs.find("top.bogus.deep"), Position { line: 3, column: 5 });
+        assert_eq!(locs.find("top"), Position { line: 1, column: 1 });
     }
 }

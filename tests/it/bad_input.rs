@@ -32,9 +32,14 @@ fn malformed_yaml_names_the_line() {
 #[test]
 fn an_unknown_key_names_file_line_column_and_the_expected_keys() {
     let err = error_for(&format!("{GOOD_HEAD}  - id: a\n    inptu: hello\n"), &[]);
-    assert!(err.contains("tasks/bad.yaml:7:5:"), "{err}");
-    assert!(err.contains("unknown field `inptu`"), "{err}");
+    assert!(err.contains("tasks/bad.yaml:7:5: tasks[0].inptu: unknown field `inptu`"), "{err}");
     assert!(err.contains("`input`"), "the expected keys should be listed: {err}");
+}
+
+#[test]
+fn an_unknown_key_holding_a_mapping_is_located_at_the_key() {
+    let err = error_for(&format!("{GOOD_HEAD}  - id: a\n    input: hi\n    bogus:\n      deep: 1\n"), &[]);
+    assert!(err.contains("tasks/bad.yaml:8:5: tasks[0].bogus: unknown field `bogus`"), "{err}");
 }
 
 #[test]
