@@ -97,7 +97,9 @@ fn map_row(
 ) -> Result<TaskFile, ConfigError> {
     let cols = &spec.columns;
     let mut take = |column: &str, field: &str, required: bool| -> Result<Option<Text>, ConfigError> {
-        match record.remove(column) {
+        // An empty cell is a missing value, not an empty text every answer contains.
+        let value = record.remove(column).filter(|v| !matches!(v, Value::String(s) if s.trim().is_empty()));
+        match value {
             Some(Value::Null) | None if required => {
                 if row == 1 {
                     Err(suite.error(

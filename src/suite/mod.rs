@@ -59,13 +59,17 @@ pub struct Task {
 }
 
 impl Task {
-    /// The variables templates see: `id`, `input`, `target`, `metadata`, and each
-    /// metadata field (a dataset's extra columns) by its own name.
+    /// The variables templates see: `id`, `input`, `target` (undefined when the task has
+    /// none, so that a scorer needing it fails at load), `metadata`, and each metadata
+    /// field (a dataset's extra columns) by its own name.
     pub fn template_context(&self) -> Map<String, Value> {
         let mut ctx = self.metadata.clone();
         ctx.insert("id".into(), Value::String(self.id.clone()));
         ctx.insert("input".into(), Value::String(self.input.clone()));
-        ctx.insert("target".into(), self.target.clone().map(Value::String).unwrap_or(Value::Null));
+        match &self.target {
+            Some(target) => ctx.insert("target".into(), Value::String(target.clone())),
+            None => ctx.remove("target"),
+        };
         ctx.insert("metadata".into(), Value::Object(self.metadata.clone()));
         ctx
     }

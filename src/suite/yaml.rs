@@ -200,16 +200,18 @@ impl MarkedEventReceiver for Builder {
     }
 }
 
-/// Resolves an unquoted scalar the YAML 1.2 core schema way.
+/// Resolves an unquoted scalar the YAML 1.2 core schema way, except that a number whose
+/// text would change (`1.50`, `0x10`, `007`, `1e3`) stays text: `target: 1.50` means "1.50".
 fn plain_scalar(text: String) -> Value {
-    match Yaml::from_str(&text) {
-        Yaml::Null => Value::Null,
-        Yaml::Boolean(b) => Value::Bool(b),
-        Yaml::Integer(i) => Value::Number(i.into()),
-        Yaml::Real(r) => match r.parse::<f64>().ok().and_then(Number::from_f64) {
-            Some(n) => Value::Number(n),
-            None => Value::String(text),
-        },
+    let number = match Yaml::from_str(&text) {
+        Yaml::Null => return Value::Null,
+        Yaml::Boolean(b) => return Value::Bool(b),
+        Yaml::Integer(i) => Some(Number::from(i)),
+        Yaml::Real(r) => r.parse::<f64>().ok().and_then(Number::from_f64),
+        _ => None,
+    };
+    match number {
+        Some(n) if n.to_string() == text => Value::Number(n),
         _ => Value::String(text),
     }
 }
@@ -233,6 +235,12 @@ mod tests {
         assert_eq!(locs.find("tasks[1]"), Position { line: 5, column: 5 });
         // Unknown paths fall back to the nearest ancestor.
         assert_eq!(locs.find("tasks[1].missing"), Position { line: 5, column: 5 });
+    }
+
+    #[test]
+    fn numbers_whose_text_would_change_stay_text() {
+        let (v, _) = parse("a: 1.50\nb: 0x10\nc: 007\nd: 1.5\ne: 42\nf: -3\ng: 0.25\n").unwrap();
+        assert_eq!(v, json!({"a": "1.50", "b": "0x10", "c": "007", "d": 1.5, "e": 42, "f": -3, "g": 0.25}));
     }
 
     #[test]

@@ -177,3 +177,18 @@ fn an_environment_fixture_outside_the_directory_is_refused_at_load() {
     );
     assert!(err.contains("environments/box.yaml:3:") && err.contains("relative paths"), "{err}");
 }
+
+#[test]
+fn a_scorer_that_needs_a_target_the_task_lacks_is_refused_at_load() {
+    let err = error_for("suite: s\nenvironment: kv\nscorers:\n  - includes: \"{{ target }}\"\ntasks:\n  - {id: a, input: hi}\n", &[]);
+    assert!(err.contains("tasks/bad.yaml:4:") && err.contains("in task `a`") && err.contains("undefined"), "{err}");
+}
+
+#[test]
+fn an_empty_target_cell_is_missing_not_empty_text() {
+    let err = error_for(
+        "suite: s\nenvironment: kv\nscorers: [{includes: \"{{ target }}\"}]\ndataset: {path: q.csv, columns: {target: answer}}\n",
+        &[("tasks/q.csv", "input,answer\nwhat is 2+2?,4\nwhat is 3+3?,\n")],
+    );
+    assert!(err.contains("tasks/q.csv:3:") && err.contains("`answer`"), "{err}");
+}
