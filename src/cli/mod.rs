@@ -7,7 +7,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::{self, RunOptions};
+use crate::batch::{self, RunError, RunOptions};
 use crate::model::cache::CacheOptions;
 use crate::model::config::ModelConfig;
 use crate::model::replay::CassetteWriter;
@@ -26,6 +26,9 @@ pub enum Exit {
     Usage = 2,
     /// More episodes went unscored than `--max-unscored` allows.
     TooManyUnscored = 3,
+    /// Episodes ran, but their results could not be written or read back (disk full,
+    /// permissions).
+    ResultsFailed = 4,
     /// Stopped by Ctrl-C.
     Interrupted = 130,
 }
@@ -157,15 +160,29 @@ fn validate(paths: &[PathBuf]) -> Exit {
         }
     };
     let mut ok = true;
+    let mut names: Vec<(String, PathBuf)> = Vec::new();
     for file in &files {
         match suite::load(file) {
-            Ok(s) => println!(
-                "ok  {}  suite `{}`: {} tasks, environment `{}`",
-                file.display(),
-                s.name,
-                s.tasks.len(),
-                s.environment.name
-            ),
+            Ok(s) => {
+                if let Some((_, other)) = names.iter().find(|(name, _)| *name == s.name) {
+                    ok = false;
+                    eprintln!(
+                        "error: {}: suite name `{}` is already used by {}",
+                        file.display(),
+                        s.name,
+                        other.display()
+                    );
+                    continue;
+                }
+                println!(
+                    "ok  {}  suite `{}`: {} tasks, environment `{}`",
+                    file.display(),
+                    s.name,
+                    s.tasks.len(),
+                    s.environment.name
+                );
+                names.push((s.name.clone(), file.clone()));
+            }
             Err(e) => {
                 ok = false;
                 eprintln!("error: {e}");
@@ -225,16 +242,20 @@ fn eval(args: EvalArgs) -> Exit {
     });
     let result = match result {
         Ok(result) => result,
-        Err(e) => {
+        Err(e @ (RunError::Exists(_) | RunError::Folder { .. })) => {
             eprintln!("error: {e}");
             return Exit::Usage;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::ResultsFailed;
         }
     };
     let summary = match Summary::from_log(&result.events_path) {
         Ok(summary) => summary,
         Err(e) => {
             eprintln!("error: {e}");
-            return Exit::Usage;
+            return Exit::ResultsFailed;
         }
     };
     print!("\n{}", summary.render());

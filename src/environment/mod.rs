@@ -8,6 +8,7 @@ mod shell;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -111,6 +112,12 @@ impl Environment {
 
     /// Executes one call and normalises whatever happens into an observation.
     pub async fn execute(&self, call: &ToolCall) -> Observation {
+        self.execute_marked(call, &AtomicBool::new(false)).await
+    }
+
+    /// [`Environment::execute`], setting `started` once the tool itself begins to run, so
+    /// that a cancelled call can be told apart from one that never acted on the world.
+    pub(crate) async fn execute_marked(&self, call: &ToolCall, started: &AtomicBool) -> Observation {
         let Some(tool) = self.definition.tool(&call.name) else {
             let names: Vec<&str> = self.definition.specs.iter().map(|t| t.name.as_str()).collect();
             let error = ToolError::new(ErrorType::ToolNotFound, format!("no tool named `{}`", call.name))
@@ -145,6 +152,7 @@ impl Environment {
                 ToolError::new(ErrorType::Cancelled, "the environment is closed"),
             );
         };
+        started.store(true, Ordering::Relaxed);
         let timeout = Duration::from_secs_f64(self.definition.limits.tool_timeout_s);
         let running = AssertUnwindSafe(self.world.call(&call.name, call.arguments.clone())).catch_unwind();
         match tokio::time::timeout(timeout, running).await {

@@ -2,6 +2,7 @@
 //! concurrently, hand back the observations in call order, until the final tool, a limit,
 //! or a fault.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -105,13 +106,22 @@ impl Environment {
             };
             ending.usage.add(proposal.usage);
             ending.cost_usd = ending.cost_usd.zip(proposal.cost_usd).map(|(a, b)| a + b);
-            if limits.max_tokens.is_some_and(|max| ending.usage.total() > max) {
-                return ending.with(Termination::TokenLimit);
-            }
-            if let (Some(max), Some(cost)) = (limits.max_cost_usd, ending.cost_usd)
-                && cost > max
-            {
-                return ending.with(Termination::CostLimit);
+            let over_budget = if limits.max_tokens.is_some_and(|max| ending.usage.total() > max) {
+                Some(Termination::TokenLimit)
+            } else if limits.max_cost_usd.zip(ending.cost_usd).is_some_and(|(max, cost)| cost > max) {
+                Some(Termination::CostLimit)
+            } else {
+                None
+            };
+            if let Some(limit) = over_budget {
+                // No call is dropped silently: these are logged, and logged as not run.
+                for call in &proposal.calls {
+                    recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
+                    let message = format!("not run: the episode reached its {}", limit.as_str().replace('_', " "));
+                    let obs = Observation::of_error(&call.call_id, ToolError::new(ErrorType::Cancelled, message));
+                    recorder.emit(&Event::Observation { step, observation: obs });
+                }
+                return ending.with(limit);
             }
 
             let turn = self.dispatch(&proposal.calls, step, deadline, stop, recorder, &mut ending.trajectory).await;
@@ -142,11 +152,16 @@ impl Environment {
             trajectory.calls.push(call.clone());
         }
         let mut slots: Vec<Option<Observation>> = vec![None; calls.len()];
+        let started: Vec<AtomicBool> = calls.iter().map(|_| AtomicBool::new(false)).collect();
         let mut answer = None;
         let mut stopped = None;
         {
-            let mut running: FuturesUnordered<_> =
-                calls.iter().enumerate().map(|(i, call)| async move { (i, self.execute(call).await) }).collect();
+            let started = &started;
+            let mut running: FuturesUnordered<_> = calls
+                .iter()
+                .enumerate()
+                .map(|(i, call)| async move { (i, self.execute_marked(call, &started[i]).await) })
+                .collect();
             while !running.is_empty() {
                 let (i, obs) = tokio::select! {
                     biased;
@@ -178,12 +193,17 @@ impl Environment {
         let observations = slots
             .into_iter()
             .zip(calls)
-            .map(|(slot, call)| {
+            .zip(&started)
+            .map(|((slot, call), started)| {
                 slot.unwrap_or_else(|| {
-                    let obs = Observation::of_error(
-                        &call.call_id,
-                        ToolError::new(ErrorType::Cancelled, "the episode ended before this call finished"),
-                    );
+                    let was_running = started.load(Ordering::Relaxed);
+                    let message = if was_running {
+                        "the episode ended while this call was running: it was stopped, and what it did until then stands"
+                    } else {
+                        "the episode ended before this call started: it did nothing"
+                    };
+                    let mut obs = Observation::of_error(&call.call_id, ToolError::new(ErrorType::Cancelled, message));
+                    obs.info.insert("started".into(), serde_json::Value::Bool(was_running));
                     recorder.emit(&Event::Observation { step, observation: obs.clone() });
                     obs
                 })

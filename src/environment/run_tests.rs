@@ -237,8 +237,25 @@ async fn final_answer_cancels_calls_still_in_flight() {
     assert_eq!(r.ending.final_answer.as_deref(), Some("done"));
     assert_eq!(*clock.dropped.lock().unwrap(), ["h"], "the hanging call was not cancelled");
     let cancelled = logged_observations(&r.events).into_iter().find(|o| o.call_id.as_deref() == Some("h")).unwrap();
+    assert_eq!(cancelled.info["started"], true, "the hanging call had started: its effects may stand");
     assert_eq!(cancelled.error.unwrap().kind, ErrorType::Cancelled);
     assert!(r.events.iter().any(|e| matches!(e, Event::Final { answer, .. } if answer == "done")));
+}
+
+#[tokio::test]
+async fn a_call_cancelled_before_it_started_says_it_did_nothing() {
+    // One slot: the final answer needs none, the first hang takes the slot, the second waits.
+    let (environment, clock) = env(1, 10.0);
+    let turn =
+        vec![call("h1", "hang", json!({"tag": "h1"})), call("h2", "hang", json!({"tag": "h2"})), final_call("f")];
+    let r = run(&environment, ScriptedAgent::new(vec![turn]), 5).await;
+    assert_eq!(r.ending.termination, Termination::FinalAnswer);
+    let obs = logged_observations(&r.events);
+    let by_id = |id: &str| obs.iter().find(|o| o.call_id.as_deref() == Some(id)).unwrap().clone();
+    assert_eq!(by_id("h1").info["started"], true);
+    assert_eq!(by_id("h2").info["started"], false);
+    assert!(by_id("h2").error.unwrap().message.contains("did nothing"));
+    assert_eq!(*clock.dropped.lock().unwrap(), ["h1"], "h2 never ran, so it was never dropped while running");
 }
 
 #[tokio::test]
@@ -289,6 +306,12 @@ async fn the_token_limit_ends_the_episode() {
     assert_eq!(r.ending.termination, Termination::TokenLimit);
     assert_eq!(r.ending.steps, 3);
     assert_eq!(r.ending.usage.input_tokens, 300);
+    // The third turn's call was not run, and the log says so rather than dropping it.
+    let last = logged_observations(&r.events).pop().unwrap();
+    assert_eq!(last.call_id.as_deref(), Some("s_3"));
+    assert_eq!(last.error.unwrap().kind, ErrorType::Cancelled);
+    let dispatched = r.events.iter().filter(|e| matches!(e, Event::ActionDispatched { .. })).count();
+    assert_eq!(dispatched, 3);
 }
 
 #[tokio::test]

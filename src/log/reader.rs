@@ -63,28 +63,27 @@ pub fn for_each_event_of(
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
     let mut reader = BufReader::new(file);
-    let mut buf = String::new();
+    let mut buf = Vec::new();
     let mut line_no = 0;
     loop {
         buf.clear();
-        let n = reader.read_line(&mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
+        let n = reader.read_until(b'\n', &mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
         if n == 0 {
             return Ok(false);
         }
         line_no += 1;
-        let complete = buf.ends_with('\n');
-        let text = buf.trim_end();
-        if text.is_empty() {
-            continue;
-        }
-        match parse_line(text, kinds) {
+        // Only the last line can be torn, and a torn line has no newline yet; it may even
+        // end inside a multi-byte character.
+        let complete = buf.ends_with(b"\n");
+        let parsed = std::str::from_utf8(&buf).map_err(|e| e.to_string()).and_then(|text| {
+            let text = text.trim_end();
+            if text.is_empty() { Ok(None) } else { parse_line(text, kinds) }
+        });
+        match parsed {
             Ok(Some(event)) => each(event),
             Ok(None) => {}
-            // Only the last line can be torn, and a torn line has no newline yet.
             Err(_) if !complete => return Ok(true),
-            Err(message) => {
-                return Err(ReadError::Invalid { path: shown, line: line_no, message });
-            }
+            Err(message) => return Err(ReadError::Invalid { path: shown, line: line_no, message }),
         }
     }
 }

@@ -75,7 +75,11 @@ pub fn parse(text: &str) -> Result<(Value, Locations), YamlError> {
 }
 
 enum Frame {
-    Seq { items: Vec<Value>, anchor: usize, path: String },
+    Seq {
+        items: Vec<Value>,
+        anchor: usize,
+        path: String,
+    },
     Map {
         entries: Map<String, Value>,
         key: Option<String>,

@@ -180,7 +180,10 @@ fn an_environment_fixture_outside_the_directory_is_refused_at_load() {
 
 #[test]
 fn a_scorer_that_needs_a_target_the_task_lacks_is_refused_at_load() {
-    let err = error_for("suite: s\nenvironment: kv\nscorers:\n  - includes: \"{{ target }}\"\ntasks:\n  - {id: a, input: hi}\n", &[]);
+    let err = error_for(
+        "suite: s\nenvironment: kv\nscorers:\n  - includes: \"{{ target }}\"\ntasks:\n  - {id: a, input: hi}\n",
+        &[],
+    );
     assert!(err.contains("tasks/bad.yaml:4:") && err.contains("in task `a`") && err.contains("undefined"), "{err}");
 }
 
@@ -191,4 +194,15 @@ fn an_empty_target_cell_is_missing_not_empty_text() {
         &[("tasks/q.csv", "input,answer\nwhat is 2+2?,4\nwhat is 3+3?,\n")],
     );
     assert!(err.contains("tasks/q.csv:3:") && err.contains("`answer`"), "{err}");
+}
+
+#[test]
+fn validate_refuses_two_suites_with_one_name_as_eval_does() {
+    let sb = Sandbox::new();
+    let suite = "suite: same\nenvironment: kv\nscorers: [{includes: x}]\ntasks: [{id: a, input: hi}]\n";
+    sb.write("a.yaml", suite);
+    sb.write("b.yaml", suite);
+    let run = sb.run(&["validate", "a.yaml", "b.yaml"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("b.yaml: suite name `same` is already used by a.yaml"), "{run:?}");
 }

@@ -182,7 +182,7 @@ fn a_dataset_suite_makes_one_task_per_row() {
 }
 
 #[test]
-fn two_models_run_the_same_episodes_and_duplicates_are_refused() {
+fn a_model_given_twice_is_refused() {
     let sb = Sandbox::new();
     sb.write("s.yaml", ONE_TASK);
     let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--model", "mock", "--out", "r"]);

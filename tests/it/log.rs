@@ -35,3 +35,18 @@ fn a_bad_line_in_the_middle_is_an_error_that_names_the_line() {
     let err = read_events(&path).unwrap_err().to_string();
     assert!(err.contains(":2:"), "{err}");
 }
+
+#[test]
+fn a_last_line_torn_inside_a_multibyte_character_is_tolerated() {
+    let sb = Sandbox::new();
+    let mut bytes = b"{\"v\":1,\"run_id\":\"r\",\"seq\":1,\"ts\":\"t\",\"type\":\"x\"}\n".to_vec();
+    bytes.extend_from_slice(
+        "{\"v\":1,\"run_id\":\"r\",\"seq\":2,\"ts\":\"t\",\"type\":\"final\",\"answer\":\"caf".as_bytes(),
+    );
+    bytes.push("é".as_bytes()[0]);
+    let path = sb.path().join("events.jsonl");
+    std::fs::write(&path, bytes).unwrap();
+    let read = read_events(&path).unwrap();
+    assert!(read.torn_last_line);
+    assert_eq!(read.events.len(), 1);
+}
