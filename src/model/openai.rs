@@ -21,7 +21,9 @@ pub fn encode(model: &str, request: &ModelRequest<'_>, provider: &Provider) -> V
             Message::System { content } => json!({"role": "system", "content": content}),
             Message::User { content } => json!({"role": "user", "content": content}),
             Message::Assistant { content, tool_calls } => {
-                let mut msg = json!({"role": "assistant", "content": content});
+                // Some servers (llama-cpp-python) refuse a null content beside tool calls;
+                // every server takes an empty string.
+                let mut msg = json!({"role": "assistant", "content": content.as_deref().unwrap_or("")});
                 if !tool_calls.is_empty() {
                     let calls: Vec<Value> = tool_calls
                         .iter()

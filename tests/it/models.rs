@@ -137,6 +137,8 @@ async fn openai_parallel_tool_calls_then_text_with_the_exact_json_sent() {
     // The second request carries the calls and their results, matched by the model's ids.
     let second = &bodies[1]["messages"];
     assert_eq!(second[2]["role"], "assistant");
+    // Regression: llama-cpp-python refuses `"content": null` beside tool calls.
+    assert_eq!(second[2]["content"], "");
     assert_eq!(second[2]["tool_calls"][0]["id"], "call_a");
     assert_eq!(second[2]["tool_calls"][1]["function"]["arguments"], "{\"expression\":\"2+2\"}");
     assert_eq!(
