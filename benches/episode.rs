@@ -22,14 +22,15 @@ fn whole_episode(c: &mut Criterion) {
     let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "bench").expect("event log");
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let stop = CancellationToken::new();
+    let graders = runner::scoring::Graders::default();
 
     // The episode must really pass, or the bench measures a shortcut.
-    let report = runtime.block_on(run_episode(spec.clone(), &log, &stop));
+    let report = runtime.block_on(run_episode(spec.clone(), &log, &graders, &stop));
     assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{report:?}");
     assert_eq!(report.steps, 4);
 
     c.bench_function("episode/kv 4 turns 3 tools", |b| {
-        b.iter(|| runtime.block_on(run_episode(spec.clone(), &log, &stop)));
+        b.iter(|| runtime.block_on(run_episode(spec.clone(), &log, &graders, &stop)));
     });
     drop(log);
     writer.close().expect("log closes");

@@ -7,12 +7,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::ToolCallingAgent;
+use crate::environment::World;
 use crate::environment::{Ending, Environment, EpisodeLimits, Trajectory};
+use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, Usage};
-use crate::scoring::{self, Finished};
+use crate::scoring::{self, Finished, Graders};
 use crate::suite::{Suite, Task, template};
 
-pub async fn run_episode(spec: EpisodeSpec, log: &EventLog, stop: &CancellationToken) -> EpisodeReport {
+pub async fn run_episode(
+    spec: EpisodeSpec,
+    log: &EventLog,
+    graders: &Graders,
+    stop: &CancellationToken,
+) -> EpisodeReport {
     let started = std::time::Instant::now();
     let suite = &spec.suite;
     let task = &suite.tasks[spec.task];
@@ -38,7 +45,9 @@ pub async fn run_episode(spec: EpisodeSpec, log: &EventLog, stop: &CancellationT
         Ok(env) => {
             let mut agent = agent_for(&spec, suite, task);
             let ending = env.run(&mut agent, task, &limits(suite), &recorder, stop).await;
-            let outcome = outcome_of(&ending, suite, task, &recorder);
+            let wall_s = started.elapsed().as_secs_f64();
+            // Scored against the final world, before it is torn down.
+            let outcome = outcome_of(&ending, suite, task, env.world(), graders, wall_s, &recorder).await;
             drop(env);
             (ending, outcome)
         }
@@ -88,30 +97,50 @@ fn limits(suite: &Suite) -> EpisodeLimits {
 }
 
 /// Unscored when nobody answered, cancelled when the run was stopped, scored otherwise.
-fn outcome_of(ending: &Ending, suite: &Suite, task: &Task, recorder: &Recorder) -> Outcome {
+async fn outcome_of(
+    ending: &Ending,
+    suite: &Suite,
+    task: &Task,
+    world: &dyn World,
+    graders: &Graders,
+    wall_s: f64,
+    recorder: &Recorder,
+) -> Outcome {
     if let Some(fault) = &ending.fault {
         return Outcome::Unscored { cause: fault.cause.clone(), message: fault.message.clone() };
     }
     if ending.termination == Termination::UserStop {
         return Outcome::Cancelled;
     }
-    let finished = Finished {
-        task,
-        answer: ending.final_answer.as_deref(),
-        termination: ending.termination,
-        trajectory: &ending.trajectory,
+    let finished = Finished { task, ending, wall_s, suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()) };
+    let scores = match scoring::score(&suite.scorers, &task.scorers, &finished, world, graders).await {
+        Ok(scores) => scores,
+        Err(fault) => {
+            recorder.emit(&Event::Error {
+                step: ending.steps,
+                cause: fault.cause.clone(),
+                message: fault.message.clone(),
+            });
+            return Outcome::Unscored { cause: fault.cause, message: fault.message };
+        }
     };
-    let scores = scoring::score(suite.scorers.iter().chain(&task.scorers), &finished);
     for s in &scores {
         recorder.emit(&Event::Score {
+            scoring_id: INITIAL_SCORING.into(),
             scorer: s.scorer.clone(),
             value: s.value,
             passed: s.passed,
+            weight: s.weight,
             explanation: s.explanation.clone(),
+            grader: s.grader.clone(),
         });
     }
-    let (score, passed) = scoring::aggregate(&scores);
+    let (score, passed) = scoring::aggregate(&scores, task_pass_score(suite));
     Outcome::Scored { score, passed }
+}
+
+fn task_pass_score(suite: &Suite) -> Option<f64> {
+    suite.pass_score
 }
 
 impl Ending {

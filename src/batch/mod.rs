@@ -90,6 +90,7 @@ pub struct RunOptions {
     pub out_dir: PathBuf,
     pub run_id: Option<String>,
     pub command_line: Vec<String>,
+    pub graders: Arc<crate::scoring::Graders>,
 }
 
 /// A finished (or interrupted) run.
@@ -153,7 +154,8 @@ pub async fn run(
             .map(|spec| {
                 let log = log.clone();
                 let stop = stop.clone();
-                tokio::spawn(async move { run_episode(spec, &log, &stop).await })
+                let graders = options.graders.clone();
+                tokio::spawn(async move { run_episode(spec, &log, &graders, &stop).await })
             })
             .buffer_unordered(options.jobs.max(1));
         while let Some(joined) = running.next().await {
@@ -226,6 +228,8 @@ fn suite_info(suite: &Suite) -> SuiteInfo {
         tasks: suite.tasks.len(),
         environment: suite.environment.name.clone(),
         epochs: suite.epochs,
+        reducer: suite.reducer,
+        k_of_n: suite.k_of_n,
         pass_threshold: suite.pass_threshold,
     }
 }

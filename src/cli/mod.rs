@@ -13,6 +13,7 @@ use crate::model::config::ModelConfig;
 use crate::model::replay::CassetteWriter;
 use crate::model::{Backend, BackendOptions};
 use crate::report::{Progress, Summary};
+use crate::scoring::{Check, Graders};
 use crate::suite::{self, Suite};
 
 /// Distinct exit codes, documented in the README.
@@ -49,7 +50,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the episodes of one or more suites and score them.
-    Eval(EvalArgs),
+    Eval(Box<EvalArgs>),
     /// Check suites (and their environments and datasets) without running them.
     Validate {
         /// Suite files, or folders of them.
@@ -76,6 +77,9 @@ struct EvalArgs {
     /// Serve repeated requests from a local response cache.
     #[arg(long)]
     cache: bool,
+    /// The grader model for LLM-graded scorers, over the suites' and scorers' choice.
+    #[arg(long)]
+    grader: Option<String>,
     /// How long cached responses stay fresh, in seconds.
     #[arg(long, default_value_t = 7 * 24 * 3600)]
     cache_ttl_s: u64,
@@ -110,7 +114,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Validate { paths } => validate(&paths).into(),
-        Command::Eval(args) => eval(args).into(),
+        Command::Eval(args) => eval(*args).into(),
     }
 }
 
@@ -193,8 +197,8 @@ fn validate(paths: &[PathBuf]) -> Exit {
 }
 
 fn eval(args: EvalArgs) -> Exit {
-    let models = match open_models(&args) {
-        Ok(models) => models,
+    let (models, config) = match open_models(&args) {
+        Ok(opened) => opened,
         Err(e) => {
             eprintln!("error: {e}");
             return Exit::Usage;
@@ -216,6 +220,13 @@ fn eval(args: EvalArgs) -> Exit {
         Ok(suites) => suites,
         Err(exit) => return exit,
     };
+    let graders = match open_graders(&suites, args.grader.clone(), &config) {
+        Ok(graders) => Arc::new(graders),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Usage;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -230,6 +241,7 @@ fn eval(args: EvalArgs) -> Exit {
         out_dir: args.out.clone(),
         run_id: args.run_id.clone(),
         command_line: std::env::args().collect(),
+        graders,
     };
     let total = batch::episode_count(&suites, options.models.len(), options.epochs);
     let stop = CancellationToken::new();
@@ -271,8 +283,33 @@ fn eval(args: EvalArgs) -> Exit {
     gate(&summary, args.fail_under, args.max_unscored)
 }
 
+/// Opens the grader models the suites need; a grader scorer without one is an error now,
+/// not a silent fallback to the model under test.
+fn open_graders(suites: &[Arc<Suite>], forced: Option<String>, config: &ModelConfig) -> Result<Graders, String> {
+    let mut names = Vec::new();
+    for suite in suites {
+        for spec in suite.scorers.iter().chain(suite.tasks.iter().flat_map(|t| &t.scorers)) {
+            if let Check::Grader { model, .. } = &spec.check {
+                let chosen =
+                    forced.clone().or_else(|| model.clone()).or_else(|| suite.grader.as_ref().map(|g| g.model.clone()));
+                match chosen {
+                    Some(name) => names.push(name),
+                    None => {
+                        return Err(format!(
+                            "{}: `{}` needs a grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, or pass --grader",
+                            suite.path.display(),
+                            spec.name
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    Graders::open(names, forced, config)
+}
+
 /// Opens every `--model`, with recording and caching as asked.
-fn open_models(args: &EvalArgs) -> Result<Vec<Arc<Backend>>, String> {
+fn open_models(args: &EvalArgs) -> Result<(Vec<Arc<Backend>>, ModelConfig), String> {
     let config = ModelConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
     let record = match &args.record {
         Some(path) => Some(Arc::new(
@@ -295,7 +332,7 @@ fn open_models(args: &EvalArgs) -> Result<Vec<Arc<Backend>>, String> {
         }
         models.push(Arc::new(backend));
     }
-    Ok(models)
+    Ok((models, config))
 }
 
 /// Decides the exit code of a finished run. Unscored episodes come first: a verdict
@@ -321,6 +358,21 @@ fn gate(summary: &Summary, fail_under: Option<f64>, max_unscored: f64) -> Exit {
                 row.model,
                 rate * 100.0,
                 threshold * 100.0
+            );
+            failed = true;
+        }
+    }
+    for row in summary.epoch_rows() {
+        if !row.below_k_of_n.is_empty() {
+            let shown: Vec<&str> = row.below_k_of_n.iter().take(5).map(String::as_str).collect();
+            let more = row.below_k_of_n.len().saturating_sub(5);
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            eprintln!(
+                "gate: suite `{}` on {}: {} task(s) passed fewer epochs than k_of_n: {}{more}",
+                row.suite,
+                row.model,
+                row.below_k_of_n.len(),
+                shown.join(", ")
             );
             failed = true;
         }

@@ -134,6 +134,10 @@ impl World for KvWorld {
             other => Err(ToolFailure::new(ErrorType::ToolNotFound, format!("kv has no tool `{other}`"))),
         }
     }
+
+    async fn read_back(&self, key: &str) -> Option<String> {
+        self.with_store(|s| s.get(key).cloned())
+    }
 }
 
 /// A small recursive-descent calculator.

@@ -58,6 +58,16 @@ pub trait World: Send + Sync {
     fn describe(&self) -> Map<String, Value> {
         Map::new()
     }
+
+    /// For scorers of the final world: the text of a file (or of a key, in `kv`), if any.
+    async fn read_back(&self, _path: &str) -> Option<String> {
+        None
+    }
+
+    /// For `check:` scorers: runs a shell command in the final world; its exit code and output.
+    async fn run_check(&self, _command: &str, _timeout_s: f64) -> Result<(i32, String), String> {
+        Err("this environment cannot run commands".into())
+    }
 }
 
 /// A failure to set up an environment: the episode is unscored (`environment_error`).
@@ -93,6 +103,11 @@ impl Environment {
     pub fn with_world(definition: Arc<Definition>, world: Box<dyn World>) -> Self {
         let slots = Semaphore::new(definition.limits.max_concurrency);
         Environment { definition, world, slots }
+    }
+
+    /// The live world, for scorers of the final state.
+    pub fn world(&self) -> &dyn World {
+        self.world.as_ref()
     }
 
     /// The first observation: the task's input, the tools and the world's facts.

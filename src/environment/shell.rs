@@ -297,6 +297,24 @@ impl World for ShellWorld {
         }
     }
 
+    async fn read_back(&self, path: &str) -> Option<String> {
+        let full = self.resolve(path).ok()?;
+        tokio::fs::read_to_string(full).await.ok()
+    }
+
+    async fn run_check(&self, command: &str, timeout_s: f64) -> Result<(i32, String), String> {
+        let args = RunCommand { command: command.to_owned(), timeout_s: Some(timeout_s) };
+        let out = match self.run_command(args).await {
+            Ok(out) => out,
+            Err(f) if f.kind == ErrorType::OutputTruncated => f.partial.unwrap_or_default(),
+            Err(f) => return Err(f.message),
+        };
+        let code = out["exit_code"].as_i64().map_or(-1, |c| c as i32);
+        let text =
+            format!("{}{}", out["stdout"].as_str().unwrap_or_default(), out["stderr"].as_str().unwrap_or_default());
+        Ok((code, text))
+    }
+
     fn describe(&self) -> Map<String, Value> {
         let mut info = Map::new();
         info.insert("cwd".into(), Value::String(self.root.display().to_string()));

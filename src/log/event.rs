@@ -8,6 +8,17 @@ use crate::contract::{Observation, ToolCall};
 /// The version of the event schema, written as `v` on every line.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// The scoring id of the scores given while a run goes.
+pub const INITIAL_SCORING: &str = "initial";
+
+fn initial_scoring() -> String {
+    INITIAL_SCORING.into()
+}
+
+fn one() -> f64 {
+    1.0
+}
+
 /// Tokens spent by model calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
@@ -82,6 +93,10 @@ pub struct SuiteInfo {
     pub tasks: usize,
     pub environment: String,
     pub epochs: u32,
+    #[serde(default)]
+    pub reducer: crate::suite::Reducer,
+    #[serde(default)]
+    pub k_of_n: Option<u32>,
     pub pass_threshold: Option<f64>,
 }
 
@@ -156,10 +171,18 @@ pub enum Event {
         answer: String,
     },
     Score {
+        /// Which scoring this belongs to: `initial` at run time, a new id per regrade.
+        #[serde(default = "initial_scoring")]
+        scoring_id: String,
         scorer: String,
         value: f64,
         passed: bool,
+        #[serde(default = "one")]
+        weight: f64,
         explanation: String,
+        /// For LLM graders: model, template digest, raw outputs, agreement, tokens, cost.
+        #[serde(default)]
+        grader: Option<Value>,
     },
     EpisodeFinished {
         outcome: Outcome,

@@ -2,6 +2,7 @@
 //! is computed from the event log or from the stream of finished episodes.
 
 pub mod progress;
+pub mod stats;
 pub mod summary;
 
 pub use progress::Progress;

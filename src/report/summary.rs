@@ -54,12 +54,40 @@ impl Row {
     }
 }
 
+/// One task's scored epochs on one model.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TaskTally {
+    pub scores: Vec<f64>,
+    pub passed: u64,
+}
+
+/// Per suite and model, over tasks: how they fared across their epochs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpochRow {
+    pub suite: String,
+    pub model: String,
+    pub k: u64,
+    pub tasks: u64,
+    /// Tasks that passed their k-of-n (by default, a majority of their scored epochs).
+    pub tasks_passed: u64,
+    pub pass_at_1: f64,
+    pub pass_at_k: f64,
+    pub pass_hat_k: f64,
+    /// The mean over tasks of each task's reduced score.
+    pub score: f64,
+    /// Tasks below their `k_of_n`, when the suite sets one: these fail the gate.
+    pub below_k_of_n: Vec<String>,
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
     pub run_id: String,
     /// In the order suites and models first appear in the log.
     pub rows: Vec<Row>,
     pub thresholds: HashMap<String, Option<f64>>,
+    pub suites: HashMap<String, crate::log::event::SuiteInfo>,
+    /// By suite, model and task id.
+    pub tasks: BTreeMap<(String, String, String), TaskTally>,
     pub interrupted: bool,
     pub wall_ms: f64,
     /// Episodes started but never finished (the run was killed).
@@ -68,11 +96,31 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// The table of tasks over their epochs.
+    pub fn render_epochs(&self) -> String {
+        let header = ["suite", "model", "tasks", "tasks passed", "pass@1", "pass@k", "pass^k", "k", "task score"];
+        let mut lines: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+        for r in self.epoch_rows() {
+            lines.push(vec![
+                r.suite,
+                r.model,
+                r.tasks.to_string(),
+                r.tasks_passed.to_string(),
+                format!("{:.3}", r.pass_at_1),
+                format!("{:.3}", r.pass_at_k),
+                format!("{:.3}", r.pass_hat_k),
+                r.k.to_string(),
+                format!("{:.3}", r.score),
+            ]);
+        }
+        table(&lines)
+    }
+
     /// Reads `events.jsonl` and tallies it, holding only the episodes in flight.
     pub fn from_log(path: &Path) -> Result<Summary, ReadError> {
         let mut summary = Summary::default();
         let mut index: HashMap<(String, String), usize> = HashMap::new();
-        let mut open: HashMap<String, usize> = HashMap::new();
+        let mut open: HashMap<String, (usize, String)> = HashMap::new();
         // Most events are steps of an episode; only these four matter here.
         let kinds = ["run_started", "episode_started", "episode_finished", "run_finished"];
         let torn = for_each_event_of(path, Some(&kinds), |logged| {
@@ -84,10 +132,11 @@ impl Summary {
             match event {
                 Event::RunStarted { suites, .. } => {
                     for s in suites {
-                        summary.thresholds.insert(s.name, s.pass_threshold);
+                        summary.thresholds.insert(s.name.clone(), s.pass_threshold);
+                        summary.suites.insert(s.name.clone(), s);
                     }
                 }
-                Event::EpisodeStarted { suite, model, .. } => {
+                Event::EpisodeStarted { suite, model, task_id, .. } => {
                     let key = (suite, model);
                     let at = *index.entry(key.clone()).or_insert_with(|| {
                         summary.rows.push(Row { suite: key.0.clone(), model: key.1.clone(), ..Row::default() });
@@ -96,13 +145,20 @@ impl Summary {
                     let row = &mut summary.rows[at];
                     row.first_start = row.first_start.min(ts).or(row.first_start).or(ts);
                     if let Some(id) = logged.episode_id {
-                        open.insert(id, at);
+                        open.insert(id, (at, task_id));
                     }
                 }
                 Event::EpisodeFinished { outcome, steps, usage, cost_usd, .. } => {
-                    let Some(at) = logged.episode_id.and_then(|id| open.remove(&id)) else {
+                    let Some((at, task_id)) = logged.episode_id.and_then(|id| open.remove(&id)) else {
                         return;
                     };
+                    if let Outcome::Scored { score, passed } = &outcome {
+                        let row = &summary.rows[at];
+                        let key = (row.suite.clone(), row.model.clone(), task_id);
+                        let tally = summary.tasks.entry(key).or_default();
+                        tally.scores.push(*score);
+                        tally.passed += u64::from(*passed);
+                    }
                     let row = &mut summary.rows[at];
                     row.episodes += 1;
                     row.steps += u64::from(steps);
@@ -132,6 +188,61 @@ impl Summary {
         summary.unfinished = open.len() as u64;
         summary.torn_last_line = torn;
         Ok(summary)
+    }
+
+    /// Whether any suite ran its tasks more than once.
+    pub fn has_epochs(&self) -> bool {
+        self.suites.values().any(|s| s.epochs > 1)
+    }
+
+    /// Per suite and model: tasks over their epochs, pass@1, pass@k and pass^k (k = the
+    /// suite's epochs, or fewer when fewer epochs were scored).
+    pub fn epoch_rows(&self) -> Vec<EpochRow> {
+        let mut rows = Vec::new();
+        for r in &self.rows {
+            let info = self.suites.get(&r.suite);
+            let epochs = info.map_or(1, |s| s.epochs as u64);
+            let reducer = info.map(|s| s.reducer).unwrap_or_default();
+            let k_of_n = info.and_then(|s| s.k_of_n);
+            let mut row = EpochRow {
+                suite: r.suite.clone(),
+                model: r.model.clone(),
+                k: epochs,
+                tasks: 0,
+                tasks_passed: 0,
+                pass_at_1: 0.0,
+                pass_at_k: 0.0,
+                pass_hat_k: 0.0,
+                score: 0.0,
+                below_k_of_n: Vec::new(),
+            };
+            for ((suite, model, task), tally) in &self.tasks {
+                if *suite != r.suite || *model != r.model {
+                    continue;
+                }
+                let n = tally.scores.len() as u64;
+                let c = tally.passed;
+                let k = epochs.min(n);
+                row.tasks += 1;
+                let needed = k_of_n.map_or(n / 2 + 1, u64::from);
+                if c >= needed {
+                    row.tasks_passed += 1;
+                } else if k_of_n.is_some() {
+                    row.below_k_of_n.push(task.clone());
+                }
+                row.pass_at_1 += super::stats::pass_at_k(n, c, 1);
+                row.pass_at_k += super::stats::pass_at_k(n, c, k);
+                row.pass_hat_k += super::stats::pass_hat_k(n, c, k);
+                row.score += reducer.reduce(&tally.scores);
+            }
+            if row.tasks > 0 {
+                let t = row.tasks as f64;
+                (row.pass_at_1, row.pass_at_k, row.pass_hat_k, row.score) =
+                    (row.pass_at_1 / t, row.pass_at_k / t, row.pass_hat_k / t, row.score / t);
+            }
+            rows.push(row);
+        }
+        rows
     }
 
     pub fn total(&self) -> Row {
@@ -184,21 +295,11 @@ impl Summary {
                 format!("{:.2}s", r.wall_s()),
             ]);
         }
-        let widths: Vec<usize> =
-            (0..header.len()).map(|c| lines.iter().map(|l| l[c].chars().count()).max().unwrap_or(0)).collect();
-        let mut out = String::new();
-        for line in &lines {
-            for (c, cell) in line.iter().enumerate() {
-                let pad = widths[c] - cell.chars().count();
-                if c < 2 {
-                    let _ = write!(out, "{cell}{}  ", " ".repeat(pad));
-                } else {
-                    let _ = write!(out, "{}{cell}  ", " ".repeat(pad));
-                }
-            }
-            let trimmed = out.trim_end().len();
-            out.truncate(trimmed);
+        let lines: Vec<Vec<String>> = lines.into_iter().map(|l| l.to_vec()).collect();
+        let mut out = table(&lines);
+        if self.has_epochs() {
             out.push('\n');
+            out.push_str(&self.render_epochs());
         }
         let total = self.total();
         if total.unscored > 0 {
@@ -213,4 +314,27 @@ impl Summary {
         }
         out
     }
+}
+
+/// Aligned columns: the first two to the left, numbers to the right.
+fn table(lines: &[Vec<String>]) -> String {
+    let columns = lines.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| lines.iter().map(|l| l.get(c).map_or(0, |x| x.chars().count())).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for line in lines {
+        for (c, cell) in line.iter().enumerate() {
+            let pad = widths[c].saturating_sub(cell.chars().count());
+            if c < 2 {
+                let _ = write!(out, "{cell}{}  ", " ".repeat(pad));
+            } else {
+                let _ = write!(out, "{}{cell}  ", " ".repeat(pad));
+            }
+        }
+        let trimmed = out.trim_end().len();
+        out.truncate(trimmed);
+        out.push('\n');
+    }
+    out
 }

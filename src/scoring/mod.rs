@@ -1,9 +1,22 @@
-//! Scoring: a finished episode (its final answer and trajectory) into scores. A task
-//! passes when every one of its scorers passes; its score is their mean.
+//! Scoring: a finished episode — its final answer, its trajectory and its final world —
+//! into scores. Scores are weighted; a task passes when every scorer that counts passes,
+//! or when its weighted score reaches the suite's `pass_score`.
 
-use crate::environment::Trajectory;
-use crate::log::Termination;
-use crate::suite::{ScorerSpec, Task, template};
+pub mod grader;
+pub mod spec;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use crate::contract::{FINAL_TOOL, ToolCall};
+use crate::environment::{Ending, World};
+use crate::model::config::ModelConfig;
+use crate::model::{Backend, BackendOptions, LanguageModel};
+use crate::suite::text::Text;
+use crate::suite::{MockTurn, Task, template};
+pub use spec::{ArgMatch, Budget, Check, ExpectedCall, GraderKind, JsonCheck, ScorerSpec, TextOp};
 
 /// One scorer's verdict on one episode.
 #[derive(Debug, Clone, PartialEq)]
@@ -12,79 +25,413 @@ pub struct Score {
     pub value: f64,
     pub passed: bool,
     pub explanation: String,
+    pub weight: f64,
+    /// For graders: model, template digest, raw outputs, agreement, tokens and cost.
+    pub grader: Option<Value>,
+}
+
+/// A scorer that could not reach a verdict (a grader that could not be parsed): the
+/// episode is unscored, never 0.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{cause}: {message}")]
+pub struct ScoringFault {
+    pub cause: String,
+    pub message: String,
 }
 
 /// What scorers look at.
 pub struct Finished<'a> {
     pub task: &'a Task,
-    pub answer: Option<&'a str>,
-    pub termination: Termination,
-    pub trajectory: &'a Trajectory,
+    pub ending: &'a Ending,
+    pub wall_s: f64,
+    /// The suite's grader model, when it names one.
+    pub suite_grader: Option<&'a str>,
 }
 
-/// Applies each scorer to the episode.
-pub fn score<'s>(scorers: impl IntoIterator<Item = &'s ScorerSpec>, episode: &Finished<'_>) -> Vec<Score> {
+/// The grader models of a run, opened once.
+#[derive(Default)]
+pub struct Graders {
+    /// `--grader`: overrides the suite's and the scorer's choice.
+    pub forced: Option<String>,
+    backends: HashMap<String, Arc<Backend>>,
+}
+
+impl Graders {
+    /// Opens every grader model the suites and `forced` name (`mock` needs nothing).
+    pub fn open(
+        names: impl IntoIterator<Item = String>,
+        forced: Option<String>,
+        config: &ModelConfig,
+    ) -> Result<Self, String> {
+        let mut backends = HashMap::new();
+        for name in names.into_iter().chain(forced.clone()) {
+            if name != "mock" && !backends.contains_key(&name) {
+                let backend =
+                    Backend::open(&name, config, BackendOptions::default()).map_err(|e| format!("grader: {e}"))?;
+                backends.insert(name, Arc::new(backend));
+            }
+        }
+        Ok(Graders { forced, backends })
+    }
+
+    fn model(&self, name: &str, task: &Task, mock: &[String]) -> Option<Arc<dyn LanguageModel>> {
+        if name == "mock" {
+            let turns: Vec<MockTurn> =
+                mock.iter().map(|t| MockTurn { text: Some(Text(t.clone())), tool_calls: Vec::new() }).collect();
+            return Some(Arc::new(crate::model::mock::MockModel::new(turns.into())));
+        }
+        self.backends.get(name).map(|b| b.for_episode(task))
+    }
+}
+
+/// Applies each scorer (the suite's, then the task's) to the episode and its final world.
+pub async fn score(
+    suite_scorers: &[ScorerSpec],
+    task_scorers: &[ScorerSpec],
+    episode: &Finished<'_>,
+    world: &dyn World,
+    graders: &Graders,
+) -> Result<Vec<Score>, ScoringFault> {
     let context = episode.task.template_context();
-    scorers.into_iter().map(|spec| apply(spec, episode, &context)).collect()
+    let mut scores = Vec::new();
+    for spec in suite_scorers.iter().chain(task_scorers) {
+        let (passed, value, explanation, grader) = apply(spec, episode, &context, world, graders).await?;
+        scores.push(Score { scorer: spec.name.clone(), value, passed, explanation, weight: spec.weight, grader });
+    }
+    Ok(scores)
 }
 
-/// The episode's score (the mean) and whether it passed (every scorer passed).
-pub fn aggregate(scores: &[Score]) -> (f64, bool) {
-    if scores.is_empty() {
+/// The episode's weighted score and whether it passed: every scorer with a weight passed,
+/// or, with `pass_score`, the weighted score reached it.
+pub fn aggregate(scores: &[Score], pass_score: Option<f64>) -> (f64, bool) {
+    let counted: Vec<&Score> = scores.iter().filter(|s| s.weight > 0.0).collect();
+    if counted.is_empty() {
         return (0.0, false);
     }
-    let mean = scores.iter().map(|s| s.value).sum::<f64>() / scores.len() as f64;
-    (mean, scores.iter().all(|s| s.passed))
+    let total: f64 = counted.iter().map(|s| s.weight).sum();
+    let score = counted.iter().map(|s| s.weight * s.value).sum::<f64>() / total;
+    let passed = match pass_score {
+        Some(threshold) => score >= threshold,
+        None => counted.iter().all(|s| s.passed),
+    };
+    (score, passed)
 }
 
-fn apply(spec: &ScorerSpec, episode: &Finished<'_>, context: &serde_json::Map<String, serde_json::Value>) -> Score {
-    let verdict = |passed: bool, explanation: String| Score {
-        scorer: spec.name().to_owned(),
-        value: if passed { 1.0 } else { 0.0 },
-        passed,
-        explanation,
-    };
-    if let ScorerSpec::ToolCalled(name) = spec {
-        let count = episode.trajectory.calls.iter().filter(|c| &c.name == name).count();
-        return if count > 0 {
-            verdict(true, format!("`{name}` was called {count} time(s)"))
-        } else {
-            verdict(false, format!("`{name}` was never called"))
-        };
-    }
-    let (ScorerSpec::Includes(expected) | ScorerSpec::Equals(expected) | ScorerSpec::Regex(expected)) = spec else {
-        unreachable!("tool_called is handled above");
-    };
-    // Suites are checked at load time, so a template that fails here is a bug; say so.
-    let expected = match template::render(&expected.0, context) {
-        Ok(text) => text,
-        Err(e) => return verdict(false, format!("the scorer's template failed: {e}")),
-    };
-    let Some(answer) = episode.answer else {
-        return verdict(false, format!("no final answer (the episode ended by {})", episode.termination.as_str()));
-    };
-    match spec {
-        ScorerSpec::Includes(_) => {
-            if answer.contains(&expected) {
-                verdict(true, format!("the answer contains {expected:?}"))
-            } else {
-                verdict(false, format!("the answer {} does not contain {expected:?}", quote(answer)))
+type Verdict = (bool, f64, String, Option<Value>);
+
+fn verdict(passed: bool, explanation: String) -> Verdict {
+    (passed, if passed { 1.0 } else { 0.0 }, explanation, None)
+}
+
+async fn apply(
+    spec: &ScorerSpec,
+    episode: &Finished<'_>,
+    context: &Map<String, Value>,
+    world: &dyn World,
+    graders: &Graders,
+) -> Result<Verdict, ScoringFault> {
+    let render = |text: &str| template::render(text, context);
+    let ending = episode.ending;
+    let answer = ending.final_answer.as_deref();
+    let no_answer =
+        || verdict(false, format!("no final answer (the episode ended by {})", ending.termination.as_str()));
+    Ok(match &spec.check {
+        Check::Text { op, expected, negate, ignore_case } => {
+            let expected = match render(expected) {
+                Ok(e) => e,
+                Err(e) => return Ok(verdict(false, format!("the scorer's template failed: {e}"))),
+            };
+            let Some(answer) = answer else { return Ok(no_answer()) };
+            match text_matches(*op, answer, &expected, *ignore_case) {
+                Ok(found) => {
+                    let what = match (op, found) {
+                        (TextOp::Includes, true) => format!("contains {expected:?}"),
+                        (TextOp::Includes, false) => format!("does not contain {expected:?}"),
+                        (TextOp::Equals, true) => format!("equals {expected:?}"),
+                        (TextOp::Equals, false) => format!("does not equal {expected:?}"),
+                        (TextOp::Regex, true) => format!("matches /{expected}/"),
+                        (TextOp::Regex, false) => format!("does not match /{expected}/"),
+                    };
+                    verdict(found != *negate, format!("the answer {} {what}", quote(answer)))
+                }
+                Err(e) => verdict(false, e),
             }
         }
-        ScorerSpec::Equals(_) => {
-            if answer.trim() == expected.trim() {
-                verdict(true, format!("the answer equals {expected:?}"))
-            } else {
-                verdict(false, format!("the answer {} is not {expected:?}", quote(answer)))
+        Check::Numeric { expected, tolerance } => {
+            let Some(answer) = answer else { return Ok(no_answer()) };
+            let expected = render(expected).ok().and_then(|e| e.trim().replace(',', "").parse::<f64>().ok());
+            let Some(expected) = expected else {
+                return Ok(verdict(false, "the expected value is not a number".into()));
+            };
+            match first_number(answer) {
+                Some(got) if (got - expected).abs() <= *tolerance => {
+                    verdict(true, format!("{got} is within {tolerance} of {expected}"))
+                }
+                Some(got) => verdict(false, format!("{got} is not within {tolerance} of {expected}")),
+                None => verdict(false, format!("the answer {} holds no number", quote(answer))),
             }
         }
-        ScorerSpec::Regex(_) => match regex::Regex::new(&expected) {
-            Ok(re) if re.is_match(answer) => verdict(true, format!("the answer matches /{expected}/")),
-            Ok(_) => verdict(false, format!("the answer {} does not match /{expected}/", quote(answer))),
-            Err(e) => verdict(false, format!("invalid regex /{expected}/: {e}")),
+        Check::Json(check) => {
+            let Some(answer) = answer else { return Ok(no_answer()) };
+            json_check(check, answer)
+        }
+        Check::ToolCalled { name, negate } => {
+            let count = ending.trajectory.calls.iter().filter(|c| &c.name == name).count();
+            match (count > 0, negate) {
+                (true, false) => verdict(true, format!("`{name}` was called {count} time(s)")),
+                (false, false) => verdict(false, format!("`{name}` was never called")),
+                (true, true) => verdict(false, format!("`{name}` was called {count} time(s)")),
+                (false, true) => verdict(true, format!("`{name}` was never called")),
+            }
+        }
+        Check::ToolSequence { calls, ordered, arguments, partial } => {
+            sequence(&ending.trajectory.calls, calls, *ordered, *arguments, *partial)
+        }
+        Check::Budget { what, max } => budget(*what, *max, episode),
+        Check::FileExists { path } => match world.read_back(path).await {
+            Some(_) => verdict(true, format!("`{path}` exists")),
+            None => verdict(false, format!("`{path}` does not exist (or cannot be read)")),
         },
-        ScorerSpec::ToolCalled(_) => unreachable!("handled above"),
+        Check::FileContains { path, text, regex } => {
+            let Some(content) = world.read_back(path).await else {
+                return Ok(verdict(false, format!("`{path}` does not exist (or cannot be read)")));
+            };
+            let expected = match render(text) {
+                Ok(e) => e,
+                Err(e) => return Ok(verdict(false, format!("the scorer's template failed: {e}"))),
+            };
+            let op = if *regex { TextOp::Regex } else { TextOp::Includes };
+            match text_matches(op, &content, &expected, false) {
+                Ok(true) => verdict(true, format!("`{path}` contains {expected:?}")),
+                Ok(false) => verdict(false, format!("`{path}` does not contain {expected:?}")),
+                Err(e) => verdict(false, e),
+            }
+        }
+        Check::Command { command, timeout_s } => match world.run_check(command, *timeout_s).await {
+            Ok((0, _)) => verdict(true, format!("`{command}` exited 0")),
+            Ok((code, output)) => {
+                let tail: String = output.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
+                verdict(false, format!("`{command}` exited {code}: {}", tail.trim()))
+            }
+            Err(e) => verdict(false, format!("`{command}` could not run: {e}")),
+        },
+        Check::Grader { kind, criteria, model, template: custom, samples, threshold, mock } => {
+            let name =
+                graders.forced.clone().or_else(|| model.clone()).or_else(|| episode.suite_grader.map(String::from));
+            let Some(name) = name else {
+                return Err(ScoringFault {
+                    cause: "grader_error".into(),
+                    message: format!(
+                        "`{}` has no grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, or --grader",
+                        spec.name
+                    ),
+                });
+            };
+            let Some(model) = graders.model(&name, episode.task, mock) else {
+                return Err(ScoringFault {
+                    cause: "grader_error".into(),
+                    message: format!("the grader model `{name}` was not opened"),
+                });
+            };
+            let criteria = match criteria.as_deref().map(render).transpose() {
+                Ok(c) => c,
+                Err(e) => return Ok(verdict(false, format!("the scorer's template failed: {e}"))),
+            };
+            let trajectory = compact_trajectory(episode);
+            let input = grader::GraderInput {
+                kind: match kind {
+                    GraderKind::Rubric => grader::GraderKind::Rubric,
+                    GraderKind::Qa => grader::GraderKind::Qa,
+                },
+                input: &episode.task.input,
+                target: episode.task.target.as_deref(),
+                answer,
+                criteria: criteria.as_deref(),
+                trajectory: &trajectory,
+            };
+            let settings = grader::GraderSettings {
+                model,
+                template: custom.clone(),
+                samples: *samples,
+                threshold: *threshold,
+                max_prompt_chars: 24_000,
+                retries: 2,
+            };
+            match grader::grade(&input, &settings).await {
+                Ok(v) => {
+                    let provenance = json!({
+                        "model": v.model, "template_digest": v.template_digest, "samples": samples,
+                        "agreement": v.agreement, "raw_outputs": v.raw_outputs, "usage": v.usage, "cost_usd": v.cost_usd,
+                    });
+                    (v.passed, v.score, v.explanation, Some(provenance))
+                }
+                Err(e) => {
+                    return Err(ScoringFault {
+                        cause: "grader_error".into(),
+                        message: format!("{} ({} raw outputs)", e.message, e.raw_outputs.len()),
+                    });
+                }
+            }
+        }
+    })
+}
+
+fn text_matches(op: TextOp, haystack: &str, expected: &str, ignore_case: bool) -> Result<bool, String> {
+    let fold = |s: &str| if ignore_case { s.to_lowercase() } else { s.to_owned() };
+    Ok(match op {
+        TextOp::Includes => fold(haystack).contains(&fold(expected)),
+        TextOp::Equals => fold(haystack.trim()) == fold(expected.trim()),
+        TextOp::Regex => regex::RegexBuilder::new(expected)
+            .case_insensitive(ignore_case)
+            .build()
+            .map_err(|e| format!("invalid regex /{expected}/: {e}"))?
+            .is_match(haystack),
+    })
+}
+
+/// The first number in a text: `-3`, `1,234.5`, `42`.
+fn first_number(text: &str) -> Option<f64> {
+    static NUMBER: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let re = NUMBER.get_or_init(|| regex::Regex::new(r"-?\d[\d,]*(\.\d+)?([eE][-+]?\d+)?").ok()).as_ref()?;
+    re.find(text).and_then(|m| m.as_str().replace(',', "").parse().ok())
+}
+
+fn json_check(check: &JsonCheck, answer: &str) -> Verdict {
+    let trimmed = answer.trim();
+    let body = trimmed
+        .strip_prefix("```json")
+        .or_else(|| trimmed.strip_prefix("```"))
+        .and_then(|s| s.strip_suffix("```"))
+        .unwrap_or(trimmed)
+        .trim();
+    let value: Value = match serde_json::from_str(body) {
+        Ok(v) => v,
+        Err(e) => return verdict(false, format!("the answer is not valid JSON: {e}")),
+    };
+    match check {
+        JsonCheck::Valid => verdict(true, "the answer is valid JSON".into()),
+        JsonCheck::Schema(schema) => match jsonschema::validator_for(schema) {
+            Err(e) => verdict(false, format!("the scorer's schema is invalid: {e}")),
+            Ok(v) => {
+                let errors: Vec<String> = v.iter_errors(&value).map(|e| e.to_string()).take(3).collect();
+                if errors.is_empty() {
+                    verdict(true, "the answer matches the schema".into())
+                } else {
+                    verdict(false, format!("the answer does not match the schema: {}", errors.join("; ")))
+                }
+            }
+        },
+        JsonCheck::PathEquals { path, value: expected } => {
+            let pointer = if path.starts_with('/') { path.clone() } else { format!("/{}", path.replace('.', "/")) };
+            match value.pointer(&pointer) {
+                Some(found) if found == expected => verdict(true, format!("{path} is {expected}")),
+                Some(found) => verdict(false, format!("{path} is {found}, not {expected}")),
+                None => verdict(false, format!("the answer has no {path}")),
+            }
+        }
     }
+}
+
+fn arguments_match(mode: ArgMatch, expected: Option<&Value>, actual: &Value) -> bool {
+    let Some(expected) = expected else { return true };
+    match mode {
+        ArgMatch::Exact => expected == actual,
+        ArgMatch::Subset | ArgMatch::Pattern => {
+            let (Some(want), Some(got)) = (expected.as_object(), actual.as_object()) else { return expected == actual };
+            want.iter().all(|(k, w)| {
+                let Some(g) = got.get(k) else { return false };
+                match (mode, w) {
+                    (ArgMatch::Pattern, Value::String(pattern)) => {
+                        let text = g.as_str().map(String::from).unwrap_or_else(|| g.to_string());
+                        regex::Regex::new(pattern).is_ok_and(|re| re.is_match(&text))
+                    }
+                    _ => w == g,
+                }
+            })
+        }
+    }
+}
+
+/// How many expected calls the trajectory holds (in order, or in any order), and the F1
+/// of matched calls against the calls made.
+fn sequence(actual: &[ToolCall], expected: &[ExpectedCall], ordered: bool, mode: ArgMatch, partial: bool) -> Verdict {
+    let made: Vec<&ToolCall> = actual.iter().filter(|c| c.name != FINAL_TOOL).collect();
+    let matches =
+        |e: &ExpectedCall, c: &ToolCall| e.name == c.name && arguments_match(mode, e.arguments.as_ref(), &c.arguments);
+    let matched = if ordered {
+        let mut next = 0;
+        for call in &made {
+            if next < expected.len() && matches(&expected[next], call) {
+                next += 1;
+            }
+        }
+        next
+    } else {
+        let mut used = vec![false; made.len()];
+        expected
+            .iter()
+            .filter(|e| match (0..made.len()).find(|&i| !used[i] && matches(e, made[i])) {
+                Some(i) => {
+                    used[i] = true;
+                    true
+                }
+                None => false,
+            })
+            .count()
+    };
+    let recall = matched as f64 / expected.len() as f64;
+    let precision = if made.is_empty() { 0.0 } else { matched as f64 / made.len() as f64 };
+    let f1 = if matched == 0 { 0.0 } else { 2.0 * precision * recall / (precision + recall) };
+    let passed = matched == expected.len();
+    let how = if ordered { "in order" } else { "in any order" };
+    let explanation =
+        format!("{matched} of {} expected calls made {how} ({} calls in all; F1 {f1:.2})", expected.len(), made.len());
+    (
+        passed,
+        if partial {
+            f1
+        } else if passed {
+            1.0
+        } else {
+            0.0
+        },
+        explanation,
+        None,
+    )
+}
+
+fn budget(what: Budget, max: f64, episode: &Finished<'_>) -> Verdict {
+    let ending = episode.ending;
+    let (used, unit) = match what {
+        Budget::Steps => (Some(ending.steps as f64), "steps"),
+        Budget::ToolErrors => (Some(ending.trajectory.tool_errors as f64), "tool errors"),
+        Budget::Tokens => (Some(ending.usage.total() as f64), "tokens"),
+        Budget::CostUsd => (ending.cost_usd, "USD"),
+        Budget::LatencyS => (Some(episode.wall_s), "seconds"),
+    };
+    match used {
+        Some(used) if used <= max => verdict(true, format!("{used} {unit}, within {max}")),
+        Some(used) => verdict(false, format!("{used} {unit}, over {max}")),
+        None => verdict(false, "the cost is unknown: the model has no price in the config".into()),
+    }
+}
+
+/// The trajectory as a grader reads it: one line per call, with its arguments and error.
+fn compact_trajectory(episode: &Finished<'_>) -> String {
+    let mut lines = Vec::new();
+    for call in &episode.ending.trajectory.calls {
+        lines.push(format!("- {}({})", call.name, call.arguments));
+    }
+    if lines.is_empty() {
+        lines.push("(no tool calls)".into());
+    }
+    lines.push(format!(
+        "({} steps, {} tool errors, ended by {})",
+        episode.ending.steps,
+        episode.ending.trajectory.tool_errors,
+        episode.ending.termination.as_str()
+    ));
+    lines.join("\n")
 }
 
 /// The answer as explanations show it: quoted, and cut when long.
@@ -99,78 +446,5 @@ fn quote(answer: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::contract::ToolCall;
-    use crate::suite::text::Text;
-    use serde_json::json;
-    use std::sync::Arc;
-
-    fn task(target: &str) -> Task {
-        Task {
-            id: "t".into(),
-            input: "q".into(),
-            target: Some(target.into()),
-            files: Default::default(),
-            metadata: Default::default(),
-            scorers: Vec::new(),
-            mock: Arc::from(Vec::new()),
-            digest: String::new(),
-        }
-    }
-
-    fn check(spec: ScorerSpec, answer: Option<&str>, calls: &[&str]) -> Score {
-        let task = task("3");
-        let trajectory = Trajectory {
-            calls: calls
-                .iter()
-                .map(|n| ToolCall { call_id: "c".into(), name: (*n).into(), arguments: json!({}) })
-                .collect(),
-            tool_errors: 0,
-        };
-        let finished = Finished { task: &task, answer, termination: Termination::FinalAnswer, trajectory: &trajectory };
-        score([&spec], &finished).remove(0)
-    }
-
-    #[test]
-    fn includes_renders_the_target() {
-        assert!(check(ScorerSpec::Includes(Text("{{ target }}".into())), Some("it is 3 lines"), &[]).passed);
-        let failed = check(ScorerSpec::Includes(Text("{{ target }}".into())), Some("four"), &[]);
-        assert!(!failed.passed);
-        assert_eq!(failed.value, 0.0);
-        assert!(failed.explanation.contains("\"four\""), "{}", failed.explanation);
-    }
-
-    #[test]
-    fn equals_ignores_surrounding_whitespace_only() {
-        assert!(check(ScorerSpec::Equals(Text("3".into())), Some(" 3\n"), &[]).passed);
-        assert!(!check(ScorerSpec::Equals(Text("3".into())), Some("33"), &[]).passed);
-    }
-
-    #[test]
-    fn regex_searches_the_answer() {
-        assert!(check(ScorerSpec::Regex(Text(r"^\d+$".into())), Some("42"), &[]).passed);
-        assert!(!check(ScorerSpec::Regex(Text(r"^\d+$".into())), Some("42 lines"), &[]).passed);
-    }
-
-    #[test]
-    fn tool_called_looks_at_the_trajectory() {
-        assert!(check(ScorerSpec::ToolCalled("run_command".into()), None, &["read_file", "run_command"]).passed);
-        assert!(!check(ScorerSpec::ToolCalled("run_command".into()), Some("3"), &["read_file"]).passed);
-    }
-
-    #[test]
-    fn a_missing_answer_fails_text_scorers_and_says_why() {
-        let s = check(ScorerSpec::Includes(Text("3".into())), None, &[]);
-        assert!(!s.passed);
-        assert!(s.explanation.contains("final_answer"), "{}", s.explanation);
-    }
-
-    #[test]
-    fn aggregate_is_the_mean_and_all_must_pass() {
-        let pass = Score { scorer: "a".into(), value: 1.0, passed: true, explanation: String::new() };
-        let fail = Score { value: 0.0, passed: false, ..pass.clone() };
-        assert_eq!(aggregate(&[pass.clone(), fail]), (0.5, false));
-        assert_eq!(aggregate(&[pass.clone(), pass]), (1.0, true));
-    }
-}
+#[path = "tests.rs"]
+mod tests;

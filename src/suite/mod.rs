@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::environment::definition::Definition;
+use crate::scoring::{Check, JsonCheck, TextOp};
 use decode::{ConfigError, Source};
 use text::Text;
 
@@ -36,7 +37,15 @@ pub struct Suite {
     pub agent: AgentConfig,
     pub limits: Limits,
     pub epochs: u32,
+    /// How a task's scores over its epochs reduce to one.
+    pub reducer: Reducer,
+    /// A task passes when at least this many of its epochs pass; when set, a task that
+    /// does not fails the run's gate.
+    pub k_of_n: Option<u32>,
     pub pass_threshold: Option<f64>,
+    /// A task passes when its weighted score reaches this; by default, when every
+    /// scorer (with a weight) passes.
+    pub pass_score: Option<f64>,
     pub grader: Option<GraderConfig>,
     pub scorers: Vec<ScorerSpec>,
     pub tasks: Vec<Task>,
@@ -102,36 +111,52 @@ impl Default for Limits {
     }
 }
 
+/// How a task's scores over its epochs reduce to one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reducer {
+    #[default]
+    Mean,
+    Max,
+    Min,
+    /// The score most epochs got (ties go to the lower).
+    Majority,
+}
+
+impl Reducer {
+    pub fn reduce(self, scores: &[f64]) -> f64 {
+        if scores.is_empty() {
+            return 0.0;
+        }
+        match self {
+            Reducer::Mean => scores.iter().sum::<f64>() / scores.len() as f64,
+            Reducer::Max => scores.iter().copied().fold(f64::MIN, f64::max),
+            Reducer::Min => scores.iter().copied().fold(f64::MAX, f64::min),
+            Reducer::Majority => {
+                let mut sorted = scores.to_vec();
+                sorted.sort_by(f64::total_cmp);
+                let mut best = (sorted[0], 0);
+                let mut i = 0;
+                while i < sorted.len() {
+                    let run = sorted[i..].iter().take_while(|x| **x == sorted[i]).count();
+                    if run > best.1 {
+                        best = (sorted[i], run);
+                    }
+                    i += run;
+                }
+                best.0
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GraderConfig {
     pub model: String,
 }
 
-/// A scorer as written in a suite: one key naming the scorer, its argument the value.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum ScorerSpec {
-    /// The final answer contains the text.
-    Includes(Text),
-    /// The final answer, trimmed, equals the text.
-    Equals(Text),
-    /// The final answer matches the regular expression.
-    Regex(Text),
-    /// The agent called this tool at least once.
-    ToolCalled(String),
-}
-
-impl ScorerSpec {
-    pub fn name(&self) -> &'static str {
-        match self {
-            ScorerSpec::Includes(_) => "includes",
-            ScorerSpec::Equals(_) => "equals",
-            ScorerSpec::Regex(_) => "regex",
-            ScorerSpec::ToolCalled(_) => "tool_called",
-        }
-    }
-}
+pub use crate::scoring::spec::ScorerSpec;
 
 /// One scripted model turn: text, tool calls, or both.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -175,7 +200,11 @@ struct SuiteFile {
     limits: Limits,
     #[serde(default = "one")]
     epochs: u32,
+    #[serde(default)]
+    reducer: Reducer,
+    k_of_n: Option<u32>,
     pass_threshold: Option<f64>,
+    pass_score: Option<f64>,
     grader: Option<GraderConfig>,
     #[serde(default)]
     scorers: Vec<ScorerSpec>,
@@ -225,10 +254,15 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     if file.epochs == 0 {
         return Err(source.error("epochs", "must be at least 1"));
     }
-    if let Some(t) = file.pass_threshold
-        && !(0.0..=1.0).contains(&t)
-    {
-        return Err(source.error("pass_threshold", format!("must be between 0 and 1, got {t}")));
+    if file.k_of_n == Some(0) {
+        return Err(source.error("k_of_n", "must be at least 1"));
+    }
+    for (key, value) in [("pass_threshold", file.pass_threshold), ("pass_score", file.pass_score)] {
+        if let Some(t) = value
+            && !(0.0..=1.0).contains(&t)
+        {
+            return Err(source.error(key, format!("must be between 0 and 1, got {t}")));
+        }
     }
     if file.limits.max_steps == 0 {
         return Err(source.error("limits.max_steps", "must be at least 1"));
@@ -284,7 +318,10 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         agent: file.agent,
         limits: file.limits,
         epochs: file.epochs,
+        reducer: file.reducer,
+        k_of_n: file.k_of_n,
         pass_threshold: file.pass_threshold,
+        pass_score: file.pass_score,
         grader: file.grader,
         scorers: file.scorers,
         tasks,
@@ -312,17 +349,21 @@ fn finish_task(
     let ctx = task.template_context();
     template::render(system, &ctx).map_err(|e| source.error("agent.system", format!("in task `{}`: {e}", task.id)))?;
     for (i, scorer) in suite_scorers.iter().chain(&task.scorers).enumerate() {
-        if let ScorerSpec::Includes(t) | ScorerSpec::Equals(t) | ScorerSpec::Regex(t) = scorer {
-            let rendered = template::render(&t.0, &ctx);
-            let where_ = if i < suite_scorers.len() {
-                yaml::item("scorers", i)
-            } else {
-                yaml::item(&yaml::child(at, "scorers"), i - suite_scorers.len())
-            };
-            let rendered = rendered.map_err(|e| source.error(&where_, format!("in task `{}`: {e}", task.id)))?;
-            if let ScorerSpec::Regex(_) = scorer {
+        let where_ = if i < suite_scorers.len() {
+            yaml::item("scorers", i)
+        } else {
+            yaml::item(&yaml::child(at, "scorers"), i - suite_scorers.len())
+        };
+        for text in scorer.templates() {
+            let rendered = template::render(text, &ctx)
+                .map_err(|e| source.error(&where_, format!("in task `{}`: {e}", task.id)))?;
+            if let Check::Text { op: TextOp::Regex, .. } | Check::FileContains { regex: true, .. } = scorer.check {
                 regex::Regex::new(&rendered).map_err(|e| source.error(&where_, format!("invalid regex: {e}")))?;
             }
+        }
+        if let Check::Json(JsonCheck::Schema(schema)) = &scorer.check {
+            jsonschema::validator_for(schema)
+                .map_err(|e| source.error(&where_, format!("invalid JSON Schema: {e}")))?;
         }
     }
     tasks.push(task);
@@ -396,14 +437,14 @@ fn render_turn(turn: &MockTurn, ctx: &Map<String, Value>) -> Result<MockTurn, St
 
 fn check_tool_refs(source: &Source, at: &str, scorers: &[ScorerSpec], env: &Definition) -> Result<(), ConfigError> {
     for (i, scorer) in scorers.iter().enumerate() {
-        if let ScorerSpec::ToolCalled(name) = scorer
-            && env.tool(name).is_none()
-        {
-            let known: Vec<&str> = env.specs.iter().map(|t| t.name.as_str()).collect();
-            return Err(source.error(
-                &yaml::child(&yaml::item(at, i), "tool_called"),
-                format!("unknown tool `{name}`: environment `{}` has {}", env.name, known.join(", ")),
-            ));
+        for name in scorer.tools() {
+            if env.tool(name).is_none() {
+                let known: Vec<&str> = env.specs.iter().map(|t| t.name.as_str()).collect();
+                return Err(source.error(
+                    &yaml::child(&yaml::item(at, i), &scorer.name),
+                    format!("unknown tool `{name}`: environment `{}` has {}", env.name, known.join(", ")),
+                ));
+            }
         }
     }
     Ok(())

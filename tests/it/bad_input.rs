@@ -73,8 +73,17 @@ fn an_unknown_environment_says_where_it_looked() {
 fn an_unknown_scorer_lists_the_scorers() {
     let err = error_for("suite: s\nenvironment: kv\nscorers:\n  - contains: x\ntasks:\n  - {id: a, input: hi}\n", &[]);
     assert!(err.contains("tasks/bad.yaml:4:"), "{err}");
-    assert!(err.contains("unknown variant `contains`"), "{err}");
-    assert!(err.contains("includes"), "{err}");
+    assert!(err.contains("(found contains)"), "{err}");
+    assert!(err.contains("a scorer needs one of: includes, not_includes"), "{err}");
+}
+
+#[test]
+fn an_option_a_scorer_does_not_have_names_the_ones_it_has() {
+    let err = error_for(
+        "suite: s\nenvironment: kv\nscorers:\n  - equals: x\n    tolerance: 1\ntasks:\n  - {id: a, input: hi}\n",
+        &[],
+    );
+    assert!(err.contains("tasks/bad.yaml:4:5: scorers[0]: `tolerance` is not an option of `equals`"), "{err}");
 }
 
 #[test]

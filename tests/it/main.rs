@@ -7,6 +7,7 @@ mod eval;
 mod log;
 mod models;
 mod replay;
+mod scoring;
 mod shell;
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,397 @@
+//! Scorers as written in a suite: one key names the scorer and holds its argument; the
+//! other keys of the same mapping are its options.
+//!
+//! ```yaml
+//! - includes: "{{ target }}"
+//!   ignore_case: true
+//!   weight: 2
+//! ```
+
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// One scorer: what it checks and how much it counts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScorerSpec {
+    /// The scorer's key as written: `includes`, `not_regex`, `tool_sequence`, …
+    pub name: String,
+    pub check: Check,
+    pub weight: f64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum TextOp {
+    Includes,
+    Equals,
+    Regex,
+}
+
+/// How expected arguments match a call's arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgMatch {
+    /// The arguments are exactly these.
+    Exact,
+    /// Every expected key is present with an equal value (others may be there too).
+    Subset,
+    /// Like subset, but expected strings are regular expressions the value must match.
+    Pattern,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Budget {
+    Steps,
+    ToolErrors,
+    Tokens,
+    CostUsd,
+    LatencyS,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExpectedCall {
+    pub name: String,
+    pub arguments: Option<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum JsonCheck {
+    Valid,
+    Schema(Value),
+    PathEquals { path: String, value: Value },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum GraderKind {
+    Rubric,
+    Qa,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Check {
+    /// The final answer against a text (a template).
+    Text {
+        op: TextOp,
+        expected: String,
+        negate: bool,
+        ignore_case: bool,
+    },
+    /// The first number in the final answer against a number (a template), within a tolerance.
+    Numeric {
+        expected: String,
+        tolerance: f64,
+    },
+    Json(JsonCheck),
+    ToolCalled {
+        name: String,
+        negate: bool,
+    },
+    ToolSequence {
+        calls: Vec<ExpectedCall>,
+        ordered: bool,
+        arguments: ArgMatch,
+        partial: bool,
+    },
+    Budget {
+        what: Budget,
+        max: f64,
+    },
+    /// A file (or, in `kv`, a key) exists in the final world.
+    FileExists {
+        path: String,
+    },
+    /// A file of the final world contains a text (a template) or matches a regex.
+    FileContains {
+        path: String,
+        text: String,
+        regex: bool,
+    },
+    /// A shell command, run in the episode's final working directory, exits 0.
+    Command {
+        command: String,
+        timeout_s: f64,
+    },
+    /// An LLM grader.
+    Grader {
+        kind: GraderKind,
+        criteria: Option<String>,
+        model: Option<String>,
+        template: Option<String>,
+        samples: u32,
+        threshold: f64,
+        mock: Vec<String>,
+    },
+}
+
+/// Every scorer key, for error messages.
+pub const SCORERS: &[&str] = &[
+    "includes",
+    "not_includes",
+    "equals",
+    "not_equals",
+    "regex",
+    "not_regex",
+    "numeric",
+    "json",
+    "tool_called",
+    "tool_not_called",
+    "tool_sequence",
+    "max_steps",
+    "max_tool_errors",
+    "max_tokens",
+    "max_cost",
+    "max_latency",
+    "file_exists",
+    "file_contains",
+    "check",
+    "llm_rubric",
+    "model_graded_qa",
+];
+
+impl<'de> Deserialize<'de> for ScorerSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let map = Map::<String, Value>::deserialize(deserializer)?;
+        parse(map).map_err(de::Error::custom)
+    }
+}
+
+/// Reads the options of one scorer, refusing any it does not know.
+struct Options {
+    scorer: String,
+    map: Map<String, Value>,
+    allowed: Vec<&'static str>,
+}
+
+impl Options {
+    fn take<T: for<'a> Deserialize<'a>>(&mut self, key: &'static str) -> Result<Option<T>, String> {
+        self.allowed.push(key);
+        match self.map.remove(key) {
+            None => Ok(None),
+            Some(v) => serde_json::from_value(v).map(Some).map_err(|e| format!("`{key}` of `{}`: {e}", self.scorer)),
+        }
+    }
+
+    fn finish(self) -> Result<(), String> {
+        match self.map.keys().next() {
+            None => Ok(()),
+            Some(key) => {
+                Err(format!("`{key}` is not an option of `{}` (its options: {})", self.scorer, self.allowed.join(", ")))
+            }
+        }
+    }
+}
+
+fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
+    let named: Vec<String> = map.keys().filter(|k| SCORERS.contains(&k.as_str())).cloned().collect();
+    let name = match named.as_slice() {
+        [one] => one.clone(),
+        [] => {
+            let found: Vec<&str> = map.keys().map(String::as_str).collect();
+            return Err(format!("a scorer needs one of: {} (found {})", SCORERS.join(", "), found.join(", ")));
+        }
+        [a, b, ..] => return Err(format!("one scorer per item: `{a}` and `{b}` are two")),
+    };
+    let arg = map.remove(&name).unwrap_or(Value::Null);
+    let mut o = Options { scorer: name.clone(), map, allowed: Vec::new() };
+    let weight: f64 = o.take("weight")?.unwrap_or(1.0);
+    if !(weight.is_finite() && weight >= 0.0) {
+        return Err(format!("the weight of `{name}` must be a number of at least 0"));
+    }
+    let text = |v: Value| -> Result<String, String> {
+        match v {
+            Value::String(s) => Ok(s),
+            Value::Number(n) => Ok(n.to_string()),
+            Value::Bool(b) => Ok(b.to_string()),
+            other => Err(format!("`{name}` takes a text, not {other}")),
+        }
+    };
+    let number = |v: &Value| -> Result<f64, String> {
+        v.as_f64()
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .ok_or_else(|| format!("`{name}` takes a number of at least 0, not {v}"))
+    };
+    let check = match name.as_str() {
+        "includes" | "not_includes" | "equals" | "not_equals" | "regex" | "not_regex" => {
+            let op = match name.trim_start_matches("not_") {
+                "includes" => TextOp::Includes,
+                "equals" => TextOp::Equals,
+                _ => TextOp::Regex,
+            };
+            let ignore_case = o.take("ignore_case")?.unwrap_or(false);
+            Check::Text { op, expected: text(arg)?, negate: name.starts_with("not_"), ignore_case }
+        }
+        "numeric" => Check::Numeric { expected: text(arg)?, tolerance: o.take("tolerance")?.unwrap_or(0.0) },
+        "json" => Check::Json(match arg {
+            Value::String(s) if s == "valid" => JsonCheck::Valid,
+            Value::Object(mut m) => match (m.remove("schema"), m.remove("path"), m.remove("equals")) {
+                (Some(schema), None, None) if m.is_empty() => JsonCheck::Schema(schema),
+                (None, Some(Value::String(path)), Some(value)) if m.is_empty() => JsonCheck::PathEquals { path, value },
+                _ => return Err("`json` takes `valid`, `{schema: …}` or `{path: /a/b, equals: …}`".into()),
+            },
+            _ => return Err("`json` takes `valid`, `{schema: …}` or `{path: /a/b, equals: …}`".into()),
+        }),
+        "tool_called" | "tool_not_called" => Check::ToolCalled { name: text(arg)?, negate: name == "tool_not_called" },
+        "tool_sequence" => {
+            let Value::Array(items) = arg else {
+                return Err("`tool_sequence` takes a list of calls: [{name: …, arguments: {…}}]".into());
+            };
+            let calls = items
+                .into_iter()
+                .map(|item| match item {
+                    Value::String(name) => Ok(ExpectedCall { name, arguments: None }),
+                    Value::Object(mut m) => {
+                        let call_name = match m.remove("name") {
+                            Some(Value::String(n)) => n,
+                            _ => return Err("each call of `tool_sequence` needs a `name`".to_string()),
+                        };
+                        let arguments = m.remove("arguments");
+                        match m.keys().next() {
+                            Some(k) => Err(format!("`{k}` is not a field of a `tool_sequence` call (name, arguments)")),
+                            None => Ok(ExpectedCall { name: call_name, arguments }),
+                        }
+                    }
+                    other => Err(format!("a `tool_sequence` call is a name or {{name, arguments}}, not {other}")),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            if calls.is_empty() {
+                return Err("`tool_sequence` needs at least one call".into());
+            }
+            let ordered = match o.take::<String>("order")?.as_deref() {
+                None | Some("ordered") => true,
+                Some("unordered") => false,
+                Some(other) => return Err(format!("`order` is `ordered` or `unordered`, not `{other}`")),
+            };
+            let arguments = o.take("arguments")?.unwrap_or(ArgMatch::Subset);
+            let partial = o.take("partial")?.unwrap_or(false);
+            Check::ToolSequence { calls, ordered, arguments, partial }
+        }
+        "max_steps" | "max_tool_errors" | "max_tokens" | "max_cost" | "max_latency" => {
+            let what = match name.as_str() {
+                "max_steps" => Budget::Steps,
+                "max_tool_errors" => Budget::ToolErrors,
+                "max_tokens" => Budget::Tokens,
+                "max_cost" => Budget::CostUsd,
+                _ => Budget::LatencyS,
+            };
+            Check::Budget { what, max: number(&arg)? }
+        }
+        "file_exists" => Check::FileExists { path: text(arg)? },
+        "file_contains" => {
+            let Value::Object(mut m) = arg else {
+                return Err("`file_contains` takes {path: …, text: …} or {path: …, regex: …}".into());
+            };
+            let path = match m.remove("path") {
+                Some(Value::String(p)) => p,
+                _ => return Err("`file_contains` needs a `path`".into()),
+            };
+            let (expected, regex) = match (m.remove("text"), m.remove("regex")) {
+                (Some(t), None) => (text(t)?, false),
+                (None, Some(r)) => (text(r)?, true),
+                _ => return Err("`file_contains` needs one of `text` or `regex`".into()),
+            };
+            if let Some(k) = m.keys().next() {
+                return Err(format!("`{k}` is not a field of `file_contains` (path, text, regex)"));
+            }
+            Check::FileContains { path, text: expected, regex }
+        }
+        "check" => Check::Command { command: text(arg)?, timeout_s: o.take("timeout_s")?.unwrap_or(30.0) },
+        _ => {
+            let kind = if name == "llm_rubric" { GraderKind::Rubric } else { GraderKind::Qa };
+            let criteria = match (kind, arg) {
+                (GraderKind::Rubric, v) => Some(text(v)?),
+                (GraderKind::Qa, Value::Null | Value::Bool(true)) => None,
+                (GraderKind::Qa, Value::Object(m)) if m.is_empty() => None,
+                (GraderKind::Qa, other) => {
+                    return Err(format!(
+                        "`model_graded_qa` takes no argument (write `model_graded_qa: true`), not {other}"
+                    ));
+                }
+            };
+            let samples: u32 = o.take("samples")?.unwrap_or(1);
+            if samples == 0 {
+                return Err("`samples` must be at least 1".into());
+            }
+            let threshold: f64 = o.take("threshold")?.unwrap_or(0.5);
+            if !(0.0..=1.0).contains(&threshold) {
+                return Err("`threshold` must be between 0 and 1".into());
+            }
+            Check::Grader {
+                kind,
+                criteria,
+                model: o.take("model")?,
+                template: o.take("template")?,
+                samples,
+                threshold,
+                mock: o.take("mock")?.unwrap_or_default(),
+            }
+        }
+    };
+    o.finish()?;
+    Ok(ScorerSpec { name, check, weight })
+}
+
+impl ScorerSpec {
+    /// The tools this scorer refers to, to check against the environment.
+    pub fn tools(&self) -> Vec<&str> {
+        match &self.check {
+            Check::ToolCalled { name, .. } => vec![name.as_str()],
+            Check::ToolSequence { calls, .. } => calls.iter().map(|c| c.name.as_str()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The templates this scorer renders per task.
+    pub fn templates(&self) -> Vec<&str> {
+        match &self.check {
+            Check::Text { expected, .. } | Check::Numeric { expected, .. } => vec![expected.as_str()],
+            Check::FileContains { text, .. } => vec![text.as_str()],
+            Check::Grader { criteria: Some(c), .. } => vec![c.as_str()],
+            _ => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: Value) -> Result<ScorerSpec, String> {
+        serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn reads_a_scorer_with_its_options() {
+        let s = spec(json!({"not_includes": "error", "ignore_case": true, "weight": 2})).unwrap();
+        assert_eq!(s.weight, 2.0);
+        assert_eq!(
+            s.check,
+            Check::Text { op: TextOp::Includes, expected: "error".into(), negate: true, ignore_case: true }
+        );
+    }
+
+    #[test]
+    fn an_option_of_another_scorer_is_refused_with_the_valid_ones() {
+        let e = spec(json!({"equals": "x", "tolerance": 1})).unwrap_err();
+        assert!(e.contains("`tolerance` is not an option of `equals`") && e.contains("ignore_case"), "{e}");
+    }
+
+    #[test]
+    fn exactly_one_scorer_per_item() {
+        assert!(spec(json!({"equals": "x", "regex": "y"})).unwrap_err().contains("one scorer per item"));
+        assert!(spec(json!({"contains": "x"})).unwrap_err().contains("a scorer needs one of"));
+    }
+
+    #[test]
+    fn reads_tool_sequences_and_budgets_and_graders() {
+        let s = spec(json!({"tool_sequence": ["ls", {"name": "read_file", "arguments": {"path": "a"}}], "order": "unordered", "arguments": "exact", "partial": true})).unwrap();
+        let Check::ToolSequence { calls, ordered, arguments, partial } = s.check else { panic!() };
+        assert_eq!((calls.len(), ordered, arguments, partial), (2, false, ArgMatch::Exact, true));
+        assert_eq!(spec(json!({"max_steps": 5})).unwrap().check, Check::Budget { what: Budget::Steps, max: 5.0 });
+        let g = spec(json!({"llm_rubric": "says three", "samples": 3, "model": "openai/x"})).unwrap();
+        assert!(matches!(g.check, Check::Grader { kind: GraderKind::Rubric, samples: 3, .. }));
+        assert!(spec(json!({"model_graded_qa": true})).is_ok());
+        assert!(spec(json!({"json": {"path": "/a", "equals": 1}})).is_ok());
+        assert!(spec(json!({"json": "maybe"})).is_err());
+    }
+}

@@ -1,0 +1,227 @@
+//! Each scorer with cases that pass and cases that fail.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::environment::{ToolFailure, Trajectory};
+use crate::log::{Termination, Usage};
+
+/// A world with one file, `out.txt`, and commands that exit with the code they name.
+struct FakeWorld;
+
+#[async_trait]
+impl World for FakeWorld {
+    async fn call(&self, _: &str, _: Value) -> Result<Value, ToolFailure> {
+        Ok(Value::Null)
+    }
+
+    async fn read_back(&self, path: &str) -> Option<String> {
+        (path == "out.txt").then(|| "hello world\n".to_owned())
+    }
+
+    async fn run_check(&self, command: &str, _: f64) -> Result<(i32, String), String> {
+        command.strip_prefix("exit ").and_then(|c| c.parse().ok()).map(|c| (c, "some output".into())).ok_or("no".into())
+    }
+}
+
+fn task() -> Task {
+    Task {
+        id: "t".into(),
+        input: "q".into(),
+        target: Some("3".into()),
+        files: Default::default(),
+        metadata: Default::default(),
+        scorers: Vec::new(),
+        mock: Arc::from(Vec::new()),
+        digest: String::new(),
+    }
+}
+
+fn ending(answer: Option<&str>, calls: &[(&str, Value)]) -> Ending {
+    Ending {
+        termination: if answer.is_some() { Termination::FinalAnswer } else { Termination::MaxSteps },
+        final_answer: answer.map(String::from),
+        steps: 4,
+        usage: Usage { input_tokens: 900, output_tokens: 100, cached_tokens: 0 },
+        cost_usd: Some(0.02),
+        fault: None,
+        trajectory: Trajectory {
+            calls: calls
+                .iter()
+                .map(|(n, a)| ToolCall { call_id: "c".into(), name: (*n).into(), arguments: a.clone() })
+                .collect(),
+            tool_errors: 1,
+        },
+    }
+}
+
+/// Scores one scorer, written as YAML would decode it, against an episode.
+fn check_with(scorer: Value, answer: Option<&str>, calls: &[(&str, Value)]) -> Score {
+    let spec: ScorerSpec = serde_json::from_value(scorer).unwrap();
+    let task = task();
+    let ending = ending(answer, calls);
+    let finished = Finished { task: &task, ending: &ending, wall_s: 12.0, suite_grader: None };
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap().remove(0)
+}
+
+fn check(scorer: Value, answer: Option<&str>) -> Score {
+    check_with(scorer, answer, &[])
+}
+
+#[test]
+fn text_scorers_with_negation_and_case() {
+    assert!(check(json!({"includes": "{{ target }}"}), Some("it is 3 lines")).passed);
+    let failed = check(json!({"includes": "{{ target }}"}), Some("four"));
+    assert!(!failed.passed && failed.value == 0.0);
+    assert!(failed.explanation.contains("\"four\" does not contain \"3\""), "{}", failed.explanation);
+    assert!(check(json!({"not_includes": "error"}), Some("all fine")).passed);
+    assert!(!check(json!({"not_includes": "error"}), Some("an error")).passed);
+    assert!(!check(json!({"includes": "DONE"}), Some("done")).passed);
+    assert!(check(json!({"includes": "DONE", "ignore_case": true}), Some("done")).passed);
+    assert!(check(json!({"equals": "3"}), Some(" 3\n")).passed);
+    assert!(!check(json!({"equals": "3"}), Some("33")).passed);
+    assert!(check(json!({"not_equals": "3"}), Some("33")).passed);
+    assert!(check(json!({"regex": r"^\d+$"}), Some("42")).passed);
+    assert!(!check(json!({"regex": r"^\d+$"}), Some("42 lines")).passed);
+    assert!(check(json!({"regex": "^yes", "ignore_case": true}), Some("YES")).passed);
+    assert!(check(json!({"not_regex": "sorry"}), Some("here")).passed);
+}
+
+#[test]
+fn a_missing_answer_fails_answer_scorers_and_says_why() {
+    let s = check(json!({"includes": "3"}), None);
+    assert!(!s.passed);
+    assert!(s.explanation.contains("max_steps"), "{}", s.explanation);
+    assert!(!check(json!({"not_includes": "3"}), None).passed, "no answer cannot pass a negated scorer either");
+}
+
+#[test]
+fn numeric_within_a_tolerance() {
+    assert!(check(json!({"numeric": "{{ target }}"}), Some("The answer is 3.")).passed);
+    assert!(check(json!({"numeric": "3.14", "tolerance": 0.01}), Some("about 3.141")).passed);
+    assert!(!check(json!({"numeric": "3.14", "tolerance": 0.001}), Some("about 3.15")).passed);
+    assert!(check(json!({"numeric": "1234.5"}), Some("1,234.5 dollars")).passed);
+    assert!(check(json!({"numeric": "-2"}), Some("-2")).passed);
+    let none = check(json!({"numeric": "3"}), Some("three"));
+    assert!(!none.passed && none.explanation.contains("no number"), "{}", none.explanation);
+}
+
+#[test]
+fn json_valid_schema_and_path() {
+    assert!(check(json!({"json": "valid"}), Some("```json\n{\"a\": 1}\n```")).passed);
+    assert!(!check(json!({"json": "valid"}), Some("{a: 1}")).passed);
+    let schema = json!({"json": {"schema": {"type": "object", "required": ["name"]}}});
+    assert!(check(schema.clone(), Some("{\"name\": \"x\"}")).passed);
+    assert!(!check(schema, Some("{\"other\": 1}")).passed);
+    assert!(check(json!({"json": {"path": "a.b", "equals": 2}}), Some("{\"a\": {\"b\": 2}}")).passed);
+    assert!(check(json!({"json": {"path": "/list/1", "equals": "y"}}), Some("{\"list\": [\"x\", \"y\"]}")).passed);
+    assert!(!check(json!({"json": {"path": "a.b", "equals": 2}}), Some("{\"a\": {\"b\": 3}}")).passed);
+    assert!(!check(json!({"json": {"path": "a.c", "equals": 2}}), Some("{\"a\": {\"b\": 2}}")).passed);
+}
+
+#[test]
+fn tool_called_and_not_called() {
+    let calls = [("read_file", json!({})), ("run_command", json!({}))];
+    assert!(check_with(json!({"tool_called": "run_command"}), None, &calls).passed);
+    assert!(!check_with(json!({"tool_called": "write_file"}), None, &calls).passed);
+    assert!(check_with(json!({"tool_not_called": "write_file"}), None, &calls).passed);
+    assert!(!check_with(json!({"tool_not_called": "run_command"}), None, &calls).passed);
+}
+
+#[test]
+fn tool_sequence_in_order_and_any_order_with_partial_credit() {
+    let calls = [
+        ("list_dir", json!({"path": "."})),
+        ("read_file", json!({"path": "a.txt", "encoding": "utf8"})),
+        ("run_command", json!({"command": "wc -l a.txt"})),
+        ("final_answer", json!({"answer": "3"})),
+    ];
+    let seq = |extra: Value| {
+        let mut v = json!({"tool_sequence": [{"name": "read_file", "arguments": {"path": "a.txt"}}, "run_command"]});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    };
+    // Subset matching (the default) ignores the extra `encoding` argument.
+    assert!(check_with(seq(json!({})), None, &calls).passed);
+    // Exact matching does not.
+    assert!(!check_with(seq(json!({"arguments": "exact"})), None, &calls).passed);
+    // Order matters by default, not when unordered.
+    let reversed = json!({"tool_sequence": ["run_command", "read_file"]});
+    assert!(!check_with(reversed.clone(), None, &calls).passed);
+    let mut unordered = reversed;
+    unordered["order"] = json!("unordered");
+    assert!(check_with(unordered, None, &calls).passed);
+    // Patterns are regular expressions over the argument values.
+    let pattern =
+        json!({"tool_sequence": [{"name": "run_command", "arguments": {"command": "^wc "}}], "arguments": "pattern"});
+    assert!(check_with(pattern, None, &calls).passed);
+    let pattern =
+        json!({"tool_sequence": [{"name": "run_command", "arguments": {"command": "^cat "}}], "arguments": "pattern"});
+    assert!(!check_with(pattern, None, &calls).passed);
+    // Partial credit is the F1 of matched calls: 1 of 2 expected, 1 of 3 made.
+    let partial = json!({"tool_sequence": ["read_file", "write_file"], "partial": true});
+    let s = check_with(partial, None, &calls);
+    assert!(!s.passed);
+    let (p, r) = (1.0 / 3.0, 0.5);
+    assert!((s.value - 2.0 * p * r / (p + r)).abs() < 1e-9, "{}", s.value);
+}
+
+#[test]
+fn budgets_compare_what_the_episode_used() {
+    assert!(check(json!({"max_steps": 4}), None).passed);
+    assert!(!check(json!({"max_steps": 3}), None).passed);
+    assert!(check(json!({"max_tool_errors": 1}), None).passed);
+    assert!(!check(json!({"max_tool_errors": 0}), None).passed);
+    assert!(check(json!({"max_tokens": 1000}), None).passed);
+    assert!(!check(json!({"max_tokens": 999}), None).passed);
+    assert!(check(json!({"max_cost": 0.05}), None).passed);
+    assert!(!check(json!({"max_cost": 0.01}), None).passed);
+    assert!(check(json!({"max_latency": 12.5}), None).passed);
+    assert!(!check(json!({"max_latency": 10}), None).passed);
+}
+
+#[test]
+fn world_state_scorers_look_at_the_final_world() {
+    assert!(check(json!({"file_exists": "out.txt"}), None).passed);
+    assert!(!check(json!({"file_exists": "missing.txt"}), None).passed);
+    assert!(check(json!({"file_contains": {"path": "out.txt", "text": "hello"}}), None).passed);
+    assert!(!check(json!({"file_contains": {"path": "out.txt", "text": "bye"}}), None).passed);
+    assert!(check(json!({"file_contains": {"path": "out.txt", "regex": "^hello \\w+"}}), None).passed);
+    assert!(check(json!({"check": "exit 0"}), None).passed);
+    let failed = check(json!({"check": "exit 2"}), None);
+    assert!(!failed.passed && failed.explanation.contains("exited 2"), "{}", failed.explanation);
+}
+
+#[test]
+fn weights_and_pass_score_decide_the_task() {
+    let s = |value: f64, weight: f64| Score {
+        scorer: "x".into(),
+        value,
+        passed: value >= 1.0,
+        explanation: String::new(),
+        weight,
+        grader: None,
+    };
+    assert_eq!(aggregate(&[s(1.0, 3.0), s(0.0, 1.0)], None), (0.75, false));
+    assert_eq!(aggregate(&[s(1.0, 3.0), s(0.0, 1.0)], Some(0.7)), (0.75, true));
+    assert_eq!(aggregate(&[s(1.0, 3.0), s(0.0, 1.0)], Some(0.8)), (0.75, false));
+    // Weight 0 is informational: it neither counts toward the score nor blocks passing.
+    assert_eq!(aggregate(&[s(1.0, 1.0), s(0.0, 0.0)], None), (1.0, true));
+}
+
+#[test]
+fn a_grader_without_a_model_is_a_fault_not_a_zero() {
+    let spec: ScorerSpec = serde_json::from_value(json!({"llm_rubric": "is polite"})).unwrap();
+    let task = task();
+    let ending = ending(Some("hi"), &[]);
+    let finished = Finished { task: &task, ending: &ending, wall_s: 1.0, suite_grader: None };
+    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let fault = runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap_err();
+    assert_eq!(fault.cause, "grader_error");
+}

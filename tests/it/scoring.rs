@@ -1,0 +1,156 @@
+//! Scoring through the CLI: world-state scorers on real files, LLM graders with scripted
+//! verdicts, and tasks over several epochs.
+
+use crate::{Sandbox, of_type};
+
+#[test]
+fn world_state_scorers_read_the_final_working_directory() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        r#"
+suite: world
+environment: shell
+scorers:
+  - file_exists: out/report.txt
+  - file_contains: {path: out/report.txt, text: "{{ target }}"}
+  - check: "test $(wc -l < out/report.txt) -eq 2"
+  - file_exists: never.txt
+    weight: 0
+tasks:
+  - id: write
+    input: Write the report.
+    target: total 7
+    mock:
+      - tool_calls: [{name: write_file, arguments: {path: out/report.txt, content: "report\ntotal 7\n"}}]
+      - text: done
+  - id: forget
+    input: Write the report.
+    target: total 7
+    mock:
+      - text: done
+"#,
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "no gate is set: {run:?}");
+    let events = sb.events();
+    let finished = of_type(&events, "episode_finished");
+    let outcome = |task: &str| {
+        let id = of_type(&events, "episode_started").into_iter().find(|e| e["task_id"] == task).unwrap()["episode_id"]
+            .clone();
+        finished.iter().find(|f| f["episode_id"] == id).unwrap()["outcome"].clone()
+    };
+    assert_eq!(outcome("write")["passed"], true, "{}", outcome("write"));
+    assert_eq!(outcome("forget")["passed"], false);
+    let scores = of_type(&events, "score");
+    let never: Vec<_> = scores.iter().filter(|s| s["scorer"] == "file_exists" && s["weight"] == 0.0).collect();
+    assert!(never.iter().all(|s| s["passed"] == false), "the informational scorer failed but did not block");
+    let check = scores.iter().find(|s| s["scorer"] == "check" && s["passed"] == false).unwrap();
+    assert!(check["explanation"].as_str().unwrap().contains("exited"), "{check}");
+}
+
+const GRADED: &str = r#"
+suite: graded
+environment: kv
+grader: {model: mock}
+scorers:
+  - llm_rubric: The answer names a colour.
+    samples: 3
+    mock: [MOCK]
+tasks:
+  - id: colour
+    input: Name a colour.
+    mock:
+      - text: Blue.
+"#;
+
+fn graded(sb: &Sandbox, outputs: &str) -> crate::Run {
+    sb.write("s.yaml", &GRADED.replace("MOCK", outputs));
+    sb.eval(&["s.yaml"])
+}
+
+#[test]
+fn a_grader_that_agrees_passes_with_its_provenance_logged() {
+    let sb = Sandbox::new();
+    let ok = r#""The answer says blue, a colour.\n{\"score\": 1}""#;
+    let run = graded(&sb, &[ok, ok, ok].join(", "));
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let score = of_type(&events, "score")[0].clone();
+    assert_eq!(score["passed"], true);
+    assert_eq!(score["grader"]["model"], "mock");
+    assert_eq!(score["grader"]["agreement"], 1.0);
+    assert_eq!(score["grader"]["raw_outputs"].as_array().unwrap().len(), 3);
+    assert!(score["grader"]["template_digest"].as_str().unwrap().len() == 64);
+    assert!(score["explanation"].as_str().unwrap().contains("blue"), "{score}");
+}
+
+#[test]
+fn a_grader_that_disagrees_takes_the_majority_and_records_agreement() {
+    let sb = Sandbox::new();
+    let yes = r#""Fine.\n{\"score\": 1}""#;
+    let no = r#""Not a colour.\n{\"score\": 0}""#;
+    let run = graded(&sb, &[no, yes, no].join(", "));
+    assert_eq!(run.code, 0, "{run:?}");
+    let score = of_type(&sb.events(), "score")[0].clone();
+    assert_eq!(score["passed"], false);
+    assert!((score["grader"]["agreement"].as_f64().unwrap() - 2.0 / 3.0).abs() < 1e-9, "{score}");
+}
+
+#[test]
+fn an_unparseable_or_refusing_grader_leaves_the_episode_unscored_not_zero() {
+    for outputs in [r#""I think it is fine.""#, r#""I can't help with grading this.""#] {
+        let sb = Sandbox::new();
+        let run = graded(&sb, &[outputs; 9].join(", "));
+        assert_eq!(run.code, 3, "{run:?}");
+        let finished = of_type(&sb.events(), "episode_finished")[0].clone();
+        assert_eq!(finished["outcome"]["status"], "unscored", "{finished}");
+        assert_eq!(finished["outcome"]["cause"], "grader_error");
+        assert!(of_type(&sb.events(), "score").is_empty());
+    }
+}
+
+#[test]
+fn a_grader_scorer_without_a_model_is_refused_before_running() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &GRADED.replace("grader: {model: mock}\n", "").replace("MOCK", "x"));
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("needs a grader model"), "{run:?}");
+    // --grader names it.
+    let ok = r#""Blue is a colour.\n{\"score\": 0.9}""#;
+    sb.write("s.yaml", &GRADED.replace("grader: {model: mock}\n", "").replace("MOCK", &[ok, ok, ok].join(", ")));
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--grader", "mock", "--out", "r"]);
+    assert_eq!(run.code, 0, "{run:?}");
+}
+
+const FLAKY: &str = r#"
+suite: flaky
+environment: kv
+epochs: 4
+k_of_n: 3
+scorers: [{equals: "yes"}]
+tasks:
+  - id: steady
+    input: say yes
+    mock: [{text: "yes"}]
+"#;
+
+#[test]
+fn epochs_show_pass_at_k_and_k_of_n_gates_each_task() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", FLAKY);
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let row =
+        run.stdout.lines().find(|l| l.starts_with("flaky") && l.contains("1.000")).unwrap_or_else(|| panic!("{run:?}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    // suite, model, tasks, tasks passed, pass@1, pass@k, pass^k, k, task score
+    assert_eq!(cells, ["flaky", "mock", "1", "1", "1.000", "1.000", "1.000", "4", "1.000"], "{row}");
+
+    // A task that always fails its epochs fails the k_of_n gate.
+    sb.write("s.yaml", &FLAKY.replace("mock: [{text: \"yes\"}]", "mock: [{text: \"no\"}]"));
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--out", "r"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stderr.contains("k_of_n: steady"), "{run:?}");
+}
