@@ -220,7 +220,7 @@ impl Tally {
     }
 }
 
-fn suite_info(suite: &Suite) -> SuiteInfo {
+pub(crate) fn suite_info(suite: &Suite) -> SuiteInfo {
     SuiteInfo {
         name: suite.name.clone(),
         path: suite.path.display().to_string(),

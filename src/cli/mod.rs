@@ -13,6 +13,7 @@ use crate::model::config::ModelConfig;
 use crate::model::replay::CassetteWriter;
 use crate::model::{Backend, BackendOptions};
 use crate::report::{Progress, Summary};
+use crate::scoring::regrade::LoggedRun;
 use crate::scoring::{Check, Graders};
 use crate::suite::{self, Suite};
 
@@ -51,12 +52,36 @@ struct Cli {
 enum Command {
     /// Run the episodes of one or more suites and score them.
     Eval(Box<EvalArgs>),
+    /// Score a finished run again from its log: changed scorers, another grader. No agent
+    /// model is called; the new scores are appended under a new scoring id.
+    Regrade(RegradeArgs),
     /// Check suites (and their environments and datasets) without running them.
     Validate {
         /// Suite files, or folders of them.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
     },
+}
+
+#[derive(Args)]
+struct RegradeArgs {
+    /// The run folder (or its events.jsonl).
+    run: PathBuf,
+    /// The grader model for LLM-graded scorers, over the suites' and scorers' choice.
+    #[arg(long)]
+    grader: Option<String>,
+    /// Suite files with the scorers to apply (default: the files the run was made from).
+    #[arg(long = "suite")]
+    suites: Vec<PathBuf>,
+    /// The providers and prices file.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Fail when the pass rate over all scored episodes is below this fraction.
+    #[arg(long)]
+    fail_under: Option<f64>,
+    /// The largest fraction of episodes that may go unscored before the command fails.
+    #[arg(long, default_value_t = 0.0)]
+    max_unscored: f64,
 }
 
 #[derive(Args)]
@@ -115,6 +140,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Validate { paths } => validate(&paths).into(),
         Command::Eval(args) => eval(*args).into(),
+        Command::Regrade(args) => regrade(args).into(),
     }
 }
 
@@ -280,6 +306,81 @@ fn eval(args: EvalArgs) -> Exit {
         eprintln!("interrupted: episodes in flight were cancelled");
         return Exit::Interrupted;
     }
+    gate(&summary, args.fail_under, args.max_unscored)
+}
+
+fn regrade(args: RegradeArgs) -> Exit {
+    let run = match LoggedRun::read(&args.run) {
+        Ok(run) => run,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Usage;
+        }
+    };
+    let paths: Vec<PathBuf> = if args.suites.is_empty() {
+        run.suites.iter().map(|s| PathBuf::from(&s.path)).collect()
+    } else {
+        args.suites.clone()
+    };
+    let suites = match load_suites(&paths) {
+        Ok(suites) => suites,
+        Err(exit) => {
+            if args.suites.is_empty() {
+                eprintln!("note: these are the suite files the run was made from; name them with --suite");
+            }
+            return exit;
+        }
+    };
+    let config = match ModelConfig::load(args.config.as_deref()) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Usage;
+        }
+    };
+    let graders = match open_graders(&suites, args.grader.clone(), &config) {
+        Ok(graders) => graders,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::Usage;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: failed to start the async runtime: {e}");
+            return Exit::Usage;
+        }
+    };
+    let regraded =
+        runtime.block_on(crate::scoring::regrade::regrade(&run, &suites, &graders, std::env::args().collect()));
+    let (scoring_id, counts) = match regraded {
+        Ok(done) => done,
+        Err(e) => {
+            eprintln!("error: failed to append to {}: {e}", run.events_path.display());
+            return Exit::ResultsFailed;
+        }
+    };
+    let summary = match Summary::from_log(&run.events_path) {
+        Ok(summary) => summary,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Exit::ResultsFailed;
+        }
+    };
+    print!("{}", summary.render());
+    println!(
+        "scoring `{scoring_id}`: {} episodes re-scored ({} passed, {} unscored), {} skipped{}",
+        counts.episodes,
+        counts.passed,
+        counts.unscored,
+        counts.skipped,
+        if counts.changed_tasks > 0 {
+            format!("; {} on tasks whose content changed since the run", counts.changed_tasks)
+        } else {
+            String::new()
+        }
+    );
     gate(&summary, args.fail_under, args.max_unscored)
 }
 

@@ -195,6 +195,25 @@ pub enum Event {
         cost_usd: Option<f64>,
         wall_ms: f64,
     },
+    /// A re-scoring of a finished run begins (`runner regrade`).
+    ScoringStarted {
+        scoring_id: String,
+        command_line: Vec<String>,
+        grader: Option<String>,
+        suites: Vec<SuiteInfo>,
+    },
+    /// An episode's outcome under a scoring; the latest scoring's outcome is the one that counts.
+    EpisodeScored {
+        scoring_id: String,
+        outcome: Outcome,
+    },
+    ScoringFinished {
+        scoring_id: String,
+        episodes: u64,
+        scored: u64,
+        passed: u64,
+        unscored: u64,
+    },
     RunFinished {
         episodes: u64,
         scored: u64,

@@ -32,12 +32,17 @@ pub struct LogWriter {
 impl EventLog {
     /// Creates `path` and starts the writer.
     pub fn create(path: &Path, run_id: &str) -> std::io::Result<(EventLog, LogWriter)> {
+        Self::append(path, run_id, 0)
+    }
+
+    /// Appends to an existing log whose last event has number `last_seq`.
+    pub fn append(path: &Path, run_id: &str, last_seq: u64) -> std::io::Result<(EventLog, LogWriter)> {
         let file = File::options().create(true).append(true).open(path)?;
         let (sender, receiver) = channel();
         let run_id = serde_json::to_string(run_id)?;
         let thread = std::thread::Builder::new()
             .name("event-log".into())
-            .spawn(move || write_lines(receiver, BufWriter::with_capacity(256 * 1024, file), &run_id))?;
+            .spawn(move || write_lines(receiver, BufWriter::with_capacity(256 * 1024, file), &run_id, last_seq))?;
         Ok((EventLog { sender }, LogWriter { thread }))
     }
 
@@ -71,8 +76,8 @@ impl LogWriter {
     }
 }
 
-fn write_lines(receiver: Receiver<Line>, mut out: BufWriter<File>, run_id: &str) -> std::io::Result<()> {
-    let mut seq: u64 = 0;
+fn write_lines(receiver: Receiver<Line>, mut out: BufWriter<File>, run_id: &str, last_seq: u64) -> std::io::Result<()> {
+    let mut seq = last_seq;
     let mut head = Vec::with_capacity(256);
     for line in receiver {
         seq += 1;

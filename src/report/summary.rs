@@ -93,6 +93,8 @@ pub struct Summary {
     /// Episodes started but never finished (the run was killed).
     pub unfinished: u64,
     pub torn_last_line: bool,
+    /// The regrade whose outcomes the summary shows; `None` for the run's own scoring.
+    pub scoring_id: Option<String>,
 }
 
 impl Summary {
@@ -121,6 +123,23 @@ impl Summary {
         let mut summary = Summary::default();
         let mut index: HashMap<(String, String), usize> = HashMap::new();
         let mut open: HashMap<String, (usize, String)> = HashMap::new();
+        // A regrade appends outcomes under a new scoring id: the latest one counts.
+        let mut latest: Option<String> = None;
+        let mut rescored: HashMap<String, Outcome> = HashMap::new();
+        for_each_event_of(path, Some(&["scoring_started", "episode_scored"]), |logged| match logged.event() {
+            Some(Event::ScoringStarted { scoring_id, .. }) => {
+                latest = Some(scoring_id);
+                rescored.clear();
+            }
+            Some(Event::EpisodeScored { scoring_id, outcome }) if Some(&scoring_id) == latest.as_ref() => {
+                if let Some(id) = logged.episode_id {
+                    rescored.insert(id, outcome);
+                }
+            }
+            _ => {}
+        })?;
+        summary.scoring_id = latest;
+
         // Most events are steps of an episode; only these four matter here.
         let kinds = ["run_started", "episode_started", "episode_finished", "run_finished"];
         let torn = for_each_event_of(path, Some(&kinds), |logged| {
@@ -149,9 +168,9 @@ impl Summary {
                     }
                 }
                 Event::EpisodeFinished { outcome, steps, usage, cost_usd, .. } => {
-                    let Some((at, task_id)) = logged.episode_id.and_then(|id| open.remove(&id)) else {
-                        return;
-                    };
+                    let Some(id) = logged.episode_id else { return };
+                    let Some((at, task_id)) = open.remove(&id) else { return };
+                    let outcome = rescored.remove(&id).unwrap_or(outcome);
                     if let Outcome::Scored { score, passed } = &outcome {
                         let row = &summary.rows[at];
                         let key = (row.suite.clone(), row.model.clone(), task_id);

@@ -154,3 +154,89 @@ fn epochs_show_pass_at_k_and_k_of_n_gates_each_task() {
     assert_eq!(run.code, 1, "{run:?}");
     assert!(run.stderr.contains("k_of_n: steady"), "{run:?}");
 }
+
+const REGRADED: &str = r#"
+suite: regraded
+environment: kv
+grader: {model: mock}
+scorers:
+  - equals: "{{ target }}"
+  - file_exists: saved
+  - llm_rubric: RUBRIC
+    mock: [VERDICT]
+tasks:
+  - id: save
+    input: Save a note and say ok.
+    target: ok
+    mock:
+      - tool_calls: [{name: kv_set, arguments: {key: saved, value: "1"}}]
+      - text: ok
+"#;
+
+fn regraded_suite(rubric: &str, score: f64) -> String {
+    REGRADED.replace("RUBRIC", rubric).replace("VERDICT", &format!("\"Judged.\\n{{\\\"score\\\": {score}}}\""))
+}
+
+fn scores_of(events: &[serde_json::Value], scoring: &str) -> Vec<(String, bool, f64)> {
+    of_type(events, "score")
+        .into_iter()
+        .filter(|s| s["scoring_id"] == scoring)
+        .map(|s| {
+            (s["scorer"].as_str().unwrap().to_owned(), s["passed"].as_bool().unwrap(), s["value"].as_f64().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn regrade_gives_the_same_scores_when_nothing_changed_and_new_ones_when_a_rubric_does() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &regraded_suite("The answer is ok.", 1.0));
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let initial = scores_of(&sb.events(), "initial");
+    assert_eq!(initial.len(), 3);
+    assert!(initial.iter().all(|(_, passed, _)| *passed), "{initial:?}");
+
+    // Nothing changed: the same verdicts, under a new scoring id, no agent call.
+    let calls_before = of_type(&sb.events(), "model_call").len();
+    let again = sb.run(&["regrade", "results/test"]);
+    assert_eq!(again.code, 0, "{again:?}");
+    assert!(again.stdout.contains("scoring `regrade-1`: 1 episodes re-scored (1 passed"), "{again:?}");
+    let events = sb.events();
+    assert_eq!(scores_of(&events, "regrade-1"), initial);
+    assert_eq!(of_type(&events, "model_call").len(), calls_before, "regrade called the agent's model");
+    let carried = of_type(&events, "score")
+        .into_iter()
+        .find(|s| s["scoring_id"] == "regrade-1" && s["scorer"] == "file_exists")
+        .unwrap()
+        .clone();
+    assert!(carried["explanation"].as_str().unwrap().contains("carried over"), "{carried}");
+
+    // A changed rubric (and a grader that now judges it failed) changes the verdict, and
+    // the summary follows the latest scoring.
+    sb.write("changed.yaml", &regraded_suite("The answer quotes a poem.", 0.0));
+    let changed = sb.run(&["regrade", "results/test", "--suite", "changed.yaml"]);
+    assert_eq!(changed.code, 0, "{changed:?}");
+    let events = sb.events();
+    let rubric = scores_of(&events, "regrade-2").into_iter().find(|(n, _, _)| n == "llm_rubric").unwrap();
+    assert_eq!(rubric, ("llm_rubric".to_owned(), false, 0.0));
+    let row = changed.stdout.lines().find(|l| l.starts_with("regraded ")).unwrap();
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[..6], ["regraded", "mock", "1", "0", "1", "0"], "{row}");
+    let last = of_type(&events, "episode_scored").last().cloned().unwrap();
+    assert_eq!(last["scoring_id"], "regrade-2");
+    assert_eq!(last["outcome"]["passed"], false);
+    // seq keeps counting across the appended events.
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "seq restarted: {seqs:?}");
+}
+
+#[test]
+fn regrade_with_another_grader_needs_no_agent_and_names_it() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &regraded_suite("The answer is ok.", 1.0));
+    assert_eq!(sb.eval(&["s.yaml"]).code, 0);
+    let run = sb.run(&["regrade", "results/test", "--grader", "nobody/none"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("unknown provider `nobody`"), "{run:?}");
+}

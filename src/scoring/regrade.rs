@@ -1,0 +1,275 @@
+//! Re-scoring a finished run from its event log, with new or changed scorers or another
+//! grader; no agent model is called. The new scores are appended to the same log under a
+//! new scoring id, and the summary follows the latest scoring.
+//!
+//! World-state scorers (`file_exists`, `file_contains`, `check`) need the episode's final
+//! world, which is gone: their latest earlier verdict is carried over, and an episode with
+//! a world-state scorer that was never scored before is unscored (`world_gone`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::{Check, Finished, Graders, Score, ScoringFault, aggregate};
+use crate::contract::{ErrorType, ToolCall};
+use crate::environment::{Ending, ToolFailure, Trajectory, World};
+use crate::log::event::SuiteInfo;
+use crate::log::reader::{ReadError, for_each_event};
+use crate::log::{Event, EventLog, Outcome, Termination, Usage};
+use crate::suite::Suite;
+
+/// What the log says about one episode, enough to score it again.
+#[derive(Default)]
+struct Record {
+    suite: String,
+    task_id: String,
+    task_digest: String,
+    calls: Vec<ToolCall>,
+    tool_errors: u32,
+    final_answer: Option<String>,
+    finished: Option<Finished_>,
+    /// Scores by scoring id, in the order they were given.
+    scores: Vec<(String, Score)>,
+}
+
+struct Finished_ {
+    termination: Termination,
+    steps: u32,
+    usage: Usage,
+    cost_usd: Option<f64>,
+    wall_ms: f64,
+    outcome: Outcome,
+}
+
+/// The run as the log holds it.
+pub struct LoggedRun {
+    pub run_id: String,
+    pub events_path: PathBuf,
+    pub suites: Vec<SuiteInfo>,
+    last_seq: u64,
+    scorings: Vec<String>,
+    order: Vec<String>,
+    episodes: HashMap<String, Record>,
+}
+
+impl LoggedRun {
+    /// Reads a run: its folder or its `events.jsonl`.
+    pub fn read(run: &Path) -> Result<Self, ReadError> {
+        let events_path = if run.is_dir() { run.join("events.jsonl") } else { run.to_owned() };
+        let mut out = LoggedRun {
+            run_id: String::new(),
+            events_path: events_path.clone(),
+            suites: Vec::new(),
+            last_seq: 0,
+            scorings: Vec::new(),
+            order: Vec::new(),
+            episodes: HashMap::new(),
+        };
+        for_each_event(&events_path, |logged| {
+            out.last_seq = out.last_seq.max(logged.seq);
+            if out.run_id.is_empty() {
+                out.run_id = logged.run_id.clone();
+            }
+            let Some(event) = logged.event() else { return };
+            let Some(id) = logged.episode_id else {
+                match event {
+                    Event::RunStarted { suites, .. } => out.suites = suites,
+                    Event::ScoringStarted { scoring_id, .. } => out.scorings.push(scoring_id),
+                    _ => {}
+                }
+                return;
+            };
+            if !out.episodes.contains_key(&id) {
+                out.order.push(id.clone());
+            }
+            let record = out.episodes.entry(id).or_default();
+            match event {
+                Event::EpisodeStarted { suite, task_id, task_digest, .. } => {
+                    (record.suite, record.task_id, record.task_digest) = (suite, task_id, task_digest);
+                }
+                Event::ActionDispatched { call, .. } => record.calls.push(call),
+                Event::Observation { observation, .. } => {
+                    let cancelled = observation.error.as_ref().is_some_and(|e| e.kind == ErrorType::Cancelled);
+                    if observation.error.is_some() && !cancelled && observation.call_id.is_some() {
+                        record.tool_errors += 1;
+                    }
+                    // A call the log shows as never run does not count as made.
+                    if cancelled && observation.info.get("started") != Some(&Value::Bool(true)) {
+                        record.calls.retain(|c| Some(&c.call_id) != observation.call_id.as_ref());
+                    }
+                }
+                Event::Final { answer, .. } => record.final_answer = Some(answer),
+                Event::Score { scoring_id, scorer, value, passed, weight, explanation, grader } => {
+                    record.scores.push((scoring_id, Score { scorer, value, passed, explanation, weight, grader }));
+                }
+                Event::EpisodeFinished { outcome, termination, steps, usage, cost_usd, wall_ms, .. } => {
+                    record.finished = Some(Finished_ { termination, steps, usage, cost_usd, wall_ms, outcome });
+                }
+                _ => {}
+            }
+        })?;
+        Ok(out)
+    }
+
+    /// The next scoring id: `regrade-1`, `regrade-2`, …
+    pub fn next_scoring_id(&self) -> String {
+        format!("regrade-{}", self.scorings.len() + 1)
+    }
+}
+
+/// Counts of a regrade.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Regraded {
+    pub episodes: u64,
+    pub scored: u64,
+    pub passed: u64,
+    pub unscored: u64,
+    /// Episodes whose task changed since the run (a different content digest).
+    pub changed_tasks: u64,
+    /// Episodes that could not be re-scored (their task is gone, or they never answered).
+    pub skipped: u64,
+}
+
+/// The world of a finished episode, which no longer exists.
+struct Gone;
+
+#[async_trait]
+impl World for Gone {
+    async fn call(&self, _: &str, _: Value) -> Result<Value, ToolFailure> {
+        Err(ToolFailure::new(ErrorType::ExecutionError, "the episode's world is gone"))
+    }
+}
+
+/// Re-scores every episode that was scored (or that a grader failed on), appending the
+/// new scores to the run's log.
+pub async fn regrade(
+    run: &LoggedRun,
+    suites: &[Arc<Suite>],
+    graders: &Graders,
+    command_line: Vec<String>,
+) -> Result<(String, Regraded), std::io::Error> {
+    let scoring_id = run.next_scoring_id();
+    let (log, writer) = EventLog::append(&run.events_path, &run.run_id, run.last_seq)?;
+    log.emit(
+        None,
+        &Event::ScoringStarted {
+            scoring_id: scoring_id.clone(),
+            command_line,
+            grader: graders.forced.clone(),
+            suites: suites.iter().map(|s| crate::batch::suite_info(s)).collect(),
+        },
+    );
+    let mut counts = Regraded::default();
+    for id in &run.order {
+        let Some(record) = run.episodes.get(id) else { continue };
+        let Some(finished) = &record.finished else { continue };
+        let regradable = match &finished.outcome {
+            Outcome::Scored { .. } => true,
+            Outcome::Unscored { cause, .. } => cause == "grader_error" || cause == "world_gone",
+            Outcome::Cancelled => false,
+        };
+        let task = suites
+            .iter()
+            .find(|s| s.name == record.suite)
+            .and_then(|s| Some((s, s.tasks.iter().find(|t| t.id == record.task_id)?)));
+        let (Some((suite, task)), true) = (task, regradable) else {
+            counts.skipped += 1;
+            continue;
+        };
+        if task.digest != record.task_digest {
+            counts.changed_tasks += 1;
+        }
+        let ending = Ending {
+            termination: finished.termination,
+            final_answer: record.final_answer.clone(),
+            steps: finished.steps,
+            usage: finished.usage,
+            cost_usd: finished.cost_usd,
+            fault: None,
+            trajectory: Trajectory { calls: record.calls.clone(), tool_errors: record.tool_errors },
+        };
+        let episode = Finished {
+            task,
+            ending: &ending,
+            wall_s: finished.wall_ms / 1e3,
+            suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
+        };
+        let recorder = log.recorder(id);
+        let outcome = match score_again(record, suite, &episode, graders).await {
+            Ok(scores) => {
+                for s in &scores {
+                    recorder.emit(&Event::Score {
+                        scoring_id: scoring_id.clone(),
+                        scorer: s.scorer.clone(),
+                        value: s.value,
+                        passed: s.passed,
+                        weight: s.weight,
+                        explanation: s.explanation.clone(),
+                        grader: s.grader.clone(),
+                    });
+                }
+                let (score, passed) = aggregate(&scores, suite.pass_score);
+                Outcome::Scored { score, passed }
+            }
+            Err(fault) => Outcome::Unscored { cause: fault.cause, message: fault.message },
+        };
+        counts.episodes += 1;
+        match &outcome {
+            Outcome::Scored { passed, .. } => {
+                counts.scored += 1;
+                counts.passed += u64::from(*passed);
+            }
+            _ => counts.unscored += 1,
+        }
+        recorder.emit(&Event::EpisodeScored { scoring_id: scoring_id.clone(), outcome });
+    }
+    log.emit(
+        None,
+        &Event::ScoringFinished {
+            scoring_id: scoring_id.clone(),
+            episodes: counts.episodes,
+            scored: counts.scored,
+            passed: counts.passed,
+            unscored: counts.unscored,
+        },
+    );
+    drop(log);
+    writer.close()?;
+    Ok((scoring_id, counts))
+}
+
+/// Scores an episode again; world-state scorers carry over their latest earlier verdict.
+async fn score_again(
+    record: &Record,
+    suite: &Suite,
+    episode: &Finished<'_>,
+    graders: &Graders,
+) -> Result<Vec<Score>, ScoringFault> {
+    let latest = record.scores.last().map(|(id, _)| id.clone());
+    let mut earlier: Vec<&Score> =
+        record.scores.iter().filter(|(id, _)| Some(id) == latest.as_ref()).map(|(_, s)| s).collect();
+    let mut scores = Vec::new();
+    for spec in suite.scorers.iter().chain(&episode.task.scorers) {
+        if matches!(spec.check, Check::FileExists { .. } | Check::FileContains { .. } | Check::Command { .. }) {
+            let Some(at) = earlier.iter().position(|s| s.scorer == spec.name) else {
+                return Err(ScoringFault {
+                    cause: "world_gone".into(),
+                    message: format!(
+                        "`{}` looks at the episode's final world, which is gone and was never scored by it",
+                        spec.name
+                    ),
+                });
+            };
+            let mut carried = earlier.remove(at).clone();
+            carried.weight = spec.weight;
+            carried.explanation = format!("{} (carried over: the world is gone)", carried.explanation);
+            scores.push(carried);
+        } else {
+            scores.extend(super::score(std::slice::from_ref(spec), &[], episode, &Gone, graders).await?);
+        }
+    }
+    Ok(scores)
+}
