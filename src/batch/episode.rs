@@ -112,7 +112,13 @@ async fn outcome_of(
     if ending.termination == Termination::UserStop {
         return Outcome::Cancelled;
     }
-    let finished = Finished { task, ending, wall_s, suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()) };
+    let finished = Finished {
+        task,
+        ending,
+        wall_s,
+        suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
+        suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
+    };
     let scores = match scoring::score(&suite.scorers, &task.scorers, &finished, world, graders).await {
         Ok(scores) => scores,
         Err(fault) => {

@@ -47,6 +47,8 @@ pub struct Finished<'a> {
     pub wall_s: f64,
     /// The suite's grader model, when it names one.
     pub suite_grader: Option<&'a str>,
+    /// The suite's grader template, when it has one.
+    pub suite_template: Option<&'a str>,
 }
 
 /// The grader models of a run, opened once.
@@ -252,7 +254,7 @@ async fn apply(
             };
             let settings = grader::GraderSettings {
                 model,
-                template: custom.clone(),
+                template: custom.clone().or_else(|| episode.suite_template.map(String::from)),
                 samples: *samples,
                 threshold: *threshold,
                 max_prompt_chars: 24_000,

@@ -196,6 +196,7 @@ pub async fn regrade(
             ending: &ending,
             wall_s: finished.wall_ms / 1e3,
             suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
+            suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
         };
         let recorder = log.recorder(id);
         let outcome = match score_again(record, suite, &episode, graders).await {

@@ -63,7 +63,7 @@ fn check_with(scorer: Value, answer: Option<&str>, calls: &[(&str, Value)]) -> S
     let spec: ScorerSpec = serde_json::from_value(scorer).unwrap();
     let task = task();
     let ending = ending(answer, calls);
-    let finished = Finished { task: &task, ending: &ending, wall_s: 12.0, suite_grader: None };
+    let finished = Finished { task: &task, ending: &ending, wall_s: 12.0, suite_grader: None, suite_template: None };
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap().remove(0)
 }
@@ -220,7 +220,7 @@ fn a_grader_without_a_model_is_a_fault_not_a_zero() {
     let spec: ScorerSpec = serde_json::from_value(json!({"llm_rubric": "is polite"})).unwrap();
     let task = task();
     let ending = ending(Some("hi"), &[]);
-    let finished = Finished { task: &task, ending: &ending, wall_s: 1.0, suite_grader: None };
+    let finished = Finished { task: &task, ending: &ending, wall_s: 1.0, suite_grader: None, suite_template: None };
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let fault = runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap_err();
     assert_eq!(fault.cause, "grader_error");

@@ -154,6 +154,8 @@ impl Reducer {
 #[serde(deny_unknown_fields)]
 pub struct GraderConfig {
     pub model: String,
+    /// A minijinja template for every grader scorer of the suite (a scorer's own wins).
+    pub template: Option<String>,
 }
 
 pub use crate::scoring::spec::ScorerSpec;
