@@ -30,12 +30,13 @@ struct Record {
     calls: Vec<ToolCall>,
     tool_errors: u32,
     final_answer: Option<String>,
-    finished: Option<Finished_>,
+    /// How the episode ended, from `episode_finished`.
+    finished: Option<Closing>,
     /// Scores by scoring id, in the order they were given.
     scores: Vec<(String, Score)>,
 }
 
-struct Finished_ {
+struct Closing {
     termination: Termination,
     steps: u32,
     usage: Usage,
@@ -106,7 +107,7 @@ impl LoggedRun {
                     record.scores.push((scoring_id, Score { scorer, value, passed, explanation, weight, grader }));
                 }
                 Event::EpisodeFinished { outcome, termination, steps, usage, cost_usd, wall_ms, .. } => {
-                    record.finished = Some(Finished_ { termination, steps, usage, cost_usd, wall_ms, outcome });
+                    record.finished = Some(Closing { termination, steps, usage, cost_usd, wall_ms, outcome });
                 }
                 _ => {}
             }
