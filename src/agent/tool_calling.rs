@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use super::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{FINAL_TOOL, Observation, ToolCall};
 use crate::log::{Event, Usage};
-use crate::model::{LanguageModel, Message, ModelRequest, ModelResponse, canonical_request, digest};
+use crate::model::{LanguageModel, Message, ModelRequest, ModelResponse, request_digest};
 
 pub const FINAL_ANSWER_REMINDER: &str =
     "You answered without calling a tool. When you are done, call `final_answer` with your answer.";
@@ -86,12 +86,12 @@ impl ToolCallingAgent {
         let started = std::time::Instant::now();
         let result = self.model.respond(&request).await;
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;
-        let canonical = canonical_request(self.model.as_ref(), &request);
+        let sampling = self.model.sampling();
         let mut event = Event::ModelCall {
             model: self.model_name.clone(),
             step: turn.budget.step,
-            request_digest: digest(&canonical),
-            sampling: canonical.sampling,
+            request_digest: request_digest(self.model.as_ref(), &sampling, &request),
+            sampling,
             response: Value::Null,
             usage: Usage::default(),
             latency_ms,

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use super::{LanguageModel, ModelError, ModelRequest, ModelResponse, canonical_request, digest};
+use super::{LanguageModel, ModelError, ModelRequest, ModelResponse, request_digest};
 
 #[derive(Debug, Clone)]
 pub struct CacheOptions {
@@ -54,7 +54,7 @@ impl LanguageModel for Cached {
     }
 
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let key = digest(&canonical_request(self, request));
+        let key = request_digest(self, &self.sampling(), request);
         let path = self.options.dir.join(format!("{key}.json"));
         if let Some(mut hit) = self.lookup(&path) {
             hit.cache_hit = true;

@@ -147,6 +147,20 @@ pub fn digest(request: &CanonicalRequest) -> String {
     hex::encode(Sha256::digest(serde_json::to_vec(request).unwrap_or_default()))
 }
 
+/// The digest of `request` as `model` would send it, without copying the transcript: the
+/// same bytes as [`CanonicalRequest`] serialises to.
+pub fn request_digest(model: &dyn LanguageModel, sampling: &Map<String, Value>, request: &ModelRequest<'_>) -> String {
+    #[derive(Serialize)]
+    struct View<'a> {
+        model: &'a str,
+        sampling: &'a Map<String, Value>,
+        messages: &'a [Message],
+        tools: &'a [ToolSpec],
+    }
+    let view = View { model: model.name(), sampling, messages: request.messages, tools: request.tools };
+    hex::encode(Sha256::digest(serde_json::to_vec(&view).unwrap_or_default()))
+}
+
 /// What wraps every backend of a run.
 #[derive(Default, Clone)]
 pub struct BackendOptions {
@@ -221,5 +235,20 @@ impl Backend {
             Source::Http(m) => m.broken(),
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_borrowed_digest_equals_the_canonical_one() {
+        let model = mock::MockModel::new(Vec::new().into());
+        let messages = vec![Message::User { content: "hi".into() }];
+        let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
+        let request = ModelRequest { messages: &messages, tools: &tools };
+        assert_eq!(request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)));
     }
 }

@@ -13,7 +13,9 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::{LanguageModel, Message, ModelError, ModelRequest, ModelResponse, canonical_request, digest};
+use super::{
+    LanguageModel, Message, ModelError, ModelRequest, ModelResponse, canonical_request, digest, request_digest,
+};
 use crate::contract::ToolSpec;
 use crate::log::reader::for_each_event_of;
 use crate::log::{Event, LoggedEvent};
@@ -202,8 +204,7 @@ impl LanguageModel for Replay {
     }
 
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let canonical = canonical_request(self, request);
-        let key = digest(&canonical);
+        let key = request_digest(self, &self.sampling, request);
         let served = self.queues.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&key).and_then(VecDeque::pop_front);
         match served {
             Some(mut response) => {
@@ -211,10 +212,11 @@ impl LanguageModel for Replay {
                 response.attempts = 1;
                 Ok(response)
             }
-            None => Err(ModelError::new(
-                "replay_miss",
-                format!("no recorded response: {}", self.explain_miss(&canonical, &key)),
-            )),
+            None => {
+                let canonical = canonical_request(self, request);
+                let why = self.explain_miss(&canonical, &key);
+                Err(ModelError::new("replay_miss", format!("no recorded response: {why}")))
+            }
         }
     }
 }
