@@ -54,7 +54,7 @@ pub fn for_each_event(path: &Path, each: impl FnMut(LoggedEvent)) -> Result<bool
 }
 
 /// Like [`for_each_event`], but only for events whose `type` is in `kinds`; the others are
-/// checked for well-formedness and skipped without being decoded.
+/// skipped without being decoded (a complete line of another type is not checked).
 pub fn for_each_event_of(
     path: &Path,
     kinds: Option<&[&str]>,
@@ -95,6 +95,33 @@ pub fn read_events(path: &Path) -> Result<Events, ReadError> {
     Ok(Events { events, torn_last_line })
 }
 
+/// The `type` of a line as the writer lays it out (`{"v":…,"seq":…,"ts":"…"[,"episode_id":"…"],"type":"…"`),
+/// found without parsing the rest; `None` when the line is laid out otherwise.
+fn header_kind(text: &str) -> Option<&str> {
+    let head = &text[..text.len().min(256)];
+    let start = head.find(",\"type\":\"")? + 9;
+    let rest = &text[start..];
+    let end = rest.find('"')?;
+    let kind = &rest[..end];
+    kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'_').then_some(kind)
+}
+
+/// Whether the last complete line of the log is `run_finished`: nothing (no regrade) was
+/// appended after the run.
+pub fn ends_with_run_finished(path: &Path) -> bool {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else { return false };
+    let Ok(len) = file.seek(SeekFrom::End(0)) else { return false };
+    let from = len.saturating_sub(64 * 1024);
+    let mut tail = Vec::new();
+    if file.seek(SeekFrom::Start(from)).is_err() || file.read_to_end(&mut tail).is_err() {
+        return false;
+    }
+    let text = String::from_utf8_lossy(&tail);
+    let last = text.trim_end_matches('\n').rsplit('\n').next().unwrap_or("");
+    text.ends_with('\n') && header_kind(last) == Some("run_finished")
+}
+
 /// The part of a line needed to decide whether to decode the rest.
 #[derive(Deserialize)]
 struct Kind<'a> {
@@ -104,8 +131,11 @@ struct Kind<'a> {
 
 fn parse_line(text: &str, kinds: Option<&[&str]>) -> Result<Option<LoggedEvent>, String> {
     if let Some(kinds) = kinds {
-        let head: Kind = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        if !kinds.contains(&head.kind.as_ref()) {
+        let kind = match header_kind(text) {
+            Some(kind) => std::borrow::Cow::Borrowed(kind),
+            None => serde_json::from_str::<Kind>(text).map_err(|e| e.to_string())?.kind,
+        };
+        if !kinds.contains(&kind.as_ref()) {
             return Ok(None);
         }
     }
@@ -113,4 +143,31 @@ fn parse_line(text: &str, kinds: Option<&[&str]>) -> Result<Option<LoggedEvent>,
     let mut event = LoggedEvent::deserialize(Value::Object(fields.clone())).map_err(|e| e.to_string())?;
     event.fields = fields;
     Ok(Some(event))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_type_is_read_from_the_header_or_by_parsing() {
+        let line =
+            r#"{"v":1,"run_id":"r","seq":3,"ts":"t","episode_id":"ep_1","type":"model_call","x":{"type":"nope"}}"#;
+        assert_eq!(header_kind(line), Some("model_call"));
+        let long_id = format!(r#"{{"v":1,"run_id":"{}","seq":1,"ts":"t","type":"run_started"}}"#, "x".repeat(300));
+        assert_eq!(header_kind(&long_id), None, "past the header window it falls back to parsing");
+        let parsed = parse_line(&long_id, Some(&["run_started"])).unwrap().unwrap();
+        assert_eq!(parsed.kind, "run_started");
+        assert!(parse_line(&long_id, Some(&["other"])).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_log_that_ends_with_run_finished_was_not_regraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.jsonl");
+        std::fs::write(&path, "{\"v\":1,\"run_id\":\"r\",\"seq\":1,\"ts\":\"t\",\"type\":\"run_finished\"}\n").unwrap();
+        assert!(ends_with_run_finished(&path));
+        std::fs::write(&path, "{\"v\":1,\"run_id\":\"r\",\"seq\":1,\"ts\":\"t\",\"type\":\"run_finished\"}\n{\"v\":1,\"run_id\":\"r\",\"seq\":2,\"ts\":\"t\",\"type\":\"scoring_finished\"}\n").unwrap();
+        assert!(!ends_with_run_finished(&path));
+    }
 }

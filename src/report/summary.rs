@@ -126,18 +126,21 @@ impl Summary {
         // A regrade appends outcomes under a new scoring id: the latest one counts.
         let mut latest: Option<String> = None;
         let mut rescored: HashMap<String, Outcome> = HashMap::new();
-        for_each_event_of(path, Some(&["scoring_started", "episode_scored"]), |logged| match logged.event() {
-            Some(Event::ScoringStarted { scoring_id, .. }) => {
-                latest = Some(scoring_id);
-                rescored.clear();
-            }
-            Some(Event::EpisodeScored { scoring_id, outcome }) if Some(&scoring_id) == latest.as_ref() => {
-                if let Some(id) = logged.episode_id {
-                    rescored.insert(id, outcome);
+        // Nothing follows `run_finished` unless the run was regraded: then read those first.
+        if !crate::log::reader::ends_with_run_finished(path) {
+            for_each_event_of(path, Some(&["scoring_started", "episode_scored"]), |logged| match logged.event() {
+                Some(Event::ScoringStarted { scoring_id, .. }) => {
+                    latest = Some(scoring_id);
+                    rescored.clear();
                 }
-            }
-            _ => {}
-        })?;
+                Some(Event::EpisodeScored { scoring_id, outcome }) if Some(&scoring_id) == latest.as_ref() => {
+                    if let Some(id) = logged.episode_id {
+                        rescored.insert(id, outcome);
+                    }
+                }
+                _ => {}
+            })?;
+        }
         summary.scoring_id = latest;
 
         // Most events are steps of an episode; only these four matter here.
