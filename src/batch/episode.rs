@@ -59,7 +59,7 @@ pub async fn run_episode(
         termination: ending.termination,
         steps: ending.steps,
         tool_calls: ending.trajectory.calls.len() as u32,
-        tool_errors: ending.trajectory.tool_errors,
+        tool_errors: ending.trajectory.tool_errors(),
         usage: ending.usage,
         cost_usd: ending.cost_usd,
         wall_ms,

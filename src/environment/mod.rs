@@ -20,7 +20,7 @@ use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
 use crate::suite::Task;
 use definition::{Definition, Kind, validate_arguments};
 
-pub use run::{Ending, EpisodeLimits, Trajectory};
+pub use run::{CallError, Ending, EpisodeLimits, Trajectory};
 
 /// A tool's failure, raised by the world and normalised by the environment.
 #[derive(Debug, Clone, PartialEq)]

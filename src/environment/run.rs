@@ -29,7 +29,21 @@ pub struct EpisodeLimits {
 pub struct Trajectory {
     /// Every dispatched call, in the order the agent proposed them.
     pub calls: Vec<ToolCall>,
-    pub tool_errors: u32,
+    /// The calls that failed, and how.
+    pub errors: Vec<CallError>,
+}
+
+/// A failed call, as a grader reads the trajectory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallError {
+    pub call_id: String,
+    pub error: ToolError,
+}
+
+impl Trajectory {
+    pub fn tool_errors(&self) -> u32 {
+        self.errors.len() as u32
+    }
 }
 
 /// How an episode's loop ended.
@@ -170,8 +184,8 @@ impl Environment {
                     Some(done) = running.next() => done,
                 };
                 recorder.emit(&Event::Observation { step, observation: obs.clone() });
-                if obs.error.is_some() {
-                    trajectory.tool_errors += 1;
+                if let Some(error) = &obs.error {
+                    trajectory.errors.push(CallError { call_id: calls[i].call_id.clone(), error: error.clone() });
                 }
                 let is_final = obs.done && calls[i].name == FINAL_TOOL;
                 if is_final {

@@ -356,7 +356,8 @@ async fn tool_errors_become_observations_with_stable_types() {
     assert!(boom.message.contains("boom went the tool"), "{}", boom.message);
     let not_found = r.agent.seen[1][0].error.clone().unwrap();
     assert!(not_found.suggested_action.unwrap().contains("sleep"));
-    assert_eq!(r.ending.trajectory.tool_errors, 4);
+    assert_eq!(r.ending.trajectory.tool_errors(), 4);
+    assert_eq!(r.ending.trajectory.errors[0].call_id, "a");
     assert_eq!(r.ending.trajectory.calls.len(), 6);
 }
 

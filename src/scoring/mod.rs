@@ -407,7 +407,7 @@ fn budget(what: Budget, max: f64, episode: &Finished<'_>) -> Verdict {
     let ending = episode.ending;
     let (used, unit) = match what {
         Budget::Steps => (Some(ending.steps as f64), "steps"),
-        Budget::ToolErrors => (Some(ending.trajectory.tool_errors as f64), "tool errors"),
+        Budget::ToolErrors => (Some(ending.trajectory.tool_errors() as f64), "tool errors"),
         Budget::Tokens => (Some(ending.usage.total() as f64), "tokens"),
         Budget::CostUsd => (ending.cost_usd, "USD"),
         Budget::LatencyS => (Some(episode.wall_s), "seconds"),
@@ -421,9 +421,14 @@ fn budget(what: Budget, max: f64, episode: &Finished<'_>) -> Verdict {
 
 /// The trajectory as a grader reads it: one line per call, with its arguments and error.
 fn compact_trajectory(episode: &Finished<'_>) -> String {
+    let trajectory = &episode.ending.trajectory;
     let mut lines = Vec::new();
-    for call in &episode.ending.trajectory.calls {
-        lines.push(format!("- {}({})", call.name, call.arguments));
+    for call in &trajectory.calls {
+        let mut line = format!("- {}({})", call.name, call.arguments);
+        if let Some(failed) = trajectory.errors.iter().find(|e| e.call_id == call.call_id) {
+            line.push_str(&format!(" -> {}: {}", failed.error.kind.as_str(), failed.error.message));
+        }
+        lines.push(line);
     }
     if lines.is_empty() {
         lines.push("(no tool calls)".into());
@@ -431,7 +436,7 @@ fn compact_trajectory(episode: &Finished<'_>) -> String {
     lines.push(format!(
         "({} steps, {} tool errors, ended by {})",
         episode.ending.steps,
-        episode.ending.trajectory.tool_errors,
+        trajectory.tool_errors(),
         episode.ending.termination.as_str()
     ));
     lines.join("\n")
@@ -446,6 +451,11 @@ fn quote(answer: &str) -> String {
         let cut: String = answer.chars().take(MAX).collect();
         format!("{cut:?}…")
     }
+}
+
+#[cfg(test)]
+pub(crate) fn compact_for_tests(episode: &Finished<'_>) -> String {
+    compact_trajectory(episode)
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::{Check, Finished, Graders, Score, ScoringFault, aggregate};
 use crate::contract::{ErrorType, ToolCall};
-use crate::environment::{Ending, ToolFailure, Trajectory, World};
+use crate::environment::{CallError, Ending, ToolFailure, Trajectory, World};
 use crate::log::event::SuiteInfo;
 use crate::log::reader::{ReadError, for_each_event};
 use crate::log::{Event, EventLog, Outcome, Termination, Usage};
@@ -28,7 +28,7 @@ struct Record {
     task_id: String,
     task_digest: String,
     calls: Vec<ToolCall>,
-    tool_errors: u32,
+    errors: Vec<CallError>,
     final_answer: Option<String>,
     /// How the episode ended, from `episode_finished`.
     finished: Option<Closing>,
@@ -94,8 +94,8 @@ impl LoggedRun {
                 Event::ActionDispatched { call, .. } => record.calls.push(call),
                 Event::Observation { observation, .. } => {
                     let cancelled = observation.error.as_ref().is_some_and(|e| e.kind == ErrorType::Cancelled);
-                    if observation.error.is_some() && !cancelled && observation.call_id.is_some() {
-                        record.tool_errors += 1;
+                    if let (Some(error), Some(call_id), false) = (&observation.error, &observation.call_id, cancelled) {
+                        record.errors.push(CallError { call_id: call_id.clone(), error: error.clone() });
                     }
                     // A call the log shows as never run does not count as made.
                     if cancelled && observation.info.get("started") != Some(&Value::Bool(true)) {
@@ -190,7 +190,7 @@ pub async fn regrade(
             usage: finished.usage,
             cost_usd: finished.cost_usd,
             fault: None,
-            trajectory: Trajectory { calls: record.calls.clone(), tool_errors: record.tool_errors },
+            trajectory: Trajectory { calls: record.calls.clone(), errors: record.errors.clone() },
         };
         let episode = Finished {
             task,

@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::environment::{ToolFailure, Trajectory};
+use crate::contract::{ErrorType, ToolError};
+use crate::environment::{CallError, ToolFailure, Trajectory};
 use crate::log::{Termination, Usage};
 
 /// A world with one file, `out.txt`, and commands that exit with the code they name.
@@ -51,9 +52,13 @@ fn ending(answer: Option<&str>, calls: &[(&str, Value)]) -> Ending {
         trajectory: Trajectory {
             calls: calls
                 .iter()
-                .map(|(n, a)| ToolCall { call_id: "c".into(), name: (*n).into(), arguments: a.clone() })
+                .enumerate()
+                .map(|(i, (n, a))| ToolCall { call_id: format!("c{i}"), name: (*n).into(), arguments: a.clone() })
                 .collect(),
-            tool_errors: 1,
+            errors: vec![CallError {
+                call_id: "c0".into(),
+                error: ToolError::new(ErrorType::ExecutionError, "no such file"),
+            }],
         },
     }
 }
@@ -224,4 +229,16 @@ fn a_grader_without_a_model_is_a_fault_not_a_zero() {
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let fault = runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap_err();
     assert_eq!(fault.cause, "grader_error");
+}
+
+#[test]
+fn the_grader_sees_each_call_with_its_arguments_and_error() {
+    let task = task();
+    let ending =
+        ending(Some("3"), &[("read_file", json!({"path": "a.txt"})), ("run_command", json!({"command": "ls"}))]);
+    let finished = Finished { task: &task, ending: &ending, wall_s: 1.0, suite_grader: None, suite_template: None };
+    let text = compact_for_tests(&finished);
+    assert!(text.contains(r#"- read_file({"path":"a.txt"}) -> ExecutionError: no such file"#), "{text}");
+    assert!(text.contains(r#"- run_command({"command":"ls"})"#) && !text.contains("ls\"}) ->"), "{text}");
+    assert!(text.contains("1 tool errors"), "{text}");
 }
