@@ -246,6 +246,14 @@ pub fn new_run_id() -> String {
 /// The git revision of the suites' repository, when there is one.
 fn git_revision(near: Option<&Path>) -> Option<String> {
     let dir = near.and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let out = std::process::Command::new("git").args(["rev-parse", "HEAD"]).current_dir(dir).output().ok()?;
+    // git gets no secrets: only what it needs to find itself and the repository.
+    let mut git = std::process::Command::new("git");
+    git.args(["rev-parse", "HEAD"]).current_dir(dir).env_clear().stderr(std::process::Stdio::null());
+    for var in ["PATH", "HOME"] {
+        if let Some(value) = std::env::var_os(var) {
+            git.env(var, value);
+        }
+    }
+    let out = git.output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }

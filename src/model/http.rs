@@ -108,6 +108,30 @@ impl HttpModel {
         }
     }
 
+    /// Removes the key from every string of a body that is about to be logged.
+    fn scrub_value(&self, value: Value) -> Value {
+        match value {
+            Value::String(s) => Value::String(self.scrub(&s)),
+            Value::Array(items) => Value::Array(items.into_iter().map(|v| self.scrub_value(v)).collect()),
+            Value::Object(map) => {
+                Value::Object(map.into_iter().map(|(k, v)| (self.scrub(&k), self.scrub_value(v))).collect())
+            }
+            other => other,
+        }
+    }
+
+    /// The endpoint as logs show it: without credentials in the URL.
+    fn shown_url(&self) -> String {
+        match reqwest::Url::parse(&self.url) {
+            Ok(mut url) if !url.username().is_empty() || url.password().is_some() => {
+                let _ = url.set_username("");
+                let _ = url.set_password(None);
+                url.to_string()
+            }
+            _ => self.url.clone(),
+        }
+    }
+
     async fn attempt(&self, body: &Value) -> Result<Value, Failure> {
         let _slot = self.limiter.acquire().await;
         let mut request = self.client.post(&self.url).json(body);
@@ -165,7 +189,7 @@ impl HttpModel {
             .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned());
         let detail = self.scrub(&detail);
         let response = parsed.ok();
-        let retry_after = retry_after(&headers);
+        let retry_after = retry_after(&headers, self.provider.retry_max_s);
         let failure = match status {
             StatusCode::TOO_MANY_REQUESTS => {
                 self.limiter.rate_limited();
@@ -238,10 +262,16 @@ impl LanguageModel for HttpModel {
                         self.successes.fetch_add(1, Ordering::Relaxed);
                         response.attempts = attempts;
                         response.cost_usd = self.price.map(|p| p.cost(&response.usage));
-                        response.exchange = Some(Exchange { url: self.url.clone(), request: body, response: raw });
+                        response.exchange = Some(Exchange {
+                            url: self.shown_url(),
+                            request: self.scrub_value(body),
+                            response: self.scrub_value(raw),
+                        });
                         return Ok(response);
                     }
-                    Err(message) => Failure { response: Some(raw), ..Failure::transient("provider_error", message) },
+                    Err(message) => {
+                        Failure { response: Some(raw), ..Failure::transient("provider_error", self.scrub(&message)) }
+                    }
                 },
                 Err(failure) => failure,
             };
@@ -259,25 +289,28 @@ impl LanguageModel for HttpModel {
                     failure.response.map(|response| Exchange { url: self.url.clone(), request: body, response });
                 return Err(ModelError { cause: failure.cause.into(), message, attempts, exchange });
             }
-            let wait = failure.retry_after.map(|d| d.min(Duration::from_secs_f64(self.provider.retry_max_s)));
-            tokio::time::sleep(wait.unwrap_or_else(|| self.backoff(attempts))).await;
+            tokio::time::sleep(failure.retry_after.unwrap_or_else(|| self.backoff(attempts))).await;
         }
     }
 }
 
-/// `retry-after-ms`, or `Retry-After` in seconds or as an HTTP date.
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+/// `retry-after-ms`, or `Retry-After` in seconds or as an HTTP date, capped at `max_s`.
+fn retry_after(headers: &HeaderMap, max_s: f64) -> Option<Duration> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()).filter(|v| *v >= 0.0) {
-        return Some(Duration::from_secs_f64(ms / 1e3));
-    }
-    let value = get("retry-after")?;
-    if let Ok(seconds) = value.parse::<f64>() {
-        return (seconds >= 0.0 && seconds.is_finite()).then(|| Duration::from_secs_f64(seconds));
-    }
-    let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-    let wait = at.with_timezone(&chrono::Utc) - chrono::Utc::now();
-    Some(wait.to_std().unwrap_or(Duration::ZERO))
+    let seconds = if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        ms / 1e3
+    } else {
+        let value = get("retry-after")?;
+        match value.parse::<f64>() {
+            Ok(seconds) => seconds,
+            Err(_) => {
+                let at = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+                (at.with_timezone(&chrono::Utc) - chrono::Utc::now()).num_milliseconds() as f64 / 1e3
+            }
+        }
+    };
+    // A provider's header is not trusted with the range of a Duration.
+    (!seconds.is_nan()).then(|| Duration::from_secs_f64(seconds.clamp(0.0, max_s)))
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -300,15 +333,28 @@ mod tests {
     fn retry_after_reads_seconds_milliseconds_and_dates() {
         let mut h = HeaderMap::new();
         h.insert("retry-after", HeaderValue::from_static("2"));
-        assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
+        assert_eq!(retry_after(&h, 60.0), Some(Duration::from_secs(2)));
         h.insert("retry-after-ms", HeaderValue::from_static("150"));
-        assert_eq!(retry_after(&h), Some(Duration::from_millis(150)));
+        assert_eq!(retry_after(&h, 60.0), Some(Duration::from_millis(150)));
         let mut h = HeaderMap::new();
         let later = (chrono::Utc::now() + chrono::Duration::seconds(30)).to_rfc2822();
         h.insert("retry-after", HeaderValue::from_str(&later).unwrap());
-        let wait = retry_after(&h).unwrap();
+        let wait = retry_after(&h, 60.0).unwrap();
         assert!(wait > Duration::from_secs(25) && wait <= Duration::from_secs(30), "{wait:?}");
         h.insert("retry-after", HeaderValue::from_static("soon"));
-        assert_eq!(retry_after(&h), None);
+        assert_eq!(retry_after(&h, 60.0), None);
+    }
+
+    /// Regression: these panicked converting to a Duration.
+    #[test]
+    fn absurd_retry_after_values_are_capped_not_fatal() {
+        for (name, value) in
+            [("retry-after-ms", "inf"), ("retry-after", "1e20"), ("retry-after", "-5"), ("retry-after-ms", "NaN")]
+        {
+            let mut h = HeaderMap::new();
+            h.insert(name, HeaderValue::from_static(value));
+            let wait = retry_after(&h, 60.0);
+            assert!(wait.is_none_or(|w| w <= Duration::from_secs(60)), "{name}: {value} gave {wait:?}");
+        }
     }
 }

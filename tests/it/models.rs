@@ -417,3 +417,39 @@ async fn two_backends_run_the_same_episodes_side_by_side() {
         .collect();
     assert!(models.contains(&json!("gpt-test")) && models.contains(&json!("qwen-test")), "{models:?}");
 }
+
+/// Regression: a provider that echoes the key back must not put it in the log.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_echoed_by_the_provider_is_redacted_from_the_logged_body() {
+    let sb = sandbox(FAST);
+    let echo = ResponseTemplate::new(401)
+        .set_body_json(json!({"error": {"message": "bad key", "got": "Bearer sk-test-key-123"}}));
+    let (server, _) = serve("/v1/chat/completions", vec![echo]).await;
+    let run = eval(&sb, "openai/gpt-test", &openai_env(&server), &[]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    let log = std::fs::read_to_string(sb.path().join("results/test/events.jsonl")).unwrap();
+    assert!(!log.contains("sk-test-key-123"), "the key reached the log");
+    assert!(log.contains("Bearer [REDACTED]"), "the body was logged, redacted");
+}
+
+/// Regression: `retry-after-ms: inf` crashed the runner.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_absurd_retry_after_is_capped_not_fatal() {
+    let sb = sandbox("retry_base_s: 0.01, retry_max_s: 0.05, max_retries: 1, timeout_s: 2");
+    let limited = ResponseTemplate::new(429).insert_header("retry-after-ms", "inf");
+    let (server, _) = serve("/v1/chat/completions", vec![limited, ok(openai_text("4"))]).await;
+    let run = eval(&sb, "openai/gpt-test", &openai_env(&server), &[]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+}
+
+/// Regression: token counts near u64::MAX overflowed.
+#[tokio::test(flavor = "multi_thread")]
+async fn huge_token_counts_saturate() {
+    let sb = sandbox(FAST);
+    let body = json!({"choices": [{"message": {"content": "4"}}], "usage": {"prompt_tokens": u64::MAX, "completion_tokens": 5}});
+    let (server, _) = serve("/v1/chat/completions", vec![ok(body)]).await;
+    let run = eval(&sb, "openai/gpt-test", &openai_env(&server), &[]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let finished = of_type(&sb.events(), "episode_finished")[0].clone();
+    assert_eq!(finished["usage"]["input_tokens"], u64::MAX);
+}
