@@ -285,8 +285,11 @@ impl LanguageModel for HttpModel {
                 } else {
                     failure.message
                 };
-                let exchange =
-                    failure.response.map(|response| Exchange { url: self.url.clone(), request: body, response });
+                let exchange = failure.response.map(|response| Exchange {
+                    url: self.shown_url(),
+                    request: self.scrub_value(body),
+                    response: self.scrub_value(response),
+                });
                 return Err(ModelError { cause: failure.cause.into(), message, attempts, exchange });
             }
             tokio::time::sleep(failure.retry_after.unwrap_or_else(|| self.backoff(attempts))).await;
