@@ -138,7 +138,10 @@ pub async fn run(
             runner_version: env!("CARGO_PKG_VERSION").into(),
             command_line: options.command_line.clone(),
             models: options.models.iter().map(|m| m.name().to_owned()).collect(),
-            suites: suites.iter().map(|s| suite_info(s)).collect(),
+            suites: suites
+                .iter()
+                .map(|s| SuiteInfo { epochs: options.epochs.unwrap_or(s.epochs), ..suite_info(s) })
+                .collect(),
             episodes: total,
             jobs: options.jobs,
             git_revision: git_revision(suites.first().map(|s| s.path.as_path())),

@@ -246,6 +246,13 @@ fn eval(args: EvalArgs) -> Exit {
         Ok(suites) => suites,
         Err(exit) => return exit,
     };
+    for suite in &suites {
+        let epochs = args.epochs.unwrap_or(suite.epochs);
+        if let Some(k) = suite.k_of_n.filter(|k| *k > epochs) {
+            eprintln!("error: {}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
+            return Exit::Usage;
+        }
+    }
     let graders = match open_graders(&suites, args.grader.clone(), &config) {
         Ok(graders) => Arc::new(graders),
         Err(e) => {

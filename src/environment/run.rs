@@ -27,7 +27,8 @@ pub struct EpisodeLimits {
 /// What the agent did, as scorers see it.
 #[derive(Debug, Clone, Default)]
 pub struct Trajectory {
-    /// Every dispatched call, in the order the agent proposed them.
+    /// Every dispatched call, in the order the agent proposed them, as the log holds them
+    /// (`action_dispatched`): calls that were cancelled before they ran included.
     pub calls: Vec<ToolCall>,
     /// The calls that failed, and how.
     pub errors: Vec<CallError>,
@@ -131,6 +132,7 @@ impl Environment {
                 // No call is dropped silently: these are logged, and logged as not run.
                 for call in &proposal.calls {
                     recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
+                    ending.trajectory.calls.push(call.clone());
                     let message = format!("not run: the episode reached its {}", limit.as_str().replace('_', " "));
                     let obs = Observation::of_error(&call.call_id, ToolError::new(ErrorType::Cancelled, message));
                     recorder.emit(&Event::Observation { step, observation: obs });

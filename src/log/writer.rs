@@ -37,6 +37,7 @@ impl EventLog {
 
     /// Appends to an existing log whose last event has number `last_seq`.
     pub fn append(path: &Path, run_id: &str, last_seq: u64) -> std::io::Result<(EventLog, LogWriter)> {
+        drop_torn_tail(path)?;
         let file = File::options().create(true).append(true).open(path)?;
         let (sender, receiver) = channel();
         let run_id = serde_json::to_string(run_id)?;
@@ -74,6 +75,35 @@ impl LogWriter {
             Err(_) => Err(std::io::Error::other("the event writer panicked")),
         }
     }
+}
+
+/// Cuts an unfinished last line (a crash mid-write), so that what is appended starts on a
+/// line of its own instead of turning the torn line into a bad one mid-file.
+fn drop_torn_tail(path: &Path) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = match File::options().read(true).write(true).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let len = file.seek(SeekFrom::End(0))?;
+    let mut at = len;
+    let mut chunk = vec![0u8; 64 * 1024];
+    while at > 0 {
+        let start = at.saturating_sub(chunk.len() as u64);
+        let n = (at - start) as usize;
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut chunk[..n])?;
+        if let Some(i) = chunk[..n].iter().rposition(|b| *b == b'\n') {
+            let keep = start + i as u64 + 1;
+            if keep < len {
+                file.set_len(keep)?;
+            }
+            return Ok(());
+        }
+        at = start;
+    }
+    file.set_len(0)
 }
 
 fn write_lines(receiver: Receiver<Line>, mut out: BufWriter<File>, run_id: &str, last_seq: u64) -> std::io::Result<()> {

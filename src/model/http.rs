@@ -31,12 +31,15 @@ pub struct HttpModel {
     price: Option<Price>,
     successes: AtomicU64,
     config_failures: AtomicU64,
+    auth_failures: AtomicU64,
     last_config_error: Mutex<Option<String>>,
 }
 
 /// One attempt that did not produce an answer.
 struct Failure {
     cause: &'static str,
+    /// 401, 403, 404: the key or the model is wrong for every call.
+    auth: bool,
     message: String,
     retryable: bool,
     retry_after: Option<Duration>,
@@ -45,7 +48,7 @@ struct Failure {
 
 impl Failure {
     fn transient(cause: &'static str, message: String) -> Self {
-        Failure { cause, message, retryable: true, retry_after: None, response: None }
+        Failure { cause, auth: false, message, retryable: true, retry_after: None, response: None }
     }
 }
 
@@ -73,13 +76,18 @@ impl HttpModel {
             price,
             successes: AtomicU64::new(0),
             config_failures: AtomicU64::new(0),
+            auth_failures: AtomicU64::new(0),
             last_config_error: Mutex::new(None),
         })
     }
 
-    /// Why the run should stop: calls fail as misconfigured and none ever succeeded.
+    /// Why the run should stop: no call ever succeeded, and one was refused for its key or
+    /// model (401, 403, 404), or three were refused as bad requests (400 and the like,
+    /// which one long prompt can also cause).
     pub fn broken(&self) -> Option<String> {
-        if self.successes.load(Ordering::Relaxed) == 0 && self.config_failures.load(Ordering::Relaxed) > 0 {
+        let refused =
+            self.auth_failures.load(Ordering::Relaxed) > 0 || self.config_failures.load(Ordering::Relaxed) >= 3;
+        if self.successes.load(Ordering::Relaxed) == 0 && refused {
             self.last_config_error.lock().unwrap_or_else(|p| p.into_inner()).clone()
         } else {
             None
@@ -194,26 +202,21 @@ impl HttpModel {
             StatusCode::TOO_MANY_REQUESTS => {
                 self.limiter.rate_limited();
                 Failure {
-                    cause: "rate_limited",
-                    message: format!("rate limited (429): {detail}"),
-                    retryable: true,
                     retry_after,
                     response,
+                    ..Failure::transient("rate_limited", format!("rate limited (429): {detail}"))
                 }
             }
             s if s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT || s.as_u16() == 529 => Failure {
-                cause: "provider_error",
-                message: format!("the provider failed ({s}): {detail}"),
-                retryable: true,
                 retry_after,
                 response,
+                ..Failure::transient("provider_error", format!("the provider failed ({s}): {detail}"))
             },
             s => Failure {
-                cause: "configuration_error",
-                message: self.explain(s, &detail),
+                auth: matches!(s.as_u16(), 401 | 403 | 404),
                 retryable: false,
-                retry_after: None,
                 response,
+                ..Failure::transient("configuration_error", self.explain(s, &detail))
             },
         };
         Err(failure)
@@ -277,7 +280,8 @@ impl LanguageModel for HttpModel {
             };
             if !failure.retryable || attempts > self.provider.max_retries {
                 if failure.cause == "configuration_error" {
-                    self.config_failures.fetch_add(1, Ordering::Relaxed);
+                    let counter = if failure.auth { &self.auth_failures } else { &self.config_failures };
+                    counter.fetch_add(1, Ordering::Relaxed);
                     *self.last_config_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure.message.clone());
                 }
                 let message = if failure.retryable {

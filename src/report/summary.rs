@@ -129,11 +129,9 @@ impl Summary {
         // Nothing follows `run_finished` unless the run was regraded: then read those first.
         if !crate::log::reader::ends_with_run_finished(path) {
             for_each_event_of(path, Some(&["scoring_started", "episode_scored"]), |logged| match logged.event() {
-                Some(Event::ScoringStarted { scoring_id, .. }) => {
-                    latest = Some(scoring_id);
-                    rescored.clear();
-                }
-                Some(Event::EpisodeScored { scoring_id, outcome }) if Some(&scoring_id) == latest.as_ref() => {
+                // Each episode keeps its latest outcome: a regrade that skips it changes nothing.
+                Some(Event::ScoringStarted { scoring_id, .. }) => latest = Some(scoring_id),
+                Some(Event::EpisodeScored { outcome, .. }) => {
                     if let Some(id) = logged.episode_id {
                         rescored.insert(id, outcome);
                     }

@@ -370,17 +370,24 @@ fn sequence(actual: &[ToolCall], expected: &[ExpectedCall], ordered: bool, mode:
         }
         next
     } else {
-        let mut used = vec![false; made.len()];
-        expected
-            .iter()
-            .filter(|e| match (0..made.len()).find(|&i| !used[i] && matches(e, made[i])) {
-                Some(i) => {
-                    used[i] = true;
-                    true
+        // The most expected calls that can each have a made call of their own (bipartite
+        // matching by augmenting paths; the lists are short).
+        let edges: Vec<Vec<usize>> =
+            expected.iter().map(|e| (0..made.len()).filter(|&i| matches(e, made[i])).collect()).collect();
+        let mut owner: Vec<Option<usize>> = vec![None; made.len()];
+        fn augment(e: usize, edges: &[Vec<usize>], owner: &mut [Option<usize>], seen: &mut [bool]) -> bool {
+            for &c in &edges[e] {
+                if !seen[c] {
+                    seen[c] = true;
+                    if owner[c].is_none_or(|other| augment(other, edges, owner, seen)) {
+                        owner[c] = Some(e);
+                        return true;
+                    }
                 }
-                None => false,
-            })
-            .count()
+            }
+            false
+        }
+        (0..expected.len()).filter(|&e| augment(e, &edges, &mut owner, &mut vec![false; made.len()])).count()
     };
     let recall = matched as f64 / expected.len() as f64;
     let precision = if made.is_empty() { 0.0 } else { matched as f64 / made.len() as f64 };

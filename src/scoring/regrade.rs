@@ -97,10 +97,6 @@ impl LoggedRun {
                     if let (Some(error), Some(call_id), false) = (&observation.error, &observation.call_id, cancelled) {
                         record.errors.push(CallError { call_id: call_id.clone(), error: error.clone() });
                     }
-                    // A call the log shows as never run does not count as made.
-                    if cancelled && observation.info.get("started") != Some(&Value::Bool(true)) {
-                        record.calls.retain(|c| Some(&c.call_id) != observation.call_id.as_ref());
-                    }
                 }
                 Event::Final { answer, .. } => record.final_answer = Some(answer),
                 Event::Score { scoring_id, scorer, value, passed, weight, explanation, grader } => {

@@ -242,3 +242,12 @@ fn the_grader_sees_each_call_with_its_arguments_and_error() {
     assert!(text.contains(r#"- run_command({"command":"ls"})"#) && !text.contains("ls\"}) ->"), "{text}");
     assert!(text.contains("1 tool errors"), "{text}");
 }
+
+/// Regression: greedy matching gave 1 of 2 here.
+#[test]
+fn unordered_sequences_find_the_best_assignment() {
+    let calls = [("kv_set", json!({"key": "a"})), ("kv_set", json!({"key": "b"}))];
+    let seq = json!({"tool_sequence": ["kv_set", {"name": "kv_set", "arguments": {"key": "a"}}], "order": "unordered"});
+    let s = check_with(seq, None, &calls);
+    assert!(s.passed, "{}", s.explanation);
+}

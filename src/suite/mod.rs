@@ -256,8 +256,10 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     if file.epochs == 0 {
         return Err(source.error("epochs", "must be at least 1"));
     }
-    if file.k_of_n == Some(0) {
-        return Err(source.error("k_of_n", "must be at least 1"));
+    if let Some(k) = file.k_of_n
+        && (k == 0 || k > file.epochs)
+    {
+        return Err(source.error("k_of_n", format!("must be from 1 to the suite's epochs ({}), got {k}", file.epochs)));
     }
     for (key, value) in [("pass_threshold", file.pass_threshold), ("pass_score", file.pass_score)] {
         if let Some(t) = value

@@ -453,3 +453,19 @@ async fn huge_token_counts_saturate() {
     let finished = of_type(&sb.events(), "episode_finished")[0].clone();
     assert_eq!(finished["usage"]["input_tokens"], u64::MAX);
 }
+
+/// Regression: one task's 400 (a prompt too long, say) stopped the whole run.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_single_bad_request_does_not_stop_the_run() {
+    let sb = sandbox(FAST);
+    let tasks: String = (0..3).map(|i| format!("  - {{id: t{i}, input: q{i}}}\n")).collect();
+    sb.write("s.yaml", &format!("suite: m\nenvironment: kv\nscorers: [{{equals: \"4\"}}]\ntasks:\n{tasks}"));
+    let too_long = ResponseTemplate::new(400).set_body_json(json!({"error": {"message": "context_length_exceeded"}}));
+    let (server, _) = serve("/v1/chat/completions", vec![too_long, ok(openai_text("4"))]).await;
+    let run = eval(&sb, "openai/gpt-test", &openai_env(&server), &["-j", "1"]).await;
+    assert_eq!(run.code, 3, "one unscored episode, the others scored: {run:?}");
+    let events = sb.events();
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished.len(), 3);
+    assert_eq!(finished.iter().filter(|f| f["outcome"]["status"] == "scored").count(), 2);
+}

@@ -240,3 +240,56 @@ fn regrade_with_another_grader_needs_no_agent_and_names_it() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("unknown provider `nobody`"), "{run:?}");
 }
+
+/// Regression: appending after a torn last line corrupted the log.
+#[test]
+fn regrade_after_a_crash_cuts_the_torn_line_and_keeps_the_log_readable() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &regraded_suite("The answer is ok.", 1.0));
+    assert_eq!(sb.eval(&["s.yaml"]).code, 0);
+    let log = sb.path().join("results/test/events.jsonl");
+    let mut text = std::fs::read_to_string(&log).unwrap();
+    text.push_str("{\"v\":1,\"run_id\":\"test\",\"seq\":999,\"ts\":\"2026");
+    std::fs::write(&log, text).unwrap();
+    let first = sb.run(&["regrade", "results/test"]);
+    assert_eq!(first.code, 0, "{first:?}");
+    let second = sb.run(&["regrade", "results/test"]);
+    assert_eq!(second.code, 0, "the log is still readable: {second:?}");
+    assert!(sb.events().iter().all(|e| e["seq"] != 999));
+}
+
+/// Regression: a regrade that skipped some suites reverted their episodes to the first scoring.
+#[test]
+fn a_later_partial_regrade_keeps_the_latest_outcome_of_the_others() {
+    let sb = Sandbox::new();
+    sb.write("a.yaml", &regraded_suite("The answer is ok.", 1.0));
+    sb.write(
+        "b.yaml",
+        "suite: other\nenvironment: kv\nscorers: [{equals: x}]\ntasks: [{id: t, input: q, mock: [{text: x}]}]\n",
+    );
+    assert_eq!(
+        sb.run(&["eval", "a.yaml", "b.yaml", "--model", "mock", "--run-id", "test", "--out", "results"]).code,
+        0
+    );
+    sb.write("a-failing.yaml", &regraded_suite("The answer quotes a poem.", 0.0));
+    assert_eq!(sb.run(&["regrade", "results/test", "--suite", "a-failing.yaml", "--suite", "b.yaml"]).code, 0);
+    let run = sb.run(&["regrade", "results/test", "--suite", "b.yaml"]);
+    let row = run.stdout.lines().find(|l| l.starts_with("regraded ")).unwrap();
+    assert!(row.split_whitespace().nth(3) == Some("0"), "the first regrade's failure stands: {row}");
+}
+
+#[test]
+fn epochs_from_the_command_line_reach_the_summary_and_k_of_n_must_fit() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", "suite: e\nenvironment: kv\nscorers: [{equals: \"yes\"}]\ntasks: [{id: t, input: q, mock: [{text: \"yes\"}]}]\n");
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--epochs", "3", "--out", "r"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(
+        run.stdout.lines().any(|l| l.starts_with("e ") && l.trim_end().ends_with("1.000") && l.contains(" 3 ")),
+        "{run:?}"
+    );
+    sb.write("k.yaml", &FLAKY.replace("suite: flaky", "suite: k"));
+    let run = sb.run(&["eval", "k.yaml", "--model", "mock", "--epochs", "1", "--out", "r"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("k_of_n 3 is more than the 1 epoch"), "{run:?}");
+}
