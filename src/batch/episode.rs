@@ -122,6 +122,9 @@ async fn outcome_of(
     let scores = match scoring::score(&suite.scorers, &task.scorers, &finished, world, graders).await {
         Ok(scores) => scores,
         Err(fault) => {
+            // The verdicts the other scorers gave stand in the log (a regrade carries over
+            // those about the world); the episode is unscored.
+            scoring::log_scores(recorder, INITIAL_SCORING, &fault.scores);
             recorder.emit(&Event::Error {
                 step: ending.steps,
                 cause: fault.cause.clone(),
@@ -130,17 +133,7 @@ async fn outcome_of(
             return Outcome::Unscored { cause: fault.cause, message: fault.message };
         }
     };
-    for s in &scores {
-        recorder.emit(&Event::Score {
-            scoring_id: INITIAL_SCORING.into(),
-            scorer: s.scorer.clone(),
-            value: s.value,
-            passed: s.passed,
-            weight: s.weight,
-            explanation: s.explanation.clone(),
-            grader: s.grader.clone(),
-        });
-    }
+    scoring::log_scores(recorder, INITIAL_SCORING, &scores);
     let (score, passed) = scoring::aggregate(&scores, task_pass_score(suite));
     Outcome::Scored { score, passed }
 }

@@ -184,6 +184,9 @@ pub enum Event {
         /// For LLM graders: model, template digest, raw outputs, agreement, tokens, cost.
         #[serde(default)]
         grader: Option<Value>,
+        /// What the scorer checked (its argument and options).
+        #[serde(default)]
+        check: Value,
     },
     EpisodeFinished {
         outcome: Outcome,

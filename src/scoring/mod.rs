@@ -29,6 +29,8 @@ pub struct Score {
     pub weight: f64,
     /// For graders: model, template digest, raw outputs, agreement, tokens and cost.
     pub grader: Option<Value>,
+    /// What the scorer checked (its argument and options), to recognise it in a regrade.
+    pub check: Value,
 }
 
 /// A scorer that could not reach a verdict (a grader that could not be parsed): the
@@ -38,6 +40,31 @@ pub struct Score {
 pub struct ScoringFault {
     pub cause: String,
     pub message: String,
+    /// The verdicts the other scorers gave: logged, so that a regrade can carry over those
+    /// about the final world, which is gone.
+    pub scores: Vec<Score>,
+}
+
+/// Logs scores under a scoring id.
+pub fn log_scores(recorder: &crate::log::Recorder, scoring_id: &str, scores: &[Score]) {
+    for s in scores {
+        recorder.emit(&crate::log::Event::Score {
+            scoring_id: scoring_id.to_owned(),
+            scorer: s.scorer.clone(),
+            value: s.value,
+            passed: s.passed,
+            weight: s.weight,
+            explanation: s.explanation.clone(),
+            grader: s.grader.clone(),
+            check: s.check.clone(),
+        });
+    }
+}
+
+impl ScoringFault {
+    fn grader(message: String) -> Self {
+        ScoringFault { cause: "grader_error".into(), message, scores: Vec::new() }
+    }
 }
 
 /// What scorers look at.
@@ -97,11 +124,28 @@ pub async fn score(
 ) -> Result<Vec<Score>, ScoringFault> {
     let context = episode.task.template_context();
     let mut scores = Vec::new();
+    let mut fault = None;
     for spec in suite_scorers.iter().chain(task_scorers) {
-        let (passed, value, explanation, grader) = apply(spec, episode, &context, world, graders).await?;
-        scores.push(Score { scorer: spec.name.clone(), value, passed, explanation, weight: spec.weight, grader });
+        match apply(spec, episode, &context, world, graders).await {
+            Ok((passed, value, explanation, grader)) => scores.push(Score {
+                scorer: spec.name.clone(),
+                value,
+                passed,
+                explanation,
+                weight: spec.weight,
+                grader,
+                check: serde_json::to_value(&spec.check).unwrap_or_default(),
+            }),
+            // The first fault decides; the other scorers still give their verdicts.
+            Err(f) => {
+                fault.get_or_insert(f);
+            }
+        }
     }
-    Ok(scores)
+    match fault {
+        Some(f) => Err(ScoringFault { scores, ..f }),
+        None => Ok(scores),
+    }
 }
 
 /// The episode's weighted score and whether it passed: every scorer with a weight passed,
@@ -222,19 +266,13 @@ async fn apply(
             let name =
                 graders.forced.clone().or_else(|| model.clone()).or_else(|| episode.suite_grader.map(String::from));
             let Some(name) = name else {
-                return Err(ScoringFault {
-                    cause: "grader_error".into(),
-                    message: format!(
-                        "`{}` has no grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, or --grader",
-                        spec.name
-                    ),
-                });
+                return Err(ScoringFault::grader(format!(
+                    "`{}` has no grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, or --grader",
+                    spec.name
+                )));
             };
             let Some(model) = graders.model(&name, episode.task, mock) else {
-                return Err(ScoringFault {
-                    cause: "grader_error".into(),
-                    message: format!("the grader model `{name}` was not opened"),
-                });
+                return Err(ScoringFault::grader(format!("the grader model `{name}` was not opened")));
             };
             let criteria = match criteria.as_deref().map(render).transpose() {
                 Ok(c) => c,
@@ -269,10 +307,7 @@ async fn apply(
                     (v.passed, v.score, v.explanation, Some(provenance))
                 }
                 Err(e) => {
-                    return Err(ScoringFault {
-                        cause: "grader_error".into(),
-                        message: format!("{} ({} raw outputs)", e.message, e.raw_outputs.len()),
-                    });
+                    return Err(ScoringFault::grader(format!("{} ({} raw outputs)", e.message, e.raw_outputs.len())));
                 }
             }
         }

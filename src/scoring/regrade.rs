@@ -13,7 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{Check, Finished, Graders, Score, ScoringFault, aggregate};
+use super::{Check, Finished, Graders, Score, ScoringFault, aggregate, log_scores};
 use crate::contract::{ErrorType, ToolCall};
 use crate::environment::{CallError, Ending, ToolFailure, Trajectory, World};
 use crate::log::event::SuiteInfo;
@@ -99,8 +99,10 @@ impl LoggedRun {
                     }
                 }
                 Event::Final { answer, .. } => record.final_answer = Some(answer),
-                Event::Score { scoring_id, scorer, value, passed, weight, explanation, grader } => {
-                    record.scores.push((scoring_id, Score { scorer, value, passed, explanation, weight, grader }));
+                Event::Score { scoring_id, scorer, value, passed, weight, explanation, grader, check } => {
+                    record
+                        .scores
+                        .push((scoring_id, Score { scorer, value, passed, explanation, weight, grader, check }));
                 }
                 Event::EpisodeFinished { outcome, termination, steps, usage, cost_usd, wall_ms, .. } => {
                     record.finished = Some(Closing { termination, steps, usage, cost_usd, wall_ms, outcome });
@@ -198,21 +200,14 @@ pub async fn regrade(
         let recorder = log.recorder(id);
         let outcome = match score_again(record, suite, &episode, graders).await {
             Ok(scores) => {
-                for s in &scores {
-                    recorder.emit(&Event::Score {
-                        scoring_id: scoring_id.clone(),
-                        scorer: s.scorer.clone(),
-                        value: s.value,
-                        passed: s.passed,
-                        weight: s.weight,
-                        explanation: s.explanation.clone(),
-                        grader: s.grader.clone(),
-                    });
-                }
+                log_scores(&recorder, &scoring_id, &scores);
                 let (score, passed) = aggregate(&scores, suite.pass_score);
                 Outcome::Scored { score, passed }
             }
-            Err(fault) => Outcome::Unscored { cause: fault.cause, message: fault.message },
+            Err(fault) => {
+                log_scores(&recorder, &scoring_id, &fault.scores);
+                Outcome::Unscored { cause: fault.cause, message: fault.message }
+            }
         };
         counts.episodes += 1;
         match &outcome {
@@ -239,29 +234,32 @@ pub async fn regrade(
     Ok((scoring_id, counts))
 }
 
-/// Scores an episode again; world-state scorers carry over their latest earlier verdict.
+/// Scores an episode again; world-state scorers carry over the latest earlier verdict of
+/// the very same check.
 async fn score_again(
     record: &Record,
     suite: &Suite,
     episode: &Finished<'_>,
     graders: &Graders,
 ) -> Result<Vec<Score>, ScoringFault> {
-    let latest = record.scores.last().map(|(id, _)| id.clone());
-    let mut earlier: Vec<&Score> =
-        record.scores.iter().filter(|(id, _)| Some(id) == latest.as_ref()).map(|(_, s)| s).collect();
+    let mut used = vec![false; record.scores.len()];
     let mut scores = Vec::new();
     for spec in suite.scorers.iter().chain(&episode.task.scorers) {
         if matches!(spec.check, Check::FileExists { .. } | Check::FileContains { .. } | Check::Command { .. }) {
-            let Some(at) = earlier.iter().position(|s| s.scorer == spec.name) else {
+            let check = serde_json::to_value(&spec.check).unwrap_or_default();
+            let earlier = (0..record.scores.len()).rev().find(|&i| !used[i] && record.scores[i].1.check == check);
+            let Some(i) = earlier else {
                 return Err(ScoringFault {
                     cause: "world_gone".into(),
                     message: format!(
-                        "`{}` looks at the episode's final world, which is gone and was never scored by it",
+                        "`{}` looks at the episode's final world, which is gone, and never checked it",
                         spec.name
                     ),
+                    scores,
                 });
             };
-            let mut carried = earlier.remove(at).clone();
+            used[i] = true;
+            let mut carried = record.scores[i].1.clone();
             carried.weight = spec.weight;
             carried.explanation = format!("{} (carried over: the world is gone)", carried.explanation);
             scores.push(carried);

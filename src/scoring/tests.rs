@@ -212,6 +212,7 @@ fn weights_and_pass_score_decide_the_task() {
         explanation: String::new(),
         weight,
         grader: None,
+        check: Value::Null,
     };
     assert_eq!(aggregate(&[s(1.0, 3.0), s(0.0, 1.0)], None), (0.75, false));
     assert_eq!(aggregate(&[s(1.0, 3.0), s(0.0, 1.0)], Some(0.7)), (0.75, true));

@@ -293,3 +293,36 @@ fn epochs_from_the_command_line_reach_the_summary_and_k_of_n_must_fit() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("k_of_n 3 is more than the 1 epoch"), "{run:?}");
 }
+
+/// Regression: a grader that failed lost the world-state verdicts, so a regrade could
+/// never score the episode (`world_gone`).
+#[test]
+fn world_verdicts_survive_a_failed_grader_and_a_regrade_uses_them() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &REGRADED.replace("RUBRIC", "The answer is ok.").replace("VERDICT", "\"I refuse.\""));
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 3, "the grader refused: unscored {run:?}");
+    let initial = scores_of(&sb.events(), "initial");
+    assert!(initial.iter().any(|(n, passed, _)| n == "file_exists" && *passed), "{initial:?}");
+    sb.write("fixed.yaml", &regraded_suite("The answer is ok.", 1.0));
+    let regrade = sb.run(&["regrade", "results/test", "--suite", "fixed.yaml"]);
+    assert_eq!(regrade.code, 0, "{regrade:?}");
+    assert!(regrade.stdout.contains("(1 passed, 0 unscored)"), "{regrade:?}");
+}
+
+/// Regression: a world-state verdict was carried over to a different check of the same kind.
+#[test]
+fn a_changed_world_check_is_not_carried_over() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &regraded_suite("The answer is ok.", 1.0));
+    assert_eq!(sb.eval(&["s.yaml"]).code, 0);
+    sb.write(
+        "other.yaml",
+        &regraded_suite("The answer is ok.", 1.0).replace("file_exists: saved", "file_exists: elsewhere"),
+    );
+    let regrade = sb.run(&["regrade", "results/test", "--suite", "other.yaml"]);
+    assert_eq!(regrade.code, 3, "{regrade:?}");
+    let events = sb.events();
+    let last = of_type(&events, "episode_scored").last().cloned().cloned().unwrap();
+    assert_eq!(last["outcome"]["cause"], "world_gone", "{last}");
+}
