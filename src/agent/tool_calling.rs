@@ -82,7 +82,8 @@ impl ToolCallingAgent {
 
     /// Asks the model and logs the call, answered or not.
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
-        let request = ModelRequest { messages: &self.transcript, tools: turn.tools };
+        let request =
+            ModelRequest { messages: &self.transcript, tools: turn.tools, deadline: Some(turn.budget.deadline) };
         let started = std::time::Instant::now();
         let result = self.model.respond(&request).await;
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;

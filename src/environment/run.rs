@@ -16,6 +16,9 @@ use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
 use crate::log::{Event, Recorder, Termination, Usage};
 use crate::suite::Task;
 
+/// How long past the episode's deadline the loop waits for an agent to return.
+const PROPOSE_GRACE: Duration = Duration::from_secs(2);
+
 #[derive(Debug, Clone, Copy)]
 pub struct EpisodeLimits {
     pub max_steps: u32,
@@ -104,13 +107,18 @@ impl Environment {
                 tokens_left: limits.max_tokens.map(|max| max.saturating_sub(ending.usage.total())),
             };
             let turn = Turn { observations: &observations, tools: &self.definition.specs, budget, recorder };
+            // The model learns the deadline and gives up on its own just then, blaming the
+            // provider if it was failing; the grace only covers an agent that ignores it.
             let proposal = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return ending.with(Termination::UserStop),
-                _ = sleep_until(deadline) => return ending.with(Termination::TimeLimit),
+                _ = sleep_until(deadline + PROPOSE_GRACE) => return ending.with(Termination::TimeLimit),
                 proposal = agent.propose(turn) => proposal,
             };
             ending.steps = step;
+            if proposal.is_ok() && Instant::now() >= deadline {
+                return ending.with(Termination::TimeLimit);
+            }
             let proposal = match proposal {
                 Ok(proposal) => proposal,
                 Err(fault) => {

@@ -126,7 +126,7 @@ mod tests {
         ];
         let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
         let provider = super::super::config::ModelConfig::default().providers["anthropic"].clone();
-        let body = encode("claude-x", &ModelRequest { messages: &messages, tools: &tools }, &provider);
+        let body = encode("claude-x", &ModelRequest { messages: &messages, tools: &tools, deadline: None }, &provider);
         assert_eq!(body["system"], "sys");
         assert_eq!(body["max_tokens"], 4096);
         let turns = body["messages"].as_array().unwrap();

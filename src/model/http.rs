@@ -140,7 +140,7 @@ impl HttpModel {
         }
     }
 
-    async fn attempt(&self, body: &Value) -> Result<Value, Failure> {
+    async fn attempt(&self, body: &Value, deadline: Option<tokio::time::Instant>) -> Result<Value, Failure> {
         let _slot = self.limiter.acquire().await;
         let mut request = self.client.post(&self.url).json(body);
         match (self.provider.api, &self.key) {
@@ -161,7 +161,14 @@ impl HttpModel {
             Ok::<_, reqwest::Error>((status, headers, bytes))
         };
         let timeout = Duration::from_secs_f64(self.provider.timeout_s);
-        let (status, headers, bytes) = match tokio::time::timeout(timeout, exchange).await {
+        let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+        let (status, headers, bytes) = match tokio::time::timeout(left.map_or(timeout, |l| l.min(timeout)), exchange)
+            .await
+        {
+            Err(_) if left.is_some_and(|l| l < timeout) => {
+                let message = "no complete response before the episode's time ran out".to_owned();
+                return Err(Failure { retryable: false, ..Failure::transient("provider_error", message) });
+            }
             Err(_) => {
                 return Err(Failure::transient(
                     "provider_error",
@@ -258,7 +265,7 @@ impl LanguageModel for HttpModel {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let failure = match self.attempt(&body).await {
+            let failure = match self.attempt(&body, request.deadline).await {
                 Ok(raw) => match self.decode(&raw) {
                     Ok(mut response) => {
                         self.limiter.succeeded();
@@ -296,7 +303,20 @@ impl LanguageModel for HttpModel {
                 });
                 return Err(ModelError { cause: failure.cause.into(), message, attempts, exchange });
             }
-            tokio::time::sleep(failure.retry_after.unwrap_or_else(|| self.backoff(attempts))).await;
+            let wait = failure.retry_after.unwrap_or_else(|| self.backoff(attempts));
+            if request.deadline.is_some_and(|d| tokio::time::Instant::now() + wait >= d) {
+                // The provider's fault stands: the time ran out while waiting on it.
+                return Err(ModelError {
+                    cause: failure.cause.into(),
+                    message: format!(
+                        "{} (after {attempts} attempts; the episode's time ran out before the next)",
+                        failure.message
+                    ),
+                    attempts,
+                    exchange: None,
+                });
+            }
+            tokio::time::sleep(wait).await;
         }
     }
 }

@@ -54,6 +54,9 @@ pub enum Message {
 pub struct ModelRequest<'a> {
     pub messages: &'a [Message],
     pub tools: &'a [ToolSpec],
+    /// When the episode's time runs out: a backend stops waiting and retrying then, and
+    /// says so, so that an outage is not mistaken for the agent running out of time.
+    pub deadline: Option<tokio::time::Instant>,
 }
 
 /// A tool call as the model wrote it; the agent gives it a call id when it has none.
@@ -248,7 +251,7 @@ mod tests {
         let model = mock::MockModel::new(Vec::new().into());
         let messages = vec![Message::User { content: "hi".into() }];
         let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
-        let request = ModelRequest { messages: &messages, tools: &tools };
+        let request = ModelRequest { messages: &messages, tools: &tools, deadline: None };
         assert_eq!(request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)));
     }
 }

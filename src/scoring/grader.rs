@@ -158,7 +158,7 @@ pub async fn grade(input: &GraderInput<'_>, settings: &GraderSettings) -> Result
         raw_outputs: vec![],
     })?;
     let messages = [Message::User { content: prompt }];
-    let request = ModelRequest { messages: &messages, tools: &[] };
+    let request = ModelRequest { messages: &messages, tools: &[], deadline: None };
 
     let mut raw_outputs = Vec::new();
     let mut usage = Usage::default();

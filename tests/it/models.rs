@@ -469,3 +469,23 @@ async fn a_single_bad_request_does_not_stop_the_run() {
     assert_eq!(finished.len(), 3);
     assert_eq!(finished.iter().filter(|f| f["outcome"]["status"] == "scored").count(), 2);
 }
+
+/// Regression: an outage that lasted past the episode's time limit was scored as the
+/// agent's failure (`time_limit`), with no record of the 503s.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_outage_past_the_time_limit_is_the_providers_fault() {
+    let sb = sandbox("retry_base_s: 0.2, retry_max_s: 0.5, max_retries: 50, timeout_s: 5");
+    sb.write(
+        "s.yaml",
+        &SUITE.replace("agent: {system: Be brief.}", "agent: {system: Be brief.}\nlimits: {time_s: 1.5}"),
+    );
+    let (server, _) = serve("/v1/chat/completions", vec![ResponseTemplate::new(503)]).await;
+    let run = eval(&sb, "openai/gpt-test", &openai_env(&server), &[]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    let finished = of_type(&sb.events(), "episode_finished")[0].clone();
+    assert_eq!(finished["outcome"]["status"], "unscored", "{finished}");
+    assert_eq!(finished["outcome"]["cause"], "provider_error");
+    let call = model_calls(&sb)[0].clone();
+    assert!(call["attempts"].as_u64().unwrap() >= 2, "{call}");
+    assert!(call["error"].as_str().unwrap().contains("time ran out"), "{call}");
+}
