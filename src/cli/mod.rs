@@ -230,13 +230,8 @@ fn eval(args: EvalArgs) -> Exit {
             return Exit::Usage;
         }
     };
-    for (flag, value) in [("--fail-under", args.fail_under), ("--max-unscored", Some(args.max_unscored))] {
-        if let Some(v) = value
-            && !(0.0..=1.0).contains(&v)
-        {
-            eprintln!("error: {flag} must be a fraction between 0 and 1, got {v}");
-            return Exit::Usage;
-        }
+    if let Err(exit) = check_fractions(args.fail_under, args.max_unscored) {
+        return exit;
     }
     if args.epochs == Some(0) {
         eprintln!("error: --epochs must be at least 1");
@@ -316,7 +311,23 @@ fn eval(args: EvalArgs) -> Exit {
     gate(&summary, args.fail_under, args.max_unscored)
 }
 
+/// `--fail-under` and `--max-unscored` are fractions.
+fn check_fractions(fail_under: Option<f64>, max_unscored: f64) -> Result<(), Exit> {
+    for (flag, value) in [("--fail-under", fail_under), ("--max-unscored", Some(max_unscored))] {
+        if let Some(v) = value
+            && !(0.0..=1.0).contains(&v)
+        {
+            eprintln!("error: {flag} must be a fraction between 0 and 1, got {v}");
+            return Err(Exit::Usage);
+        }
+    }
+    Ok(())
+}
+
 fn regrade(args: RegradeArgs) -> Exit {
+    if let Err(exit) = check_fractions(args.fail_under, args.max_unscored) {
+        return exit;
+    }
     let run = match LoggedRun::read(&args.run) {
         Ok(run) => run,
         Err(e) => {

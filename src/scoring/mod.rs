@@ -234,6 +234,14 @@ async fn apply(
         Check::ToolSequence { calls, ordered, arguments, partial } => {
             sequence(&ending.trajectory.calls, calls, *ordered, *arguments, *partial)
         }
+        Check::Budget { what: Budget::CostUsd, .. } if episode.ending.cost_usd.is_none() => {
+            // Nobody's answer: the model has no price, so the budget cannot be judged.
+            return Err(ScoringFault {
+                cause: "cost_unknown".into(),
+                message: "`max_cost` needs the model's price: add it under `prices:` in runner.yaml".into(),
+                scores: Vec::new(),
+            });
+        }
         Check::Budget { what, max } => budget(*what, *max, episode),
         Check::FileExists { path } => match world.read_back(path).await {
             Some(_) => verdict(true, format!("`{path}` exists")),

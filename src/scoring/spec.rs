@@ -220,7 +220,13 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
             let ignore_case = o.take("ignore_case")?.unwrap_or(false);
             Check::Text { op, expected: text(arg)?, negate: name.starts_with("not_"), ignore_case }
         }
-        "numeric" => Check::Numeric { expected: text(arg)?, tolerance: o.take("tolerance")?.unwrap_or(0.0) },
+        "numeric" => {
+            let tolerance: f64 = o.take("tolerance")?.unwrap_or(0.0);
+            if !(tolerance.is_finite() && tolerance >= 0.0) {
+                return Err(format!("the tolerance of `numeric` must be a number of at least 0, not {tolerance}"));
+            }
+            Check::Numeric { expected: text(arg)?, tolerance }
+        }
         "json" => Check::Json(match arg {
             Value::String(s) if s == "valid" => JsonCheck::Valid,
             Value::Object(mut m) => match (m.remove("schema"), m.remove("path"), m.remove("equals")) {
@@ -262,6 +268,20 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
                 Some(other) => return Err(format!("`order` is `ordered` or `unordered`, not `{other}`")),
             };
             let arguments = o.take("arguments")?.unwrap_or(ArgMatch::Subset);
+            if arguments == ArgMatch::Pattern {
+                for call in &calls {
+                    for pattern in call
+                        .arguments
+                        .iter()
+                        .flat_map(|a| a.as_object())
+                        .flat_map(|m| m.values())
+                        .filter_map(Value::as_str)
+                    {
+                        regex::Regex::new(pattern)
+                            .map_err(|e| format!("`{pattern}` in `tool_sequence` is not a valid regex: {e}"))?;
+                    }
+                }
+            }
             let partial = o.take("partial")?.unwrap_or(false);
             Check::ToolSequence { calls, ordered, arguments, partial }
         }

@@ -185,7 +185,7 @@ fn budgets_compare_what_the_episode_used() {
     assert!(!check(json!({"max_tool_errors": 0}), None).passed);
     assert!(check(json!({"max_tokens": 1000}), None).passed);
     assert!(!check(json!({"max_tokens": 999}), None).passed);
-    assert!(check(json!({"max_cost": 0.05}), None).passed);
+    assert!(check(json!({"max_cost": 0.05}), None).passed, "the episode cost 0.02");
     assert!(!check(json!({"max_cost": 0.01}), None).passed);
     assert!(check(json!({"max_latency": 12.5}), None).passed);
     assert!(!check(json!({"max_latency": 10}), None).passed);
@@ -251,4 +251,12 @@ fn unordered_sequences_find_the_best_assignment() {
     let seq = json!({"tool_sequence": ["kv_set", {"name": "kv_set", "arguments": {"key": "a"}}], "order": "unordered"});
     let s = check_with(seq, None, &calls);
     assert!(s.passed, "{}", s.explanation);
+}
+
+#[test]
+fn invalid_scorer_options_are_refused_when_read() {
+    let bad = |v: Value| serde_json::from_value::<ScorerSpec>(v).unwrap_err().to_string();
+    assert!(bad(json!({"numeric": "3", "tolerance": -1})).contains("at least 0"));
+    let e = bad(json!({"tool_sequence": [{"name": "f", "arguments": {"a": "(unclosed"}}], "arguments": "pattern"}));
+    assert!(e.contains("not a valid regex"), "{e}");
 }

@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::environment::definition::Definition;
-use crate::scoring::{Check, JsonCheck, TextOp};
+use crate::scoring::{Check, GraderKind, JsonCheck, TextOp};
 use decode::{ConfigError, Source};
 use text::Text;
 
@@ -364,6 +364,13 @@ fn finish_task(
             if let Check::Text { op: TextOp::Regex, .. } | Check::FileContains { regex: true, .. } = scorer.check {
                 regex::Regex::new(&rendered).map_err(|e| source.error(&where_, format!("invalid regex: {e}")))?;
             }
+        }
+        if let Check::Grader { kind: GraderKind::Qa, .. } = scorer.check
+            && task.target.is_none()
+        {
+            return Err(
+                source.error(&where_, format!("in task `{}`: `model_graded_qa` needs the task's `target`", task.id))
+            );
         }
         if let Check::Json(JsonCheck::Schema(schema)) = &scorer.check {
             jsonschema::validator_for(schema)

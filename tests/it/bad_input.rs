@@ -215,3 +215,12 @@ fn validate_refuses_two_suites_with_one_name_as_eval_does() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("b.yaml: suite name `same` is already used by a.yaml"), "{run:?}");
 }
+
+#[test]
+fn model_graded_qa_on_a_task_without_a_target_is_refused_at_load() {
+    let err = error_for(
+        "suite: s\nenvironment: kv\ngrader: {model: mock}\nscorers:\n  - model_graded_qa: true\ntasks:\n  - {id: a, input: hi}\n",
+        &[],
+    );
+    assert!(err.contains("tasks/bad.yaml:5:") && err.contains("needs the task's `target`"), "{err}");
+}

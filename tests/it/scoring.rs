@@ -326,3 +326,14 @@ fn a_changed_world_check_is_not_carried_over() {
     let last = of_type(&events, "episode_scored").last().cloned().cloned().unwrap();
     assert_eq!(last["outcome"]["cause"], "world_gone", "{last}");
 }
+
+#[test]
+fn regrade_checks_its_flags_before_touching_the_log() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &regraded_suite("The answer is ok.", 1.0));
+    assert_eq!(sb.eval(&["s.yaml"]).code, 0);
+    let before = sb.events().len();
+    let run = sb.run(&["regrade", "results/test", "--fail-under", "80"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert_eq!(sb.events().len(), before, "a bad flag appended a scoring");
+}
