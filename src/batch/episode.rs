@@ -33,6 +33,7 @@ pub async fn run_episode(
         environment: suite.environment.name.clone(),
     });
 
+    let mut loop_ms = None;
     let (ending, outcome) = match Environment::create(suite.environment.clone(), task) {
         Err(e) => {
             let message = e.to_string();
@@ -46,6 +47,7 @@ pub async fn run_episode(
             let mut agent = agent_for(&spec, suite, task);
             let ending = env.run(&mut agent, task, &limits(suite), &recorder, stop).await;
             let wall_s = started.elapsed().as_secs_f64();
+            loop_ms = Some(wall_s * 1e3);
             // Scored against the final world, before it is torn down.
             let outcome = outcome_of(&ending, suite, task, env.world(), graders, wall_s, &recorder).await;
             drop(env);
@@ -63,6 +65,7 @@ pub async fn run_episode(
         usage: ending.usage,
         cost_usd: ending.cost_usd,
         wall_ms,
+        loop_ms,
     });
     EpisodeReport {
         id: spec.id.clone(),

@@ -87,7 +87,7 @@ impl Environment {
             final_answer: None,
             steps: 0,
             usage: Usage::default(),
-            cost_usd: Some(0.0),
+            cost_usd: None,
             fault: None,
             trajectory: Trajectory::default(),
         };
@@ -128,7 +128,9 @@ impl Environment {
                 }
             };
             ending.usage.add(proposal.usage);
-            ending.cost_usd = ending.cost_usd.zip(proposal.cost_usd).map(|(a, b)| a + b);
+            // Known only while every call so far had a price.
+            ending.cost_usd =
+                if step == 1 { proposal.cost_usd } else { ending.cost_usd.zip(proposal.cost_usd).map(|(a, b)| a + b) };
             let over_budget = if limits.max_tokens.is_some_and(|max| ending.usage.total() > max) {
                 Some(Termination::TokenLimit)
             } else if limits.max_cost_usd.zip(ending.cost_usd).is_some_and(|(max, cost)| cost > max) {

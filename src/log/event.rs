@@ -198,6 +198,9 @@ pub enum Event {
         /// `None` when a model call had no price in the config.
         cost_usd: Option<f64>,
         wall_ms: f64,
+        /// From the start to the end of the agent's loop: `wall_ms` without setup and scoring.
+        #[serde(default)]
+        loop_ms: Option<f64>,
     },
     /// A re-scoring of a finished run begins (`runner regrade`).
     ScoringStarted {

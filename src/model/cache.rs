@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
+use sha2::Digest;
 
 use super::{LanguageModel, ModelError, ModelRequest, ModelResponse, request_digest};
 
@@ -53,8 +54,16 @@ impl LanguageModel for Cached {
         self.inner.sampling()
     }
 
+    fn endpoint(&self) -> Option<&str> {
+        self.inner.endpoint()
+    }
+
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let key = request_digest(self, &self.sampling(), request);
+        let digest = request_digest(self, &self.sampling(), request);
+        let key = match self.inner.endpoint() {
+            Some(endpoint) => hex::encode(sha2::Sha256::digest(format!("{digest}\n{endpoint}").as_bytes())),
+            None => digest,
+        };
         let path = self.options.dir.join(format!("{key}.json"));
         if let Some(mut hit) = self.lookup(&path) {
             hit.cache_hit = true;

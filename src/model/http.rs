@@ -260,6 +260,10 @@ impl LanguageModel for HttpModel {
         self.provider.sampling.clone()
     }
 
+    fn endpoint(&self) -> Option<&str> {
+        Some(&self.url)
+    }
+
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
         let body = self.encode(request);
         let mut attempts = 0;

@@ -133,6 +133,12 @@ pub trait LanguageModel: Send + Sync {
         Map::new()
     }
 
+    /// What, besides the request, decides the answer: the endpoint. Part of the cache key,
+    /// so that one model name served from two places is cached apart.
+    fn endpoint(&self) -> Option<&str> {
+        None
+    }
+
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError>;
 }
 

@@ -70,6 +70,10 @@ impl LanguageModel for Recording {
         self.inner.name()
     }
 
+    fn endpoint(&self) -> Option<&str> {
+        self.inner.endpoint()
+    }
+
     fn sampling(&self) -> Map<String, Value> {
         self.inner.sampling()
     }
@@ -80,7 +84,7 @@ impl LanguageModel for Recording {
         let entry = Entry { digest: digest(&canonical), request: canonical, response: response.recorded() };
         self.cassette
             .append(&entry)
-            .map_err(|e| ModelError::new("provider_error", format!("failed to write the cassette: {e}")))?;
+            .map_err(|e| ModelError::new("record_error", format!("failed to write the cassette: {e}")))?;
         Ok(response)
     }
 }

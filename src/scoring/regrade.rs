@@ -104,7 +104,8 @@ impl LoggedRun {
                         .scores
                         .push((scoring_id, Score { scorer, value, passed, explanation, weight, grader, check }));
                 }
-                Event::EpisodeFinished { outcome, termination, steps, usage, cost_usd, wall_ms, .. } => {
+                Event::EpisodeFinished { outcome, termination, steps, usage, cost_usd, wall_ms, loop_ms, .. } => {
+                    let wall_ms = loop_ms.unwrap_or(wall_ms);
                     record.finished = Some(Closing { termination, steps, usage, cost_usd, wall_ms, outcome });
                 }
                 _ => {}

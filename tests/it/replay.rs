@@ -31,7 +31,9 @@ fn stable(events: &[Value]) -> Vec<Value> {
     for e in events {
         let mut e = e.clone();
         let obj = e.as_object_mut().unwrap();
-        for timing in ["ts", "seq", "run_id", "latency_ms", "wall_ms", "cache_hit", "command_line", "git_revision"] {
+        for timing in
+            ["ts", "seq", "run_id", "latency_ms", "wall_ms", "loop_ms", "cache_hit", "command_line", "git_revision"]
+        {
             obj.remove(timing);
         }
         // The first observation carries the world's details; the kv world has none that vary.
