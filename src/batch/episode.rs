@@ -8,9 +8,9 @@ use tokio_util::sync::CancellationToken;
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::ToolCallingAgent;
 use crate::environment::World;
-use crate::environment::{Ending, Environment, EpisodeLimits, Trajectory};
+use crate::environment::{Ending, Environment, EpisodeLimits};
 use crate::log::event::INITIAL_SCORING;
-use crate::log::{Event, EventLog, Outcome, Recorder, Termination, Usage};
+use crate::log::{Event, EventLog, Outcome, Recorder, Termination};
 use crate::scoring::{self, Finished, Graders};
 use crate::suite::{Suite, Task, template};
 
@@ -39,7 +39,7 @@ pub async fn run_episode(
             let message = e.to_string();
             recorder.emit(&Event::Error { step: 0, cause: "environment_error".into(), message: message.clone() });
             (
-                Ending::before_start(Termination::EnvironmentError),
+                Ending::new(Termination::EnvironmentError),
                 Outcome::Unscored { cause: "environment_error".into(), message },
             )
         }
@@ -143,19 +143,4 @@ async fn outcome_of(
 
 fn task_pass_score(suite: &Suite) -> Option<f64> {
     suite.pass_score
-}
-
-impl Ending {
-    /// The ending of an episode whose loop never started.
-    fn before_start(termination: Termination) -> Self {
-        Ending {
-            termination,
-            final_answer: None,
-            steps: 0,
-            usage: Usage::default(),
-            cost_usd: None,
-            fault: None,
-            trajectory: Trajectory::default(),
-        }
-    }
 }

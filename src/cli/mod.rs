@@ -291,12 +291,9 @@ fn eval(args: EvalArgs) -> Exit {
             return Exit::ResultsFailed;
         }
     };
-    let summary = match Summary::from_log(&result.events_path) {
+    let summary = match summarize(&result.events_path) {
         Ok(summary) => summary,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::ResultsFailed;
-        }
+        Err(exit) => return exit,
     };
     print!("\n{}", summary.render());
     println!("results: {}", result.dir.display());
@@ -309,6 +306,14 @@ fn eval(args: EvalArgs) -> Exit {
         return Exit::Interrupted;
     }
     gate(&summary, args.fail_under, args.max_unscored)
+}
+
+/// The summary of a run's log; a log that cannot be read back means the results failed.
+fn summarize(events: &std::path::Path) -> Result<Summary, Exit> {
+    Summary::from_log(events).map_err(|e| {
+        eprintln!("error: {e}");
+        Exit::ResultsFailed
+    })
 }
 
 /// `--fail-under` and `--max-unscored` are fractions.
@@ -379,12 +384,9 @@ fn regrade(args: RegradeArgs) -> Exit {
             return Exit::ResultsFailed;
         }
     };
-    let summary = match Summary::from_log(&run.events_path) {
+    let summary = match summarize(&run.events_path) {
         Ok(summary) => summary,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::ResultsFailed;
-        }
+        Err(exit) => return exit,
     };
     print!("{}", summary.render());
     println!(

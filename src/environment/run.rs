@@ -82,15 +82,7 @@ impl Environment {
         stop: &CancellationToken,
     ) -> Ending {
         let deadline = Instant::now() + limits.time;
-        let mut ending = Ending {
-            termination: Termination::MaxSteps,
-            final_answer: None,
-            steps: 0,
-            usage: Usage::default(),
-            cost_usd: None,
-            fault: None,
-            trajectory: Trajectory::default(),
-        };
+        let mut ending = Ending::new(Termination::MaxSteps);
         let first = self.reset(task);
         recorder.emit(&Event::Observation { step: 0, observation: first.clone() });
         let mut observations = vec![first];
@@ -240,6 +232,19 @@ impl Environment {
 }
 
 impl Ending {
+    /// An ending with nothing done yet.
+    pub fn new(termination: Termination) -> Self {
+        Ending {
+            termination,
+            final_answer: None,
+            steps: 0,
+            usage: Usage::default(),
+            cost_usd: None,
+            fault: None,
+            trajectory: Trajectory::default(),
+        }
+    }
+
     fn with(mut self, termination: Termination) -> Self {
         self.termination = termination;
         self
