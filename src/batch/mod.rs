@@ -64,8 +64,17 @@ pub fn episodes(
     })
 }
 
-pub fn episode_count(suites: &[Arc<Suite>], models: usize, epochs: Option<u32>) -> u64 {
-    suites.iter().map(|s| s.tasks.len() as u64 * models as u64 * epochs.unwrap_or(s.epochs) as u64).sum()
+/// How many episodes the run will make (its shard's, when it has one).
+pub fn episode_count(suites: &[Arc<Suite>], options: &RunOptions) -> u64 {
+    match options.shard {
+        None => suites
+            .iter()
+            .map(|s| s.tasks.len() as u64 * options.models.len() as u64 * options.epochs.unwrap_or(s.epochs) as u64)
+            .sum(),
+        Some(_) => {
+            episodes(suites, &options.models, options.epochs).filter(|e| in_shard(&e.id, options.shard)).count() as u64
+        }
+    }
 }
 
 /// How one episode ended, as the progress display sees it.
@@ -91,6 +100,28 @@ pub struct RunOptions {
     pub run_id: Option<String>,
     pub command_line: Vec<String>,
     pub graders: Arc<crate::scoring::Graders>,
+    /// `(i, n)`: run only the episodes of shard i (from 1) of n.
+    pub shard: Option<(u64, u64)>,
+}
+
+/// `2/4`: shard 2 of 4.
+pub fn parse_shard(text: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("a shard is I/N with 1 <= I <= N, like 2/4, not `{text}`");
+    let (i, n) = text.split_once('/').ok_or_else(bad)?;
+    let (i, n): (u64, u64) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    if i == 0 || n == 0 || i > n {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+/// Whether an episode falls in shard `(i, n)`: by its id, a hash already, so a shard's
+/// episodes stay the same when tasks are added.
+pub fn in_shard(episode_id: &str, shard: Option<(u64, u64)>) -> bool {
+    let Some((i, n)) = shard else { return true };
+    let hex = episode_id.strip_prefix("ep_").unwrap_or(episode_id);
+    let value = u64::from_str_radix(&hex[..hex.len().min(16)], 16).unwrap_or(0);
+    value % n == i - 1
 }
 
 /// A finished (or interrupted) run.
@@ -131,28 +162,39 @@ pub async fn run(
     let (log, writer) = EventLog::create(&events_path, &run_id).map_err(RunError::Log)?;
     let started = std::time::Instant::now();
 
-    let total = episode_count(suites, options.models.len(), options.epochs);
-    log.emit(
-        None,
-        &Event::RunStarted {
-            runner_version: env!("CARGO_PKG_VERSION").into(),
-            command_line: options.command_line.clone(),
-            models: options.models.iter().map(|m| m.name().to_owned()).collect(),
-            suites: suites
-                .iter()
-                .map(|s| SuiteInfo { epochs: options.epochs.unwrap_or(s.epochs), ..suite_info(s) })
-                .collect(),
-            episodes: total,
-            jobs: options.jobs,
-            git_revision: git_revision(suites.first().map(|s| s.path.as_path())),
-        },
-    );
+    let total = episode_count(suites, options);
+    let started_event = Event::RunStarted {
+        runner_version: env!("CARGO_PKG_VERSION").into(),
+        command_line: options.command_line.clone(),
+        models: options.models.iter().map(|m| m.name().to_owned()).collect(),
+        suites: suites
+            .iter()
+            .map(|s| SuiteInfo { epochs: options.epochs.unwrap_or(s.epochs), ..suite_info(s) })
+            .collect(),
+        episodes: total,
+        jobs: options.jobs,
+        git_revision: git_revision(suites.first().map(|s| s.path.as_path())),
+        shard: options.shard.map(|(i, n)| format!("{i}/{n}")),
+    };
+    // run.json: the resolved configuration, for people and tools that do not read logs.
+    let mut run_json = serde_json::to_value(&started_event).unwrap_or_default();
+    if let Some(obj) = run_json.as_object_mut() {
+        obj.remove("type");
+        obj.insert("run_id".into(), serde_json::Value::String(run_id.clone()));
+        obj.insert("started_at".into(), serde_json::Value::String(chrono::Utc::now().to_rfc3339()));
+    }
+    let pretty = serde_json::to_vec_pretty(&run_json).unwrap_or_default();
+    std::fs::write(dir.join("run.json"), pretty).map_err(RunError::Log)?;
+    log.emit(None, &started_event);
 
     let mut tally = Tally::default();
     let mut aborted = None;
     {
         let not_stopped = stop.clone();
-        let plan = episodes(suites, &options.models, options.epochs).take_while(move |_| !not_stopped.is_cancelled());
+        let shard = options.shard;
+        let plan = episodes(suites, &options.models, options.epochs)
+            .filter(move |e| in_shard(&e.id, shard))
+            .take_while(move |_| !not_stopped.is_cancelled());
         let mut running = futures::stream::iter(plan)
             .map(|spec| {
                 let log = log.clone();

@@ -129,6 +129,13 @@ struct EvalArgs {
     /// The largest fraction of episodes that may go unscored before the run fails.
     #[arg(long, default_value_t = 0.0)]
     max_unscored: f64,
+    /// `mock` only: each model call waits this many milliseconds (`20`, or `10-30` at
+    /// random), to measure scheduling without a provider.
+    #[arg(long, value_parser = crate::model::mock::parse_delay)]
+    mock_delay_ms: Option<(u64, u64)>,
+    /// Run only shard I of N (`--shard 2/4`): a stable hash of each episode's id picks it.
+    #[arg(long, value_parser = batch::parse_shard)]
+    shard: Option<(u64, u64)>,
     /// No progress bar or per-episode lines; only the summary.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -270,8 +277,9 @@ fn eval(args: EvalArgs) -> Exit {
         run_id: args.run_id.clone(),
         command_line: std::env::args().collect(),
         graders,
+        shard: args.shard,
     };
-    let total = batch::episode_count(&suites, options.models.len(), options.epochs);
+    let total = batch::episode_count(&suites, &options);
     let stop = CancellationToken::new();
     let result = runtime.block_on(async {
         tokio::spawn(stop_on_ctrl_c(stop.clone()));
@@ -308,12 +316,20 @@ fn eval(args: EvalArgs) -> Exit {
     gate(&summary, args.fail_under, args.max_unscored)
 }
 
-/// The summary of a run's log; a log that cannot be read back means the results failed.
+/// The summary of a run's log, also written beside it as `summary.json`; a log that cannot
+/// be read back, or a summary that cannot be written, means the results failed.
 fn summarize(events: &std::path::Path) -> Result<Summary, Exit> {
-    Summary::from_log(events).map_err(|e| {
+    let summary = Summary::from_log(events).map_err(|e| {
         eprintln!("error: {e}");
         Exit::ResultsFailed
-    })
+    })?;
+    let path = events.with_file_name("summary.json");
+    let json = serde_json::to_vec_pretty(&summary.to_json()).unwrap_or_default();
+    std::fs::write(&path, json).map_err(|e| {
+        eprintln!("error: failed to write {}: {e}", path.display());
+        Exit::ResultsFailed
+    })?;
+    Ok(summary)
 }
 
 /// `--fail-under` and `--max-unscored` are fractions.
@@ -444,7 +460,7 @@ fn open_models(args: &EvalArgs) -> Result<(Vec<Arc<Backend>>, ModelConfig), Stri
             ttl: std::time::Duration::from_secs(args.cache_ttl_s),
         })
     });
-    let options = BackendOptions { record, cache };
+    let options = BackendOptions { record, cache, mock_delay_ms: args.mock_delay_ms };
     let mut models: Vec<Arc<Backend>> = Vec::new();
     for spec in &args.models {
         let backend = Backend::open(spec, &config, options.clone())?;

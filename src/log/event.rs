@@ -113,6 +113,9 @@ pub enum Event {
         episodes: u64,
         jobs: usize,
         git_revision: Option<String>,
+        /// `i/n` when the run is one shard of several.
+        #[serde(default)]
+        shard: Option<String>,
     },
     EpisodeStarted {
         suite: String,

@@ -13,12 +13,35 @@ use crate::suite::MockTurn;
 pub struct MockModel {
     turns: Arc<[MockTurn]>,
     next: AtomicUsize,
+    /// Each call waits between these many milliseconds, to measure scheduling offline.
+    delay_ms: Option<(u64, u64)>,
 }
 
 impl MockModel {
     pub fn new(turns: Arc<[MockTurn]>) -> Self {
-        MockModel { turns, next: AtomicUsize::new(0) }
+        MockModel { turns, next: AtomicUsize::new(0), delay_ms: None }
     }
+
+    pub fn with_delay(mut self, delay_ms: Option<(u64, u64)>) -> Self {
+        self.delay_ms = delay_ms;
+        self
+    }
+}
+
+/// `20` (always 20 ms) or `10-30` (uniformly between).
+pub fn parse_delay(text: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("a mock delay is milliseconds, `20` or `10-30`, not `{text}`");
+    let (low, high) = match text.split_once('-') {
+        Some((a, b)) => (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?),
+        None => {
+            let ms = text.trim().parse().map_err(|_| bad())?;
+            (ms, ms)
+        }
+    };
+    if low > high || high > 3_600_000 {
+        return Err(bad());
+    }
+    Ok((low, high))
 }
 
 #[async_trait]
@@ -28,6 +51,10 @@ impl LanguageModel for MockModel {
     }
 
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        if let Some((low, high)) = self.delay_ms {
+            let ms = if high > low { fastrand::u64(low..=high) } else { low };
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let Some(turn) = self.turns.get(n) else {
             return Err(ModelError::new(
@@ -66,4 +93,17 @@ fn estimate_tokens(messages: &[Message]) -> u64 {
         })
         .sum();
     (chars / 4) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_delay;
+
+    #[test]
+    fn delays_are_fixed_or_a_range() {
+        assert_eq!(parse_delay("20"), Ok((20, 20)));
+        assert_eq!(parse_delay("10-30"), Ok((10, 30)));
+        assert!(parse_delay("30-10").is_err());
+        assert!(parse_delay("soon").is_err());
+    }
 }

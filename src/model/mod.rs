@@ -175,6 +175,8 @@ pub fn request_digest(model: &dyn LanguageModel, sampling: &Map<String, Value>, 
 pub struct BackendOptions {
     pub record: Option<Arc<CassetteWriter>>,
     pub cache: Option<Arc<CacheOptions>>,
+    /// `mock` only: milliseconds each call waits (low, high).
+    pub mock_delay_ms: Option<(u64, u64)>,
 }
 
 enum Source {
@@ -225,7 +227,7 @@ impl Backend {
     /// The model one episode of `task` talks to.
     pub fn for_episode(&self, task: &Task) -> Arc<dyn LanguageModel> {
         let mut model: Arc<dyn LanguageModel> = match &self.source {
-            Source::Mock => Arc::new(mock::MockModel::new(task.mock.clone())),
+            Source::Mock => Arc::new(mock::MockModel::new(task.mock.clone()).with_delay(self.options.mock_delay_ms)),
             Source::Http(m) => m.clone(),
             Source::Replay(r) => r.clone(),
         };

@@ -210,6 +210,42 @@ impl Summary {
         Ok(summary)
     }
 
+    /// The summary as `summary.json`: per suite and model, the totals, and the epochs table.
+    pub fn to_json(&self) -> serde_json::Value {
+        let row = |r: &Row| {
+            serde_json::json!({
+                "suite": r.suite, "model": r.model, "episodes": r.episodes, "passed": r.passed,
+                "failed": r.failed, "unscored": r.unscored, "cancelled": r.cancelled,
+                "pass_rate": r.pass_rate(), "mean_steps": r.mean_steps(), "tokens": r.tokens,
+                "cost_usd": if r.unpriced == r.episodes { None } else { Some(r.cost_usd) },
+                "unscored_causes": r.unscored_causes, "wall_s": r.wall_s(),
+            })
+        };
+        let epochs: Vec<serde_json::Value> = if self.has_epochs() {
+            self.epoch_rows()
+                .iter()
+                .map(|e| {
+                    serde_json::json!({
+                        "suite": e.suite, "model": e.model, "k": e.k, "tasks": e.tasks,
+                        "tasks_passed": e.tasks_passed, "pass_at_1": e.pass_at_1, "pass_at_k": e.pass_at_k,
+                        "pass_hat_k": e.pass_hat_k, "task_score": e.score, "below_k_of_n": e.below_k_of_n,
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        serde_json::json!({
+            "run_id": self.run_id,
+            "scoring_id": self.scoring_id,
+            "interrupted": self.interrupted,
+            "unfinished": self.unfinished,
+            "rows": self.rows.iter().map(row).collect::<Vec<_>>(),
+            "total": row(&self.total()),
+            "epochs": epochs,
+        })
+    }
+
     /// Whether any suite ran its tasks more than once.
     pub fn has_epochs(&self) -> bool {
         self.suites.values().any(|s| s.epochs > 1)

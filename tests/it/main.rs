@@ -2,6 +2,7 @@
 //! temporary folder.
 
 mod bad_input;
+mod batch;
 mod e2e;
 mod eval;
 mod log;
