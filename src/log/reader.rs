@@ -98,7 +98,8 @@ pub fn read_events(path: &Path) -> Result<Events, ReadError> {
 /// The `type` of a line as the writer lays it out (`{"v":…,"seq":…,"ts":"…"[,"episode_id":"…"],"type":"…"`),
 /// found without parsing the rest; `None` when the line is laid out otherwise.
 fn header_kind(text: &str) -> Option<&str> {
-    let head = &text[..text.len().min(256)];
+    let cut = (0..=text.len().min(256)).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    let head = &text[..cut];
     let start = head.find(",\"type\":\"")? + 9;
     let rest = &text[start..];
     let end = rest.find('"')?;
@@ -159,6 +160,9 @@ mod tests {
         let parsed = parse_line(&long_id, Some(&["run_started"])).unwrap().unwrap();
         assert_eq!(parsed.kind, "run_started");
         assert!(parse_line(&long_id, Some(&["other"])).unwrap().is_none());
+        // Regression: a multi-byte character across the header window must not panic.
+        let wide = format!(r#"{{"v":1,"run_id":"{}","seq":1,"ts":"t","type":"run_started"}}"#, "é".repeat(200));
+        assert_eq!(parse_line(&wide, Some(&["run_started"])).unwrap().unwrap().kind, "run_started");
     }
 
     #[test]
