@@ -136,6 +136,12 @@ struct EvalArgs {
     /// Run only shard I of N (`--shard 2/4`): a stable hash of each episode's id picks it.
     #[arg(long, value_parser = batch::parse_shard)]
     shard: Option<(u64, u64)>,
+    /// Write a JUnit XML report here: one test case per episode.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Write the summary as Markdown here (also appended to $GITHUB_STEP_SUMMARY when set).
+    #[arg(long)]
+    markdown: Option<PathBuf>,
     /// No progress bar or per-episode lines; only the summary.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -305,6 +311,9 @@ fn eval(args: EvalArgs) -> Exit {
     };
     print!("\n{}", summary.render());
     println!("results: {}", result.dir.display());
+    if let Err(exit) = write_reports(&result.events_path, &summary, args.junit.as_deref(), args.markdown.as_deref()) {
+        return exit;
+    }
     if let Some(reason) = &result.aborted {
         eprintln!("error: stopped early, the model is misconfigured: {reason}");
         return Exit::Usage;
@@ -330,6 +339,36 @@ fn summarize(events: &std::path::Path) -> Result<Summary, Exit> {
         Exit::ResultsFailed
     })?;
     Ok(summary)
+}
+
+/// `--junit`, `--markdown` and the GitHub step summary.
+fn write_reports(
+    events: &std::path::Path,
+    summary: &Summary,
+    junit: Option<&std::path::Path>,
+    markdown: Option<&std::path::Path>,
+) -> Result<(), Exit> {
+    let failed = |what: &std::path::Path, e: std::io::Error| {
+        eprintln!("error: failed to write {}: {e}", what.display());
+        Exit::ResultsFailed
+    };
+    if let Some(path) = junit {
+        crate::report::junit::write(events, summary, path).map_err(|e| failed(path, e))?;
+    }
+    let text = crate::report::junit::markdown(summary);
+    if let Some(path) = markdown {
+        std::fs::write(path, &text).map_err(|e| failed(path, e))?;
+    }
+    if let Some(step) = std::env::var_os("GITHUB_STEP_SUMMARY").map(PathBuf::from) {
+        use std::io::Write as _;
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&step)
+            .and_then(|mut f| f.write_all(text.as_bytes()));
+        appended.map_err(|e| failed(&step, e))?;
+    }
+    Ok(())
 }
 
 /// `--fail-under` and `--max-unscored` are fractions.

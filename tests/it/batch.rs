@@ -78,3 +78,42 @@ fn a_run_folder_holds_run_json_and_summary_json() {
     assert_eq!(summary["rows"][0]["passed"], 3);
     assert_eq!(summary["rows"][0]["pass_rate"], 1.0);
 }
+
+#[test]
+fn junit_and_markdown_reports_for_ci() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        "suite: ci\nenvironment: kv\nscorers: [{equals: ok}]\ntasks:\n  - {id: good, input: q, mock: [{text: ok}]}\n  - {id: bad, input: q, mock: [{text: \"<nope> & more\"}]}\n  - {id: broken, input: q, mock: []}\n",
+    );
+    let run = sb
+        .command()
+        .args([
+            "eval",
+            "s.yaml",
+            "--model",
+            "mock",
+            "--run-id",
+            "test",
+            "--out",
+            "results",
+            "--junit",
+            "out.xml",
+            "--markdown",
+            "out.md",
+        ])
+        .env("GITHUB_STEP_SUMMARY", sb.path().join("step.md"))
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(3), "one episode is unscored");
+    let xml = std::fs::read_to_string(sb.path().join("out.xml")).unwrap();
+    assert!(xml.contains(r#"tests="3" failures="1" errors="1" skipped="0""#), "{xml}");
+    assert_eq!(xml.matches("<testcase ").count(), 3, "{xml}");
+    assert!(xml.contains(r#"name="bad [mock, epoch 1]""#), "{xml}");
+    assert!(xml.contains("does not equal &quot;ok&quot;") && xml.contains("&lt;nope&gt; &amp; more"), "{xml}");
+    assert!(xml.contains(r#"<error message="unscored: mock_exhausted" type="mock_exhausted">"#), "{xml}");
+    assert!(xml.trim_end().ends_with("</testsuites>"));
+    let md = std::fs::read_to_string(sb.path().join("out.md")).unwrap();
+    assert!(md.contains("| ci | mock | 3 | 1 | 1 | 1 | 50.0% |"), "{md}");
+    assert_eq!(std::fs::read_to_string(sb.path().join("step.md")).unwrap(), md);
+}
