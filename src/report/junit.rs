@@ -21,9 +21,9 @@ pub fn write(events: &Path, summary: &Summary, out: &Path) -> std::io::Result<()
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"runner {name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n",
         total.episodes, total.failed, total.unscored, total.cancelled
     )?;
-    write!(
+    writeln!(
         file,
-        "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">\n",
+        "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
         total.episodes, total.failed, total.unscored, total.cancelled
     )?;
 
