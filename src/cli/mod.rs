@@ -152,8 +152,8 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Validate { paths } => validate(&paths).into(),
-        Command::Eval(args) => eval(*args).into(),
-        Command::Regrade(args) => regrade(args).into(),
+        Command::Eval(args) => eval(*args).unwrap_or_else(|exit| exit).into(),
+        Command::Regrade(args) => regrade(args).unwrap_or_else(|exit| exit).into(),
     }
 }
 
@@ -235,46 +235,38 @@ fn validate(paths: &[PathBuf]) -> Exit {
     if ok { Exit::Passed } else { Exit::Usage }
 }
 
-fn eval(args: EvalArgs) -> Exit {
-    let (models, config) = match open_models(&args) {
-        Ok(opened) => opened,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::Usage;
-        }
-    };
-    if let Err(exit) = check_fractions(args.fail_under, args.max_unscored) {
-        return exit;
+/// Prints an error and gives the exit code it means: `.map_err(fail(Exit::Usage))?`.
+fn fail<E: std::fmt::Display>(exit: Exit) -> impl FnOnce(E) -> Exit {
+    move |e| {
+        eprintln!("error: {e}");
+        exit
     }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| fail(Exit::Usage)(format!("failed to start the async runtime: {e}")))
+}
+
+fn eval(args: EvalArgs) -> Result<Exit, Exit> {
+    let (models, config) = open_models(&args).map_err(fail(Exit::Usage))?;
+    check_fractions(args.fail_under, args.max_unscored)?;
     if args.epochs == Some(0) {
-        eprintln!("error: --epochs must be at least 1");
-        return Exit::Usage;
+        return Err(fail(Exit::Usage)("--epochs must be at least 1"));
     }
-    let suites = match load_suites(&args.paths) {
-        Ok(suites) => suites,
-        Err(exit) => return exit,
-    };
+    let suites = load_suites(&args.paths)?;
     for suite in &suites {
         let epochs = args.epochs.unwrap_or(suite.epochs);
         if let Some(k) = suite.k_of_n.filter(|k| *k > epochs) {
-            eprintln!("error: {}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
-            return Exit::Usage;
+            let message =
+                format!("{}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
+            return Err(fail(Exit::Usage)(message));
         }
     }
-    let graders = match open_graders(&suites, args.grader.clone(), &config) {
-        Ok(graders) => Arc::new(graders),
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::Usage;
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: failed to start the async runtime: {e}");
-            return Exit::Usage;
-        }
-    };
+    let graders = Arc::new(open_graders(&suites, args.grader.clone(), &config).map_err(fail(Exit::Usage))?);
+    let runtime = runtime()?;
     let options = RunOptions {
         models,
         epochs: args.epochs,
@@ -294,44 +286,28 @@ fn eval(args: EvalArgs) -> Exit {
         progress.finish();
         result
     });
-    let result = match result {
-        Ok(result) => result,
-        Err(e @ (RunError::Exists(_) | RunError::Folder { .. })) => {
-            eprintln!("error: {e}");
-            return Exit::Usage;
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::ResultsFailed;
-        }
-    };
-    let summary = match summarize(&result.events_path) {
-        Ok(summary) => summary,
-        Err(exit) => return exit,
-    };
+    let result = result.map_err(|e| match e {
+        RunError::Exists(_) | RunError::Folder { .. } => fail(Exit::Usage)(e),
+        _ => fail(Exit::ResultsFailed)(e),
+    })?;
+    let summary = summarize(&result.events_path)?;
     print!("\n{}", summary.render());
     println!("results: {}", result.dir.display());
-    if let Err(exit) = write_reports(&result.events_path, &summary, args.junit.as_deref(), args.markdown.as_deref()) {
-        return exit;
-    }
+    write_reports(&result.events_path, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
     if let Some(reason) = &result.aborted {
-        eprintln!("error: stopped early, the model is misconfigured: {reason}");
-        return Exit::Usage;
+        return Err(fail(Exit::Usage)(format!("stopped early, the model is misconfigured: {reason}")));
     }
     if result.interrupted {
         eprintln!("interrupted: episodes in flight were cancelled");
-        return Exit::Interrupted;
+        return Ok(Exit::Interrupted);
     }
-    gate(&summary, args.fail_under, args.max_unscored)
+    Ok(gate(&summary, args.fail_under, args.max_unscored))
 }
 
 /// The summary of a run's log, also written beside it as `summary.json`; a log that cannot
 /// be read back, or a summary that cannot be written, means the results failed.
 fn summarize(events: &std::path::Path) -> Result<Summary, Exit> {
-    let summary = Summary::from_log(events).map_err(|e| {
-        eprintln!("error: {e}");
-        Exit::ResultsFailed
-    })?;
+    let summary = Summary::from_log(events).map_err(fail(Exit::ResultsFailed))?;
     let path = events.with_file_name("summary.json");
     let json = serde_json::to_vec_pretty(&summary.to_json()).unwrap_or_default();
     std::fs::write(&path, json).map_err(|e| {
@@ -384,79 +360,37 @@ fn check_fractions(fail_under: Option<f64>, max_unscored: f64) -> Result<(), Exi
     Ok(())
 }
 
-fn regrade(args: RegradeArgs) -> Exit {
-    if let Err(exit) = check_fractions(args.fail_under, args.max_unscored) {
-        return exit;
-    }
-    let run = match LoggedRun::read(&args.run) {
-        Ok(run) => run,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::Usage;
-        }
-    };
+fn regrade(args: RegradeArgs) -> Result<Exit, Exit> {
+    check_fractions(args.fail_under, args.max_unscored)?;
+    let run = LoggedRun::read(&args.run).map_err(fail(Exit::Usage))?;
     let paths: Vec<PathBuf> = if args.suites.is_empty() {
         run.suites.iter().map(|s| PathBuf::from(&s.path)).collect()
     } else {
         args.suites.clone()
     };
-    let suites = match load_suites(&paths) {
-        Ok(suites) => suites,
-        Err(exit) => {
-            if args.suites.is_empty() {
-                eprintln!("note: these are the suite files the run was made from; name them with --suite");
-            }
-            return exit;
+    let suites = load_suites(&paths).inspect_err(|_| {
+        if args.suites.is_empty() {
+            eprintln!("note: these are the suite files the run was made from; name them with --suite");
         }
-    };
-    let config = match ModelConfig::load(args.config.as_deref()) {
-        Ok(config) => config,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::Usage;
-        }
-    };
-    let graders = match open_graders(&suites, args.grader.clone(), &config) {
-        Ok(graders) => graders,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Exit::Usage;
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: failed to start the async runtime: {e}");
-            return Exit::Usage;
-        }
-    };
+    })?;
+    let config = ModelConfig::load(args.config.as_deref()).map_err(fail(Exit::Usage))?;
+    let graders = open_graders(&suites, args.grader.clone(), &config).map_err(fail(Exit::Usage))?;
     let regraded =
-        runtime.block_on(crate::scoring::regrade::regrade(&run, &suites, &graders, std::env::args().collect()));
-    let (scoring_id, counts) = match regraded {
-        Ok(done) => done,
-        Err(e) => {
-            eprintln!("error: failed to append to {}: {e}", run.events_path.display());
-            return Exit::ResultsFailed;
-        }
-    };
-    let summary = match summarize(&run.events_path) {
-        Ok(summary) => summary,
-        Err(exit) => return exit,
-    };
+        runtime()?.block_on(crate::scoring::regrade::regrade(&run, &suites, &graders, std::env::args().collect()));
+    let (scoring_id, counts) = regraded
+        .map_err(|e| fail(Exit::ResultsFailed)(format!("failed to append to {}: {e}", run.events_path.display())))?;
+    let summary = summarize(&run.events_path)?;
     print!("{}", summary.render());
+    let changed = if counts.changed_tasks > 0 {
+        format!("; {} on tasks whose content changed since the run", counts.changed_tasks)
+    } else {
+        String::new()
+    };
     println!(
-        "scoring `{scoring_id}`: {} episodes re-scored ({} passed, {} unscored), {} skipped{}",
-        counts.episodes,
-        counts.passed,
-        counts.unscored,
-        counts.skipped,
-        if counts.changed_tasks > 0 {
-            format!("; {} on tasks whose content changed since the run", counts.changed_tasks)
-        } else {
-            String::new()
-        }
+        "scoring `{scoring_id}`: {} episodes re-scored ({} passed, {} unscored), {} skipped{changed}",
+        counts.episodes, counts.passed, counts.unscored, counts.skipped
     );
-    gate(&summary, args.fail_under, args.max_unscored)
+    Ok(gate(&summary, args.fail_under, args.max_unscored))
 }
 
 /// Opens the grader models the suites need; a grader scorer without one is an error now,

@@ -125,14 +125,10 @@ impl Environment {
         }
     }
 
-    /// Executes one call and normalises whatever happens into an observation.
-    pub async fn execute(&self, call: &ToolCall) -> Observation {
-        self.execute_marked(call, &AtomicBool::new(false)).await
-    }
-
-    /// [`Environment::execute`], setting `started` once the tool itself begins to run, so
-    /// that a cancelled call can be told apart from one that never acted on the world.
-    pub(crate) async fn execute_marked(&self, call: &ToolCall, started: &AtomicBool) -> Observation {
+    /// Executes one call and normalises whatever happens into an observation. `started` is
+    /// set once the tool itself begins to run, so that a cancelled call can be told apart
+    /// from one that never acted on the world.
+    pub async fn execute(&self, call: &ToolCall, started: &AtomicBool) -> Observation {
         let Some(tool) = self.definition.tool(&call.name) else {
             let names: Vec<&str> = self.definition.specs.iter().map(|t| t.name.as_str()).collect();
             let error = ToolError::new(ErrorType::ToolNotFound, format!("no tool named `{}`", call.name))

@@ -178,7 +178,7 @@ impl Environment {
             let mut running: FuturesUnordered<_> = calls
                 .iter()
                 .enumerate()
-                .map(|(i, call)| async move { (i, self.execute_marked(call, &started[i]).await) })
+                .map(|(i, call)| async move { (i, self.execute(call, &started[i]).await) })
                 .collect();
             while !running.is_empty() {
                 let (i, obs) = tokio::select! {

@@ -141,8 +141,4 @@ impl Recorder {
     pub fn emit(&self, event: &Event) {
         self.log.emit(Some(&self.episode_id), event);
     }
-
-    pub fn episode_id(&self) -> &str {
-        &self.episode_id
-    }
 }
