@@ -12,6 +12,7 @@ use crate::model::cache::CacheOptions;
 use crate::model::config::ModelConfig;
 use crate::model::replay::CassetteWriter;
 use crate::model::{Backend, BackendOptions};
+use crate::report::table::Projection;
 use crate::report::{Progress, Summary};
 use crate::scoring::regrade::LoggedRun;
 use crate::scoring::{Check, Graders};
@@ -304,16 +305,18 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
     Ok(gate(&summary, args.fail_under, args.max_unscored))
 }
 
-/// The summary of a run's log, also written beside it as `summary.json`; a log that cannot
-/// be read back, or a summary that cannot be written, means the results failed.
+/// The summary of a run's log; `summary.json`, `episodes.csv` and `episodes.parquet` are
+/// (re)written beside it. A log that cannot be read back, or a table that cannot be
+/// written, means the results failed.
 fn summarize(events: &std::path::Path) -> Result<Summary, Exit> {
-    let summary = Summary::from_log(events).map_err(fail(Exit::ResultsFailed))?;
-    let path = events.with_file_name("summary.json");
+    let projection = Projection::from_log(events).map_err(fail(Exit::ResultsFailed))?;
+    let summary = Summary::from_projection(&projection);
+    let dir = events.parent().unwrap_or(std::path::Path::new("."));
+    let path = dir.join("summary.json");
     let json = serde_json::to_vec_pretty(&summary.to_json()).unwrap_or_default();
-    std::fs::write(&path, json).map_err(|e| {
-        eprintln!("error: failed to write {}: {e}", path.display());
-        Exit::ResultsFailed
-    })?;
+    std::fs::write(&path, json)
+        .map_err(|e| fail(Exit::ResultsFailed)(format!("failed to write {}: {e}", path.display())))?;
+    crate::report::table::write_tables(&projection, dir).map_err(fail(Exit::ResultsFailed))?;
     Ok(summary)
 }
 

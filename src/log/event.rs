@@ -205,6 +205,16 @@ pub enum Event {
         #[serde(default)]
         loop_ms: Option<f64>,
     },
+    /// `runner eval --resume` continues the run: what follows runs the episodes that were
+    /// missing or unscored; the scored ones are kept.
+    RunResumed {
+        runner_version: String,
+        command_line: Vec<String>,
+        /// Episodes to run now.
+        episodes: u64,
+        /// Scored episodes kept from before.
+        kept: u64,
+    },
     /// A re-scoring of a finished run begins (`runner regrade`).
     ScoringStarted {
         scoring_id: String,

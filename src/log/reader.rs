@@ -60,9 +60,27 @@ pub fn for_each_event_of(
     kinds: Option<&[&str]>,
     mut each: impl FnMut(LoggedEvent),
 ) -> Result<bool, ReadError> {
+    for_each_line_of(path, kinds, |_, text| {
+        let fields: Map<String, Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let mut event = LoggedEvent::deserialize(Value::Object(fields.clone())).map_err(|e| e.to_string())?;
+        event.fields = fields;
+        each(event);
+        Ok(())
+    })
+}
+
+/// The lines of a log whose `type` is in `kinds` (every line when `None`), as text with
+/// their type, for readers that decode only the fields they need. An error returned by
+/// `each` on a complete line stops the reading with that line's number; on the torn last
+/// line it only marks the line torn. Returns whether the last line was torn.
+pub fn for_each_line_of(
+    path: &Path,
+    kinds: Option<&[&str]>,
+    mut each: impl FnMut(&str, &str) -> Result<(), String>,
+) -> Result<bool, ReadError> {
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
-    let mut reader = BufReader::new(file);
+    let mut reader = BufReader::with_capacity(256 * 1024, file);
     let mut buf = Vec::new();
     let mut line_no = 0;
     loop {
@@ -75,13 +93,18 @@ pub fn for_each_event_of(
         // Only the last line can be torn, and a torn line has no newline yet; it may even
         // end inside a multi-byte character.
         let complete = buf.ends_with(b"\n");
-        let parsed = std::str::from_utf8(&buf).map_err(|e| e.to_string()).and_then(|text| {
+        let handled = std::str::from_utf8(&buf).map_err(|e| e.to_string()).and_then(|text| {
             let text = text.trim_end();
-            if text.is_empty() { Ok(None) } else { parse_line(text, kinds) }
+            if text.is_empty() {
+                return Ok(());
+            }
+            match line_kind(text, kinds)? {
+                Some(kind) => each(&kind, text),
+                None => Ok(()),
+            }
         });
-        match parsed {
-            Ok(Some(event)) => each(event),
-            Ok(None) => {}
+        match handled {
+            Ok(()) => {}
             Err(_) if !complete => return Ok(true),
             Err(message) => return Err(ReadError::Invalid { path: shown, line: line_no, message }),
         }
@@ -130,20 +153,13 @@ struct Kind<'a> {
     kind: std::borrow::Cow<'a, str>,
 }
 
-fn parse_line(text: &str, kinds: Option<&[&str]>) -> Result<Option<LoggedEvent>, String> {
-    if let Some(kinds) = kinds {
-        let kind = match header_kind(text) {
-            Some(kind) => std::borrow::Cow::Borrowed(kind),
-            None => serde_json::from_str::<Kind>(text).map_err(|e| e.to_string())?.kind,
-        };
-        if !kinds.contains(&kind.as_ref()) {
-            return Ok(None);
-        }
-    }
-    let fields: Map<String, Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
-    let mut event = LoggedEvent::deserialize(Value::Object(fields.clone())).map_err(|e| e.to_string())?;
-    event.fields = fields;
-    Ok(Some(event))
+/// The type of a line when it is one of `kinds` (or `kinds` is `None`).
+fn line_kind<'a>(text: &'a str, kinds: Option<&[&str]>) -> Result<Option<std::borrow::Cow<'a, str>>, String> {
+    let kind = match header_kind(text) {
+        Some(kind) => std::borrow::Cow::Borrowed(kind),
+        None => serde_json::from_str::<Kind>(text).map_err(|e| e.to_string())?.kind,
+    };
+    Ok(kinds.is_none_or(|kinds| kinds.contains(&kind.as_ref())).then_some(kind))
 }
 
 #[cfg(test)]
@@ -157,12 +173,12 @@ mod tests {
         assert_eq!(header_kind(line), Some("model_call"));
         let long_id = format!(r#"{{"v":1,"run_id":"{}","seq":1,"ts":"t","type":"run_started"}}"#, "x".repeat(300));
         assert_eq!(header_kind(&long_id), None, "past the header window it falls back to parsing");
-        let parsed = parse_line(&long_id, Some(&["run_started"])).unwrap().unwrap();
-        assert_eq!(parsed.kind, "run_started");
-        assert!(parse_line(&long_id, Some(&["other"])).unwrap().is_none());
+        let parsed = line_kind(&long_id, Some(&["run_started"])).unwrap().unwrap();
+        assert_eq!(parsed, "run_started");
+        assert!(line_kind(&long_id, Some(&["other"])).unwrap().is_none());
         // Regression: a multi-byte character across the header window must not panic.
         let wide = format!(r#"{{"v":1,"run_id":"{}","seq":1,"ts":"t","type":"run_started"}}"#, "é".repeat(200));
-        assert_eq!(parse_line(&wide, Some(&["run_started"])).unwrap().unwrap().kind, "run_started");
+        assert_eq!(line_kind(&wide, Some(&["run_started"])).unwrap().unwrap(), "run_started");
     }
 
     #[test]

@@ -5,6 +5,7 @@ pub mod junit;
 pub mod progress;
 pub mod stats;
 pub mod summary;
+pub mod table;
 
 pub use progress::Progress;
 pub use summary::{Row, Summary};

@@ -6,8 +6,9 @@ use std::path::Path;
 
 use chrono::{DateTime, FixedOffset};
 
-use crate::log::reader::{ReadError, for_each_event_of};
-use crate::log::{Event, Outcome};
+use super::table::Projection;
+use crate::log::Outcome;
+use crate::log::reader::ReadError;
 
 /// One line of the summary table.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -118,96 +119,61 @@ impl Summary {
         table(&lines)
     }
 
-    /// Reads `events.jsonl` and tallies it, holding only the episodes in flight.
+    /// Reads `events.jsonl` and tallies it.
     pub fn from_log(path: &Path) -> Result<Summary, ReadError> {
-        let mut summary = Summary::default();
-        let mut index: HashMap<(String, String), usize> = HashMap::new();
-        let mut open: HashMap<String, (usize, String)> = HashMap::new();
-        // A regrade appends outcomes under a new scoring id: the latest one counts.
-        let mut latest: Option<String> = None;
-        let mut rescored: HashMap<String, Outcome> = HashMap::new();
-        // Nothing follows `run_finished` unless the run was regraded: then read those first.
-        if !crate::log::reader::ends_with_run_finished(path) {
-            for_each_event_of(path, Some(&["scoring_started", "episode_scored"]), |logged| match logged.event() {
-                // Each episode keeps its latest outcome: a regrade that skips it changes nothing.
-                Some(Event::ScoringStarted { scoring_id, .. }) => latest = Some(scoring_id),
-                Some(Event::EpisodeScored { outcome, .. }) => {
-                    if let Some(id) = logged.episode_id {
-                        rescored.insert(id, outcome);
-                    }
-                }
-                _ => {}
-            })?;
-        }
-        summary.scoring_id = latest;
+        Ok(Summary::from_projection(&Projection::from_log(path)?))
+    }
 
-        // Most events are steps of an episode; only these four matter here.
-        let kinds = ["run_started", "episode_started", "episode_finished", "run_finished"];
-        let torn = for_each_event_of(path, Some(&kinds), |logged| {
-            if summary.run_id.is_empty() {
-                summary.run_id = logged.run_id.clone();
+    /// Tallies the episodes table: per suite and model, and per task over its epochs.
+    pub fn from_projection(p: &Projection) -> Summary {
+        let mut summary = Summary {
+            run_id: p.run_id.clone(),
+            interrupted: p.interrupted,
+            wall_ms: p.wall_ms,
+            unfinished: p.unfinished,
+            torn_last_line: p.torn_last_line,
+            scoring_id: p.scoring_id.clone(),
+            ..Summary::default()
+        };
+        for s in &p.header.suites {
+            summary.thresholds.insert(s.name.clone(), s.pass_threshold);
+            summary.suites.insert(s.name.clone(), s.clone());
+        }
+        let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+        for e in &p.episodes {
+            let at = *index.entry((&e.suite, &e.model)).or_insert_with(|| {
+                summary.rows.push(Row { suite: e.suite.to_string(), model: e.model.to_string(), ..Row::default() });
+                summary.rows.len() - 1
+            });
+            if let Outcome::Scored { score, passed } = &e.outcome {
+                let key = (e.suite.to_string(), e.model.to_string(), e.task_id.clone());
+                let tally = summary.tasks.entry(key).or_default();
+                tally.scores.push(*score);
+                tally.passed += u64::from(*passed);
             }
-            let ts = DateTime::parse_from_rfc3339(&logged.ts).ok();
-            let Some(event) = logged.event() else { return };
-            match event {
-                Event::RunStarted { suites, .. } => {
-                    for s in suites {
-                        summary.thresholds.insert(s.name.clone(), s.pass_threshold);
-                        summary.suites.insert(s.name.clone(), s);
-                    }
-                }
-                Event::EpisodeStarted { suite, model, task_id, .. } => {
-                    let key = (suite, model);
-                    let at = *index.entry(key.clone()).or_insert_with(|| {
-                        summary.rows.push(Row { suite: key.0.clone(), model: key.1.clone(), ..Row::default() });
-                        summary.rows.len() - 1
-                    });
-                    let row = &mut summary.rows[at];
-                    row.first_start = row.first_start.min(ts).or(row.first_start).or(ts);
-                    if let Some(id) = logged.episode_id {
-                        open.insert(id, (at, task_id));
-                    }
-                }
-                Event::EpisodeFinished { outcome, steps, usage, cost_usd, .. } => {
-                    let Some(id) = logged.episode_id else { return };
-                    let Some((at, task_id)) = open.remove(&id) else { return };
-                    let outcome = rescored.remove(&id).unwrap_or(outcome);
-                    if let Outcome::Scored { score, passed } = &outcome {
-                        let row = &summary.rows[at];
-                        let key = (row.suite.clone(), row.model.clone(), task_id);
-                        let tally = summary.tasks.entry(key).or_default();
-                        tally.scores.push(*score);
-                        tally.passed += u64::from(*passed);
-                    }
-                    let row = &mut summary.rows[at];
-                    row.episodes += 1;
-                    row.steps += u64::from(steps);
-                    row.tokens += usage.total();
-                    match cost_usd {
-                        Some(c) => row.cost_usd += c,
-                        None => row.unpriced += 1,
-                    }
-                    row.last_finish = row.last_finish.max(ts);
-                    match outcome {
-                        Outcome::Scored { passed: true, .. } => row.passed += 1,
-                        Outcome::Scored { passed: false, .. } => row.failed += 1,
-                        Outcome::Unscored { cause, .. } => {
-                            row.unscored += 1;
-                            *row.unscored_causes.entry(cause).or_default() += 1;
-                        }
-                        Outcome::Cancelled => row.cancelled += 1,
-                    }
-                }
-                Event::RunFinished { interrupted, wall_ms, .. } => {
-                    summary.interrupted = interrupted;
-                    summary.wall_ms = wall_ms;
-                }
-                _ => {}
+            let row = &mut summary.rows[at];
+            let (start, finish) =
+                (DateTime::parse_from_rfc3339(&e.started_at).ok(), DateTime::parse_from_rfc3339(&e.finished_at).ok());
+            row.first_start = row.first_start.min(start).or(row.first_start).or(start);
+            row.last_finish = row.last_finish.max(finish);
+            row.episodes += 1;
+            row.steps += u64::from(e.steps);
+            row.tokens += e.usage.total();
+            match e.cost_usd {
+                Some(c) => row.cost_usd += c,
+                None => row.unpriced += 1,
             }
-        })?;
-        summary.unfinished = open.len() as u64;
-        summary.torn_last_line = torn;
-        Ok(summary)
+            match &e.outcome {
+                Outcome::Scored { passed: true, .. } => row.passed += 1,
+                Outcome::Scored { passed: false, .. } => row.failed += 1,
+                Outcome::Unscored { cause, .. } => {
+                    row.unscored += 1;
+                    *row.unscored_causes.entry(cause.clone()).or_default() += 1;
+                }
+                Outcome::Cancelled => row.cancelled += 1,
+            }
+        }
+        summary
     }
 
     /// The summary as `summary.json`: per suite and model, the totals, and the epochs table.

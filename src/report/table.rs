@@ -1,0 +1,407 @@
+//! The episodes table: one row per episode, projected from the event log. The summary, the
+//! comparison, the HTML report and `episodes.csv`/`episodes.parquet` are all built from it.
+//!
+//! An episode's row is its latest finish (a resumed run finishes again the episodes it ran
+//! again) under its latest scoring (a regrade appends new outcomes). Rows are sorted by
+//! suite, task, model and epoch, so two runs of the same episodes give the same table
+//! whatever order the episodes finished in.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::log::event::SuiteInfo;
+use crate::log::reader::{ReadError, for_each_line_of};
+use crate::log::{Event, Outcome, Termination, Usage};
+
+/// One episode as the table shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodeRow {
+    pub episode_id: String,
+    pub suite: Arc<str>,
+    pub task_id: String,
+    pub task_digest: String,
+    pub model: Arc<str>,
+    pub epoch: u32,
+    pub outcome: Outcome,
+    pub termination: Termination,
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub tool_errors: u32,
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    pub model_calls: u32,
+    /// The sum of the episode's model call latencies.
+    pub latency_ms: f64,
+    pub wall_ms: f64,
+    pub started_at: String,
+    pub finished_at: String,
+}
+
+impl EpisodeRow {
+    /// `passed`, `failed`, `unscored` or `cancelled`.
+    pub fn status(&self) -> &'static str {
+        match &self.outcome {
+            Outcome::Scored { passed: true, .. } => "passed",
+            Outcome::Scored { passed: false, .. } => "failed",
+            Outcome::Unscored { .. } => "unscored",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn score(&self) -> Option<f64> {
+        match self.outcome {
+            Outcome::Scored { score, .. } => Some(score),
+            _ => None,
+        }
+    }
+
+    pub fn passed(&self) -> Option<bool> {
+        match self.outcome {
+            Outcome::Scored { passed, .. } => Some(passed),
+            _ => None,
+        }
+    }
+
+    pub fn unscored_cause(&self) -> Option<&str> {
+        match &self.outcome {
+            Outcome::Unscored { cause, .. } => Some(cause),
+            _ => None,
+        }
+    }
+
+    /// What pairs this episode with the same task's epoch in another run or on another model.
+    pub fn pair_key(&self) -> (&str, &str, u32) {
+        (&self.suite, &self.task_id, self.epoch)
+    }
+}
+
+/// The run as a whole, from `run_started`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunHeader {
+    pub runner_version: String,
+    pub command_line: Vec<String>,
+    pub models: Vec<String>,
+    pub suites: Vec<SuiteInfo>,
+    pub git_revision: Option<String>,
+    pub shard: Option<String>,
+    pub started_at: String,
+}
+
+/// A run's log, projected.
+#[derive(Debug, Clone, Default)]
+pub struct Projection {
+    pub run_id: String,
+    pub header: RunHeader,
+    /// Sorted by suite, task, model and epoch.
+    pub episodes: Vec<EpisodeRow>,
+    /// From the latest `run_finished`: whether the run (or its last resumption) was stopped.
+    pub interrupted: bool,
+    pub finished: bool,
+    /// The run's own wall time, summed over its resumptions.
+    pub wall_ms: f64,
+    /// Episodes started but never finished (the process was killed).
+    pub unfinished: u64,
+    pub torn_last_line: bool,
+    /// The latest regrade, when the run was regraded.
+    pub scoring_id: Option<String>,
+    /// The highest event number: where an append continues.
+    pub last_seq: u64,
+}
+
+/// What a line's header says of it.
+#[derive(Deserialize)]
+struct Head {
+    seq: u64,
+    ts: String,
+    #[serde(default)]
+    episode_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Started {
+    suite: String,
+    task_id: String,
+    task_digest: String,
+    model: String,
+    epoch: u32,
+}
+
+#[derive(Deserialize)]
+struct ModelCallLatency {
+    latency_ms: f64,
+}
+
+#[derive(Deserialize)]
+struct Finished {
+    outcome: Outcome,
+    termination: Termination,
+    steps: u32,
+    tool_calls: u32,
+    tool_errors: u32,
+    usage: Usage,
+    cost_usd: Option<f64>,
+    wall_ms: f64,
+}
+
+/// An episode between its start and its finish.
+struct Open {
+    started: Started,
+    started_at: String,
+    model_calls: u32,
+    latency_ms: f64,
+}
+
+impl Projection {
+    /// Reads `events.jsonl` once. Memory grows with the number of episodes (one row each),
+    /// not with the number of events.
+    pub fn from_log(path: &Path) -> Result<Projection, ReadError> {
+        let kinds = [
+            "run_started",
+            "run_resumed",
+            "episode_started",
+            "model_call",
+            "episode_finished",
+            "scoring_started",
+            "episode_scored",
+            "run_finished",
+        ];
+        let mut p = Projection::default();
+        let mut open: HashMap<String, Open> = HashMap::new();
+        let mut at: HashMap<String, usize> = HashMap::new();
+        let mut names: Vec<Arc<str>> = Vec::new();
+        let mut intern = |name: String| -> Arc<str> {
+            match names.iter().find(|n| ***n == *name) {
+                Some(n) => n.clone(),
+                None => {
+                    let n: Arc<str> = Arc::from(name);
+                    names.push(n.clone());
+                    n
+                }
+            }
+        };
+        let mut rescored: HashMap<String, Outcome> = HashMap::new();
+        let torn = for_each_line_of(path, Some(&kinds), |kind, text| {
+            let head: Head = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            p.last_seq = p.last_seq.max(head.seq);
+            if p.run_id.is_empty()
+                && let Ok(id) = serde_json::from_str::<RunId>(text)
+            {
+                p.run_id = id.run_id;
+            }
+            match kind {
+                "episode_started" => {
+                    let started: Started = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                    if let Some(id) = head.episode_id {
+                        open.insert(id, Open { started, started_at: head.ts, model_calls: 0, latency_ms: 0.0 });
+                    }
+                }
+                "model_call" => {
+                    let call: ModelCallLatency = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                    if let Some(o) = head.episode_id.and_then(|id| open.get_mut(&id)) {
+                        o.model_calls += 1;
+                        o.latency_ms += call.latency_ms;
+                    }
+                }
+                "episode_finished" => {
+                    let f: Finished = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                    let Some(id) = head.episode_id else { return Ok(()) };
+                    let Some(o) = open.remove(&id) else { return Ok(()) };
+                    // A later regrade's outcome of an earlier finish does not carry over to a
+                    // finish that comes after it: the episode ran again.
+                    rescored.remove(&id);
+                    let row = EpisodeRow {
+                        episode_id: id.clone(),
+                        suite: intern(o.started.suite),
+                        task_id: o.started.task_id,
+                        task_digest: o.started.task_digest,
+                        model: intern(o.started.model),
+                        epoch: o.started.epoch,
+                        outcome: f.outcome,
+                        termination: f.termination,
+                        steps: f.steps,
+                        tool_calls: f.tool_calls,
+                        tool_errors: f.tool_errors,
+                        usage: f.usage,
+                        cost_usd: f.cost_usd,
+                        model_calls: o.model_calls,
+                        latency_ms: o.latency_ms,
+                        wall_ms: f.wall_ms,
+                        started_at: o.started_at,
+                        finished_at: head.ts,
+                    };
+                    match at.get(&id) {
+                        Some(&i) => p.episodes[i] = row,
+                        None => {
+                            at.insert(id, p.episodes.len());
+                            p.episodes.push(row);
+                        }
+                    }
+                }
+                _ => match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
+                    Event::RunStarted { runner_version, command_line, models, suites, git_revision, shard, .. } => {
+                        // A merged run starts with the merge's header; shards' headers are not copied.
+                        if p.header.suites.is_empty() {
+                            p.header = RunHeader {
+                                runner_version,
+                                command_line,
+                                models,
+                                suites,
+                                git_revision,
+                                shard,
+                                started_at: head.ts,
+                            };
+                        }
+                    }
+                    Event::ScoringStarted { scoring_id, .. } => p.scoring_id = Some(scoring_id),
+                    Event::EpisodeScored { outcome, .. } => {
+                        if let Some(id) = head.episode_id {
+                            rescored.insert(id, outcome);
+                        }
+                    }
+                    Event::RunFinished { interrupted, wall_ms, .. } => {
+                        p.interrupted = interrupted;
+                        p.finished = true;
+                        p.wall_ms += wall_ms;
+                    }
+                    Event::RunResumed { .. } => p.finished = false,
+                    _ => {}
+                },
+            }
+            Ok(())
+        })?;
+        for (id, outcome) in rescored {
+            if let Some(&i) = at.get(&id) {
+                p.episodes[i].outcome = outcome;
+            }
+        }
+        p.unfinished = open.len() as u64;
+        p.torn_last_line = torn;
+        p.episodes.sort_by(|a, b| {
+            (&a.suite, &a.task_id, &a.model, a.epoch, &a.episode_id).cmp(&(
+                &b.suite,
+                &b.task_id,
+                &b.model,
+                b.epoch,
+                &b.episode_id,
+            ))
+        });
+        Ok(p)
+    }
+
+    /// The suite as the run saw it.
+    pub fn suite(&self, name: &str) -> Option<&SuiteInfo> {
+        self.header.suites.iter().find(|s| s.name == name)
+    }
+}
+
+#[derive(Deserialize)]
+struct RunId {
+    run_id: String,
+}
+
+/// The columns of `episodes.csv` and `episodes.parquet`, in order.
+pub const COLUMNS: [&str; 25] = [
+    "episode_id",
+    "suite",
+    "task_id",
+    "task_digest",
+    "model",
+    "epoch",
+    "outcome",
+    "unscored_cause",
+    "passed",
+    "score",
+    "steps",
+    "tool_calls",
+    "tool_errors",
+    "model_calls",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "tokens",
+    "cost_usd",
+    "latency_ms",
+    "wall_ms",
+    "termination",
+    "started_at",
+    "finished_at",
+    "run_id",
+];
+
+/// Rows per batch written: the table is never held whole as a data frame.
+const BATCH: usize = 16 * 1024;
+
+/// One batch of rows as a polars data frame with [`COLUMNS`].
+pub fn frame(run_id: &str, rows: &[EpisodeRow]) -> polars::prelude::PolarsResult<polars::prelude::DataFrame> {
+    use polars::prelude::{Column, DataFrame};
+    let strs = |f: &dyn Fn(&EpisodeRow) -> &str| rows.iter().map(f).collect::<Vec<&str>>();
+    let u32s = |f: &dyn Fn(&EpisodeRow) -> u32| rows.iter().map(f).collect::<Vec<u32>>();
+    let u64s = |f: &dyn Fn(&EpisodeRow) -> u64| rows.iter().map(f).collect::<Vec<u64>>();
+    let f64s = |f: &dyn Fn(&EpisodeRow) -> f64| rows.iter().map(f).collect::<Vec<f64>>();
+    let columns = vec![
+        Column::new(COLUMNS[0].into(), strs(&|r| &r.episode_id)),
+        Column::new(COLUMNS[1].into(), strs(&|r| &r.suite)),
+        Column::new(COLUMNS[2].into(), strs(&|r| &r.task_id)),
+        Column::new(COLUMNS[3].into(), strs(&|r| &r.task_digest)),
+        Column::new(COLUMNS[4].into(), strs(&|r| &r.model)),
+        Column::new(COLUMNS[5].into(), u32s(&|r| r.epoch)),
+        Column::new(COLUMNS[6].into(), strs(&|r| r.status())),
+        Column::new(COLUMNS[7].into(), rows.iter().map(EpisodeRow::unscored_cause).collect::<Vec<_>>()),
+        Column::new(COLUMNS[8].into(), rows.iter().map(EpisodeRow::passed).collect::<Vec<_>>()),
+        Column::new(COLUMNS[9].into(), rows.iter().map(EpisodeRow::score).collect::<Vec<_>>()),
+        Column::new(COLUMNS[10].into(), u32s(&|r| r.steps)),
+        Column::new(COLUMNS[11].into(), u32s(&|r| r.tool_calls)),
+        Column::new(COLUMNS[12].into(), u32s(&|r| r.tool_errors)),
+        Column::new(COLUMNS[13].into(), u32s(&|r| r.model_calls)),
+        Column::new(COLUMNS[14].into(), u64s(&|r| r.usage.input_tokens)),
+        Column::new(COLUMNS[15].into(), u64s(&|r| r.usage.output_tokens)),
+        Column::new(COLUMNS[16].into(), u64s(&|r| r.usage.cached_tokens)),
+        Column::new(COLUMNS[17].into(), u64s(&|r| r.usage.total())),
+        Column::new(COLUMNS[18].into(), rows.iter().map(|r| r.cost_usd).collect::<Vec<_>>()),
+        Column::new(COLUMNS[19].into(), f64s(&|r| r.latency_ms)),
+        Column::new(COLUMNS[20].into(), f64s(&|r| r.wall_ms)),
+        Column::new(COLUMNS[21].into(), strs(&|r| r.termination.as_str())),
+        Column::new(COLUMNS[22].into(), strs(&|r| &r.started_at)),
+        Column::new(COLUMNS[23].into(), strs(&|r| &r.finished_at)),
+        Column::new(COLUMNS[24].into(), vec![run_id; rows.len()]),
+    ];
+    DataFrame::new(rows.len(), columns)
+}
+
+/// Writes `episodes.csv` and `episodes.parquet` into `dir`, batch by batch. Each file is
+/// written beside its final name and renamed into place, so a reader never sees half a table.
+pub fn write_tables(projection: &Projection, dir: &Path) -> Result<(), String> {
+    use polars::prelude::{CsvWriter, ParquetWriter, SerWriter};
+    let fail = |what: &Path, e: &dyn std::fmt::Display| format!("failed to write {}: {e}", what.display());
+    let csv_path = dir.join("episodes.csv");
+    let parquet_path = dir.join("episodes.parquet");
+    let csv_tmp = dir.join(".episodes.csv.tmp");
+    let parquet_tmp = dir.join(".episodes.parquet.tmp");
+    let schema = frame(&projection.run_id, &[]).map_err(|e| fail(&csv_path, &e))?.schema().as_ref().clone();
+    let csv_file = std::fs::File::create(&csv_tmp).map_err(|e| fail(&csv_path, &e))?;
+    let parquet_file = std::fs::File::create(&parquet_tmp).map_err(|e| fail(&parquet_path, &e))?;
+    let mut csv = CsvWriter::new(csv_file).batched(&schema).map_err(|e| fail(&csv_path, &e))?;
+    let mut parquet = ParquetWriter::new(parquet_file).batched(&schema).map_err(|e| fail(&parquet_path, &e))?;
+    let mut chunks = projection.episodes.chunks(BATCH).peekable();
+    if chunks.peek().is_none() {
+        // No episodes: the files still have the header and schema.
+        let empty = frame(&projection.run_id, &[]).map_err(|e| fail(&csv_path, &e))?;
+        csv.write_batch(&empty).map_err(|e| fail(&csv_path, &e))?;
+        parquet.write_batch(&empty).map_err(|e| fail(&parquet_path, &e))?;
+    }
+    for chunk in chunks {
+        let df = frame(&projection.run_id, chunk).map_err(|e| fail(&csv_path, &e))?;
+        csv.write_batch(&df).map_err(|e| fail(&csv_path, &e))?;
+        parquet.write_batch(&df).map_err(|e| fail(&parquet_path, &e))?;
+    }
+    csv.finish().map_err(|e| fail(&csv_path, &e))?;
+    drop(csv);
+    parquet.finish().map_err(|e| fail(&parquet_path, &e))?;
+    drop(parquet);
+    std::fs::rename(&csv_tmp, &csv_path).map_err(|e| fail(&csv_path, &e))?;
+    std::fs::rename(&parquet_tmp, &parquet_path).map_err(|e| fail(&parquet_path, &e))?;
+    Ok(())
+}
