@@ -2,6 +2,8 @@
 //! stream (memory stays flat in the number of episodes), every step logged.
 
 mod episode;
+pub mod merge;
+pub mod resume;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,16 +66,15 @@ pub fn episodes(
     })
 }
 
-/// How many episodes the run will make (its shard's, when it has one).
+/// How many episodes the run will make (its shard's, when it has one; without those a
+/// resumed run keeps).
 pub fn episode_count(suites: &[Arc<Suite>], options: &RunOptions) -> u64 {
-    match options.shard {
-        None => suites
+    match (options.shard, &options.resume) {
+        (None, None) => suites
             .iter()
             .map(|s| s.tasks.len() as u64 * options.models.len() as u64 * options.epochs.unwrap_or(s.epochs) as u64)
             .sum(),
-        Some(_) => {
-            episodes(suites, &options.models, options.epochs).filter(|e| in_shard(&e.id, options.shard)).count() as u64
-        }
+        _ => episodes(suites, &options.models, options.epochs).filter(|e| options.plans(&e.id)).count() as u64,
     }
 }
 
@@ -102,6 +103,25 @@ pub struct RunOptions {
     pub graders: Arc<crate::scoring::Graders>,
     /// `(i, n)`: run only the episodes of shard i (from 1) of n.
     pub shard: Option<(u64, u64)>,
+    /// Continue this run instead of starting a new one.
+    pub resume: Option<Resume>,
+}
+
+impl RunOptions {
+    /// Whether this run makes the episode: in its shard, and not kept from before.
+    pub fn plans(&self, episode_id: &str) -> bool {
+        in_shard(episode_id, self.shard) && self.resume.as_ref().is_none_or(|r| !r.keep.contains(episode_id))
+    }
+}
+
+/// A run to continue: its log is appended to.
+pub struct Resume {
+    pub dir: PathBuf,
+    pub run_id: String,
+    /// The last event's number in the log.
+    pub last_seq: u64,
+    /// The scored episodes, kept as they are.
+    pub keep: std::collections::HashSet<String>,
 }
 
 /// `2/4`: shard 2 of 4.
@@ -152,48 +172,54 @@ pub async fn run(
     stop: CancellationToken,
     mut on_finished: impl FnMut(&EpisodeReport),
 ) -> Result<RunResult, RunError> {
-    let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
-    let dir = options.out_dir.join(&run_id);
-    if dir.exists() {
-        return Err(RunError::Exists(dir.display().to_string()));
-    }
-    std::fs::create_dir_all(&dir).map_err(|source| RunError::Folder { path: dir.display().to_string(), source })?;
-    let events_path = dir.join("events.jsonl");
-    let (log, writer) = EventLog::create(&events_path, &run_id).map_err(RunError::Log)?;
-    let started = std::time::Instant::now();
-
     let total = episode_count(suites, options);
-    let started_event = Event::RunStarted {
-        runner_version: env!("CARGO_PKG_VERSION").into(),
-        command_line: options.command_line.clone(),
-        models: options.models.iter().map(|m| m.name().to_owned()).collect(),
-        suites: suites
-            .iter()
-            .map(|s| SuiteInfo { epochs: options.epochs.unwrap_or(s.epochs), ..suite_info(s) })
-            .collect(),
-        episodes: total,
-        jobs: options.jobs,
-        git_revision: git_revision(suites.first().map(|s| s.path.as_path())),
-        shard: options.shard.map(|(i, n)| format!("{i}/{n}")),
+    let (run_id, dir, events_path, log, writer) = match &options.resume {
+        Some(resume) => {
+            let events_path = resume.dir.join("events.jsonl");
+            let (log, writer) =
+                EventLog::append(&events_path, &resume.run_id, resume.last_seq).map_err(RunError::Log)?;
+            log.emit(
+                None,
+                &Event::RunResumed {
+                    runner_version: env!("CARGO_PKG_VERSION").into(),
+                    command_line: options.command_line.clone(),
+                    episodes: total,
+                    kept: resume.keep.len() as u64,
+                },
+            );
+            (resume.run_id.clone(), resume.dir.clone(), events_path, log, writer)
+        }
+        None => {
+            let (run_id, dir) = create_run_folder(options)?;
+            let events_path = dir.join("events.jsonl");
+            let (log, writer) = EventLog::create(&events_path, &run_id).map_err(RunError::Log)?;
+            let started_event = Event::RunStarted {
+                runner_version: env!("CARGO_PKG_VERSION").into(),
+                command_line: options.command_line.clone(),
+                models: options.models.iter().map(|m| m.name().to_owned()).collect(),
+                suites: suites
+                    .iter()
+                    .map(|s| SuiteInfo { epochs: options.epochs.unwrap_or(s.epochs), ..suite_info(s) })
+                    .collect(),
+                episodes: total,
+                jobs: options.jobs,
+                git_revision: git_revision(suites.first().map(|s| s.path.as_path())),
+                shard: options.shard.map(|(i, n)| format!("{i}/{n}")),
+                merged_from: Vec::new(),
+            };
+            write_run_json(&dir, &run_id, &started_event).map_err(RunError::Log)?;
+            log.emit(None, &started_event);
+            (run_id, dir, events_path, log, writer)
+        }
     };
-    // run.json: the resolved configuration, for people and tools that do not read logs.
-    let mut run_json = serde_json::to_value(&started_event).unwrap_or_default();
-    if let Some(obj) = run_json.as_object_mut() {
-        obj.remove("type");
-        obj.insert("run_id".into(), serde_json::Value::String(run_id.clone()));
-        obj.insert("started_at".into(), serde_json::Value::String(chrono::Utc::now().to_rfc3339()));
-    }
-    let pretty = serde_json::to_vec_pretty(&run_json).unwrap_or_default();
-    std::fs::write(dir.join("run.json"), pretty).map_err(RunError::Log)?;
-    log.emit(None, &started_event);
+    let started = std::time::Instant::now();
 
     let mut tally = Tally::default();
     let mut aborted = None;
     {
         let not_stopped = stop.clone();
-        let shard = options.shard;
         let plan = episodes(suites, &options.models, options.epochs)
-            .filter(move |e| in_shard(&e.id, shard))
+            .filter(|e| options.plans(&e.id))
             .take_while(move |_| !not_stopped.is_cancelled());
         let mut running = futures::stream::iter(plan)
             .map(|spec| {
@@ -240,6 +266,28 @@ pub async fn run(
     drop(log);
     writer.close().map_err(RunError::Log)?;
     Ok(RunResult { aborted, run_id, dir, events_path, interrupted })
+}
+
+/// Creates `<out_dir>/<run-id>/`, refusing one that exists.
+fn create_run_folder(options: &RunOptions) -> Result<(String, PathBuf), RunError> {
+    let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
+    let dir = options.out_dir.join(&run_id);
+    if dir.exists() {
+        return Err(RunError::Exists(dir.display().to_string()));
+    }
+    std::fs::create_dir_all(&dir).map_err(|source| RunError::Folder { path: dir.display().to_string(), source })?;
+    Ok((run_id, dir))
+}
+
+/// run.json: the resolved configuration, for people and tools that do not read logs.
+pub(crate) fn write_run_json(dir: &Path, run_id: &str, started: &Event) -> std::io::Result<()> {
+    let mut run_json = serde_json::to_value(started).unwrap_or_default();
+    if let Some(obj) = run_json.as_object_mut() {
+        obj.remove("type");
+        obj.insert("run_id".into(), serde_json::Value::String(run_id.into()));
+        obj.insert("started_at".into(), serde_json::Value::String(chrono::Utc::now().to_rfc3339()));
+    }
+    std::fs::write(dir.join("run.json"), serde_json::to_vec_pretty(&run_json).unwrap_or_default())
 }
 
 #[derive(Default)]

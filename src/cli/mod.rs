@@ -56,6 +56,14 @@ enum Command {
     /// Score a finished run again from its log: changed scorers, another grader. No agent
     /// model is called; the new scores are appended under a new scoring id.
     Regrade(RegradeArgs),
+    /// Rebuild a run's tables and summary from its log; write an HTML report, JUnit or Markdown.
+    Report(ReportArgs),
+    /// Put backends side by side: pass rates with intervals, cost, latency, the tasks that
+    /// flipped, and paired tests on the episodes the runs share.
+    Compare(CompareArgs),
+    /// Combine the shards of a run (or runs of the same suites and models on disjoint
+    /// episodes) into one run folder.
+    Merge(MergeArgs),
     /// Check suites (and their environments and datasets) without running them.
     Validate {
         /// Suite files, or folders of them.
@@ -77,12 +85,91 @@ struct RegradeArgs {
     /// The providers and prices file.
     #[arg(long)]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    gates: GateArgs,
+}
+
+/// How a finished run is judged and reported: shared by eval, regrade and merge.
+#[derive(Args, Clone, Default)]
+struct GateArgs {
     /// Fail when the pass rate over all scored episodes is below this fraction.
     #[arg(long)]
     fail_under: Option<f64>,
     /// The largest fraction of episodes that may go unscored before the command fails.
     #[arg(long, default_value_t = 0.0)]
     max_unscored: f64,
+    /// Compare with this run (a folder, such as a baseline committed to the repository) and
+    /// fail only on a significant regression (exact McNemar test on the shared episodes).
+    #[arg(long, value_name = "RUN")]
+    baseline: Option<PathBuf>,
+    /// With --baseline: a drop in pass rate up to this fraction is tolerated.
+    #[arg(long, default_value_t = 0.0)]
+    tolerance: f64,
+    /// With --baseline: the significance level of the paired test.
+    #[arg(long, default_value_t = 0.05)]
+    alpha: f64,
+    /// Write a JUnit XML report here: one test case per episode.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Write the summary as Markdown here (also appended to $GITHUB_STEP_SUMMARY when set).
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct ReportArgs {
+    /// The run folder (or its events.jsonl).
+    run: PathBuf,
+    /// Write a self-contained HTML report (default: RUN/report.html).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
+    html: Option<PathBuf>,
+    /// The most episodes whose whole trajectory goes into the HTML report (failed and
+    /// unscored ones first); the others are listed with their results only.
+    #[arg(long, default_value_t = 2000)]
+    max_trajectories: usize,
+    /// Write a JUnit XML report here: one test case per episode.
+    #[arg(long)]
+    junit: Option<PathBuf>,
+    /// Write the summary as Markdown here.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct CompareArgs {
+    /// Run folders; one run made with several --model compares those models.
+    #[arg(required = true)]
+    runs: Vec<PathBuf>,
+    /// Write the comparison as Markdown here (for a pull-request comment).
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Write the per-model table as CSV here, and the paired tests beside it (`NAME.pairs.csv`).
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Exit 1 when a later group is significantly worse than the first (by --alpha, beyond --tolerance).
+    #[arg(long)]
+    fail_on_regression: bool,
+    /// A drop in pass rate up to this fraction is tolerated.
+    #[arg(long, default_value_t = 0.0)]
+    tolerance: f64,
+    /// The significance level of the paired test.
+    #[arg(long, default_value_t = 0.05)]
+    alpha: f64,
+}
+
+#[derive(Args)]
+struct MergeArgs {
+    /// The run folders of the shards.
+    #[arg(required = true, num_args = 2..)]
+    runs: Vec<PathBuf>,
+    /// The folder the merged run is written under.
+    #[arg(long, default_value = "results")]
+    out: PathBuf,
+    /// Name the merged run's folder instead of using a timestamp.
+    #[arg(long)]
+    run_id: Option<String>,
+    #[command(flatten)]
+    gates: GateArgs,
 }
 
 #[derive(Args)]
@@ -122,14 +209,14 @@ struct EvalArgs {
     #[arg(long, default_value = "results")]
     out: PathBuf,
     /// Name the run folder instead of using a timestamp.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "resume")]
     run_id: Option<String>,
-    /// Fail when the pass rate over all scored episodes is below this fraction.
-    #[arg(long)]
-    fail_under: Option<f64>,
-    /// The largest fraction of episodes that may go unscored before the run fails.
-    #[arg(long, default_value_t = 0.0)]
-    max_unscored: f64,
+    /// Continue an interrupted or partly failed run (its folder, or its id under --out):
+    /// scored episodes are kept, unscored and missing ones run again.
+    #[arg(long, value_name = "RUN")]
+    resume: Option<PathBuf>,
+    #[command(flatten)]
+    gates: GateArgs,
     /// `mock` only: each model call waits this many milliseconds (`20`, or `10-30` at
     /// random), to measure scheduling without a provider.
     #[arg(long, value_parser = crate::model::mock::parse_delay)]
@@ -137,12 +224,6 @@ struct EvalArgs {
     /// Run only shard I of N (`--shard 2/4`): a stable hash of each episode's id picks it.
     #[arg(long, value_parser = batch::parse_shard)]
     shard: Option<(u64, u64)>,
-    /// Write a JUnit XML report here: one test case per episode.
-    #[arg(long)]
-    junit: Option<PathBuf>,
-    /// Write the summary as Markdown here (also appended to $GITHUB_STEP_SUMMARY when set).
-    #[arg(long)]
-    markdown: Option<PathBuf>,
     /// No progress bar or per-episode lines; only the summary.
     #[arg(long, short = 'q')]
     quiet: bool,
@@ -155,6 +236,9 @@ pub fn main() -> ExitCode {
         Command::Validate { paths } => validate(&paths).into(),
         Command::Eval(args) => eval(*args).unwrap_or_else(|exit| exit).into(),
         Command::Regrade(args) => regrade(args).unwrap_or_else(|exit| exit).into(),
+        Command::Report(args) => report(args).unwrap_or_else(|exit| exit).into(),
+        Command::Compare(args) => compare(args).unwrap_or_else(|exit| exit).into(),
+        Command::Merge(args) => merge(args).unwrap_or_else(|exit| exit).into(),
     }
 }
 
@@ -253,7 +337,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
 
 fn eval(args: EvalArgs) -> Result<Exit, Exit> {
     let (models, config) = open_models(&args).map_err(fail(Exit::Usage))?;
-    check_fractions(args.fail_under, args.max_unscored)?;
+    let baseline = check_gates(&args.gates)?;
     if args.epochs == Some(0) {
         return Err(fail(Exit::Usage)("--epochs must be at least 1"));
     }
@@ -267,6 +351,13 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
         }
     }
     let graders = Arc::new(open_graders(&suites, args.grader.clone(), &config).map_err(fail(Exit::Usage))?);
+    let resume = match &args.resume {
+        Some(run) => {
+            let dir = batch::resume::find_run(run, &args.out).map_err(fail(Exit::Usage))?;
+            Some(batch::resume::plan(&dir, &suites, &models, args.epochs, args.shard).map_err(fail(Exit::Usage))?)
+        }
+        None => None,
+    };
     let runtime = runtime()?;
     let options = RunOptions {
         models,
@@ -277,8 +368,12 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
         command_line: std::env::args().collect(),
         graders,
         shard: args.shard,
+        resume,
     };
     let total = batch::episode_count(&suites, &options);
+    if let Some(resume) = &options.resume {
+        eprintln!("resuming {}: {} scored episodes kept, {total} to run", resume.dir.display(), resume.keep.len());
+    }
     let stop = CancellationToken::new();
     let result = runtime.block_on(async {
         tokio::spawn(stop_on_ctrl_c(stop.clone()));
@@ -294,7 +389,7 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
     let summary = summarize(&result.events_path)?;
     print!("\n{}", summary.render());
     println!("results: {}", result.dir.display());
-    write_reports(&result.events_path, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
+    write_reports(&result.events_path, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
     if let Some(reason) = &result.aborted {
         return Err(fail(Exit::Usage)(format!("stopped early, the model is misconfigured: {reason}")));
     }
@@ -302,7 +397,7 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
         eprintln!("interrupted: episodes in flight were cancelled");
         return Ok(Exit::Interrupted);
     }
-    Ok(gate(&summary, args.fail_under, args.max_unscored))
+    judge(&result.events_path, &summary, &args.gates, baseline)
 }
 
 /// The summary of a run's log; `summary.json`, `episodes.csv` and `episodes.parquet` are
@@ -350,21 +445,74 @@ fn write_reports(
     Ok(())
 }
 
-/// `--fail-under` and `--max-unscored` are fractions.
-fn check_fractions(fail_under: Option<f64>, max_unscored: f64) -> Result<(), Exit> {
-    for (flag, value) in [("--fail-under", fail_under), ("--max-unscored", Some(max_unscored))] {
+/// Checks the gate flags before anything runs, and reads the baseline run (a bad baseline
+/// is found now, not after an hour of episodes).
+fn check_gates(gates: &GateArgs) -> Result<Option<Projection>, Exit> {
+    let fractions = [
+        ("--fail-under", gates.fail_under),
+        ("--max-unscored", Some(gates.max_unscored)),
+        ("--tolerance", Some(gates.tolerance)),
+        ("--alpha", Some(gates.alpha)),
+    ];
+    for (flag, value) in fractions {
         if let Some(v) = value
             && !(0.0..=1.0).contains(&v)
         {
-            eprintln!("error: {flag} must be a fraction between 0 and 1, got {v}");
-            return Err(Exit::Usage);
+            return Err(fail(Exit::Usage)(format!("{flag} must be a fraction between 0 and 1, got {v}")));
         }
     }
-    Ok(())
+    match &gates.baseline {
+        Some(run) => {
+            let dir = batch::resume::find_run(run, std::path::Path::new("results")).map_err(fail(Exit::Usage))?;
+            let baseline = Projection::from_log(&dir.join("events.jsonl")).map_err(fail(Exit::Usage))?;
+            Ok(Some(baseline))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The exit code of a finished run: the unscored share, thresholds and `--fail-under`, then
+/// the comparison with the baseline.
+fn judge(
+    events: &std::path::Path,
+    summary: &Summary,
+    gates: &GateArgs,
+    baseline: Option<Projection>,
+) -> Result<Exit, Exit> {
+    let exit = gate(summary, gates.fail_under, gates.max_unscored);
+    let Some(baseline) = baseline else { return Ok(exit) };
+    let current = Projection::from_log(events).map_err(fail(Exit::ResultsFailed))?;
+    let verdicts = crate::report::compare::against_baseline(&baseline, &current);
+    if verdicts.is_empty() {
+        eprintln!("baseline: no episodes in common with {}: nothing to compare", baseline.run_id);
+    }
+    let mut regressed = false;
+    for t in &verdicts {
+        let effect = t.effect.map_or("-".into(), |e| format!("{:+.1} pts", e * 100.0));
+        let significant = t.regressed(gates.tolerance, gates.alpha);
+        eprintln!(
+            "baseline: {} vs {}: {} shared episodes, {} regressed, {} improved, effect {effect}, McNemar p = {:.4}: {}",
+            t.b,
+            t.a,
+            t.shared,
+            t.only_a,
+            t.only_b,
+            t.p_value,
+            if significant { "significant regression" } else { "no significant regression" }
+        );
+        regressed |= significant;
+    }
+    Ok(if exit != Exit::Passed {
+        exit
+    } else if regressed {
+        Exit::GateFailed
+    } else {
+        Exit::Passed
+    })
 }
 
 fn regrade(args: RegradeArgs) -> Result<Exit, Exit> {
-    check_fractions(args.fail_under, args.max_unscored)?;
+    let baseline = check_gates(&args.gates)?;
     let run = LoggedRun::read(&args.run).map_err(fail(Exit::Usage))?;
     let paths: Vec<PathBuf> = if args.suites.is_empty() {
         run.suites.iter().map(|s| PathBuf::from(&s.path)).collect()
@@ -393,7 +541,76 @@ fn regrade(args: RegradeArgs) -> Result<Exit, Exit> {
         "scoring `{scoring_id}`: {} episodes re-scored ({} passed, {} unscored), {} skipped{changed}",
         counts.episodes, counts.passed, counts.unscored, counts.skipped
     );
-    Ok(gate(&summary, args.fail_under, args.max_unscored))
+    write_reports(&run.events_path, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
+    judge(&run.events_path, &summary, &args.gates, baseline)
+}
+
+fn report(args: ReportArgs) -> Result<Exit, Exit> {
+    let dir = batch::resume::find_run(&args.run, std::path::Path::new("results")).map_err(fail(Exit::Usage))?;
+    let events = dir.join("events.jsonl");
+    let summary = summarize(&events)?;
+    print!("{}", summary.render());
+    println!("tables: {}, {}", dir.join("episodes.csv").display(), dir.join("episodes.parquet").display());
+    write_reports(&events, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
+    if let Some(html) = &args.html {
+        let path = if html.as_os_str().is_empty() { dir.join("report.html") } else { html.clone() };
+        let page = crate::report::html::render(&events, args.max_trajectories).map_err(fail(Exit::ResultsFailed))?;
+        std::fs::write(&path, page)
+            .map_err(|e| fail(Exit::ResultsFailed)(format!("failed to write {}: {e}", path.display())))?;
+        println!("report: {}", path.display());
+    }
+    Ok(Exit::Passed)
+}
+
+fn compare(args: CompareArgs) -> Result<Exit, Exit> {
+    for (flag, v) in [("--tolerance", args.tolerance), ("--alpha", args.alpha)] {
+        if !(0.0..=1.0).contains(&v) {
+            return Err(fail(Exit::Usage)(format!("{flag} must be a fraction between 0 and 1, got {v}")));
+        }
+    }
+    let mut runs = Vec::new();
+    for run in &args.runs {
+        let dir = batch::resume::find_run(run, std::path::Path::new("results")).map_err(fail(Exit::Usage))?;
+        runs.push(Projection::from_log(&dir.join("events.jsonl")).map_err(fail(Exit::Usage))?);
+    }
+    let comparison = crate::report::compare::Comparison::of(&runs);
+    if comparison.groups.len() < 2 {
+        return Err(fail(Exit::Usage)("nothing to compare: give two runs, or a run made with several --model"));
+    }
+    print!("{}", comparison.render());
+    let write = |path: &std::path::Path, bytes: &[u8]| {
+        std::fs::write(path, bytes)
+            .map_err(|e| fail(Exit::ResultsFailed)(format!("failed to write {}: {e}", path.display())))
+    };
+    if let Some(path) = &args.markdown {
+        write(path, comparison.markdown().as_bytes())?;
+    }
+    if let Some(path) = &args.csv {
+        write(path, &comparison.groups_csv().map_err(fail(Exit::ResultsFailed))?)?;
+        write(&path.with_extension("pairs.csv"), &comparison.pairs_csv().map_err(fail(Exit::ResultsFailed))?)?;
+    }
+    let first = comparison.groups[0].label.clone();
+    let regressed = comparison.pairs.iter().any(|p| p.a == first && p.regressed(args.tolerance, args.alpha));
+    Ok(if args.fail_on_regression && regressed { Exit::GateFailed } else { Exit::Passed })
+}
+
+fn merge(args: MergeArgs) -> Result<Exit, Exit> {
+    let baseline = check_gates(&args.gates)?;
+    let mut dirs = Vec::new();
+    for run in &args.runs {
+        dirs.push(batch::resume::find_run(run, &args.out).map_err(fail(Exit::Usage))?);
+    }
+    let run_id = args.run_id.clone().unwrap_or_else(batch::new_run_id);
+    let merged =
+        batch::merge::merge(&dirs, &args.out, run_id, std::env::args().collect()).map_err(fail(Exit::Usage))?;
+    if !merged.missing_shards.is_empty() {
+        eprintln!("warning: shard(s) {} missing from the merge", merged.missing_shards.join(", "));
+    }
+    let summary = summarize(&merged.events_path)?;
+    print!("{}", summary.render());
+    println!("merged {} runs, {} episodes: {}", dirs.len(), merged.episodes, merged.dir.display());
+    write_reports(&merged.events_path, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
+    judge(&merged.events_path, &summary, &args.gates, baseline)
 }
 
 /// Opens the grader models the suites need; a grader scorer without one is an error now,

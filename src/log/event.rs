@@ -116,6 +116,9 @@ pub enum Event {
         /// `i/n` when the run is one shard of several.
         #[serde(default)]
         shard: Option<String>,
+        /// The runs `runner merge` combined into this one.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        merged_from: Vec<String>,
     },
     EpisodeStarted {
         suite: String,

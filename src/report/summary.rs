@@ -339,7 +339,7 @@ impl Summary {
 }
 
 /// Aligned columns: the first two to the left, numbers to the right.
-fn table(lines: &[Vec<String>]) -> String {
+pub(crate) fn table(lines: &[Vec<String>]) -> String {
     let columns = lines.first().map_or(0, Vec::len);
     let widths: Vec<usize> = (0..columns)
         .map(|c| lines.iter().map(|l| l.get(c).map_or(0, |x| x.chars().count())).max().unwrap_or(0))

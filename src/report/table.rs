@@ -241,19 +241,19 @@ impl Projection {
                     }
                 }
                 _ => match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
-                    Event::RunStarted { runner_version, command_line, models, suites, git_revision, shard, .. } => {
-                        // A merged run starts with the merge's header; shards' headers are not copied.
-                        if p.header.suites.is_empty() {
-                            p.header = RunHeader {
-                                runner_version,
-                                command_line,
-                                models,
-                                suites,
-                                git_revision,
-                                shard,
-                                started_at: head.ts,
-                            };
-                        }
+                    // The first header is the run's (a merged run's is the merge's).
+                    Event::RunStarted { runner_version, command_line, models, suites, git_revision, shard, .. }
+                        if p.header.suites.is_empty() =>
+                    {
+                        p.header = RunHeader {
+                            runner_version,
+                            command_line,
+                            models,
+                            suites,
+                            git_revision,
+                            shard,
+                            started_at: head.ts,
+                        };
                     }
                     Event::ScoringStarted { scoring_id, .. } => p.scoring_id = Some(scoring_id),
                     Event::EpisodeScored { outcome, .. } => {

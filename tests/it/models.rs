@@ -489,3 +489,22 @@ async fn an_outage_past_the_time_limit_is_the_providers_fault() {
     assert!(call["attempts"].as_u64().unwrap() >= 2, "{call}");
     assert!(call["error"].as_str().unwrap().contains("time ran out"), "{call}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_with_several_models_is_compared_within_itself() {
+    let sb = sandbox(FAST);
+    let tasks: String =
+        (0..6).map(|i| format!("  - {{id: t{i}, input: What is 2+2?, mock: [{{text: \"4\"}}]}}\n")).collect();
+    sb.write("s.yaml", &format!("suite: m\nenvironment: kv\nscorers: [{{equals: \"4\"}}]\ntasks:\n{tasks}"));
+    let (server, _) = serve("/v1/chat/completions", vec![ok(openai_text("5"))]).await;
+    let run = eval(&sb, "mock", &openai_env(&server), &["--model", "openai/gpt-test"]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let cmp = sb.run(&["compare", "results/test", "--csv", "cmp.csv"]);
+    assert_eq!(cmp.code, 0, "{cmp:?}");
+    assert!(cmp.stdout.contains("mock vs openai/gpt-test: 6 passed in A, failed in B: m/t0#1"), "{cmp:?}");
+    let pairs = std::fs::read_to_string(sb.path().join("cmp.pairs.csv")).unwrap();
+    // Exact McNemar with 6 discordant pairs all one way: 2 * (1/2)^6.
+    let row: Vec<&str> = pairs.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(row[..8], ["mock", "openai/gpt-test", "6", "6", "0", "1", "0", "-1"], "{pairs}");
+    assert!((row[8].parse::<f64>().unwrap() - 0.03125).abs() < 1e-12, "{pairs}");
+}

@@ -1,0 +1,218 @@
+//! `runner merge RUN...`: the shards of a run (or any runs of the same suites and models on
+//! disjoint episodes) combined into one run folder, as if one process had made them.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::log::Event;
+use crate::log::reader::for_each_line_of;
+use crate::report::table::Projection;
+
+/// The merged run's folder and how many episodes it holds.
+pub struct Merged {
+    pub dir: PathBuf,
+    pub events_path: PathBuf,
+    pub episodes: u64,
+    /// Shards of the same split that were not among the inputs.
+    pub missing_shards: Vec<String>,
+}
+
+/// Merges `runs` into `<out_dir>/<run_id>/`. Every input must have the same suites (by
+/// digest) and models; an episode may appear in one input only.
+pub fn merge(runs: &[PathBuf], out_dir: &Path, run_id: String, command_line: Vec<String>) -> Result<Merged, String> {
+    if runs.len() < 2 {
+        return Err("merge needs at least two runs".into());
+    }
+    let mut projections = Vec::new();
+    for run in runs {
+        let p = Projection::from_log(&run.join("events.jsonl")).map_err(|e| e.to_string())?;
+        if p.header.suites.is_empty() {
+            return Err(format!("{}: the log has no run_started event", run.display()));
+        }
+        projections.push(p);
+    }
+    let first = &projections[0];
+    let mut owner: HashMap<&str, usize> = HashMap::new();
+    for (i, p) in projections.iter().enumerate() {
+        let (a, b) = (runs[0].display(), runs[i].display());
+        if p.header.models != first.header.models {
+            return Err(format!(
+                "{b} ran --model {}, but {a} ran {}: only runs of the same models merge",
+                p.header.models.join(", "),
+                first.header.models.join(", ")
+            ));
+        }
+        let digests = |p: &Projection| {
+            let mut v: Vec<(String, String, u32)> =
+                p.header.suites.iter().map(|s| (s.name.clone(), s.digest.clone(), s.epochs)).collect();
+            v.sort();
+            v
+        };
+        if digests(p) != digests(first) {
+            return Err(format!(
+                "{b} and {a} were run from different suites (or different versions or epochs of them): only runs of the same suites merge"
+            ));
+        }
+        for e in &p.episodes {
+            if let Some(j) = owner.insert(&e.episode_id, i)
+                && j != i
+            {
+                return Err(format!(
+                    "episode {} ({} / {} epoch {}) is in both {} and {}: shards must not overlap",
+                    e.episode_id,
+                    e.suite,
+                    e.task_id,
+                    e.epoch,
+                    runs[j].display(),
+                    b
+                ));
+            }
+        }
+    }
+    let missing_shards = missing_shards(&projections);
+
+    let dir = out_dir.join(&run_id);
+    if dir.exists() {
+        return Err(format!("the run folder {} already exists; choose another --run-id", dir.display()));
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("failed to create {}: {e}", dir.display()))?;
+    let events_path = dir.join("events.jsonl");
+    let file =
+        std::fs::File::create(&events_path).map_err(|e| format!("failed to create {}: {e}", events_path.display()))?;
+    let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
+    let write_failed = |e: std::io::Error| format!("failed to write {}: {e}", events_path.display());
+
+    let episodes: u64 = projections.iter().map(|p| p.episodes.len() as u64).sum();
+    let started = Event::RunStarted {
+        runner_version: env!("CARGO_PKG_VERSION").into(),
+        command_line,
+        models: first.header.models.clone(),
+        suites: first.header.suites.clone(),
+        episodes,
+        jobs: 0,
+        git_revision: first.header.git_revision.clone(),
+        shard: None,
+        merged_from: projections.iter().map(|p| p.run_id.clone()).collect(),
+    };
+    super::write_run_json(&dir, &run_id, &started).map_err(|e| format!("failed to write run.json: {e}"))?;
+    let mut seq = 0u64;
+    let quoted_id = serde_json::to_string(&run_id).unwrap_or_default();
+    seq += 1;
+    write_event(&mut out, &quoted_id, seq, &started).map_err(write_failed)?;
+
+    // The run-level events of the inputs stay behind; everything else is copied in order,
+    // renumbered and renamed to the merged run.
+    let run_level = ["run_started", "run_resumed", "run_finished"];
+    for (run, p) in runs.iter().zip(&projections) {
+        let old_prefix = format!(
+            "{{\"v\":{},\"run_id\":{},\"seq\":",
+            crate::log::event::SCHEMA_VERSION,
+            serde_json::to_string(&p.run_id).unwrap_or_default()
+        );
+        let mut failure = None;
+        for_each_line_of(&run.join("events.jsonl"), None, |kind, text| {
+            if run_level.contains(&kind) || failure.is_some() {
+                return Ok(());
+            }
+            seq += 1;
+            let line = renumber(text, &old_prefix, &quoted_id, seq)?;
+            if let Err(e) = out.write_all(line.as_bytes()).and_then(|_| out.write_all(b"\n")) {
+                failure = Some(e);
+            }
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
+        if let Some(e) = failure {
+            return Err(write_failed(e));
+        }
+    }
+    let mut finished = (0u64, 0u64, 0u64, 0u64, 0u64);
+    for p in &projections {
+        for e in &p.episodes {
+            finished.0 += 1;
+            match &e.outcome {
+                crate::log::Outcome::Scored { passed, .. } => {
+                    finished.1 += 1;
+                    finished.2 += u64::from(*passed);
+                }
+                crate::log::Outcome::Unscored { .. } => finished.3 += 1,
+                crate::log::Outcome::Cancelled => finished.4 += 1,
+            }
+        }
+    }
+    let done = Event::RunFinished {
+        episodes: finished.0,
+        scored: finished.1,
+        passed: finished.2,
+        unscored: finished.3,
+        cancelled: finished.4,
+        interrupted: projections.iter().any(|p| p.interrupted || !p.finished),
+        wall_ms: projections.iter().map(|p| p.wall_ms).fold(0.0, f64::max),
+    };
+    seq += 1;
+    write_event(&mut out, &quoted_id, seq, &done).map_err(write_failed)?;
+    out.flush().map_err(write_failed)?;
+    out.get_ref().sync_data().map_err(write_failed)?;
+    Ok(Merged { dir, events_path, episodes, missing_shards })
+}
+
+/// A run-level event of the merged run, laid out as the event writer lays it out.
+fn write_event(out: &mut impl std::io::Write, quoted_id: &str, seq: u64, event: &Event) -> std::io::Result<()> {
+    let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let body = serde_json::to_vec(event)?;
+    write!(out, "{{\"v\":{},\"run_id\":{quoted_id},\"seq\":{seq},\"ts\":\"{ts}\",", crate::log::event::SCHEMA_VERSION)?;
+    out.write_all(&body[1..])?;
+    out.write_all(b"\n")
+}
+
+/// The line under the merged run's id and number: the header is rewritten in place when it
+/// is laid out as the writer lays it out, else the line is decoded and encoded again.
+fn renumber(text: &str, old_prefix: &str, new_id: &str, seq: u64) -> Result<String, String> {
+    if let Some(rest) = text.strip_prefix(old_prefix)
+        && let Some(comma) = rest.find(',')
+        && rest[..comma].bytes().all(|b| b.is_ascii_digit())
+    {
+        return Ok(format!(
+            "{{\"v\":{},\"run_id\":{new_id},\"seq\":{seq}{}",
+            crate::log::event::SCHEMA_VERSION,
+            &rest[comma..]
+        ));
+    }
+    let mut fields: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| e.to_string())?;
+    fields.insert("run_id".into(), serde_json::from_str(new_id).map_err(|e| e.to_string())?);
+    fields.insert("seq".into(), seq.into());
+    serde_json::to_string(&fields).map_err(|e| e.to_string())
+}
+
+/// When the inputs are shards `i/n` of one split, the shards not among them.
+fn missing_shards(projections: &[Projection]) -> Vec<String> {
+    let shards: Vec<(u64, u64)> =
+        projections.iter().filter_map(|p| p.header.shard.as_deref().and_then(|s| super::parse_shard(s).ok())).collect();
+    let Some(&(_, n)) = shards.first() else { return Vec::new() };
+    if shards.len() != projections.len() || shards.iter().any(|s| s.1 != n) {
+        return Vec::new();
+    }
+    (1..=n).filter(|i| !shards.iter().any(|s| s.0 == *i)).map(|i| format!("{i}/{n}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_is_renamed_and_renumbered_in_place_or_by_decoding() {
+        let prefix = "{\"v\":1,\"run_id\":\"a\",\"seq\":";
+        let line = "{\"v\":1,\"run_id\":\"a\",\"seq\":17,\"ts\":\"t\",\"type\":\"final\",\"step\":2}";
+        assert_eq!(
+            renumber(line, prefix, "\"m\"", 4).unwrap(),
+            "{\"v\":1,\"run_id\":\"m\",\"seq\":4,\"ts\":\"t\",\"type\":\"final\",\"step\":2}"
+        );
+        let odd = "{\"type\":\"final\",\"seq\":17,\"run_id\":\"a\",\"v\":1}";
+        let out: serde_json::Value = serde_json::from_str(&renumber(odd, prefix, "\"m\"", 4).unwrap()).unwrap();
+        assert_eq!(out["run_id"], "m");
+        assert_eq!(out["seq"], 4);
+        assert_eq!(out["type"], "final");
+    }
+}

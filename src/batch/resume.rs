@@ -1,0 +1,83 @@
+//! Continuing a run: `runner eval ... --resume RUN` keeps the scored episodes of RUN and
+//! runs the unscored, cancelled and missing ones again, appending to the same log.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::Resume;
+use crate::log::Outcome;
+use crate::model::Backend;
+use crate::report::table::Projection;
+use crate::suite::Suite;
+
+/// Finds the run folder: a path to it (or to its `events.jsonl`), or a run id under `out_dir`.
+pub fn find_run(run: &Path, out_dir: &Path) -> Result<PathBuf, String> {
+    let candidates = [run.to_path_buf(), out_dir.join(run)];
+    for c in candidates {
+        if c.is_file() && c.file_name().is_some_and(|n| n == "events.jsonl") {
+            return Ok(c.parent().map(Path::to_path_buf).unwrap_or_default());
+        }
+        if c.join("events.jsonl").is_file() {
+            return Ok(c);
+        }
+    }
+    Err(format!("{}: no run there (a run folder holds events.jsonl)", run.display()))
+}
+
+/// What to keep of the run in `dir`, after checking that the same suites, models, epochs
+/// and shard are asked for: the same episode ids, so "missing" means what it says.
+pub fn plan(
+    dir: &Path,
+    suites: &[Arc<Suite>],
+    models: &[Arc<Backend>],
+    epochs: Option<u32>,
+    shard: Option<(u64, u64)>,
+) -> Result<Resume, String> {
+    let events = dir.join("events.jsonl");
+    let p = Projection::from_log(&events).map_err(|e| e.to_string())?;
+    let shown = dir.display();
+    if p.header.suites.is_empty() {
+        return Err(format!("{shown}: the log has no run_started event; it cannot be resumed"));
+    }
+    let asked: Vec<&str> = models.iter().map(|m| m.name()).collect();
+    if asked != p.header.models.iter().map(String::as_str).collect::<Vec<_>>() {
+        return Err(format!(
+            "{shown} was run with --model {}, not {}: resume with the same models",
+            p.header.models.join(", "),
+            asked.join(", ")
+        ));
+    }
+    for s in suites {
+        let Some(before) = p.suite(&s.name) else {
+            return Err(format!("{shown}: suite `{}` was not part of the run", s.name));
+        };
+        if before.digest != s.digest {
+            return Err(format!(
+                "{}: suite `{}` changed since {shown} was run (digest {} then, {} now); start a new run",
+                s.path.display(),
+                s.name,
+                short(&before.digest),
+                short(&s.digest)
+            ));
+        }
+        let now = epochs.unwrap_or(s.epochs);
+        if before.epochs != now {
+            return Err(format!("{shown}: suite `{}` ran {} epoch(s), not {now}", s.name, before.epochs));
+        }
+    }
+    if let Some(missing) = p.header.suites.iter().find(|b| !suites.iter().any(|s| s.name == b.name)) {
+        return Err(format!("{shown}: the run also had suite `{}` ({}); name it too", missing.name, missing.path));
+    }
+    let shard_now = shard.map(|(i, n)| format!("{i}/{n}"));
+    if p.header.shard != shard_now {
+        let show = |s: &Option<String>| s.clone().map_or("no shard".to_string(), |s| format!("shard {s}"));
+        return Err(format!("{shown} was {}, not {}", show(&p.header.shard), show(&shard_now)));
+    }
+    let keep =
+        p.episodes.into_iter().filter(|e| matches!(e.outcome, Outcome::Scored { .. })).map(|e| e.episode_id).collect();
+    Ok(Resume { dir: dir.to_path_buf(), run_id: p.run_id, last_seq: p.last_seq, keep })
+}
+
+fn short(digest: &str) -> &str {
+    &digest[..digest.len().min(12)]
+}

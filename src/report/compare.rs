@@ -1,0 +1,528 @@
+//! Backends side by side: per model (and run) the pass rate with its Wilson interval, cost,
+//! latency and steps; between each pair, the tasks that flipped and a paired test on the
+//! episodes both made — exact McNemar on pass/fail, a paired bootstrap on scores.
+//!
+//! Episodes pair by suite, task id and epoch, and only when the task's content is the same
+//! in both (its digest): a changed task is a different question.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use super::stats::{self, Bootstrap};
+use super::table::{EpisodeRow, Projection};
+use crate::log::Outcome;
+
+/// Resamples of the paired bootstrap; fixed seed, so a comparison is reproducible.
+const RESAMPLES: u32 = 2_000;
+const SEED: u64 = 0x5eed;
+
+/// One model of one run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupStats {
+    pub label: String,
+    pub run_id: String,
+    pub model: String,
+    pub episodes: u64,
+    pub scored: u64,
+    pub passed: u64,
+    pub unscored: u64,
+    pub cancelled: u64,
+    pub pass_rate: Option<f64>,
+    /// The 95% Wilson interval of the pass rate.
+    pub interval: Option<(f64, f64)>,
+    pub mean_score: Option<f64>,
+    pub tokens: u64,
+    /// `None` when no episode had a price.
+    pub cost_usd: Option<f64>,
+    /// Of the episodes' summed model latency.
+    pub latency_p50_ms: Option<f64>,
+    pub latency_p95_ms: Option<f64>,
+    pub mean_steps: f64,
+}
+
+impl GroupStats {
+    pub fn of(label: String, run_id: String, model: String, rows: &[&EpisodeRow]) -> GroupStats {
+        let mut g = GroupStats {
+            label,
+            run_id,
+            model,
+            episodes: rows.len() as u64,
+            scored: 0,
+            passed: 0,
+            unscored: 0,
+            cancelled: 0,
+            pass_rate: None,
+            interval: None,
+            mean_score: None,
+            tokens: 0,
+            cost_usd: None,
+            latency_p50_ms: None,
+            latency_p95_ms: None,
+            mean_steps: 0.0,
+        };
+        let mut score_sum = 0.0;
+        let mut steps = 0u64;
+        for r in rows {
+            match &r.outcome {
+                Outcome::Scored { score, passed } => {
+                    g.scored += 1;
+                    g.passed += u64::from(*passed);
+                    score_sum += score;
+                }
+                Outcome::Unscored { .. } => g.unscored += 1,
+                Outcome::Cancelled => g.cancelled += 1,
+            }
+            g.tokens += r.usage.total();
+            if let Some(c) = r.cost_usd {
+                *g.cost_usd.get_or_insert(0.0) += c;
+            }
+            steps += u64::from(r.steps);
+        }
+        if g.scored > 0 {
+            g.pass_rate = Some(g.passed as f64 / g.scored as f64);
+            g.mean_score = Some(score_sum / g.scored as f64);
+        }
+        g.interval = stats::wilson(g.passed, g.scored);
+        let latencies: Vec<f64> = rows.iter().filter(|r| r.model_calls > 0).map(|r| r.latency_ms).collect();
+        g.latency_p50_ms = stats::quantile(&latencies, 0.5);
+        g.latency_p95_ms = stats::quantile(&latencies, 0.95);
+        if !rows.is_empty() {
+            g.mean_steps = steps as f64 / rows.len() as f64;
+        }
+        g
+    }
+}
+
+/// A task's epoch that passed in one group and failed in the other.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Flip {
+    pub suite: String,
+    pub task_id: String,
+    pub epoch: u32,
+    /// Passed in A and failed in B (a regression of B against A), or the other way.
+    pub regressed: bool,
+}
+
+/// Group B against group A on the episodes both made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairTest {
+    pub a: String,
+    pub b: String,
+    /// Pairs scored in both.
+    pub shared: u64,
+    /// Pairs left out because the task's content differs between the two.
+    pub changed_tasks: u64,
+    /// Pairs passing only in A, and only in B.
+    pub only_a: u64,
+    pub only_b: u64,
+    /// Pass rates on the shared pairs.
+    pub pass_rate_a: Option<f64>,
+    pub pass_rate_b: Option<f64>,
+    /// B minus A, in pass rate over the shared pairs.
+    pub effect: Option<f64>,
+    /// Exact McNemar, two-sided.
+    pub p_value: f64,
+    /// Scores, B minus A.
+    pub score: Option<Bootstrap>,
+    pub flips: Vec<Flip>,
+}
+
+impl PairTest {
+    pub fn between(a: &GroupRef, b: &GroupRef) -> PairTest {
+        let by_key: HashMap<(&str, &str, u32), &EpisodeRow> = a.rows.iter().map(|r| (r.pair_key(), *r)).collect();
+        let mut t = PairTest {
+            a: a.label.clone(),
+            b: b.label.clone(),
+            shared: 0,
+            changed_tasks: 0,
+            only_a: 0,
+            only_b: 0,
+            pass_rate_a: None,
+            pass_rate_b: None,
+            effect: None,
+            p_value: 1.0,
+            score: None,
+            flips: Vec::new(),
+        };
+        let (mut passed_a, mut passed_b) = (0u64, 0u64);
+        let mut diffs = Vec::new();
+        for rb in &b.rows {
+            let Some(ra) = by_key.get(&rb.pair_key()) else { continue };
+            if ra.task_digest != rb.task_digest {
+                t.changed_tasks += 1;
+                continue;
+            }
+            let (Outcome::Scored { score: sa, passed: pa }, Outcome::Scored { score: sb, passed: pb }) =
+                (&ra.outcome, &rb.outcome)
+            else {
+                continue;
+            };
+            t.shared += 1;
+            passed_a += u64::from(*pa);
+            passed_b += u64::from(*pb);
+            diffs.push(sb - sa);
+            if pa != pb {
+                if *pa {
+                    t.only_a += 1;
+                } else {
+                    t.only_b += 1;
+                }
+                t.flips.push(Flip {
+                    suite: rb.suite.to_string(),
+                    task_id: rb.task_id.clone(),
+                    epoch: rb.epoch,
+                    regressed: *pa,
+                });
+            }
+        }
+        if t.shared > 0 {
+            let n = t.shared as f64;
+            t.pass_rate_a = Some(passed_a as f64 / n);
+            t.pass_rate_b = Some(passed_b as f64 / n);
+            t.effect = Some((passed_b as f64 - passed_a as f64) / n);
+        }
+        t.p_value = stats::mcnemar_exact(t.only_a, t.only_b);
+        t.score = stats::paired_bootstrap(&diffs, RESAMPLES, SEED);
+        t.flips.sort_by(|x, y| (&x.suite, &x.task_id, x.epoch).cmp(&(&y.suite, &y.task_id, y.epoch)));
+        t
+    }
+
+    /// A significant drop of B against A beyond `tolerance` (a fraction of pass rate).
+    pub fn regressed(&self, tolerance: f64, alpha: f64) -> bool {
+        self.effect.is_some_and(|e| e < -tolerance) && self.p_value < alpha
+    }
+}
+
+/// The episodes of one model in one run.
+pub struct GroupRef<'a> {
+    pub label: String,
+    pub run_id: String,
+    pub model: String,
+    pub rows: Vec<&'a EpisodeRow>,
+}
+
+/// Splits runs into groups, one per run and model, in the order given. Labels are the model
+/// names when those are unique, else `run/model`.
+pub fn groups(runs: &[Projection]) -> Vec<GroupRef<'_>> {
+    let mut out: Vec<GroupRef> = Vec::new();
+    for p in runs {
+        let mut models: Vec<&str> = p.header.models.iter().map(String::as_str).collect();
+        for e in &p.episodes {
+            if !models.contains(&&*e.model) {
+                models.push(&e.model);
+            }
+        }
+        for m in models {
+            let rows: Vec<&EpisodeRow> = p.episodes.iter().filter(|e| &*e.model == m).collect();
+            out.push(GroupRef { label: m.to_string(), run_id: p.run_id.clone(), model: m.to_string(), rows });
+        }
+    }
+    let unique = {
+        let mut names: Vec<&str> = out.iter().map(|g| g.model.as_str()).collect();
+        names.sort();
+        names.windows(2).all(|w| w[0] != w[1])
+    };
+    if !unique {
+        for g in &mut out {
+            g.label = format!("{}/{}", g.run_id, g.model);
+        }
+    }
+    out
+}
+
+/// Every group's stats and a paired test between each pair of groups.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    pub groups: Vec<GroupStats>,
+    pub pairs: Vec<PairTest>,
+}
+
+impl Comparison {
+    pub fn of(runs: &[Projection]) -> Comparison {
+        let refs = groups(runs);
+        let groups =
+            refs.iter().map(|g| GroupStats::of(g.label.clone(), g.run_id.clone(), g.model.clone(), &g.rows)).collect();
+        let mut pairs = Vec::new();
+        for i in 0..refs.len() {
+            for j in i + 1..refs.len() {
+                pairs.push(PairTest::between(&refs[i], &refs[j]));
+            }
+        }
+        Comparison { groups, pairs }
+    }
+
+    /// The per-model table as rows of cells, the header first.
+    fn group_cells(&self) -> Vec<Vec<String>> {
+        let mut lines = vec![
+            [
+                "model",
+                "run",
+                "episodes",
+                "scored",
+                "unscored",
+                "passed",
+                "pass rate",
+                "95% CI",
+                "mean score",
+                "tokens",
+                "cost",
+                "p50 latency",
+                "p95 latency",
+                "mean steps",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for g in &self.groups {
+            lines.push(vec![
+                g.label.clone(),
+                g.run_id.clone(),
+                g.episodes.to_string(),
+                g.scored.to_string(),
+                g.unscored.to_string(),
+                g.passed.to_string(),
+                percent(g.pass_rate),
+                g.interval.map_or("-".into(), |(lo, hi)| format!("[{:.1}, {:.1}]", lo * 100.0, hi * 100.0)),
+                g.mean_score.map_or("-".into(), |s| format!("{s:.3}")),
+                g.tokens.to_string(),
+                g.cost_usd.map_or("-".into(), |c| format!("${c:.4}")),
+                g.latency_p50_ms.map_or("-".into(), |l| format!("{l:.0}ms")),
+                g.latency_p95_ms.map_or("-".into(), |l| format!("{l:.0}ms")),
+                format!("{:.1}", g.mean_steps),
+            ]);
+        }
+        lines
+    }
+
+    fn pair_cells(&self) -> Vec<Vec<String>> {
+        let mut lines = vec![
+            [
+                "A",
+                "B",
+                "shared",
+                "A only",
+                "B only",
+                "pass rate A",
+                "pass rate B",
+                "effect (B-A)",
+                "McNemar p",
+                "score diff (B-A)",
+                "95% CI",
+                "bootstrap p",
+            ]
+            .map(String::from)
+            .to_vec(),
+        ];
+        for p in &self.pairs {
+            lines.push(vec![
+                p.a.clone(),
+                p.b.clone(),
+                p.shared.to_string(),
+                p.only_a.to_string(),
+                p.only_b.to_string(),
+                percent(p.pass_rate_a),
+                percent(p.pass_rate_b),
+                p.effect.map_or("-".into(), |e| format!("{:+.1} pts", e * 100.0)),
+                format_p(p.p_value),
+                p.score.map_or("-".into(), |s| format!("{:+.3}", s.mean_diff)),
+                p.score.map_or("-".into(), |s| format!("[{:+.3}, {:+.3}]", s.low, s.high)),
+                p.score.map_or("-".into(), |s| format_p(s.p_value)),
+            ]);
+        }
+        lines
+    }
+
+    /// The comparison for a terminal.
+    pub fn render(&self) -> String {
+        let mut out = super::summary::table(&self.group_cells());
+        if !self.pairs.is_empty() {
+            out.push('\n');
+            out.push_str(&super::summary::table(&self.pair_cells()));
+        }
+        for p in &self.pairs {
+            out.push_str(&flip_lines(p, false));
+            if p.changed_tasks > 0 {
+                let _ = writeln!(
+                    out,
+                    "{} vs {}: {} pairs left out, their task changed between the runs",
+                    p.a, p.b, p.changed_tasks
+                );
+            }
+        }
+        out
+    }
+
+    /// The comparison as Markdown, for a pull-request comment.
+    pub fn markdown(&self) -> String {
+        let mut out = String::from("## Comparison\n\n");
+        out.push_str(&markdown_table(&self.group_cells()));
+        if !self.pairs.is_empty() {
+            out.push_str("\n### Paired tests\n\n");
+            out.push_str(&markdown_table(&self.pair_cells()));
+            for p in &self.pairs {
+                out.push_str(&flip_lines(p, true));
+            }
+        }
+        out
+    }
+
+    /// The per-model table as CSV.
+    pub fn groups_csv(&self) -> Result<Vec<u8>, csv::Error> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record([
+            "label",
+            "run_id",
+            "model",
+            "episodes",
+            "scored",
+            "passed",
+            "unscored",
+            "cancelled",
+            "pass_rate",
+            "ci_low",
+            "ci_high",
+            "mean_score",
+            "tokens",
+            "cost_usd",
+            "latency_p50_ms",
+            "latency_p95_ms",
+            "mean_steps",
+        ])?;
+        for g in &self.groups {
+            let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+            w.write_record([
+                g.label.clone(),
+                g.run_id.clone(),
+                g.model.clone(),
+                g.episodes.to_string(),
+                g.scored.to_string(),
+                g.passed.to_string(),
+                g.unscored.to_string(),
+                g.cancelled.to_string(),
+                opt(g.pass_rate),
+                opt(g.interval.map(|i| i.0)),
+                opt(g.interval.map(|i| i.1)),
+                opt(g.mean_score),
+                g.tokens.to_string(),
+                opt(g.cost_usd),
+                opt(g.latency_p50_ms),
+                opt(g.latency_p95_ms),
+                g.mean_steps.to_string(),
+            ])?;
+        }
+        w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
+    }
+
+    /// The paired tests as CSV, one row per pair.
+    pub fn pairs_csv(&self) -> Result<Vec<u8>, csv::Error> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        w.write_record([
+            "a",
+            "b",
+            "shared",
+            "only_a",
+            "only_b",
+            "pass_rate_a",
+            "pass_rate_b",
+            "effect",
+            "mcnemar_p",
+            "score_diff",
+            "score_diff_low",
+            "score_diff_high",
+            "bootstrap_p",
+            "regressions",
+            "improvements",
+            "changed_tasks",
+        ])?;
+        for p in &self.pairs {
+            let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+            let regressions = p.flips.iter().filter(|f| f.regressed).count();
+            w.write_record([
+                p.a.clone(),
+                p.b.clone(),
+                p.shared.to_string(),
+                p.only_a.to_string(),
+                p.only_b.to_string(),
+                opt(p.pass_rate_a),
+                opt(p.pass_rate_b),
+                opt(p.effect),
+                p.p_value.to_string(),
+                opt(p.score.map(|s| s.mean_diff)),
+                opt(p.score.map(|s| s.low)),
+                opt(p.score.map(|s| s.high)),
+                opt(p.score.map(|s| s.p_value)),
+                regressions.to_string(),
+                (p.flips.len() - regressions).to_string(),
+                p.changed_tasks.to_string(),
+            ])?;
+        }
+        w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
+    }
+}
+
+/// How many flips to name before saying how many more there are.
+const FLIPS_SHOWN: usize = 20;
+
+fn flip_lines(p: &PairTest, markdown: bool) -> String {
+    let mut out = String::new();
+    for (regressed, word) in [(true, "passed in A, failed in B"), (false, "failed in A, passed in B")] {
+        let flips: Vec<&Flip> = p.flips.iter().filter(|f| f.regressed == regressed).collect();
+        if flips.is_empty() {
+            continue;
+        }
+        let named: Vec<String> = flips
+            .iter()
+            .take(FLIPS_SHOWN)
+            .map(|f| {
+                if markdown {
+                    format!("`{}/{}#{}`", f.suite, f.task_id, f.epoch)
+                } else {
+                    format!("{}/{}#{}", f.suite, f.task_id, f.epoch)
+                }
+            })
+            .collect();
+        let more = flips.len().saturating_sub(FLIPS_SHOWN);
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        let bullet = if markdown { "- " } else { "" };
+        let _ = writeln!(out, "{bullet}{} vs {}: {} {word}: {}{more}", p.a, p.b, flips.len(), named.join(", "));
+    }
+    out
+}
+
+fn percent(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{:.1}%", v * 100.0))
+}
+
+fn format_p(p: f64) -> String {
+    if p < 0.0001 { "<0.0001".into() } else { format!("{p:.4}") }
+}
+
+fn markdown_table(lines: &[Vec<String>]) -> String {
+    let mut out = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        let cells: Vec<String> = line.iter().map(|c| c.replace('|', "\\|")).collect();
+        let _ = writeln!(out, "| {} |", cells.join(" | "));
+        if i == 0 {
+            let _ = writeln!(out, "|{}", " --- |".repeat(line.len()));
+        }
+    }
+    out
+}
+
+/// Each model of `current` against its counterpart in `baseline`: the same model when the
+/// baseline has it, else the baseline's only model. A = baseline, B = current.
+pub fn against_baseline(baseline: &Projection, current: &Projection) -> Vec<PairTest> {
+    let base = groups(std::slice::from_ref(baseline));
+    let now = groups(std::slice::from_ref(current));
+    let mut out = Vec::new();
+    for b in &now {
+        let a = base.iter().find(|a| a.model == b.model).or(if base.len() == 1 { base.first() } else { None });
+        if let Some(a) = a {
+            let mut t = PairTest::between(a, b);
+            t.a = format!("{} (baseline {})", a.model, a.run_id);
+            out.push(t);
+        }
+    }
+    out.retain(|t| t.shared > 0);
+    out
+}

@@ -1,0 +1,339 @@
+//! Whole runs as users handle them: resumed after a crash, sharded and merged, compared,
+//! gated on a baseline, reported.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::{Sandbox, of_type, read_jsonl};
+
+/// `n` tasks; those whose index is in `wrong` answer wrongly under `--model mock`.
+fn suite(n: usize, wrong: &[usize]) -> String {
+    let tasks: String = (0..n)
+        .map(|i| {
+            let answer = if wrong.contains(&i) { "no" } else { "ok" };
+            format!("  - {{id: t{i:03}, input: q{i}, mock: [{{tool_calls: [{{name: get, arguments: {{key: k}}}}]}}, {{text: \"{answer}\"}}]}}\n")
+        })
+        .collect();
+    format!("suite: runs\nenvironment: kv\nscorers: [{{equals: ok}}]\ntasks:\n{tasks}")
+}
+
+/// The columns that do not depend on timing or on which run (or process) made the row.
+const TIMINGS: [&str; 5] = ["latency_ms", "wall_ms", "started_at", "finished_at", "run_id"];
+
+/// `episodes.csv` without its timing columns, in file order.
+fn table(dir: &Path) -> Vec<BTreeMap<String, String>> {
+    let mut reader = csv::Reader::from_path(dir.join("episodes.csv")).expect("episodes.csv");
+    let headers = reader.headers().expect("header").clone();
+    reader
+        .records()
+        .map(|r| {
+            let r = r.expect("a row");
+            headers
+                .iter()
+                .zip(r.iter())
+                .filter(|(h, _)| !TIMINGS.contains(h))
+                .map(|(h, v)| (h.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+fn finished_count(events: &Path) -> usize {
+    std::fs::read_to_string(events).map(|t| t.matches("\"type\":\"episode_finished\"").count()).unwrap_or(0)
+}
+
+#[test]
+fn a_run_killed_mid_way_resumes_to_the_tables_of_an_uninterrupted_run() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(12, &[3, 7]));
+    let common = ["eval", "s.yaml", "--model", "mock", "--epochs", "3", "--out", "results"];
+    let whole = sb.run(&[&common[..], &["--run-id", "whole", "-j", "4"]].concat());
+    assert_eq!(whole.code, 0, "failures without a gate still exit 0: {whole:?}");
+
+    // The same run, killed with SIGKILL once some episodes have finished.
+    let mut child = sb
+        .command()
+        .args([&common[..], &["--run-id", "crash", "-j", "2", "--mock-delay-ms", "40", "-q"]].concat())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn runner");
+    let events = sb.path().join("results/crash/events.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while finished_count(&events) < 6 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().expect("kill -9");
+    child.wait().expect("reap");
+    let before = finished_count(&events);
+    assert!((6..36).contains(&before), "killed after {before} of 36 episodes");
+    // A crash mid-write leaves a torn last line.
+    use std::io::Write as _;
+    let mut f = std::fs::OpenOptions::new().append(true).open(&events).unwrap();
+    f.write_all(b"{\"v\":1,\"run_id\":\"crash\",\"seq\":99999,\"ts\":\"2026-").unwrap();
+    drop(f);
+
+    let resumed = sb.run(&[&common[..], &["--resume", "results/crash", "-j", "4"]].concat());
+    assert_eq!(resumed.code, 0, "{resumed:?}");
+    assert!(resumed.stderr.contains(&format!("{before} scored episodes kept")), "{resumed:?}");
+    // No finished episode was lost or run twice: each kept one finished once.
+    let log = read_jsonl(&events);
+    let finished = of_type(&log, "episode_finished");
+    assert_eq!(finished.len(), 36, "kept {before} + ran the rest");
+    let resumed_at = log.iter().position(|e| e["type"] == "run_resumed").expect("a run_resumed event");
+    let seqs: Vec<u64> = log.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "event numbers continue across the resume");
+    assert!(log[..resumed_at].iter().filter(|e| e["type"] == "episode_finished").count() == before);
+
+    let (a, b) = (table(&sb.path().join("results/whole")), table(&sb.path().join("results/crash")));
+    assert_eq!(a.len(), 36);
+    assert_eq!(a, b, "the resumed run's table differs from the uninterrupted one");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(sb.path().join("results/crash/summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["total"]["episodes"], 36);
+    assert_eq!(summary["total"]["failed"], 6);
+    assert_eq!(summary["unfinished"], 0);
+}
+
+#[test]
+fn resume_reruns_unscored_episodes_and_refuses_another_run() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(6, &[]));
+    let rec =
+        sb.run(&["eval", "s.yaml", "--model", "mock", "--record", "tape.jsonl", "--run-id", "rec", "--out", "results"]);
+    assert_eq!(rec.code, 0, "{rec:?}");
+    // A cassette that lacks some answers: those episodes go unscored (a provider outage, say).
+    let full = std::fs::read_to_string(sb.path().join("tape.jsonl")).unwrap();
+    let lines: Vec<&str> = full.lines().collect();
+    sb.write("tape.jsonl", &format!("{}\n", lines[..lines.len() - 3].join("\n")));
+    let first = sb.run(&["eval", "s.yaml", "--model", "replay:tape.jsonl", "--run-id", "r", "--out", "results"]);
+    assert_eq!(first.code, 3, "unscored episodes: {first:?}");
+    let before = table(&sb.path().join("results/r"));
+    let unscored: Vec<&String> = before.iter().filter(|r| r["outcome"] == "unscored").map(|r| &r["task_id"]).collect();
+    assert!(!unscored.is_empty() && unscored.len() < 6, "{before:?}");
+
+    sb.write("tape.jsonl", &full);
+    let again = sb.run(&["eval", "s.yaml", "--model", "replay:tape.jsonl", "--resume", "r", "--out", "results"]);
+    assert_eq!(again.code, 0, "{again:?}");
+    let expected = format!("{} scored episodes kept, {} to run", 6 - unscored.len(), unscored.len());
+    assert!(again.stderr.contains(&expected), "{again:?}");
+    let log = read_jsonl(&sb.path().join("results/r/events.jsonl"));
+    let rerun: Vec<&String> = log
+        .iter()
+        .skip_while(|e| e["type"] != "run_resumed")
+        .filter(|e| e["type"] == "episode_started")
+        .map(|e| e["task_id"].as_str().map(String::from).unwrap())
+        .collect::<Vec<String>>()
+        .iter()
+        .filter_map(|t| unscored.iter().find(|u| **u == t).copied())
+        .collect();
+    assert_eq!(rerun.len(), unscored.len(), "only the unscored ones ran again");
+    assert_eq!(table(&sb.path().join("results/r")).iter().filter(|r| r["outcome"] == "passed").count(), 6);
+
+    // Other models, or a suite whose tasks changed, make another run.
+    let model =
+        sb.run(&["eval", "s.yaml", "--model", "mock", "--model", "ollama/other", "--resume", "r", "--out", "results"]);
+    assert_eq!(model.code, 2);
+    assert!(model.stderr.contains("resume with the same models"), "{model:?}");
+    sb.write("s.yaml", &suite(7, &[]));
+    let changed = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "r", "--out", "results"]);
+    assert_eq!(changed.code, 2);
+    assert!(changed.stderr.contains("changed since") && changed.stderr.contains("s.yaml"), "{changed:?}");
+    let missing = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "nope", "--out", "results"]);
+    assert_eq!(missing.code, 2);
+    assert!(missing.stderr.contains("nope: no run there"), "{missing:?}");
+}
+
+#[test]
+fn shards_run_as_separate_processes_merge_into_the_unsharded_run() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(20, &[2, 5, 11]));
+    let common = ["eval", "s.yaml", "--model", "mock", "--epochs", "2", "--out", "results"];
+    let whole = sb.run(&[&common[..], &["--run-id", "whole"]].concat());
+    assert_eq!(whole.code, 0, "{whole:?}");
+    let shards: Vec<std::process::Child> = (1..=3)
+        .map(|i| {
+            sb.command()
+                .args([&common[..], &["--run-id", &format!("s{i}"), "--shard", &format!("{i}/3"), "-q"]].concat())
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn a shard")
+        })
+        .collect();
+    for mut s in shards {
+        s.wait().expect("shard");
+    }
+    let merged = sb.run(&["merge", "results/s1", "results/s2", "results/s3", "--run-id", "merged", "--out", "results"]);
+    assert_eq!(merged.code, 0, "{merged:?}");
+    assert!(merged.stdout.contains("merged 3 runs, 40 episodes"), "{merged:?}");
+    let (a, b) = (table(&sb.path().join("results/whole")), table(&sb.path().join("results/merged")));
+    assert_eq!(a.len(), 40);
+    assert_eq!(a, b);
+    let summary = |run: &str| -> serde_json::Value {
+        let mut s: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(sb.path().join(format!("results/{run}/summary.json"))).unwrap())
+                .unwrap();
+        for row in s["rows"].as_array_mut().unwrap().iter_mut() {
+            row["wall_s"] = 0.into();
+        }
+        s["total"]["wall_s"] = 0.into();
+        s["run_id"] = "".into();
+        s
+    };
+    assert_eq!(summary("whole"), summary("merged"));
+
+    // Merging a shard twice, or leaving one out, is caught.
+    let twice = sb.run(&["merge", "results/s1", "results/s1", "--run-id", "bad", "--out", "results"]);
+    assert_eq!(twice.code, 2);
+    assert!(twice.stderr.contains("shards must not overlap"), "{twice:?}");
+    let partial = sb.run(&["merge", "results/s1", "results/s2", "--run-id", "partial", "--out", "results"]);
+    assert!(partial.stderr.contains("shard(s) 3/3 missing"), "{partial:?}");
+}
+
+/// Two versions of the same suite: the tasks are the same, the scripted answers differ.
+fn two_versions(sb: &Sandbox, n: usize, wrong_a: &[usize], wrong_b: &[usize]) {
+    sb.write("a/s.yaml", &suite(n, wrong_a));
+    sb.write("b/s.yaml", &suite(n, wrong_b));
+    for v in ["a", "b"] {
+        let run = sb.run(&["eval", &format!("{v}/s.yaml"), "--model", "mock", "--run-id", v, "--out", "results"]);
+        assert_eq!(run.code, 0, "{run:?}");
+    }
+}
+
+#[test]
+fn compare_counts_flips_and_tests_them_exactly() {
+    let sb = Sandbox::new();
+    // B fails 12 tasks that pass in A; A fails task 39, which B passes.
+    let wrong_b: Vec<usize> = (0..12).collect();
+    two_versions(&sb, 40, &[39], &wrong_b);
+    let run = sb.run(&["compare", "results/a", "results/b", "--markdown", "cmp.md", "--csv", "cmp.csv"]);
+    assert_eq!(run.code, 0, "without --fail-on-regression compare only reports: {run:?}");
+    assert!(run.stdout.contains("12 passed in A, failed in B: runs/t000#1"), "{run:?}");
+    assert!(run.stdout.contains("1 failed in A, passed in B: runs/t039#1"), "{run:?}");
+    let mut groups = csv::Reader::from_path(sb.path().join("cmp.csv")).unwrap();
+    let rows: Vec<csv::StringRecord> = groups.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 2);
+    // 39 of 40 and 28 of 40, with the Wilson interval by its formula at z = 1.96.
+    let wilson = |k: f64, n: f64| {
+        let z: f64 = 1.959963984540054;
+        let p = k / n;
+        let centre = (p + z * z / (2.0 * n)) / (1.0 + z * z / n);
+        let half = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / (1.0 + z * z / n);
+        (centre - half, centre + half)
+    };
+    for (row, passed) in rows.iter().zip([39.0, 28.0]) {
+        assert_eq!(row[8].parse::<f64>().unwrap(), passed / 40.0);
+        let (lo, hi) = wilson(passed, 40.0);
+        assert!((row[9].parse::<f64>().unwrap() - lo).abs() < 1e-9, "{row:?} vs {lo}");
+        assert!((row[10].parse::<f64>().unwrap() - hi).abs() < 1e-9, "{row:?} vs {hi}");
+    }
+    let mut pairs = csv::Reader::from_path(sb.path().join("cmp.pairs.csv")).unwrap();
+    let pair = pairs.records().next().unwrap().unwrap();
+    assert_eq!((&pair[2], &pair[3], &pair[4]), ("40", "12", "1"));
+    // Exact McNemar: 2 * P[X <= 1], X ~ Binomial(13, 1/2) = 2 * 14 / 8192.
+    let p: f64 = pair[8].parse().unwrap();
+    assert!((p - 28.0 / 8192.0).abs() < 1e-12, "McNemar p {p}");
+    assert_eq!(pair[7].parse::<f64>().unwrap(), -11.0 / 40.0, "effect B - A");
+    let md = std::fs::read_to_string(sb.path().join("cmp.md")).unwrap();
+    assert!(md.contains("| a/mock | a | 40 | 40 | 0 | 39 | 97.5% |"), "{md}");
+    assert!(md.contains("`runs/t000#1`"), "{md}");
+
+    let gated = sb.run(&["compare", "results/a", "results/b", "--fail-on-regression"]);
+    assert_eq!(gated.code, 1, "{gated:?}");
+}
+
+#[test]
+fn a_baseline_gate_fails_only_on_a_significant_regression() {
+    let sb = Sandbox::new();
+    sb.write("base/s.yaml", &suite(40, &[]));
+    let base = sb.run(&["eval", "base/s.yaml", "--model", "mock", "--run-id", "baseline", "--out", "results"]);
+    assert_eq!(base.code, 0, "{base:?}");
+    // One task worse: not significant (p = 1), the gate passes.
+    sb.write("s.yaml", &suite(40, &[4]));
+    let slight = sb.run(&[
+        "eval",
+        "s.yaml",
+        "--model",
+        "mock",
+        "--run-id",
+        "slight",
+        "--out",
+        "results",
+        "--baseline",
+        "results/baseline",
+    ]);
+    assert_eq!(slight.code, 0, "{slight:?}");
+    assert!(
+        slight.stderr.contains("1 regressed, 0 improved") && slight.stderr.contains("no significant regression"),
+        "{slight:?}"
+    );
+    // Ten tasks worse: p = 2 / 1024, the gate fails.
+    sb.write("s.yaml", &suite(40, &(0..10).collect::<Vec<_>>()));
+    let worse = sb.run(&[
+        "eval",
+        "s.yaml",
+        "--model",
+        "mock",
+        "--run-id",
+        "worse",
+        "--out",
+        "results",
+        "--baseline",
+        "results/baseline",
+    ]);
+    assert_eq!(worse.code, 1, "{worse:?}");
+    assert!(
+        worse.stderr.contains("10 regressed") && worse.stderr.contains("p = 0.0020: significant regression"),
+        "{worse:?}"
+    );
+    // Within the tolerance it passes.
+    let tolerated = sb.run(&[
+        "eval",
+        "s.yaml",
+        "--model",
+        "mock",
+        "--run-id",
+        "tolerated",
+        "--out",
+        "results",
+        "--baseline",
+        "results/baseline",
+        "--tolerance",
+        "0.3",
+    ]);
+    assert_eq!(tolerated.code, 0, "{tolerated:?}");
+    let bad = sb.run(&["eval", "s.yaml", "--model", "mock", "--out", "results", "--baseline", "results/none"]);
+    assert_eq!(bad.code, 2);
+    assert!(bad.stderr.contains("results/none: no run there"), "{bad:?}");
+}
+
+#[test]
+fn report_rebuilds_the_tables_from_the_log_alone() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(5, &[1]));
+    assert_eq!(sb.eval(&["s.yaml"]).code, 0);
+    let dir = sb.path().join("results/test");
+    let original = std::fs::read(dir.join("episodes.csv")).unwrap();
+    let summary = std::fs::read(dir.join("summary.json")).unwrap();
+    for f in ["episodes.csv", "episodes.parquet", "summary.json", "run.json"] {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+    let report = sb.run(&["report", "results/test"]);
+    assert_eq!(report.code, 0, "{report:?}");
+    assert_eq!(std::fs::read(dir.join("episodes.csv")).unwrap(), original);
+    assert_eq!(std::fs::read(dir.join("summary.json")).unwrap(), summary);
+    // The Parquet table holds the same rows as the CSV one.
+    use polars::prelude::{ParquetReader, SerReader};
+    let df = ParquetReader::new(std::fs::File::open(dir.join("episodes.parquet")).unwrap()).finish().unwrap();
+    assert_eq!(df.height(), 5);
+    assert_eq!(df.get_column_names().len(), 25);
+    let outcome = df.column("outcome").unwrap().str().unwrap().clone();
+    let outcomes: Vec<Option<&str>> = (0..df.height()).map(|i| outcome.get(i)).collect();
+    let csv_outcomes: Vec<String> = table(&dir).iter().map(|r| r["outcome"].clone()).collect();
+    assert_eq!(outcomes.iter().map(|o| o.unwrap().to_owned()).collect::<Vec<_>>(), csv_outcomes);
+    assert_eq!(csv_outcomes.iter().filter(|o| *o == "failed").count(), 1);
+    let steps = df.column("steps").unwrap().u32().unwrap().clone();
+    let steps: Vec<u32> = (0..df.height()).map(|i| steps.get(i).unwrap()).collect();
+    assert_eq!(steps, vec![2; 5], "a tool call then the answer");
+}
