@@ -124,11 +124,26 @@ pub struct Resume {
     pub keep: std::collections::HashSet<String>,
 }
 
-/// `2/4`: shard 2 of 4.
+/// `2/4`: shard 2 of 4. `auto/4` takes the shard from `$JOB_COMPLETION_INDEX`, which a
+/// Kubernetes Indexed Job sets from 0: index 0 is shard 1.
 pub fn parse_shard(text: &str) -> Result<(u64, u64), String> {
-    let bad = || format!("a shard is I/N with 1 <= I <= N, like 2/4, not `{text}`");
+    let index = std::env::var("JOB_COMPLETION_INDEX").ok();
+    shard_of(text, index.as_deref())
+}
+
+fn shard_of(text: &str, job_index: Option<&str>) -> Result<(u64, u64), String> {
+    let bad =
+        || format!("a shard is I/N with 1 <= I <= N, like 2/4 (or auto/N in a Kubernetes Indexed Job), not `{text}`");
     let (i, n) = text.split_once('/').ok_or_else(bad)?;
-    let (i, n): (u64, u64) = (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+    let n: u64 = n.trim().parse().map_err(|_| bad())?;
+    let i: u64 = if i.trim() == "auto" {
+        let index = job_index.ok_or("--shard auto/N needs $JOB_COMPLETION_INDEX (set by a Kubernetes Indexed Job)")?;
+        let index: u64 =
+            index.trim().parse().map_err(|_| format!("$JOB_COMPLETION_INDEX is `{index}`, not a number"))?;
+        index + 1
+    } else {
+        i.trim().parse().map_err(|_| bad())?
+    };
     if i == 0 || n == 0 || i > n {
         return Err(bad());
     }
@@ -349,4 +364,22 @@ fn git_revision(near: Option<&Path>) -> Option<String> {
     }
     let out = git.output().ok()?;
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shard_is_given_or_taken_from_the_job_index() {
+        assert_eq!(shard_of("2/4", None), Ok((2, 4)));
+        assert_eq!(shard_of("auto/4", Some("0")), Ok((1, 4)), "Kubernetes counts from 0");
+        assert_eq!(shard_of("auto/4", Some("3")), Ok((4, 4)));
+        assert!(shard_of("auto/4", Some("4")).is_err(), "index 4 is a fifth shard");
+        assert!(shard_of("auto/4", None).unwrap_err().contains("JOB_COMPLETION_INDEX"));
+        assert!(shard_of("auto/4", Some("x")).unwrap_err().contains("not a number"));
+        for bad in ["0/4", "5/4", "2", "a/b", "1/0"] {
+            assert!(shard_of(bad, None).is_err(), "{bad}");
+        }
+    }
 }

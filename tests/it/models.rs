@@ -508,3 +508,54 @@ async fn a_run_with_several_models_is_compared_within_itself() {
     assert_eq!(row[..8], ["mock", "openai/gpt-test", "6", "6", "0", "1", "0", "-1"], "{pairs}");
     assert!((row[8].parse::<f64>().unwrap() - 0.03125).abs() < 1e-12, "{pairs}");
 }
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_ctrl_c_exits_at_once_while_the_first_waits_for_a_grader() {
+    use std::io::BufRead as _;
+    let sb = sandbox("timeout_s: 120, max_retries: 0");
+    sb.write(
+        "s.yaml",
+        "suite: g\nenvironment: kv\ngrader: {model: openai/gpt-test}\nscorers: [{llm_rubric: The answer is 4.}]\ntasks:\n  - {id: t, input: q, mock: [{text: \"4\"}]}\n",
+    );
+    // The grader answers only after two minutes: a first Ctrl-C lets the scoring in flight
+    // finish (the agent's work is done), so only a second one ends the process now.
+    let slow = ok(openai_text("{\"score\": 1}")).set_delay(std::time::Duration::from_secs(120));
+    let (server, _) = serve("/v1/chat/completions", vec![slow]).await;
+    let mut cmd = sb.command();
+    cmd.args(["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results", "-q"])
+        .envs(openai_env(&server))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let started = std::time::Instant::now();
+    while server.received_requests().await.unwrap_or_default().is_empty() {
+        assert!(started.elapsed().as_secs() < 30, "the grader was never called");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let stderr = child.stderr.take().unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let interrupt = || unsafe {
+        // SAFETY: sends SIGINT to the child we spawned.
+        libc::kill(child.id() as i32, libc::SIGINT);
+    };
+    interrupt();
+    let first = std::iter::from_fn(|| seen.recv_timeout(std::time::Duration::from_secs(30)).ok())
+        .find(|l| !l.trim().is_empty())
+        .expect("a line after the first Ctrl-C");
+    assert!(first.contains("Ctrl-C again to quit now"), "{first}");
+    interrupt();
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()).await.unwrap();
+    assert_eq!(output.status.code(), Some(130));
+    assert!(started.elapsed().as_secs() < 60, "it waited for the grader");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!stdout.contains("suite"), "no summary after the second Ctrl-C: {stdout}");
+    let events = sb.events();
+    assert!(of_type(&events, "run_finished").is_empty(), "the run did not end gracefully");
+    assert!(of_type(&events, "episode_finished").is_empty(), "the episode was still being scored");
+}
