@@ -73,8 +73,12 @@ pub fn plan(
         let show = |s: &Option<String>| s.clone().map_or("no shard".to_string(), |s| format!("shard {s}"));
         return Err(format!("{shown} was {}, not {}", show(&p.header.shard), show(&shard_now)));
     }
-    let keep =
-        p.episodes.into_iter().filter(|e| matches!(e.outcome, Outcome::Scored { .. })).map(|e| e.episode_id).collect();
+    let keep = p
+        .episodes
+        .into_iter()
+        .filter(|e| matches!(e.outcome, Outcome::Scored { .. }))
+        .map(|e| String::from(e.episode_id))
+        .collect();
     Ok(Resume { dir: dir.to_path_buf(), run_id: p.run_id, last_seq: p.last_seq, keep })
 }
 

@@ -121,8 +121,8 @@ struct ReportArgs {
     /// The run folder (or its events.jsonl).
     run: PathBuf,
     /// Write a self-contained HTML report (default: RUN/report.html).
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
-    html: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    html: Option<Option<PathBuf>>,
     /// The most episodes whose whole trajectory goes into the HTML report (failed and
     /// unscored ones first); the others are listed with their results only.
     #[arg(long, default_value_t = 2000)]
@@ -553,7 +553,7 @@ fn report(args: ReportArgs) -> Result<Exit, Exit> {
     println!("tables: {}, {}", dir.join("episodes.csv").display(), dir.join("episodes.parquet").display());
     write_reports(&events, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
     if let Some(html) = &args.html {
-        let path = if html.as_os_str().is_empty() { dir.join("report.html") } else { html.clone() };
+        let path = html.clone().unwrap_or_else(|| dir.join("report.html"));
         let page = crate::report::html::render(&events, args.max_trajectories).map_err(fail(Exit::ResultsFailed))?;
         std::fs::write(&path, page)
             .map_err(|e| fail(Exit::ResultsFailed)(format!("failed to write {}: {e}", path.display())))?;

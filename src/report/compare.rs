@@ -169,7 +169,7 @@ impl PairTest {
                 }
                 t.flips.push(Flip {
                     suite: rb.suite.to_string(),
-                    task_id: rb.task_id.clone(),
+                    task_id: rb.task_id.to_string(),
                     epoch: rb.epoch,
                     regressed: *pa,
                 });

@@ -40,7 +40,7 @@ fn script_safe(json: &str) -> String {
 fn choose(rows: &[EpisodeRow], max: usize) -> HashSet<String> {
     let (mut first, mut then): (Vec<&EpisodeRow>, Vec<&EpisodeRow>) = rows.iter().partition(|r| r.status() != "passed");
     first.append(&mut then);
-    first.into_iter().take(max).map(|r| r.episode_id.clone()).collect()
+    first.into_iter().take(max).map(|r| String::from(&*r.episode_id)).collect()
 }
 
 /// The chosen episodes' events, each episode's from its latest start on.
@@ -113,7 +113,7 @@ fn data(p: &Projection, trajectories: HashMap<String, Vec<Value>>, chosen: usize
         .iter()
         .map(|e| {
             json!({
-                "episode_id": e.episode_id, "suite": &*e.suite, "task_id": e.task_id, "model": &*e.model,
+                "episode_id": &*e.episode_id, "suite": &*e.suite, "task_id": &*e.task_id, "model": &*e.model,
                 "epoch": e.epoch, "outcome": e.status(), "unscored_cause": e.unscored_cause(), "score": e.score(),
                 "steps": e.steps, "tool_calls": e.tool_calls, "tool_errors": e.tool_errors,
                 "tokens": e.usage.total(), "cost_usd": e.cost_usd, "latency_ms": e.latency_ms, "wall_ms": e.wall_ms,

@@ -146,14 +146,14 @@ impl Summary {
                 summary.rows.len() - 1
             });
             if let Outcome::Scored { score, passed } = &e.outcome {
-                let key = (e.suite.to_string(), e.model.to_string(), e.task_id.clone());
+                let key = (e.suite.to_string(), e.model.to_string(), e.task_id.to_string());
                 let tally = summary.tasks.entry(key).or_default();
                 tally.scores.push(*score);
                 tally.passed += u64::from(*passed);
             }
             let row = &mut summary.rows[at];
-            let (start, finish) =
-                (DateTime::parse_from_rfc3339(&e.started_at).ok(), DateTime::parse_from_rfc3339(&e.finished_at).ok());
+            let at = |us: i64| DateTime::from_timestamp_micros(us).map(|t| t.fixed_offset());
+            let (start, finish) = (at(e.started_us), at(e.finished_us));
             row.first_start = row.first_start.min(start).or(row.first_start).or(start);
             row.last_finish = row.last_finish.max(finish);
             row.episodes += 1;

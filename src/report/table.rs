@@ -6,7 +6,7 @@
 //! suite, task, model and epoch, so two runs of the same episodes give the same table
 //! whatever order the episodes finished in.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -19,10 +19,10 @@ use crate::log::{Event, Outcome, Termination, Usage};
 /// One episode as the table shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EpisodeRow {
-    pub episode_id: String,
+    pub episode_id: Box<str>,
     pub suite: Arc<str>,
-    pub task_id: String,
-    pub task_digest: String,
+    pub task_id: Arc<str>,
+    pub task_digest: Arc<str>,
     pub model: Arc<str>,
     pub epoch: u32,
     pub outcome: Outcome,
@@ -36,8 +36,11 @@ pub struct EpisodeRow {
     /// The sum of the episode's model call latencies.
     pub latency_ms: f64,
     pub wall_ms: f64,
-    pub started_at: String,
-    pub finished_at: String,
+    /// Microseconds since the Unix epoch, UTC.
+    pub started_us: i64,
+    pub finished_us: i64,
+    /// The `seq` of the finish: of two finishes of one episode, the later counts.
+    seq: u64,
 }
 
 impl EpisodeRow {
@@ -76,6 +79,24 @@ impl EpisodeRow {
     pub fn pair_key(&self) -> (&str, &str, u32) {
         (&self.suite, &self.task_id, self.epoch)
     }
+
+    pub fn started_at(&self) -> String {
+        rfc3339(self.started_us)
+    }
+
+    pub fn finished_at(&self) -> String {
+        rfc3339(self.finished_us)
+    }
+}
+
+fn rfc3339(us: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        .unwrap_or_default()
+}
+
+fn micros(ts: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(ts).map_or(0, |t| t.timestamp_micros())
 }
 
 /// The run as a whole, from `run_started`.
@@ -170,14 +191,14 @@ impl Projection {
         ];
         let mut p = Projection::default();
         let mut open: HashMap<String, Open> = HashMap::new();
-        let mut at: HashMap<String, usize> = HashMap::new();
-        let mut names: Vec<Arc<str>> = Vec::new();
+        // Suites, models, task ids and digests repeat over epochs and models: one copy each.
+        let mut names: HashSet<Arc<str>> = HashSet::new();
         let mut intern = |name: String| -> Arc<str> {
-            match names.iter().find(|n| ***n == *name) {
+            match names.get(name.as_str()) {
                 Some(n) => n.clone(),
                 None => {
                     let n: Arc<str> = Arc::from(name);
-                    names.push(n.clone());
+                    names.insert(n.clone());
                     n
                 }
             }
@@ -213,13 +234,13 @@ impl Projection {
                     // finish that comes after it: the episode ran again.
                     rescored.remove(&id);
                     let row = EpisodeRow {
-                        episode_id: id.clone(),
+                        episode_id: id.into_boxed_str(),
                         suite: intern(o.started.suite),
-                        task_id: o.started.task_id,
-                        task_digest: o.started.task_digest,
+                        task_id: intern(o.started.task_id),
+                        task_digest: intern(o.started.task_digest),
                         model: intern(o.started.model),
                         epoch: o.started.epoch,
-                        outcome: f.outcome,
+                        outcome: compact(f.outcome),
                         termination: f.termination,
                         steps: f.steps,
                         tool_calls: f.tool_calls,
@@ -229,16 +250,11 @@ impl Projection {
                         model_calls: o.model_calls,
                         latency_ms: o.latency_ms,
                         wall_ms: f.wall_ms,
-                        started_at: o.started_at,
-                        finished_at: head.ts,
+                        started_us: micros(&o.started_at),
+                        finished_us: micros(&head.ts),
+                        seq: head.seq,
                     };
-                    match at.get(&id) {
-                        Some(&i) => p.episodes[i] = row,
-                        None => {
-                            at.insert(id, p.episodes.len());
-                            p.episodes.push(row);
-                        }
-                    }
+                    p.episodes.push(row);
                 }
                 _ => match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
                     // The first header is the run's (a merged run's is the merge's).
@@ -272,28 +288,43 @@ impl Projection {
             }
             Ok(())
         })?;
-        for (id, outcome) in rescored {
-            if let Some(&i) = at.get(&id) {
-                p.episodes[i].outcome = outcome;
-            }
-        }
         p.unfinished = open.len() as u64;
         p.torn_last_line = torn;
-        p.episodes.sort_by(|a, b| {
-            (&a.suite, &a.task_id, &a.model, a.epoch, &a.episode_id).cmp(&(
+        // Sorted, an episode's finishes sit together, the latest first: keep that one.
+        p.episodes.sort_unstable_by(|a, b| {
+            (&a.suite, &a.task_id, &a.model, a.epoch, &a.episode_id, std::cmp::Reverse(a.seq)).cmp(&(
                 &b.suite,
                 &b.task_id,
                 &b.model,
                 b.epoch,
                 &b.episode_id,
+                std::cmp::Reverse(b.seq),
             ))
         });
+        p.episodes.dedup_by(|later, first| later.episode_id == first.episode_id);
+        if !rescored.is_empty() {
+            let at: HashMap<&str, usize> = p.episodes.iter().enumerate().map(|(i, e)| (&*e.episode_id, i)).collect();
+            let mut updates: Vec<(usize, Outcome)> =
+                rescored.into_iter().filter_map(|(id, o)| at.get(id.as_str()).map(|&i| (i, compact(o)))).collect();
+            drop(at);
+            for (i, outcome) in updates.drain(..) {
+                p.episodes[i].outcome = outcome;
+            }
+        }
         Ok(p)
     }
 
     /// The suite as the run saw it.
     pub fn suite(&self, name: &str) -> Option<&SuiteInfo> {
         self.header.suites.iter().find(|s| s.name == name)
+    }
+}
+
+/// The table keeps an unscored episode's cause, not its message (the log has it).
+fn compact(outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Unscored { cause, .. } => Outcome::Unscored { cause, message: String::new() },
+        other => other,
     }
 }
 
@@ -364,8 +395,8 @@ pub fn frame(run_id: &str, rows: &[EpisodeRow]) -> polars::prelude::PolarsResult
         Column::new(COLUMNS[19].into(), f64s(&|r| r.latency_ms)),
         Column::new(COLUMNS[20].into(), f64s(&|r| r.wall_ms)),
         Column::new(COLUMNS[21].into(), strs(&|r| r.termination.as_str())),
-        Column::new(COLUMNS[22].into(), strs(&|r| &r.started_at)),
-        Column::new(COLUMNS[23].into(), strs(&|r| &r.finished_at)),
+        Column::new(COLUMNS[22].into(), rows.iter().map(EpisodeRow::started_at).collect::<Vec<_>>()),
+        Column::new(COLUMNS[23].into(), rows.iter().map(EpisodeRow::finished_at).collect::<Vec<_>>()),
         Column::new(COLUMNS[24].into(), vec![run_id; rows.len()]),
     ];
     DataFrame::new(rows.len(), columns)

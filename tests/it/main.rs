@@ -8,6 +8,7 @@ mod eval;
 mod log;
 mod models;
 mod replay;
+mod report;
 mod runs;
 mod scoring;
 mod shell;

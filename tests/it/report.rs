@@ -1,0 +1,161 @@
+//! The HTML report, opened in a real headless Chromium (Debian's `chromium`; `.ci/run`
+//! installs it). The page is read back as the browser built it, after its script ran.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::{Sandbox, of_type};
+
+/// The browser: `$RUNNER_CHROMIUM`, else `chromium` or `chromium-browser` on the PATH.
+fn chromium() -> PathBuf {
+    if let Some(path) = std::env::var_os("RUNNER_CHROMIUM") {
+        return PathBuf::from(path);
+    }
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        if let Ok(out) = Command::new("sh").args(["-c", &format!("command -v {name}")]).output()
+            && out.status.success()
+        {
+            return PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        }
+    }
+    panic!("the HTML report test needs Chromium: `apt-get install chromium` (or set RUNNER_CHROMIUM)");
+}
+
+/// The DOM of `page` (with `fragment` after `#`) once its script has run.
+fn dom(page: &Path, fragment: &str) -> String {
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!("file://{}{fragment}", page.display());
+    let out = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--virtual-time-budget=5000",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .arg("--dump-dom")
+        .arg(&url)
+        .output()
+        .expect("start chromium");
+    assert!(out.status.success(), "chromium failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+const SUITE: &str = r#"suite: rep
+environment: kv
+grader: {model: mock}
+scorers: [{equals: ok}]
+tasks:
+  - id: good
+    input: Store then answer.
+    mock:
+      - tool_calls: [{name: set, arguments: {key: a, value: "1"}}]
+      - text: ok
+  - id: bad
+    input: Answer ok.
+    mock:
+      - tool_calls: [{name: nope, arguments: {}}]
+      - text: "<script>document.title='pwned'</script> not ok"
+  - id: graded
+    input: Name a colour.
+    scorers:
+      - llm_rubric: The answer names a colour.
+        mock: ["The answer says ok, a colour? No.\n{\"score\": 0}"]
+    mock:
+      - text: ok
+  - id: silent
+    input: Say nothing.
+    mock: []
+"#;
+
+#[test]
+fn the_html_report_renders_every_episode_and_its_trajectory_in_chromium() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", SUITE);
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 3, "one episode is unscored: {run:?}");
+    let report = sb.run(&["report", "results/test", "--html"]);
+    assert_eq!(report.code, 0, "{report:?}");
+    let page = sb.path().join("results/test/report.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    // Self-contained: no address in the page but the SVG namespace, nothing loaded from anywhere.
+    let addresses = html.matches("http://").count() + html.matches("https://").count();
+    assert_eq!(addresses, html.matches("http://www.w3.org/2000/svg").count(), "the page refers to the network");
+    assert!(!html.contains(" src=") && !html.contains("@import") && !html.contains("url("));
+
+    let events = sb.events();
+    let ids: Vec<String> =
+        of_type(&events, "episode_started").iter().map(|e| e["episode_id"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(ids.len(), 4);
+    let listed = dom(&page, "");
+    assert_eq!(listed.matches("class=\"episode-row").count(), 4, "{listed}");
+    for id in &ids {
+        assert!(listed.contains(&format!("data-episode-id=\"{id}\"")), "{id} is not listed");
+    }
+    assert!(listed.contains("data-outcome=\"unscored\"") && listed.contains("data-outcome=\"failed\""));
+    assert!(listed.contains("id=\"pass-rate-chart\""), "the chart is drawn");
+
+    // The failed episode's trajectory: the unknown tool's error, the answer shown as text,
+    // the failed score with its explanation.
+    let bad = task_episode(&events, "bad");
+    let shown = dom(&page, &format!("#episode={bad}"));
+    let trajectory = &shown[shown.find("id=\"trajectory\"").expect("the trajectory opens")..];
+    assert!(
+        trajectory.contains(&format!("data-episode-id=\"{bad}\""))
+            || shown.contains(&format!("id=\"trajectory\" data-episode-id=\"{bad}\""))
+    );
+    assert!(trajectory.contains("data-tool-name=\"nope\""), "the tool call is shown");
+    assert!(trajectory.contains("ToolNotFound"), "the tool error is shown");
+    assert!(trajectory.contains("&lt;script&gt;document.title='pwned'&lt;/script&gt; not ok"), "the answer is text");
+    assert!(!shown.contains("<title>pwned</title>"), "the model's script never ran");
+    assert!(trajectory.contains("data-scorer=\"equals\"") && trajectory.contains("data-passed=\"false\""));
+
+    // The graded episode shows the grader's reasoning.
+    let graded = task_episode(&events, "graded");
+    let shown = dom(&page, &format!("#episode={graded}"));
+    assert!(shown.contains("The answer says ok, a colour? No."), "the grader's reasoning is shown");
+}
+
+fn task_episode(events: &[serde_json::Value], task: &str) -> String {
+    of_type(events, "episode_started")
+        .iter()
+        .find(|e| e["task_id"] == task)
+        .map(|e| e["episode_id"].as_str().unwrap().to_owned())
+        .unwrap()
+}
+
+#[test]
+fn a_large_run_keeps_the_trajectories_of_failures_first() {
+    let sb = Sandbox::new();
+    let tasks: String = (0..30)
+        .map(|i| {
+            format!("  - {{id: t{i:02}, input: q, mock: [{{text: {}}}]}}\n", if i % 10 == 3 { "no" } else { "ok" })
+        })
+        .collect();
+    sb.write("s.yaml", &format!("suite: big\nenvironment: kv\nscorers: [{{equals: ok}}]\ntasks:\n{tasks}"));
+    assert_eq!(sb.eval(&["s.yaml"]).code, 0);
+    let report = sb.run(&["report", "results/test", "--html", "small.html", "--max-trajectories", "5"]);
+    assert_eq!(report.code, 0, "{report:?}");
+    let html = std::fs::read_to_string(sb.path().join("small.html")).unwrap();
+    let start = html.find("const RUN = ").unwrap() + "const RUN = ".len();
+    let end = start + html[start..].find(";</script>").unwrap();
+    let data: serde_json::Value = serde_json::from_str(&html[start..end]).unwrap();
+    assert_eq!(data["episodes"].as_array().unwrap().len(), 30);
+    let kept = data["trajectories"].as_object().unwrap();
+    assert_eq!(kept.len(), 5);
+    assert_eq!(data["omitted_trajectories"], 25);
+    let failed: Vec<&str> = data["episodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["outcome"] == "failed")
+        .map(|e| e["episode_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed.len(), 3);
+    assert!(failed.iter().all(|id| kept.contains_key(*id)), "the failures' trajectories are kept first");
+}
