@@ -44,6 +44,118 @@ pub fn parse_delay(text: &str) -> Result<(u64, u64), String> {
     Ok((low, high))
 }
 
+/// A sleep that ends within tens of microseconds of its deadline. Tokio's timer works in
+/// whole milliseconds and rounds up, which adds up to 5% to a 20 ms mock call: too coarse
+/// for the latency `--mock-delay-ms` stands in for when scheduling is measured. One thread
+/// waits on a condition variable until the earliest deadline and wakes the sleepers due.
+mod timer {
+    use std::collections::BinaryHeap;
+    use std::sync::{Condvar, Mutex, OnceLock};
+    use std::time::{Duration, Instant};
+
+    use tokio::sync::oneshot;
+
+    struct Due(Instant, oneshot::Sender<()>);
+
+    impl PartialEq for Due {
+        fn eq(&self, other: &Self) -> bool {
+            self.0 == other.0
+        }
+    }
+    impl Eq for Due {}
+    impl PartialOrd for Due {
+        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+            Some(self.cmp(other))
+        }
+    }
+    impl Ord for Due {
+        /// The earliest deadline is the greatest: `BinaryHeap` pops it first.
+        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+            other.0.cmp(&self.0)
+        }
+    }
+
+    struct Timer {
+        due: Mutex<BinaryHeap<Due>>,
+        changed: Condvar,
+    }
+
+    fn timer() -> Option<&'static Timer> {
+        static TIMER: OnceLock<Option<&'static Timer>> = OnceLock::new();
+        *TIMER.get_or_init(|| {
+            let timer: &'static Timer =
+                Box::leak(Box::new(Timer { due: Mutex::new(BinaryHeap::new()), changed: Condvar::new() }));
+            let spawned = std::thread::Builder::new().name("mock-timer".into()).spawn(move || run(timer));
+            spawned.is_ok().then_some(timer)
+        })
+    }
+
+    fn run(timer: &Timer) {
+        let Ok(mut due) = timer.due.lock() else { return };
+        loop {
+            let now = Instant::now();
+            while due.peek().is_some_and(|d| d.0 <= now) {
+                if let Some(Due(_, wake)) = due.pop() {
+                    let _ = wake.send(());
+                }
+            }
+            let wait = due.peek().map(|d| d.0 - now);
+            due = match wait {
+                Some(wait) => match timer.changed.wait_timeout(due, wait) {
+                    Ok((guard, _)) => guard,
+                    Err(_) => return,
+                },
+                None => match timer.changed.wait(due) {
+                    Ok(guard) => guard,
+                    Err(_) => return,
+                },
+            };
+        }
+    }
+
+    pub async fn sleep(duration: Duration) {
+        let deadline = Instant::now() + duration;
+        let (wake, woken) = oneshot::channel();
+        let queued = timer().and_then(|t| {
+            let mut due = t.due.lock().ok()?;
+            let earliest = due.peek().is_none_or(|d| deadline < d.0);
+            due.push(Due(deadline, wake));
+            if earliest {
+                t.changed.notify_one();
+            }
+            Some(())
+        });
+        match queued {
+            Some(()) => {
+                let _ = woken.await;
+            }
+            // No timer thread: tokio's coarser sleep still waits.
+            None => tokio::time::sleep_until(deadline.into()).await,
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        #[tokio::test]
+        async fn a_sleep_waits_at_least_its_duration_and_sleepers_wake_in_deadline_order() {
+            let start = std::time::Instant::now();
+            let (a, b) = tokio::join!(
+                async {
+                    super::sleep(std::time::Duration::from_millis(30)).await;
+                    std::time::Instant::now()
+                },
+                async {
+                    super::sleep(std::time::Duration::from_millis(10)).await;
+                    std::time::Instant::now()
+                }
+            );
+            assert!(b < a, "the shorter sleep ends first");
+            assert!(b - start >= std::time::Duration::from_millis(10));
+            assert!(a - start >= std::time::Duration::from_millis(30));
+        }
+    }
+}
+
 #[async_trait]
 impl LanguageModel for MockModel {
     fn name(&self) -> &str {
@@ -53,7 +165,7 @@ impl LanguageModel for MockModel {
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
         if let Some((low, high)) = self.delay_ms {
             let ms = if high > low { fastrand::u64(low..=high) } else { low };
-            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            timer::sleep(std::time::Duration::from_millis(ms)).await;
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let Some(turn) = self.turns.get(n) else {
