@@ -20,7 +20,16 @@ pub struct Merged {
 
 /// Merges `runs` into `<out_dir>/<run_id>/`. Every input must have the same suites (by
 /// digest) and models; an episode may appear in one input only.
-pub fn merge(runs: &[PathBuf], out_dir: &Path, run_id: String, command_line: Vec<String>) -> Result<Merged, String> {
+/// Incomplete inputs — a missing shard of an `I/N` split, a run that was interrupted or
+/// killed — are refused unless `allow_partial`: a merged verdict would pass on part of
+/// the episodes.
+pub fn merge(
+    runs: &[PathBuf],
+    out_dir: &Path,
+    run_id: String,
+    command_line: Vec<String>,
+    allow_partial: bool,
+) -> Result<Merged, String> {
     if runs.len() < 2 {
         return Err("merge needs at least two runs".into());
     }
@@ -29,6 +38,12 @@ pub fn merge(runs: &[PathBuf], out_dir: &Path, run_id: String, command_line: Vec
         let p = Projection::from_log(&run.join("events.jsonl")).map_err(|e| e.to_string())?;
         if p.header.suites.is_empty() {
             return Err(format!("{}: the log has no run_started event", run.display()));
+        }
+        if let Some(scoring) = &p.scoring_id {
+            return Err(format!(
+                "{} was regraded (`{scoring}`): merge the shards as they ran, then regrade the merged run",
+                run.display()
+            ));
         }
         projections.push(p);
     }
@@ -71,6 +86,23 @@ pub fn merge(runs: &[PathBuf], out_dir: &Path, run_id: String, command_line: Vec
         }
     }
     let missing_shards = missing_shards(&projections);
+    if !allow_partial {
+        if !missing_shards.is_empty() {
+            return Err(format!(
+                "shard(s) {} missing from the merge; pass --allow-partial to merge what there is",
+                missing_shards.join(", ")
+            ));
+        }
+        for (run, p) in runs.iter().zip(&projections) {
+            if p.interrupted || !p.finished || p.unfinished > 0 {
+                return Err(format!(
+                    "{} did not finish (interrupted or killed): resume it with `runner eval ... --resume {}`, or pass --allow-partial",
+                    run.display(),
+                    run.display()
+                ));
+            }
+        }
+    }
 
     let dir = out_dir.join(&run_id);
     if dir.exists() {
@@ -111,7 +143,7 @@ pub fn merge(runs: &[PathBuf], out_dir: &Path, run_id: String, command_line: Vec
             serde_json::to_string(&p.run_id).unwrap_or_default()
         );
         let mut failure = None;
-        for_each_line_of(&run.join("events.jsonl"), None, |kind, text| {
+        for_each_line_of(&run.join("events.jsonl"), None, |kind, text, _| {
             if run_level.contains(&kind) || failure.is_some() {
                 return Ok(());
             }

@@ -173,6 +173,8 @@ pub struct RunResult {
 pub enum RunError {
     #[error("failed to create the run folder {path}: {source}")]
     Folder { path: String, source: std::io::Error },
+    #[error("{0}")]
+    Locked(String),
     #[error("the run folder {0} already exists; choose another --run-id")]
     Exists(String),
     #[error("failed to write the event log: {0}")]
@@ -188,8 +190,9 @@ pub async fn run(
     mut on_finished: impl FnMut(&EpisodeReport),
 ) -> Result<RunResult, RunError> {
     let total = episode_count(suites, options);
-    let (run_id, dir, events_path, log, writer) = match &options.resume {
+    let (run_id, dir, events_path, log, writer, _lock) = match &options.resume {
         Some(resume) => {
+            let held = lock(&resume.dir).map_err(RunError::Locked)?;
             let events_path = resume.dir.join("events.jsonl");
             let (log, writer) =
                 EventLog::append(&events_path, &resume.run_id, resume.last_seq).map_err(RunError::Log)?;
@@ -202,10 +205,11 @@ pub async fn run(
                     kept: resume.keep.len() as u64,
                 },
             );
-            (resume.run_id.clone(), resume.dir.clone(), events_path, log, writer)
+            (resume.run_id.clone(), resume.dir.clone(), events_path, log, writer, held)
         }
         None => {
             let (run_id, dir) = create_run_folder(options)?;
+            let held = lock(&dir).map_err(RunError::Locked)?;
             let events_path = dir.join("events.jsonl");
             let (log, writer) = EventLog::create(&events_path, &run_id).map_err(RunError::Log)?;
             let started_event = Event::RunStarted {
@@ -224,7 +228,7 @@ pub async fn run(
             };
             write_run_json(&dir, &run_id, &started_event).map_err(RunError::Log)?;
             log.emit(None, &started_event);
-            (run_id, dir, events_path, log, writer)
+            (run_id, dir, events_path, log, writer, held)
         }
     };
     let started = std::time::Instant::now();
@@ -281,6 +285,25 @@ pub async fn run(
     drop(log);
     writer.close().map_err(RunError::Log)?;
     Ok(RunResult { aborted, run_id, dir, events_path, interrupted })
+}
+
+/// Takes the run folder's lock, held while the returned file is open: one process at a
+/// time appends to a run's log (a run, its resumption, a regrade).
+pub fn lock(dir: &Path) -> Result<std::fs::File, String> {
+    use std::os::fd::AsRawFd as _;
+    let path = dir.join(".lock");
+    let file = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("failed to open {}: {e}", path.display()))?;
+    // SAFETY: flock on a descriptor we own; it is released when the file closes.
+    let taken = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if taken != 0 {
+        return Err(format!("another runner is writing to {} (its .lock is held); wait for it to end", dir.display()));
+    }
+    Ok(file)
 }
 
 /// Creates `<out_dir>/<run-id>/`, refusing one that exists.

@@ -39,6 +39,11 @@ pub fn plan(
     if p.header.suites.is_empty() {
         return Err(format!("{shown}: the log has no run_started event; it cannot be resumed"));
     }
+    if let Some(scoring) = &p.scoring_id {
+        return Err(format!(
+            "{shown} was regraded (`{scoring}`): episodes run now would be scored by the suite's scorers, not the regrade's, and the run would mix two scorings; resume before regrading, or start a new run"
+        ));
+    }
     let asked: Vec<&str> = models.iter().map(|m| m.name()).collect();
     if asked != p.header.models.iter().map(String::as_str).collect::<Vec<_>>() {
         return Err(format!(
@@ -83,5 +88,5 @@ pub fn plan(
 }
 
 fn short(digest: &str) -> &str {
-    &digest[..digest.len().min(12)]
+    digest.get(..12).unwrap_or(digest)
 }

@@ -120,8 +120,8 @@ struct GateArgs {
 struct ReportArgs {
     /// The run folder (or its events.jsonl).
     run: PathBuf,
-    /// Write a self-contained HTML report (default: RUN/report.html).
-    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    /// Write a self-contained HTML report: `--html` to RUN/report.html, `--html=FILE` elsewhere.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
     html: Option<Option<PathBuf>>,
     /// The most episodes whose whole trajectory goes into the HTML report (failed and
     /// unscored ones first); the others are listed with their results only.
@@ -168,6 +168,9 @@ struct MergeArgs {
     /// Name the merged run's folder instead of using a timestamp.
     #[arg(long)]
     run_id: Option<String>,
+    /// Merge even when a shard is missing or did not finish (the verdict is then partial).
+    #[arg(long)]
+    allow_partial: bool,
     #[command(flatten)]
     gates: GateArgs,
 }
@@ -337,7 +340,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
 
 fn eval(args: EvalArgs) -> Result<Exit, Exit> {
     let (models, config) = open_models(&args).map_err(fail(Exit::Usage))?;
-    let baseline = check_gates(&args.gates)?;
+    let baseline = check_gates(&args.gates, &args.out)?;
     if args.epochs == Some(0) {
         return Err(fail(Exit::Usage)("--epochs must be at least 1"));
     }
@@ -383,9 +386,11 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
         result
     });
     let result = result.map_err(|e| match e {
-        RunError::Exists(_) | RunError::Folder { .. } => fail(Exit::Usage)(e),
+        RunError::Exists(_) | RunError::Folder { .. } | RunError::Locked(_) => fail(Exit::Usage)(e),
         _ => fail(Exit::ResultsFailed)(e),
     })?;
+    drop(runtime);
+    release_free_memory();
     let summary = summarize(&result.events_path)?;
     print!("\n{}", summary.render());
     println!("results: {}", result.dir.display());
@@ -400,18 +405,28 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
     judge(&result.events_path, &summary, &args.gates, baseline)
 }
 
+/// Hands the memory the run's threads freed back to the system before the tables are
+/// built, so that the run's peak and the tables' do not add up.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// The summary of a run's log; `summary.json`, `episodes.csv` and `episodes.parquet` are
 /// (re)written beside it. A log that cannot be read back, or a table that cannot be
 /// written, means the results failed.
 fn summarize(events: &std::path::Path) -> Result<Summary, Exit> {
-    let projection = Projection::from_log(events).map_err(fail(Exit::ResultsFailed))?;
-    let summary = Summary::from_projection(&projection);
+    let index = crate::report::table::Index::build(events).map_err(fail(Exit::ResultsFailed))?;
+    let mut summary = Summary::begin(&index.meta);
     let dir = events.parent().unwrap_or(std::path::Path::new("."));
+    crate::report::table::write_tables(&index, dir, |row| summary.add(row)).map_err(fail(Exit::ResultsFailed))?;
     let path = dir.join("summary.json");
     let json = serde_json::to_vec_pretty(&summary.to_json()).unwrap_or_default();
     std::fs::write(&path, json)
         .map_err(|e| fail(Exit::ResultsFailed)(format!("failed to write {}: {e}", path.display())))?;
-    crate::report::table::write_tables(&projection, dir).map_err(fail(Exit::ResultsFailed))?;
     Ok(summary)
 }
 
@@ -447,7 +462,7 @@ fn write_reports(
 
 /// Checks the gate flags before anything runs, and reads the baseline run (a bad baseline
 /// is found now, not after an hour of episodes).
-fn check_gates(gates: &GateArgs) -> Result<Option<Projection>, Exit> {
+fn check_gates(gates: &GateArgs, out_dir: &std::path::Path) -> Result<Option<Projection>, Exit> {
     let fractions = [
         ("--fail-under", gates.fail_under),
         ("--max-unscored", Some(gates.max_unscored)),
@@ -463,8 +478,11 @@ fn check_gates(gates: &GateArgs) -> Result<Option<Projection>, Exit> {
     }
     match &gates.baseline {
         Some(run) => {
-            let dir = batch::resume::find_run(run, std::path::Path::new("results")).map_err(fail(Exit::Usage))?;
+            let dir = batch::resume::find_run(run, out_dir).map_err(fail(Exit::Usage))?;
             let baseline = Projection::from_log(&dir.join("events.jsonl")).map_err(fail(Exit::Usage))?;
+            if baseline.header.suites.is_empty() || baseline.episodes.is_empty() {
+                return Err(fail(Exit::Usage)(format!("--baseline {}: the run has no episodes", dir.display())));
+            }
             Ok(Some(baseline))
         }
         None => Ok(None),
@@ -482,25 +500,31 @@ fn judge(
     let exit = gate(summary, gates.fail_under, gates.max_unscored);
     let Some(baseline) = baseline else { return Ok(exit) };
     let current = Projection::from_log(events).map_err(fail(Exit::ResultsFailed))?;
-    let verdicts = crate::report::compare::against_baseline(&baseline, &current);
-    if verdicts.is_empty() {
-        eprintln!("baseline: no episodes in common with {}: nothing to compare", baseline.run_id);
-    }
+    let (verdicts, unmatched) = crate::report::compare::against_baseline(&baseline, &current);
     let mut regressed = false;
     for t in &verdicts {
         let effect = t.effect.map_or("-".into(), |e| format!("{:+.1} pts", e * 100.0));
         let significant = t.regressed(gates.tolerance, gates.alpha);
         eprintln!(
-            "baseline: {} vs {}: {} shared episodes, {} regressed, {} improved, effect {effect}, McNemar p = {:.4}: {}",
+            "baseline: {} vs {}: {} shared tasks ({} episodes), {} regressed, {} improved, effect {effect}, McNemar p = {:.4}: {}",
             t.b,
             t.a,
             t.shared,
+            t.shared_episodes,
             t.only_a,
             t.only_b,
             t.p_value,
             if significant { "significant regression" } else { "no significant regression" }
         );
         regressed |= significant;
+    }
+    if !unmatched.is_empty() {
+        eprintln!(
+            "error: --baseline {} cannot judge {}: give a baseline of the same models and tasks",
+            baseline.run_id,
+            unmatched.join("; ")
+        );
+        return Ok(if exit != Exit::Passed { exit } else { Exit::Usage });
     }
     Ok(if exit != Exit::Passed {
         exit
@@ -512,7 +536,7 @@ fn judge(
 }
 
 fn regrade(args: RegradeArgs) -> Result<Exit, Exit> {
-    let baseline = check_gates(&args.gates)?;
+    let baseline = check_gates(&args.gates, std::path::Path::new("results"))?;
     let run = LoggedRun::read(&args.run).map_err(fail(Exit::Usage))?;
     let paths: Vec<PathBuf> = if args.suites.is_empty() {
         run.suites.iter().map(|s| PathBuf::from(&s.path)).collect()
@@ -526,6 +550,8 @@ fn regrade(args: RegradeArgs) -> Result<Exit, Exit> {
     })?;
     let config = ModelConfig::load(args.config.as_deref()).map_err(fail(Exit::Usage))?;
     let graders = open_graders(&suites, args.grader.clone(), &config).map_err(fail(Exit::Usage))?;
+    let run_dir = run.events_path.parent().unwrap_or(std::path::Path::new("."));
+    let _lock = batch::lock(run_dir).map_err(fail(Exit::Usage))?;
     let regraded =
         runtime()?.block_on(crate::scoring::regrade::regrade(&run, &suites, &graders, std::env::args().collect()));
     let (scoring_id, counts) = regraded
@@ -554,9 +580,10 @@ fn report(args: ReportArgs) -> Result<Exit, Exit> {
     write_reports(&events, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
     if let Some(html) = &args.html {
         let path = html.clone().unwrap_or_else(|| dir.join("report.html"));
-        let page = crate::report::html::render(&events, args.max_trajectories).map_err(fail(Exit::ResultsFailed))?;
-        std::fs::write(&path, page)
-            .map_err(|e| fail(Exit::ResultsFailed)(format!("failed to write {}: {e}", path.display())))?;
+        let failed = |e: String| fail(Exit::ResultsFailed)(format!("failed to write {}: {e}", path.display()));
+        let file = std::fs::File::create(&path).map_err(|e| failed(e.to_string()))?;
+        let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
+        crate::report::html::render(&events, args.max_trajectories, &mut out).map_err(failed)?;
         println!("report: {}", path.display());
     }
     Ok(Exit::Passed)
@@ -575,7 +602,9 @@ fn compare(args: CompareArgs) -> Result<Exit, Exit> {
     }
     let comparison = crate::report::compare::Comparison::of(&runs);
     if comparison.groups.len() < 2 {
-        return Err(fail(Exit::Usage)("nothing to compare: give two runs, or a run made with several --model"));
+        return Err(fail(Exit::Usage)(
+            "nothing to compare: the runs hold fewer than two models with episodes (give two runs, or a run made with several --model)",
+        ));
     }
     print!("{}", comparison.render());
     let write = |path: &std::path::Path, bytes: &[u8]| {
@@ -589,20 +618,29 @@ fn compare(args: CompareArgs) -> Result<Exit, Exit> {
         write(path, &comparison.groups_csv().map_err(fail(Exit::ResultsFailed))?)?;
         write(&path.with_extension("pairs.csv"), &comparison.pairs_csv().map_err(fail(Exit::ResultsFailed))?)?;
     }
-    let first = comparison.groups[0].label.clone();
-    let regressed = comparison.pairs.iter().any(|p| p.a == first && p.regressed(args.tolerance, args.alpha));
+    // Gated: each later run against the first, model by model; in one run of several
+    // models, each against the first model.
+    let regressed = if runs.len() > 1 {
+        runs[1..].iter().any(|run| {
+            let (tests, _) = crate::report::compare::against_baseline(&runs[0], run);
+            tests.iter().any(|t| t.regressed(args.tolerance, args.alpha))
+        })
+    } else {
+        let first = comparison.groups[0].label.clone();
+        comparison.pairs.iter().any(|p| p.a == first && p.regressed(args.tolerance, args.alpha))
+    };
     Ok(if args.fail_on_regression && regressed { Exit::GateFailed } else { Exit::Passed })
 }
 
 fn merge(args: MergeArgs) -> Result<Exit, Exit> {
-    let baseline = check_gates(&args.gates)?;
+    let baseline = check_gates(&args.gates, &args.out)?;
     let mut dirs = Vec::new();
     for run in &args.runs {
         dirs.push(batch::resume::find_run(run, &args.out).map_err(fail(Exit::Usage))?);
     }
     let run_id = args.run_id.clone().unwrap_or_else(batch::new_run_id);
-    let merged =
-        batch::merge::merge(&dirs, &args.out, run_id, std::env::args().collect()).map_err(fail(Exit::Usage))?;
+    let merged = batch::merge::merge(&dirs, &args.out, run_id, std::env::args().collect(), args.allow_partial)
+        .map_err(fail(Exit::Usage))?;
     if !merged.missing_shards.is_empty() {
         eprintln!("warning: shard(s) {} missing from the merge", merged.missing_shards.join(", "));
     }

@@ -60,7 +60,7 @@ pub fn for_each_event_of(
     kinds: Option<&[&str]>,
     mut each: impl FnMut(LoggedEvent),
 ) -> Result<bool, ReadError> {
-    for_each_line_of(path, kinds, |_, text| {
+    for_each_line_of(path, kinds, |_, text, _| {
         let fields: Map<String, Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
         let mut event = LoggedEvent::deserialize(Value::Object(fields.clone())).map_err(|e| e.to_string())?;
         event.fields = fields;
@@ -70,19 +70,21 @@ pub fn for_each_event_of(
 }
 
 /// The lines of a log whose `type` is in `kinds` (every line when `None`), as text with
-/// their type, for readers that decode only the fields they need. An error returned by
+/// their type and the byte offset where they start, for readers that decode only the
+/// fields they need. An error returned by
 /// `each` on a complete line stops the reading with that line's number; on the torn last
 /// line it only marks the line torn. Returns whether the last line was torn.
 pub fn for_each_line_of(
     path: &Path,
     kinds: Option<&[&str]>,
-    mut each: impl FnMut(&str, &str) -> Result<(), String>,
+    mut each: impl FnMut(&str, &str, u64) -> Result<(), String>,
 ) -> Result<bool, ReadError> {
     let shown = path.display().to_string();
     let file = std::fs::File::open(path).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
     let mut reader = BufReader::with_capacity(256 * 1024, file);
     let mut buf = Vec::new();
     let mut line_no = 0;
+    let mut next_offset = 0u64;
     loop {
         buf.clear();
         let n = reader.read_until(b'\n', &mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
@@ -90,6 +92,8 @@ pub fn for_each_line_of(
             return Ok(false);
         }
         line_no += 1;
+        let offset = next_offset;
+        next_offset += n as u64;
         // Only the last line can be torn, and a torn line has no newline yet; it may even
         // end inside a multi-byte character.
         let complete = buf.ends_with(b"\n");
@@ -99,7 +103,7 @@ pub fn for_each_line_of(
                 return Ok(());
             }
             match line_kind(text, kinds)? {
-                Some(kind) => each(&kind, text),
+                Some(kind) => each(&kind, text, offset),
                 None => Ok(()),
             }
         });
@@ -109,6 +113,27 @@ pub fn for_each_line_of(
             Err(message) => return Err(ReadError::Invalid { path: shown, line: line_no, message }),
         }
     }
+}
+
+/// The line that starts at `offset` (as [`for_each_line_of`] gave it), without its newline.
+pub fn line_at<'a>(file: &std::fs::File, offset: u64, buf: &'a mut Vec<u8>) -> std::io::Result<&'a str> {
+    use std::os::unix::fs::FileExt as _;
+    buf.clear();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = file.read_at(&mut chunk, offset + buf.len() as u64)?;
+        if n == 0 {
+            break;
+        }
+        match chunk[..n].iter().position(|b| *b == b'\n') {
+            Some(end) => {
+                buf.extend_from_slice(&chunk[..end]);
+                break;
+            }
+            None => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    std::str::from_utf8(buf).map_err(std::io::Error::other)
 }
 
 /// Reads a whole log into memory.
@@ -128,6 +153,22 @@ fn header_kind(text: &str) -> Option<&str> {
     let end = rest.find('"')?;
     let kind = &rest[..end];
     kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'_').then_some(kind)
+}
+
+/// The `episode_id` of a line as the writer lays it out (in the header, before `type`),
+/// found without parsing the rest; `None` when it has none there.
+pub fn header_episode_id(text: &str) -> Option<&str> {
+    let cut = (0..=text.len().min(256)).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    let head = &text[..cut];
+    let start = head.find(",\"episode_id\":\"")? + 15;
+    let kind_at = head.find(",\"type\":\"")?;
+    if start > kind_at {
+        return None;
+    }
+    let rest = &text[start..];
+    let end = rest.find('"')?;
+    let id = &rest[..end];
+    id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-').then_some(id)
 }
 
 /// Whether the last complete line of the log is `run_finished`: nothing (no regrade) was
@@ -171,6 +212,11 @@ mod tests {
         let line =
             r#"{"v":1,"run_id":"r","seq":3,"ts":"t","episode_id":"ep_1","type":"model_call","x":{"type":"nope"}}"#;
         assert_eq!(header_kind(line), Some("model_call"));
+        assert_eq!(header_episode_id(line), Some("ep_1"));
+        assert_eq!(
+            header_episode_id(r#"{"v":1,"run_id":"r","seq":3,"ts":"t","type":"run_started","episode_id":"x"}"#),
+            None
+        );
         let long_id = format!(r#"{{"v":1,"run_id":"{}","seq":1,"ts":"t","type":"run_started"}}"#, "x".repeat(300));
         assert_eq!(header_kind(&long_id), None, "past the header window it falls back to parsing");
         let parsed = line_kind(&long_id, Some(&["run_started"])).unwrap().unwrap();

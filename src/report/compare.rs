@@ -93,38 +93,68 @@ impl GroupStats {
     }
 }
 
-/// A task's epoch that passed in one group and failed in the other.
+/// A task whose verdict differs between the groups: it passed (a majority of its shared
+/// epochs) in one and not in the other.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Flip {
     pub suite: String,
     pub task_id: String,
-    pub epoch: u32,
-    /// Passed in A and failed in B (a regression of B against A), or the other way.
+    /// Epochs scored in both, and how many of them passed in A and in B.
+    pub epochs: u32,
+    pub passed_a: u32,
+    pub passed_b: u32,
+    /// Passed in A and not in B (a regression of B against A), or the other way.
     pub regressed: bool,
 }
 
-/// Group B against group A on the episodes both made.
+impl Flip {
+    fn name(&self, markdown: bool) -> String {
+        let tick = if markdown { "`" } else { "" };
+        let counts = if self.epochs > 1 {
+            format!(" ({}/{} → {}/{})", self.passed_a, self.epochs, self.passed_b, self.epochs)
+        } else {
+            String::new()
+        };
+        format!("{tick}{}/{}{tick}{counts}", self.suite, self.task_id)
+    }
+}
+
+/// Group B against group A on the tasks both ran. The unit is the task, not the episode:
+/// a task's epochs are not independent of each other, so each task counts once — passed
+/// when a majority of its shared epochs passed, scored by its mean over them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PairTest {
     pub a: String,
     pub b: String,
-    /// Pairs scored in both.
+    /// Tasks with at least one epoch scored in both.
     pub shared: u64,
-    /// Pairs left out because the task's content differs between the two.
+    /// Episodes scored in both.
+    pub shared_episodes: u64,
+    /// Episode pairs left out because the task's content differs between the two.
     pub changed_tasks: u64,
-    /// Pairs passing only in A, and only in B.
+    /// Tasks passing only in A, and only in B.
     pub only_a: u64,
     pub only_b: u64,
-    /// Pass rates on the shared pairs.
+    /// Mean over the shared tasks of each task's pass rate over its shared epochs.
     pub pass_rate_a: Option<f64>,
     pub pass_rate_b: Option<f64>,
-    /// B minus A, in pass rate over the shared pairs.
+    /// B minus A, in pass rate.
     pub effect: Option<f64>,
-    /// Exact McNemar, two-sided.
+    /// Exact McNemar on the tasks' verdicts, two-sided.
     pub p_value: f64,
-    /// Scores, B minus A.
+    /// Tasks' mean scores, B minus A, resampling tasks.
     pub score: Option<Bootstrap>,
     pub flips: Vec<Flip>,
+}
+
+/// One task's shared epochs.
+#[derive(Default)]
+struct TaskPair {
+    epochs: u32,
+    passed_a: u32,
+    passed_b: u32,
+    score_a: f64,
+    score_b: f64,
 }
 
 impl PairTest {
@@ -134,6 +164,7 @@ impl PairTest {
             a: a.label.clone(),
             b: b.label.clone(),
             shared: 0,
+            shared_episodes: 0,
             changed_tasks: 0,
             only_a: 0,
             only_b: 0,
@@ -144,8 +175,7 @@ impl PairTest {
             score: None,
             flips: Vec::new(),
         };
-        let (mut passed_a, mut passed_b) = (0u64, 0u64);
-        let mut diffs = Vec::new();
+        let mut tasks: std::collections::BTreeMap<(&str, &str), TaskPair> = std::collections::BTreeMap::new();
         for rb in &b.rows {
             let Some(ra) = by_key.get(&rb.pair_key()) else { continue };
             if ra.task_digest != rb.task_digest {
@@ -157,33 +187,47 @@ impl PairTest {
             else {
                 continue;
             };
-            t.shared += 1;
-            passed_a += u64::from(*pa);
-            passed_b += u64::from(*pb);
-            diffs.push(sb - sa);
-            if pa != pb {
-                if *pa {
+            t.shared_episodes += 1;
+            let task = tasks.entry((&rb.suite, &rb.task_id)).or_default();
+            task.epochs += 1;
+            task.passed_a += u32::from(*pa);
+            task.passed_b += u32::from(*pb);
+            task.score_a += sa;
+            task.score_b += sb;
+        }
+        let (mut rate_a, mut rate_b) = (0.0, 0.0);
+        let mut diffs = Vec::with_capacity(tasks.len());
+        for ((suite, task_id), task) in &tasks {
+            let n = f64::from(task.epochs);
+            rate_a += f64::from(task.passed_a) / n;
+            rate_b += f64::from(task.passed_b) / n;
+            diffs.push((task.score_b - task.score_a) / n);
+            let (ok_a, ok_b) = (task.passed_a * 2 > task.epochs, task.passed_b * 2 > task.epochs);
+            if ok_a != ok_b {
+                if ok_a {
                     t.only_a += 1;
                 } else {
                     t.only_b += 1;
                 }
                 t.flips.push(Flip {
-                    suite: rb.suite.to_string(),
-                    task_id: rb.task_id.to_string(),
-                    epoch: rb.epoch,
-                    regressed: *pa,
+                    suite: suite.to_string(),
+                    task_id: task_id.to_string(),
+                    epochs: task.epochs,
+                    passed_a: task.passed_a,
+                    passed_b: task.passed_b,
+                    regressed: ok_a,
                 });
             }
         }
+        t.shared = tasks.len() as u64;
         if t.shared > 0 {
             let n = t.shared as f64;
-            t.pass_rate_a = Some(passed_a as f64 / n);
-            t.pass_rate_b = Some(passed_b as f64 / n);
-            t.effect = Some((passed_b as f64 - passed_a as f64) / n);
+            t.pass_rate_a = Some(rate_a / n);
+            t.pass_rate_b = Some(rate_b / n);
+            t.effect = Some((rate_b - rate_a) / n);
         }
         t.p_value = stats::mcnemar_exact(t.only_a, t.only_b);
         t.score = stats::paired_bootstrap(&diffs, RESAMPLES, SEED);
-        t.flips.sort_by(|x, y| (&x.suite, &x.task_id, x.epoch).cmp(&(&y.suite, &y.task_id, y.epoch)));
         t
     }
 
@@ -205,7 +249,8 @@ pub struct GroupRef<'a> {
 /// names when those are unique, else `run/model`.
 pub fn groups(runs: &[Projection]) -> Vec<GroupRef<'_>> {
     let mut out: Vec<GroupRef> = Vec::new();
-    for p in runs {
+    let mut run_of: Vec<usize> = Vec::new();
+    for (i, p) in runs.iter().enumerate() {
         let mut models: Vec<&str> = p.header.models.iter().map(String::as_str).collect();
         for e in &p.episodes {
             if !models.contains(&&*e.model) {
@@ -215,16 +260,23 @@ pub fn groups(runs: &[Projection]) -> Vec<GroupRef<'_>> {
         for m in models {
             let rows: Vec<&EpisodeRow> = p.episodes.iter().filter(|e| &*e.model == m).collect();
             out.push(GroupRef { label: m.to_string(), run_id: p.run_id.clone(), model: m.to_string(), rows });
+            run_of.push(i + 1);
         }
     }
-    let unique = {
-        let mut names: Vec<&str> = out.iter().map(|g| g.model.as_str()).collect();
+    let unique = |out: &[GroupRef]| {
+        let mut names: Vec<&str> = out.iter().map(|g| g.label.as_str()).collect();
         names.sort();
         names.windows(2).all(|w| w[0] != w[1])
     };
-    if !unique {
+    if !unique(&out) {
         for g in &mut out {
             g.label = format!("{}/{}", g.run_id, g.model);
+        }
+    }
+    // Two folders of one run id (copies, or runs of two machines): number the runs.
+    if !unique(&out) {
+        for (g, i) in out.iter_mut().zip(run_of) {
+            g.label = format!("#{i} {}/{}", g.run_id, g.model);
         }
     }
     out
@@ -299,7 +351,7 @@ impl Comparison {
             [
                 "A",
                 "B",
-                "shared",
+                "tasks",
                 "A only",
                 "B only",
                 "pass rate A",
@@ -419,7 +471,7 @@ impl Comparison {
         w.write_record([
             "a",
             "b",
-            "shared",
+            "shared_tasks",
             "only_a",
             "only_b",
             "pass_rate_a",
@@ -433,6 +485,7 @@ impl Comparison {
             "regressions",
             "improvements",
             "changed_tasks",
+            "shared_episodes",
         ])?;
         for p in &self.pairs {
             let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
@@ -454,6 +507,7 @@ impl Comparison {
                 regressions.to_string(),
                 (p.flips.len() - regressions).to_string(),
                 p.changed_tasks.to_string(),
+                p.shared_episodes.to_string(),
             ])?;
         }
         w.into_inner().map_err(|e| csv::Error::from(e.into_error()))
@@ -470,17 +524,7 @@ fn flip_lines(p: &PairTest, markdown: bool) -> String {
         if flips.is_empty() {
             continue;
         }
-        let named: Vec<String> = flips
-            .iter()
-            .take(FLIPS_SHOWN)
-            .map(|f| {
-                if markdown {
-                    format!("`{}/{}#{}`", f.suite, f.task_id, f.epoch)
-                } else {
-                    format!("{}/{}#{}", f.suite, f.task_id, f.epoch)
-                }
-            })
-            .collect();
+        let named: Vec<String> = flips.iter().take(FLIPS_SHOWN).map(|f| f.name(markdown)).collect();
         let more = flips.len().saturating_sub(FLIPS_SHOWN);
         let more = if more > 0 { format!(" and {more} more") } else { String::new() };
         let bullet = if markdown { "- " } else { "" };
@@ -510,19 +554,32 @@ fn markdown_table(lines: &[Vec<String>]) -> String {
 }
 
 /// Each model of `current` against its counterpart in `baseline`: the same model when the
-/// baseline has it, else the baseline's only model. A = baseline, B = current.
-pub fn against_baseline(baseline: &Projection, current: &Projection) -> Vec<PairTest> {
+/// baseline has it, else the baseline's only model. A = baseline, B = current. The models
+/// that have no counterpart, or no task in common with it, come back in `unmatched`: a
+/// gate must not pass on what it could not judge.
+pub fn against_baseline(baseline: &Projection, current: &Projection) -> (Vec<PairTest>, Vec<String>) {
     let base = groups(std::slice::from_ref(baseline));
     let now = groups(std::slice::from_ref(current));
-    let mut out = Vec::new();
+    let (mut tests, mut unmatched) = (Vec::new(), Vec::new());
     for b in &now {
         let a = base.iter().find(|a| a.model == b.model).or(if base.len() == 1 { base.first() } else { None });
-        if let Some(a) = a {
-            let mut t = PairTest::between(a, b);
-            t.a = format!("{} (baseline {})", a.model, a.run_id);
-            out.push(t);
+        match a {
+            Some(a) => {
+                let mut t = PairTest::between(a, b);
+                t.a = format!("{} (baseline {})", a.model, a.run_id);
+                t.b = b.model.clone();
+                if t.shared == 0 {
+                    unmatched.push(format!("{} (no task scored in both)", b.model));
+                } else {
+                    tests.push(t);
+                }
+            }
+            None => unmatched.push(format!(
+                "{} (the baseline ran {})",
+                b.model,
+                base.iter().map(|g| g.model.as_str()).collect::<Vec<_>>().join(", ")
+            )),
         }
     }
-    out.retain(|t| t.shared > 0);
-    out
+    (tests, unmatched)
 }

@@ -3,37 +3,98 @@
 //! with intervals, a filterable episode list and each episode's trajectory.
 
 use std::collections::{HashMap, HashSet};
+use std::io::Write;
 use std::path::Path;
 
 use serde_json::{Value, json};
 
 use super::compare::GroupStats;
 use super::table::{EpisodeRow, Projection};
-use crate::log::reader::for_each_line_of;
+use crate::log::reader::{for_each_line_of, header_episode_id};
 
 const TEMPLATE: &str = include_str!("report.html");
 const PLACEHOLDER: &str = "/*RUN_DATA*/null";
 
-/// The report page for the run logged at `events`. At most `max_trajectories` episodes carry
-/// their whole trajectory (failed, unscored and cancelled ones first): the rest are listed
-/// with their results, so a run of 100,000 episodes still gives a page a browser opens.
-pub fn render(events: &Path, max_trajectories: usize) -> Result<String, String> {
+/// Writes the report page for the run logged at `events`. At most `max_trajectories`
+/// episodes carry their whole trajectory (failed, unscored and cancelled ones first): the
+/// rest are listed with their results, so a run of 100,000 episodes still gives a page a
+/// browser opens. The data streams into the page; no copy of it is held as a whole.
+pub fn render(events: &Path, max_trajectories: usize, out: &mut impl Write) -> Result<(), String> {
     let p = Projection::from_log(events).map_err(|e| e.to_string())?;
     let chosen = choose(&p.episodes, max_trajectories);
     let trajectories = trajectories(events, &chosen)?;
-    let data = data(&p, trajectories, chosen.len());
-    Ok(page(&data))
+    let (before, after) = TEMPLATE.split_once(PLACEHOLDER).ok_or("the report template has no data placeholder")?;
+    let written = (|| -> std::io::Result<()> {
+        out.write_all(before.as_bytes())?;
+        let mut data = ScriptSafe { out: &mut *out, pending: Vec::new() };
+        write_data(&mut data, &p, &trajectories, chosen.len())?;
+        data.finish()?;
+        out.write_all(after.as_bytes())?;
+        out.flush()
+    })();
+    written.map_err(|e| e.to_string())
 }
 
-/// The template with the data in place of its placeholder.
+/// The template with `data` in place of its placeholder.
 pub fn page(data: &Value) -> String {
-    TEMPLATE.replacen(PLACEHOLDER, &script_safe(&data.to_string()), 1)
+    let mut safe = ScriptSafe { out: Vec::new(), pending: Vec::new() };
+    let _ = serde_json::to_writer(&mut safe, data).and_then(|_| safe.finish().map_err(serde_json::Error::io));
+    TEMPLATE.replacen(PLACEHOLDER, &String::from_utf8_lossy(&safe.out), 1)
 }
 
-/// JSON that cannot end the script element it sits in: every `<` is escaped (it only occurs
-/// inside strings), and so are the two line separators JavaScript once disallowed.
-fn script_safe(json: &str) -> String {
-    json.replace('<', "\\u003c").replace('\u{2028}', "\\u2028").replace('\u{2029}', "\\u2029")
+/// Writes JSON that cannot end the script element it sits in: every `<` is escaped (in JSON
+/// it only occurs inside strings), and so are the two line separators JavaScript once
+/// disallowed. A character split across writes is held until it is whole.
+struct ScriptSafe<W: Write> {
+    out: W,
+    pending: Vec<u8>,
+}
+
+impl<W: Write> ScriptSafe<W> {
+    fn finish(&mut self) -> std::io::Result<()> {
+        let rest = std::mem::take(&mut self.pending);
+        self.out.write_all(&rest)
+    }
+}
+
+impl<W: Write> Write for ScriptSafe<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut bytes = std::mem::take(&mut self.pending);
+        bytes.extend_from_slice(buf);
+        // U+2028 and U+2029 are E2 80 A8 and E2 80 A9: keep a tail that may be their start.
+        let keep = match bytes.as_slice() {
+            [.., 0xE2] => 1,
+            [.., 0xE2, 0x80] => 2,
+            _ => 0,
+        };
+        let (ready, tail) = bytes.split_at(bytes.len() - keep);
+        let mut start = 0;
+        let mut i = 0;
+        while i < ready.len() {
+            let escaped: Option<(&[u8], usize)> = match ready[i] {
+                b'<' => Some((b"\\u003c", 1)),
+                0xE2 if ready.get(i + 1) == Some(&0x80) && ready.get(i + 2) == Some(&0xA8) => Some((b"\\u2028", 3)),
+                0xE2 if ready.get(i + 1) == Some(&0x80) && ready.get(i + 2) == Some(&0xA9) => Some((b"\\u2029", 3)),
+                _ => None,
+            };
+            match escaped {
+                Some((with, len)) => {
+                    self.out.write_all(&ready[start..i])?;
+                    self.out.write_all(with)?;
+                    i += len;
+                    start = i;
+                }
+                None => i += 1,
+            }
+        }
+        self.out.write_all(&ready[start..])?;
+        self.pending = tail.to_vec();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// The episodes whose trajectories go in: not passed first, then passed, in table order.
@@ -43,9 +104,10 @@ fn choose(rows: &[EpisodeRow], max: usize) -> HashSet<String> {
     first.into_iter().take(max).map(|r| String::from(&*r.episode_id)).collect()
 }
 
-/// The chosen episodes' events, each episode's from its latest start on.
-fn trajectories(events: &Path, chosen: &HashSet<String>) -> Result<HashMap<String, Vec<Value>>, String> {
-    let mut out: HashMap<String, Vec<Value>> = HashMap::new();
+/// The chosen episodes' events as logged, each episode's from its latest start on. Lines
+/// of other episodes are skipped by their header, without being parsed.
+fn trajectories(events: &Path, chosen: &HashSet<String>) -> Result<HashMap<String, Vec<String>>, String> {
+    let mut out: HashMap<String, Vec<String>> = HashMap::new();
     if chosen.is_empty() {
         return Ok(out);
     }
@@ -54,26 +116,47 @@ fn trajectories(events: &Path, chosen: &HashSet<String>) -> Result<HashMap<Strin
         #[serde(default)]
         episode_id: Option<String>,
     }
-    for_each_line_of(events, None, |kind, text| {
-        let Ok(Id { episode_id: Some(id) }) = serde_json::from_str::<Id>(text) else { return Ok(()) };
+    for_each_line_of(events, None, |kind, text, _| {
+        let id = match header_episode_id(text) {
+            Some(id) => id.to_owned(),
+            None => match serde_json::from_str::<Id>(text) {
+                Ok(Id { episode_id: Some(id) }) => id,
+                _ => return Ok(()),
+            },
+        };
         if !chosen.contains(&id) {
             return Ok(());
-        }
-        let mut event: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        if let Some(obj) = event.as_object_mut() {
-            for header in ["v", "run_id", "episode_id"] {
-                obj.remove(header);
-            }
         }
         let list = out.entry(id).or_default();
         if kind == "episode_started" {
             list.clear();
         }
-        list.push(event);
+        list.push(text.to_owned());
         Ok(())
     })
     .map_err(|e| e.to_string())?;
     Ok(out)
+}
+
+/// One episode in the page's list.
+#[derive(serde::Serialize)]
+struct Listed<'a> {
+    episode_id: &'a str,
+    suite: &'a str,
+    task_id: &'a str,
+    model: &'a str,
+    epoch: u32,
+    outcome: &'static str,
+    unscored_cause: Option<&'a str>,
+    score: Option<f64>,
+    steps: u32,
+    tool_calls: u32,
+    tool_errors: u32,
+    tokens: u64,
+    cost_usd: Option<f64>,
+    latency_ms: f64,
+    wall_ms: f64,
+    termination: &'static str,
 }
 
 fn stats(suite: Option<&str>, g: &GroupStats) -> Value {
@@ -86,10 +169,17 @@ fn stats(suite: Option<&str>, g: &GroupStats) -> Value {
     })
 }
 
-fn data(p: &Projection, trajectories: HashMap<String, Vec<Value>>, chosen: usize) -> Value {
+/// The page's data: `{…header and tables…, "episodes": […], "trajectories": {…}}`.
+fn write_data(
+    out: &mut impl Write,
+    p: &Projection,
+    trajectories: &HashMap<String, Vec<String>>,
+    chosen: usize,
+) -> std::io::Result<()> {
     let all: Vec<&EpisodeRow> = p.episodes.iter().collect();
     let mut totals = stats(None, &GroupStats::of(String::new(), p.run_id.clone(), String::new(), &all));
     totals["model"] = Value::Null;
+    drop(all);
     let models: Vec<Value> = super::compare::groups(std::slice::from_ref(p))
         .iter()
         .map(|g| stats(None, &GroupStats::of(g.label.clone(), g.run_id.clone(), g.model.clone(), &g.rows)))
@@ -108,20 +198,7 @@ fn data(p: &Projection, trajectories: HashMap<String, Vec<Value>>, chosen: usize
             stats(Some(suite), &GroupStats::of(String::new(), p.run_id.clone(), model.to_string(), &rows))
         })
         .collect();
-    let episodes: Vec<Value> = p
-        .episodes
-        .iter()
-        .map(|e| {
-            json!({
-                "episode_id": &*e.episode_id, "suite": &*e.suite, "task_id": &*e.task_id, "model": &*e.model,
-                "epoch": e.epoch, "outcome": e.status(), "unscored_cause": e.unscored_cause(), "score": e.score(),
-                "steps": e.steps, "tool_calls": e.tool_calls, "tool_errors": e.tool_errors,
-                "tokens": e.usage.total(), "cost_usd": e.cost_usd, "latency_ms": e.latency_ms, "wall_ms": e.wall_ms,
-                "termination": e.termination.as_str(),
-            })
-        })
-        .collect();
-    json!({
+    let head = json!({
         "run_id": p.run_id,
         "generated_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         "runner_version": env!("CARGO_PKG_VERSION"),
@@ -132,10 +209,53 @@ fn data(p: &Projection, trajectories: HashMap<String, Vec<Value>>, chosen: usize
         "totals": totals,
         "models": models,
         "suites": suites,
-        "episodes": episodes,
-        "trajectories": trajectories,
         "omitted_trajectories": p.episodes.len().saturating_sub(chosen),
-    })
+    });
+    // The head object, left open for the two big members.
+    let head = head.to_string();
+    out.write_all(&head.as_bytes()[..head.len() - 1])?;
+    out.write_all(b",\"episodes\":[")?;
+    for (i, e) in p.episodes.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        let listed = Listed {
+            episode_id: &e.episode_id,
+            suite: &e.suite,
+            task_id: &e.task_id,
+            model: &e.model,
+            epoch: e.epoch,
+            outcome: e.status(),
+            unscored_cause: e.unscored_cause(),
+            score: e.score(),
+            steps: e.steps,
+            tool_calls: e.tool_calls,
+            tool_errors: e.tool_errors,
+            tokens: e.usage.total(),
+            cost_usd: e.cost_usd,
+            latency_ms: e.latency_ms,
+            wall_ms: e.wall_ms,
+            termination: e.termination.as_str(),
+        };
+        serde_json::to_writer(&mut *out, &listed)?;
+    }
+    out.write_all(b"],\"trajectories\":{")?;
+    for (i, (id, lines)) in trajectories.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b",")?;
+        }
+        serde_json::to_writer(&mut *out, id)?;
+        out.write_all(b":[")?;
+        for (j, line) in lines.iter().enumerate() {
+            if j > 0 {
+                out.write_all(b",")?;
+            }
+            // Each line is one JSON object, as the log holds it.
+            out.write_all(line.as_bytes())?;
+        }
+        out.write_all(b"]")?;
+    }
+    out.write_all(b"}}")
 }
 
 #[cfg(test)]
@@ -155,5 +275,16 @@ mod tests {
         let json_text = inline.trim_start_matches("const RUN = ").trim_end().trim_end_matches(';');
         let back: Value = serde_json::from_str(json_text).unwrap();
         assert_eq!(back, data);
+    }
+
+    #[test]
+    fn a_separator_split_across_writes_is_still_escaped() {
+        let text = "a\u{2028}b<c\u{2029}é";
+        let mut safe = ScriptSafe { out: Vec::new(), pending: Vec::new() };
+        for byte in text.as_bytes() {
+            safe.write_all(std::slice::from_ref(byte)).unwrap();
+        }
+        safe.finish().unwrap();
+        assert_eq!(String::from_utf8(safe.out).unwrap(), "a\\u2028b\\u003cc\\u2029é");
     }
 }

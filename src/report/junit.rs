@@ -8,11 +8,40 @@ use std::io::Write;
 use std::path::Path;
 
 use super::Summary;
+use super::table::{EpisodeRow, Index};
 use crate::log::reader::for_each_event_of;
 use crate::log::{Event, Outcome};
 
-/// Writes `out` from the log at `events`; `summary` gives the totals of the header.
+/// Writes `out` from the log at `events`, one case per row of the episodes table (an
+/// episode's latest finish under its latest scoring); `summary` gives the header's totals.
 pub fn write(events: &Path, summary: &Summary, out: &Path) -> std::io::Result<()> {
+    let index = Index::build(events).map_err(std::io::Error::other)?;
+    // Why the episodes that did not pass did not: their failed scorers' explanations under
+    // the scoring that counts, or their unscored message. Only those are held.
+    let mut explain: HashMap<String, Explanation> = HashMap::new();
+    index
+        .for_each_row(|row| {
+            if row.status() != "passed" {
+                explain.insert(row.episode_id.to_string(), Explanation::default());
+            }
+        })
+        .map_err(std::io::Error::other)?;
+    let kinds = ["episode_started", "score", "episode_finished", "episode_scored"];
+    for_each_event_of(events, Some(&kinds), |logged| {
+        let Some(e) = logged.episode_id.as_ref().and_then(|id| explain.get_mut(id)) else { return };
+        match logged.event() {
+            // The episode ran again: what its earlier try said no longer counts.
+            Some(Event::EpisodeStarted { .. }) => *e = Explanation::default(),
+            Some(Event::Score { scoring_id, scorer, passed: false, explanation, .. }) => {
+                e.reasons.push((scoring_id, format!("{scorer}: {explanation}")));
+            }
+            Some(Event::EpisodeFinished { outcome: Outcome::Unscored { message, .. }, .. })
+            | Some(Event::EpisodeScored { outcome: Outcome::Unscored { message, .. }, .. }) => e.message = message,
+            _ => {}
+        }
+    })
+    .map_err(std::io::Error::other)?;
+
     let total = summary.total();
     let mut file = std::io::BufWriter::new(std::fs::File::create(out)?);
     let name = escape(&summary.run_id);
@@ -26,87 +55,51 @@ pub fn write(events: &Path, summary: &Summary, out: &Path) -> std::io::Result<()
         "  <testsuite name=\"{name}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\">",
         total.episodes, total.failed, total.unscored, total.cancelled
     )?;
-
-    // Failed scorers' explanations are gathered per episode until it finishes. When the run
-    // was regraded, cases wait for their latest outcome at the end of the log.
-    let mut open: HashMap<String, Case> = HashMap::new();
-    let mut waiting: Vec<(String, Case)> = Vec::new();
-    let mut rescored: HashMap<String, Outcome> = HashMap::new();
     let mut result = Ok(());
-    let kinds = ["episode_started", "score", "episode_finished", "episode_scored"];
-    for_each_event_of(events, Some(&kinds), |logged| {
-        let Some(id) = logged.episode_id.clone() else { return };
-        match logged.event() {
-            Some(Event::EpisodeStarted { suite, task_id, model, epoch, .. }) => {
-                let case = Case {
-                    suite,
-                    task: task_id,
-                    model,
-                    epoch,
-                    wall_ms: 0.0,
-                    outcome: Outcome::Cancelled,
-                    reasons: Vec::new(),
-                };
-                open.insert(id, case);
+    index
+        .for_each_row(|row| {
+            if result.is_err() {
+                return;
             }
-            Some(Event::Score { scorer, passed: false, explanation, .. }) => {
-                if let Some(case) = open.get_mut(&id) {
-                    case.reasons.push(format!("{scorer}: {explanation}"));
-                }
-            }
-            Some(Event::EpisodeFinished { outcome, wall_ms, .. }) => {
-                if let Some(mut case) = open.remove(&id) {
-                    (case.outcome, case.wall_ms) = (outcome, wall_ms);
-                    if summary.scoring_id.is_none() {
-                        if let Err(e) = case.write(&mut file) {
-                            result = Err(e);
-                        }
-                    } else {
-                        waiting.push((id, case));
-                    }
-                }
-            }
-            Some(Event::EpisodeScored { outcome, .. }) => {
-                rescored.insert(id, outcome);
-            }
-            _ => {}
-        }
-    })
-    .map_err(std::io::Error::other)?;
+            let e = explain.remove(&*row.episode_id).unwrap_or_default();
+            // The latest scoring that explained anything is the one that counts.
+            let latest = e.reasons.last().map(|(id, _)| id.clone());
+            let reasons = e.reasons.into_iter().filter(|(id, _)| Some(id) == latest.as_ref()).map(|(_, r)| r).collect();
+            let case = Case { row: &row, reasons, message: e.message };
+            result = case.write(&mut file);
+        })
+        .map_err(std::io::Error::other)?;
     result?;
-    for (id, mut case) in waiting {
-        if let Some(outcome) = rescored.remove(&id) {
-            case.outcome = outcome;
-            case.reasons = vec!["regraded: the log's latest score events explain it".into()];
-        }
-        case.write(&mut file)?;
-    }
     file.write_all(b"  </testsuite>\n</testsuites>\n")?;
     file.flush()
 }
 
-/// One episode as a test case.
-struct Case {
-    suite: String,
-    task: String,
-    model: String,
-    epoch: u32,
-    wall_ms: f64,
-    outcome: Outcome,
-    reasons: Vec<String>,
+#[derive(Default)]
+struct Explanation {
+    /// Failed scorers, with the scoring they belong to.
+    reasons: Vec<(String, String)>,
+    message: String,
 }
 
-impl Case {
+/// One episode as a test case.
+struct Case<'a> {
+    row: &'a EpisodeRow,
+    reasons: Vec<String>,
+    message: String,
+}
+
+impl Case<'_> {
     fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
-        let name = format!("{} [{}, epoch {}]", self.task, self.model, self.epoch);
+        let r = self.row;
+        let name = format!("{} [{}, epoch {}]", r.task_id, r.model, r.epoch);
         write!(
             out,
             "    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3}\"",
-            escape(&self.suite),
+            escape(&r.suite),
             escape(&name),
-            self.wall_ms / 1e3
+            r.wall_ms / 1e3
         )?;
-        match &self.outcome {
+        match &r.outcome {
             Outcome::Scored { passed: true, .. } => out.write_all(b"/>\n"),
             Outcome::Scored { score, .. } => {
                 let text = if self.reasons.is_empty() { format!("score {score:.3}") } else { self.reasons.join("\n") };
@@ -116,12 +109,12 @@ impl Case {
                     escape(&text)
                 )
             }
-            Outcome::Unscored { cause, message } => write!(
+            Outcome::Unscored { cause, .. } => write!(
                 out,
                 ">\n      <error message=\"{}\" type=\"{}\">{}</error>\n    </testcase>\n",
                 escape(&format!("unscored: {cause}")),
                 escape(cause),
-                escape(message)
+                escape(&self.message)
             ),
             Outcome::Cancelled => out.write_all(b">\n      <skipped message=\"cancelled\"/>\n    </testcase>\n"),
         }

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use chrono::{DateTime, FixedOffset};
 
-use super::table::Projection;
+use super::table::{EpisodeRow, Projection};
 use crate::log::Outcome;
 use crate::log::reader::ReadError;
 
@@ -126,9 +126,19 @@ impl Summary {
 
     /// Tallies the episodes table: per suite and model, and per task over its epochs.
     pub fn from_projection(p: &Projection) -> Summary {
+        let mut summary = Summary::begin(p);
+        for e in &p.episodes {
+            summary.add(e);
+        }
+        summary
+    }
+
+    /// A summary of no episodes yet, with the run's own facts; rows come with [`Summary::add`].
+    pub fn begin(p: &Projection) -> Summary {
         let mut summary = Summary {
             run_id: p.run_id.clone(),
-            interrupted: p.interrupted,
+            // A run with no `run_finished` after its last start was killed.
+            interrupted: p.interrupted || !p.finished,
             wall_ms: p.wall_ms,
             unfinished: p.unfinished,
             torn_last_line: p.torn_last_line,
@@ -139,41 +149,45 @@ impl Summary {
             summary.thresholds.insert(s.name.clone(), s.pass_threshold);
             summary.suites.insert(s.name.clone(), s.clone());
         }
-        let mut index: HashMap<(&str, &str), usize> = HashMap::new();
-        for e in &p.episodes {
-            let at = *index.entry((&e.suite, &e.model)).or_insert_with(|| {
-                summary.rows.push(Row { suite: e.suite.to_string(), model: e.model.to_string(), ..Row::default() });
-                summary.rows.len() - 1
-            });
-            if let Outcome::Scored { score, passed } = &e.outcome {
-                let key = (e.suite.to_string(), e.model.to_string(), e.task_id.to_string());
-                let tally = summary.tasks.entry(key).or_default();
-                tally.scores.push(*score);
-                tally.passed += u64::from(*passed);
-            }
-            let row = &mut summary.rows[at];
-            let at = |us: i64| DateTime::from_timestamp_micros(us).map(|t| t.fixed_offset());
-            let (start, finish) = (at(e.started_us), at(e.finished_us));
-            row.first_start = row.first_start.min(start).or(row.first_start).or(start);
-            row.last_finish = row.last_finish.max(finish);
-            row.episodes += 1;
-            row.steps += u64::from(e.steps);
-            row.tokens += e.usage.total();
-            match e.cost_usd {
-                Some(c) => row.cost_usd += c,
-                None => row.unpriced += 1,
-            }
-            match &e.outcome {
-                Outcome::Scored { passed: true, .. } => row.passed += 1,
-                Outcome::Scored { passed: false, .. } => row.failed += 1,
-                Outcome::Unscored { cause, .. } => {
-                    row.unscored += 1;
-                    *row.unscored_causes.entry(cause.clone()).or_default() += 1;
-                }
-                Outcome::Cancelled => row.cancelled += 1,
-            }
-        }
         summary
+    }
+
+    /// Counts one episode.
+    pub fn add(&mut self, e: &EpisodeRow) {
+        let at = match self.rows.iter().position(|r| *r.suite == *e.suite && *r.model == *e.model) {
+            Some(at) => at,
+            None => {
+                self.rows.push(Row { suite: e.suite.to_string(), model: e.model.to_string(), ..Row::default() });
+                self.rows.len() - 1
+            }
+        };
+        if let Outcome::Scored { score, passed } = &e.outcome {
+            let key = (e.suite.to_string(), e.model.to_string(), e.task_id.to_string());
+            let tally = self.tasks.entry(key).or_default();
+            tally.scores.push(*score);
+            tally.passed += u64::from(*passed);
+        }
+        let row = &mut self.rows[at];
+        let at = |us: i64| DateTime::from_timestamp_micros(us).map(|t| t.fixed_offset());
+        let (start, finish) = (at(e.started_us), at(e.finished_us));
+        row.first_start = row.first_start.min(start).or(row.first_start).or(start);
+        row.last_finish = row.last_finish.max(finish);
+        row.episodes += 1;
+        row.steps += u64::from(e.steps);
+        row.tokens += e.usage.total();
+        match e.cost_usd {
+            Some(c) => row.cost_usd += c,
+            None => row.unpriced += 1,
+        }
+        match &e.outcome {
+            Outcome::Scored { passed: true, .. } => row.passed += 1,
+            Outcome::Scored { passed: false, .. } => row.failed += 1,
+            Outcome::Unscored { cause, .. } => {
+                row.unscored += 1;
+                *row.unscored_causes.entry(cause.clone()).or_default() += 1;
+            }
+            Outcome::Cancelled => row.cancelled += 1,
+        }
     }
 
     /// The summary as `summary.json`: per suite and model, the totals, and the epochs table.
@@ -333,6 +347,13 @@ impl Summary {
         }
         if total.cancelled > 0 {
             let _ = writeln!(out, "cancelled: {}", total.cancelled);
+        }
+        if self.unfinished > 0 {
+            let _ = writeln!(
+                out,
+                "unfinished: {} episodes started and never finished (the run was killed); `runner eval ... --resume {}` runs them",
+                self.unfinished, self.run_id
+            );
         }
         out
     }

@@ -6,14 +6,14 @@
 //! suite, task, model and epoch, so two runs of the same episodes give the same table
 //! whatever order the episodes finished in.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use serde::Deserialize;
 
 use crate::log::event::SuiteInfo;
-use crate::log::reader::{ReadError, for_each_line_of};
+use crate::log::reader::{ReadError, for_each_line_of, line_at};
 use crate::log::{Event, Outcome, Termination, Usage};
 
 /// One episode as the table shows it.
@@ -39,8 +39,6 @@ pub struct EpisodeRow {
     /// Microseconds since the Unix epoch, UTC.
     pub started_us: i64,
     pub finished_us: i64,
-    /// The `seq` of the finish: of two finishes of one episode, the later counts.
-    seq: u64,
 }
 
 impl EpisodeRow {
@@ -169,16 +167,46 @@ struct Finished {
 
 /// An episode between its start and its finish.
 struct Open {
-    started: Started,
-    started_at: String,
+    key: Key,
+    started_us: i64,
     model_calls: u32,
     latency_ms: f64,
 }
 
-impl Projection {
-    /// Reads `events.jsonl` once. Memory grows with the number of episodes (one row each),
-    /// not with the number of events.
-    pub fn from_log(path: &Path) -> Result<Projection, ReadError> {
+/// Suite, task id, task digest and model (indexes into the index's names), and epoch: what
+/// identifies an episode (its id is made from them) and sorts the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
+    suite: u32,
+    task: u32,
+    digest: u32,
+    model: u32,
+    epoch: u32,
+}
+
+/// One finish of an episode: where its line is and what the lines before it said.
+struct Entry {
+    key: Key,
+    model_calls: u32,
+    started_us: i64,
+    latency_ms: f64,
+    offset: u64,
+}
+
+/// A log read once, keeping of each finished episode only what sorts and locates it
+/// (about 50 bytes): the rows are then read back one at a time, in table order. This is
+/// what keeps writing the tables of a 100,000-episode run within a few megabytes.
+pub struct Index {
+    path: std::path::PathBuf,
+    /// Everything but the rows.
+    pub meta: Projection,
+    names: Vec<Arc<str>>,
+    entries: Vec<Entry>,
+    rescored: HashMap<String, Outcome>,
+}
+
+impl Index {
+    pub fn build(path: &Path) -> Result<Index, ReadError> {
         let kinds = [
             "run_started",
             "run_resumed",
@@ -191,20 +219,21 @@ impl Projection {
         ];
         let mut p = Projection::default();
         let mut open: HashMap<String, Open> = HashMap::new();
-        // Suites, models, task ids and digests repeat over epochs and models: one copy each.
-        let mut names: HashSet<Arc<str>> = HashSet::new();
-        let mut intern = |name: String| -> Arc<str> {
-            match names.get(name.as_str()) {
-                Some(n) => n.clone(),
-                None => {
-                    let n: Arc<str> = Arc::from(name);
-                    names.insert(n.clone());
-                    n
-                }
+        let mut names: Vec<Arc<str>> = Vec::new();
+        let mut numbers: HashMap<Arc<str>, u32> = HashMap::new();
+        let mut intern = |name: String| -> u32 {
+            if let Some(&n) = numbers.get(name.as_str()) {
+                return n;
             }
+            let n = names.len() as u32;
+            let name: Arc<str> = Arc::from(name);
+            names.push(name.clone());
+            numbers.insert(name, n);
+            n
         };
+        let mut entries = Vec::new();
         let mut rescored: HashMap<String, Outcome> = HashMap::new();
-        let torn = for_each_line_of(path, Some(&kinds), |kind, text| {
+        let torn = for_each_line_of(path, Some(&kinds), |kind, text, offset| {
             let head: Head = serde_json::from_str(text).map_err(|e| e.to_string())?;
             p.last_seq = p.last_seq.max(head.seq);
             if p.run_id.is_empty()
@@ -214,9 +243,16 @@ impl Projection {
             }
             match kind {
                 "episode_started" => {
-                    let started: Started = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                    let s: Started = serde_json::from_str(text).map_err(|e| e.to_string())?;
                     if let Some(id) = head.episode_id {
-                        open.insert(id, Open { started, started_at: head.ts, model_calls: 0, latency_ms: 0.0 });
+                        let key = Key {
+                            suite: intern(s.suite),
+                            task: intern(s.task_id),
+                            digest: intern(s.task_digest),
+                            model: intern(s.model),
+                            epoch: s.epoch,
+                        };
+                        open.insert(id, Open { key, started_us: micros(&head.ts), model_calls: 0, latency_ms: 0.0 });
                     }
                 }
                 "model_call" => {
@@ -227,34 +263,18 @@ impl Projection {
                     }
                 }
                 "episode_finished" => {
-                    let f: Finished = serde_json::from_str(text).map_err(|e| e.to_string())?;
                     let Some(id) = head.episode_id else { return Ok(()) };
                     let Some(o) = open.remove(&id) else { return Ok(()) };
-                    // A later regrade's outcome of an earlier finish does not carry over to a
+                    // A regrade's outcome of an earlier finish does not carry over to a
                     // finish that comes after it: the episode ran again.
                     rescored.remove(&id);
-                    let row = EpisodeRow {
-                        episode_id: id.into_boxed_str(),
-                        suite: intern(o.started.suite),
-                        task_id: intern(o.started.task_id),
-                        task_digest: intern(o.started.task_digest),
-                        model: intern(o.started.model),
-                        epoch: o.started.epoch,
-                        outcome: compact(f.outcome),
-                        termination: f.termination,
-                        steps: f.steps,
-                        tool_calls: f.tool_calls,
-                        tool_errors: f.tool_errors,
-                        usage: f.usage,
-                        cost_usd: f.cost_usd,
+                    entries.push(Entry {
+                        key: o.key,
                         model_calls: o.model_calls,
+                        started_us: o.started_us,
                         latency_ms: o.latency_ms,
-                        wall_ms: f.wall_ms,
-                        started_us: micros(&o.started_at),
-                        finished_us: micros(&head.ts),
-                        seq: head.seq,
-                    };
-                    p.episodes.push(row);
+                        offset,
+                    });
                 }
                 _ => match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
                     // The first header is the run's (a merged run's is the merge's).
@@ -290,27 +310,81 @@ impl Projection {
         })?;
         p.unfinished = open.len() as u64;
         p.torn_last_line = torn;
+        let name = |n: u32| -> &str { &names[n as usize] };
         // Sorted, an episode's finishes sit together, the latest first: keep that one.
-        p.episodes.sort_unstable_by(|a, b| {
-            (&a.suite, &a.task_id, &a.model, a.epoch, &a.episode_id, std::cmp::Reverse(a.seq)).cmp(&(
-                &b.suite,
-                &b.task_id,
-                &b.model,
-                b.epoch,
-                &b.episode_id,
-                std::cmp::Reverse(b.seq),
+        entries.sort_unstable_by(|a, b| {
+            let (x, y) = (&a.key, &b.key);
+            (name(x.suite), name(x.task), name(x.model), x.epoch, name(x.digest), std::cmp::Reverse(a.offset)).cmp(&(
+                name(y.suite),
+                name(y.task),
+                name(y.model),
+                y.epoch,
+                name(y.digest),
+                std::cmp::Reverse(b.offset),
             ))
         });
-        p.episodes.dedup_by(|later, first| later.episode_id == first.episode_id);
-        if !rescored.is_empty() {
-            let at: HashMap<&str, usize> = p.episodes.iter().enumerate().map(|(i, e)| (&*e.episode_id, i)).collect();
-            let mut updates: Vec<(usize, Outcome)> =
-                rescored.into_iter().filter_map(|(id, o)| at.get(id.as_str()).map(|&i| (i, compact(o)))).collect();
-            drop(at);
-            for (i, outcome) in updates.drain(..) {
-                p.episodes[i].outcome = outcome;
-            }
+        entries.dedup_by(|later, first| later.key == first.key);
+        entries.shrink_to_fit();
+        Ok(Index { path: path.to_path_buf(), meta: p, names, entries, rescored })
+    }
+
+    /// How many episodes (rows) the run has.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Each episode's row, in table order, its finish read back from the log.
+    pub fn for_each_row(&self, mut each: impl FnMut(EpisodeRow)) -> Result<(), ReadError> {
+        let shown = self.path.display().to_string();
+        let file = std::fs::File::open(&self.path).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
+        let invalid = |message: String| ReadError::Invalid { path: shown.clone(), line: 0, message };
+        let mut buf = Vec::new();
+        for e in &self.entries {
+            let text =
+                line_at(&file, e.offset, &mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
+            let head: Head =
+                serde_json::from_str(text).map_err(|err| invalid(format!("at byte {}: {err}", e.offset)))?;
+            let f: Finished =
+                serde_json::from_str(text).map_err(|err| invalid(format!("at byte {}: {err}", e.offset)))?;
+            let id = head.episode_id.unwrap_or_default();
+            let outcome = self.rescored.get(&id).cloned().unwrap_or(f.outcome);
+            let name = |n: u32| self.names[n as usize].clone();
+            each(EpisodeRow {
+                episode_id: id.into_boxed_str(),
+                suite: name(e.key.suite),
+                task_id: name(e.key.task),
+                task_digest: name(e.key.digest),
+                model: name(e.key.model),
+                epoch: e.key.epoch,
+                outcome: compact(outcome),
+                termination: f.termination,
+                steps: f.steps,
+                tool_calls: f.tool_calls,
+                tool_errors: f.tool_errors,
+                usage: f.usage,
+                cost_usd: f.cost_usd,
+                model_calls: e.model_calls,
+                latency_ms: e.latency_ms,
+                wall_ms: f.wall_ms,
+                started_us: e.started_us,
+                finished_us: micros(&head.ts),
+            });
         }
+        Ok(())
+    }
+}
+
+impl Projection {
+    /// Reads `events.jsonl` and holds every episode's row (about 250 bytes each).
+    pub fn from_log(path: &Path) -> Result<Projection, ReadError> {
+        let index = Index::build(path)?;
+        let mut p = index.meta.clone();
+        p.episodes.reserve_exact(index.len());
+        index.for_each_row(|row| p.episodes.push(row))?;
         Ok(p)
     }
 
@@ -363,7 +437,7 @@ pub const COLUMNS: [&str; 25] = [
 ];
 
 /// Rows per batch written: the table is never held whole as a data frame.
-const BATCH: usize = 16 * 1024;
+const BATCH: usize = 4096;
 
 /// One batch of rows as a polars data frame with [`COLUMNS`].
 pub fn frame(run_id: &str, rows: &[EpisodeRow]) -> polars::prelude::PolarsResult<polars::prelude::DataFrame> {
@@ -402,31 +476,56 @@ pub fn frame(run_id: &str, rows: &[EpisodeRow]) -> polars::prelude::PolarsResult
     DataFrame::new(rows.len(), columns)
 }
 
-/// Writes `episodes.csv` and `episodes.parquet` into `dir`, batch by batch. Each file is
-/// written beside its final name and renamed into place, so a reader never sees half a table.
-pub fn write_tables(projection: &Projection, dir: &Path) -> Result<(), String> {
+/// Writes `episodes.csv` and `episodes.parquet` into `dir`, batch by batch, and gives each
+/// row to `each` as it goes. Each file is written beside its final name and renamed into
+/// place, so a reader never sees half a table.
+pub fn write_tables(index: &Index, dir: &Path, mut each: impl FnMut(&EpisodeRow)) -> Result<(), String> {
     use polars::prelude::{CsvWriter, ParquetWriter, SerWriter};
     let fail = |what: &Path, e: &dyn std::fmt::Display| format!("failed to write {}: {e}", what.display());
+    let run_id = &index.meta.run_id;
     let csv_path = dir.join("episodes.csv");
     let parquet_path = dir.join("episodes.parquet");
     let csv_tmp = dir.join(".episodes.csv.tmp");
     let parquet_tmp = dir.join(".episodes.parquet.tmp");
-    let schema = frame(&projection.run_id, &[]).map_err(|e| fail(&csv_path, &e))?.schema().as_ref().clone();
+    let empty = frame(run_id, &[]).map_err(|e| fail(&csv_path, &e))?;
+    let schema = empty.schema().as_ref().clone();
     let csv_file = std::fs::File::create(&csv_tmp).map_err(|e| fail(&csv_path, &e))?;
     let parquet_file = std::fs::File::create(&parquet_tmp).map_err(|e| fail(&parquet_path, &e))?;
     let mut csv = CsvWriter::new(csv_file).batched(&schema).map_err(|e| fail(&csv_path, &e))?;
-    let mut parquet = ParquetWriter::new(parquet_file).batched(&schema).map_err(|e| fail(&parquet_path, &e))?;
-    let mut chunks = projection.episodes.chunks(BATCH).peekable();
-    if chunks.peek().is_none() {
+    let mut parquet =
+        ParquetWriter::new(parquet_file).set_parallel(false).batched(&schema).map_err(|e| fail(&parquet_path, &e))?;
+    if index.is_empty() {
         // No episodes: the files still have the header and schema.
-        let empty = frame(&projection.run_id, &[]).map_err(|e| fail(&csv_path, &e))?;
         csv.write_batch(&empty).map_err(|e| fail(&csv_path, &e))?;
         parquet.write_batch(&empty).map_err(|e| fail(&parquet_path, &e))?;
     }
-    for chunk in chunks {
-        let df = frame(&projection.run_id, chunk).map_err(|e| fail(&csv_path, &e))?;
-        csv.write_batch(&df).map_err(|e| fail(&csv_path, &e))?;
-        parquet.write_batch(&df).map_err(|e| fail(&parquet_path, &e))?;
+    let mut batch: Vec<EpisodeRow> = Vec::with_capacity(BATCH.min(index.len()));
+    let mut failure = None;
+    let mut flush = |batch: &mut Vec<EpisodeRow>| {
+        if batch.is_empty() || failure.is_some() {
+            return;
+        }
+        let written = frame(run_id, batch).and_then(|df| {
+            csv.write_batch(&df)?;
+            parquet.write_batch(&df)
+        });
+        if let Err(e) = written {
+            failure = Some(fail(&csv_path, &e));
+        }
+        batch.clear();
+    };
+    index
+        .for_each_row(|row| {
+            each(&row);
+            batch.push(row);
+            if batch.len() == BATCH {
+                flush(&mut batch);
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    flush(&mut batch);
+    if let Some(e) = failure {
+        return Err(e);
     }
     csv.finish().map_err(|e| fail(&csv_path, &e))?;
     drop(csv);

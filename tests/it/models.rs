@@ -501,7 +501,7 @@ async fn a_run_with_several_models_is_compared_within_itself() {
     assert_eq!(run.code, 0, "{run:?}");
     let cmp = sb.run(&["compare", "results/test", "--csv", "cmp.csv"]);
     assert_eq!(cmp.code, 0, "{cmp:?}");
-    assert!(cmp.stdout.contains("mock vs openai/gpt-test: 6 passed in A, failed in B: m/t0#1"), "{cmp:?}");
+    assert!(cmp.stdout.contains("mock vs openai/gpt-test: 6 passed in A, failed in B: m/t0, m/t1"), "{cmp:?}");
     let pairs = std::fs::read_to_string(sb.path().join("cmp.pairs.csv")).unwrap();
     // Exact McNemar with 6 discordant pairs all one way: 2 * (1/2)^6.
     let row: Vec<&str> = pairs.lines().nth(1).unwrap().split(',').collect();

@@ -139,7 +139,7 @@ fn a_large_run_keeps_the_trajectories_of_failures_first() {
         .collect();
     sb.write("s.yaml", &format!("suite: big\nenvironment: kv\nscorers: [{{equals: ok}}]\ntasks:\n{tasks}"));
     assert_eq!(sb.eval(&["s.yaml"]).code, 0);
-    let report = sb.run(&["report", "results/test", "--html", "small.html", "--max-trajectories", "5"]);
+    let report = sb.run(&["report", "results/test", "--html=small.html", "--max-trajectories", "5"]);
     assert_eq!(report.code, 0, "{report:?}");
     let html = std::fs::read_to_string(sb.path().join("small.html")).unwrap();
     let start = html.find("const RUN = ").unwrap() + "const RUN = ".len();

@@ -188,7 +188,15 @@ fn shards_run_as_separate_processes_merge_into_the_unsharded_run() {
     assert_eq!(twice.code, 2);
     assert!(twice.stderr.contains("shards must not overlap"), "{twice:?}");
     let partial = sb.run(&["merge", "results/s1", "results/s2", "--run-id", "partial", "--out", "results"]);
-    assert!(partial.stderr.contains("shard(s) 3/3 missing"), "{partial:?}");
+    assert_eq!(partial.code, 2, "a verdict on part of the shards is refused: {partial:?}");
+    assert!(
+        partial.stderr.contains("shard(s) 3/3 missing") && partial.stderr.contains("--allow-partial"),
+        "{partial:?}"
+    );
+    let allowed =
+        sb.run(&["merge", "results/s1", "results/s2", "--run-id", "partial", "--out", "results", "--allow-partial"]);
+    assert_eq!(allowed.code, 0, "{allowed:?}");
+    assert!(allowed.stderr.contains("warning: shard(s) 3/3 missing"), "{allowed:?}");
 }
 
 /// Two versions of the same suite: the tasks are the same, the scripted answers differ.
@@ -209,8 +217,8 @@ fn compare_counts_flips_and_tests_them_exactly() {
     two_versions(&sb, 40, &[39], &wrong_b);
     let run = sb.run(&["compare", "results/a", "results/b", "--markdown", "cmp.md", "--csv", "cmp.csv"]);
     assert_eq!(run.code, 0, "without --fail-on-regression compare only reports: {run:?}");
-    assert!(run.stdout.contains("12 passed in A, failed in B: runs/t000#1"), "{run:?}");
-    assert!(run.stdout.contains("1 failed in A, passed in B: runs/t039#1"), "{run:?}");
+    assert!(run.stdout.contains("12 passed in A, failed in B: runs/t000, runs/t001"), "{run:?}");
+    assert!(run.stdout.contains("1 failed in A, passed in B: runs/t039\n"), "{run:?}");
     let mut groups = csv::Reader::from_path(sb.path().join("cmp.csv")).unwrap();
     let rows: Vec<csv::StringRecord> = groups.records().map(Result::unwrap).collect();
     assert_eq!(rows.len(), 2);
@@ -237,7 +245,7 @@ fn compare_counts_flips_and_tests_them_exactly() {
     assert_eq!(pair[7].parse::<f64>().unwrap(), -11.0 / 40.0, "effect B - A");
     let md = std::fs::read_to_string(sb.path().join("cmp.md")).unwrap();
     assert!(md.contains("| a/mock | a | 40 | 40 | 0 | 39 | 97.5% |"), "{md}");
-    assert!(md.contains("`runs/t000#1`"), "{md}");
+    assert!(md.contains("`runs/t000`"), "{md}");
 
     let gated = sb.run(&["compare", "results/a", "results/b", "--fail-on-regression"]);
     assert_eq!(gated.code, 1, "{gated:?}");
@@ -336,4 +344,168 @@ fn report_rebuilds_the_tables_from_the_log_alone() {
     let steps = df.column("steps").unwrap().u32().unwrap().clone();
     let steps: Vec<u32> = (0..df.height()).map(|i| steps.get(i).unwrap()).collect();
     assert_eq!(steps, vec![2; 5], "a tool call then the answer");
+}
+
+#[test]
+fn the_baseline_test_counts_tasks_not_epochs() {
+    let sb = Sandbox::new();
+    // One task of ten fails in every epoch: across six epochs that is six flipped episodes,
+    // but one flipped task — not evidence of a regression.
+    sb.write("base/s.yaml", &suite(10, &[]));
+    let base = sb.run(&[
+        "eval",
+        "base/s.yaml",
+        "--model",
+        "mock",
+        "--epochs",
+        "6",
+        "--run-id",
+        "baseline",
+        "--out",
+        "results",
+    ]);
+    assert_eq!(base.code, 0, "{base:?}");
+    sb.write("s.yaml", &suite(10, &[0]));
+    let one = sb.run(&[
+        "eval",
+        "s.yaml",
+        "--model",
+        "mock",
+        "--epochs",
+        "6",
+        "--run-id",
+        "one",
+        "--out",
+        "results",
+        "--baseline",
+        "baseline",
+    ]);
+    assert_eq!(one.code, 0, "{one:?}");
+    assert!(
+        one.stderr.contains("10 shared tasks (60 episodes), 1 regressed") && one.stderr.contains("p = 1.0000"),
+        "{one:?}"
+    );
+    let cmp = sb.run(&["compare", "results/baseline", "results/one"]);
+    assert!(cmp.stdout.contains("runs/t000 (6/6 → 0/6)"), "{cmp:?}");
+}
+
+#[test]
+fn a_baseline_that_cannot_judge_a_model_does_not_pass_the_gate() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(4, &[]));
+    let empty = sb.write("results/empty/events.jsonl", "");
+    assert!(empty.exists());
+    let run =
+        sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", "x", "--out", "results", "--baseline", "empty"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("the run has no episodes"), "{run:?}");
+    // A baseline of other tasks: nothing in common, so no verdict, and no pass.
+    sb.write("other.yaml", &suite(4, &[]).replace("id: t", "id: other"));
+    assert_eq!(sb.run(&["eval", "other.yaml", "--model", "mock", "--run-id", "other", "--out", "results"]).code, 0);
+    let run =
+        sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", "y", "--out", "results", "--baseline", "other"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("cannot judge mock (no task scored in both)"), "{run:?}");
+}
+
+#[test]
+fn junit_has_one_case_per_episode_after_a_resume() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(6, &[2]));
+    let rec =
+        sb.run(&["eval", "s.yaml", "--model", "mock", "--record", "tape.jsonl", "--run-id", "rec", "--out", "results"]);
+    assert_eq!(rec.code, 0, "{rec:?}");
+    let full = std::fs::read_to_string(sb.path().join("tape.jsonl")).unwrap();
+    let lines: Vec<&str> = full.lines().collect();
+    sb.write("tape.jsonl", &format!("{}\n", lines[..lines.len() - 4].join("\n")));
+    assert_eq!(
+        sb.run(&["eval", "s.yaml", "--model", "replay:tape.jsonl", "--run-id", "r", "--out", "results"]).code,
+        3
+    );
+    sb.write("tape.jsonl", &full);
+    let again = sb.run(&[
+        "eval",
+        "s.yaml",
+        "--model",
+        "replay:tape.jsonl",
+        "--resume",
+        "r",
+        "--out",
+        "results",
+        "--junit",
+        "j.xml",
+    ]);
+    assert_eq!(again.code, 0, "{again:?}");
+    let xml = std::fs::read_to_string(sb.path().join("j.xml")).unwrap();
+    assert_eq!(xml.matches("<testcase ").count(), 6, "{xml}");
+    assert!(xml.contains(r#"tests="6" failures="1" errors="0""#), "{xml}");
+    assert_eq!(xml.matches("<failure ").count(), 1, "{xml}");
+    assert!(xml.contains("does not equal"), "the failed scorer explains the failure: {xml}");
+    assert!(!xml.contains("<error "), "the unscored first tries are gone: {xml}");
+}
+
+#[test]
+fn a_regraded_run_is_not_resumed_or_merged() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(3, &[]));
+    assert_eq!(sb.eval(&["s.yaml"]).code, 0);
+    assert_eq!(sb.run(&["regrade", "results/test"]).code, 0);
+    let resume = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "test", "--out", "results"]);
+    assert_eq!(resume.code, 2);
+    assert!(resume.stderr.contains("was regraded (`regrade-1`)"), "{resume:?}");
+    assert_eq!(sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", "plain", "--out", "results"]).code, 0);
+    let merge = sb.run(&["merge", "results/test", "results/plain", "--run-id", "m", "--out", "results"]);
+    assert_eq!(merge.code, 2);
+    assert!(merge.stderr.contains("was regraded"), "{merge:?}");
+}
+
+#[test]
+fn one_process_at_a_time_writes_a_run() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(8, &[]));
+    let mut first = sb
+        .command()
+        .args([
+            "eval",
+            "s.yaml",
+            "--model",
+            "mock",
+            "--run-id",
+            "busy",
+            "--out",
+            "results",
+            "-j",
+            "1",
+            "--mock-delay-ms",
+            "300",
+            "-q",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let events = sb.path().join("results/busy/events.jsonl");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&events).is_ok_and(|t| t.contains("episode_started")) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "busy", "--out", "results"]);
+    let _ = first.kill();
+    let _ = first.wait();
+    assert_eq!(second.code, 2, "{second:?}");
+    assert!(second.stderr.contains("another runner is writing to"), "{second:?}");
+}
+
+#[test]
+fn compare_gates_each_model_against_the_same_model_of_the_first_run() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(12, &[]));
+    assert_eq!(sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", "g", "--out", "results"]).code, 0);
+    // A second run of the same model, much worse.
+    sb.write("s.yaml", &suite(12, &(0..10).collect::<Vec<_>>()));
+    assert_eq!(sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", "bad", "--out", "results"]).code, 0);
+    let gated = sb.run(&["compare", "results/g", "results/bad", "--fail-on-regression"]);
+    assert_eq!(gated.code, 1, "{gated:?}");
+    let reversed = sb.run(&["compare", "results/bad", "results/g", "--fail-on-regression"]);
+    assert_eq!(reversed.code, 0, "an improvement is not a regression: {reversed:?}");
 }
