@@ -24,6 +24,25 @@ pub fn find_run(run: &Path, out_dir: &Path) -> Result<PathBuf, String> {
     Err(format!("{}: no run there (a run folder holds events.jsonl)", run.display()))
 }
 
+/// Finds the run folder like [`find_run`], and checks that its log starts as a run's does.
+pub fn find_logged_run(run: &Path, out_dir: &Path) -> Result<PathBuf, String> {
+    use std::io::BufRead as _;
+    let dir = find_run(run, out_dir)?;
+    let events = dir.join("events.jsonl");
+    let file = std::fs::File::open(&events).map_err(|e| format!("failed to read {}: {e}", events.display()))?;
+    let mut first = String::new();
+    std::io::BufReader::new(file)
+        .read_line(&mut first)
+        .map_err(|e| format!("failed to read {}: {e}", events.display()))?;
+    let kind =
+        serde_json::from_str::<serde_json::Value>(&first).ok().and_then(|v| v["type"].as_str().map(String::from));
+    match kind.as_deref() {
+        Some("run_started") => Ok(dir),
+        _ if first.trim().is_empty() => Err(format!("{}:1: the log is empty; no run was recorded", events.display())),
+        _ => Err(format!("{}:1: not a run's log: it must start with a run_started event", events.display())),
+    }
+}
+
 /// What to keep of the run in `dir`, after checking that the same suites, models, epochs
 /// and shard are asked for: the same episode ids, so "missing" means what it says.
 pub fn plan(

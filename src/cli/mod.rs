@@ -478,7 +478,7 @@ fn check_gates(gates: &GateArgs, out_dir: &std::path::Path) -> Result<Option<Pro
     }
     match &gates.baseline {
         Some(run) => {
-            let dir = batch::resume::find_run(run, out_dir).map_err(fail(Exit::Usage))?;
+            let dir = batch::resume::find_logged_run(run, out_dir).map_err(fail(Exit::Usage))?;
             let baseline = Projection::from_log(&dir.join("events.jsonl")).map_err(fail(Exit::Usage))?;
             if baseline.header.suites.is_empty() || baseline.episodes.is_empty() {
                 return Err(fail(Exit::Usage)(format!("--baseline {}: the run has no episodes", dir.display())));
@@ -572,7 +572,7 @@ fn regrade(args: RegradeArgs) -> Result<Exit, Exit> {
 }
 
 fn report(args: ReportArgs) -> Result<Exit, Exit> {
-    let dir = batch::resume::find_run(&args.run, std::path::Path::new("results")).map_err(fail(Exit::Usage))?;
+    let dir = batch::resume::find_logged_run(&args.run, std::path::Path::new("results")).map_err(fail(Exit::Usage))?;
     let events = dir.join("events.jsonl");
     let summary = summarize(&events)?;
     print!("{}", summary.render());
@@ -597,7 +597,7 @@ fn compare(args: CompareArgs) -> Result<Exit, Exit> {
     }
     let mut runs = Vec::new();
     for run in &args.runs {
-        let dir = batch::resume::find_run(run, std::path::Path::new("results")).map_err(fail(Exit::Usage))?;
+        let dir = batch::resume::find_logged_run(run, std::path::Path::new("results")).map_err(fail(Exit::Usage))?;
         runs.push(Projection::from_log(&dir.join("events.jsonl")).map_err(fail(Exit::Usage))?);
     }
     let comparison = crate::report::compare::Comparison::of(&runs);

@@ -153,6 +153,8 @@ struct ModelCallLatency {
     latency_ms: f64,
 }
 
+/// The fields of `Event::EpisodeFinished` the table shows, decoded without the enum's
+/// buffering: the table reads one per episode.
 #[derive(Deserialize)]
 struct Finished {
     outcome: Outcome,

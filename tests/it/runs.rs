@@ -398,7 +398,7 @@ fn a_baseline_that_cannot_judge_a_model_does_not_pass_the_gate() {
     let run =
         sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", "x", "--out", "results", "--baseline", "empty"]);
     assert_eq!(run.code, 2, "{run:?}");
-    assert!(run.stderr.contains("the run has no episodes"), "{run:?}");
+    assert!(run.stderr.contains("events.jsonl:1: the log is empty"), "{run:?}");
     // A baseline of other tasks: nothing in common, so no verdict, and no pass.
     sb.write("other.yaml", &suite(4, &[]).replace("id: t", "id: other"));
     assert_eq!(sb.run(&["eval", "other.yaml", "--model", "mock", "--run-id", "other", "--out", "results"]).code, 0);
