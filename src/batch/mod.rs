@@ -122,6 +122,8 @@ pub struct Resume {
     pub last_seq: u64,
     /// The scored episodes, kept as they are.
     pub keep: std::collections::HashSet<String>,
+    /// The run folder's lock, taken before the log was read for the plan.
+    pub lock: std::fs::File,
 }
 
 /// `2/4`: shard 2 of 4. `auto/4` takes the shard from `$JOB_COMPLETION_INDEX`, which a
@@ -167,6 +169,8 @@ pub struct RunResult {
     pub dir: PathBuf,
     pub events_path: PathBuf,
     pub interrupted: bool,
+    /// The run folder's lock: keep it until the tables are written.
+    pub lock: std::fs::File,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -190,9 +194,10 @@ pub async fn run(
     mut on_finished: impl FnMut(&EpisodeReport),
 ) -> Result<RunResult, RunError> {
     let total = episode_count(suites, options);
-    let (run_id, dir, events_path, log, writer, _lock) = match &options.resume {
+    let (run_id, dir, events_path, log, writer, lock) = match &options.resume {
         Some(resume) => {
-            let held = lock(&resume.dir).map_err(RunError::Locked)?;
+            // The lock was taken before the plan was made from the log.
+            let held = resume.lock.try_clone().map_err(RunError::Log)?;
             let events_path = resume.dir.join("events.jsonl");
             let (log, writer) =
                 EventLog::append(&events_path, &resume.run_id, resume.last_seq).map_err(RunError::Log)?;
@@ -284,7 +289,7 @@ pub async fn run(
     );
     drop(log);
     writer.close().map_err(RunError::Log)?;
-    Ok(RunResult { aborted, run_id, dir, events_path, interrupted })
+    Ok(RunResult { aborted, run_id, dir, events_path, interrupted, lock })
 }
 
 /// Takes the run folder's lock, held while the returned file is open: one process at a

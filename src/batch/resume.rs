@@ -52,6 +52,7 @@ pub fn plan(
     epochs: Option<u32>,
     shard: Option<(u64, u64)>,
 ) -> Result<Resume, String> {
+    let lock = super::lock(dir)?;
     let events = dir.join("events.jsonl");
     let p = Projection::from_log(&events).map_err(|e| e.to_string())?;
     let shown = dir.display();
@@ -103,7 +104,7 @@ pub fn plan(
         .filter(|e| matches!(e.outcome, Outcome::Scored { .. }))
         .map(|e| String::from(e.episode_id))
         .collect();
-    Ok(Resume { dir: dir.to_path_buf(), run_id: p.run_id, last_seq: p.last_seq, keep })
+    Ok(Resume { dir: dir.to_path_buf(), run_id: p.run_id, last_seq: p.last_seq, keep, lock })
 }
 
 fn short(digest: &str) -> &str {

@@ -621,13 +621,31 @@ fn compare(args: CompareArgs) -> Result<Exit, Exit> {
     // Gated: each later run against the first, model by model; in one run of several
     // models, each against the first model.
     let regressed = if runs.len() > 1 {
-        runs[1..].iter().any(|run| {
-            let (tests, _) = crate::report::compare::against_baseline(&runs[0], run);
-            tests.iter().any(|t| t.regressed(args.tolerance, args.alpha))
-        })
+        let mut regressed = false;
+        for run in &runs[1..] {
+            let (tests, unmatched) = crate::report::compare::against_baseline(&runs[0], run);
+            if args.fail_on_regression && !unmatched.is_empty() {
+                return Err(fail(Exit::Usage)(format!(
+                    "--fail-on-regression cannot judge {} of {} against {}: {}",
+                    if unmatched.len() == 1 { "a model" } else { "models" },
+                    run.run_id,
+                    runs[0].run_id,
+                    unmatched.join("; ")
+                )));
+            }
+            regressed |= tests.iter().any(|t| t.regressed(args.tolerance, args.alpha));
+        }
+        regressed
     } else {
         let first = comparison.groups[0].label.clone();
-        comparison.pairs.iter().any(|p| p.a == first && p.regressed(args.tolerance, args.alpha))
+        let gated: Vec<&crate::report::compare::PairTest> = comparison.pairs.iter().filter(|p| p.a == first).collect();
+        if let Some(blind) = gated.iter().find(|p| p.shared == 0).filter(|_| args.fail_on_regression) {
+            return Err(fail(Exit::Usage)(format!(
+                "--fail-on-regression cannot judge {} against {}: no task scored in both",
+                blind.b, blind.a
+            )));
+        }
+        gated.iter().any(|p| p.regressed(args.tolerance, args.alpha))
     };
     Ok(if args.fail_on_regression && regressed { Exit::GateFailed } else { Exit::Passed })
 }

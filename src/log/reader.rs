@@ -155,6 +155,15 @@ fn header_kind(text: &str) -> Option<&str> {
     kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'_').then_some(kind)
 }
 
+/// The `seq` of a line as the writer lays it out (`{"v":…,"run_id":…,"seq":N,…`), found
+/// without parsing the rest; `None` when it is not there.
+pub fn header_seq(text: &str) -> Option<u64> {
+    let cut = (0..=text.len().min(256)).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    let start = text[..cut].find(",\"seq\":")? + 7;
+    let digits = text[start..].bytes().take_while(u8::is_ascii_digit).count();
+    text[start..start + digits].parse().ok()
+}
+
 /// The `episode_id` of a line as the writer lays it out (in the header, before `type`),
 /// found without parsing the rest; `None` when it has none there.
 pub fn header_episode_id(text: &str) -> Option<&str> {
@@ -213,6 +222,7 @@ mod tests {
             r#"{"v":1,"run_id":"r","seq":3,"ts":"t","episode_id":"ep_1","type":"model_call","x":{"type":"nope"}}"#;
         assert_eq!(header_kind(line), Some("model_call"));
         assert_eq!(header_episode_id(line), Some("ep_1"));
+        assert_eq!(header_seq(line), Some(3));
         assert_eq!(
             header_episode_id(r#"{"v":1,"run_id":"r","seq":3,"ts":"t","type":"run_started","episode_id":"x"}"#),
             None

@@ -554,7 +554,8 @@ fn markdown_table(lines: &[Vec<String>]) -> String {
 }
 
 /// Each model of `current` against its counterpart in `baseline`: the same model when the
-/// baseline has it, else the baseline's only model. A = baseline, B = current. The models
+/// baseline has it, else — when each run has one model — the baseline's only model (a
+/// backend replaced by another). A = baseline, B = current. The models
 /// that have no counterpart, or no task in common with it, come back in `unmatched`: a
 /// gate must not pass on what it could not judge.
 pub fn against_baseline(baseline: &Projection, current: &Projection) -> (Vec<PairTest>, Vec<String>) {
@@ -562,7 +563,8 @@ pub fn against_baseline(baseline: &Projection, current: &Projection) -> (Vec<Pai
     let now = groups(std::slice::from_ref(current));
     let (mut tests, mut unmatched) = (Vec::new(), Vec::new());
     for b in &now {
-        let a = base.iter().find(|a| a.model == b.model).or(if base.len() == 1 { base.first() } else { None });
+        let only = (base.len() == 1 && now.len() == 1).then(|| base.first()).flatten();
+        let a = base.iter().find(|a| a.model == b.model).or(only);
         match a {
             Some(a) => {
                 let mut t = PairTest::between(a, b);

@@ -131,7 +131,10 @@ fn escape(text: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&apos;"),
-            '\t' | '\n' | '\r' => out.push(c),
+            // Kept as characters, not folded into spaces as raw ones in attributes are.
+            '\t' => out.push_str("&#9;"),
+            '\n' => out.push_str("&#10;"),
+            '\r' => out.push_str("&#13;"),
             c if (c as u32) < 0x20 => {}
             c => out.push(c),
         }
@@ -168,5 +171,6 @@ mod tests {
     #[test]
     fn escapes_what_xml_needs() {
         assert_eq!(escape("a<b & \"c\">'d'\u{1}"), "a&lt;b &amp; &quot;c&quot;&gt;&apos;d&apos;");
+        assert_eq!(escape("new\nline\ttab"), "new&#10;line&#9;tab");
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::log::event::SuiteInfo;
-use crate::log::reader::{ReadError, for_each_line_of, line_at};
+use crate::log::reader::{ReadError, for_each_line_of, header_seq, line_at};
 use crate::log::{Event, Outcome, Termination, Usage};
 
 /// One episode as the table shows it.
@@ -235,7 +235,17 @@ impl Index {
         };
         let mut entries = Vec::new();
         let mut rescored: HashMap<String, Outcome> = HashMap::new();
-        let torn = for_each_line_of(path, Some(&kinds), |kind, text, offset| {
+        // Every line counts for the last event number (an append continues after it); only
+        // these kinds are decoded.
+        let torn = for_each_line_of(path, None, |kind, text, offset| {
+            if !kinds.contains(&kind) {
+                let seq = match header_seq(text) {
+                    Some(seq) => seq,
+                    None => serde_json::from_str::<Head>(text).map_err(|e| e.to_string())?.seq,
+                };
+                p.last_seq = p.last_seq.max(seq);
+                return Ok(());
+            }
             let head: Head = serde_json::from_str(text).map_err(|e| e.to_string())?;
             p.last_seq = p.last_seq.max(head.seq);
             if p.run_id.is_empty()

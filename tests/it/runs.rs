@@ -509,3 +509,54 @@ fn compare_gates_each_model_against_the_same_model_of_the_first_run() {
     let reversed = sb.run(&["compare", "results/bad", "results/g", "--fail-on-regression"]);
     assert_eq!(reversed.code, 0, "an improvement is not a regression: {reversed:?}");
 }
+
+#[test]
+fn a_run_cut_after_any_event_resumes_with_the_next_number() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(4, &[1]));
+    assert_eq!(sb.eval(&["s.yaml"]).code, 0);
+    let events = sb.path().join("results/test/events.jsonl");
+    let text = std::fs::read_to_string(&events).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // Cut after the last observation: the log ends on an event the table does not read.
+    let last = lines.iter().rposition(|l| l.contains("\"type\":\"observation\"")).unwrap();
+    std::fs::write(&events, format!("{}\n", lines[..=last].join("\n"))).unwrap();
+    let again = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "test", "--out", "results"]);
+    assert_eq!(again.code, 0, "{again:?}");
+    let seqs: Vec<u64> = read_jsonl(&events).iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "numbers repeat or skip: {seqs:?}");
+}
+
+#[test]
+fn the_lock_is_held_while_a_resume_reads_its_plan() {
+    use std::os::fd::AsRawFd as _;
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(3, &[]));
+    assert_eq!(sb.eval(&["s.yaml"]).code, 0);
+    // Another process (this test) holds the run's lock.
+    let lock = std::fs::File::options().write(true).open(sb.path().join("results/test/.lock")).unwrap();
+    // SAFETY: flock on a descriptor this test owns.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+    let resume = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "test", "--out", "results"]);
+    assert_eq!(resume.code, 2, "{resume:?}");
+    assert!(resume.stderr.contains("another runner is writing to"), "{resume:?}");
+    let regrade = sb.run(&["regrade", "results/test"]);
+    assert_eq!(regrade.code, 2, "{regrade:?}");
+    drop(lock);
+    let resume = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "test", "--out", "results"]);
+    assert_eq!(resume.code, 0, "{resume:?}");
+}
+
+#[test]
+fn compare_refuses_to_gate_runs_with_nothing_in_common() {
+    let sb = Sandbox::new();
+    sb.write("a.yaml", &suite(3, &[]));
+    sb.write("b.yaml", &suite(3, &[]).replace("id: t", "id: other"));
+    for (file, id) in [("a.yaml", "a"), ("b.yaml", "b")] {
+        assert_eq!(sb.run(&["eval", file, "--model", "mock", "--run-id", id, "--out", "results"]).code, 0);
+    }
+    assert_eq!(sb.run(&["compare", "results/a", "results/b"]).code, 0, "showing is fine");
+    let gated = sb.run(&["compare", "results/a", "results/b", "--fail-on-regression"]);
+    assert_eq!(gated.code, 2, "{gated:?}");
+    assert!(gated.stderr.contains("cannot judge"), "{gated:?}");
+}
