@@ -74,6 +74,15 @@ fn a_run_killed_mid_way_resumes_to_the_tables_of_an_uninterrupted_run() {
     f.write_all(b"{\"v\":1,\"run_id\":\"crash\",\"seq\":99999,\"ts\":\"2026-").unwrap();
     drop(f);
 
+    // Its report says what happened.
+    let report = sb.run(&["report", "results/crash"]);
+    assert_eq!(report.code, 0, "{report:?}");
+    let killed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(sb.path().join("results/crash/summary.json")).unwrap()).unwrap();
+    assert_eq!(killed["interrupted"], true, "a run without run_finished was interrupted");
+    if killed["unfinished"].as_u64().unwrap() > 0 {
+        assert!(report.stdout.contains("started and never finished"), "{report:?}");
+    }
     let resumed = sb.run(&[&common[..], &["--resume", "results/crash", "-j", "4"]].concat());
     assert_eq!(resumed.code, 0, "{resumed:?}");
     assert!(resumed.stderr.contains(&format!("{before} scored episodes kept")), "{resumed:?}");
