@@ -12,6 +12,9 @@ use super::stats::{self, Bootstrap};
 use super::table::{EpisodeRow, Projection};
 use crate::log::Outcome;
 
+/// Below this many shared tasks the bootstrap's interval and p-value are not shown.
+const MIN_BOOTSTRAP_TASKS: u64 = 10;
+
 /// Resamples of the paired bootstrap; fixed seed, so a comparison is reproducible.
 const RESAMPLES: u32 = 2_000;
 const SEED: u64 = 0x5eed;
@@ -231,6 +234,12 @@ impl PairTest {
         t
     }
 
+    /// The bootstrap's interval and p-value, when there are tasks enough to resample: with
+    /// a handful, every resample looks alike and the interval claims a certainty it lacks.
+    pub fn bootstrap(&self) -> Option<Bootstrap> {
+        self.score.filter(|_| self.shared >= MIN_BOOTSTRAP_TASKS)
+    }
+
     /// A significant drop of B against A beyond `tolerance` (a fraction of pass rate).
     pub fn regressed(&self, tolerance: f64, alpha: f64) -> bool {
         self.effect.is_some_and(|e| e < -tolerance) && self.p_value < alpha
@@ -377,8 +386,8 @@ impl Comparison {
                 p.effect.map_or("-".into(), |e| format!("{:+.1} pts", e * 100.0)),
                 format_p(p.p_value),
                 p.score.map_or("-".into(), |s| format!("{:+.3}", s.mean_diff)),
-                p.score.map_or("-".into(), |s| format!("[{:+.3}, {:+.3}]", s.low, s.high)),
-                p.score.map_or("-".into(), |s| format_p(s.p_value)),
+                p.bootstrap().map_or(few(p), |s| format!("[{:+.3}, {:+.3}]", s.low, s.high)),
+                p.bootstrap().map_or(few(p), |s| format_p(s.p_value)),
             ]);
         }
         lines
@@ -501,9 +510,9 @@ impl Comparison {
                 opt(p.effect),
                 p.p_value.to_string(),
                 opt(p.score.map(|s| s.mean_diff)),
-                opt(p.score.map(|s| s.low)),
-                opt(p.score.map(|s| s.high)),
-                opt(p.score.map(|s| s.p_value)),
+                opt(p.bootstrap().map(|s| s.low)),
+                opt(p.bootstrap().map(|s| s.high)),
+                opt(p.bootstrap().map(|s| s.p_value)),
                 regressions.to_string(),
                 (p.flips.len() - regressions).to_string(),
                 p.changed_tasks.to_string(),
@@ -531,6 +540,11 @@ fn flip_lines(p: &PairTest, markdown: bool) -> String {
         let _ = writeln!(out, "{bullet}{} vs {}: {} {word}: {}{more}", p.a, p.b, flips.len(), named.join(", "));
     }
     out
+}
+
+/// What the bootstrap cells say when there is no bootstrap to show.
+fn few(p: &PairTest) -> String {
+    if p.score.is_some() { format!("n={} <{MIN_BOOTSTRAP_TASKS}", p.shared) } else { "-".into() }
 }
 
 fn percent(v: Option<f64>) -> String {

@@ -507,6 +507,9 @@ async fn a_run_with_several_models_is_compared_within_itself() {
     let row: Vec<&str> = pairs.lines().nth(1).unwrap().split(',').collect();
     assert_eq!(row[..8], ["mock", "openai/gpt-test", "6", "6", "0", "1", "0", "-1"], "{pairs}");
     assert!((row[8].parse::<f64>().unwrap() - 0.03125).abs() < 1e-12, "{pairs}");
+    // The mean score difference stands; with 6 tasks the bootstrap's interval and p do not.
+    assert_eq!(row[9..13], ["-1", "", "", ""], "{pairs}");
+    assert!(cmp.stdout.contains("n=6 <10"), "{cmp:?}");
 }
 
 #[cfg(unix)]
