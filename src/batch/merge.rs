@@ -159,29 +159,14 @@ pub fn merge(
             return Err(write_failed(e));
         }
     }
-    let mut finished = (0u64, 0u64, 0u64, 0u64, 0u64);
-    for p in &projections {
-        for e in &p.episodes {
-            finished.0 += 1;
-            match &e.outcome {
-                crate::log::Outcome::Scored { passed, .. } => {
-                    finished.1 += 1;
-                    finished.2 += u64::from(*passed);
-                }
-                crate::log::Outcome::Unscored { .. } => finished.3 += 1,
-                crate::log::Outcome::Cancelled => finished.4 += 1,
-            }
-        }
+    let mut tally = super::Tally::default();
+    for e in projections.iter().flat_map(|p| &p.episodes) {
+        tally.add(&e.outcome);
     }
-    let done = Event::RunFinished {
-        episodes: finished.0,
-        scored: finished.1,
-        passed: finished.2,
-        unscored: finished.3,
-        cancelled: finished.4,
-        interrupted: projections.iter().any(|p| p.interrupted || !p.finished),
-        wall_ms: projections.iter().map(|p| p.wall_ms).fold(0.0, f64::max),
-    };
+    let done = tally.finished(
+        projections.iter().any(|p| p.interrupted || !p.finished),
+        projections.iter().map(|p| p.wall_ms).fold(0.0, f64::max),
+    );
     seq += 1;
     write_event(&mut out, &quoted_id, seq, &done).map_err(write_failed)?;
     out.flush().map_err(write_failed)?;
@@ -192,10 +177,7 @@ pub fn merge(
 /// A run-level event of the merged run, laid out as the event writer lays it out.
 fn write_event(out: &mut impl std::io::Write, quoted_id: &str, seq: u64, event: &Event) -> std::io::Result<()> {
     let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-    let body = serde_json::to_vec(event)?;
-    write!(out, "{{\"v\":{},\"run_id\":{quoted_id},\"seq\":{seq},\"ts\":\"{ts}\",", crate::log::event::SCHEMA_VERSION)?;
-    out.write_all(&body[1..])?;
-    out.write_all(b"\n")
+    crate::log::writer::write_line(out, quoted_id, seq, &ts, None, &serde_json::to_vec(event)?)
 }
 
 /// The line under the merged run's id and number: the header is rewritten in place when it

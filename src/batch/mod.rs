@@ -275,18 +275,7 @@ pub async fn run(
     }
 
     let interrupted = stop.is_cancelled() && aborted.is_none();
-    log.emit(
-        None,
-        &Event::RunFinished {
-            episodes: tally.episodes,
-            scored: tally.scored,
-            passed: tally.passed,
-            unscored: tally.unscored,
-            cancelled: tally.cancelled,
-            interrupted,
-            wall_ms: started.elapsed().as_secs_f64() * 1e3,
-        },
-    );
+    log.emit(None, &tally.finished(interrupted, started.elapsed().as_secs_f64() * 1e3));
     drop(log);
     writer.close().map_err(RunError::Log)?;
     Ok(RunResult { aborted, run_id, dir, events_path, interrupted, lock })
@@ -352,6 +341,19 @@ impl Tally {
             }
             Outcome::Unscored { .. } => self.unscored += 1,
             Outcome::Cancelled => self.cancelled += 1,
+        }
+    }
+
+    /// The `run_finished` event of these episodes.
+    fn finished(&self, interrupted: bool, wall_ms: f64) -> Event {
+        Event::RunFinished {
+            episodes: self.episodes,
+            scored: self.scored,
+            passed: self.passed,
+            unscored: self.unscored,
+            cancelled: self.cancelled,
+            interrupted,
+            wall_ms,
         }
     }
 }

@@ -12,7 +12,7 @@ use crate::model::cache::CacheOptions;
 use crate::model::config::ModelConfig;
 use crate::model::replay::CassetteWriter;
 use crate::model::{Backend, BackendOptions};
-use crate::report::table::Projection;
+use crate::report::table::{Index, Projection};
 use crate::report::{Progress, Summary};
 use crate::scoring::regrade::LoggedRun;
 use crate::scoring::{Check, Graders};
@@ -391,10 +391,10 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
     })?;
     drop(runtime);
     release_free_memory();
-    let summary = summarize(&result.events_path)?;
+    let (summary, index) = summarize(&result.events_path)?;
     print!("\n{}", summary.render());
     println!("results: {}", result.dir.display());
-    write_reports(&result.events_path, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
+    write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
     if let Some(reason) = &result.aborted {
         return Err(fail(Exit::Usage)(format!("stopped early, the model is misconfigured: {reason}")));
     }
@@ -402,7 +402,7 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
         eprintln!("interrupted: episodes in flight were cancelled");
         return Ok(Exit::Interrupted);
     }
-    judge(&result.events_path, &summary, &args.gates, baseline)
+    judge(&index, &summary, &args.gates, baseline)
 }
 
 /// Hands the memory the run's threads freed back to the system before the tables are
@@ -415,11 +415,12 @@ fn release_free_memory() {
     }
 }
 
-/// The summary of a run's log; `summary.json`, `episodes.csv` and `episodes.parquet` are
+/// The summary of a run's log, and the log's index for the reports and gates that follow;
+/// `summary.json`, `episodes.csv` and `episodes.parquet` are
 /// (re)written beside it. A log that cannot be read back, or a table that cannot be
 /// written, means the results failed.
-fn summarize(events: &std::path::Path) -> Result<Summary, Exit> {
-    let index = crate::report::table::Index::build(events).map_err(fail(Exit::ResultsFailed))?;
+fn summarize(events: &std::path::Path) -> Result<(Summary, Index), Exit> {
+    let index = Index::build(events).map_err(fail(Exit::ResultsFailed))?;
     let mut summary = Summary::begin(&index.meta);
     let dir = events.parent().unwrap_or(std::path::Path::new("."));
     crate::report::table::write_tables(&index, dir, |row| summary.add(row)).map_err(fail(Exit::ResultsFailed))?;
@@ -427,12 +428,12 @@ fn summarize(events: &std::path::Path) -> Result<Summary, Exit> {
     let json = serde_json::to_vec_pretty(&summary.to_json()).unwrap_or_default();
     std::fs::write(&path, json)
         .map_err(|e| fail(Exit::ResultsFailed)(format!("failed to write {}: {e}", path.display())))?;
-    Ok(summary)
+    Ok((summary, index))
 }
 
 /// `--junit`, `--markdown` and the GitHub step summary.
 fn write_reports(
-    events: &std::path::Path,
+    index: &Index,
     summary: &Summary,
     junit: Option<&std::path::Path>,
     markdown: Option<&std::path::Path>,
@@ -442,7 +443,7 @@ fn write_reports(
         Exit::ResultsFailed
     };
     if let Some(path) = junit {
-        crate::report::junit::write(events, summary, path).map_err(|e| failed(path, e))?;
+        crate::report::junit::write(index, summary, path).map_err(|e| failed(path, e))?;
     }
     let text = crate::report::junit::markdown(summary);
     if let Some(path) = markdown {
@@ -491,15 +492,10 @@ fn check_gates(gates: &GateArgs, out_dir: &std::path::Path) -> Result<Option<Pro
 
 /// The exit code of a finished run: the unscored share, thresholds and `--fail-under`, then
 /// the comparison with the baseline.
-fn judge(
-    events: &std::path::Path,
-    summary: &Summary,
-    gates: &GateArgs,
-    baseline: Option<Projection>,
-) -> Result<Exit, Exit> {
+fn judge(index: &Index, summary: &Summary, gates: &GateArgs, baseline: Option<Projection>) -> Result<Exit, Exit> {
     let exit = gate(summary, gates.fail_under, gates.max_unscored);
     let Some(baseline) = baseline else { return Ok(exit) };
-    let current = Projection::from_log(events).map_err(fail(Exit::ResultsFailed))?;
+    let current = Projection::from_index(index).map_err(fail(Exit::ResultsFailed))?;
     let (verdicts, unmatched) = crate::report::compare::against_baseline(&baseline, &current);
     let mut regressed = false;
     for t in &verdicts {
@@ -556,7 +552,7 @@ fn regrade(args: RegradeArgs) -> Result<Exit, Exit> {
         runtime()?.block_on(crate::scoring::regrade::regrade(&run, &suites, &graders, std::env::args().collect()));
     let (scoring_id, counts) = regraded
         .map_err(|e| fail(Exit::ResultsFailed)(format!("failed to append to {}: {e}", run.events_path.display())))?;
-    let summary = summarize(&run.events_path)?;
+    let (summary, index) = summarize(&run.events_path)?;
     print!("{}", summary.render());
     let changed = if counts.changed_tasks > 0 {
         format!("; {} on tasks whose content changed since the run", counts.changed_tasks)
@@ -567,23 +563,23 @@ fn regrade(args: RegradeArgs) -> Result<Exit, Exit> {
         "scoring `{scoring_id}`: {} episodes re-scored ({} passed, {} unscored), {} skipped{changed}",
         counts.episodes, counts.passed, counts.unscored, counts.skipped
     );
-    write_reports(&run.events_path, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
-    judge(&run.events_path, &summary, &args.gates, baseline)
+    write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
+    judge(&index, &summary, &args.gates, baseline)
 }
 
 fn report(args: ReportArgs) -> Result<Exit, Exit> {
     let dir = batch::resume::find_logged_run(&args.run, std::path::Path::new("results")).map_err(fail(Exit::Usage))?;
     let events = dir.join("events.jsonl");
-    let summary = summarize(&events)?;
+    let (summary, index) = summarize(&events)?;
     print!("{}", summary.render());
     println!("tables: {}, {}", dir.join("episodes.csv").display(), dir.join("episodes.parquet").display());
-    write_reports(&events, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
+    write_reports(&index, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
     if let Some(html) = &args.html {
         let path = html.clone().unwrap_or_else(|| dir.join("report.html"));
         let failed = |e: String| fail(Exit::ResultsFailed)(format!("failed to write {}: {e}", path.display()));
         let file = std::fs::File::create(&path).map_err(|e| failed(e.to_string()))?;
         let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
-        crate::report::html::render(&events, args.max_trajectories, &mut out).map_err(failed)?;
+        crate::report::html::render(&index, args.max_trajectories, &mut out).map_err(failed)?;
         println!("report: {}", path.display());
     }
     Ok(Exit::Passed)
@@ -662,11 +658,11 @@ fn merge(args: MergeArgs) -> Result<Exit, Exit> {
     if !merged.missing_shards.is_empty() {
         eprintln!("warning: shard(s) {} missing from the merge", merged.missing_shards.join(", "));
     }
-    let summary = summarize(&merged.events_path)?;
+    let (summary, index) = summarize(&merged.events_path)?;
     print!("{}", summary.render());
     println!("merged {} runs, {} episodes: {}", dirs.len(), merged.episodes, merged.dir.display());
-    write_reports(&merged.events_path, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
-    judge(&merged.events_path, &summary, &args.gates, baseline)
+    write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
+    judge(&index, &summary, &args.gates, baseline)
 }
 
 /// Opens the grader models the suites need; a grader scorer without one is an error now,

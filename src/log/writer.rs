@@ -108,26 +108,37 @@ fn drop_torn_tail(path: &Path) -> std::io::Result<()> {
 
 fn write_lines(receiver: Receiver<Line>, mut out: BufWriter<File>, run_id: &str, last_seq: u64) -> std::io::Result<()> {
     let mut seq = last_seq;
-    let mut head = Vec::with_capacity(256);
     for line in receiver {
         seq += 1;
-        head.clear();
-        write!(head, "{{\"v\":{SCHEMA_VERSION},\"run_id\":{run_id},\"seq\":{seq},\"ts\":\"{}\"", line.ts)?;
-        if let Some(id) = &line.episode_id {
-            head.extend_from_slice(b",\"episode_id\":");
-            serde_json::to_writer(&mut head, id.as_ref())?;
-        }
-        out.write_all(&head)?;
-        // The body is a JSON object: splice its fields after the header's.
-        out.write_all(b",")?;
-        out.write_all(&line.body[1..])?;
-        out.write_all(b"\n")?;
+        write_line(&mut out, run_id, seq, &line.ts, line.episode_id.as_deref(), &line.body)?;
         if line.flush {
             out.flush()?;
         }
     }
     out.flush()?;
     out.get_ref().sync_data()
+}
+
+/// One line of the log: the header (`v`, `run_id` — already JSON-quoted —, `seq`, `ts`,
+/// `episode_id`), then the fields of `body`, a serialised event. Readers find `type` and
+/// `episode_id` by this layout without parsing the line.
+pub(crate) fn write_line(
+    out: &mut impl Write,
+    run_id: &str,
+    seq: u64,
+    ts: &str,
+    episode_id: Option<&str>,
+    body: &[u8],
+) -> std::io::Result<()> {
+    write!(out, "{{\"v\":{SCHEMA_VERSION},\"run_id\":{run_id},\"seq\":{seq},\"ts\":\"{ts}\"")?;
+    if let Some(id) = episode_id {
+        out.write_all(b",\"episode_id\":")?;
+        serde_json::to_writer(&mut *out, id)?;
+    }
+    // The body is a JSON object: splice its fields after the header's.
+    out.write_all(b",")?;
+    out.write_all(body.get(1..).unwrap_or_default())?;
+    out.write_all(b"\n")
 }
 
 /// One episode's view of the log.

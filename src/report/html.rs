@@ -9,20 +9,20 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::compare::GroupStats;
-use super::table::{EpisodeRow, Projection};
+use super::table::{EpisodeRow, Index, Projection};
 use crate::log::reader::{for_each_line_of, header_episode_id};
 
 const TEMPLATE: &str = include_str!("report.html");
 const PLACEHOLDER: &str = "/*RUN_DATA*/null";
 
-/// Writes the report page for the run logged at `events`. At most `max_trajectories`
+/// Writes the report page for the run whose log `index` was built from. At most `max_trajectories`
 /// episodes carry their whole trajectory (failed, unscored and cancelled ones first): the
 /// rest are listed with their results, so a run of 100,000 episodes still gives a page a
 /// browser opens. The data streams into the page; no copy of it is held as a whole.
-pub fn render(events: &Path, max_trajectories: usize, out: &mut impl Write) -> Result<(), String> {
-    let p = Projection::from_log(events).map_err(|e| e.to_string())?;
+pub fn render(index: &Index, max_trajectories: usize, out: &mut impl Write) -> Result<(), String> {
+    let p = Projection::from_index(index).map_err(|e| e.to_string())?;
     let chosen = choose(&p.episodes, max_trajectories);
-    let trajectories = trajectories(events, &chosen)?;
+    let trajectories = trajectories(index.path(), &chosen)?;
     let (before, after) = TEMPLATE.split_once(PLACEHOLDER).ok_or("the report template has no data placeholder")?;
     let written = (|| -> std::io::Result<()> {
         out.write_all(before.as_bytes())?;
@@ -33,13 +33,6 @@ pub fn render(events: &Path, max_trajectories: usize, out: &mut impl Write) -> R
         out.flush()
     })();
     written.map_err(|e| e.to_string())
-}
-
-/// The template with `data` in place of its placeholder.
-pub fn page(data: &Value) -> String {
-    let mut safe = ScriptSafe { out: Vec::new(), pending: Vec::new() };
-    let _ = serde_json::to_writer(&mut safe, data).and_then(|_| safe.finish().map_err(serde_json::Error::io));
-    TEMPLATE.replacen(PLACEHOLDER, &String::from_utf8_lossy(&safe.out), 1)
 }
 
 /// Writes JSON that cannot end the script element it sits in: every `<` is escaped (in JSON
@@ -261,6 +254,14 @@ fn write_data(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The template with `data` in place of its placeholder, as `render` writes it.
+    fn page(data: &Value) -> String {
+        let mut safe = ScriptSafe { out: Vec::new(), pending: Vec::new() };
+        serde_json::to_writer(&mut safe, data).unwrap();
+        safe.finish().unwrap();
+        TEMPLATE.replacen(PLACEHOLDER, &String::from_utf8(safe.out).unwrap(), 1)
+    }
 
     #[test]
     fn data_cannot_close_the_script_element() {

@@ -12,10 +12,10 @@ use super::table::{EpisodeRow, Index};
 use crate::log::reader::for_each_event_of;
 use crate::log::{Event, Outcome};
 
-/// Writes `out` from the log at `events`, one case per row of the episodes table (an
+/// Writes `out` from the run's log (through its index), one case per row of the episodes table (an
 /// episode's latest finish under its latest scoring); `summary` gives the header's totals.
-pub fn write(events: &Path, summary: &Summary, out: &Path) -> std::io::Result<()> {
-    let index = Index::build(events).map_err(std::io::Error::other)?;
+pub fn write(index: &Index, summary: &Summary, out: &Path) -> std::io::Result<()> {
+    let events = index.path();
     // Why the episodes that did not pass did not: their failed scorers' explanations under
     // the scoring that counts, or their unscored message. Only those are held.
     let mut explain: HashMap<String, Explanation> = HashMap::new();

@@ -2,13 +2,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::path::Path;
 
 use chrono::{DateTime, FixedOffset};
 
 use super::table::{EpisodeRow, Projection};
 use crate::log::Outcome;
-use crate::log::reader::ReadError;
 
 /// One line of the summary table.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -119,21 +117,8 @@ impl Summary {
         table(&lines)
     }
 
-    /// Reads `events.jsonl` and tallies it.
-    pub fn from_log(path: &Path) -> Result<Summary, ReadError> {
-        Ok(Summary::from_projection(&Projection::from_log(path)?))
-    }
-
-    /// Tallies the episodes table: per suite and model, and per task over its epochs.
-    pub fn from_projection(p: &Projection) -> Summary {
-        let mut summary = Summary::begin(p);
-        for e in &p.episodes {
-            summary.add(e);
-        }
-        summary
-    }
-
-    /// A summary of no episodes yet, with the run's own facts; rows come with [`Summary::add`].
+    /// A summary of no episodes yet, with the run's own facts; the rows of the episodes
+    /// table come with [`Summary::add`], one at a time.
     pub fn begin(p: &Projection) -> Summary {
         let mut summary = Summary {
             run_id: p.run_id.clone(),

@@ -106,7 +106,6 @@ pub struct RunHeader {
     pub suites: Vec<SuiteInfo>,
     pub git_revision: Option<String>,
     pub shard: Option<String>,
-    pub started_at: String,
 }
 
 /// A run's log, projected.
@@ -293,15 +292,7 @@ impl Index {
                     Event::RunStarted { runner_version, command_line, models, suites, git_revision, shard, .. }
                         if p.header.suites.is_empty() =>
                     {
-                        p.header = RunHeader {
-                            runner_version,
-                            command_line,
-                            models,
-                            suites,
-                            git_revision,
-                            shard,
-                            started_at: head.ts,
-                        };
+                        p.header = RunHeader { runner_version, command_line, models, suites, git_revision, shard };
                     }
                     Event::ScoringStarted { scoring_id, .. } => p.scoring_id = Some(scoring_id),
                     Event::EpisodeScored { outcome, .. } => {
@@ -338,6 +329,11 @@ impl Index {
         entries.dedup_by(|later, first| later.key == first.key);
         entries.shrink_to_fit();
         Ok(Index { path: path.to_path_buf(), meta: p, names, entries, rescored })
+    }
+
+    /// The log this index was built from.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// How many episodes (rows) the run has.
@@ -393,7 +389,11 @@ impl Index {
 impl Projection {
     /// Reads `events.jsonl` and holds every episode's row (about 250 bytes each).
     pub fn from_log(path: &Path) -> Result<Projection, ReadError> {
-        let index = Index::build(path)?;
+        Projection::from_index(&Index::build(path)?)
+    }
+
+    /// Every row of an index already built.
+    pub fn from_index(index: &Index) -> Result<Projection, ReadError> {
         let mut p = index.meta.clone();
         p.episodes.reserve_exact(index.len());
         index.for_each_row(|row| p.episodes.push(row))?;

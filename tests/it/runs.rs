@@ -39,6 +39,12 @@ fn table(dir: &Path) -> Vec<BTreeMap<String, String>> {
         .collect()
 }
 
+/// `results/RUN/summary.json`.
+fn summary_json(sb: &Sandbox, run: &str) -> serde_json::Value {
+    let path = sb.path().join(format!("results/{run}/summary.json"));
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
 fn finished_count(events: &Path) -> usize {
     std::fs::read_to_string(events).map(|t| t.matches("\"type\":\"episode_finished\"").count()).unwrap_or(0)
 }
@@ -77,8 +83,7 @@ fn a_run_killed_mid_way_resumes_to_the_tables_of_an_uninterrupted_run() {
     // Its report says what happened.
     let report = sb.run(&["report", "results/crash"]);
     assert_eq!(report.code, 0, "{report:?}");
-    let killed: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(sb.path().join("results/crash/summary.json")).unwrap()).unwrap();
+    let killed = summary_json(&sb, "crash");
     assert_eq!(killed["interrupted"], true, "a run without run_finished was interrupted");
     if killed["unfinished"].as_u64().unwrap() > 0 {
         assert!(report.stdout.contains("started and never finished"), "{report:?}");
@@ -98,8 +103,7 @@ fn a_run_killed_mid_way_resumes_to_the_tables_of_an_uninterrupted_run() {
     let (a, b) = (table(&sb.path().join("results/whole")), table(&sb.path().join("results/crash")));
     assert_eq!(a.len(), 36);
     assert_eq!(a, b, "the resumed run's table differs from the uninterrupted one");
-    let summary: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(sb.path().join("results/crash/summary.json")).unwrap()).unwrap();
+    let summary = summary_json(&sb, "crash");
     assert_eq!(summary["total"]["episodes"], 36);
     assert_eq!(summary["total"]["failed"], 6);
     assert_eq!(summary["unfinished"], 0);
@@ -180,9 +184,7 @@ fn shards_run_as_separate_processes_merge_into_the_unsharded_run() {
     assert_eq!(a.len(), 40);
     assert_eq!(a, b);
     let summary = |run: &str| -> serde_json::Value {
-        let mut s: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(sb.path().join(format!("results/{run}/summary.json"))).unwrap())
-                .unwrap();
+        let mut s = summary_json(&sb, run);
         for row in s["rows"].as_array_mut().unwrap().iter_mut() {
             row["wall_s"] = 0.into();
         }
