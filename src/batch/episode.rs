@@ -18,6 +18,7 @@ pub async fn run_episode(
     spec: EpisodeSpec,
     log: &EventLog,
     graders: &Graders,
+    work_root: &std::path::Path,
     stop: &CancellationToken,
 ) -> EpisodeReport {
     let started = std::time::Instant::now();
@@ -34,7 +35,7 @@ pub async fn run_episode(
     });
 
     let mut loop_ms = None;
-    let (ending, outcome) = match Environment::create(suite.environment.clone(), task) {
+    let (ending, outcome) = match Environment::create(suite.environment.clone(), task, work_root) {
         Err(e) => {
             let message = e.to_string();
             recorder.emit(&Event::Error { step: 0, cause: "environment_error".into(), message: message.clone() });

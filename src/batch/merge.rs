@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::log::Event;
 use crate::log::reader::for_each_line_of;
+use crate::log::writer::write_event;
 use crate::report::table::Projection;
 
 /// The merged run's folder and how many episodes it holds.
@@ -104,11 +105,10 @@ pub fn merge(
         }
     }
 
-    let dir = out_dir.join(&run_id);
-    if dir.exists() {
-        return Err(format!("the run folder {} already exists; choose another --run-id", dir.display()));
-    }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("failed to create {}: {e}", dir.display()))?;
+    // Written in a staged folder and renamed into place at the end: a merge that is
+    // killed leaves no half-merged run behind to refuse the next one.
+    let staged = super::StagedRun::new(out_dir, &run_id).map_err(|e| e.to_string())?;
+    let dir = staged.path().to_path_buf();
     let events_path = dir.join("events.jsonl");
     let file =
         std::fs::File::create(&events_path).map_err(|e| format!("failed to create {}: {e}", events_path.display()))?;
@@ -131,7 +131,7 @@ pub fn merge(
     let mut seq = 0u64;
     let quoted_id = serde_json::to_string(&run_id).unwrap_or_default();
     seq += 1;
-    write_event(&mut out, &quoted_id, seq, &started).map_err(write_failed)?;
+    write_event(&mut out, &run_id, seq, &started).map_err(write_failed)?;
 
     // The run-level events of the inputs stay behind; everything else is copied in order,
     // renumbered and renamed to the merged run.
@@ -168,16 +168,13 @@ pub fn merge(
         projections.iter().map(|p| p.wall_ms).fold(0.0, f64::max),
     );
     seq += 1;
-    write_event(&mut out, &quoted_id, seq, &done).map_err(write_failed)?;
+    write_event(&mut out, &run_id, seq, &done).map_err(write_failed)?;
     out.flush().map_err(write_failed)?;
     out.get_ref().sync_data().map_err(write_failed)?;
+    drop(out);
+    let dir = staged.publish().map_err(|e| e.to_string())?;
+    let events_path = dir.join("events.jsonl");
     Ok(Merged { dir, events_path, episodes, missing_shards })
-}
-
-/// A run-level event of the merged run, laid out as the event writer lays it out.
-fn write_event(out: &mut impl std::io::Write, quoted_id: &str, seq: u64, event: &Event) -> std::io::Result<()> {
-    let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-    crate::log::writer::write_line(out, quoted_id, seq, &ts, None, &serde_json::to_vec(event)?)
 }
 
 /// The line under the merged run's id and number: the header is rewritten in place when it

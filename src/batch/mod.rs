@@ -213,10 +213,9 @@ pub async fn run(
             (resume.run_id.clone(), resume.dir.clone(), events_path, log, writer, held)
         }
         None => {
-            let (run_id, dir) = create_run_folder(options)?;
-            let held = lock(&dir).map_err(RunError::Locked)?;
-            let events_path = dir.join("events.jsonl");
-            let (log, writer) = EventLog::create(&events_path, &run_id).map_err(RunError::Log)?;
+            let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
+            let staged = StagedRun::new(&options.out_dir, &run_id)?;
+            let held = lock(staged.path()).map_err(RunError::Locked)?;
             let started_event = Event::RunStarted {
                 runner_version: env!("CARGO_PKG_VERSION").into(),
                 command_line: options.command_line.clone(),
@@ -231,12 +230,21 @@ pub async fn run(
                 shard: options.shard.map(|(i, n)| format!("{i}/{n}")),
                 merged_from: Vec::new(),
             };
-            write_run_json(&dir, &run_id, &started_event).map_err(RunError::Log)?;
-            log.emit(None, &started_event);
+            // The folder appears with its first event in place, or not at all: a kill at any
+            // moment leaves a run that resumes, or none.
+            write_run_json(staged.path(), &run_id, &started_event).map_err(RunError::Log)?;
+            let first = std::fs::File::create_new(staged.path().join("events.jsonl")).map_err(RunError::Log)?;
+            crate::log::writer::write_event(&mut &first, &run_id, 1, &started_event).map_err(RunError::Log)?;
+            first.sync_data().map_err(RunError::Log)?;
+            let dir = staged.publish()?;
+            let events_path = dir.join("events.jsonl");
+            let (log, writer) = EventLog::append(&events_path, &run_id, 1).map_err(RunError::Log)?;
             (run_id, dir, events_path, log, writer, held)
         }
     };
     let started = std::time::Instant::now();
+    let scratch = Scratch::create(&dir).map_err(RunError::Log)?;
+    let work_root: Arc<Path> = Arc::from(scratch.0.as_path());
 
     let mut tally = Tally::default();
     let mut aborted = None;
@@ -250,7 +258,8 @@ pub async fn run(
                 let log = log.clone();
                 let stop = stop.clone();
                 let graders = options.graders.clone();
-                tokio::spawn(async move { run_episode(spec, &log, &graders, &stop).await })
+                let work_root = work_root.clone();
+                tokio::spawn(async move { run_episode(spec, &log, &graders, &work_root, &stop).await })
             })
             .buffer_unordered(options.jobs.max(1));
         while let Some(joined) = running.next().await {
@@ -274,6 +283,7 @@ pub async fn run(
         }
     }
 
+    drop(scratch);
     let interrupted = stop.is_cancelled() && aborted.is_none();
     log.emit(None, &tally.finished(interrupted, started.elapsed().as_secs_f64() * 1e3));
     drop(log);
@@ -300,15 +310,90 @@ pub fn lock(dir: &Path) -> Result<std::fs::File, String> {
     Ok(file)
 }
 
-/// Creates `<out_dir>/<run-id>/`, refusing one that exists.
-fn create_run_folder(options: &RunOptions) -> Result<(String, PathBuf), RunError> {
-    let run_id = options.run_id.clone().unwrap_or_else(new_run_id);
-    let dir = options.out_dir.join(&run_id);
-    if dir.exists() {
-        return Err(RunError::Exists(dir.display().to_string()));
+/// The run's scratch folder, where episodes make their working directories:
+/// `$TMPDIR/runner-<run id>-<hash of the run folder>`. A run killed outright leaves it behind;
+/// its resumption, which holds the run's lock, removes it before starting. Removed when
+/// dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn create(run_dir: &Path) -> std::io::Result<Scratch> {
+        let canonical = run_dir.canonicalize()?;
+        let name = canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name: String =
+            name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+        let hash = hex::encode(Sha256::digest(canonical.as_os_str().as_encoded_bytes()));
+        let path = std::env::temp_dir().join(format!("runner-{name}-{}", &hash[..12]));
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            // What a command made unremovable stays; the episodes get fresh folders anyway.
+            Err(e) => eprintln!("warning: failed to remove the scratch folder of an earlier run {}: {e}", path.display()),
+        }
+        std::fs::create_dir_all(&path)?;
+        Ok(Scratch(path))
     }
-    std::fs::create_dir_all(&dir).map_err(|source| RunError::Folder { path: dir.display().to_string(), source })?;
-    Ok((run_id, dir))
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A run folder being filled under a hidden name beside its final one
+/// (`<out_dir>/.<run-id>.XXXXXX`), removed if dropped; [`StagedRun::publish`] renames it to
+/// `<out_dir>/<run-id>` in one step, so that a run folder never exists half made.
+pub(crate) struct StagedRun {
+    staged: tempfile::TempDir,
+    dir: PathBuf,
+}
+
+impl StagedRun {
+    /// Refuses a run id whose folder exists.
+    pub(crate) fn new(out_dir: &Path, run_id: &str) -> Result<StagedRun, RunError> {
+        let dir = out_dir.join(run_id);
+        if dir.exists() {
+            return Err(RunError::Exists(dir.display().to_string()));
+        }
+        let folder = |source| RunError::Folder { path: dir.display().to_string(), source };
+        std::fs::create_dir_all(out_dir).map_err(folder)?;
+        let staged = tempfile::Builder::new().prefix(&format!(".{run_id}.")).tempdir_in(out_dir).map_err(folder)?;
+        Ok(StagedRun { staged, dir })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.staged.path()
+    }
+
+    /// Renames the folder to its final name; refuses to replace one made meanwhile.
+    pub(crate) fn publish(self) -> Result<PathBuf, RunError> {
+        let StagedRun { staged, dir } = self;
+        let folder = |source| RunError::Folder { path: dir.display().to_string(), source };
+        rename_no_replace(staged.path(), &dir).map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists | std::io::ErrorKind::DirectoryNotEmpty => {
+                RunError::Exists(dir.display().to_string())
+            }
+            _ => folder(e),
+        })?;
+        // Renamed: nothing is left at the staged path to remove.
+        let _ = staged.keep();
+        Ok(dir)
+    }
+}
+
+/// `rename(2)` that fails when `to` exists (a plain rename would replace an empty folder).
+fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| std::io::Error::other("a NUL byte in a path"))
+    };
+    let (from, to) = (c(from)?, c(to)?);
+    // SAFETY: two NUL-terminated paths that outlive the call.
+    let done = unsafe {
+        libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE)
+    };
+    if done == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
 
 /// run.json: the resolved configuration, for people and tools that do not read logs.
@@ -319,7 +404,8 @@ pub(crate) fn write_run_json(dir: &Path, run_id: &str, started: &Event) -> std::
         obj.insert("run_id".into(), serde_json::Value::String(run_id.into()));
         obj.insert("started_at".into(), serde_json::Value::String(chrono::Utc::now().to_rfc3339()));
     }
-    std::fs::write(dir.join("run.json"), serde_json::to_vec_pretty(&run_json).unwrap_or_default())
+    let bytes = serde_json::to_vec_pretty(&run_json).unwrap_or_default();
+    std::fs::write(dir.join("run.json"), crate::log::secrets::scrub_bytes(&bytes))
 }
 
 #[derive(Default)]

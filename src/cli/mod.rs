@@ -32,7 +32,7 @@ pub enum Exit {
     /// Episodes ran, but their results could not be written or read back (disk full,
     /// permissions).
     ResultsFailed = 4,
-    /// Stopped by Ctrl-C.
+    /// Stopped by Ctrl-C or SIGTERM.
     Interrupted = 130,
 }
 
@@ -354,6 +354,8 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
         }
     }
     let graders = Arc::new(open_graders(&suites, args.grader.clone(), &config).map_err(fail(Exit::Usage))?);
+    // The clients hold their keys now; the commands the worlds run must not find them.
+    crate::log::secrets::withdraw_from_environment(config.key_vars());
     let resume = match &args.resume {
         Some(run) => {
             let dir = batch::resume::find_run(run, &args.out).map_err(fail(Exit::Usage))?;
@@ -379,7 +381,7 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
     }
     let stop = CancellationToken::new();
     let result = runtime.block_on(async {
-        tokio::spawn(stop_on_ctrl_c(stop.clone()));
+        tokio::spawn(stop_on_signal(stop.clone()));
         let mut progress = Progress::new(total, args.quiet);
         let result = batch::run(&suites, &options, stop.clone(), |r| progress.finished(r)).await;
         progress.finish();
@@ -423,10 +425,11 @@ fn summarize(events: &std::path::Path) -> Result<(Summary, Index), Exit> {
     let index = Index::build(events).map_err(fail(Exit::ResultsFailed))?;
     let mut summary = Summary::begin(&index.meta);
     let dir = events.parent().unwrap_or(std::path::Path::new("."));
+    summary.run_dir = Some(dir.display().to_string());
     crate::report::table::write_tables(&index, dir, |row| summary.add(row)).map_err(fail(Exit::ResultsFailed))?;
     let path = dir.join("summary.json");
     let json = serde_json::to_vec_pretty(&summary.to_json()).unwrap_or_default();
-    std::fs::write(&path, json)
+    crate::report::write_atomically(&path, &json)
         .map_err(|e| fail(Exit::ResultsFailed)(format!("failed to write {}: {e}", path.display())))?;
     Ok((summary, index))
 }
@@ -546,6 +549,7 @@ fn regrade(args: RegradeArgs) -> Result<Exit, Exit> {
     })?;
     let config = ModelConfig::load(args.config.as_deref()).map_err(fail(Exit::Usage))?;
     let graders = open_graders(&suites, args.grader.clone(), &config).map_err(fail(Exit::Usage))?;
+    crate::log::secrets::withdraw_from_environment(config.key_vars());
     let run_dir = run.events_path.parent().unwrap_or(std::path::Path::new("."));
     let _lock = batch::lock(run_dir).map_err(fail(Exit::Usage))?;
     let regraded =
@@ -577,9 +581,12 @@ fn report(args: ReportArgs) -> Result<Exit, Exit> {
     if let Some(html) = &args.html {
         let path = html.clone().unwrap_or_else(|| dir.join("report.html"));
         let failed = |e: String| fail(Exit::ResultsFailed)(format!("failed to write {}: {e}", path.display()));
-        let file = std::fs::File::create(&path).map_err(|e| failed(e.to_string()))?;
+        let tmp = crate::report::temporary_beside(&path).map_err(|e| failed(e.to_string()))?;
+        let file = tmp.reopen().map_err(|e| failed(e.to_string()))?;
         let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
         crate::report::html::render(&index, args.max_trajectories, &mut out).map_err(failed)?;
+        drop(out);
+        tmp.persist(&path).map_err(|e| failed(e.error.to_string()))?;
         println!("report: {}", path.display());
     }
     Ok(Exit::Passed)
@@ -616,8 +623,8 @@ fn compare(args: CompareArgs) -> Result<Exit, Exit> {
     }
     // Gated: each later run against the first, model by model; in one run of several
     // models, each against the first model.
-    let regressed = if runs.len() > 1 {
-        let mut regressed = false;
+    let verdicts: Vec<crate::report::compare::PairTest> = if runs.len() > 1 {
+        let mut verdicts = Vec::new();
         for run in &runs[1..] {
             let (tests, unmatched) = crate::report::compare::against_baseline(&runs[0], run);
             if args.fail_on_regression && !unmatched.is_empty() {
@@ -629,20 +636,25 @@ fn compare(args: CompareArgs) -> Result<Exit, Exit> {
                     unmatched.join("; ")
                 )));
             }
-            regressed |= tests.iter().any(|t| t.regressed(args.tolerance, args.alpha));
+            verdicts.extend(tests);
         }
-        regressed
+        verdicts
     } else {
         let first = comparison.groups[0].label.clone();
-        let gated: Vec<&crate::report::compare::PairTest> = comparison.pairs.iter().filter(|p| p.a == first).collect();
+        let (gated, _): (Vec<_>, Vec<_>) = comparison.pairs.into_iter().partition(|p| p.a == first);
         if let Some(blind) = gated.iter().find(|p| p.shared == 0).filter(|_| args.fail_on_regression) {
             return Err(fail(Exit::Usage)(format!(
                 "--fail-on-regression cannot judge {} against {}: no task scored in both",
                 blind.b, blind.a
             )));
         }
-        gated.iter().any(|p| p.regressed(args.tolerance, args.alpha))
+        gated
     };
+    // Last, so that a CI log ends with why the command passed or failed.
+    for t in &verdicts {
+        println!("{}", t.verdict(args.tolerance, args.alpha));
+    }
+    let regressed = verdicts.iter().any(|t| t.regressed(args.tolerance, args.alpha));
     Ok(if args.fail_on_regression && regressed { Exit::GateFailed } else { Exit::Passed })
 }
 
@@ -768,14 +780,25 @@ fn gate(summary: &Summary, fail_under: Option<f64>, max_unscored: f64) -> Exit {
     if failed { Exit::GateFailed } else { Exit::Passed }
 }
 
-/// The first Ctrl-C stops the run gracefully; a second one exits at once.
-async fn stop_on_ctrl_c(stop: CancellationToken) {
-    if tokio::signal::ctrl_c().await.is_err() {
+/// The first Ctrl-C or SIGTERM (what Kubernetes, Docker, systemd and CI cancellation
+/// send) stops the run gracefully: episodes in flight are cancelled and logged, the tables
+/// written. A second signal of either kind exits at once.
+async fn stop_on_signal(stop: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        eprintln!("warning: failed to install the signal handlers; Ctrl-C ends the run at once");
         return;
-    }
-    eprintln!("\nstopping: cancelling the episodes in flight (Ctrl-C again to quit now)");
+    };
+    let name = tokio::select! {
+        _ = interrupt.recv() => "Ctrl-C",
+        _ = terminate.recv() => "SIGTERM",
+    };
+    eprintln!("\nstopping on {name}: cancelling the episodes in flight (Ctrl-C again to quit now, or a second SIGTERM)");
     stop.cancel();
-    if tokio::signal::ctrl_c().await.is_ok() {
-        std::process::exit(Exit::Interrupted as i32);
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
     }
+    std::process::exit(Exit::Interrupted as i32);
 }

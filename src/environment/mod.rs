@@ -86,11 +86,12 @@ pub struct Environment {
 }
 
 impl Environment {
-    /// Sets up a fresh world for `task`.
-    pub fn create(definition: Arc<Definition>, task: &Task) -> Result<Self, SetupError> {
+    /// Sets up a fresh world for `task`; a world that needs a folder makes it in `work_root`
+    /// (the run's scratch folder, removed with the run).
+    pub fn create(definition: Arc<Definition>, task: &Task, work_root: &std::path::Path) -> Result<Self, SetupError> {
         let fail = |message: String| SetupError { name: definition.name.clone(), message };
         let world: Box<dyn World> = match definition.kind {
-            Some(Kind::Shell) => Box::new(shell::ShellWorld::create(&definition, task).map_err(fail)?),
+            Some(Kind::Shell) => Box::new(shell::ShellWorld::create(&definition, task, work_root).map_err(fail)?),
             Some(Kind::Kv) => Box::new(kv::KvWorld::create(&definition, task)),
             None => {
                 return Err(fail("its world is supplied in code: use Environment::with_world".into()));

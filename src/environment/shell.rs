@@ -73,10 +73,10 @@ pub struct ShellWorld {
 }
 
 impl ShellWorld {
-    pub fn create(definition: &Definition, task: &Task) -> Result<Self, String> {
+    pub fn create(definition: &Definition, task: &Task, work_root: &Path) -> Result<Self, String> {
         let dir = tempfile::Builder::new()
             .prefix("runner-episode-")
-            .tempdir()
+            .tempdir_in(work_root)
             .map_err(|e| format!("failed to create a working directory: {e}"))?;
         let root = dir.path().canonicalize().map_err(|e| format!("failed to resolve the working directory: {e}"))?;
         for (name, content) in definition.files.iter().chain(&task.files) {

@@ -3,6 +3,7 @@
 
 pub mod event;
 pub mod reader;
+pub mod secrets;
 pub mod writer;
 
 pub use event::{Event, Outcome, Termination, Usage};

@@ -71,9 +71,9 @@ pub fn for_each_event_of(
 
 /// The lines of a log whose `type` is in `kinds` (every line when `None`), as text with
 /// their type and the byte offset where they start, for readers that decode only the
-/// fields they need. An error returned by
-/// `each` on a complete line stops the reading with that line's number; on the torn last
-/// line it only marks the line torn. Returns whether the last line was torn.
+/// fields they need. An error returned by `each` stops the reading with that line's
+/// number. A last line without its newline is torn (a crash mid-write, or a writer still
+/// at work): it is not given to `each`. Returns whether the last line was torn.
 pub fn for_each_line_of(
     path: &Path,
     kinds: Option<&[&str]>,
@@ -94,9 +94,12 @@ pub fn for_each_line_of(
         line_no += 1;
         let offset = next_offset;
         next_offset += n as u64;
-        // Only the last line can be torn, and a torn line has no newline yet; it may even
-        // end inside a multi-byte character.
-        let complete = buf.ends_with(b"\n");
+        // A line is complete when its newline is written: the writer cuts a last line
+        // without one before appending (`drop_torn_tail`), so a reader must not count it,
+        // even when it happens to be whole JSON. It may even end inside a character.
+        if !buf.ends_with(b"\n") {
+            return Ok(!buf.iter().all(u8::is_ascii_whitespace));
+        }
         let handled = std::str::from_utf8(&buf).map_err(|e| e.to_string()).and_then(|text| {
             let text = text.trim_end();
             if text.is_empty() {
@@ -107,10 +110,8 @@ pub fn for_each_line_of(
                 None => Ok(()),
             }
         });
-        match handled {
-            Ok(()) => {}
-            Err(_) if !complete => return Ok(true),
-            Err(message) => return Err(ReadError::Invalid { path: shown, line: line_no, message }),
+        if let Err(message) = handled {
+            return Err(ReadError::Invalid { path: shown, line: line_no, message });
         }
     }
 }
@@ -134,6 +135,25 @@ pub fn line_at<'a>(file: &std::fs::File, offset: u64, buf: &'a mut Vec<u8>) -> s
         }
     }
     std::str::from_utf8(buf).map_err(std::io::Error::other)
+}
+
+/// The number (from 1) of the line that starts at byte `offset`, for errors found after
+/// the reading: the newlines before it, plus one. `0` when the file cannot be read.
+pub fn line_number_at(path: &Path, offset: u64) -> usize {
+    use std::io::Read as _;
+    let Ok(file) = std::fs::File::open(path) else { return 0 };
+    let mut reader = BufReader::with_capacity(256 * 1024, file.take(offset));
+    let mut newlines = 0;
+    loop {
+        let chunk = match reader.fill_buf() {
+            Ok([]) => return newlines + 1,
+            Ok(chunk) => chunk,
+            Err(_) => return 0,
+        };
+        newlines += chunk.iter().filter(|b| **b == b'\n').count();
+        let n = chunk.len();
+        reader.consume(n);
+    }
 }
 
 /// Reads a whole log into memory.

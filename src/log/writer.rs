@@ -119,6 +119,14 @@ fn write_lines(receiver: Receiver<Line>, mut out: BufWriter<File>, run_id: &str,
     out.get_ref().sync_data()
 }
 
+/// A run-level event written straight to `out` with number `seq`, laid out as the writer
+/// thread lays it out: for logs written in one go (a run's first line, a merge).
+pub fn write_event(out: &mut impl Write, run_id: &str, seq: u64, event: &Event) -> std::io::Result<()> {
+    let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let quoted_id = serde_json::to_string(run_id)?;
+    write_line(out, &quoted_id, seq, &ts, None, &serde_json::to_vec(event)?)
+}
+
 /// One line of the log: the header (`v`, `run_id` — already JSON-quoted —, `seq`, `ts`,
 /// `episode_id`), then the fields of `body`, a serialised event. Readers find `type` and
 /// `episode_id` by this layout without parsing the line.
@@ -135,9 +143,10 @@ pub(crate) fn write_line(
         out.write_all(b",\"episode_id\":")?;
         serde_json::to_writer(&mut *out, id)?;
     }
-    // The body is a JSON object: splice its fields after the header's.
+    // The body is a JSON object: splice its fields after the header's. No secret is
+    // stored, whichever way it came into an event.
     out.write_all(b",")?;
-    out.write_all(body.get(1..).unwrap_or_default())?;
+    out.write_all(&super::secrets::scrub_bytes(body.get(1..).unwrap_or_default()))?;
     out.write_all(b"\n")
 }
 

@@ -77,7 +77,7 @@ impl LanguageModel for Cached {
             && let Ok(bytes) = serde_json::to_vec(&response.recorded())
         {
             let tmp = path.with_extension(format!("tmp{}", fastrand::u64(..)));
-            if std::fs::write(&tmp, bytes).is_ok() {
+            if std::fs::write(&tmp, crate::log::secrets::scrub_bytes(&bytes)).is_ok() {
                 let _ = std::fs::rename(&tmp, &path);
             }
         }

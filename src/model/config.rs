@@ -161,6 +161,11 @@ struct ProviderFile {
 
 impl ModelConfig {
     /// The built-ins, then `path` if given, else `$RUNNER_CONFIG`, else `./runner.yaml` if it exists.
+    /// The variables that hold the providers' API keys.
+    pub fn key_vars(&self) -> impl Iterator<Item = &str> {
+        self.providers.values().filter_map(|p| p.key_env.as_deref())
+    }
+
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let chosen = match path {
             Some(p) => Some(p.to_owned()),
@@ -265,7 +270,10 @@ impl Provider {
     pub fn resolve_key(&self) -> Result<Option<String>, String> {
         let Some(var) = &self.key_env else { return Ok(None) };
         match std::env::var(var) {
-            Ok(key) if !key.trim().is_empty() => Ok(Some(key.trim().to_owned())),
+            Ok(key) if !key.trim().is_empty() => {
+                crate::log::secrets::register(&key);
+                Ok(Some(key.trim().to_owned()))
+            }
             // Compatible servers often need no key.
             _ if self.name == "openai-compatible" => Ok(None),
             _ => Err(format!("provider `{}` needs an API key: set {var}", self.name)),

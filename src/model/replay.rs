@@ -50,7 +50,7 @@ impl CassetteWriter {
     }
 
     pub fn append(&self, entry: &Entry) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(entry)?;
+        let mut line = crate::log::secrets::scrub_bytes(&serde_json::to_vec(entry)?).into_owned();
         line.push(b'\n');
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         file.write_all(&line)?;

@@ -244,6 +244,35 @@ impl PairTest {
     pub fn regressed(&self, tolerance: f64, alpha: f64) -> bool {
         self.effect.is_some_and(|e| e < -tolerance) && self.p_value < alpha
     }
+
+    /// One sentence for a CI log: whether B regressed against A, by how much, and why that
+    /// is (or is not) judged a regression.
+    pub fn verdict(&self, tolerance: f64, alpha: f64) -> String {
+        let Some(effect) = self.effect else {
+            return format!("verdict: {} vs {}: not judged, no task was scored in both", self.b, self.a);
+        };
+        let pts = |x: f64| format!("{:.1} pts", x * 100.0);
+        let rates = match (self.pass_rate_a, self.pass_rate_b) {
+            (Some(a), Some(b)) => format!(" ({:.1}% -> {:.1}%)", a * 100.0, b * 100.0),
+            _ => String::new(),
+        };
+        let change = format!(
+            "pass rate {:+.1} pts{rates} over {} shared tasks ({} worse, {} better), McNemar p = {:.4}",
+            effect * 100.0,
+            self.shared,
+            self.only_a,
+            self.only_b,
+            self.p_value,
+        );
+        let why = if self.regressed(tolerance, alpha) {
+            format!("REGRESSED: the drop is beyond the tolerance of {} and p < alpha {alpha}", pts(tolerance))
+        } else if effect >= -tolerance {
+            format!("no regression: the change is within the tolerance of {}", pts(tolerance))
+        } else {
+            format!("no significant regression: p >= alpha {alpha}")
+        };
+        format!("verdict: {} vs {}: {change}; {why}", self.b, self.a)
+    }
 }
 
 /// The episodes of one model in one run.

@@ -81,6 +81,8 @@ pub struct EpochRow {
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
     pub run_id: String,
+    /// The run folder as the user named it, for the commands the summary suggests.
+    pub run_dir: Option<String>,
     /// In the order suites and models first appear in the log.
     pub rows: Vec<Row>,
     pub thresholds: HashMap<String, Option<f64>>,
@@ -337,7 +339,8 @@ impl Summary {
             let _ = writeln!(
                 out,
                 "unfinished: {} episodes started and never finished (the run was killed); `runner eval ... --resume {}` runs them",
-                self.unfinished, self.run_id
+                self.unfinished,
+                self.run_dir.as_deref().unwrap_or(&self.run_id)
             );
         }
         out

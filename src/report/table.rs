@@ -349,15 +349,19 @@ impl Index {
     pub fn for_each_row(&self, mut each: impl FnMut(EpisodeRow)) -> Result<(), ReadError> {
         let shown = self.path.display().to_string();
         let file = std::fs::File::open(&self.path).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
-        let invalid = |message: String| ReadError::Invalid { path: shown.clone(), line: 0, message };
+        let invalid = |offset: u64, message: String| ReadError::Invalid {
+            path: shown.clone(),
+            line: crate::log::reader::line_number_at(&self.path, offset),
+            message,
+        };
         let mut buf = Vec::new();
         for e in &self.entries {
             let text =
                 line_at(&file, e.offset, &mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
             let head: Head =
-                serde_json::from_str(text).map_err(|err| invalid(format!("at byte {}: {err}", e.offset)))?;
+                serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
             let f: Finished =
-                serde_json::from_str(text).map_err(|err| invalid(format!("at byte {}: {err}", e.offset)))?;
+                serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
             let id = head.episode_id.unwrap_or_default();
             let outcome = self.rescored.get(&id).cloned().unwrap_or(f.outcome);
             let name = |n: u32| self.names[n as usize].clone();
@@ -497,12 +501,13 @@ pub fn write_tables(index: &Index, dir: &Path, mut each: impl FnMut(&EpisodeRow)
     let run_id = &index.meta.run_id;
     let csv_path = dir.join("episodes.csv");
     let parquet_path = dir.join("episodes.parquet");
-    let csv_tmp = dir.join(".episodes.csv.tmp");
-    let parquet_tmp = dir.join(".episodes.parquet.tmp");
+    // Temporary files of their own: a `runner report` of a live run writes the tables too.
+    let csv_tmp = super::temporary_beside(&csv_path).map_err(|e| fail(&csv_path, &e))?;
+    let parquet_tmp = super::temporary_beside(&parquet_path).map_err(|e| fail(&parquet_path, &e))?;
     let empty = frame(run_id, &[]).map_err(|e| fail(&csv_path, &e))?;
     let schema = empty.schema().as_ref().clone();
-    let csv_file = std::fs::File::create(&csv_tmp).map_err(|e| fail(&csv_path, &e))?;
-    let parquet_file = std::fs::File::create(&parquet_tmp).map_err(|e| fail(&parquet_path, &e))?;
+    let csv_file = csv_tmp.reopen().map_err(|e| fail(&csv_path, &e))?;
+    let parquet_file = parquet_tmp.reopen().map_err(|e| fail(&parquet_path, &e))?;
     let mut csv = CsvWriter::new(csv_file).batched(&schema).map_err(|e| fail(&csv_path, &e))?;
     let mut parquet =
         ParquetWriter::new(parquet_file).set_parallel(false).batched(&schema).map_err(|e| fail(&parquet_path, &e))?;
@@ -543,7 +548,7 @@ pub fn write_tables(index: &Index, dir: &Path, mut each: impl FnMut(&EpisodeRow)
     drop(csv);
     parquet.finish().map_err(|e| fail(&parquet_path, &e))?;
     drop(parquet);
-    std::fs::rename(&csv_tmp, &csv_path).map_err(|e| fail(&csv_path, &e))?;
-    std::fs::rename(&parquet_tmp, &parquet_path).map_err(|e| fail(&parquet_path, &e))?;
+    csv_tmp.persist(&csv_path).map_err(|e| fail(&csv_path, &e.error))?;
+    parquet_tmp.persist(&parquet_path).map_err(|e| fail(&parquet_path, &e.error))?;
     Ok(())
 }

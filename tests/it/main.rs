@@ -5,12 +5,14 @@ mod bad_input;
 mod batch;
 mod e2e;
 mod eval;
+mod lifecycle;
 mod log;
 mod models;
 mod replay;
 mod report;
 mod runs;
 mod scoring;
+mod secrets;
 mod shell;
 
 use std::path::{Path, PathBuf};
