@@ -611,8 +611,8 @@ pub fn against_baseline(baseline: &Projection, current: &Projection) -> (Vec<Pai
         match a {
             Some(a) => {
                 let mut t = PairTest::between(a, b);
-                t.a = format!("{} (baseline {})", a.model, a.run_id);
-                t.b = b.model.clone();
+                t.a = format!("{}/{}", a.run_id, a.model);
+                t.b = format!("{}/{}", b.run_id, b.model);
                 if t.shared == 0 {
                     unmatched.push(format!("{} (no task scored in both)", b.model));
                 } else {

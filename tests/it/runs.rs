@@ -522,6 +522,31 @@ fn compare_gates_each_model_against_the_same_model_of_the_first_run() {
 }
 
 #[test]
+fn compare_ends_with_one_verdict_sentence_per_gated_pair() {
+    let sb = Sandbox::new();
+    let wrong_b: Vec<usize> = (0..12).collect();
+    two_versions(&sb, 40, &[39], &wrong_b);
+    let gated = sb.run(&["compare", "results/a", "results/b", "--fail-on-regression"]);
+    assert_eq!(gated.code, 1, "{gated:?}");
+    // 39 of 40 against 28 of 40; McNemar on 12 against 1 discordant tasks: p = 28/8192.
+    let last = gated.stdout.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        "verdict: b/mock vs a/mock: pass rate -27.5 pts (97.5% -> 70.0%) over 40 shared tasks (12 worse, 1 better), McNemar p = 0.0034; REGRESSED: the drop is beyond the tolerance of 0.0 pts and p < alpha 0.05",
+        "{gated:?}"
+    );
+    let tolerated = sb.run(&["compare", "results/a", "results/b", "--fail-on-regression", "--tolerance", "0.3"]);
+    assert_eq!(tolerated.code, 0, "{tolerated:?}");
+    assert!(
+        tolerated.stdout.trim_end().ends_with("no regression: the change is within the tolerance of 30.0 pts"),
+        "{tolerated:?}"
+    );
+    let strict = sb.run(&["compare", "results/a", "results/b", "--fail-on-regression", "--alpha", "0.001"]);
+    assert_eq!(strict.code, 0, "{strict:?}");
+    assert!(strict.stdout.trim_end().ends_with("no significant regression: p >= alpha 0.001"), "{strict:?}");
+}
+
+#[test]
 fn a_run_cut_after_any_event_resumes_with_the_next_number() {
     let sb = Sandbox::new();
     sb.write("s.yaml", &suite(4, &[1]));
