@@ -358,7 +358,13 @@ impl StagedRun {
         }
         let folder = |source| RunError::Folder { path: dir.display().to_string(), source };
         std::fs::create_dir_all(out_dir).map_err(folder)?;
-        let staged = tempfile::Builder::new().prefix(&format!(".{run_id}.")).tempdir_in(out_dir).map_err(folder)?;
+        // The mode a plain folder gets (0777 less the umask), not a temporary one's 0700:
+        // others (a merge job, a web server) may read runs.
+        let staged = tempfile::Builder::new()
+            .prefix(&format!(".{run_id}."))
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o777))
+            .tempdir_in(out_dir)
+            .map_err(folder)?;
         Ok(StagedRun { staged, dir })
     }
 
