@@ -12,6 +12,7 @@ mod report;
 mod runs;
 mod scoring;
 mod shell;
+mod world_hazards;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
