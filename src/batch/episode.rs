@@ -122,6 +122,7 @@ async fn outcome_of(
         wall_s,
         suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
         suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
+        world_limit: Duration::from_secs_f64(suite.limits.time_s),
     };
     let scores = match scoring::score(&suite.scorers, &task.scorers, &finished, world, graders).await {
         Ok(scores) => scores,

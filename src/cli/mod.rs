@@ -363,11 +363,12 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
         }
         None => None,
     };
+    let jobs = crate::environment::resources::fit_jobs(args.jobs.max(1), suites.iter().map(|s| &*s.environment));
     let runtime = runtime()?;
     let options = RunOptions {
         models,
         epochs: args.epochs,
-        jobs: args.jobs.max(1),
+        jobs,
         out_dir: args.out.clone(),
         run_id: args.run_id.clone(),
         command_line: std::env::args().collect(),

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::definition::Definition;
-use super::{ToolFailure, World, decode_arguments};
+use super::{ReadBack, ToolFailure, World, decode_arguments};
 use crate::contract::{ErrorType, ToolSpec};
 use crate::suite::Task;
 
@@ -135,8 +135,16 @@ impl World for KvWorld {
         }
     }
 
-    async fn read_back(&self, key: &str) -> Option<String> {
-        self.with_store(|s| s.get(key).cloned())
+    async fn read_back(&self, key: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
+        let value = self.with_store(|s| s.get(key).cloned());
+        let value =
+            value.ok_or_else(|| ToolFailure::new(ErrorType::ExecutionError, format!("`{key}` does not exist")))?;
+        let size = value.len() as u64;
+        let mut end = cap.min(value.len());
+        while !value.is_char_boundary(end) {
+            end -= 1;
+        }
+        Ok(ReadBack { text: value[..end].to_owned(), size })
     }
 }
 

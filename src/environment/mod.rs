@@ -3,6 +3,8 @@
 
 pub mod definition;
 mod kv;
+mod process;
+pub mod resources;
 mod run;
 mod shell;
 
@@ -30,11 +32,26 @@ pub struct ToolFailure {
     pub suggested_action: Option<String>,
     /// What the tool produced before it failed (truncated output, say).
     pub partial: Option<Value>,
+    /// Set when the failure is the runner's, not the agent's (it ran out of open files,
+    /// say): the episode then ends unscored with this cause.
+    pub fault: Option<&'static str>,
 }
 
 impl ToolFailure {
     pub fn new(kind: ErrorType, message: impl Into<String>) -> Self {
-        ToolFailure { kind, message: message.into(), suggested_action: None, partial: None }
+        ToolFailure { kind, message: message.into(), suggested_action: None, partial: None, fault: None }
+    }
+
+    /// The failure of an operation on the world: the runner's own fault when the runner
+    /// ran out of resources (open files, processes, memory), the tool's otherwise.
+    pub fn io(what: &str, e: std::io::Error) -> Self {
+        let message = if what.is_empty() { e.to_string() } else { format!("{what}: {e}") };
+        let failure = ToolFailure::new(ErrorType::ExecutionError, message);
+        if resources::is_exhaustion(&e) {
+            ToolFailure { fault: Some(resources::RESOURCE_EXHAUSTED), ..failure }
+        } else {
+            failure
+        }
     }
 
     pub fn suggest(mut self, action: impl Into<String>) -> Self {
@@ -42,6 +59,9 @@ impl ToolFailure {
         self
     }
 }
+
+/// The key of an observation's `info` that names a fault of the runner (its cause).
+pub(crate) const FAULT_INFO: &str = "fault";
 
 /// Decodes a tool's arguments (already checked against its schema) into the tool's type.
 pub(crate) fn decode_arguments<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, ToolFailure> {
@@ -59,14 +79,34 @@ pub trait World: Send + Sync {
         Map::new()
     }
 
-    /// For scorers of the final world: the text of a file (or of a key, in `kv`), if any.
-    async fn read_back(&self, _path: &str) -> Option<String> {
-        None
+    /// For scorers of the final world: the start of a file (or a key's value, in `kv`),
+    /// at most `cap` bytes of it. A file that is not a regular file is refused.
+    async fn read_back(&self, path: &str, _cap: usize) -> Result<ReadBack, ToolFailure> {
+        Err(ToolFailure::new(
+            ErrorType::ExecutionError,
+            format!("`{path}` does not exist: this environment has no files"),
+        ))
     }
 
     /// For `check:` scorers: runs a shell command in the final world; its exit code and output.
-    async fn run_check(&self, _command: &str, _timeout_s: f64) -> Result<(i32, String), String> {
-        Err("this environment cannot run commands".into())
+    async fn run_check(&self, _command: &str, _timeout_s: f64) -> Result<(i32, String), ToolFailure> {
+        Err(ToolFailure::new(ErrorType::ExecutionError, "this environment cannot run commands"))
+    }
+}
+
+/// What a scorer reads back from the final world.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadBack {
+    /// The text, cut to the cap asked for.
+    pub text: String,
+    /// The size of the whole file, in bytes.
+    pub size: u64,
+}
+
+impl ReadBack {
+    /// Whether `text` holds less than the whole file.
+    pub fn is_cut(&self) -> bool {
+        self.size > self.text.len() as u64
     }
 }
 
@@ -174,6 +214,10 @@ impl Environment {
                 error.suggested_action = failure.suggested_action;
                 let mut obs = Observation::of_error(&call.call_id, error);
                 obs.tool_result = failure.partial;
+                if let Some(cause) = failure.fault {
+                    // The loop ends the episode unscored on this: the agent did nothing wrong.
+                    obs.info.insert(FAULT_INFO.into(), Value::String(cause.into()));
+                }
                 obs
             }
             Ok(Err(panic)) => {

@@ -69,6 +69,8 @@ struct Dispatched {
     observations: Vec<Observation>,
     answer: Option<String>,
     stopped: Option<Termination>,
+    /// A fault of the runner during a call: the episode ends unscored.
+    fault: Option<AgentFault>,
 }
 
 impl Environment {
@@ -143,6 +145,11 @@ impl Environment {
             }
 
             let turn = self.dispatch(&proposal.calls, step, deadline, stop, recorder, &mut ending.trajectory).await;
+            if let Some(fault) = turn.fault {
+                recorder.emit(&Event::Error { step, cause: fault.cause.clone(), message: fault.message.clone() });
+                ending.fault = Some(fault);
+                return ending.with(Termination::EnvironmentError);
+            }
             if let Some(answer) = turn.answer {
                 ending.final_answer = Some(answer);
                 return ending.with(Termination::FinalAnswer);
@@ -173,6 +180,7 @@ impl Environment {
         let started: Vec<AtomicBool> = calls.iter().map(|_| AtomicBool::new(false)).collect();
         let mut answer = None;
         let mut stopped = None;
+        let mut fault = None;
         {
             let started = &started;
             let mut running: FuturesUnordered<_> = calls
@@ -190,6 +198,11 @@ impl Environment {
                 recorder.emit(&Event::Observation { step, observation: obs.clone() });
                 if let Some(error) = &obs.error {
                     trajectory.errors.push(CallError { call_id: calls[i].call_id.clone(), error: error.clone() });
+                    if let Some(cause) = obs.info.get(super::FAULT_INFO).and_then(|c| c.as_str()) {
+                        let message =
+                            format!("`{}` failed for want of the runner's resources: {}", calls[i].name, error.message);
+                        fault = Some(AgentFault { cause: cause.to_owned(), message });
+                    }
                 }
                 let is_final = obs.done && calls[i].name == FINAL_TOOL;
                 if is_final {
@@ -202,7 +215,7 @@ impl Environment {
                     answer = Some(text);
                 }
                 slots[i] = Some(obs);
-                if is_final {
+                if is_final || fault.is_some() {
                     break;
                 }
             }
@@ -227,7 +240,7 @@ impl Environment {
                 })
             })
             .collect();
-        Dispatched { observations, answer, stopped }
+        Dispatched { observations, answer, stopped, fault }
     }
 }
 

@@ -1,8 +1,13 @@
 //! `shell`: a fresh temporary working directory per episode, seeded with fixture and task
 //! files, and tools to run commands and read and write files inside it.
 //!
-//! Commands run in their own process group with a clean environment (none of the runner's
-//! variables, so no API keys); on timeout or cancellation the whole group is killed.
+//! Commands run with a clean environment (none of the runner's variables, so no API keys)
+//! under a keeper process (`process.rs`): when a command ends, times out or is cancelled,
+//! every process it started is killed, also those that left its group or session.
+//!
+//! Nothing a world contains may block or bloat the run: files are opened without waiting
+//! (a named pipe would wait for a writer), only regular files are read or written, reads
+//! stop at a cap, and a file with other hard links (which may live outside) is not written.
 
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
@@ -15,12 +20,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use super::definition::{Definition, EnvLimits};
-use super::{ToolFailure, World, decode_arguments};
+use super::{ReadBack, ToolFailure, World, decode_arguments, process};
 use crate::contract::{ErrorType, ToolSpec};
 use crate::suite::Task;
 
 const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
-const MARK_VAR: &str = "RUNNER_EPISODE_MARK";
 
 pub fn tool_specs() -> Vec<ToolSpec> {
     let spec = ToolSpec::new;
@@ -62,10 +66,6 @@ pub fn tool_specs() -> Vec<ToolSpec> {
 }
 
 pub struct ShellWorld {
-    /// Every process of this episode carries `RUNNER_EPISODE_MARK=<mark>`, so that
-    /// those that left the command's process group (`setsid`) are found at teardown.
-    mark: String,
-    ran_commands: std::sync::atomic::AtomicBool,
     dir: tempfile::TempDir,
     /// `dir` with symlinks resolved, to check that paths stay inside it.
     root: PathBuf,
@@ -89,8 +89,7 @@ impl ShellWorld {
             }
             std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
         }
-        let mark = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-        Ok(ShellWorld { mark, ran_commands: false.into(), dir, root, limits: definition.limits.clone() })
+        Ok(ShellWorld { dir, root, limits: definition.limits.clone() })
     }
 
     /// Resolves a path the model gave, refusing any that leads outside the working directory.
@@ -123,7 +122,8 @@ impl ShellWorld {
         // Both bounds were checked when the definition loaded; the schema keeps timeout_s > 0.
         let limit = self.limits.command_timeout_s;
         let timeout = Duration::from_secs_f64(args.timeout_s.unwrap_or(limit).min(limit).max(0.001));
-        let mut child = Command::new("/bin/sh")
+        let mut command = Command::new("/bin/sh");
+        command
             .arg("-c")
             .arg(&args.command)
             .current_dir(self.dir.path())
@@ -132,26 +132,22 @@ impl ShellWorld {
             .env("HOME", self.dir.path())
             .env("TMPDIR", self.dir.path())
             .env("LANG", "C.UTF-8")
-            .env(MARK_VAR, &self.mark)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("failed to start the shell: {e}")))?;
-        self.ran_commands.store(true, std::sync::atomic::Ordering::Relaxed);
-        // From here on, however this future ends (timeout, cancellation), the group dies.
-        let group = ProcessGroup(child.id().map(|id| id as libc::pid_t));
-        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            .process_group(0);
+        // From here on, however this future ends (timeout, cancellation), every process
+        // the command started dies with it.
+        let mut started = process::spawn(&mut command).map_err(|e| ToolFailure::io("failed to start the shell", e))?;
+        let (Some(stdout), Some(stderr)) = (started.keeper.stdout.take(), started.keeper.stderr.take()) else {
             return Err(ToolFailure::new(ErrorType::ExecutionError, "the shell's output was not captured"));
         };
         let cap = self.limits.output_cap_bytes;
         let work = async {
             let status = async {
-                let status = child.wait().await;
+                let status = started.shell_status().await;
                 // Background processes the command left behind would hold the pipes open.
-                group.kill();
+                started.tree.kill();
                 status
             };
             tokio::join!(read_capped(stdout, cap), read_capped(stderr, cap), status)
@@ -159,16 +155,25 @@ impl ShellWorld {
         let (out, err, status) = match tokio::time::timeout(timeout, work).await {
             Ok(done) => done,
             Err(_) => {
-                group.kill();
+                started.tree.kill();
                 return Err(ToolFailure::new(
                     ErrorType::TimeoutError,
-                    format!("the command ran longer than {}s; its process group was killed", timeout.as_secs_f64()),
+                    format!(
+                        "the command ran longer than {}s; it and every process it started were killed",
+                        timeout.as_secs_f64()
+                    ),
                 )
                 .suggest("make the command faster, or pass a larger timeout_s"));
             }
         };
-        let status = status
-            .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("failed to wait for the command: {e}")))?;
+        // The keeper was killed with the tree: reap it now rather than in the background.
+        let _ = started.keeper.wait().await;
+        let status = status.ok_or_else(|| {
+            ToolFailure::new(
+                ErrorType::ExecutionError,
+                "the command's keeper process was killed before the shell ended",
+            )
+        })?;
         let (out, err) = (out.map_err(io_failure)?, err.map_err(io_failure)?);
         let truncated = out.total > out.kept.len() || err.total > err.kept.len();
         let mut result = Map::new();
@@ -191,15 +196,15 @@ impl ShellWorld {
                 ),
                 suggested_action: Some("narrow the output, e.g. with head, tail or grep".into()),
                 partial: Some(result),
+                fault: None,
             });
         }
         Ok(result)
     }
 
     async fn read_file(&self, path: &str) -> Result<Value, ToolFailure> {
-        let full = self.resolve(path)?;
-        let file = tokio::fs::File::open(&full).await.map_err(|e| not_found_or(e, path))?;
-        let read = read_capped(file, self.limits.output_cap_bytes).await.map_err(io_failure)?;
+        let (file, size) = self.open_regular(path, tokio::fs::OpenOptions::new().read(true), 0).await?;
+        let read = read_start(file, size, self.limits.output_cap_bytes).await?;
         let result = json!({"path": path, "content": read.text()});
         if read.total > read.kept.len() {
             return Err(ToolFailure {
@@ -207,9 +212,48 @@ impl ShellWorld {
                 message: format!("`{path}` has {} bytes; only the first {} are shown", read.total, read.kept.len()),
                 suggested_action: Some("read a part of it with run_command (head, sed -n, grep)".into()),
                 partial: Some(result),
+                fault: None,
             });
         }
         Ok(result)
+    }
+
+    /// Opens a file of the working directory without waiting (a named pipe would wait for
+    /// its other end), and refuses anything that is not a regular file; returns its size.
+    async fn open_regular(
+        &self,
+        path: &str,
+        options: &mut tokio::fs::OpenOptions,
+        flags: libc::c_int,
+    ) -> Result<(tokio::fs::File, u64), ToolFailure> {
+        let full = self.resolve(path)?;
+        let file =
+            options.custom_flags(flags | libc::O_NONBLOCK).open(&full).await.map_err(|e| match e.raw_os_error() {
+                // Opening a named pipe for writing, without a reader, fails so.
+                Some(libc::ENXIO) => not_regular(path, "a named pipe"),
+                // O_NOFOLLOW met a link swapped in after `resolve` checked the path.
+                Some(libc::ELOOP) => ToolFailure::new(
+                    ErrorType::PermissionError,
+                    format!("`{path}` is a symbolic link; write to its target"),
+                ),
+                _ => not_found_or(e, path),
+            })?;
+        let meta = file.metadata().await.map_err(io_failure)?;
+        let kind = meta.file_type();
+        if !kind.is_file() {
+            use std::os::unix::fs::FileTypeExt;
+            let what = if kind.is_fifo() {
+                "a named pipe"
+            } else if kind.is_socket() {
+                "a socket"
+            } else if kind.is_dir() {
+                "a folder"
+            } else {
+                "a device"
+            };
+            return Err(not_regular(path, what));
+        }
+        Ok((file, meta.len()))
     }
 
     async fn write_file(&self, path: &str, content: &str) -> Result<Value, ToolFailure> {
@@ -218,23 +262,23 @@ impl ShellWorld {
             tokio::fs::create_dir_all(parent).await.map_err(io_failure)?;
         }
         // O_NOFOLLOW: a link swapped in after the check above is refused, not followed.
-        let mut file = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&full)
-            .await
-            .map_err(|e| {
-                if e.raw_os_error() == Some(libc::ELOOP) {
-                    ToolFailure::new(
-                        ErrorType::PermissionError,
-                        format!("`{path}` is a symbolic link; write to its target"),
-                    )
-                } else {
-                    io_failure(e)
-                }
-            })?;
+        // No O_TRUNC: the file is cut only once it is known to be ours alone.
+        let mut options = tokio::fs::OpenOptions::new();
+        options.write(true).create(true);
+        let (mut file, _) = self.open_regular(path, &mut options, libc::O_NOFOLLOW).await?;
+        // Another hard link to the file may be outside the working directory.
+        let links = {
+            use std::os::unix::fs::MetadataExt;
+            file.metadata().await.map_err(io_failure)?.nlink()
+        };
+        if links > 1 {
+            return Err(ToolFailure::new(
+                ErrorType::PermissionError,
+                format!("`{path}` has {links} hard links: writing it would change the file under its other names too"),
+            )
+            .suggest("remove it first, or write to a new file"));
+        }
+        file.set_len(0).await.map_err(io_failure)?;
         file.write_all(content.as_bytes()).await.map_err(io_failure)?;
         file.flush().await.map_err(io_failure)?;
         Ok(json!({"path": path, "bytes": content.len()}))
@@ -297,17 +341,29 @@ impl World for ShellWorld {
         }
     }
 
-    async fn read_back(&self, path: &str) -> Option<String> {
-        let full = self.resolve(path).ok()?;
-        tokio::fs::read_to_string(full).await.ok()
+    async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
+        let (file, size) = self.open_regular(path, tokio::fs::OpenOptions::new().read(true), 0).await?;
+        let read = read_start(file, size, cap).await?;
+        let text = match String::from_utf8(read.kept) {
+            Ok(text) => text,
+            // A cut may split a character: keep what comes before it.
+            Err(e) if read.total > cap && e.utf8_error().error_len().is_none() => {
+                let valid = e.utf8_error().valid_up_to();
+                let mut bytes = e.into_bytes();
+                bytes.truncate(valid);
+                String::from_utf8(bytes).unwrap_or_default()
+            }
+            Err(_) => return Err(ToolFailure::new(ErrorType::ExecutionError, format!("`{path}` is not UTF-8 text"))),
+        };
+        Ok(ReadBack { text, size })
     }
 
-    async fn run_check(&self, command: &str, timeout_s: f64) -> Result<(i32, String), String> {
+    async fn run_check(&self, command: &str, timeout_s: f64) -> Result<(i32, String), ToolFailure> {
         let args = RunCommand { command: command.to_owned(), timeout_s: Some(timeout_s) };
         let out = match self.run_command(args).await {
             Ok(out) => out,
             Err(f) if f.kind == ErrorType::OutputTruncated => f.partial.unwrap_or_default(),
-            Err(f) => return Err(f.message),
+            Err(f) => return Err(f),
         };
         let code = out["exit_code"].as_i64().map_or(-1, |c| c as i32);
         let text =
@@ -322,32 +378,15 @@ impl World for ShellWorld {
     }
 }
 
-impl Drop for ShellWorld {
-    fn drop(&mut self) {
-        if self.ran_commands.load(std::sync::atomic::Ordering::Relaxed) {
-            kill_marked(&format!("{MARK_VAR}={}", self.mark));
-        }
-    }
-}
-
-/// Kills every process whose environment holds `needle`: the ones that escaped their
-/// process group. Processes that clear their own environment are out of reach.
-fn kill_marked(needle: &str) {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return };
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<libc::pid_t>().ok()) else { continue };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else { continue };
-        if environ.split(|b| *b == 0).any(|var| var == needle.as_bytes()) {
-            // SAFETY: kill only sends a signal, to a process that carries this episode's mark.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
 fn io_failure(e: std::io::Error) -> ToolFailure {
-    ToolFailure::new(ErrorType::ExecutionError, e.to_string())
+    ToolFailure::io("", e)
+}
+
+fn not_regular(path: &str, what: &str) -> ToolFailure {
+    ToolFailure::new(
+        ErrorType::PermissionError,
+        format!("`{path}` is {what}, not a regular file: it is not read or written"),
+    )
 }
 
 fn not_found_or(e: std::io::Error, path: &str) -> ToolFailure {
@@ -356,26 +395,6 @@ fn not_found_or(e: std::io::Error, path: &str) -> ToolFailure {
             .suggest("call list_dir to see the files")
     } else {
         io_failure(e)
-    }
-}
-
-/// A command's process group, killed when this guard is dropped.
-struct ProcessGroup(Option<libc::pid_t>);
-
-impl ProcessGroup {
-    fn kill(&self) {
-        if let Some(pgid) = self.0 {
-            // SAFETY: killpg only sends a signal; a group that is already gone yields ESRCH.
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
-            }
-        }
-    }
-}
-
-impl Drop for ProcessGroup {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -396,6 +415,15 @@ impl Captured {
         }
         text
     }
+}
+
+/// Reads the first `cap` bytes of a regular file of `size` bytes, and no more: a file may
+/// be far larger than memory (a sparse file of 20 GB costs nothing to make).
+async fn read_start(file: tokio::fs::File, size: u64, cap: usize) -> Result<Captured, ToolFailure> {
+    let mut kept = Vec::new();
+    file.take(cap as u64).read_to_end(&mut kept).await.map_err(io_failure)?;
+    let total = usize::try_from(size).unwrap_or(usize::MAX).max(kept.len());
+    Ok(Captured { kept, total })
 }
 
 /// Reads everything, keeping the first `cap` bytes and counting the rest.

@@ -8,11 +8,12 @@ pub mod spec;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
 use crate::contract::{FINAL_TOOL, ToolCall};
-use crate::environment::{Ending, World};
+use crate::environment::{Ending, ReadBack, ToolFailure, World};
 use crate::model::config::ModelConfig;
 use crate::model::{Backend, BackendOptions, LanguageModel};
 use crate::suite::text::Text;
@@ -76,7 +77,17 @@ pub struct Finished<'a> {
     pub suite_grader: Option<&'a str>,
     /// The suite's grader template, when it has one.
     pub suite_template: Option<&'a str>,
+    /// How long each scorer of the final world (files, `check:`) may take: the episode's
+    /// time limit. The world is the agent's work, so one that makes a scorer hang (a named
+    /// pipe where a file was expected) fails that scorer.
+    pub world_limit: Duration,
 }
+
+/// How long past its own timeout a `check:` may take to be stopped and report.
+const CHECK_GRACE: Duration = Duration::from_secs(2);
+
+/// How much of a file `file_contains` searches: the start of a larger file only.
+pub const FILE_SCAN_CAP: usize = 16 << 20;
 
 /// The grader models of a run, opened once.
 #[derive(Default)]
@@ -243,33 +254,50 @@ async fn apply(
             });
         }
         Check::Budget { what, max } => budget(*what, *max, episode),
-        Check::FileExists { path } => match world.read_back(path).await {
-            Some(_) => verdict(true, format!("`{path}` exists")),
-            None => verdict(false, format!("`{path}` does not exist (or cannot be read)")),
+        Check::FileExists { path } => match read_back(world, path, 0, episode.world_limit).await? {
+            Ok(_) => verdict(true, format!("`{path}` exists")),
+            Err(why) => verdict(false, why),
         },
         Check::FileContains { path, text, regex } => {
-            let Some(content) = world.read_back(path).await else {
-                return Ok(verdict(false, format!("`{path}` does not exist (or cannot be read)")));
+            let file = match read_back(world, path, FILE_SCAN_CAP, episode.world_limit).await? {
+                Ok(file) => file,
+                Err(why) => return Ok(verdict(false, why)),
             };
             let expected = match render(text) {
                 Ok(e) => e,
                 Err(e) => return Ok(verdict(false, format!("the scorer's template failed: {e}"))),
             };
             let op = if *regex { TextOp::Regex } else { TextOp::Includes };
-            match text_matches(op, &content, &expected, false) {
-                Ok(true) => verdict(true, format!("`{path}` contains {expected:?}")),
-                Ok(false) => verdict(false, format!("`{path}` does not contain {expected:?}")),
+            let searched = if file.is_cut() {
+                format!(" (`{path}` has {} bytes; only the first {} were searched)", file.size, file.text.len())
+            } else {
+                String::new()
+            };
+            match text_matches(op, &file.text, &expected, false) {
+                Ok(true) => verdict(true, format!("`{path}` contains {expected:?}{searched}")),
+                Ok(false) => verdict(false, format!("`{path}` does not contain {expected:?}{searched}")),
                 Err(e) => verdict(false, e),
             }
         }
-        Check::Command { command, timeout_s } => match world.run_check(command, *timeout_s).await {
-            Ok((0, _)) => verdict(true, format!("`{command}` exited 0")),
-            Ok((code, output)) => {
-                let tail: String = output.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
-                verdict(false, format!("`{command}` exited {code}: {}", tail.trim()))
+        Check::Command { command, timeout_s } => {
+            // run_check stops the command at its timeout and says so; the outer bound, a
+            // little later, is for a world whose check would not start or end at all.
+            let limit = timeout_s.min(episode.world_limit.as_secs_f64());
+            let bound = Duration::from_secs_f64(limit) + CHECK_GRACE;
+            let ran = tokio::time::timeout(bound, world.run_check(command, limit)).await;
+            match ran {
+                Ok(Ok((0, _))) => verdict(true, format!("`{command}` exited 0")),
+                Ok(Ok((code, output))) => {
+                    let tail: String = output.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
+                    verdict(false, format!("`{command}` exited {code}: {}", tail.trim()))
+                }
+                Ok(Err(failure)) => {
+                    world_fault(&failure)?;
+                    verdict(false, format!("`{command}` could not run: {}", failure.message))
+                }
+                Err(_) => verdict(false, format!("`{command}` did not end within {}s", limit)),
             }
-            Err(e) => verdict(false, format!("`{command}` could not run: {e}")),
-        },
+        }
         Check::Grader { kind, criteria, model, template: custom, samples, threshold, mock } => {
             let name =
                 graders.forced.clone().or_else(|| model.clone()).or_else(|| episode.suite_grader.map(String::from));
@@ -320,6 +348,32 @@ async fn apply(
             }
         }
     })
+}
+
+/// A file of the final world, read within `limit`; or why it could not be (the scorer
+/// fails); or a fault of the runner (the episode is unscored).
+async fn read_back(
+    world: &dyn World,
+    path: &str,
+    cap: usize,
+    limit: Duration,
+) -> Result<Result<ReadBack, String>, ScoringFault> {
+    match tokio::time::timeout(limit, world.read_back(path, cap)).await {
+        Ok(Ok(file)) => Ok(Ok(file)),
+        Ok(Err(failure)) => {
+            world_fault(&failure)?;
+            Ok(Err(failure.message))
+        }
+        Err(_) => Ok(Err(format!("`{path}` could not be read within {}s", limit.as_secs_f64()))),
+    }
+}
+
+/// A scorer's failure to look at the world that is the runner's fault, not the agent's.
+fn world_fault(failure: &ToolFailure) -> Result<(), ScoringFault> {
+    match failure.fault {
+        Some(cause) => Err(ScoringFault { cause: cause.into(), message: failure.message.clone(), scores: Vec::new() }),
+        None => Ok(()),
+    }
 }
 
 fn text_matches(op: TextOp, haystack: &str, expected: &str, ignore_case: bool) -> Result<bool, String> {

@@ -197,6 +197,7 @@ pub async fn regrade(
             wall_s: finished.wall_ms / 1e3,
             suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
             suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
+            world_limit: std::time::Duration::from_secs_f64(suite.limits.time_s),
         };
         let recorder = log.recorder(id);
         let outcome = match score_again(record, suite, &episode, graders).await {

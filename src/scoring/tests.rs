@@ -7,10 +7,14 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::contract::{ErrorType, ToolError};
-use crate::environment::{CallError, ToolFailure, Trajectory};
+use crate::environment::{CallError, ReadBack, ToolFailure, Trajectory};
 use crate::log::{Termination, Usage};
 
-/// A world with one file, `out.txt`, and commands that exit with the code they name.
+/// How long a scorer of the final world may take, in these tests.
+const LIMIT: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A world with one file, `out.txt`, one that never answers, `hang`, and commands that exit
+/// with the code they name (or find the runner out of open files: `exhausted`).
 struct FakeWorld;
 
 #[async_trait]
@@ -19,12 +23,24 @@ impl World for FakeWorld {
         Ok(Value::Null)
     }
 
-    async fn read_back(&self, path: &str) -> Option<String> {
-        (path == "out.txt").then(|| "hello world\n".to_owned())
+    async fn read_back(&self, path: &str, _: usize) -> Result<ReadBack, ToolFailure> {
+        match path {
+            "out.txt" => Ok(ReadBack { text: "hello world\n".into(), size: 12 }),
+            "hang" => std::future::pending().await,
+            _ => Err(ToolFailure::new(ErrorType::ExecutionError, format!("`{path}` does not exist"))),
+        }
     }
 
-    async fn run_check(&self, command: &str, _: f64) -> Result<(i32, String), String> {
-        command.strip_prefix("exit ").and_then(|c| c.parse().ok()).map(|c| (c, "some output".into())).ok_or("no".into())
+    async fn run_check(&self, command: &str, _: f64) -> Result<(i32, String), ToolFailure> {
+        if command == "exhausted" {
+            let e = std::io::Error::from_raw_os_error(libc::EMFILE);
+            return Err(ToolFailure::io("failed to start the shell", e));
+        }
+        command
+            .strip_prefix("exit ")
+            .and_then(|c| c.parse().ok())
+            .map(|c| (c, "some output".into()))
+            .ok_or(ToolFailure::new(ErrorType::ExecutionError, "no"))
     }
 }
 
@@ -68,8 +84,15 @@ fn check_with(scorer: Value, answer: Option<&str>, calls: &[(&str, Value)]) -> S
     let spec: ScorerSpec = serde_json::from_value(scorer).unwrap();
     let task = task();
     let ending = ending(answer, calls);
-    let finished = Finished { task: &task, ending: &ending, wall_s: 12.0, suite_grader: None, suite_template: None };
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let finished = Finished {
+        task: &task,
+        ending: &ending,
+        wall_s: 12.0,
+        suite_grader: None,
+        suite_template: None,
+        world_limit: LIMIT,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap().remove(0)
 }
 
@@ -204,6 +227,30 @@ fn world_state_scorers_look_at_the_final_world() {
 }
 
 #[test]
+fn a_world_scorer_that_hangs_fails_at_the_episodes_time_limit() {
+    let hung = check(json!({"file_contains": {"path": "hang", "text": "x"}}), None);
+    assert!(!hung.passed && hung.explanation.contains("could not be read within 0.2s"), "{}", hung.explanation);
+    assert!(!check(json!({"file_exists": "hang"}), None).passed);
+}
+
+#[test]
+fn a_runner_out_of_open_files_leaves_a_check_unscored_not_failed() {
+    let spec: ScorerSpec = serde_json::from_value(json!({"check": "exhausted"})).unwrap();
+    let (task, ending) = (task(), ending(None, &[]));
+    let finished = Finished {
+        task: &task,
+        ending: &ending,
+        wall_s: 1.0,
+        suite_grader: None,
+        suite_template: None,
+        world_limit: LIMIT,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let fault = runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap_err();
+    assert_eq!(fault.cause, "resource_exhausted", "{fault}");
+}
+
+#[test]
 fn weights_and_pass_score_decide_the_task() {
     let s = |value: f64, weight: f64| Score {
         scorer: "x".into(),
@@ -226,8 +273,15 @@ fn a_grader_without_a_model_is_a_fault_not_a_zero() {
     let spec: ScorerSpec = serde_json::from_value(json!({"llm_rubric": "is polite"})).unwrap();
     let task = task();
     let ending = ending(Some("hi"), &[]);
-    let finished = Finished { task: &task, ending: &ending, wall_s: 1.0, suite_grader: None, suite_template: None };
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let finished = Finished {
+        task: &task,
+        ending: &ending,
+        wall_s: 1.0,
+        suite_grader: None,
+        suite_template: None,
+        world_limit: LIMIT,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     let fault = runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap_err();
     assert_eq!(fault.cause, "grader_error");
 }
@@ -237,7 +291,14 @@ fn the_grader_sees_each_call_with_its_arguments_and_error() {
     let task = task();
     let ending =
         ending(Some("3"), &[("read_file", json!({"path": "a.txt"})), ("run_command", json!({"command": "ls"}))]);
-    let finished = Finished { task: &task, ending: &ending, wall_s: 1.0, suite_grader: None, suite_template: None };
+    let finished = Finished {
+        task: &task,
+        ending: &ending,
+        wall_s: 1.0,
+        suite_grader: None,
+        suite_template: None,
+        world_limit: LIMIT,
+    };
     let text = compact_for_tests(&finished);
     assert!(text.contains(r#"- read_file({"path":"a.txt"}) -> ExecutionError: no such file"#), "{text}");
     assert!(text.contains(r#"- run_command({"command":"ls"})"#) && !text.contains("ls\"}) ->"), "{text}");

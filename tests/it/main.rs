@@ -14,6 +14,7 @@ mod runs;
 mod scoring;
 mod secrets;
 mod shell;
+mod world_hazards;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,199 @@
+//! A command's processes, every one of them. The shell runs under a small keeper process
+//! that is a child subreaper (Linux): whatever the command starts — also processes that
+//! leave its process group or session (`setsid`) or clear their environment — stays a
+//! descendant of the keeper, so it is found and killed when the command ends, however it
+//! ends. The keeper reports the shell's exit status on a pipe and reaps everything else.
+//!
+//! The runner itself is not made a subreaper: orphans of other children (external agents,
+//! MCP servers) would then become its zombies, and telling them apart from the children
+//! tokio waits for is not possible.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::process::{Child, Command};
+
+/// A started command: the keeper (the child tokio knows), the pipe on which it reports the
+/// shell's status, and the guard that kills the whole tree.
+pub struct Supervised {
+    /// First, so that it drops first: killing the keeper before its descendants would
+    /// hand them to init.
+    pub tree: Tree,
+    pub keeper: Child,
+    status: pipe::Receiver,
+}
+
+/// Starts `command` (a shell) under a keeper. The command should ask for its own process
+/// group; the shell then gets a group of its own, so that a `kill 0` spares the keeper.
+pub fn spawn(command: &mut Command) -> io::Result<Supervised> {
+    let (read, write) = status_pipe()?;
+    let report = write.as_raw_fd();
+    // The runner raised its own limit of open files; the command gets the one it started with.
+    let files_limit = super::resources::starting_open_files_limit();
+    // SAFETY: the closure runs in the forked child and only makes async-signal-safe calls
+    // (prctl, signal, fork, setpgid, setrlimit, close_range, waitpid, write, _exit); it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            #[cfg(target_os = "linux")]
+            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The runtime's SIGCHLD handler was inherited; the keeper waits plainly.
+            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+            match libc::fork() {
+                -1 => Err(io::Error::last_os_error()),
+                0 => {
+                    libc::setpgid(0, 0);
+                    if let Some(limit) = &files_limit {
+                        libc::setrlimit(libc::RLIMIT_NOFILE, limit);
+                    }
+                    Ok(())
+                }
+                shell => keep(shell, report),
+            }
+        });
+    }
+    let keeper = command.spawn()?;
+    // Only the keeper may hold the writing end: its death then reads as an end of file.
+    drop(write);
+    let tree = Tree(keeper.id().map(|id| id as libc::pid_t));
+    let status = pipe::Receiver::from_owned_fd(read)?;
+    Ok(Supervised { tree, keeper, status })
+}
+
+impl Supervised {
+    /// The shell's exit status, once it has exited; `None` when the keeper died first
+    /// (the command killed it).
+    pub async fn shell_status(&mut self) -> Option<ExitStatus> {
+        let mut raw = [0u8; 4];
+        self.status.read_exact(&mut raw).await.ok()?;
+        Some(ExitStatus::from_raw(i32::from_ne_bytes(raw)))
+    }
+}
+
+fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors, which are then owned here.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        use std::os::fd::FromRawFd;
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
+/// The keeper's life: reap every child (orphans of the command are reparented to it),
+/// report the shell's status when it exits, and exit when no child is left.
+///
+/// SAFETY: to be called only in a freshly forked child, with `report` open.
+unsafe fn keep(shell: libc::pid_t, report: libc::c_int) -> ! {
+    // SAFETY: async-signal-safe calls on descriptors and children of this process only.
+    unsafe {
+        // Copies of the runner's descriptors (other commands' pipes among them) would keep
+        // those open for as long as this command lives.
+        close_from(0, report);
+        close_from(report + 1, libc::c_int::MAX);
+        let mut report = Some(report);
+        loop {
+            let mut status = 0;
+            let pid = libc::waitpid(-1, &mut status, 0);
+            if pid == shell {
+                if let Some(fd) = report.take() {
+                    let bytes = status.to_ne_bytes();
+                    libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+                    libc::close(fd);
+                }
+            } else if pid < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                libc::_exit(0);
+            }
+        }
+    }
+}
+
+/// Closes descriptors `first..last` (exclusive of `last`).
+unsafe fn close_from(first: libc::c_int, last: libc::c_int) {
+    if first >= last {
+        return;
+    }
+    // SAFETY: closing descriptors of this process; close_range needs Linux 5.9.
+    unsafe {
+        #[cfg(target_os = "linux")]
+        if libc::syscall(libc::SYS_close_range, first as libc::c_uint, (last - 1) as libc::c_uint, 0) == 0 {
+            return;
+        }
+        for fd in first..last.min(65_536) {
+            libc::close(fd);
+        }
+    }
+}
+
+/// A keeper and everything below it; killed when dropped.
+pub struct Tree(Option<libc::pid_t>);
+
+impl Tree {
+    /// Kills every descendant of the keeper, then the keeper. Processes may fork while
+    /// they are being killed, so this repeats until none is left (or gives up after a
+    /// while against a fork bomb).
+    pub fn kill(&self) {
+        let Some(keeper) = self.0 else { return };
+        for _ in 0..200 {
+            let below = descendants(keeper);
+            if below.is_empty() {
+                break;
+            }
+            for pid in below {
+                // SAFETY: kill only sends a signal, to a descendant of this command's keeper.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            std::thread::yield_now();
+        }
+        // SAFETY: the keeper is our child and not yet reaped, so its pid is still its own.
+        unsafe {
+            libc::kill(keeper, libc::SIGKILL);
+        }
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The live (not zombie) descendants of `root`.
+fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
+    // Most commands leave nothing behind: the keeper's list of children says so cheaply.
+    let children = format!("/proc/{root}/task/{root}/children");
+    if std::fs::read_to_string(&children).is_ok_and(|c| c.trim().is_empty()) {
+        return Vec::new();
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut parents = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<libc::pid_t>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+        let mut fields = stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace()).into_iter().flatten();
+        let (Some(state), Some(ppid)) = (fields.next(), fields.next().and_then(|p| p.parse::<libc::pid_t>().ok()))
+        else {
+            continue;
+        };
+        parents.push((pid, ppid, state == "Z" || state == "X"));
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(parents.iter().filter(|(pid, ppid, _)| *ppid == parent && *pid != root).map(|(pid, _, _)| *pid));
+        i += 1;
+    }
+    found.retain(|pid| *pid != root && parents.iter().any(|(p, _, dead)| p == pid && !dead));
+    found
+}
