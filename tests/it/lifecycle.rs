@@ -93,7 +93,7 @@ fn sigterm_cancels_the_episodes_writes_the_tables_and_leaves_no_process_or_folde
     sleeping_suite(&sb, marker, &marks);
     let child = spawn_eval(&sb, &tmp, "test", &[]);
     wait_for("the three commands to start", Duration::from_secs(60), || entries(&marks).len() == 3);
-    assert_eq!(sleeping(marker).len(), 3, "the commands run");
+    wait_for("the three commands to sleep", Duration::from_secs(60), || sleeping(marker).len() == 3);
     send(&child, libc::SIGTERM);
     let run = Run::from(child.wait_with_output().unwrap());
     assert_eq!(run.code, 130, "SIGTERM is an interruption: {run:?}");
