@@ -78,22 +78,45 @@ fn spawn_eval(sb: &Sandbox, tmp: &Path, run_id: &str, extra: &[&str]) -> Child {
         .expect("spawn runner")
 }
 
+/// A run of [`sleeping_suite`] with its own `$TMPDIR`, started and waited for until its
+/// three commands sleep.
+struct Sleeping {
+    sb: Sandbox,
+    tmp: PathBuf,
+    marks: PathBuf,
+    marker: String,
+}
+
+impl Sleeping {
+    fn new(first: u32) -> Sleeping {
+        let sb = Sandbox::new();
+        let (tmp, marks) = (sb.path().join("tmp"), sb.path().join("marks"));
+        std::fs::create_dir_all(&tmp).unwrap();
+        // Unique to this test process, so that tests running at once do not count each other's.
+        let marker = format!("{first}.{}", std::process::id());
+        sleeping_suite(&sb, &marker, &marks);
+        Sleeping { sb, tmp, marks, marker }
+    }
+
+    fn start(&self, extra: &[&str]) -> Child {
+        let _ = std::fs::remove_dir_all(&self.marks);
+        std::fs::create_dir_all(&self.marks).unwrap();
+        let child = spawn_eval(&self.sb, &self.tmp, "test", extra);
+        wait_for("the three commands to start", Duration::from_secs(60), || entries(&self.marks).len() == 3);
+        wait_for("the three commands to sleep", Duration::from_secs(60), || sleeping(&self.marker).len() == 3);
+        child
+    }
+}
+
 fn entries(dir: &Path) -> Vec<PathBuf> {
     std::fs::read_dir(dir).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default()
 }
 
 #[test]
 fn sigterm_cancels_the_episodes_writes_the_tables_and_leaves_no_process_or_folder() {
-    let sb = Sandbox::new();
-    let tmp = sb.path().join("tmp");
-    let marks = sb.path().join("marks");
-    std::fs::create_dir_all(&tmp).unwrap();
-    std::fs::create_dir_all(&marks).unwrap();
-    let marker = &format!("417.{}", std::process::id());
-    sleeping_suite(&sb, marker, &marks);
-    let child = spawn_eval(&sb, &tmp, "test", &[]);
-    wait_for("the three commands to start", Duration::from_secs(60), || entries(&marks).len() == 3);
-    wait_for("the three commands to sleep", Duration::from_secs(60), || sleeping(marker).len() == 3);
+    let slow = Sleeping::new(417);
+    let (sb, tmp, marker) = (&slow.sb, &slow.tmp, &slow.marker);
+    let child = slow.start(&[]);
     send(&child, libc::SIGTERM);
     let run = Run::from(child.wait_with_output().unwrap());
     assert_eq!(run.code, 130, "SIGTERM is an interruption: {run:?}");
@@ -146,15 +169,9 @@ fn a_second_sigterm_exits_at_once() {
 
 #[test]
 fn a_run_killed_outright_has_its_scratch_folder_removed_when_resumed() {
-    let sb = Sandbox::new();
-    let tmp = sb.path().join("tmp");
-    let marks = sb.path().join("marks");
-    std::fs::create_dir_all(&tmp).unwrap();
-    std::fs::create_dir_all(&marks).unwrap();
-    let marker = &format!("418.{}", std::process::id());
-    sleeping_suite(&sb, marker, &marks);
-    let mut child = spawn_eval(&sb, &tmp, "test", &[]);
-    wait_for("the commands to start", Duration::from_secs(60), || entries(&marks).len() == 3);
+    let slow = Sleeping::new(418);
+    let (tmp, marker) = (&slow.tmp, &slow.marker);
+    let mut child = slow.start(&[]);
     child.kill().unwrap();
     child.wait().unwrap();
     let left = entries(&tmp);
@@ -168,10 +185,7 @@ fn a_run_killed_outright_has_its_scratch_folder_removed_when_resumed() {
         }
     }
 
-    std::fs::remove_dir_all(&marks).unwrap();
-    std::fs::create_dir_all(&marks).unwrap();
-    let resumed = spawn_eval(&sb, &tmp, "test", &["--resume", "results/test"]);
-    wait_for("the resumed commands to start", Duration::from_secs(60), || entries(&marks).len() == 3);
+    let resumed = slow.start(&["--resume", "results/test"]);
     let inside: Vec<PathBuf> = entries(&tmp).iter().flat_map(|d| entries(d)).collect();
     assert_eq!(inside.len(), 3, "only the resumed episodes' folders remain: {inside:?}");
     send(&resumed, libc::SIGTERM);
