@@ -5,6 +5,7 @@ mod bad_input;
 mod batch;
 mod e2e;
 mod eval;
+mod local_server;
 mod log;
 mod models;
 mod replay;
