@@ -138,7 +138,8 @@ fn integer_range(message: &str, written: Option<&str>) -> Option<String> {
         _ => return None,
     };
     let found = message.split('`').nth(1)?;
-    let is_number = message.starts_with("invalid type: floating point") || message.starts_with("invalid value: integer");
+    let is_number =
+        message.starts_with("invalid type: floating point") || message.starts_with("invalid value: integer");
     is_number.then(|| format!("expected a whole number from 0 to {max}, found {}", written.unwrap_or(found)))
 }
 

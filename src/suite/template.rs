@@ -39,11 +39,8 @@ pub fn render(text: &str, context: &Map<String, Value>) -> Result<String, String
             if !missing.is_empty() {
                 let names: Vec<String> = missing.iter().map(|n| format!("`{n}`")).collect();
                 let known: Vec<&str> = context.keys().map(String::as_str).collect();
-                message = format!(
-                    "undefined variable {} (the task has: {}): {message}",
-                    names.join(", "),
-                    known.join(", ")
-                );
+                message =
+                    format!("undefined variable {} (the task has: {}): {message}", names.join(", "), known.join(", "));
             }
         }
         message

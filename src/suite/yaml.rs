@@ -103,7 +103,8 @@ fn check_printable(text: &str) -> Result<(), YamlError> {
     };
     for (i, line) in text.split('\n').enumerate() {
         if let Some((column, c)) = line.chars().enumerate().find(|(_, c)| !printable(*c)) {
-            let name = if c == '\0' { "a NUL byte".to_owned() } else { format!("the control character U+{:04X}", c as u32) };
+            let name =
+                if c == '\0' { "a NUL byte".to_owned() } else { format!("the control character U+{:04X}", c as u32) };
             return Err(YamlError {
                 position: Position { line: i + 1, column: column + 1 },
                 message: format!("{name} is not allowed in YAML text (inside double quotes, write it as an escape)"),
@@ -274,7 +275,10 @@ impl MarkedEventReceiver for Builder {
             Event::DocumentStart => {
                 self.documents += 1;
                 if self.documents > 1 {
-                    self.fail(mark, "a second YAML document (after `---`): a file holds one suite, in one document".into());
+                    self.fail(
+                        mark,
+                        "a second YAML document (after `---`): a file holds one suite, in one document".into(),
+                    );
                 }
             }
             Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}

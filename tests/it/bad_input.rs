@@ -237,7 +237,9 @@ fn accepted(suite: &str) -> String {
 #[test]
 fn an_alias_bomb_is_refused_not_expanded() {
     // "Billion laughs": nine levels of nine aliases each, a few hundred bytes.
-    let mut suite = String::from("suite: s\nenvironment: kv\nscorers: [{includes: x}]\nl0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+    let mut suite = String::from(
+        "suite: s\nenvironment: kv\nscorers: [{includes: x}]\nl0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    );
     for i in 1..=9 {
         let p = i - 1;
         suite.push_str(&format!("l{i}: &l{i} [*l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}]\n"));
@@ -290,13 +292,41 @@ fn numbers_that_cannot_be_used_are_refused_saying_what_is_wrong() {
         ("scorers: [{numeric: 1e999}]", "tasks/bad.yaml:3:", "not a finite number: 1e999"),
         ("scorers: [{check: \"true\", timeout_s: -1}]", "tasks/bad.yaml:3:", "`timeout_s` of `check`"),
         ("scorers: [{includes: x, weight: .nan}]", "tasks/bad.yaml:3:", "not a finite number: .nan"),
-        ("scorers: [{includes: x}]\nlimits: {max_cost_usd: -1}", "tasks/bad.yaml:4:", "limits.max_cost_usd: must be a positive"),
-        ("scorers: [{includes: x}]\nlimits: {max_tokens: 0}", "tasks/bad.yaml:4:", "limits.max_tokens: must be at least 1"),
-        ("scorers: [{includes: x}]\nlimits: {max_steps: 1e20}", "tasks/bad.yaml:4:", "expected a whole number from 0 to 4294967295, found 1e20"),
-        ("scorers: [{includes: x}]\nlimits: {max_tokens: -1}", "tasks/bad.yaml:4:", "expected a whole number from 0 to 18446744073709551615, found -1"),
-        ("scorers: [{includes: x}]\nlimits: {time_s: .inf}", "tasks/bad.yaml:4:", "limits.time_s: not a finite number: .inf"),
-        ("scorers: [{includes: x}]\nlimits: {time_s: .nan}", "tasks/bad.yaml:4:", "limits.time_s: not a finite number: .nan"),
-        ("scorers: [{includes: x}]\nepochs: 1e20", "tasks/bad.yaml:4:", "epochs: expected a whole number from 0 to 4294967295, found 1e20"),
+        (
+            "scorers: [{includes: x}]\nlimits: {max_cost_usd: -1}",
+            "tasks/bad.yaml:4:",
+            "limits.max_cost_usd: must be a positive",
+        ),
+        (
+            "scorers: [{includes: x}]\nlimits: {max_tokens: 0}",
+            "tasks/bad.yaml:4:",
+            "limits.max_tokens: must be at least 1",
+        ),
+        (
+            "scorers: [{includes: x}]\nlimits: {max_steps: 1e20}",
+            "tasks/bad.yaml:4:",
+            "expected a whole number from 0 to 4294967295, found 1e20",
+        ),
+        (
+            "scorers: [{includes: x}]\nlimits: {max_tokens: -1}",
+            "tasks/bad.yaml:4:",
+            "expected a whole number from 0 to 18446744073709551615, found -1",
+        ),
+        (
+            "scorers: [{includes: x}]\nlimits: {time_s: .inf}",
+            "tasks/bad.yaml:4:",
+            "limits.time_s: not a finite number: .inf",
+        ),
+        (
+            "scorers: [{includes: x}]\nlimits: {time_s: .nan}",
+            "tasks/bad.yaml:4:",
+            "limits.time_s: not a finite number: .nan",
+        ),
+        (
+            "scorers: [{includes: x}]\nepochs: 1e20",
+            "tasks/bad.yaml:4:",
+            "epochs: expected a whole number from 0 to 4294967295, found 1e20",
+        ),
     ];
     for (settings, at, message) in cases {
         let err = error_for(&format!("suite: s\nenvironment: kv\n{settings}\ntasks:\n{task}"), &[]);

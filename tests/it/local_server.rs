@@ -18,15 +18,28 @@ fn answer(text: &str) -> Value {
 /// A suite of `n` tasks answered by "4", with a time limit.
 fn suite(n: usize, time_s: f64) -> String {
     let tasks: String = (0..n).map(|i| format!("  - {{id: t{i}, input: What is 2+2?}}\n")).collect();
-    format!("suite: local\nenvironment: kv\nlimits: {{time_s: {time_s}}}\nscorers: [{{equals: \"4\"}}]\ntasks:\n{tasks}")
+    format!(
+        "suite: local\nenvironment: kv\nlimits: {{time_s: {time_s}}}\nscorers: [{{equals: \"4\"}}]\ntasks:\n{tasks}"
+    )
 }
 
 /// Runs `runner eval s.yaml --model local/tiny --config local.yaml`, off the async runtime.
 async fn eval(sb: &Sandbox, extra: &[&str]) -> Run {
     let mut cmd = sb.command();
-    cmd.args(["eval", "s.yaml", "--model", "local/tiny", "--config", "local.yaml", "--run-id", "test", "--out", "results"])
-        .args(extra)
-        .env_remove("RUNNER_CONFIG");
+    cmd.args([
+        "eval",
+        "s.yaml",
+        "--model",
+        "local/tiny",
+        "--config",
+        "local.yaml",
+        "--run-id",
+        "test",
+        "--out",
+        "results",
+    ])
+    .args(extra)
+    .env_remove("RUNNER_CONFIG");
     tokio::task::spawn_blocking(move || Run::from(cmd.output().unwrap())).await.unwrap()
 }
 
@@ -68,7 +81,10 @@ async fn a_refused_connection_stops_the_run_at_once_and_says_so_once() {
     let sb = Sandbox::new();
     sb.write("s.yaml", &suite(20, 60.0));
     // The default retries would try each episode for about 25 seconds.
-    sb.write("local.yaml", &format!("providers:\n  local: {{api: openai, base_url: \"http://127.0.0.1:{port}/v1\"}}\n"));
+    sb.write(
+        "local.yaml",
+        &format!("providers:\n  local: {{api: openai, base_url: \"http://127.0.0.1:{port}/v1\"}}\n"),
+    );
     let run = eval(&sb, &["-j", "2"]).await;
     assert_eq!(run.code, 2, "{run:?}");
     let said = run.stderr.matches("connection refused").count();
