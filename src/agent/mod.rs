@@ -6,10 +6,10 @@ mod tool_calling;
 pub use tool_calling::ToolCallingAgent;
 
 use async_trait::async_trait;
-use tokio::time::Instant;
 
 use crate::contract::{Observation, ToolCall, ToolSpec};
 use crate::log::{Recorder, Usage};
+use crate::model::limiter::Deadline;
 
 /// What the environment lends the agent for one decision.
 pub struct Turn<'a> {
@@ -23,12 +23,12 @@ pub struct Turn<'a> {
 }
 
 /// What is left of the episode's limits when a turn starts.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Budget {
     /// The number of this turn, from 1.
     pub step: u32,
     pub steps_left: u32,
-    pub deadline: Instant,
+    pub deadline: Deadline,
     pub tokens_left: Option<u64>,
 }
 

@@ -83,7 +83,7 @@ impl ToolCallingAgent {
     /// Asks the model and logs the call, answered or not.
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
         let request =
-            ModelRequest { messages: &self.transcript, tools: turn.tools, deadline: Some(turn.budget.deadline) };
+            ModelRequest { messages: &self.transcript, tools: turn.tools, deadline: Some(&turn.budget.deadline) };
         let started = std::time::Instant::now();
         let result = self.model.respond(&request).await;
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -220,7 +220,8 @@ mod tests {
         let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
         let recorder = log.recorder("ep");
         let tools = tools();
-        let budget = Budget { step: 1, steps_left: 5, deadline: tokio::time::Instant::now(), tokens_left: None };
+        let deadline = crate::model::limiter::Deadline::after(std::time::Duration::ZERO);
+        let budget = Budget { step: 1, steps_left: 5, deadline, tokens_left: None };
         let result = agent.propose(Turn { observations, tools: &tools, budget, recorder: &recorder }).await;
         drop((recorder, log));
         writer.close().unwrap();

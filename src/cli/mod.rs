@@ -294,6 +294,13 @@ fn validate(paths: &[PathBuf]) -> Exit {
     let mut names: Vec<(String, PathBuf)> = Vec::new();
     for file in &files {
         match suite::load(file) {
+            Ok(s) if !s.ungraded.is_empty() => {
+                // `eval` refuses these unless --grader names a model; validate has no --grader.
+                ok = false;
+                for e in &s.ungraded {
+                    eprintln!("error: {e}");
+                }
+            }
             Ok(s) => {
                 if let Some((_, other)) = names.iter().find(|(name, _)| *name == s.name) {
                     ok = false;
@@ -690,11 +697,13 @@ fn open_graders(suites: &[Arc<Suite>], forced: Option<String>, config: &ModelCon
                 match chosen {
                     Some(name) => names.push(name),
                     None => {
-                        return Err(format!(
-                            "{}: `{}` needs a grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, or pass --grader",
-                            suite.path.display(),
-                            spec.name
-                        ));
+                        return Err(suite.ungraded.first().map(|e| e.to_string()).unwrap_or_else(|| {
+                            format!(
+                                "{}: `{}` needs a grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, or pass --grader",
+                                suite.path.display(),
+                                spec.name
+                            )
+                        }));
                     }
                 }
             }

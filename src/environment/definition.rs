@@ -189,6 +189,10 @@ impl Definition {
         if file.limits.max_concurrency == 0 {
             return Err(source.error("limits.max_concurrency", "must be at least 1"));
         }
+        // No output at all would hide every result from the agent.
+        if file.limits.output_cap_bytes == 0 {
+            return Err(source.error("limits.output_cap_bytes", "must be at least 1"));
+        }
         for (field, value) in
             [("tool_timeout_s", file.limits.tool_timeout_s), ("command_timeout_s", file.limits.command_timeout_s)]
         {

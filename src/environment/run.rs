@@ -14,6 +14,7 @@ use super::Environment;
 use crate::agent::{Agent, AgentFault, Budget, Turn};
 use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
 use crate::log::{Event, Recorder, Termination, Usage};
+use crate::model::limiter::Deadline;
 use crate::suite::Task;
 
 /// How long past the episode's deadline the loop waits for an agent to return.
@@ -83,7 +84,8 @@ impl Environment {
         recorder: &Recorder,
         stop: &CancellationToken,
     ) -> Ending {
-        let deadline = Instant::now() + limits.time;
+        // Time spent waiting for runner's own model slots moves the deadline (not the agent's).
+        let deadline = Deadline::after(limits.time);
         let mut ending = Ending::new(Termination::MaxSteps);
         let first = self.reset(task);
         recorder.emit(&Event::Observation { step: 0, observation: first.clone() });
@@ -97,7 +99,7 @@ impl Environment {
             let budget = Budget {
                 step,
                 steps_left: limits.max_steps - ending.steps,
-                deadline,
+                deadline: deadline.clone(),
                 tokens_left: limits.max_tokens.map(|max| max.saturating_sub(ending.usage.total())),
             };
             let turn = Turn { observations: &observations, tools: &self.definition.specs, budget, recorder };
@@ -106,11 +108,11 @@ impl Environment {
             let proposal = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return ending.with(Termination::UserStop),
-                _ = sleep_until(deadline + PROPOSE_GRACE) => return ending.with(Termination::TimeLimit),
+                _ = deadline.passed(PROPOSE_GRACE) => return ending.with(Termination::TimeLimit),
                 proposal = agent.propose(turn) => proposal,
             };
             ending.steps = step;
-            if proposal.is_ok() && Instant::now() >= deadline {
+            if proposal.is_ok() && Instant::now() >= deadline.at() {
                 return ending.with(Termination::TimeLimit);
             }
             let proposal = match proposal {
@@ -144,7 +146,7 @@ impl Environment {
                 return ending.with(limit);
             }
 
-            let turn = self.dispatch(&proposal.calls, step, deadline, stop, recorder, &mut ending.trajectory).await;
+            let turn = self.dispatch(&proposal.calls, step, deadline.at(), stop, recorder, &mut ending.trajectory).await;
             if let Some(fault) = turn.fault {
                 recorder.emit(&Event::Error { step, cause: fault.cause.clone(), message: fault.message.clone() });
                 ending.fault = Some(fault);

@@ -1,8 +1,11 @@
 //! The HTTP backends: one client per model, requests encoded in the provider's wire format,
 //! faults retried and attributed. 429s, 5xx, timeouts and broken connections are retried
 //! with exponential backoff and jitter (honouring `Retry-After`), then end the episode
-//! unscored (`rate_limited` or `provider_error`). 400/401/403/404 are configuration errors:
-//! not retried, and when no call of a model has ever succeeded the run stops early.
+//! unscored (`rate_limited` or `provider_error`); 429s, 503s and timeouts also lower the
+//! model's requests in flight. 400/401/403/404 are configuration errors: not retried, and
+//! when no call of a model has ever succeeded the run stops early. So does a refused
+//! connection before any call succeeded: nothing listens there (a wrong port, a server not
+//! started), and retrying would only delay saying so.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +17,7 @@ use reqwest::header::HeaderMap;
 use serde_json::{Map, Value};
 
 use super::config::{Api, Price, Provider};
-use super::limiter::Limiter;
+use super::limiter::{Deadline, Limiter};
 use super::{Exchange, LanguageModel, ModelError, ModelRequest, ModelResponse, anthropic, openai};
 
 pub struct HttpModel {
@@ -140,8 +143,13 @@ impl HttpModel {
         }
     }
 
-    async fn attempt(&self, body: &Value, deadline: Option<tokio::time::Instant>) -> Result<Value, Failure> {
-        let _slot = self.limiter.acquire().await;
+    async fn attempt(&self, body: &Value, deadline: Option<&Deadline>) -> Result<Value, Failure> {
+        // Waiting for a slot is runner's doing: the episode's clock stands meanwhile.
+        let _slot = {
+            let _paused = deadline.map(Deadline::pause);
+            self.limiter.acquire().await
+        };
+        let deadline = deadline.map(Deadline::at);
         let mut request = self.client.post(&self.url).json(body);
         match (self.provider.api, &self.key) {
             (Api::Openai, Some(key)) => request = request.bearer_auth(key),
@@ -170,10 +178,24 @@ impl HttpModel {
                 return Err(Failure { retryable: false, ..Failure::transient("provider_error", message) });
             }
             Err(_) => {
+                // A server that cannot answer in time is overloaded: send it less at once.
+                self.limiter.overloaded();
                 return Err(Failure::transient(
                     "provider_error",
                     format!("no complete response within {}s", timeout.as_secs_f64()),
                 ));
+            }
+            Ok(Err(e)) if is_refused(&e) && self.successes.load(Ordering::Relaxed) == 0 => {
+                let message = format!(
+                    "{}: connection refused at {}: is the server running, and is the port right?",
+                    self.name,
+                    self.shown_url()
+                );
+                return Err(Failure {
+                    auth: true,
+                    retryable: false,
+                    ..Failure::transient("configuration_error", self.scrub(&message))
+                });
             }
             Ok(Err(e)) => {
                 let what = if e.is_connect() {
@@ -207,18 +229,24 @@ impl HttpModel {
         let retry_after = retry_after(&headers, self.provider.retry_max_s);
         let failure = match status {
             StatusCode::TOO_MANY_REQUESTS => {
-                self.limiter.rate_limited();
+                self.limiter.overloaded();
                 Failure {
                     retry_after,
                     response,
                     ..Failure::transient("rate_limited", format!("rate limited (429): {detail}"))
                 }
             }
-            s if s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT || s.as_u16() == 529 => Failure {
-                retry_after,
-                response,
-                ..Failure::transient("provider_error", format!("the provider failed ({s}): {detail}"))
-            },
+            s if s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT || s.as_u16() == 529 => {
+                // Overloaded, unavailable, or timed out behind a gateway: send less at once.
+                if matches!(s.as_u16(), 408 | 503 | 504 | 529) {
+                    self.limiter.overloaded();
+                }
+                Failure {
+                    retry_after,
+                    response,
+                    ..Failure::transient("provider_error", format!("the provider failed ({s}): {detail}"))
+                }
+            }
             s => Failure {
                 auth: matches!(s.as_u16(), 401 | 403 | 404),
                 retryable: false,
@@ -308,7 +336,7 @@ impl LanguageModel for HttpModel {
                 return Err(ModelError { cause: failure.cause.into(), message, attempts, exchange });
             }
             let wait = failure.retry_after.unwrap_or_else(|| self.backoff(attempts));
-            if request.deadline.is_some_and(|d| tokio::time::Instant::now() + wait >= d) {
+            if request.deadline.is_some_and(|d| tokio::time::Instant::now() + wait >= d.at()) {
                 // The provider's fault stands: the time ran out while waiting on it.
                 return Err(ModelError {
                     cause: failure.cause.into(),
@@ -344,6 +372,18 @@ fn retry_after(headers: &HeaderMap, max_s: f64) -> Option<Duration> {
     (!seconds.is_nan()).then(|| Duration::from_secs_f64(seconds.clamp(0.0, max_s)))
 }
 
+/// Whether nothing listened at the address: the OS refused the connection.
+fn is_refused(e: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused) {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
@@ -359,6 +399,60 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
     use reqwest::header::HeaderValue;
+    use wiremock::matchers::method;
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    /// A model of a local server answering every request with `response`: four requests
+    /// in flight at most, no retries.
+    async fn local(response: ResponseTemplate, timeout_s: f64) -> (HttpModel, MockServer) {
+        let server = MockServer::start().await;
+        Mock::given(method("POST")).respond_with(response).mount(&server).await;
+        let provider = Provider {
+            name: "local".into(),
+            api: Api::Openai,
+            base_url: Some(format!("{}/v1", server.uri())),
+            base_url_env: None,
+            key_env: None,
+            max_concurrency: 4,
+            timeout_s,
+            max_retries: 0,
+            retry_base_s: 0.01,
+            retry_max_s: 0.01,
+            sampling: Map::new(),
+            parallel_tool_calls: false,
+        };
+        (HttpModel::new("local/tiny", "tiny", provider, None).unwrap(), server)
+    }
+
+    /// Four requests at once, each failing.
+    async fn four_at_once(model: &HttpModel) {
+        let messages = [super::super::Message::User { content: "hi".into() }];
+        let request = ModelRequest { messages: &messages, tools: &[], deadline: None };
+        let results = futures::future::join_all((0..4).map(|_| model.respond(&request))).await;
+        assert!(results.iter().all(Result::is_err), "{results:?}");
+    }
+
+    #[tokio::test]
+    async fn timeouts_lower_the_requests_in_flight() {
+        let slow = ResponseTemplate::new(200).set_delay(Duration::from_secs(5));
+        let (model, _server) = local(slow, 0.2).await;
+        four_at_once(&model).await;
+        assert_eq!(model.limiter.limit(), 2, "four timeouts together halve the limit once");
+    }
+
+    #[tokio::test]
+    async fn an_overloaded_server_lowers_the_requests_in_flight() {
+        let (model, _server) = local(ResponseTemplate::new(503), 5.0).await;
+        four_at_once(&model).await;
+        assert_eq!(model.limiter.limit(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_server_error_that_is_not_overload_leaves_the_limit() {
+        let (model, _server) = local(ResponseTemplate::new(500), 5.0).await;
+        four_at_once(&model).await;
+        assert_eq!(model.limiter.limit(), 4);
+    }
 
     #[test]
     fn retry_after_reads_seconds_milliseconds_and_dates() {

@@ -1,7 +1,12 @@
-//! A per-model limit on requests in flight that adapts to 429s: halve on a rate limit,
-//! grow back by one after a window of successes (AIMD), never above the configured limit.
+//! A per-model limit on requests in flight that adapts to the provider: halve when it is
+//! overloaded (a 429, a 503, a request that timed out), grow back by one after a window of
+//! successes (AIMD), never above the configured limit. A local server with one slot that is
+//! sent eight requests at once times them all out; halving lets it catch up.
+//!
+//! Also the episode's [`Deadline`]: time an episode spends queued for one of these slots is
+//! runner's doing, not the agent's, so the deadline moves later by it.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
@@ -57,9 +62,9 @@ impl Limiter {
         self.state().limit
     }
 
-    /// A rate limit: halve the limit, once per second at most, so that a burst of 429s
-    /// from requests sent together counts once.
-    pub fn rate_limited(&self) {
+    /// A sign of overload (a rate limit, a 503, a timeout): halve the limit, once per
+    /// second at most, so that a burst of failures from requests sent together counts once.
+    pub fn overloaded(&self) {
         let mut s = self.state();
         let now = Instant::now();
         if s.last_cut.is_none_or(|t| now.duration_since(t) > Duration::from_secs(1)) {
@@ -88,6 +93,104 @@ impl Limiter {
     }
 }
 
+/// When an episode's time runs out: its start plus its time limit plus the time it spent
+/// queued behind runner's own limit on requests in flight (while queued, the clock stands).
+#[derive(Clone)]
+pub struct Deadline(Arc<Clock>);
+
+struct Clock {
+    base: tokio::time::Instant,
+    queue: Mutex<Queue>,
+    resumed: Notify,
+}
+
+#[derive(Default)]
+struct Queue {
+    queued: Duration,
+    /// Requests of the episode waiting for a slot now, and since when one has been.
+    waiting: usize,
+    since: Option<tokio::time::Instant>,
+}
+
+/// The episode's clock stands while this lives: a request waiting for a slot.
+pub struct Paused<'a> {
+    deadline: &'a Deadline,
+}
+
+impl std::fmt::Debug for Deadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deadline").field("base", &self.0.base).field("queued", &self.queued()).finish()
+    }
+}
+
+impl Deadline {
+    /// A deadline `limit` from now.
+    pub fn after(limit: Duration) -> Self {
+        let base = tokio::time::Instant::now() + limit;
+        Deadline(Arc::new(Clock { base, queue: Mutex::new(Queue::default()), resumed: Notify::new() }))
+    }
+
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.0.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The time spent queued so far (a wait still going on included).
+    pub fn queued(&self) -> Duration {
+        let q = self.queue();
+        q.queued + q.since.map_or(Duration::ZERO, |since| since.elapsed())
+    }
+
+    /// When the time runs out, as things stand now.
+    pub fn at(&self) -> tokio::time::Instant {
+        self.0.base + self.queued()
+    }
+
+    /// Stops the clock until the returned guard is dropped.
+    pub fn pause(&self) -> Paused<'_> {
+        let mut q = self.queue();
+        q.waiting += 1;
+        if q.since.is_none() {
+            q.since = Some(tokio::time::Instant::now());
+        }
+        Paused { deadline: self }
+    }
+
+    /// Waits until `grace` after the deadline, however far waiting for slots moves it.
+    pub async fn passed(&self, grace: Duration) {
+        loop {
+            let resumed = self.0.resumed.notified();
+            let waiting = self.queue().waiting > 0;
+            if waiting {
+                resumed.await;
+                continue;
+            }
+            let until = self.at() + grace;
+            if tokio::time::Instant::now() >= until {
+                return;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                // A pause that starts and ends during the sleep moves the deadline too.
+                _ = resumed => {}
+            }
+        }
+    }
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        let mut q = self.deadline.queue();
+        q.waiting -= 1;
+        if q.waiting == 0
+            && let Some(since) = q.since.take()
+        {
+            q.queued += since.elapsed();
+            drop(q);
+            self.deadline.0.resumed.notify_waiters();
+        }
+    }
+}
+
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.limiter.state().in_flight -= 1;
@@ -102,9 +205,9 @@ mod tests {
     #[test]
     fn halves_on_rate_limit_and_recovers_with_successes() {
         let l = Limiter::new(8);
-        l.rate_limited();
+        l.overloaded();
         assert_eq!(l.limit(), 4);
-        l.rate_limited(); // within a second of the last cut: the same burst
+        l.overloaded(); // within a second of the last cut: the same burst
         assert_eq!(l.limit(), 4);
         for _ in 0..4 {
             l.succeeded();
@@ -114,6 +217,24 @@ mod tests {
             l.succeeded();
         }
         assert_eq!(l.limit(), 8, "never above the configured limit");
+    }
+
+    #[tokio::test]
+    async fn a_deadline_stands_still_while_a_request_waits_for_a_slot() {
+        let deadline = Deadline::after(Duration::from_millis(200));
+        let first = deadline.at();
+        let pause = deadline.pause();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let waiter = {
+            let deadline = deadline.clone();
+            tokio::spawn(async move { deadline.passed(Duration::ZERO).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "the deadline passed while the episode was queued");
+        drop(pause);
+        assert!(deadline.at() >= first + Duration::from_millis(600), "the wait did not move the deadline");
+        tokio::time::timeout(Duration::from_secs(10), waiter).await.unwrap().unwrap();
+        assert!(tokio::time::Instant::now() >= first + Duration::from_millis(600), "passed before the moved deadline");
     }
 
     #[tokio::test]

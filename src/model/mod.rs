@@ -55,8 +55,9 @@ pub struct ModelRequest<'a> {
     pub messages: &'a [Message],
     pub tools: &'a [ToolSpec],
     /// When the episode's time runs out: a backend stops waiting and retrying then, and
-    /// says so, so that an outage is not mistaken for the agent running out of time.
-    pub deadline: Option<tokio::time::Instant>,
+    /// says so, so that an outage is not mistaken for the agent running out of time. A
+    /// backend pauses it while waiting for runner's own request slots.
+    pub deadline: Option<&'a limiter::Deadline>,
 }
 
 /// A tool call as the model wrote it; the agent gives it a call id when it has none.

@@ -171,6 +171,15 @@ impl Options {
         }
     }
 
+    /// A number option; an unquoted YAML number the suite kept as text (`1e-3`) counts.
+    fn take_number(&mut self, key: &'static str) -> Result<Option<f64>, String> {
+        self.allowed.push(key);
+        match self.map.remove(key) {
+            None => Ok(None),
+            Some(v) => number_of(&v).map(Some).map_err(|e| format!("`{key}` of `{}`: {e}", self.scorer)),
+        }
+    }
+
     fn finish(self) -> Result<(), String> {
         match self.map.keys().next() {
             None => Ok(()),
@@ -178,6 +187,27 @@ impl Options {
                 Err(format!("`{key}` is not an option of `{}` (its options: {})", self.scorer, self.allowed.join(", ")))
             }
         }
+    }
+}
+
+/// The longest a `check` command may be given: thirty days, as for an episode.
+const MAX_CHECK_S: f64 = 30.0 * 24.0 * 3600.0;
+
+/// A finite number, from a JSON number or the text of a YAML one; says what is wrong.
+fn number_of(v: &Value) -> Result<f64, String> {
+    let x = match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => match yaml_rust2::Yaml::from_str(s) {
+            yaml_rust2::Yaml::Integer(i) => Some(i as f64),
+            real @ yaml_rust2::Yaml::Real(_) => real.as_f64(),
+            _ => None,
+        },
+        _ => None,
+    };
+    match x {
+        Some(x) if x.is_finite() => Ok(x),
+        Some(_) => Err(format!("not a finite number: {}", v.as_str().map_or_else(|| v.to_string(), str::to_owned))),
+        None => Err(format!("expected a number, found {v}")),
     }
 }
 
@@ -193,7 +223,7 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
     };
     let arg = map.remove(&name).unwrap_or(Value::Null);
     let mut o = Options { scorer: name.clone(), map, allowed: Vec::new() };
-    let weight: f64 = o.take("weight")?.unwrap_or(1.0);
+    let weight: f64 = o.take_number("weight")?.unwrap_or(1.0);
     if !(weight.is_finite() && weight >= 0.0) {
         return Err(format!("the weight of `{name}` must be a number of at least 0"));
     }
@@ -206,9 +236,11 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
         }
     };
     let number = |v: &Value| -> Result<f64, String> {
-        v.as_f64()
-            .filter(|x| x.is_finite() && *x >= 0.0)
-            .ok_or_else(|| format!("`{name}` takes a number of at least 0, not {v}"))
+        match number_of(v) {
+            Ok(x) if x >= 0.0 => Ok(x),
+            Ok(_) => Err(format!("`{name}` takes a number of at least 0, not {v}")),
+            Err(e) => Err(format!("`{name}` takes a number of at least 0: {e}")),
+        }
     };
     let check = match name.as_str() {
         "includes" | "not_includes" | "equals" | "not_equals" | "regex" | "not_regex" => {
@@ -221,7 +253,7 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
             Check::Text { op, expected: text(arg)?, negate: name.starts_with("not_"), ignore_case }
         }
         "numeric" => {
-            let tolerance: f64 = o.take("tolerance")?.unwrap_or(0.0);
+            let tolerance: f64 = o.take_number("tolerance")?.unwrap_or(0.0);
             if !(tolerance.is_finite() && tolerance >= 0.0) {
                 return Err(format!("the tolerance of `numeric` must be a number of at least 0, not {tolerance}"));
             }
@@ -314,7 +346,15 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
             }
             Check::FileContains { path, text: expected, regex }
         }
-        "check" => Check::Command { command: text(arg)?, timeout_s: o.take("timeout_s")?.unwrap_or(30.0) },
+        "check" => {
+            let timeout_s = o.take_number("timeout_s")?.unwrap_or(30.0);
+            if !(0.001..=MAX_CHECK_S).contains(&timeout_s) {
+                return Err(format!(
+                    "the `timeout_s` of `check` must be a number of seconds from 0.001 to {MAX_CHECK_S}, not {timeout_s}"
+                ));
+            }
+            Check::Command { command: text(arg)?, timeout_s }
+        }
         _ => {
             let kind = if name == "llm_rubric" { GraderKind::Rubric } else { GraderKind::Qa };
             let criteria = match (kind, arg) {
@@ -327,11 +367,12 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
                     ));
                 }
             };
-            let samples: u32 = o.take("samples")?.unwrap_or(1);
-            if samples == 0 {
-                return Err("`samples` must be at least 1".into());
+            let samples = o.take_number("samples")?.unwrap_or(1.0);
+            if !(samples >= 1.0 && samples <= f64::from(u32::MAX) && samples.fract() == 0.0) {
+                return Err(format!("`samples` must be a whole number of at least 1, not {samples}"));
             }
-            let threshold: f64 = o.take("threshold")?.unwrap_or(0.5);
+            let samples = samples as u32;
+            let threshold: f64 = o.take_number("threshold")?.unwrap_or(0.5);
             if !(0.0..=1.0).contains(&threshold) {
                 return Err("`threshold` must be between 0 and 1".into());
             }

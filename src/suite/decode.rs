@@ -1,5 +1,7 @@
 //! Typed decoding of YAML configuration, with errors that name file, line and column.
 
+use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -66,7 +68,15 @@ impl Source {
 
     /// Decodes the value at `path` into `T`, failing on unknown keys and wrong types.
     pub fn decode<T: DeserializeOwned>(&self, path: &str, value: &Value) -> Result<T, ConfigError> {
-        serde_path_to_error::deserialize(value).map_err(|e| {
+        // Unquoted numbers whose text would change stay text (`target: 1.50`); a field that
+        // wants a number gets them as numbers, one at a time as the decoder asks for them.
+        let mut value = Cow::Borrowed(value);
+        let mut written: HashMap<String, String> = HashMap::new();
+        loop {
+            let e = match serde_path_to_error::deserialize::<_, T>(value.as_ref()) {
+                Ok(decoded) => return Ok(decoded),
+                Err(e) => e,
+            };
             let mut at = path.to_owned();
             for segment in e.path().iter() {
                 at = match segment {
@@ -77,6 +87,22 @@ impl Source {
                 };
             }
             let message = e.inner().to_string();
+            if message.starts_with("invalid type: string") && self.locations.is_plain_number(&at) {
+                let slot = value_at(value.to_mut(), e.path());
+                if let Some(slot @ Value::String(_)) = slot {
+                    let text = slot.as_str().unwrap_or_default().to_owned();
+                    match yaml::number(&text) {
+                        Some(Ok(number)) => {
+                            *slot = Value::Number(number);
+                            written.insert(at, text);
+                            continue;
+                        }
+                        Some(Err(why)) => return Err(self.error(&at, why)),
+                        None => {}
+                    }
+                }
+            }
+            let message = integer_range(&message, written.get(&at).map(String::as_str)).unwrap_or(message);
             // The path ends at the offending key when the error is about an unknown one.
             if let Some(key) = unknown_key(&message)
                 && !at.ends_with(&format!(".{key}"))
@@ -84,9 +110,37 @@ impl Source {
             {
                 at = yaml::child(&at, key);
             }
-            self.error(&at, message)
-        })
+            return Err(self.error(&at, message));
+        }
     }
+}
+
+/// The value a decoder's error path points at.
+fn value_at<'v>(mut value: &'v mut Value, path: &serde_path_to_error::Path) -> Option<&'v mut Value> {
+    for segment in path.iter() {
+        value = match (segment, value) {
+            (serde_path_to_error::Segment::Seq { index }, Value::Array(items)) => items.get_mut(*index)?,
+            (serde_path_to_error::Segment::Map { key }, Value::Object(map)) => map.get_mut(key)?,
+            _ => return None,
+        };
+    }
+    Some(value)
+}
+
+/// Says what is wrong with a number given where a count is expected, instead of serde's
+/// `invalid type: floating point ..., expected u32`.
+fn integer_range(message: &str, written: Option<&str>) -> Option<String> {
+    let max = match message.rsplit_once(", expected ")?.1 {
+        "u8" => u64::from(u8::MAX),
+        "u16" => u64::from(u16::MAX),
+        "u32" => u64::from(u32::MAX),
+        "u64" | "usize" => u64::MAX,
+        _ => return None,
+    };
+    let found = message.split('`').nth(1)?;
+    let is_number =
+        message.starts_with("invalid type: floating point") || message.starts_with("invalid value: integer");
+    is_number.then(|| format!("expected a whole number from 0 to {max}, found {}", written.unwrap_or(found)))
 }
 
 /// Checks a number of seconds: positive, finite, at most `max`.

@@ -49,6 +49,9 @@ pub struct Suite {
     pub grader: Option<GraderConfig>,
     pub scorers: Vec<ScorerSpec>,
     pub tasks: Vec<Task>,
+    /// Grader scorers that name no model in a suite without `grader:`, with where they
+    /// are: an error unless `--grader` gives one.
+    pub ungraded: Vec<ConfigError>,
 }
 
 /// One thing to do.
@@ -272,6 +275,14 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         return Err(source.error("limits.max_steps", "must be at least 1"));
     }
     decode::check_seconds(&source, "limits.time_s", file.limits.time_s, 0.001, MAX_EPISODE_S)?;
+    if file.limits.max_tokens == Some(0) {
+        return Err(source.error("limits.max_tokens", "must be at least 1"));
+    }
+    if let Some(usd) = file.limits.max_cost_usd
+        && !(usd.is_finite() && usd > 0.0)
+    {
+        return Err(source.error("limits.max_cost_usd", format!("must be a positive number of USD, got {usd}")));
+    }
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
     check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
 
@@ -285,6 +296,26 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     }
     if raw_tasks.is_empty() && dataset_rows.is_empty() {
         return Err(source.error("tasks", "the suite has no tasks: add `tasks:` or a `dataset:`"));
+    }
+
+    let mut ungraded = Vec::new();
+    if file.grader.is_none() {
+        let task_scorers = raw_tasks.iter().flat_map(|(at, t)| {
+            t.scorers.iter().enumerate().map(move |(i, s)| (yaml::item(&yaml::child(at, "scorers"), i), s))
+        });
+        let all = file.scorers.iter().enumerate().map(|(i, s)| (yaml::item("scorers", i), s)).chain(task_scorers);
+        for (at, scorer) in all {
+            if let Check::Grader { model: None, .. } = scorer.check {
+                ungraded.push(source.error(
+                    &at,
+                    format!(
+                        "`{}` needs a grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, \
+                         or pass --grader",
+                        scorer.name
+                    ),
+                ));
+            }
+        }
     }
 
     let system = file.agent.system.as_deref().unwrap_or("");
@@ -329,6 +360,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         grader: file.grader,
         scorers: file.scorers,
         tasks,
+        ungraded,
     })
 }
 
@@ -363,6 +395,17 @@ fn finish_task(
                 .map_err(|e| source.error(&where_, format!("in task `{}`: {e}", task.id)))?;
             if let Check::Text { op: TextOp::Regex, .. } | Check::FileContains { regex: true, .. } = scorer.check {
                 regex::Regex::new(&rendered).map_err(|e| source.error(&where_, format!("invalid regex: {e}")))?;
+            }
+            if let Check::Numeric { .. } = scorer.check {
+                // Read as the scorer reads it; a non-number would fail every episode.
+                let problem = match rendered.trim().replace(',', "").parse::<f64>() {
+                    Ok(x) if x.is_finite() => None,
+                    Ok(_) => Some(format!("not a finite number: {rendered}")),
+                    Err(_) => Some(format!("expected a number, found {rendered:?}")),
+                };
+                if let Some(problem) = problem {
+                    return Err(source.error(&where_, format!("in task `{}`: `numeric`: {problem}", task.id)));
+                }
             }
         }
         if let Check::Grader { kind: GraderKind::Qa, .. } = scorer.check

@@ -33,8 +33,41 @@ pub fn render(text: &str, context: &Map<String, Value>) -> Result<String, String
             message.push_str(&cause.to_string());
             source = cause.source();
         }
+        // minijinja says "undefined value" without the name; a reader needs the name.
+        if e.kind() == minijinja::ErrorKind::UndefinedError {
+            let missing = undefined_names(text, context);
+            if !missing.is_empty() {
+                let names: Vec<String> = missing.iter().map(|n| format!("`{n}`")).collect();
+                let known: Vec<&str> = context.keys().map(String::as_str).collect();
+                message =
+                    format!("undefined variable {} (the task has: {}): {message}", names.join(", "), known.join(", "));
+            }
+        }
         message
     })
+}
+
+/// The variables (`target`, `metadata.lang`) a template uses that `context` lacks.
+fn undefined_names(text: &str, context: &Map<String, Value>) -> Vec<String> {
+    let Ok(template) = engine().template_from_str(text) else { return Vec::new() };
+    let mut names: Vec<String> = template
+        .undeclared_variables(true)
+        .into_iter()
+        .filter(|name| {
+            let mut parts = name.split('.');
+            let Some(first) = parts.next() else { return false };
+            if engine().globals().any(|(global, _)| global == first) {
+                return false;
+            }
+            let mut value = context.get(first);
+            for part in parts {
+                value = value.and_then(|v| v.get(part));
+            }
+            value.is_none()
+        })
+        .collect();
+    names.sort();
+    names
 }
 
 /// Renders every string inside a JSON value.
@@ -68,7 +101,9 @@ mod tests {
     #[test]
     fn undefined_variables_are_errors() {
         let err = render("{{ tagret }}", &ctx(json!({"target": "3"}))).unwrap_err();
-        assert!(err.contains("undefined"), "{err}");
+        assert!(err.contains("undefined variable `tagret`"), "{err}");
+        let err = render("{{ metadata.lnag }}", &ctx(json!({"metadata": {"lang": "en"}}))).unwrap_err();
+        assert!(err.contains("undefined variable `metadata.lnag`"), "{err}");
     }
 
     #[test]

@@ -1,5 +1,8 @@
 //! YAML text to a JSON value, remembering where every key and item came from, so that
 //! errors found later (a wrong type, an unknown tool) can name the line and column.
+//!
+//! A file is one document of printable text; aliases are bounded, so that a few hundred
+//! bytes cannot expand into gigabytes. (The parser bounds nesting itself.)
 
 use std::collections::HashMap;
 
@@ -25,9 +28,17 @@ impl Position {
 #[derive(Debug, Default, Clone)]
 pub struct Locations {
     by_path: HashMap<String, Position>,
+    /// Unquoted numbers kept as text because their text would change (`1e3`, `1.50`,
+    /// `.inf`): a field that wants a number may still read them as one.
+    plain_numbers: std::collections::HashSet<String>,
 }
 
 impl Locations {
+    /// Whether the value at `path` was written as an unquoted number.
+    pub fn is_plain_number(&self, path: &str) -> bool {
+        self.plain_numbers.contains(path)
+    }
+
     /// The position of `path`, or of its nearest recorded ancestor.
     pub fn find(&self, path: &str) -> Position {
         let mut path = path;
@@ -60,12 +71,18 @@ pub struct YamlError {
     pub message: String,
 }
 
-/// Parses one YAML document.
+/// How many values and characters the aliases of one file may expand to, in all.
+pub const MAX_ALIAS_EXPANSION: usize = 1_000_000;
+
+/// Parses one YAML document; a second one (after `---`) is an error, not ignored.
 pub fn parse(text: &str) -> Result<(Value, Locations), YamlError> {
+    // A byte-order mark is not part of the text (editors on Windows write one).
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    check_printable(text)?;
     let mut builder = Builder::default();
     let mut parser = Parser::new_from_str(text);
     parser
-        .load(&mut builder, false)
+        .load(&mut builder, true)
         .map_err(|e| YamlError { position: Position::of(*e.marker()), message: e.info().to_owned() })?;
     if let Some(error) = builder.error {
         return Err(error);
@@ -74,11 +91,36 @@ pub fn parse(text: &str) -> Result<(Value, Locations), YamlError> {
     Ok((value, builder.locations))
 }
 
+/// Refuses the characters YAML does not allow in a file (its `c-printable`): the parser
+/// takes a NUL for the end of the text and silently drops what follows.
+fn check_printable(text: &str) -> Result<(), YamlError> {
+    let printable = |c: char| {
+        matches!(c, '\t' | '\n' | '\r' | '\u{85}')
+            || (' '..='~').contains(&c)
+            || ('\u{a0}'..='\u{d7ff}').contains(&c)
+            || ('\u{e000}'..='\u{fffd}').contains(&c)
+            || c >= '\u{10000}'
+    };
+    for (i, line) in text.split('\n').enumerate() {
+        if let Some((column, c)) = line.chars().enumerate().find(|(_, c)| !printable(*c)) {
+            let name =
+                if c == '\0' { "a NUL byte".to_owned() } else { format!("the control character U+{:04X}", c as u32) };
+            return Err(YamlError {
+                position: Position { line: i + 1, column: column + 1 },
+                message: format!("{name} is not allowed in YAML text (inside double quotes, write it as an escape)"),
+            });
+        }
+    }
+    Ok(())
+}
+
 enum Frame {
     Seq {
         items: Vec<Value>,
         anchor: usize,
         path: String,
+        /// The values and characters inside, to bound what an alias of it expands to.
+        weight: usize,
     },
     Map {
         entries: Map<String, Value>,
@@ -87,6 +129,7 @@ enum Frame {
         path: String,
         /// Whether the mapping's own start event placed its position (not a parent's key).
         placed: bool,
+        weight: usize,
     },
 }
 
@@ -94,7 +137,11 @@ enum Frame {
 struct Builder {
     stack: Vec<Frame>,
     root: Option<Value>,
-    anchors: HashMap<usize, Value>,
+    /// Each anchor's value and its weight (values and characters).
+    anchors: HashMap<usize, (Value, usize)>,
+    /// What the aliases so far expanded to, in values and characters.
+    expanded: usize,
+    documents: usize,
     locations: Locations,
     error: Option<YamlError>,
 }
@@ -116,15 +163,19 @@ impl Builder {
         }
     }
 
-    fn push_value(&mut self, value: Value, anchor: usize, mark: Marker) {
+    fn push_value(&mut self, value: Value, weight: usize, anchor: usize, mark: Marker) {
         if anchor > 0 {
-            self.anchors.insert(anchor, value.clone());
+            self.anchors.insert(anchor, (value.clone(), weight));
         }
         match self.stack.last_mut() {
             None => self.root = Some(value),
-            Some(Frame::Seq { items, .. }) => items.push(value),
-            Some(Frame::Map { entries, key, path, placed, .. }) => match key.take() {
+            Some(Frame::Seq { items, weight: total, .. }) => {
+                *total = total.saturating_add(weight);
+                items.push(value);
+            }
+            Some(Frame::Map { entries, key, path, placed, weight: total, .. }) => match key.take() {
                 Some(k) => {
+                    *total = total.saturating_add(weight);
                     entries.insert(k, value);
                 }
                 None => {
@@ -149,6 +200,7 @@ impl Builder {
                     }
                     let entry_path = child(path, &name);
                     self.locations.by_path.insert(entry_path, Position::of(mark));
+                    *total = total.saturating_add(weight);
                     *key = Some(name);
                 }
             },
@@ -158,19 +210,28 @@ impl Builder {
 
 impl MarkedEventReceiver for Builder {
     fn on_event(&mut self, event: Event, mark: Marker) {
+        // After the first error the rest is not built: an alias bomb stops where it was caught.
+        if self.error.is_some() {
+            return;
+        }
         match event {
             Event::Scalar(text, style, anchor, _tag) => {
                 let (path, is_key) = self.next_path();
+                let weight = 1 + text.len();
+                let plain = style == TScalarStyle::Plain;
+                let value = if plain { plain_scalar(text) } else { Value::String(text) };
                 if !is_key {
+                    if plain && matches!(&value, Value::String(t) if number(t).is_some()) {
+                        self.locations.plain_numbers.insert(path.clone());
+                    }
                     self.locations.by_path.entry(path).or_insert(Position::of(mark));
                 }
-                let value = if style == TScalarStyle::Plain { plain_scalar(text) } else { Value::String(text) };
-                self.push_value(value, anchor, mark);
+                self.push_value(value, weight, anchor, mark);
             }
             Event::SequenceStart(anchor, _) => {
                 let (path, _) = self.next_path();
                 self.locations.by_path.entry(path.clone()).or_insert(Position::of(mark));
-                self.stack.push(Frame::Seq { items: Vec::new(), anchor, path });
+                self.stack.push(Frame::Seq { items: Vec::new(), anchor, path, weight: 1 });
             }
             Event::MappingStart(anchor, _) => {
                 let (path, is_key) = self.next_path();
@@ -179,28 +240,62 @@ impl MarkedEventReceiver for Builder {
                 }
                 let placed = !self.locations.by_path.contains_key(&path);
                 self.locations.by_path.entry(path.clone()).or_insert(Position::of(mark));
-                self.stack.push(Frame::Map { entries: Map::new(), key: None, anchor, path, placed });
+                self.stack.push(Frame::Map { entries: Map::new(), key: None, anchor, path, placed, weight: 1 });
             }
             Event::SequenceEnd | Event::MappingEnd => {
-                let (value, anchor) = match self.stack.pop() {
-                    Some(Frame::Seq { items, anchor, .. }) => (Value::Array(items), anchor),
-                    Some(Frame::Map { entries, anchor, .. }) => (Value::Object(entries), anchor),
+                let (value, anchor, weight) = match self.stack.pop() {
+                    Some(Frame::Seq { items, anchor, weight, .. }) => (Value::Array(items), anchor, weight),
+                    Some(Frame::Map { entries, anchor, weight, .. }) => (Value::Object(entries), anchor, weight),
                     None => return,
                 };
-                self.push_value(value, anchor, mark);
+                self.push_value(value, weight, anchor, mark);
             }
-            Event::Alias(anchor) => match self.anchors.get(&anchor).cloned() {
-                Some(value) => {
-                    let (path, is_key) = self.next_path();
-                    if !is_key {
-                        self.locations.by_path.entry(path).or_insert(Position::of(mark));
-                    }
-                    self.push_value(value, 0, mark);
+            Event::Alias(anchor) => {
+                let Some(weight) = self.anchors.get(&anchor).map(|(_, w)| *w) else {
+                    return self.fail(mark, "an alias refers to an unknown anchor".into());
+                };
+                // Checked before the copy is made, so that the copy itself stays small.
+                self.expanded = self.expanded.saturating_add(weight);
+                if self.expanded > MAX_ALIAS_EXPANSION {
+                    return self.fail(
+                        mark,
+                        format!(
+                            "the aliases in this file expand to more than {MAX_ALIAS_EXPANSION} values and characters; \
+                             write the repeated parts out, or reuse less"
+                        ),
+                    );
                 }
-                None => self.fail(mark, "an alias refers to an unknown anchor".into()),
-            },
-            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentStart | Event::DocumentEnd => {}
+                let Some((value, _)) = self.anchors.get(&anchor).cloned() else { return };
+                let (path, is_key) = self.next_path();
+                if !is_key {
+                    self.locations.by_path.entry(path).or_insert(Position::of(mark));
+                }
+                self.push_value(value, weight, 0, mark);
+            }
+            Event::DocumentStart => {
+                self.documents += 1;
+                if self.documents > 1 {
+                    self.fail(
+                        mark,
+                        "a second YAML document (after `---`): a file holds one suite, in one document".into(),
+                    );
+                }
+            }
+            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
         }
+    }
+}
+
+/// The number an unquoted scalar stands for, when it is one: an error says what is wrong
+/// with it (`.nan`, `.inf`, `1e999` are not finite).
+pub fn number(text: &str) -> Option<Result<Number, String>> {
+    match Yaml::from_str(text) {
+        Yaml::Integer(i) => Some(Ok(Number::from(i))),
+        real @ Yaml::Real(_) => {
+            let x = real.as_f64()?;
+            Some(Number::from_f64(x).filter(|_| x.is_finite()).ok_or_else(|| format!("not a finite number: {text}")))
+        }
+        _ => None,
     }
 }
 

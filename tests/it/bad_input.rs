@@ -224,3 +224,143 @@ fn model_graded_qa_on_a_task_without_a_target_is_refused_at_load() {
     );
     assert!(err.contains("tasks/bad.yaml:5:") && err.contains("needs the task's `target`"), "{err}");
 }
+
+/// Validates `suite` and returns stderr, expecting it to be accepted (exit 0).
+fn accepted(suite: &str) -> String {
+    let sb = Sandbox::new();
+    sb.write("tasks/ok.yaml", suite);
+    let run = sb.run(&["validate", "tasks/ok.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    run.stdout
+}
+
+#[test]
+fn an_alias_bomb_is_refused_not_expanded() {
+    // "Billion laughs": nine levels of nine aliases each, a few hundred bytes.
+    let mut suite = String::from(
+        "suite: s\nenvironment: kv\nscorers: [{includes: x}]\nl0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    );
+    for i in 1..=9 {
+        let p = i - 1;
+        suite.push_str(&format!("l{i}: &l{i} [*l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}, *l{p}]\n"));
+    }
+    suite.push_str("tasks: [{id: a, input: hi}]\n");
+    let sb = Sandbox::new();
+    let path = sb.write("tasks/bad.yaml", &suite);
+    // Under a 1 GB address-space cap: expanding it would need tens of gigabytes.
+    let output = std::process::Command::new("sh")
+        .current_dir(sb.path())
+        .args(["-c", "ulimit -v 1048576 && exec \"$0\" validate \"$1\""])
+        .arg(env!("CARGO_BIN_EXE_runner"))
+        .arg(&path)
+        .output()
+        .expect("run sh");
+    let run = crate::Run::from(output);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("tasks/bad.yaml:") && run.stderr.contains("aliases in this file expand"), "{run:?}");
+}
+
+#[test]
+fn a_nul_byte_is_refused_not_taken_for_the_end_of_the_file() {
+    let err = error_for(&format!("{GOOD_HEAD}  - {{id: a, input: hi}}\n\0\n  - {{id: b, input: ho}}\n"), &[]);
+    assert!(err.contains("tasks/bad.yaml:7:1:") && err.contains("NUL"), "{err}");
+    let err = error_for(&format!("{GOOD_HEAD}  - {{id: a, input: hi\0there}}\n"), &[]);
+    assert!(err.contains("tasks/bad.yaml:6:22:") && err.contains("NUL"), "{err}");
+    let err = error_for(&format!("{GOOD_HEAD}  - {{id: a, input: \"bell\x07\"}}\n"), &[]);
+    assert!(err.contains("tasks/bad.yaml:6:") && err.contains("U+0007"), "{err}");
+}
+
+#[test]
+fn a_second_yaml_document_is_refused_not_ignored() {
+    let err = error_for(&format!("{GOOD_HEAD}  - {{id: a, input: hi}}\n---\nsuite: t\n"), &[]);
+    assert!(err.contains("tasks/bad.yaml:7:") && err.contains("second YAML document"), "{err}");
+    // An explicit start of the one document is fine.
+    accepted(&format!("---\n{GOOD_HEAD}  - {{id: a, input: hi}}\n"));
+}
+
+#[test]
+fn a_byte_order_mark_is_accepted() {
+    let out = accepted(&format!("\u{feff}{GOOD_HEAD}  - {{id: a, input: hi}}\n"));
+    assert!(out.contains("suite `s`: 1 tasks"), "{out}");
+}
+
+#[test]
+fn numbers_that_cannot_be_used_are_refused_saying_what_is_wrong() {
+    let task = "  - {id: a, input: hi}\n";
+    let cases = [
+        ("scorers: [{numeric: abc}]", "tasks/bad.yaml:3:", "expected a number, found \"abc\""),
+        ("scorers: [{numeric: 1e999}]", "tasks/bad.yaml:3:", "not a finite number: 1e999"),
+        ("scorers: [{check: \"true\", timeout_s: -1}]", "tasks/bad.yaml:3:", "`timeout_s` of `check`"),
+        ("scorers: [{includes: x, weight: .nan}]", "tasks/bad.yaml:3:", "not a finite number: .nan"),
+        (
+            "scorers: [{includes: x}]\nlimits: {max_cost_usd: -1}",
+            "tasks/bad.yaml:4:",
+            "limits.max_cost_usd: must be a positive",
+        ),
+        (
+            "scorers: [{includes: x}]\nlimits: {max_tokens: 0}",
+            "tasks/bad.yaml:4:",
+            "limits.max_tokens: must be at least 1",
+        ),
+        (
+            "scorers: [{includes: x}]\nlimits: {max_steps: 1e20}",
+            "tasks/bad.yaml:4:",
+            "expected a whole number from 0 to 4294967295, found 1e20",
+        ),
+        (
+            "scorers: [{includes: x}]\nlimits: {max_tokens: -1}",
+            "tasks/bad.yaml:4:",
+            "expected a whole number from 0 to 18446744073709551615, found -1",
+        ),
+        (
+            "scorers: [{includes: x}]\nlimits: {time_s: .inf}",
+            "tasks/bad.yaml:4:",
+            "limits.time_s: not a finite number: .inf",
+        ),
+        (
+            "scorers: [{includes: x}]\nlimits: {time_s: .nan}",
+            "tasks/bad.yaml:4:",
+            "limits.time_s: not a finite number: .nan",
+        ),
+        (
+            "scorers: [{includes: x}]\nepochs: 1e20",
+            "tasks/bad.yaml:4:",
+            "epochs: expected a whole number from 0 to 4294967295, found 1e20",
+        ),
+    ];
+    for (settings, at, message) in cases {
+        let err = error_for(&format!("suite: s\nenvironment: kv\n{settings}\ntasks:\n{task}"), &[]);
+        assert!(err.contains(at) && err.contains(message), "{settings}: {err}");
+    }
+    let err = error_for(
+        &format!("suite: s\nenvironment: box\nscorers: [{{includes: x}}]\ntasks:\n{task}"),
+        &[("environments/box.yaml", "kind: kv\nlimits:\n  output_cap_bytes: 0\n")],
+    );
+    assert!(err.contains("environments/box.yaml:3:") && err.contains("output_cap_bytes"), "{err}");
+}
+
+#[test]
+fn unquoted_numbers_written_another_way_are_read_as_numbers_where_numbers_are_expected() {
+    accepted(
+        "suite: s\nenvironment: kv\nlimits: {time_s: 1e3, max_cost_usd: 1.50}\n\
+         scorers: [{numeric: \"{{ target }}\", tolerance: 1e-3}]\ntasks:\n  - {id: a, input: hi, target: 1e3}\n",
+    );
+}
+
+#[test]
+fn an_llm_rubric_with_no_grader_anywhere_is_refused_by_validate_at_its_line() {
+    let err = error_for(
+        "suite: s\nenvironment: kv\nscorers:\n  - includes: x\n  - llm_rubric: says hi\ntasks:\n  - {id: a, input: hi}\n",
+        &[],
+    );
+    assert!(err.contains("tasks/bad.yaml:5:") && err.contains("`llm_rubric` needs a grader model"), "{err}");
+}
+
+#[test]
+fn an_undefined_template_variable_is_named() {
+    let err = error_for(
+        "suite: s\nenvironment: kv\nscorers:\n  - equals: \"{{ tagret }}\"\ntasks:\n  - {id: a, input: hi, target: x}\n",
+        &[],
+    );
+    assert!(err.contains("tasks/bad.yaml:4:") && err.contains("undefined variable `tagret`"), "{err}");
+}

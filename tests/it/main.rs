@@ -6,6 +6,7 @@ mod batch;
 mod e2e;
 mod eval;
 mod lifecycle;
+mod local_server;
 mod log;
 mod models;
 mod replay;
