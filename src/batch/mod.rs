@@ -328,7 +328,9 @@ impl Scratch {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             // What a command made unremovable stays; the episodes get fresh folders anyway.
-            Err(e) => eprintln!("warning: failed to remove the scratch folder of an earlier run {}: {e}", path.display()),
+            Err(e) => {
+                eprintln!("warning: failed to remove the scratch folder of an earlier run {}: {e}", path.display())
+            }
         }
         std::fs::create_dir_all(&path)?;
         Ok(Scratch(path))
@@ -396,9 +398,8 @@ fn rename_no_replace(from: &Path, to: &Path) -> std::io::Result<()> {
     };
     let (from, to) = (c(from)?, c(to)?);
     // SAFETY: two NUL-terminated paths that outlive the call.
-    let done = unsafe {
-        libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE)
-    };
+    let done =
+        unsafe { libc::renameat2(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::RENAME_NOREPLACE) };
     if done == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
 

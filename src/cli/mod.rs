@@ -804,7 +804,9 @@ async fn stop_on_signal(stop: CancellationToken) {
         _ = interrupt.recv() => "Ctrl-C",
         _ = terminate.recv() => "SIGTERM",
     };
-    eprintln!("\nstopping on {name}: cancelling the episodes in flight (Ctrl-C again to quit now, or a second SIGTERM)");
+    eprintln!(
+        "\nstopping on {name}: cancelling the episodes in flight (Ctrl-C again to quit now, or a second SIGTERM)"
+    );
     stop.cancel();
     tokio::select! {
         _ = interrupt.recv() => {}

@@ -146,7 +146,8 @@ impl Environment {
                 return ending.with(limit);
             }
 
-            let turn = self.dispatch(&proposal.calls, step, deadline.at(), stop, recorder, &mut ending.trajectory).await;
+            let turn =
+                self.dispatch(&proposal.calls, step, deadline.at(), stop, recorder, &mut ending.trajectory).await;
             if let Some(fault) = turn.fault {
                 recorder.emit(&Event::Error { step, cause: fault.cause.clone(), message: fault.message.clone() });
                 ending.fault = Some(fault);

@@ -358,10 +358,8 @@ impl Index {
         for e in &self.entries {
             let text =
                 line_at(&file, e.offset, &mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
-            let head: Head =
-                serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
-            let f: Finished =
-                serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
+            let head: Head = serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
+            let f: Finished = serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
             let id = head.episode_id.unwrap_or_default();
             let outcome = self.rescored.get(&id).cloned().unwrap_or(f.outcome);
             let name = |n: u32| self.names[n as usize].clone();

@@ -143,7 +143,12 @@ fn a_second_sigterm_exits_at_once() {
     // A grader that never answers keeps the first SIGTERM waiting for the scoring.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    sb.write("runner.yaml", &format!("providers:\n  slow: {{api: openai, base_url: \"http://{addr}/v1\", timeout_s: 300, max_retries: 0}}\n"));
+    sb.write(
+        "runner.yaml",
+        &format!(
+            "providers:\n  slow: {{api: openai, base_url: \"http://{addr}/v1\", timeout_s: 300, max_retries: 0}}\n"
+        ),
+    );
     sb.write(
         "s.yaml",
         "suite: g\nenvironment: kv\nscorers: [{llm_rubric: is it ok, model: slow/judge}]\ntasks:\n  - {id: t, input: q, mock: [{text: ok}]}\n",
@@ -256,7 +261,11 @@ fn a_bad_finish_in_a_log_is_reported_at_its_line() {
     let broken: Vec<String> = text
         .lines()
         .enumerate()
-        .map(|(i, l)| if i + 1 == line { l.replace("\"status\":\"scored\"", "\"status\":\"splendid\"") } else { l.into() })
+        .map(
+            |(i, l)| {
+                if i + 1 == line { l.replace("\"status\":\"scored\"", "\"status\":\"splendid\"") } else { l.into() }
+            },
+        )
         .collect();
     std::fs::write(&events, broken.join("\n") + "\n").unwrap();
     let report = sb.run(&["report", "results/test"]);
@@ -286,7 +295,9 @@ fn reports_of_a_live_run_do_not_disturb_it() {
     sb.write("s.yaml", &kv_suite(50));
     let child = sb
         .command()
-        .args(["eval", "s.yaml", "--model", "mock", "--epochs", "40", "-j", "16", "--run-id", "live", "--out", "results"])
+        .args([
+            "eval", "s.yaml", "--model", "mock", "--epochs", "40", "-j", "16", "--run-id", "live", "--out", "results",
+        ])
         .args(["--mock-delay-ms", "1", "-q"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -312,8 +323,10 @@ fn reports_of_a_live_run_do_not_disturb_it() {
     assert_eq!(run.code, 0, "the run was disturbed by {reports} reports: {run:?}");
     let rows = csv::Reader::from_path(sb.path().join("results/live/episodes.csv")).unwrap().records().count();
     assert_eq!(rows, 2000);
-    let stray: Vec<PathBuf> =
-        entries(&sb.path().join("results/live")).into_iter().filter(|p| p.to_string_lossy().ends_with(".tmp")).collect();
+    let stray: Vec<PathBuf> = entries(&sb.path().join("results/live"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".tmp"))
+        .collect();
     assert!(stray.is_empty(), "temporary files left: {stray:?}");
 }
 
@@ -343,7 +356,10 @@ fn a_run_killed_at_any_moment_of_its_start_can_be_resumed_or_started_again() {
         let again = if dir.exists() {
             let log = dir.join("events.jsonl");
             let first = std::fs::read_to_string(&log).unwrap_or_default();
-            assert!(first.starts_with("{") && first.contains("\"type\":\"run_started\""), "attempt {attempt}: a run folder without its first event: {first:?}");
+            assert!(
+                first.starts_with("{") && first.contains("\"type\":\"run_started\""),
+                "attempt {attempt}: a run folder without its first event: {first:?}"
+            );
             sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", &id, "--out", "results", "-q"])
         } else {
             sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", &id, "--out", "results", "-q"])

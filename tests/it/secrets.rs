@@ -78,14 +78,12 @@ async fn a_key_echoed_by_the_provider_or_read_by_a_command_is_stored_nowhere() {
     stored.extend(files_under(&sb.path().join("cache")));
     stored.push(sb.path().join("tape.jsonl"));
     assert!(stored.iter().any(|p| p.ends_with("report.html")), "{stored:?}");
-    assert!(stored.iter().any(|p| p.extension().is_some_and(|x| x == "json") && p.starts_with(sb.path().join("cache"))));
+    assert!(
+        stored.iter().any(|p| p.extension().is_some_and(|x| x == "json") && p.starts_with(sb.path().join("cache")))
+    );
     for file in &stored {
         let bytes = std::fs::read(file).unwrap();
-        assert!(
-            !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
-            "{} holds the key",
-            file.display()
-        );
+        assert!(!bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()), "{} holds the key", file.display());
     }
     let log = std::fs::read_to_string(sb.path().join("results/test/events.jsonl")).unwrap();
     assert!(log.contains("the key is [REDACTED], and again: [REDACTED]"), "the answer is kept, the key cut");
