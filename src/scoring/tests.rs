@@ -68,7 +68,16 @@ fn check_with(scorer: Value, answer: Option<&str>, calls: &[(&str, Value)]) -> S
     let spec: ScorerSpec = serde_json::from_value(scorer).unwrap();
     let task = task();
     let ending = ending(answer, calls);
-    let finished = Finished { task: &task, ending: &ending, wall_s: 12.0, suite_grader: None, suite_template: None };
+    let finished = Finished {
+        task: &task,
+        episode_id: "ep_1",
+        under_test: None,
+        recorder: None,
+        ending: &ending,
+        wall_s: 12.0,
+        suite_grader: None,
+        suite_template: None,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap().remove(0)
 }
@@ -226,7 +235,16 @@ fn a_grader_without_a_model_is_a_fault_not_a_zero() {
     let spec: ScorerSpec = serde_json::from_value(json!({"llm_rubric": "is polite"})).unwrap();
     let task = task();
     let ending = ending(Some("hi"), &[]);
-    let finished = Finished { task: &task, ending: &ending, wall_s: 1.0, suite_grader: None, suite_template: None };
+    let finished = Finished {
+        task: &task,
+        episode_id: "ep_1",
+        under_test: None,
+        recorder: None,
+        ending: &ending,
+        wall_s: 1.0,
+        suite_grader: None,
+        suite_template: None,
+    };
     let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
     let fault = runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap_err();
     assert_eq!(fault.cause, "grader_error");
@@ -237,7 +255,16 @@ fn the_grader_sees_each_call_with_its_arguments_and_error() {
     let task = task();
     let ending =
         ending(Some("3"), &[("read_file", json!({"path": "a.txt"})), ("run_command", json!({"command": "ls"}))]);
-    let finished = Finished { task: &task, ending: &ending, wall_s: 1.0, suite_grader: None, suite_template: None };
+    let finished = Finished {
+        task: &task,
+        episode_id: "ep_1",
+        under_test: None,
+        recorder: None,
+        ending: &ending,
+        wall_s: 1.0,
+        suite_grader: None,
+        suite_template: None,
+    };
     let text = compact_for_tests(&finished);
     assert!(text.contains(r#"- read_file({"path":"a.txt"}) -> ExecutionError: no such file"#), "{text}");
     assert!(text.contains(r#"- run_command({"command":"ls"})"#) && !text.contains("ls\"}) ->"), "{text}");
@@ -259,4 +286,13 @@ fn invalid_scorer_options_are_refused_when_read() {
     assert!(bad(json!({"numeric": "3", "tolerance": -1})).contains("at least 0"));
     let e = bad(json!({"tool_sequence": [{"name": "f", "arguments": {"a": "(unclosed"}}], "arguments": "pattern"}));
     assert!(e.contains("not a valid regex"), "{e}");
+}
+
+#[test]
+fn a_grader_is_not_asked_about_an_episode_without_a_final_answer() {
+    // A `mock` grader with no verdicts would be a fault if it were asked.
+    let score = check(json!({"llm_rubric": "is polite", "model": "mock"}), None);
+    assert!(!score.passed);
+    assert!(score.explanation.contains("no final answer"), "{}", score.explanation);
+    assert_eq!(score.grader, None);
 }
