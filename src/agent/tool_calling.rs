@@ -104,6 +104,7 @@ impl ToolCallingAgent {
             url: None,
             request: None,
             raw_response: None,
+            scorer: None,
         };
         if let Event::ModelCall {
             response,

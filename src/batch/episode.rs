@@ -11,6 +11,7 @@ use crate::environment::World;
 use crate::environment::{Ending, Environment, EpisodeLimits};
 use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination};
+use crate::model::Backend;
 use crate::scoring::{self, Finished, Graders};
 use crate::suite::{Suite, Task, template};
 
@@ -50,7 +51,9 @@ pub async fn run_episode(
             let wall_s = started.elapsed().as_secs_f64();
             loop_ms = Some(wall_s * 1e3);
             // Scored against the final world, before it is torn down.
-            let outcome = outcome_of(&ending, suite, task, env.world(), graders, wall_s, &recorder).await;
+            let outcome =
+                outcome_of(&ending, (&spec.id, &spec.model), suite, task, env.world(), graders, wall_s, &recorder)
+                    .await;
             drop(env);
             (ending, outcome)
         }
@@ -87,7 +90,7 @@ fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> ToolCallingAgent
         template::render(s, &task.template_context())
             .unwrap_or_else(|e| format!("(the system prompt failed to render: {e})"))
     });
-    let model = spec.model.for_episode(task);
+    let model = spec.model.for_episode(task, &spec.id);
     ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer)
 }
 
@@ -101,8 +104,10 @@ fn limits(suite: &Suite) -> EpisodeLimits {
 }
 
 /// Unscored when nobody answered, cancelled when the run was stopped, scored otherwise.
+#[allow(clippy::too_many_arguments)]
 async fn outcome_of(
     ending: &Ending,
+    (episode_id, under_test): (&str, &Backend),
     suite: &Suite,
     task: &Task,
     world: &dyn World,
@@ -118,6 +123,9 @@ async fn outcome_of(
     }
     let finished = Finished {
         task,
+        episode_id,
+        under_test: Some(under_test),
+        recorder: Some(recorder),
         ending,
         wall_s,
         suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),

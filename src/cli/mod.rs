@@ -346,7 +346,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, Exit> {
 }
 
 fn eval(args: EvalArgs) -> Result<Exit, Exit> {
-    let (models, config) = open_models(&args).map_err(fail(Exit::Usage))?;
+    let (models, config, options) = open_models(&args).map_err(fail(Exit::Usage))?;
     let baseline = check_gates(&args.gates, &args.out)?;
     if args.epochs == Some(0) {
         return Err(fail(Exit::Usage)("--epochs must be at least 1"));
@@ -360,7 +360,9 @@ fn eval(args: EvalArgs) -> Result<Exit, Exit> {
             return Err(fail(Exit::Usage)(message));
         }
     }
-    let graders = Arc::new(open_graders(&suites, args.grader.clone(), &config).map_err(fail(Exit::Usage))?);
+    // The graders are recorded and cached like the models under test, and replayed with them.
+    let graders =
+        Arc::new(open_graders(&suites, args.grader.clone(), &config, options, &models).map_err(fail(Exit::Usage))?);
     // The clients hold their keys now; the commands the worlds run must not find them.
     crate::log::secrets::withdraw_from_environment(config.key_vars());
     let resume = match &args.resume {
@@ -556,7 +558,8 @@ fn regrade(args: RegradeArgs) -> Result<Exit, Exit> {
         }
     })?;
     let config = ModelConfig::load(args.config.as_deref()).map_err(fail(Exit::Usage))?;
-    let graders = open_graders(&suites, args.grader.clone(), &config).map_err(fail(Exit::Usage))?;
+    let graders = open_graders(&suites, args.grader.clone(), &config, BackendOptions::default(), &[])
+        .map_err(fail(Exit::Usage))?;
     crate::log::secrets::withdraw_from_environment(config.key_vars());
     let run_dir = run.events_path.parent().unwrap_or(std::path::Path::new("."));
     let _lock = batch::lock(run_dir).map_err(fail(Exit::Usage))?;
@@ -687,7 +690,13 @@ fn merge(args: MergeArgs) -> Result<Exit, Exit> {
 
 /// Opens the grader models the suites need; a grader scorer without one is an error now,
 /// not a silent fallback to the model under test.
-fn open_graders(suites: &[Arc<Suite>], forced: Option<String>, config: &ModelConfig) -> Result<Graders, String> {
+fn open_graders(
+    suites: &[Arc<Suite>],
+    forced: Option<String>,
+    config: &ModelConfig,
+    options: BackendOptions,
+    under_test: &[Arc<Backend>],
+) -> Result<Graders, String> {
     let mut names = Vec::new();
     for suite in suites {
         for spec in suite.scorers.iter().chain(suite.tasks.iter().flat_map(|t| &t.scorers)) {
@@ -709,11 +718,11 @@ fn open_graders(suites: &[Arc<Suite>], forced: Option<String>, config: &ModelCon
             }
         }
     }
-    Graders::open(names, forced, config)
+    Graders::open(names, forced, config, options, under_test)
 }
 
-/// Opens every `--model`, with recording and caching as asked.
-fn open_models(args: &EvalArgs) -> Result<(Vec<Arc<Backend>>, ModelConfig), String> {
+/// Opens every `--model`, with recording and caching as asked (the options, for the graders).
+fn open_models(args: &EvalArgs) -> Result<(Vec<Arc<Backend>>, ModelConfig, BackendOptions), String> {
     let config = ModelConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
     let record = match &args.record {
         Some(path) => Some(Arc::new(
@@ -736,7 +745,7 @@ fn open_models(args: &EvalArgs) -> Result<(Vec<Arc<Backend>>, ModelConfig), Stri
         }
         models.push(Arc::new(backend));
     }
-    Ok((models, config))
+    Ok((models, config, options))
 }
 
 /// Decides the exit code of a finished run. Unscored episodes come first: a verdict

@@ -157,6 +157,10 @@ pub enum Event {
         request: Option<Value>,
         #[serde(default)]
         raw_response: Option<Value>,
+        /// Set when a grader made the call: the scorer it graded for. Absent for the
+        /// agent's calls.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        scorer: Option<String>,
     },
     ActionDispatched {
         step: u32,

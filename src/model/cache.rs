@@ -1,8 +1,11 @@
 //! A local response cache (`--cache`): re-runs of unchanged prompts are served from disk
-//! until the entries expire. One file per request digest.
+//! until the entries expire. One file per request digest; a request asked again by the
+//! same episode (a grader's samples) has its own file per repetition, so that the samples
+//! stay as many answers as the model gave.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -28,12 +31,19 @@ impl CacheOptions {
     }
 }
 
+/// One episode's model (or its grader's) behind the cache.
 pub struct Cached {
-    pub inner: Arc<dyn LanguageModel>,
-    pub options: Arc<CacheOptions>,
+    inner: Arc<dyn LanguageModel>,
+    options: Arc<CacheOptions>,
+    /// How many times this episode has asked each request.
+    asked: Mutex<HashMap<String, u32>>,
 }
 
 impl Cached {
+    pub fn new(inner: Arc<dyn LanguageModel>, options: Arc<CacheOptions>) -> Self {
+        Cached { inner, options, asked: Mutex::new(HashMap::new()) }
+    }
+
     fn lookup(&self, path: &std::path::Path) -> Option<ModelResponse> {
         let age =
             std::fs::metadata(path).ok()?.modified().ok().and_then(|t| SystemTime::now().duration_since(t).ok())?;
@@ -60,9 +70,19 @@ impl LanguageModel for Cached {
 
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
         let digest = request_digest(self, &self.sampling(), request);
-        let key = match self.inner.endpoint() {
-            Some(endpoint) => hex::encode(sha2::Sha256::digest(format!("{digest}\n{endpoint}").as_bytes())),
-            None => digest,
+        let repeat = {
+            let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+            let n = asked.entry(digest.clone()).or_default();
+            *n += 1;
+            *n - 1
+        };
+        // The first asking keeps the key entries always had.
+        let key = match (self.inner.endpoint(), repeat) {
+            (None, 0) => digest,
+            (Some(endpoint), 0) => hex::encode(sha2::Sha256::digest(format!("{digest}\n{endpoint}").as_bytes())),
+            (endpoint, n) => hex::encode(sha2::Sha256::digest(
+                format!("{digest}\n{}\n#{n}", endpoint.unwrap_or_default()).as_bytes(),
+            )),
         };
         let path = self.options.dir.join(format!("{key}.json"));
         if let Some(mut hit) = self.lookup(&path) {

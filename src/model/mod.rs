@@ -226,17 +226,65 @@ impl Backend {
     }
 
     /// The model one episode of `task` talks to.
-    pub fn for_episode(&self, task: &Task) -> Arc<dyn LanguageModel> {
-        let mut model: Arc<dyn LanguageModel> = match &self.source {
+    pub fn for_episode(&self, task: &Task, episode_id: &str) -> Arc<dyn LanguageModel> {
+        let model: Arc<dyn LanguageModel> = match &self.source {
             Source::Mock => Arc::new(mock::MockModel::new(task.mock.clone()).with_delay(self.options.mock_delay_ms)),
             Source::Http(m) => m.clone(),
-            Source::Replay(r) => r.clone(),
+            Source::Replay(r) => r.episode(None, episode_id, &task.id),
         };
+        self.wrap(model, episode_id, None)
+    }
+
+    /// This backend as the grader of `scorer` on one episode: its calls are cached and
+    /// recorded like an agent's, marked with the scorer.
+    pub fn as_grader(&self, task: &Task, episode_id: &str, scorer: &str) -> Arc<dyn LanguageModel> {
+        let model: Arc<dyn LanguageModel> = match &self.source {
+            Source::Mock => Arc::new(mock::MockModel::new(Vec::new().into())),
+            Source::Http(m) => m.clone(),
+            Source::Replay(r) => r.episode(None, episode_id, &task.id),
+        };
+        self.wrap(model, episode_id, Some(scorer))
+    }
+
+    /// When this backend replays a recording that holds the calls of the grader `model`:
+    /// that grader, as it answered on one episode, so that a replay needs no grader.
+    pub fn recorded_grader(
+        &self,
+        model: &str,
+        task: &Task,
+        episode_id: &str,
+        scorer: &str,
+    ) -> Option<Arc<dyn LanguageModel>> {
+        match &self.source {
+            Source::Replay(r) if r.records_grader(model) => {
+                Some(self.wrap(r.episode(Some(model), episode_id, &task.id), episode_id, Some(scorer)))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether this backend replays a recording that holds the calls of the grader `model`.
+    pub fn replays_grader(&self, model: &str) -> bool {
+        matches!(&self.source, Source::Replay(r) if r.records_grader(model))
+    }
+
+    /// The cache (never in front of a replay) and the cassette, as the run asked.
+    fn wrap(
+        &self,
+        mut model: Arc<dyn LanguageModel>,
+        episode_id: &str,
+        scorer: Option<&str>,
+    ) -> Arc<dyn LanguageModel> {
         if let (Some(options), false) = (&self.options.cache, matches!(self.source, Source::Replay(_))) {
-            model = Arc::new(Cached { inner: model, options: options.clone() });
+            model = Arc::new(Cached::new(model, options.clone()));
         }
         if let Some(cassette) = &self.options.record {
-            model = Arc::new(Recording { inner: model, cassette: cassette.clone() });
+            model = Arc::new(Recording {
+                inner: model,
+                cassette: cassette.clone(),
+                episode_id: episode_id.to_owned(),
+                scorer: scorer.map(String::from),
+            });
         }
         model
     }

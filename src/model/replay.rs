@@ -1,12 +1,16 @@
 //! Record and replay. `--record FILE` appends every model response to a cassette, keyed by
-//! the digest of the canonical request; `--model replay:FILE` (or `replay:RUN`, a run's
-//! own log) serves them back: free, deterministic prompt regression tests. A request that
-//! was never recorded is a loud miss that names the nearest recorded request and the
-//! difference.
+//! the digest of the canonical request and the episode that asked; `--model replay:FILE`
+//! (or `replay:RUN`, a run's own log) serves them back: free, deterministic prompt
+//! regression tests. Each episode gets the responses recorded for it, in the order it got
+//! them, so that a replay reproduces every outcome whatever order episodes run in (identical
+//! requests of several epochs get different answers from a sampling model). The grader's
+//! calls are recorded and served the same way. A request that was never recorded is a loud
+//! miss that names the nearest recorded request of the same episode and the difference.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -24,6 +28,13 @@ use crate::log::{Event, LoggedEvent};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Entry {
     pub digest: String,
+    /// The episode that asked. Absent in cassettes recorded before episodes were kept:
+    /// their entries are served to any episode, by request alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode_id: Option<String>,
+    /// Set when a grader asked: the scorer it graded for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scorer: Option<String>,
     pub request: CanonicalRequest,
     pub response: ModelResponse,
 }
@@ -58,10 +69,13 @@ impl CassetteWriter {
     }
 }
 
-/// Wraps a model and records every answer it gives.
+/// Wraps one episode's model (or its grader's) and records every answer it gives.
 pub struct Recording {
     pub inner: Arc<dyn LanguageModel>,
     pub cassette: Arc<CassetteWriter>,
+    pub episode_id: String,
+    /// The scorer, when this is a grader.
+    pub scorer: Option<String>,
 }
 
 #[async_trait]
@@ -81,7 +95,13 @@ impl LanguageModel for Recording {
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
         let response = self.inner.respond(request).await?;
         let canonical = canonical_request(self, request);
-        let entry = Entry { digest: digest(&canonical), request: canonical, response: response.recorded() };
+        let entry = Entry {
+            digest: digest(&canonical),
+            episode_id: Some(self.episode_id.clone()),
+            scorer: self.scorer.clone(),
+            request: canonical,
+            response: response.recorded(),
+        };
         self.cassette
             .append(&entry)
             .map_err(|e| ModelError::new("record_error", format!("failed to write the cassette: {e}")))?;
@@ -89,17 +109,78 @@ impl LanguageModel for Recording {
     }
 }
 
-/// Serves recorded responses. Shared by every episode of a run.
+/// The episode of entries recorded without one.
+const ANY_EPISODE: &str = "";
+
+/// How many misses are printed on the console; the log has them all.
+const MISSES_SHOWN: usize = 10;
+
+/// The recorded calls of one model: the agent's, or one grader's.
+#[derive(Default)]
+struct Tape {
+    sampling: Map<String, Value>,
+    /// Responses per (episode, digest), served in recorded order.
+    queues: Mutex<HashMap<(String, String), VecDeque<ModelResponse>>>,
+    /// How many responses each (episode, digest) had, to tell "used up" from "never recorded".
+    recorded: HashMap<(String, String), usize>,
+    /// How many calls each episode had.
+    calls: HashMap<String, usize>,
+    /// Recorded requests and their episode, for explaining a miss (cassettes only; logs
+    /// keep digests).
+    requests: Vec<(String, CanonicalRequest)>,
+}
+
+impl Tape {
+    fn push(
+        &mut self,
+        episode: Option<String>,
+        digest: String,
+        request: Option<CanonicalRequest>,
+        response: ModelResponse,
+    ) {
+        let episode = episode.unwrap_or_else(|| ANY_EPISODE.to_owned());
+        *self.calls.entry(episode.clone()).or_default() += 1;
+        *self.recorded.entry((episode.clone(), digest.clone())).or_default() += 1;
+        self.queues
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((episode.clone(), digest))
+            .or_default()
+            .push_back(response);
+        if let Some(request) = request {
+            self.requests.push((episode, request));
+        }
+    }
+
+    /// The next response recorded for this episode and request; an episode that was not
+    /// recorded at all takes those of recordings that kept no episodes.
+    fn serve(&self, episode: &str, digest: &str) -> Option<ModelResponse> {
+        let episode = if self.calls.contains_key(episode) { episode } else { ANY_EPISODE };
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        queues.get_mut(&(episode.to_owned(), digest.to_owned())).and_then(VecDeque::pop_front)
+    }
+}
+
+/// Serves recorded responses. Shared by every episode of a run; each episode talks to it
+/// through [`Replay::episode`].
 pub struct Replay {
     name: String,
-    sampling: Map<String, Value>,
     source: PathBuf,
-    /// Responses per digest, served in recorded order.
-    queues: Mutex<HashMap<String, VecDeque<ModelResponse>>>,
-    /// How many responses each digest had, to tell "used up" from "never recorded".
-    recorded: HashMap<String, usize>,
-    /// Recorded requests, for explaining a miss (cassettes only; logs keep digests).
-    requests: Vec<CanonicalRequest>,
+    agent: Tape,
+    /// The graders' calls, by grader model.
+    graders: HashMap<String, Tape>,
+    misses: AtomicUsize,
+}
+
+/// One recorded call as read from a cassette or a log.
+struct Recorded {
+    model: String,
+    sampling: Map<String, Value>,
+    digest: String,
+    episode: Option<String>,
+    scorer: Option<String>,
+    request: Option<CanonicalRequest>,
+    response: ModelResponse,
 }
 
 impl Replay {
@@ -109,10 +190,20 @@ impl Replay {
         let mut entries = Vec::new();
         if is_event_log(&events)? {
             for_each_event_of(&events, Some(&["model_call"]), |e: LoggedEvent| {
-                if let Some(Event::ModelCall { model, request_digest, sampling, response, error: None, .. }) = e.event()
+                let episode = e.episode_id.clone();
+                if let Some(Event::ModelCall { model, request_digest, sampling, response, error: None, scorer, .. }) =
+                    e.event()
                     && let Ok(response) = serde_json::from_value::<ModelResponse>(response)
                 {
-                    entries.push((model, sampling, request_digest, None, response));
+                    entries.push(Recorded {
+                        model,
+                        sampling,
+                        digest: request_digest,
+                        episode,
+                        scorer,
+                        request: None,
+                        response,
+                    });
                 }
             })
             .map_err(|e| e.to_string())?;
@@ -126,102 +217,199 @@ impl Replay {
                 }
                 let entry: Entry = serde_json::from_str(&line)
                     .map_err(|e| format!("{}:{}: not a cassette entry: {e}", events.display(), i + 1))?;
-                entries.push((
-                    entry.request.model.clone(),
-                    entry.request.sampling.clone(),
-                    entry.digest,
-                    Some(entry.request),
-                    entry.response,
-                ));
+                entries.push(Recorded {
+                    model: entry.request.model.clone(),
+                    sampling: entry.request.sampling.clone(),
+                    digest: entry.digest,
+                    episode: entry.episode_id,
+                    scorer: entry.scorer,
+                    request: Some(entry.request),
+                    response: entry.response,
+                });
             }
         }
-        let Some((name, sampling, ..)) = entries.first().cloned() else {
+        let Some(first) = entries.iter().find(|e| e.scorer.is_none()) else {
             return Err(format!("{} holds no recorded model responses", events.display()));
         };
-        if let Some((other, ..)) = entries.iter().find(|e| e.0 != name) {
+        let (name, sampling) = (first.model.clone(), first.sampling.clone());
+        if let Some(other) = entries.iter().find(|e| e.scorer.is_none() && e.model != name) {
             return Err(format!(
-                "{} holds responses of several models ({name}, {other}); replay one model per file",
-                events.display()
+                "{} holds responses of several models ({name}, {}); replay one model per file",
+                events.display(),
+                other.model
             ));
         }
-        let mut queues: HashMap<String, VecDeque<ModelResponse>> = HashMap::new();
-        let mut requests = Vec::new();
-        for (_, _, digest, request, response) in entries {
-            queues.entry(digest).or_default().push_back(response);
-            requests.extend(request);
+        let mut agent = Tape { sampling, ..Tape::default() };
+        let mut graders: HashMap<String, Tape> = HashMap::new();
+        for e in entries {
+            let tape = match e.scorer {
+                None => &mut agent,
+                Some(_) => {
+                    graders.entry(e.model).or_insert_with(|| Tape { sampling: e.sampling.clone(), ..Tape::default() })
+                }
+            };
+            tape.push(e.episode, e.digest, e.request, e.response);
         }
-        let recorded = queues.iter().map(|(d, q)| (d.clone(), q.len())).collect();
-        Ok(Replay { name, sampling, source: events, queues: Mutex::new(queues), recorded, requests })
+        Ok(Replay { name, source: events, agent, graders, misses: AtomicUsize::new(0) })
     }
 
-    fn explain_miss(&self, wanted: &CanonicalRequest, digest: &str) -> String {
-        if let Some(n) = self.recorded.get(digest) {
-            return format!("this request was recorded {n} time(s) and every recorded response has been served");
+    /// The model the recording's agent talked to.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the recording holds calls of the grader `model`.
+    pub fn records_grader(&self, model: &str) -> bool {
+        self.graders.contains_key(model)
+    }
+
+    /// What one episode's agent (`grader: None`) or grader talks to.
+    pub fn episode(self: &Arc<Self>, grader: Option<&str>, episode_id: &str, task_id: &str) -> Arc<dyn LanguageModel> {
+        Arc::new(EpisodeReplay {
+            replay: self.clone(),
+            grader: grader.map(String::from),
+            episode: episode_id.to_owned(),
+            task: task_id.to_owned(),
+        })
+    }
+
+    fn tape(&self, grader: Option<&str>) -> Option<&Tape> {
+        match grader {
+            None => Some(&self.agent),
+            Some(model) => self.graders.get(model),
         }
-        let nearest = self.requests.iter().max_by_key(|r| {
-            (r.tools == wanted.tools, r.messages.iter().zip(&wanted.messages).take_while(|(a, b)| a == b).count())
-        });
-        let Some(nearest) = nearest else {
-            return format!("no recorded request has digest {digest} ({} holds digests only)", self.source.display());
-        };
-        if nearest.tools != wanted.tools {
-            let names = |t: &[ToolSpec]| t.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ");
-            if names(&nearest.tools) != names(&wanted.tools) {
-                return format!(
-                    "the tools differ: recorded [{}], now [{}]",
-                    names(&nearest.tools),
-                    names(&wanted.tools)
-                );
-            }
-            return "a tool's description or schema differs from the recording".into();
+    }
+
+    fn explain_miss(&self, tape: &Tape, episode: &str, wanted: &CanonicalRequest, digest: &str) -> String {
+        let own = tape.calls.contains_key(episode);
+        let legacy = !own && tape.calls.contains_key(ANY_EPISODE);
+        let pool = if own { episode } else { ANY_EPISODE };
+        if let Some(n) = tape.recorded.get(&(pool.to_owned(), digest.to_owned())) {
+            let here = if own { " in this episode" } else { "" };
+            return format!("this request was recorded {n} time(s){here} and every recorded response has been served");
         }
-        let same = nearest.messages.iter().zip(&wanted.messages).take_while(|(a, b)| a == b).count();
-        match (nearest.messages.get(same), wanted.messages.get(same)) {
-            (Some(was), Some(now)) => {
-                let (was, now) = (render(was), render(now));
-                let at = was.chars().zip(now.chars()).take_while(|(a, b)| a == b).count();
-                format!(
-                    "the nearest recorded request differs at message {} ({}): recorded {:?}, now {:?}",
-                    same + 1,
-                    role(&wanted.messages[same]),
-                    excerpt(&was, at),
-                    excerpt(&now, at)
-                )
+        if !own && !legacy {
+            let elsewhere: usize = tape.recorded.iter().filter(|((_, d), _)| d == digest).map(|(_, n)| n).sum();
+            let lead = "nothing was recorded for this episode (its suite, task content, model or epoch differ from the recording's)";
+            if elsewhere > 0 {
+                return format!("{lead}; the same request was recorded {elsewhere} time(s) in other episodes");
             }
-            _ => format!(
-                "the nearest recorded request has {} messages and this one {}, the same up to there",
-                nearest.messages.len(),
-                wanted.messages.len()
+            // Another episode's nearest request still shows what changed in the prompt.
+            return match nearest(tape.requests.iter().map(|(_, r)| r), wanted) {
+                Some(r) => format!("{lead}; the nearest recorded request {}", difference(r, wanted)),
+                None => format!("{lead}; no recorded request has digest {digest}"),
+            };
+        }
+        // The same episode's requests only: another task's are no guide to what changed.
+        let candidates = tape.requests.iter().filter(|(e, _)| e == pool).map(|(_, r)| r);
+        match nearest(candidates, wanted) {
+            Some(r) if own => format!("this episode's nearest recorded request {}", difference(r, wanted)),
+            Some(r) => format!("the nearest recorded request {}", difference(r, wanted)),
+            None if own => format!(
+                "none of this episode's {} recorded call(s) has this request, so its prompt, tools or sampling changed ({} keeps request digests only; a cassette from --record shows the difference)",
+                tape.calls.get(episode).copied().unwrap_or(0),
+                self.source.display()
             ),
+            None => format!("no recorded request has digest {digest} ({} holds digests only)", self.source.display()),
         }
     }
 }
 
+/// The recorded request that shares the longest start with `wanted`, same tools first,
+/// then the one nearest in length (the same step of the episode).
+fn nearest<'a>(
+    requests: impl Iterator<Item = &'a CanonicalRequest>,
+    wanted: &CanonicalRequest,
+) -> Option<&'a CanonicalRequest> {
+    requests.max_by_key(|r| {
+        (
+            r.tools == wanted.tools,
+            r.messages.iter().zip(&wanted.messages).take_while(|(a, b)| a == b).count(),
+            std::cmp::Reverse(r.messages.len().abs_diff(wanted.messages.len())),
+        )
+    })
+}
+
+/// Where `wanted` parts from `recorded`, as "differs at …".
+fn difference(recorded: &CanonicalRequest, wanted: &CanonicalRequest) -> String {
+    if recorded.tools != wanted.tools {
+        let names = |t: &[ToolSpec]| t.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ");
+        if names(&recorded.tools) != names(&wanted.tools) {
+            return format!("has other tools: recorded [{}], now [{}]", names(&recorded.tools), names(&wanted.tools));
+        }
+        return "differs in a tool's description or schema".into();
+    }
+    let same = recorded.messages.iter().zip(&wanted.messages).take_while(|(a, b)| a == b).count();
+    match (recorded.messages.get(same), wanted.messages.get(same)) {
+        (Some(was), Some(now)) => {
+            let roles = if role(was) == role(now) {
+                role(now).to_owned()
+            } else {
+                format!("recorded {}, now {}", role(was), role(now))
+            };
+            let (was, now) = (render(was), render(now));
+            let at = was.chars().zip(now.chars()).take_while(|(a, b)| a == b).count();
+            format!(
+                "differs at message {} ({roles}): recorded {:?}, now {:?}",
+                same + 1,
+                excerpt(&was, at),
+                excerpt(&now, at)
+            )
+        }
+        _ if recorded.messages.len() == wanted.messages.len() => {
+            "has the same messages and tools: the model's sampling settings differ".into()
+        }
+        _ => format!(
+            "has {} messages and this one {}, the same up to there",
+            recorded.messages.len(),
+            wanted.messages.len()
+        ),
+    }
+}
+
+/// One episode's view of a [`Replay`]: its agent's calls, or its grader's.
+struct EpisodeReplay {
+    replay: Arc<Replay>,
+    /// The grader model, when this serves a grader.
+    grader: Option<String>,
+    episode: String,
+    task: String,
+}
+
 #[async_trait]
-impl LanguageModel for Replay {
+impl LanguageModel for EpisodeReplay {
     fn name(&self) -> &str {
-        &self.name
+        self.grader.as_deref().unwrap_or(&self.replay.name)
     }
 
     fn sampling(&self) -> Map<String, Value> {
-        self.sampling.clone()
+        self.replay.tape(self.grader.as_deref()).map(|t| t.sampling.clone()).unwrap_or_default()
     }
 
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let key = request_digest(self, &self.sampling, request);
-        let served = self.queues.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&key).and_then(VecDeque::pop_front);
-        match served {
-            Some(mut response) => {
-                response.cache_hit = true;
-                response.attempts = 1;
-                Ok(response)
-            }
-            None => {
-                let canonical = canonical_request(self, request);
-                let why = self.explain_miss(&canonical, &key);
-                Err(ModelError::new("replay_miss", format!("no recorded response: {why}")))
-            }
+        let tape = self.replay.tape(self.grader.as_deref());
+        let sampling = self.sampling();
+        let key = request_digest(self, &sampling, request);
+        if let Some(mut response) = tape.and_then(|t| t.serve(&self.episode, &key)) {
+            response.cache_hit = true;
+            response.attempts = 1;
+            return Ok(response);
         }
+        let why = match tape {
+            Some(tape) => self.replay.explain_miss(tape, &self.episode, &canonical_request(self, request), &key),
+            None => format!("the recording holds no calls of the grader {}", self.name()),
+        };
+        let who = if self.grader.is_some() { "the grader's request" } else { "request" };
+        let message = format!("no recorded response to {who}: {why}");
+        // A miss ends the episode unscored; it is said on the console too, so that a
+        // replay in CI shows why without opening the log.
+        let n = self.replay.misses.fetch_add(1, Ordering::Relaxed);
+        if n < MISSES_SHOWN {
+            eprintln!("replay miss: task `{}` (episode {}): {message}", self.task, self.episode);
+        } else if n == MISSES_SHOWN {
+            eprintln!("replay miss: more misses; each episode's is in the log");
+        }
+        Err(ModelError::new("replay_miss", message))
     }
 }
 
@@ -256,4 +444,51 @@ fn excerpt(text: &str, at: usize) -> String {
     let lead = if start > 0 { "…" } else { "" };
     let tail = if text.chars().count() > start + 40 { "…" } else { "" };
     format!("{lead}{piece}{tail}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(messages: Vec<Message>) -> CanonicalRequest {
+        CanonicalRequest { model: "m".into(), sampling: Map::new(), messages, tools: Vec::new() }
+    }
+
+    fn user(text: &str) -> Message {
+        Message::User { content: text.into() }
+    }
+
+    #[test]
+    fn a_difference_names_the_role_of_each_side_when_they_differ() {
+        let system = Message::System { content: "Be exact.".into() };
+        let recorded = request(vec![
+            system.clone(),
+            user("Add 2 and 2."),
+            Message::Assistant { content: Some("4".into()), tool_calls: Vec::new() },
+        ]);
+        let wanted = request(vec![system.clone(), user("Add 2 and 2."), user("Go on.")]);
+        let why = difference(&recorded, &wanted);
+        assert!(why.starts_with("differs at message 3 (recorded assistant, now user)"), "{why}");
+        let same_role = request(vec![system, user("Add 3 and 3.")]);
+        assert!(
+            difference(&recorded, &same_role).starts_with("differs at message 2 (user)"),
+            "{}",
+            difference(&recorded, &same_role)
+        );
+    }
+
+    #[test]
+    fn the_nearest_request_is_the_same_step_among_equal_prefixes() {
+        let system = Message::System { content: "Be quick.".into() };
+        let first = request(vec![Message::System { content: "Be exact.".into() }, user("q")]);
+        let later = request(vec![
+            Message::System { content: "Be exact.".into() },
+            user("q"),
+            Message::Assistant { content: Some("a".into()), tool_calls: Vec::new() },
+            user("more"),
+        ]);
+        let wanted = request(vec![system, user("q")]);
+        let recorded = [first.clone(), later];
+        assert_eq!(nearest(recorded.iter(), &wanted), Some(&first));
+    }
 }

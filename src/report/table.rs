@@ -150,6 +150,9 @@ struct Started {
 #[derive(Deserialize)]
 struct ModelCallLatency {
     latency_ms: f64,
+    /// Set on a grader's calls, which are not the agent's.
+    #[serde(default)]
+    scorer: Option<String>,
 }
 
 /// The fields of `Event::EpisodeFinished` the table shows, decoded without the enum's
@@ -268,7 +271,8 @@ impl Index {
                 }
                 "model_call" => {
                     let call: ModelCallLatency = serde_json::from_str(text).map_err(|e| e.to_string())?;
-                    if let Some(o) = head.episode_id.and_then(|id| open.get_mut(&id)) {
+                    if let Some(o) = head.episode_id.and_then(|id| open.get_mut(&id)).filter(|_| call.scorer.is_none())
+                    {
                         o.model_calls += 1;
                         o.latency_ms += call.latency_ms;
                     }

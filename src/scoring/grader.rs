@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use crate::log::Usage;
-use crate::model::{LanguageModel, Message, ModelRequest};
+use crate::log::{Event, Usage};
+use crate::model::{LanguageModel, Message, ModelError, ModelRequest, ModelResponse};
 use crate::suite::template;
 
 /// The default prompt of `llm_rubric`.
@@ -140,6 +140,85 @@ pub struct Verdict {
 pub struct GraderError {
     pub message: String,
     pub raw_outputs: Vec<String>,
+}
+
+/// Logs each of a grader's calls as a `model_call` event marked with its scorer, answered
+/// or not: its raw outputs are in the log even when none can be parsed, and a replay of
+/// the run's log serves them back.
+pub struct Logged {
+    pub inner: Arc<dyn LanguageModel>,
+    pub recorder: crate::log::Recorder,
+    /// The episode's last step: grading comes after it.
+    pub step: u32,
+    pub scorer: String,
+}
+
+#[async_trait::async_trait]
+impl LanguageModel for Logged {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn sampling(&self) -> Map<String, Value> {
+        self.inner.sampling()
+    }
+
+    fn endpoint(&self) -> Option<&str> {
+        self.inner.endpoint()
+    }
+
+    async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        let started = std::time::Instant::now();
+        let result = self.inner.respond(request).await;
+        let latency_ms = started.elapsed().as_secs_f64() * 1e3;
+        let sampling = self.inner.sampling();
+        let request_digest = crate::model::request_digest(self.inner.as_ref(), &sampling, request);
+        let (response, usage, attempts, cache_hit, cost_usd, error, cause, exchange) = match &result {
+            Ok(r) => (
+                serde_json::to_value(r.recorded()).unwrap_or_default(),
+                r.usage,
+                r.attempts,
+                r.cache_hit,
+                r.cost_usd,
+                None,
+                None,
+                r.exchange.clone(),
+            ),
+            Err(e) => (
+                Value::Null,
+                Usage::default(),
+                e.attempts,
+                false,
+                None,
+                Some(e.message.clone()),
+                Some(e.cause.clone()),
+                e.exchange.clone(),
+            ),
+        };
+        let (url, request_body, raw_response) = match exchange {
+            Some(x) => (Some(x.url), Some(x.request), Some(x.response)),
+            None => (None, None, None),
+        };
+        self.recorder.emit(&Event::ModelCall {
+            model: self.inner.name().to_owned(),
+            step: self.step,
+            request_digest,
+            sampling,
+            response,
+            usage,
+            latency_ms,
+            attempts,
+            cache_hit,
+            cost_usd,
+            error,
+            cause,
+            url,
+            request: request_body,
+            raw_response,
+            scorer: Some(self.scorer.clone()),
+        });
+        result
+    }
 }
 
 /// One parsed grader reply.
@@ -319,7 +398,6 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::model::{ModelError, ModelResponse};
 
     /// Replies with the given texts in order (`None`: no price), recording each prompt.
     struct Scripted {

@@ -71,6 +71,12 @@ impl ScoringFault {
 /// What scorers look at.
 pub struct Finished<'a> {
     pub task: &'a Task,
+    pub episode_id: &'a str,
+    /// The model under test, when it is at hand (not in a regrade): a replay serves the
+    /// grader's recorded calls too.
+    pub under_test: Option<&'a Backend>,
+    /// Where the grader's calls are logged, as `model_call` events marked with the scorer.
+    pub recorder: Option<&'a crate::log::Recorder>,
     pub ending: &'a Ending,
     pub wall_s: f64,
     /// The suite's grader model, when it names one.
@@ -98,30 +104,46 @@ pub struct Graders {
 }
 
 impl Graders {
-    /// Opens every grader model the suites and `forced` name (`mock` needs nothing).
+    /// Opens every grader model the suites and `forced` name (`mock` needs nothing), cached
+    /// and recorded as `options` ask. A grader whose calls every model under test replays
+    /// is not opened: a replay needs no grader endpoint or key.
     pub fn open(
         names: impl IntoIterator<Item = String>,
         forced: Option<String>,
         config: &ModelConfig,
+        options: BackendOptions,
+        under_test: &[Arc<Backend>],
     ) -> Result<Self, String> {
         let mut backends = HashMap::new();
         for name in names.into_iter().chain(forced.clone()) {
-            if name != "mock" && !backends.contains_key(&name) {
-                let backend =
-                    Backend::open(&name, config, BackendOptions::default()).map_err(|e| format!("grader: {e}"))?;
+            let replayed = !under_test.is_empty() && under_test.iter().all(|m| m.replays_grader(&name));
+            if name != "mock" && !replayed && !backends.contains_key(&name) {
+                let backend = Backend::open(&name, config, options.clone()).map_err(|e| format!("grader: {e}"))?;
                 backends.insert(name, Arc::new(backend));
             }
         }
         Ok(Graders { forced, backends })
     }
 
-    fn model(&self, name: &str, task: &Task, mock: &[String]) -> Option<Arc<dyn LanguageModel>> {
+    /// The grader `name` for one scorer on one episode: scripted turns for `mock`, the
+    /// recorded calls when the model under test replays them, else the opened backend.
+    fn model(
+        &self,
+        name: &str,
+        episode: &Finished<'_>,
+        scorer: &str,
+        mock: &[String],
+    ) -> Option<Arc<dyn LanguageModel>> {
         if name == "mock" {
             let turns: Vec<MockTurn> =
                 mock.iter().map(|t| MockTurn { text: Some(Text(t.clone())), tool_calls: Vec::new() }).collect();
             return Some(Arc::new(crate::model::mock::MockModel::new(turns.into())));
         }
-        self.backends.get(name).map(|b| b.for_episode(task))
+        let (task, id) = (episode.task, episode.episode_id);
+        episode
+            .under_test
+            .and_then(|m| m.recorded_grader(name, task, id, scorer))
+            .or_else(|| self.backends.get(name).map(|b| b.as_grader(task, id, scorer)))
     }
 }
 
@@ -307,8 +329,19 @@ async fn apply(
                     spec.name
                 )));
             };
-            let Some(model) = graders.model(&name, episode.task, mock) else {
+            // Nothing to judge: the grader is not asked, and the scorer fails.
+            let Some(answer) = answer else { return Ok(no_answer()) };
+            let Some(model) = graders.model(&name, episode, &spec.name, mock) else {
                 return Err(ScoringFault::grader(format!("the grader model `{name}` was not opened")));
+            };
+            let model = match episode.recorder {
+                Some(recorder) => Arc::new(grader::Logged {
+                    inner: model,
+                    recorder: recorder.clone(),
+                    step: episode.ending.steps,
+                    scorer: spec.name.clone(),
+                }) as Arc<dyn LanguageModel>,
+                None => model,
             };
             let criteria = match criteria.as_deref().map(render).transpose() {
                 Ok(c) => c,
@@ -322,7 +355,7 @@ async fn apply(
                 },
                 input: &episode.task.input,
                 target: episode.task.target.as_deref(),
-                answer,
+                answer: Some(answer),
                 criteria: criteria.as_deref(),
                 trajectory: &trajectory,
             };

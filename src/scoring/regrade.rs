@@ -191,15 +191,18 @@ pub async fn regrade(
             fault: None,
             trajectory: Trajectory { calls: record.calls.clone(), errors: record.errors.clone() },
         };
+        let recorder = log.recorder(id);
         let episode = Finished {
             task,
+            episode_id: id,
+            under_test: None,
+            recorder: Some(&recorder),
             ending: &ending,
             wall_s: finished.wall_ms / 1e3,
             suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
             suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
             world_limit: std::time::Duration::from_secs_f64(suite.limits.time_s),
         };
-        let recorder = log.recorder(id);
         let outcome = match score_again(record, suite, &episode, graders).await {
             Ok(scores) => {
                 log_scores(&recorder, &scoring_id, &scores);

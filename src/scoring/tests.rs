@@ -79,19 +79,35 @@ fn ending(answer: Option<&str>, calls: &[(&str, Value)]) -> Ending {
     }
 }
 
+/// An episode of `task` that ended as `ending`, as the scorers see it.
+fn finished<'a>(task: &'a Task, ending: &'a Ending, wall_s: f64) -> Finished<'a> {
+    Finished {
+        task,
+        episode_id: "ep_1",
+        under_test: None,
+        recorder: None,
+        ending,
+        wall_s,
+        suite_grader: None,
+        suite_template: None,
+        world_limit: LIMIT,
+    }
+}
+
+/// The fault that scoring `scorer` on `ending` gives instead of scores.
+fn fault_of(scorer: Value, ending: &Ending) -> crate::scoring::ScoringFault {
+    let spec: ScorerSpec = serde_json::from_value(scorer).unwrap();
+    let task = task();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    runtime.block_on(score(&[spec], &[], &finished(&task, ending, 1.0), &FakeWorld, &Graders::default())).unwrap_err()
+}
+
 /// Scores one scorer, written as YAML would decode it, against an episode.
 fn check_with(scorer: Value, answer: Option<&str>, calls: &[(&str, Value)]) -> Score {
     let spec: ScorerSpec = serde_json::from_value(scorer).unwrap();
     let task = task();
     let ending = ending(answer, calls);
-    let finished = Finished {
-        task: &task,
-        ending: &ending,
-        wall_s: 12.0,
-        suite_grader: None,
-        suite_template: None,
-        world_limit: LIMIT,
-    };
+    let finished = finished(&task, &ending, 12.0);
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
     runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap().remove(0)
 }
@@ -235,18 +251,7 @@ fn a_world_scorer_that_hangs_fails_at_the_episodes_time_limit() {
 
 #[test]
 fn a_runner_out_of_open_files_leaves_a_check_unscored_not_failed() {
-    let spec: ScorerSpec = serde_json::from_value(json!({"check": "exhausted"})).unwrap();
-    let (task, ending) = (task(), ending(None, &[]));
-    let finished = Finished {
-        task: &task,
-        ending: &ending,
-        wall_s: 1.0,
-        suite_grader: None,
-        suite_template: None,
-        world_limit: LIMIT,
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    let fault = runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap_err();
+    let fault = fault_of(json!({"check": "exhausted"}), &ending(None, &[]));
     assert_eq!(fault.cause, "resource_exhausted", "{fault}");
 }
 
@@ -270,19 +275,7 @@ fn weights_and_pass_score_decide_the_task() {
 
 #[test]
 fn a_grader_without_a_model_is_a_fault_not_a_zero() {
-    let spec: ScorerSpec = serde_json::from_value(json!({"llm_rubric": "is polite"})).unwrap();
-    let task = task();
-    let ending = ending(Some("hi"), &[]);
-    let finished = Finished {
-        task: &task,
-        ending: &ending,
-        wall_s: 1.0,
-        suite_grader: None,
-        suite_template: None,
-        world_limit: LIMIT,
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    let fault = runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap_err();
+    let fault = fault_of(json!({"llm_rubric": "is polite"}), &ending(Some("hi"), &[]));
     assert_eq!(fault.cause, "grader_error");
 }
 
@@ -291,14 +284,7 @@ fn the_grader_sees_each_call_with_its_arguments_and_error() {
     let task = task();
     let ending =
         ending(Some("3"), &[("read_file", json!({"path": "a.txt"})), ("run_command", json!({"command": "ls"}))]);
-    let finished = Finished {
-        task: &task,
-        ending: &ending,
-        wall_s: 1.0,
-        suite_grader: None,
-        suite_template: None,
-        world_limit: LIMIT,
-    };
+    let finished = finished(&task, &ending, 1.0);
     let text = compact_for_tests(&finished);
     assert!(text.contains(r#"- read_file({"path":"a.txt"}) -> ExecutionError: no such file"#), "{text}");
     assert!(text.contains(r#"- run_command({"command":"ls"})"#) && !text.contains("ls\"}) ->"), "{text}");
@@ -320,4 +306,13 @@ fn invalid_scorer_options_are_refused_when_read() {
     assert!(bad(json!({"numeric": "3", "tolerance": -1})).contains("at least 0"));
     let e = bad(json!({"tool_sequence": [{"name": "f", "arguments": {"a": "(unclosed"}}], "arguments": "pattern"}));
     assert!(e.contains("not a valid regex"), "{e}");
+}
+
+#[test]
+fn a_grader_is_not_asked_about_an_episode_without_a_final_answer() {
+    // A `mock` grader with no verdicts would be a fault if it were asked.
+    let score = check(json!({"llm_rubric": "is polite", "model": "mock"}), None);
+    assert!(!score.passed);
+    assert!(score.explanation.contains("no final answer"), "{}", score.explanation);
+    assert_eq!(score.grader, None);
 }
