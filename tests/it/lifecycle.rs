@@ -134,7 +134,7 @@ fn sigterm_cancels_the_episodes_writes_the_tables_and_leaves_no_process_or_folde
         assert!(dir.join(table).is_file(), "{table} was not written");
     }
     assert!(sleeping(marker).is_empty(), "a command outlived the run");
-    assert_eq!(entries(&tmp), Vec::<PathBuf>::new(), "the run left folders in $TMPDIR");
+    assert_eq!(entries(tmp), Vec::<PathBuf>::new(), "the run left folders in $TMPDIR");
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn a_run_killed_outright_has_its_scratch_folder_removed_when_resumed() {
     let mut child = slow.start(&[]);
     child.kill().unwrap();
     child.wait().unwrap();
-    let left = entries(&tmp);
+    let left = entries(tmp);
     assert_eq!(left.len(), 1, "the killed run's scratch folder: {left:?}");
     assert!(!entries(&left[0]).is_empty(), "with the episodes' folders in it");
     // Whatever the kill left running is this test's to clean; the resumed run must not wait on it.
@@ -191,12 +191,12 @@ fn a_run_killed_outright_has_its_scratch_folder_removed_when_resumed() {
     }
 
     let resumed = slow.start(&["--resume", "results/test"]);
-    let inside: Vec<PathBuf> = entries(&tmp).iter().flat_map(|d| entries(d)).collect();
+    let inside: Vec<PathBuf> = entries(tmp).iter().flat_map(|d| entries(d)).collect();
     assert_eq!(inside.len(), 3, "only the resumed episodes' folders remain: {inside:?}");
     send(&resumed, libc::SIGTERM);
     let run = Run::from(resumed.wait_with_output().unwrap());
     assert_eq!(run.code, 130, "{run:?}");
-    assert_eq!(entries(&tmp), Vec::<PathBuf>::new(), "the run left folders in $TMPDIR");
+    assert_eq!(entries(tmp), Vec::<PathBuf>::new(), "the run left folders in $TMPDIR");
 }
 
 #[test]
