@@ -4,7 +4,9 @@
 pub mod agent;
 pub mod batch;
 pub mod cli;
+pub mod config;
 pub mod contract;
+pub mod domain;
 pub mod environment;
 pub mod log;
 pub mod model;

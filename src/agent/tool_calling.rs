@@ -180,9 +180,9 @@ mod tests {
     use super::*;
     use crate::agent::Budget;
     use crate::contract::ToolSpec;
+    use crate::domain::{MockCall, MockTurn, text::Text};
     use crate::log::EventLog;
     use crate::model::mock::MockModel;
-    use crate::suite::{MockCall, MockTurn, text::Text};
     use serde_json::Value;
 
     fn turn_of(text: Option<&str>, calls: &[(&str, Value, Option<&str>)]) -> MockTurn {

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::config::decode::{ConfigError, Source, check_seconds};
 use crate::contract::{FINAL_TOOL, ToolSpec};
-use crate::suite::MAX_EPISODE_S;
-use crate::suite::decode::{ConfigError, Source, check_seconds};
-use crate::suite::text::Text;
+use crate::domain::MAX_EPISODE_S;
+use crate::domain::text::Text;
 
 use super::{kv, shell};
 
@@ -199,7 +199,7 @@ impl Definition {
             check_seconds(&source, &format!("limits.{field}"), value, 0.001, MAX_EPISODE_S)?;
         }
         for name in file.files.keys() {
-            if !crate::suite::is_relative_inside(name) {
+            if !crate::domain::is_relative_inside(name) {
                 let at = format!("files.{name}");
                 return Err(source.error(&at, "file names must be relative paths inside the working directory"));
             }

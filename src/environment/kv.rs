@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::definition::Definition;
 use super::{ReadBack, ToolFailure, World, decode_arguments};
 use crate::contract::{ErrorType, ToolSpec};
-use crate::suite::Task;
+use crate::domain::Task;
 
 pub fn tool_specs() -> Vec<ToolSpec> {
     let spec = ToolSpec::new;

@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
 use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
-use crate::suite::Task;
+use crate::domain::Task;
 use definition::{Definition, Kind, validate_arguments};
 
 pub use run::{CallError, Ending, EpisodeLimits, Trajectory};

@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::Environment;
 use crate::agent::{Agent, AgentFault, Budget, Turn};
 use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
+use crate::domain::Task;
 use crate::log::{Event, Recorder, Termination, Usage};
 use crate::model::limiter::Deadline;
-use crate::suite::Task;
 
 /// How long past the episode's deadline the loop waits for an agent to return.
 const PROPOSE_GRACE: Duration = Duration::from_secs(2);

@@ -12,11 +12,11 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::agent::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{ErrorType, Observation, ToolCall, ToolSpec};
+use crate::domain::Task;
 use crate::environment::definition::{Definition, EnvLimits};
 use crate::environment::{Environment, ToolFailure, World};
 use crate::log::reader::read_events;
 use crate::log::{Event, EventLog, Termination, Usage};
-use crate::suite::Task;
 
 /// Records when each `sleep` ran, and which `hang` calls were dropped unfinished.
 #[derive(Default)]

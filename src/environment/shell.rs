@@ -22,7 +22,7 @@ use tokio::process::Command;
 use super::definition::{Definition, EnvLimits};
 use super::{ReadBack, ToolFailure, World, decode_arguments, process};
 use crate::contract::{ErrorType, ToolSpec};
-use crate::suite::Task;
+use crate::domain::Task;
 
 const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
@@ -80,7 +80,7 @@ impl ShellWorld {
             .map_err(|e| format!("failed to create a working directory: {e}"))?;
         let root = dir.path().canonicalize().map_err(|e| format!("failed to resolve the working directory: {e}"))?;
         for (name, content) in definition.files.iter().chain(&task.files) {
-            if !crate::suite::is_relative_inside(name) {
+            if !crate::domain::is_relative_inside(name) {
                 return Err(format!("file `{name}` would land outside the working directory"));
             }
             let path = root.join(name);

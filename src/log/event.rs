@@ -95,7 +95,7 @@ pub struct SuiteInfo {
     pub environment: String,
     pub epochs: u32,
     #[serde(default)]
-    pub reducer: crate::suite::Reducer,
+    pub reducer: crate::domain::Reducer,
     #[serde(default)]
     pub k_of_n: Option<u32>,
     pub pass_threshold: Option<f64>,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::suite::decode::{ConfigError, Source, check_seconds};
+use crate::config::decode::{ConfigError, Source, check_seconds};
 
 /// The wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -220,7 +220,7 @@ impl ModelConfig {
             ] {
                 if let Some(v) = value {
                     let min = if field == "timeout_s" { 0.001 } else { 0.0 };
-                    check_seconds(&source, &format!("{at}.{field}"), v, min, crate::suite::MAX_EPISODE_S)?;
+                    check_seconds(&source, &format!("{at}.{field}"), v, min, crate::domain::MAX_EPISODE_S)?;
                     *slot = v;
                 }
             }

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use async_trait::async_trait;
 
 use super::{LanguageModel, Message, ModelError, ModelRequest, ModelResponse, ProposedCall};
+use crate::domain::MockTurn;
 use crate::log::Usage;
-use crate::suite::MockTurn;
 
 pub struct MockModel {
     turns: Arc<[MockTurn]>,

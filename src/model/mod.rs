@@ -19,8 +19,8 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::contract::ToolSpec;
+use crate::domain::Task;
 use crate::log::Usage;
-use crate::suite::Task;
 use cache::{CacheOptions, Cached};
 use config::ModelConfig;
 use replay::{CanonicalRequest, CassetteWriter, Recording, Replay};

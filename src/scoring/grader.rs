@@ -8,9 +8,9 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::config::template;
 use crate::log::{Event, Usage};
 use crate::model::{LanguageModel, Message, ModelError, ModelRequest, ModelResponse};
-use crate::suite::template;
 
 /// The default prompt of `llm_rubric`.
 pub const RUBRIC_TEMPLATE: &str = r#"You are grading the work of an AI agent against a rubric.

@@ -4,7 +4,7 @@
 
 pub mod grader;
 pub mod regrade;
-pub mod spec;
+pub use crate::domain::scorer as spec;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use crate::config::template;
 use crate::contract::{FINAL_TOOL, ToolCall};
+use crate::domain::text::Text;
+use crate::domain::{MockTurn, Task};
 use crate::environment::{Ending, ReadBack, ToolFailure, World};
 use crate::model::config::ModelConfig;
 use crate::model::{Backend, BackendOptions, LanguageModel};
-use crate::suite::text::Text;
-use crate::suite::{MockTurn, Task, template};
 pub use spec::{ArgMatch, Budget, Check, ExpectedCall, GraderKind, JsonCheck, ScorerSpec, TextOp};
 
 /// One scorer's verdict on one episode.

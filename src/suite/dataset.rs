@@ -7,9 +7,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::TaskFile;
-use super::decode::{ConfigError, Source};
-use super::text::Text;
-use super::yaml::Position;
+use crate::config::decode::{ConfigError, Source};
+use crate::config::yaml::Position;
+use crate::domain::text::Text;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

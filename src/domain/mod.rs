@@ -1,0 +1,120 @@
+//! The nouns of a run that every part shares: a task and what is scripted for it, how scores
+//! reduce over epochs, a scorer as written. Low in the layers: it knows no loader, no
+//! model, no environment.
+
+pub mod scorer;
+pub mod text;
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use scorer::ScorerSpec;
+use text::Text;
+
+/// The longest an episode may be allowed to run: thirty days.
+pub const MAX_EPISODE_S: f64 = 30.0 * 24.0 * 3600.0;
+
+/// One thing to do.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub id: String,
+    pub input: String,
+    pub target: Option<String>,
+    pub files: BTreeMap<String, String>,
+    pub metadata: Map<String, Value>,
+    /// Scorers of this task alone; the suite's apply as well.
+    pub scorers: Vec<ScorerSpec>,
+    /// The scripted turns `--model mock` plays, templates already rendered.
+    pub mock: Arc<[MockTurn]>,
+    /// SHA-256 over the task's content (input, target, files, metadata).
+    pub digest: String,
+}
+
+impl Task {
+    /// The variables templates see: `id`, `input`, `target` (undefined when the task has
+    /// none, so that a scorer needing it fails at load), `metadata`, and each metadata
+    /// field (a dataset's extra columns) by its own name.
+    pub fn template_context(&self) -> Map<String, Value> {
+        let mut ctx = self.metadata.clone();
+        ctx.insert("id".into(), Value::String(self.id.clone()));
+        ctx.insert("input".into(), Value::String(self.input.clone()));
+        match &self.target {
+            Some(target) => ctx.insert("target".into(), Value::String(target.clone())),
+            None => ctx.remove("target"),
+        };
+        ctx.insert("metadata".into(), Value::Object(self.metadata.clone()));
+        ctx
+    }
+}
+
+/// How a task's scores over its epochs reduce to one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Reducer {
+    #[default]
+    Mean,
+    Max,
+    Min,
+    /// The score most epochs got (ties go to the lower).
+    Majority,
+}
+
+impl Reducer {
+    pub fn reduce(self, scores: &[f64]) -> f64 {
+        if scores.is_empty() {
+            return 0.0;
+        }
+        match self {
+            Reducer::Mean => scores.iter().sum::<f64>() / scores.len() as f64,
+            Reducer::Max => scores.iter().copied().fold(f64::MIN, f64::max),
+            Reducer::Min => scores.iter().copied().fold(f64::MAX, f64::min),
+            Reducer::Majority => {
+                let mut sorted = scores.to_vec();
+                sorted.sort_by(f64::total_cmp);
+                let mut best = (sorted[0], 0);
+                let mut i = 0;
+                while i < sorted.len() {
+                    let run = sorted[i..].iter().take_while(|x| **x == sorted[i]).count();
+                    if run > best.1 {
+                        best = (sorted[i], run);
+                    }
+                    i += run;
+                }
+                best.0
+            }
+        }
+    }
+}
+
+/// One scripted model turn: text, tool calls, or both.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MockTurn {
+    pub text: Option<Text>,
+    #[serde(default)]
+    pub tool_calls: Vec<MockCall>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MockCall {
+    pub name: String,
+    #[serde(default = "empty_object")]
+    pub arguments: Value,
+    /// The id the model gives the call; the agent makes one when it is missing.
+    pub id: Option<String>,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+/// A relative path that cannot climb out of the directory it is joined to.
+pub fn is_relative_inside(name: &str) -> bool {
+    let path = Path::new(name);
+    !name.is_empty() && path.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
+}

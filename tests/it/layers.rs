@@ -1,0 +1,114 @@
+//! The layers of `src/`: each top-level module imports only the modules to its left in
+//! [`ORDER`] (ARCHITECTURE.md states it as an invariant). An upward edge is named with its
+//! file and line, so a change that adds one fails here, not in a later refactor.
+
+use std::path::{Path, PathBuf};
+
+/// From the wire formats at the bottom to the command line at the top.
+const ORDER: [&str; 12] = [
+    "contract",
+    "domain",
+    "config",
+    "log",
+    "model",
+    "agent",
+    "environment",
+    "scoring",
+    "suite",
+    "batch",
+    "report",
+    "cli",
+];
+
+/// Every `crate::NAME` a line of code names (in `use` lines, `use crate::{a, b}` groups,
+/// and paths in code), comments left out.
+fn modules_named(line: &str) -> Vec<&str> {
+    let code = line.split("//").next().unwrap_or("");
+    let mut names = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            // The first segment of each item at the group's own depth.
+            let mut depth = 0;
+            let mut item_start = true;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => item_start = true,
+                    c if item_start && !c.is_whitespace() => {
+                        item_start = false;
+                        let end = group[i..].find(|c: char| !(c.is_ascii_lowercase() || c == '_')).unwrap_or(0);
+                        names.push(&group[i..i + end]);
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            let end = rest.find(|c: char| !(c.is_ascii_lowercase() || c == '_')).unwrap_or(rest.len());
+            names.push(&rest[..end]);
+        }
+    }
+    names
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("read {}: {e}", dir.display())).flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|x| x == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// `file:line: from -> to` for each import of a module at or above the importer's layer.
+fn upward_edges(src: &Path) -> Vec<String> {
+    let rank = |m: &str| ORDER.iter().position(|o| *o == m);
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    let mut edges = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(src).unwrap_or(&file);
+        let Some(from) = relative.components().next().and_then(|c| c.as_os_str().to_str()) else { continue };
+        let Some(from_rank) = rank(from) else { continue };
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+        for (n, line) in text.lines().enumerate() {
+            for to in modules_named(line) {
+                if rank(to).is_some_and(|r| r > from_rank) {
+                    edges.push(format!("src/{}:{}: {from} -> {to}: {}", relative.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn every_module_imports_only_the_layers_below_it() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut tops: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    tops.sort();
+    let unplaced: Vec<&String> = tops.iter().filter(|t| !ORDER.contains(&t.as_str())).collect();
+    assert!(unplaced.is_empty(), "top-level modules with no place in the layers: {unplaced:?}");
+    let edges = upward_edges(&src);
+    assert!(edges.is_empty(), "imports that go up the layers:\n{}", edges.join("\n"));
+}
+
+#[test]
+fn the_layer_check_sees_every_form_of_import() {
+    assert_eq!(modules_named("use crate::report::table::Projection;"), ["report"]);
+    assert_eq!(modules_named("use crate::{log::Event, model::Backend};"), ["log", "model"]);
+    assert_eq!(modules_named("use crate::{log::{Event, Outcome}, report::Summary};"), ["log", "report"]);
+    assert_eq!(modules_named("    let x = crate::batch::suite_info(s); // crate::cli"), ["batch"]);
+    assert!(modules_named("// use crate::cli::main;").is_empty());
+}
