@@ -8,6 +8,8 @@ pub mod resume;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::os::unix::fs::DirBuilderExt as _;
+
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
@@ -327,12 +329,18 @@ impl Scratch {
         match std::fs::remove_dir_all(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            // What a command made unremovable stays; the episodes get fresh folders anyway.
             Err(e) => {
-                eprintln!("warning: failed to remove the scratch folder of an earlier run {}: {e}", path.display())
+                return Err(std::io::Error::other(format!(
+                    "failed to remove the scratch folder of an earlier run {}: {e}",
+                    path.display()
+                )));
             }
         }
-        std::fs::create_dir_all(&path)?;
+        // Its name can be guessed: a folder someone else made there meanwhile is refused,
+        // not used, and ours is private.
+        std::fs::DirBuilder::new().mode(0o700).create(&path).map_err(|e| {
+            std::io::Error::new(e.kind(), format!("failed to create the scratch folder {}: {e}", path.display()))
+        })?;
         Ok(Scratch(path))
     }
 }

@@ -38,6 +38,9 @@ pub fn spawn(command: &mut Command) -> io::Result<Supervised> {
     // (prctl, signal, fork, setpgid, setrlimit, close_range, waitpid, write, _exit); it allocates nothing.
     unsafe {
         command.pre_exec(move || {
+            // The keeper's parent is the runner; should the runner die (SIGKILL, a second
+            // Ctrl-C), the keeper sees another parent and ends the command's tree itself.
+            let runner = libc::getppid();
             #[cfg(target_os = "linux")]
             if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
@@ -53,7 +56,7 @@ pub fn spawn(command: &mut Command) -> io::Result<Supervised> {
                     }
                     Ok(())
                 }
-                shell => keep(shell, report),
+                shell => keep(shell, report, runner),
             }
         });
     }
@@ -88,18 +91,30 @@ fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// The keeper's life: reap every child (orphans of the command are reparented to it),
-/// report the shell's status when it exits, and exit when no child is left.
+/// report the shell's status when it exits, and exit when no child is left. Once a second
+/// it looks whether the runner (its parent) is still there; when it is not, it kills the
+/// command's whole tree and exits, so that nothing outlives a runner killed outright.
 ///
 /// SAFETY: to be called only in a freshly forked child, with `report` open.
-unsafe fn keep(shell: libc::pid_t, report: libc::c_int) -> ! {
+unsafe fn keep(shell: libc::pid_t, report: libc::c_int, runner: libc::pid_t) -> ! {
+    extern "C" fn wake(_: libc::c_int) {}
     // SAFETY: async-signal-safe calls on descriptors and children of this process only.
     unsafe {
         // Copies of the runner's descriptors (other commands' pipes among them) would keep
         // those open for as long as this command lives.
         close_from(0, report);
         close_from(report + 1, libc::c_int::MAX);
+        // SIGALRM interrupts the wait below (no SA_RESTART), so the parent is checked.
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = wake as *const () as libc::sighandler_t;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGALRM, &action, std::ptr::null_mut());
         let mut report = Some(report);
         loop {
+            if libc::getppid() != runner {
+                kill_tree_and_exit(shell);
+            }
+            libc::alarm(1);
             let mut status = 0;
             let pid = libc::waitpid(-1, &mut status, 0);
             if pid == shell {
@@ -112,6 +127,51 @@ unsafe fn keep(shell: libc::pid_t, report: libc::c_int) -> ! {
                 libc::_exit(0);
             }
         }
+    }
+}
+
+/// In the keeper: kills the shell's process group, then every child the keeper has (what
+/// escaped the group was reparented to it), until none is left; then exits.
+///
+/// SAFETY: to be called only in the keeper; it allocates nothing.
+unsafe fn kill_tree_and_exit(shell: libc::pid_t) -> ! {
+    // SAFETY: signals to this keeper's own children and the shell's group; raw reads of
+    // this process's own /proc file into a stack buffer.
+    unsafe {
+        libc::kill(-shell, libc::SIGKILL);
+        let mut path = *b"/proc/self/task/0000000000/children\0";
+        let digits = &mut path[16..26];
+        let mut pid = libc::getpid() as u32;
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (pid % 10) as u8;
+            pid /= 10;
+        }
+        for _ in 0..1000 {
+            let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+            let mut buf = [0u8; 4096];
+            let n = if fd >= 0 { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } else { -1 };
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            let mut current: libc::pid_t = 0;
+            for &b in buf.iter().take(n.max(0) as usize) {
+                if b.is_ascii_digit() {
+                    current = current * 10 + libc::pid_t::from(b - b'0');
+                } else if current > 0 {
+                    libc::kill(current, libc::SIGKILL);
+                    current = 0;
+                }
+            }
+            // Reap what died; no child left means nothing is left to kill.
+            let mut status = 0;
+            while libc::waitpid(-1, &mut status, libc::WNOHANG) > 0 {}
+            if libc::waitpid(-1, &mut status, libc::WNOHANG) < 0 {
+                libc::_exit(0);
+            }
+            let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+            libc::nanosleep(&pause, std::ptr::null_mut());
+        }
+        libc::_exit(0);
     }
 }
 
@@ -139,8 +199,10 @@ impl Tree {
     /// Kills every descendant of the keeper, then the keeper. Processes may fork while
     /// they are being killed, so this repeats until none is left (or gives up after a
     /// while against a fork bomb).
-    pub fn kill(&self) {
-        let Some(keeper) = self.0 else { return };
+    pub fn kill(&mut self) {
+        // Once killed, the keeper may be reaped at any moment and its pid reused: it is
+        // never signalled again.
+        let Some(keeper) = self.0.take() else { return };
         for _ in 0..200 {
             let below = descendants(keeper);
             if below.is_empty() {

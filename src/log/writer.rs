@@ -79,7 +79,7 @@ impl LogWriter {
 
 /// Cuts an unfinished last line (a crash mid-write), so that what is appended starts on a
 /// line of its own instead of turning the torn line into a bad one mid-file.
-fn drop_torn_tail(path: &Path) -> std::io::Result<()> {
+pub(crate) fn drop_torn_tail(path: &Path) -> std::io::Result<()> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = match File::options().read(true).write(true).open(path) {
         Ok(file) => file,

@@ -132,7 +132,7 @@ impl HttpModel {
     }
 
     /// The endpoint as logs show it: without credentials in the URL.
-    fn shown_url(&self) -> String {
+    pub(crate) fn shown_url(&self) -> String {
         match reqwest::Url::parse(&self.url) {
             Ok(mut url) if !url.username().is_empty() || url.password().is_some() => {
                 let _ = url.set_username("");
@@ -212,8 +212,8 @@ impl HttpModel {
         let parsed: Result<Value, _> = serde_json::from_slice(&bytes);
         if status.is_success() {
             return parsed.map_err(|e| {
-                let head = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
-                Failure::transient("provider_error", self.scrub(&format!("the response is not JSON ({e}): {head:?}")))
+                let head = head_of(&self.scrub(&String::from_utf8_lossy(&bytes)), 200);
+                Failure::transient("provider_error", format!("the response is not JSON ({e}): {head:?}"))
             });
         }
         let detail = parsed
@@ -223,8 +223,9 @@ impl HttpModel {
                 Api::Openai => openai::error_message(v),
                 Api::Anthropic => anthropic::error_message(v),
             })
-            .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned());
-        let detail = self.scrub(&detail);
+            .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+        // Scrubbed whole, then cut: a key cut in two would no longer be found.
+        let detail = head_of(&self.scrub(&detail), 300);
         let response = parsed.ok();
         let retry_after = retry_after(&headers, self.provider.retry_max_s);
         let failure = match status {
@@ -264,7 +265,9 @@ impl HttpModel {
             403 => format!("{}: forbidden (403), the key may lack access to `{}`: {detail}", self.name, self.model),
             404 => format!(
                 "{}: not found (404), check the model name `{}` and the endpoint {}: {detail}",
-                self.name, self.model, self.url
+                self.name,
+                self.model,
+                self.shown_url()
             ),
             _ => format!("{}: the request was refused ({status}): {detail}", self.name),
         }
@@ -393,6 +396,12 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         source = s.source();
     }
     text
+}
+
+/// The first `max` bytes of `text`, cut on a character boundary.
+fn head_of(text: &str, max: usize) -> String {
+    let cut = (0..=text.len().min(max)).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
+    text[..cut].to_owned()
 }
 
 #[cfg(test)]

@@ -56,6 +56,8 @@ pub struct CassetteWriter {
 
 impl CassetteWriter {
     pub fn create(path: &Path) -> std::io::Result<Self> {
+        // A recording cut by a crash goes on after its last whole entry.
+        crate::log::writer::drop_torn_tail(path)?;
         let file = std::fs::File::options().create(true).append(true).open(path)?;
         Ok(CassetteWriter { file: Mutex::new(std::io::BufWriter::new(file)) })
     }
@@ -210,9 +212,13 @@ impl Replay {
         } else {
             let file = std::fs::File::open(&events)
                 .map_err(|e| format!("failed to open the cassette {}: {e}", events.display()))?;
-            for (i, line) in BufReader::new(file).lines().enumerate() {
+            let mut lines = BufReader::new(file).split(b'\n').enumerate().peekable();
+            while let Some((i, line)) = lines.next() {
                 let line = line.map_err(|e| format!("failed to read {}: {e}", events.display()))?;
-                if line.trim().is_empty() {
+                // A last line without its newline was torn by a crash mid-write, as in a log.
+                let torn = lines.peek().is_none() && !ends_with_newline(&events);
+                let line = String::from_utf8_lossy(&line);
+                if line.trim().is_empty() || torn {
                     continue;
                 }
                 let entry: Entry = serde_json::from_str(&line)
@@ -490,5 +496,16 @@ mod tests {
         let wanted = request(vec![system, user("q")]);
         let recorded = [first.clone(), later];
         assert_eq!(nearest(recorded.iter(), &wanted), Some(&first));
+    }
+}
+
+/// Whether the file ends with a newline (or is empty).
+fn ends_with_newline(path: &Path) -> bool {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else { return true };
+    let mut last = [0u8; 1];
+    match file.seek(SeekFrom::End(-1)) {
+        Ok(_) => file.read_exact(&mut last).is_ok() && last[0] == b'\n',
+        Err(_) => true,
     }
 }

@@ -18,7 +18,12 @@ pub use summary::{Row, Summary};
 pub(crate) fn temporary_beside(path: &std::path::Path) -> std::io::Result<tempfile::NamedTempFile> {
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".tmp").tempfile_in(dir)
+    // The mode a plain new file gets (0666 less the umask), not a temporary one's 0600.
+    tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir)
 }
 
 /// Writes `bytes` to `path` through a temporary file renamed into place: a reader sees the

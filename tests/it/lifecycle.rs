@@ -173,7 +173,7 @@ fn a_second_sigterm_exits_at_once() {
 }
 
 #[test]
-fn a_run_killed_outright_has_its_scratch_folder_removed_when_resumed() {
+fn a_run_killed_outright_leaves_no_command_and_its_scratch_folder_is_removed_when_resumed() {
     let slow = Sleeping::new(418);
     let (tmp, marker) = (&slow.tmp, &slow.marker);
     let mut child = slow.start(&[]);
@@ -182,13 +182,8 @@ fn a_run_killed_outright_has_its_scratch_folder_removed_when_resumed() {
     let left = entries(tmp);
     assert_eq!(left.len(), 1, "the killed run's scratch folder: {left:?}");
     assert!(!entries(&left[0]).is_empty(), "with the episodes' folders in it");
-    // Whatever the kill left running is this test's to clean; the resumed run must not wait on it.
-    for pid in sleeping(marker) {
-        // SAFETY: kills a leftover `sleep` of this test's run.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-        }
-    }
+    // No command outlives a runner killed outright: each keeper sees its parent gone.
+    wait_for("the killed run's commands to end", Duration::from_secs(30), || sleeping(marker).is_empty());
 
     let resumed = slow.start(&["--resume", "results/test"]);
     let inside: Vec<PathBuf> = entries(tmp).iter().flat_map(|d| entries(d)).collect();
@@ -365,5 +360,47 @@ fn a_run_killed_at_any_moment_of_its_start_can_be_resumed_or_started_again() {
             sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", &id, "--out", "results", "-q"])
         };
         assert_eq!(again.code, 0, "attempt {attempt}: {again:?}");
+    }
+}
+
+/// The mode a plain new file gets here: 0666 less the umask.
+fn plain_file_mode() -> u32 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let umask = status.lines().find_map(|l| l.strip_prefix("Umask:")).map(str::trim).unwrap();
+    0o666 & !u32::from_str_radix(umask, 8).unwrap()
+}
+
+#[test]
+fn tables_and_reports_get_the_mode_of_plain_files() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &kv_suite(2));
+    assert_eq!(sb.eval(&["s.yaml"]).code, 0);
+    assert_eq!(sb.run(&["report", "results/test", "--html"]).code, 0);
+    let dir = sb.path().join("results/test");
+    for name in ["events.jsonl", "run.json", "episodes.csv", "episodes.parquet", "summary.json", "report.html"] {
+        let mode = std::fs::metadata(dir.join(name)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, plain_file_mode(), "{name} has mode {mode:o}: others cannot read it");
+    }
+}
+
+#[test]
+fn a_cassette_cut_mid_write_replays_and_records_on() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &kv_suite(3));
+    let rec =
+        sb.run(&["eval", "s.yaml", "--model", "mock", "--record", "tape.jsonl", "--run-id", "a", "--out", "results"]);
+    assert_eq!(rec.code, 0, "{rec:?}");
+    let whole = std::fs::read_to_string(sb.path().join("tape.jsonl")).unwrap();
+    sb.write("tape.jsonl", &format!("{whole}{{\"model\":\"mock\",\"digest\":\"ab"));
+    let replay = sb.run(&["eval", "s.yaml", "--model", "replay:tape.jsonl", "--run-id", "b", "--out", "results"]);
+    assert_eq!(replay.code, 0, "a torn last entry is left out: {replay:?}");
+    let again =
+        sb.run(&["eval", "s.yaml", "--model", "mock", "--record", "tape.jsonl", "--run-id", "c", "--out", "results"]);
+    assert_eq!(again.code, 0, "{again:?}");
+    let text = std::fs::read_to_string(sb.path().join("tape.jsonl")).unwrap();
+    assert!(text.ends_with('\n') && text.starts_with(&whole), "recording goes on after the last whole entry");
+    for (i, line) in text.lines().enumerate() {
+        assert!(serde_json::from_str::<serde_json::Value>(line).is_ok(), "line {} is not whole: {line}", i + 1);
     }
 }

@@ -88,3 +88,28 @@ async fn a_key_echoed_by_the_provider_or_read_by_a_command_is_stored_nowhere() {
     let log = std::fs::read_to_string(sb.path().join("results/test/events.jsonl")).unwrap();
     assert!(log.contains("the key is [REDACTED], and again: [REDACTED]"), "the answer is kept, the key cut");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_key_cut_in_two_by_a_shortened_error_is_not_stored_in_part() {
+    let server = MockServer::start().await;
+    // A gateway's error page that echoes the key where the message is cut short.
+    let page = format!("{}{KEY} and more text after the key", "x".repeat(290));
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(500).set_body_string(page))
+        .mount(&server)
+        .await;
+    let sb = Sandbox::new();
+    sb.write("s.yaml", "suite: k\nenvironment: kv\nscorers: [{includes: x}]\ntasks:\n  - {id: t, input: hi}\n");
+    sb.write("runner.yaml", "providers:\n  openai: {max_retries: 0, timeout_s: 30}\n");
+    let mut cmd = sb.command();
+    cmd.args(["eval", "s.yaml", "--model", "openai/gpt-test", "--run-id", "test", "--out", "results"])
+        .env("OPENAI_BASE_URL", format!("{}/v1", server.uri()))
+        .env("OPENAI_API_KEY", KEY);
+    let run = tokio::task::spawn_blocking(move || Run::from(cmd.output().unwrap())).await.unwrap();
+    assert_eq!(run.code, 3, "the episode is unscored: {run:?}");
+    let log = std::fs::read_to_string(sb.path().join("results/test/events.jsonl")).unwrap();
+    assert!(log.contains("xxxx[REDACTED]"), "the error is logged with the key cut out: {log}");
+    let part = &KEY[..12];
+    assert!(!log.contains(part) && !run.stderr.contains(part), "a part of the key was kept: {run:?}");
+}
