@@ -452,6 +452,17 @@ fn excerpt(text: &str, at: usize) -> String {
     format!("{lead}{piece}{tail}")
 }
 
+/// Whether the file ends with a newline (or is empty).
+fn ends_with_newline(path: &Path) -> bool {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let Ok(mut file) = std::fs::File::open(path) else { return true };
+    let mut last = [0u8; 1];
+    match file.seek(SeekFrom::End(-1)) {
+        Ok(_) => file.read_exact(&mut last).is_ok() && last[0] == b'\n',
+        Err(_) => true,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -496,16 +507,5 @@ mod tests {
         let wanted = request(vec![system, user("q")]);
         let recorded = [first.clone(), later];
         assert_eq!(nearest(recorded.iter(), &wanted), Some(&first));
-    }
-}
-
-/// Whether the file ends with a newline (or is empty).
-fn ends_with_newline(path: &Path) -> bool {
-    use std::io::{Read as _, Seek as _, SeekFrom};
-    let Ok(mut file) = std::fs::File::open(path) else { return true };
-    let mut last = [0u8; 1];
-    match file.seek(SeekFrom::End(-1)) {
-        Ok(_) => file.read_exact(&mut last).is_ok() && last[0] == b'\n',
-        Err(_) => true,
     }
 }
