@@ -22,7 +22,7 @@ use super::{
 };
 use crate::contract::ToolSpec;
 use crate::log::reader::for_each_event_of;
-use crate::log::{Event, LoggedEvent};
+use crate::log::{Event, LoggedEvent, UnscoredCause};
 
 /// One line of a cassette.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -104,7 +104,7 @@ impl LanguageModel for Recording {
         };
         self.cassette
             .append(&entry)
-            .map_err(|e| ModelError::new("record_error", format!("failed to write the cassette: {e}")))?;
+            .map_err(|e| ModelError::new(UnscoredCause::RecordError, format!("failed to write the cassette: {e}")))?;
         Ok(response)
     }
 }
@@ -409,7 +409,7 @@ impl LanguageModel for EpisodeReplay {
         } else if n == MISSES_SHOWN {
             eprintln!("replay miss: more misses; each episode's is in the log");
         }
-        Err(ModelError::new("replay_miss", message))
+        Err(ModelError::new(UnscoredCause::ReplayMiss, message))
     }
 }
 

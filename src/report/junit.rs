@@ -113,7 +113,7 @@ impl Case<'_> {
                 out,
                 ">\n      <error message=\"{}\" type=\"{}\">{}</error>\n    </testcase>\n",
                 escape(&format!("unscored: {cause}")),
-                escape(cause),
+                escape(cause.as_str()),
                 escape(&self.message)
             ),
             Outcome::Cancelled => out.write_all(b">\n      <skipped message=\"cancelled\"/>\n    </testcase>\n"),

@@ -68,7 +68,7 @@ impl EpisodeRow {
 
     pub fn unscored_cause(&self) -> Option<&str> {
         match &self.outcome {
-            Outcome::Unscored { cause, .. } => Some(cause),
+            Outcome::Unscored { cause, .. } => Some(cause.as_str()),
             _ => None,
         }
     }

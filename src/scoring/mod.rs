@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 
 use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::environment::{Ending, ReadBack, ToolFailure, World};
+use crate::log::UnscoredCause;
 use crate::model::config::ModelConfig;
 use crate::model::{Backend, BackendOptions, LanguageModel};
 use crate::suite::text::Text;
@@ -39,7 +40,7 @@ pub struct Score {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{cause}: {message}")]
 pub struct ScoringFault {
-    pub cause: String,
+    pub cause: UnscoredCause,
     pub message: String,
     /// The verdicts the other scorers gave: logged, so that a regrade can carry over those
     /// about the final world, which is gone.
@@ -64,7 +65,7 @@ pub fn log_scores(recorder: &crate::log::Recorder, scoring_id: &str, scores: &[S
 
 impl ScoringFault {
     fn grader(message: String) -> Self {
-        ScoringFault { cause: "grader_error".into(), message, scores: Vec::new() }
+        ScoringFault { cause: UnscoredCause::GraderError, message, scores: Vec::new() }
     }
 }
 
@@ -270,7 +271,7 @@ async fn apply(
         Check::Budget { what: Budget::CostUsd, .. } if episode.ending.cost_usd.is_none() => {
             // Nobody's answer: the model has no price, so the budget cannot be judged.
             return Err(ScoringFault {
-                cause: "cost_unknown".into(),
+                cause: UnscoredCause::CostUnknown,
                 message: "`max_cost` needs the model's price: add it under `prices:` in runner.yaml".into(),
                 scores: Vec::new(),
             });
@@ -403,8 +404,8 @@ async fn read_back(
 
 /// A scorer's failure to look at the world that is the runner's fault, not the agent's.
 fn world_fault(failure: &ToolFailure) -> Result<(), ScoringFault> {
-    match failure.fault {
-        Some(cause) => Err(ScoringFault { cause: cause.into(), message: failure.message.clone(), scores: Vec::new() }),
+    match &failure.fault {
+        Some(cause) => Err(ScoringFault { cause: cause.clone(), message: failure.message.clone(), scores: Vec::new() }),
         None => Ok(()),
     }
 }

@@ -18,7 +18,7 @@ use crate::contract::{ErrorType, ToolCall};
 use crate::environment::{CallError, Ending, ToolFailure, Trajectory, World};
 use crate::log::event::SuiteInfo;
 use crate::log::reader::{ReadError, for_each_event};
-use crate::log::{Event, EventLog, Outcome, Termination, Usage};
+use crate::log::{Event, EventLog, Outcome, Termination, UnscoredCause, Usage};
 use crate::suite::Suite;
 
 /// What the log says about one episode, enough to score it again.
@@ -168,7 +168,7 @@ pub async fn regrade(
         let Some(finished) = &record.finished else { continue };
         let regradable = match &finished.outcome {
             Outcome::Scored { .. } => true,
-            Outcome::Unscored { cause, .. } => cause == "grader_error" || cause == "world_gone",
+            Outcome::Unscored { cause, .. } => matches!(cause, UnscoredCause::GraderError | UnscoredCause::WorldGone),
             Outcome::Cancelled => false,
         };
         let task = suites
@@ -255,7 +255,7 @@ async fn score_again(
             let earlier = (0..record.scores.len()).rev().find(|&i| !used[i] && record.scores[i].1.check == check);
             let Some(i) = earlier else {
                 return Err(ScoringFault {
-                    cause: "world_gone".into(),
+                    cause: UnscoredCause::WorldGone,
                     message: format!(
                         "`{}` looks at the episode's final world, which is gone, and never checked it",
                         spec.name
