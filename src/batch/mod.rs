@@ -3,6 +3,7 @@
 
 mod episode;
 pub mod merge;
+pub mod regrade;
 pub mod resume;
 
 use std::path::{Path, PathBuf};

@@ -7,14 +7,14 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use crate::batch::regrade::LoggedRun;
 use crate::batch::{self, RunError, RunOptions};
+use crate::log::projection::{Index, Projection};
 use crate::model::cache::CacheOptions;
 use crate::model::config::ModelConfig;
 use crate::model::replay::CassetteWriter;
 use crate::model::{Backend, BackendOptions};
-use crate::report::table::{Index, Projection};
 use crate::report::{Progress, Summary};
-use crate::scoring::regrade::LoggedRun;
 use crate::scoring::{Check, Graders};
 use crate::suite::{self, Suite};
 
@@ -564,7 +564,7 @@ fn regrade(args: RegradeArgs) -> Result<Exit, Exit> {
     let run_dir = run.events_path.parent().unwrap_or(std::path::Path::new("."));
     let _lock = batch::lock(run_dir).map_err(fail(Exit::Usage))?;
     let regraded =
-        runtime()?.block_on(crate::scoring::regrade::regrade(&run, &suites, &graders, std::env::args().collect()));
+        runtime()?.block_on(crate::batch::regrade::regrade(&run, &suites, &graders, std::env::args().collect()));
     let (scoring_id, counts) = regraded
         .map_err(|e| fail(Exit::ResultsFailed)(format!("failed to append to {}: {e}", run.events_path.display())))?;
     let (summary, index) = summarize(&run.events_path)?;

@@ -222,6 +222,17 @@ pub struct SuiteInfo {
     pub pass_threshold: Option<f64>,
 }
 
+/// The fields of [`Event::ModelCall`] that its timing needs, decoded without the request and
+/// response the line also holds (the folds read many per episode). Tested against the event,
+/// so that a renamed field cannot drift.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ModelCallTiming {
+    pub latency_ms: f64,
+    /// Set on a grader's calls, which are not the agent's.
+    #[serde(default)]
+    pub scorer: Option<String>,
+}
+
 /// The body of an event; `type` names the variant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -395,6 +406,32 @@ mod tests {
         let Outcome::Unscored { cause, .. } = &outcome else { panic!("{outcome:?}") };
         assert_eq!(*cause, UnscoredCause::Other("quota_gone".into()));
         assert_eq!(serde_json::to_value(&outcome).unwrap()["cause"], "quota_gone");
+    }
+
+    #[test]
+    fn the_model_call_timing_view_reads_what_the_event_writes() {
+        for scorer in [None, Some("rubric".to_string())] {
+            let event = Event::ModelCall {
+                model: "mock".into(),
+                step: 1,
+                request_digest: "d".into(),
+                sampling: Default::default(),
+                response: Value::Null,
+                usage: Usage::default(),
+                latency_ms: 12.5,
+                attempts: 1,
+                cache_hit: false,
+                cost_usd: None,
+                error: None,
+                cause: None,
+                url: None,
+                request: None,
+                raw_response: None,
+                scorer: scorer.clone(),
+            };
+            let view: ModelCallTiming = serde_json::from_value(serde_json::to_value(&event).unwrap()).unwrap();
+            assert_eq!(view, ModelCallTiming { latency_ms: 12.5, scorer });
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! else (progress, summaries, tables, reports) is computed from these events.
 
 pub mod event;
+pub mod projection;
 pub mod reader;
 pub mod secrets;
 pub mod writer;

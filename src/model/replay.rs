@@ -189,6 +189,8 @@ impl Replay {
         let events = if path.is_dir() { path.join("events.jsonl") } else { path.to_owned() };
         let mut entries = Vec::new();
         if is_event_log(&events)? {
+            // Not the log's fold (`log::projection`): a replay needs every model call's
+            // response, not an episode's latest finish, and no other event.
             for_each_event_of(&events, Some(&["model_call"]), |e: LoggedEvent| {
                 let episode = e.episode_id.clone();
                 if let Some(Event::ModelCall { model, request_digest, sampling, response, error: None, scorer, .. }) =

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::compare::GroupStats;
-use super::table::{EpisodeRow, Index, Projection};
+use crate::log::projection::{EpisodeRow, Index, Projection};
 use crate::log::reader::{for_each_line_of, header_episode_id};
 
 const TEMPLATE: &str = include_str!("report.html");

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::Summary;
-use super::table::{EpisodeRow, Index};
+use crate::log::projection::{EpisodeRow, Index};
 use crate::log::reader::for_each_event_of;
 use crate::log::{Event, Outcome};
 

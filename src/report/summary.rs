@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, FixedOffset};
 
-use super::table::{EpisodeRow, Projection};
+use crate::log::projection::{EpisodeRow, Projection};
 use crate::log::{Outcome, UnscoredCause};
 
 /// One line of the summary table.

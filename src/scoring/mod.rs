@@ -3,7 +3,6 @@
 //! or when its weighted score reaches the suite's `pass_score`.
 
 pub mod grader;
-pub mod regrade;
 pub mod spec;
 
 use std::collections::HashMap;
