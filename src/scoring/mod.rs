@@ -147,6 +147,12 @@ impl Graders {
     }
 }
 
+/// The grader model of an LLM-graded scorer: `--grader` over the scorer's `model:` over the
+/// suite's `grader:`. `None` when nobody named one: never the model under test.
+pub fn grader_model(forced: Option<&str>, scorer: Option<&str>, suite: Option<&str>) -> Option<String> {
+    forced.or(scorer).or(suite).map(String::from)
+}
+
 /// Applies each scorer (the suite's, then the task's) to the episode and its final world.
 pub async fn score(
     suite_scorers: &[ScorerSpec],
@@ -321,9 +327,7 @@ async fn apply(
             }
         }
         Check::Grader { kind, criteria, model, template: custom, samples, threshold, mock } => {
-            let name =
-                graders.forced.clone().or_else(|| model.clone()).or_else(|| episode.suite_grader.map(String::from));
-            let Some(name) = name else {
+            let Some(name) = grader_model(graders.forced.as_deref(), model.as_deref(), episode.suite_grader) else {
                 return Err(ScoringFault::grader(format!(
                     "`{}` has no grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, or --grader",
                     spec.name
