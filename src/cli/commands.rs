@@ -2,6 +2,7 @@
 //! prints what people read, and returns its exit code or a [`CliError`].
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio_util::sync::CancellationToken;
 
@@ -9,6 +10,7 @@ use super::flags::{CompareArgs, EvalArgs, GateArgs, MergeArgs, RegradeArgs, Repo
 use super::{CliError, Exit, resolve};
 use crate::batch::regrade::LoggedRun;
 use crate::batch::{self, RunError, RunOptions};
+use crate::log::Subscription;
 use crate::log::projection::{Index, Projection};
 use crate::model::BackendOptions;
 use crate::model::config::ModelConfig;
@@ -76,7 +78,7 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
         }
     }
     // The graders are recorded and cached like the models under test, and replayed with them.
-    let graders = std::sync::Arc::new(resolve::graders(&suites, args.grader.clone(), &config, options, &models)?);
+    let graders = Arc::new(resolve::graders(&suites, args.grader.clone(), &config, options, &models)?);
     // The clients hold their keys now; the commands the worlds run must not find them.
     crate::log::secrets::withdraw_from_environment(config.key_vars());
     let resume = match &args.resume {
@@ -106,9 +108,10 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
     let stop = CancellationToken::new();
     let result = runtime.block_on(async {
         tokio::spawn(stop_on_signal(stop.clone()));
-        let mut progress = Progress::new(total, args.quiet);
-        let result = batch::run(&suites, &options, stop.clone(), |r| progress.finished(r)).await;
-        progress.finish();
+        let progress = Arc::new(Mutex::new(Progress::new(total, args.quiet)));
+        let subscriber: Subscription = progress.clone();
+        let result = batch::run(&suites, &options, stop.clone(), std::slice::from_ref(&subscriber)).await;
+        progress.lock().unwrap_or_else(PoisonError::into_inner).finish();
         result
     });
     let result = result.map_err(|e| match e {

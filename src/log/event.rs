@@ -437,7 +437,7 @@ mod tests {
     #[test]
     fn causes_sort_by_name() {
         let mut causes =
-            vec![UnscoredCause::RateLimited, UnscoredCause::Other("a_cause".into()), UnscoredCause::GraderError];
+            [UnscoredCause::RateLimited, UnscoredCause::Other("a_cause".into()), UnscoredCause::GraderError];
         causes.sort();
         let names: Vec<&str> = causes.iter().map(UnscoredCause::as_str).collect();
         assert_eq!(names, ["a_cause", "grader_error", "rate_limited"]);

@@ -9,4 +9,4 @@ pub mod writer;
 
 pub use event::{Event, Outcome, Termination, UnscoredCause, Usage};
 pub use reader::{LoggedEvent, for_each_event, read_events};
-pub use writer::{EventLog, LogWriter, Recorder};
+pub use writer::{EventLog, LogWriter, Recorder, Subscriber, Subscription};
