@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::flags::{CompareArgs, EvalArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs};
 use super::{CliError, Exit, resolve};
 use crate::batch::regrade::LoggedRun;
-use crate::batch::{self, RunError, RunOptions};
+use crate::batch::{self, RunError};
 use crate::log::Subscription;
 use crate::log::projection::{Index, Projection};
 use crate::model::BackendOptions;
@@ -63,44 +63,8 @@ pub fn validate(paths: &[PathBuf]) -> Result<Exit, CliError> {
 
 /// `runner eval`: runs the episodes, then writes the tables and judges the run.
 pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
-    let (models, config, options) = resolve::models(&args)?;
-    let baseline = resolve::baseline(&args.gates, &args.out)?;
-    if args.epochs == Some(0) {
-        return Err(CliError::usage("--epochs must be at least 1"));
-    }
-    let suites = resolve::suites(&args.paths)?;
-    for suite in &suites {
-        let epochs = args.epochs.unwrap_or(suite.epochs);
-        if let Some(k) = suite.k_of_n.filter(|k| *k > epochs) {
-            let message =
-                format!("{}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
-            return Err(CliError::usage(message));
-        }
-    }
-    // The graders are recorded and cached like the models under test, and replayed with them.
-    let graders = Arc::new(resolve::graders(&suites, args.grader.clone(), &config, options, &models)?);
-    // The clients hold their keys now; the commands the worlds run must not find them.
-    crate::log::secrets::withdraw_from_environment(config.key_vars());
-    let resume = match &args.resume {
-        Some(run) => {
-            let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;
-            Some(batch::resume::plan(&dir, &suites, &models, args.epochs, args.shard).map_err(CliError::usage)?)
-        }
-        None => None,
-    };
-    let jobs = crate::environment::resources::fit_jobs(args.jobs.max(1), suites.iter().map(|s| &*s.environment));
+    let resolve::Eval { suites, options, baseline } = resolve::eval(&args)?;
     let runtime = resolve::runtime()?;
-    let options = RunOptions {
-        models,
-        epochs: args.epochs,
-        jobs,
-        out_dir: args.out.clone(),
-        run_id: args.run_id.clone(),
-        command_line: std::env::args().collect(),
-        graders,
-        shard: args.shard,
-        resume,
-    };
     let total = batch::episode_count(&suites, &options);
     if let Some(resume) = &options.resume {
         eprintln!("resuming {}: {} scored episodes kept, {total} to run", resume.dir.display(), resume.keep.len());

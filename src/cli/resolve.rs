@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::flags::{EvalArgs, GateArgs};
 use super::{CliError, Exit};
-use crate::batch;
+use crate::batch::{self, RunOptions};
 use crate::log::projection::Projection;
 use crate::model::cache::CacheOptions;
 use crate::model::config::ModelConfig;
@@ -14,6 +14,56 @@ use crate::model::replay::CassetteWriter;
 use crate::model::{Backend, BackendOptions};
 use crate::scoring::{Check, Graders, grader_model};
 use crate::suite::{self, Suite};
+
+/// What `runner eval` runs, resolved from its flags.
+pub struct Eval {
+    pub suites: Vec<Arc<Suite>>,
+    pub options: RunOptions,
+    pub baseline: Option<Projection>,
+}
+
+/// Opens the models, checks the gates, loads the suites, opens the graders and plans a
+/// resumption, in that order (a mistake in a flag is found before the suites are read).
+pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
+    let (models, config, options) = models(args)?;
+    let baseline = baseline(&args.gates, &args.out)?;
+    if args.epochs == Some(0) {
+        return Err(CliError::usage("--epochs must be at least 1"));
+    }
+    let suites = suites(&args.paths)?;
+    for suite in &suites {
+        let epochs = args.epochs.unwrap_or(suite.epochs);
+        if let Some(k) = suite.k_of_n.filter(|k| *k > epochs) {
+            let message =
+                format!("{}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
+            return Err(CliError::usage(message));
+        }
+    }
+    // The graders are recorded and cached like the models under test, and replayed with them.
+    let graders = Arc::new(graders(&suites, args.grader.clone(), &config, options, &models)?);
+    // The clients hold their keys now; the commands the worlds run must not find them.
+    crate::log::secrets::withdraw_from_environment(config.key_vars());
+    let resume = match &args.resume {
+        Some(run) => {
+            let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;
+            Some(batch::resume::plan(&dir, &suites, &models, args.epochs, args.shard).map_err(CliError::usage)?)
+        }
+        None => None,
+    };
+    let jobs = crate::environment::resources::fit_jobs(args.jobs.max(1), suites.iter().map(|s| &*s.environment));
+    let options = RunOptions {
+        models,
+        epochs: args.epochs,
+        jobs,
+        out_dir: args.out.clone(),
+        run_id: args.run_id.clone(),
+        command_line: std::env::args().collect(),
+        graders,
+        shard: args.shard,
+        resume,
+    };
+    Ok(Eval { suites, options, baseline })
+}
 
 /// Expands folders into the suite files inside them, in name order.
 pub fn suite_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
