@@ -46,7 +46,7 @@ pub struct Proposal {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{cause}: {message}")]
 pub struct AgentFault {
-    pub cause: String,
+    pub cause: crate::log::UnscoredCause,
     pub message: String,
 }
 

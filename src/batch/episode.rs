@@ -10,7 +10,7 @@ use crate::agent::ToolCallingAgent;
 use crate::environment::World;
 use crate::environment::{Ending, Environment, EpisodeLimits};
 use crate::log::event::INITIAL_SCORING;
-use crate::log::{Event, EventLog, Outcome, Recorder, Termination};
+use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::model::Backend;
 use crate::scoring::{self, Finished, Graders};
 use crate::suite::{Suite, Task, template};
@@ -39,10 +39,10 @@ pub async fn run_episode(
     let (ending, outcome) = match Environment::create(suite.environment.clone(), task, work_root) {
         Err(e) => {
             let message = e.to_string();
-            recorder.emit(&Event::Error { step: 0, cause: "environment_error".into(), message: message.clone() });
+            recorder.emit(&Event::Error { step: 0, cause: UnscoredCause::EnvironmentError, message: message.clone() });
             (
                 Ending::new(Termination::EnvironmentError),
-                Outcome::Unscored { cause: "environment_error".into(), message },
+                Outcome::Unscored { cause: UnscoredCause::EnvironmentError, message },
             )
         }
         Ok(env) => {

@@ -6,9 +6,9 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::log::Event;
+use crate::log::projection::Projection;
 use crate::log::reader::for_each_line_of;
 use crate::log::writer::write_event;
-use crate::report::table::Projection;
 
 /// The merged run's folder and how many episodes it holds.
 pub struct Merged {

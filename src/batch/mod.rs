@@ -3,6 +3,7 @@
 
 mod episode;
 pub mod merge;
+pub mod regrade;
 pub mod resume;
 
 use std::path::{Path, PathBuf};
@@ -15,7 +16,7 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::log::event::SuiteInfo;
-use crate::log::{Event, EventLog, Outcome, Termination};
+use crate::log::{Event, EventLog, Outcome, Subscription, Termination};
 use crate::model::Backend;
 use crate::suite::Suite;
 
@@ -80,7 +81,7 @@ pub fn episode_count(suites: &[Arc<Suite>], options: &RunOptions) -> u64 {
     }
 }
 
-/// How one episode ended, as the progress display sees it.
+/// How one episode ended, as the scheduler tallies it.
 #[derive(Debug, Clone)]
 pub struct EpisodeReport {
     pub id: String,
@@ -188,12 +189,12 @@ pub enum RunError {
 }
 
 /// Runs every episode, `jobs` at a time, and logs them to `<out_dir>/<run-id>/events.jsonl`.
-/// `on_finished` sees each episode as it ends; `stop` ends the run early.
+/// `subscribers` see every event of the episodes as it is emitted; `stop` ends the run early.
 pub async fn run(
     suites: &[Arc<Suite>],
     options: &RunOptions,
     stop: CancellationToken,
-    mut on_finished: impl FnMut(&EpisodeReport),
+    subscribers: &[Subscription],
 ) -> Result<RunResult, RunError> {
     let total = episode_count(suites, options);
     let (run_id, dir, events_path, log, writer, lock) = match &options.resume {
@@ -244,6 +245,7 @@ pub async fn run(
             (run_id, dir, events_path, log, writer, held)
         }
     };
+    let log = log.with_subscribers(subscribers);
     let started = std::time::Instant::now();
     let scratch = Scratch::create(&dir).map_err(RunError::Log)?;
     let work_root: Arc<Path> = Arc::from(scratch.0.as_path());
@@ -268,7 +270,6 @@ pub async fn run(
             match joined {
                 Ok(report) => {
                     tally.add(&report.outcome);
-                    on_finished(&report);
                     // A misconfigured model (bad key, unknown model) would fail every
                     // episode the same way: stop instead of burning through them.
                     if aborted.is_none()

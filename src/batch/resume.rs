@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use super::Resume;
 use crate::log::Outcome;
+use crate::log::projection::Projection;
 use crate::model::Backend;
-use crate::report::table::Projection;
 use crate::suite::Suite;
 
 /// Finds the run folder: a path to it (or to its `events.jsonl`), or a run id under `out_dir`.

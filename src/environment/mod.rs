@@ -34,7 +34,7 @@ pub struct ToolFailure {
     pub partial: Option<Value>,
     /// Set when the failure is the runner's, not the agent's (it ran out of open files,
     /// say): the episode then ends unscored with this cause.
-    pub fault: Option<&'static str>,
+    pub fault: Option<crate::log::UnscoredCause>,
 }
 
 impl ToolFailure {
@@ -48,7 +48,7 @@ impl ToolFailure {
         let message = if what.is_empty() { e.to_string() } else { format!("{what}: {e}") };
         let failure = ToolFailure::new(ErrorType::ExecutionError, message);
         if resources::is_exhaustion(&e) {
-            ToolFailure { fault: Some(resources::RESOURCE_EXHAUSTED), ..failure }
+            ToolFailure { fault: Some(crate::log::UnscoredCause::ResourceExhausted), ..failure }
         } else {
             failure
         }
@@ -216,7 +216,7 @@ impl Environment {
                 obs.tool_result = failure.partial;
                 if let Some(cause) = failure.fault {
                     // The loop ends the episode unscored on this: the agent did nothing wrong.
-                    obs.info.insert(FAULT_INFO.into(), Value::String(cause.into()));
+                    obs.info.insert(FAULT_INFO.into(), Value::String(cause.as_str().into()));
                 }
                 obs
             }

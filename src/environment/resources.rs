@@ -8,9 +8,6 @@ use std::sync::OnceLock;
 
 use super::definition::{Definition, Kind};
 
-/// The unscored cause of an episode during which the runner itself ran out of resources.
-pub const RESOURCE_EXHAUSTED: &str = "resource_exhausted";
-
 /// Descriptors one running shell tool call may hold at once: a command's stdout, stderr and
 /// status pipes, and those open for a moment while it starts.
 const FDS_PER_CALL: u64 = 8;

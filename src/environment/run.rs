@@ -14,7 +14,7 @@ use super::Environment;
 use crate::agent::{Agent, AgentFault, Budget, Turn};
 use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
 use crate::domain::Task;
-use crate::log::{Event, Recorder, Termination, Usage};
+use crate::log::{Event, Recorder, Termination, UnscoredCause, Usage};
 use crate::model::limiter::Deadline;
 
 /// How long past the episode's deadline the loop waits for an agent to return.
@@ -204,7 +204,7 @@ impl Environment {
                     if let Some(cause) = obs.info.get(super::FAULT_INFO).and_then(|c| c.as_str()) {
                         let message =
                             format!("`{}` failed for want of the runner's resources: {}", calls[i].name, error.message);
-                        fault = Some(AgentFault { cause: cause.to_owned(), message });
+                        fault = Some(AgentFault { cause: UnscoredCause::from_name(cause), message });
                     }
                 }
                 let is_final = obs.done && calls[i].name == FINAL_TOOL;

@@ -75,8 +75,129 @@ impl Termination {
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Outcome {
     Scored { score: f64, passed: bool },
-    Unscored { cause: String, message: String },
+    Unscored { cause: UnscoredCause, message: String },
     Cancelled,
+}
+
+/// Why an episode is unscored: a fault that is nobody's answer. Written to the log as its
+/// snake_case name; a name this version does not know (from a newer runner, or an external
+/// agent's `fault`) is kept as `Other`, so that reading an old or foreign log never fails.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum UnscoredCause {
+    /// The model backend failed (after retries).
+    ProviderError,
+    /// The provider kept answering 429 after retries.
+    RateLimited,
+    /// The provider refused the request as configured (a bad key, an unknown model).
+    ConfigurationError,
+    /// A grader's verdict could not be had or parsed.
+    GraderError,
+    /// The environment would not start.
+    EnvironmentError,
+    /// A replayed run or cassette has no response for the request.
+    ReplayMiss,
+    /// A response could not be written to the cassette.
+    RecordError,
+    /// The runner itself ran out of open files, processes or memory.
+    ResourceExhausted,
+    /// A cost limit could not be checked because a model call had no price.
+    CostUnknown,
+    /// A `mock` script has no turn left.
+    MockExhausted,
+    /// A regrade needs the final world, which is gone.
+    WorldGone,
+    Other(String),
+}
+
+impl UnscoredCause {
+    const NAMED: [UnscoredCause; 11] = [
+        UnscoredCause::ProviderError,
+        UnscoredCause::RateLimited,
+        UnscoredCause::ConfigurationError,
+        UnscoredCause::GraderError,
+        UnscoredCause::EnvironmentError,
+        UnscoredCause::ReplayMiss,
+        UnscoredCause::RecordError,
+        UnscoredCause::ResourceExhausted,
+        UnscoredCause::CostUnknown,
+        UnscoredCause::MockExhausted,
+        UnscoredCause::WorldGone,
+    ];
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            UnscoredCause::ProviderError => "provider_error",
+            UnscoredCause::RateLimited => "rate_limited",
+            UnscoredCause::ConfigurationError => "configuration_error",
+            UnscoredCause::GraderError => "grader_error",
+            UnscoredCause::EnvironmentError => "environment_error",
+            UnscoredCause::ReplayMiss => "replay_miss",
+            UnscoredCause::RecordError => "record_error",
+            UnscoredCause::ResourceExhausted => "resource_exhausted",
+            UnscoredCause::CostUnknown => "cost_unknown",
+            UnscoredCause::MockExhausted => "mock_exhausted",
+            UnscoredCause::WorldGone => "world_gone",
+            UnscoredCause::Other(name) => name,
+        }
+    }
+
+    /// The cause of this name; never fails (an unknown name is `Other`).
+    pub fn from_name(name: &str) -> Self {
+        UnscoredCause::NAMED
+            .into_iter()
+            .find(|c| c.as_str() == name)
+            .unwrap_or_else(|| UnscoredCause::Other(name.to_owned()))
+    }
+}
+
+impl std::fmt::Display for UnscoredCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<&str> for UnscoredCause {
+    fn from(name: &str) -> Self {
+        UnscoredCause::from_name(name)
+    }
+}
+
+/// Causes sort by name, as tables and summaries list them.
+impl Ord for UnscoredCause {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_str().cmp(other.as_str())
+    }
+}
+
+impl PartialOrd for UnscoredCause {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq<str> for UnscoredCause {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for UnscoredCause {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl Serialize for UnscoredCause {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for UnscoredCause {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(deserializer)?;
+        Ok(UnscoredCause::from_name(&name))
+    }
 }
 
 impl Outcome {
@@ -99,6 +220,17 @@ pub struct SuiteInfo {
     #[serde(default)]
     pub k_of_n: Option<u32>,
     pub pass_threshold: Option<f64>,
+}
+
+/// The fields of [`Event::ModelCall`] that its timing needs, decoded without the request and
+/// response the line also holds (the folds read many per episode). Tested against the event,
+/// so that a renamed field cannot drift.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ModelCallTiming {
+    pub latency_ms: f64,
+    /// Set on a grader's calls, which are not the agent's.
+    #[serde(default)]
+    pub scorer: Option<String>,
 }
 
 /// The body of an event; `type` names the variant.
@@ -148,7 +280,7 @@ pub enum Event {
         #[serde(default)]
         error: Option<String>,
         #[serde(default)]
-        cause: Option<String>,
+        cause: Option<UnscoredCause>,
         /// The endpoint, the request body as sent and the response body as received
         /// (HTTP backends only; keys travel in headers and are never logged).
         #[serde(default)]
@@ -173,7 +305,7 @@ pub enum Event {
     /// A fault of the episode, not of a tool call: tool errors are observations.
     Error {
         step: u32,
-        cause: String,
+        cause: UnscoredCause,
         message: String,
     },
     Final {
@@ -250,4 +382,64 @@ pub enum Event {
         interrupted: bool,
         wall_ms: f64,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_cause_is_written_as_its_name_and_read_back() {
+        for cause in UnscoredCause::NAMED {
+            let written = serde_json::to_value(&cause).unwrap();
+            assert_eq!(written, Value::String(cause.as_str().into()));
+            assert_eq!(serde_json::from_value::<UnscoredCause>(written).unwrap(), cause);
+        }
+        assert_eq!(UnscoredCause::ResourceExhausted.as_str(), "resource_exhausted");
+        assert_eq!(UnscoredCause::from_name("replay_miss"), UnscoredCause::ReplayMiss);
+    }
+
+    #[test]
+    fn an_unknown_cause_in_a_log_is_read_and_written_back_unchanged() {
+        let line = r#"{"status": "unscored", "cause": "quota_gone", "message": "m"}"#;
+        let outcome: Outcome = serde_json::from_str(line).unwrap();
+        let Outcome::Unscored { cause, .. } = &outcome else { panic!("{outcome:?}") };
+        assert_eq!(*cause, UnscoredCause::Other("quota_gone".into()));
+        assert_eq!(serde_json::to_value(&outcome).unwrap()["cause"], "quota_gone");
+    }
+
+    #[test]
+    fn the_model_call_timing_view_reads_what_the_event_writes() {
+        for scorer in [None, Some("rubric".to_string())] {
+            let event = Event::ModelCall {
+                model: "mock".into(),
+                step: 1,
+                request_digest: "d".into(),
+                sampling: Default::default(),
+                response: Value::Null,
+                usage: Usage::default(),
+                latency_ms: 12.5,
+                attempts: 1,
+                cache_hit: false,
+                cost_usd: None,
+                error: None,
+                cause: None,
+                url: None,
+                request: None,
+                raw_response: None,
+                scorer: scorer.clone(),
+            };
+            let view: ModelCallTiming = serde_json::from_value(serde_json::to_value(&event).unwrap()).unwrap();
+            assert_eq!(view, ModelCallTiming { latency_ms: 12.5, scorer });
+        }
+    }
+
+    #[test]
+    fn causes_sort_by_name() {
+        let mut causes =
+            [UnscoredCause::RateLimited, UnscoredCause::Other("a_cause".into()), UnscoredCause::GraderError];
+        causes.sort();
+        let names: Vec<&str> = causes.iter().map(UnscoredCause::as_str).collect();
+        assert_eq!(names, ["a_cause", "grader_error", "rate_limited"]);
+    }
 }

@@ -2,10 +2,11 @@
 //! else (progress, summaries, tables, reports) is computed from these events.
 
 pub mod event;
+pub mod projection;
 pub mod reader;
 pub mod secrets;
 pub mod writer;
 
-pub use event::{Event, Outcome, Termination, Usage};
+pub use event::{Event, Outcome, Termination, UnscoredCause, Usage};
 pub use reader::{LoggedEvent, for_each_event, read_events};
-pub use writer::{EventLog, LogWriter, Recorder};
+pub use writer::{EventLog, LogWriter, Recorder, Subscriber, Subscription};

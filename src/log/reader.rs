@@ -25,6 +25,18 @@ pub struct LoggedEvent {
     pub fields: Map<String, Value>,
 }
 
+/// The header of a line ([`LoggedEvent`]'s fields that a fold needs), decoded without the
+/// rest of the line.
+#[derive(Debug, Clone, Deserialize)]
+pub struct LineHeader {
+    pub seq: u64,
+    pub ts: String,
+    #[serde(default)]
+    pub run_id: Option<String>,
+    #[serde(default)]
+    pub episode_id: Option<String>,
+}
+
 impl LoggedEvent {
     /// The event as this version knows it; `None` for a type it does not know.
     pub fn event(&self) -> Option<Event> {

@@ -1,11 +1,12 @@
 //! The event writer: every event of a run goes through one thread that numbers it and
-//! appends it to `events.jsonl` through a buffer, flushed when an episode finishes.
+//! appends it to `events.jsonl` through a buffer, flushed when an episode finishes. Other
+//! consumers of the stream (the progress display) subscribe to the same events.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use super::event::{Event, SCHEMA_VERSION};
@@ -18,10 +19,20 @@ struct Line {
     flush: bool,
 }
 
+/// A consumer of a run's events besides the file: it sees each event as it is emitted, on
+/// the task that emits it, with its episode id (`None` for run-level events).
+pub trait Subscriber: Send {
+    fn event(&mut self, episode_id: Option<&str>, event: &Event);
+}
+
+/// A subscriber shared with whoever reads it after the run (the progress bar is cleared).
+pub type Subscription = Arc<Mutex<dyn Subscriber>>;
+
 /// A handle to the run's log; cheap to clone.
 #[derive(Clone)]
 pub struct EventLog {
     sender: Sender<Line>,
+    subscribers: Arc<[Subscription]>,
 }
 
 /// Owns the writer thread; `close` waits for every event to reach the disk.
@@ -44,7 +55,13 @@ impl EventLog {
         let thread = std::thread::Builder::new()
             .name("event-log".into())
             .spawn(move || write_lines(receiver, BufWriter::with_capacity(256 * 1024, file), &run_id, last_seq))?;
-        Ok((EventLog { sender }, LogWriter { thread }))
+        Ok((EventLog { sender, subscribers: Arc::new([]) }, LogWriter { thread }))
+    }
+
+    /// The same log, with `subscribers` seeing every event emitted through it from now on.
+    pub fn with_subscribers(self, subscribers: &[Subscription]) -> EventLog {
+        let all: Vec<Subscription> = self.subscribers.iter().chain(subscribers).cloned().collect();
+        EventLog { subscribers: all.into(), ..self }
     }
 
     /// Appends an event. `episode_id` is `None` for run-level events.
@@ -59,6 +76,10 @@ impl EventLog {
         let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
         // The writer outlives every handle; if it died, its error surfaces at `close`.
         let _ = self.sender.send(Line { episode_id: episode_id.cloned(), ts, body, flush });
+        for subscriber in self.subscribers.iter() {
+            // A subscriber that panicked has shown what it could; the run goes on.
+            subscriber.lock().unwrap_or_else(PoisonError::into_inner).event(episode_id.map(|id| &**id), event);
+        }
     }
 
     /// A handle that stamps every event with one episode's id.
@@ -160,5 +181,37 @@ pub struct Recorder {
 impl Recorder {
     pub fn emit(&self, event: &Event) {
         self.log.emit(Some(&self.episode_id), event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Seen(Vec<(Option<String>, Event)>);
+
+    impl Subscriber for Seen {
+        fn event(&mut self, episode_id: Option<&str>, event: &Event) {
+            self.0.push((episode_id.map(str::to_owned), event.clone()));
+        }
+    }
+
+    #[test]
+    fn a_subscriber_sees_each_event_with_its_episode_as_the_file_gets_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (log, writer) = EventLog::create(&path, "r").unwrap();
+        let unseen = Event::Final { step: 0, call_id: "c0".into(), answer: "before".into() };
+        log.emit(None, &unseen);
+        let log = log.with_subscribers(&[seen.clone() as Subscription]);
+        let fin = Event::Final { step: 1, call_id: "c".into(), answer: "42".into() };
+        log.recorder("e1").emit(&fin);
+        drop(log);
+        writer.close().unwrap();
+        let seen = &seen.lock().unwrap().0;
+        assert_eq!(*seen, [(Some("e1".to_string()), fin)], "only what was emitted after subscribing");
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2, "the file has both");
     }
 }

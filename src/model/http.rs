@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use super::config::{Api, Price, Provider};
 use super::limiter::{Deadline, Limiter};
 use super::{Exchange, LanguageModel, ModelError, ModelRequest, ModelResponse, anthropic, openai};
+use crate::log::UnscoredCause;
 
 pub struct HttpModel {
     /// `openai/gpt-4o-mini`: the name in logs and episode ids.
@@ -40,7 +41,7 @@ pub struct HttpModel {
 
 /// One attempt that did not produce an answer.
 struct Failure {
-    cause: &'static str,
+    cause: UnscoredCause,
     /// 401, 403, 404: the key or the model is wrong for every call.
     auth: bool,
     message: String,
@@ -50,7 +51,7 @@ struct Failure {
 }
 
 impl Failure {
-    fn transient(cause: &'static str, message: String) -> Self {
+    fn transient(cause: UnscoredCause, message: String) -> Self {
         Failure { cause, auth: false, message, retryable: true, retry_after: None, response: None }
     }
 }
@@ -175,13 +176,13 @@ impl HttpModel {
         {
             Err(_) if left.is_some_and(|l| l < timeout) => {
                 let message = "no complete response before the episode's time ran out".to_owned();
-                return Err(Failure { retryable: false, ..Failure::transient("provider_error", message) });
+                return Err(Failure { retryable: false, ..Failure::transient(UnscoredCause::ProviderError, message) });
             }
             Err(_) => {
                 // A server that cannot answer in time is overloaded: send it less at once.
                 self.limiter.overloaded();
                 return Err(Failure::transient(
-                    "provider_error",
+                    UnscoredCause::ProviderError,
                     format!("no complete response within {}s", timeout.as_secs_f64()),
                 ));
             }
@@ -194,7 +195,7 @@ impl HttpModel {
                 return Err(Failure {
                     auth: true,
                     retryable: false,
-                    ..Failure::transient("configuration_error", self.scrub(&message))
+                    ..Failure::transient(UnscoredCause::ConfigurationError, self.scrub(&message))
                 });
             }
             Ok(Err(e)) => {
@@ -205,7 +206,10 @@ impl HttpModel {
                 } else {
                     "the request failed"
                 };
-                return Err(Failure::transient("provider_error", self.scrub(&format!("{what}: {}", error_chain(&e)))));
+                return Err(Failure::transient(
+                    UnscoredCause::ProviderError,
+                    self.scrub(&format!("{what}: {}", error_chain(&e))),
+                ));
             }
             Ok(Ok(parts)) => parts,
         };
@@ -213,7 +217,7 @@ impl HttpModel {
         if status.is_success() {
             return parsed.map_err(|e| {
                 let head = head_of(&self.scrub(&String::from_utf8_lossy(&bytes)), 200);
-                Failure::transient("provider_error", format!("the response is not JSON ({e}): {head:?}"))
+                Failure::transient(UnscoredCause::ProviderError, format!("the response is not JSON ({e}): {head:?}"))
             });
         }
         let detail = parsed
@@ -234,7 +238,7 @@ impl HttpModel {
                 Failure {
                     retry_after,
                     response,
-                    ..Failure::transient("rate_limited", format!("rate limited (429): {detail}"))
+                    ..Failure::transient(UnscoredCause::RateLimited, format!("rate limited (429): {detail}"))
                 }
             }
             s if s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT || s.as_u16() == 529 => {
@@ -245,14 +249,14 @@ impl HttpModel {
                 Failure {
                     retry_after,
                     response,
-                    ..Failure::transient("provider_error", format!("the provider failed ({s}): {detail}"))
+                    ..Failure::transient(UnscoredCause::ProviderError, format!("the provider failed ({s}): {detail}"))
                 }
             }
             s => Failure {
                 auth: matches!(s.as_u16(), 401 | 403 | 404),
                 retryable: false,
                 response,
-                ..Failure::transient("configuration_error", self.explain(s, &detail))
+                ..Failure::transient(UnscoredCause::ConfigurationError, self.explain(s, &detail))
             },
         };
         Err(failure)
@@ -314,14 +318,15 @@ impl LanguageModel for HttpModel {
                         });
                         return Ok(response);
                     }
-                    Err(message) => {
-                        Failure { response: Some(raw), ..Failure::transient("provider_error", self.scrub(&message)) }
-                    }
+                    Err(message) => Failure {
+                        response: Some(raw),
+                        ..Failure::transient(UnscoredCause::ProviderError, self.scrub(&message))
+                    },
                 },
                 Err(failure) => failure,
             };
             if !failure.retryable || attempts > self.provider.max_retries {
-                if failure.cause == "configuration_error" {
+                if failure.cause == UnscoredCause::ConfigurationError {
                     let counter = if failure.auth { &self.auth_failures } else { &self.config_failures };
                     counter.fetch_add(1, Ordering::Relaxed);
                     *self.last_config_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(failure.message.clone());
@@ -336,13 +341,13 @@ impl LanguageModel for HttpModel {
                     request: self.scrub_value(body),
                     response: self.scrub_value(response),
                 });
-                return Err(ModelError { cause: failure.cause.into(), message, attempts, exchange });
+                return Err(ModelError { cause: failure.cause, message, attempts, exchange });
             }
             let wait = failure.retry_after.unwrap_or_else(|| self.backoff(attempts));
             if request.deadline.is_some_and(|d| tokio::time::Instant::now() + wait >= d.at()) {
                 // The provider's fault stands: the time ran out while waiting on it.
                 return Err(ModelError {
-                    cause: failure.cause.into(),
+                    cause: failure.cause,
                     message: format!(
                         "{} (after {attempts} attempts; the episode's time ran out before the next)",
                         failure.message

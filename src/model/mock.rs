@@ -8,7 +8,7 @@ use async_trait::async_trait;
 
 use super::{LanguageModel, Message, ModelError, ModelRequest, ModelResponse, ProposedCall};
 use crate::domain::MockTurn;
-use crate::log::Usage;
+use crate::log::{UnscoredCause, Usage};
 
 pub struct MockModel {
     turns: Arc<[MockTurn]>,
@@ -170,7 +170,7 @@ impl LanguageModel for MockModel {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let Some(turn) = self.turns.get(n) else {
             return Err(ModelError::new(
-                "mock_exhausted",
+                UnscoredCause::MockExhausted,
                 format!("the task's mock script has {} turns and the agent asked for turn {}", self.turns.len(), n + 1),
             ));
         };

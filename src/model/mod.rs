@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use crate::contract::ToolSpec;
 use crate::domain::Task;
-use crate::log::Usage;
+use crate::log::{UnscoredCause, Usage};
 use cache::{CacheOptions, Cached};
 use config::ModelConfig;
 use replay::{CanonicalRequest, CassetteWriter, Recording, Replay};
@@ -112,15 +112,15 @@ impl ModelResponse {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
 pub struct ModelError {
-    pub cause: String,
+    pub cause: UnscoredCause,
     pub message: String,
     pub attempts: u32,
     pub exchange: Option<Exchange>,
 }
 
 impl ModelError {
-    pub fn new(cause: &str, message: impl Into<String>) -> Self {
-        ModelError { cause: cause.into(), message: message.into(), attempts: 1, exchange: None }
+    pub fn new(cause: UnscoredCause, message: impl Into<String>) -> Self {
+        ModelError { cause, message: message.into(), attempts: 1, exchange: None }
     }
 }
 

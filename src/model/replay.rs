@@ -22,7 +22,7 @@ use super::{
 };
 use crate::contract::ToolSpec;
 use crate::log::reader::for_each_event_of;
-use crate::log::{Event, LoggedEvent};
+use crate::log::{Event, LoggedEvent, UnscoredCause};
 
 /// One line of a cassette.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -106,7 +106,7 @@ impl LanguageModel for Recording {
         };
         self.cassette
             .append(&entry)
-            .map_err(|e| ModelError::new("record_error", format!("failed to write the cassette: {e}")))?;
+            .map_err(|e| ModelError::new(UnscoredCause::RecordError, format!("failed to write the cassette: {e}")))?;
         Ok(response)
     }
 }
@@ -191,6 +191,8 @@ impl Replay {
         let events = if path.is_dir() { path.join("events.jsonl") } else { path.to_owned() };
         let mut entries = Vec::new();
         if is_event_log(&events)? {
+            // Not the log's fold (`log::projection`): a replay needs every model call's
+            // response, not an episode's latest finish, and no other event.
             for_each_event_of(&events, Some(&["model_call"]), |e: LoggedEvent| {
                 let episode = e.episode_id.clone();
                 if let Some(Event::ModelCall { model, request_digest, sampling, response, error: None, scorer, .. }) =
@@ -415,7 +417,7 @@ impl LanguageModel for EpisodeReplay {
         } else if n == MISSES_SHOWN {
             eprintln!("replay miss: more misses; each episode's is in the log");
         }
-        Err(ModelError::new("replay_miss", message))
+        Err(ModelError::new(UnscoredCause::ReplayMiss, message))
     }
 }
 

@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use super::stats::{self, Bootstrap};
-use super::table::{EpisodeRow, Projection};
 use crate::log::Outcome;
+use crate::log::projection::{EpisodeRow, Projection};
 
 /// Below this many shared tasks the bootstrap's interval and p-value are not shown.
 const MIN_BOOTSTRAP_TASKS: u64 = 10;

@@ -9,8 +9,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::compare::GroupStats;
-use super::table::{EpisodeRow, Index, Projection};
-use crate::log::reader::{for_each_line_of, header_episode_id};
+use crate::log::projection::{EpisodeRow, Index, Projection};
+use crate::log::reader::{LineHeader, for_each_line_of, header_episode_id};
 
 const TEMPLATE: &str = include_str!("report.html");
 const PLACEHOLDER: &str = "/*RUN_DATA*/null";
@@ -104,16 +104,11 @@ fn trajectories(events: &Path, chosen: &HashSet<String>) -> Result<HashMap<Strin
     if chosen.is_empty() {
         return Ok(out);
     }
-    #[derive(serde::Deserialize)]
-    struct Id {
-        #[serde(default)]
-        episode_id: Option<String>,
-    }
     for_each_line_of(events, None, |kind, text, _| {
         let id = match header_episode_id(text) {
             Some(id) => id.to_owned(),
-            None => match serde_json::from_str::<Id>(text) {
-                Ok(Id { episode_id: Some(id) }) => id,
+            None => match serde_json::from_str::<LineHeader>(text) {
+                Ok(LineHeader { episode_id: Some(id), .. }) => id,
                 _ => return Ok(()),
             },
         };

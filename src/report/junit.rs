@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 use super::Summary;
-use super::table::{EpisodeRow, Index};
+use crate::log::projection::{EpisodeRow, Index};
 use crate::log::reader::for_each_event_of;
 use crate::log::{Event, Outcome};
 
@@ -113,7 +113,7 @@ impl Case<'_> {
                 out,
                 ">\n      <error message=\"{}\" type=\"{}\">{}</error>\n    </testcase>\n",
                 escape(&format!("unscored: {cause}")),
-                escape(cause),
+                escape(cause.as_str()),
                 escape(&self.message)
             ),
             Outcome::Cancelled => out.write_all(b">\n      <skipped message=\"cancelled\"/>\n    </testcase>\n"),

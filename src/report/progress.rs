@@ -1,13 +1,25 @@
-//! Progress while a run goes: a bar on a terminal, one plain line per episode otherwise.
+//! Progress while a run goes: a bar on a terminal, one plain line per episode otherwise. It
+//! is a subscriber of the run's events, like the log file: it sees each episode start and
+//! finish.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::batch::EpisodeReport;
-use crate::log::Outcome;
+use crate::log::{Event, Outcome, Subscriber, Termination};
+
+/// An episode between its start and its finish: what its line names.
+struct Running {
+    suite: String,
+    task_id: String,
+    model: String,
+    epoch: u32,
+}
 
 pub struct Progress {
+    /// Only the episodes in flight.
+    running: HashMap<String, Running>,
     total: u64,
     done: u64,
     passed: u64,
@@ -26,12 +38,12 @@ impl Progress {
             bar.set_style(style);
             bar
         });
-        Progress { total, done: 0, passed: 0, failed: 0, unscored: 0, bar, quiet }
+        Progress { running: HashMap::new(), total, done: 0, passed: 0, failed: 0, unscored: 0, bar, quiet }
     }
 
-    pub fn finished(&mut self, report: &EpisodeReport) {
+    fn finished(&mut self, episode: &Running, outcome: &Outcome, termination: Termination, steps: u32, wall_ms: f64) {
         self.done += 1;
-        let verdict = match &report.outcome {
+        let verdict = match outcome {
             Outcome::Scored { passed: true, .. } => {
                 self.passed += 1;
                 "PASS".to_owned()
@@ -58,13 +70,13 @@ impl Progress {
                     "[{:>width$}/{}] {verdict} {}/{} ({}, epoch {}) {} steps, {}, {:.0} ms\n",
                     self.done,
                     self.total,
-                    report.suite,
-                    report.task_id,
-                    report.model,
-                    report.epoch,
-                    report.steps,
-                    report.termination.as_str(),
-                    report.wall_ms,
+                    episode.suite,
+                    episode.task_id,
+                    episode.model,
+                    episode.epoch,
+                    steps,
+                    termination.as_str(),
+                    wall_ms,
                 );
                 let _ = std::io::stdout().lock().write_all(line.as_bytes());
             }
@@ -75,5 +87,69 @@ impl Progress {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
+    }
+}
+
+impl Subscriber for Progress {
+    fn event(&mut self, episode_id: Option<&str>, event: &Event) {
+        let Some(id) = episode_id else { return };
+        match event {
+            Event::EpisodeStarted { suite, task_id, model, epoch, .. } => {
+                let running =
+                    Running { suite: suite.clone(), task_id: task_id.clone(), model: model.clone(), epoch: *epoch };
+                self.running.insert(id.to_owned(), running);
+            }
+            Event::EpisodeFinished { outcome, termination, steps, wall_ms, .. } => {
+                if let Some(episode) = self.running.remove(id) {
+                    self.finished(&episode, outcome, *termination, *steps, *wall_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::{UnscoredCause, Usage};
+
+    fn finished(outcome: Outcome) -> Event {
+        Event::EpisodeFinished {
+            outcome,
+            termination: Termination::FinalAnswer,
+            steps: 1,
+            tool_calls: 0,
+            tool_errors: 0,
+            usage: Usage::default(),
+            cost_usd: None,
+            wall_ms: 1.0,
+            loop_ms: None,
+        }
+    }
+
+    fn started(task: &str) -> Event {
+        Event::EpisodeStarted {
+            suite: "s".into(),
+            task_id: task.into(),
+            task_digest: "d".into(),
+            model: "mock".into(),
+            epoch: 1,
+            environment: "kv".into(),
+        }
+    }
+
+    #[test]
+    fn episodes_are_counted_from_their_finish_events_and_forgotten_after() {
+        let mut p = Progress::new(3, true);
+        p.event(Some("e1"), &started("a"));
+        p.event(Some("e2"), &started("b"));
+        p.event(Some("e1"), &finished(Outcome::Scored { score: 1.0, passed: true }));
+        let gone = Outcome::Unscored { cause: UnscoredCause::ProviderError, message: String::new() };
+        p.event(Some("e2"), &finished(gone));
+        p.event(Some("e3"), &finished(Outcome::Cancelled));
+        p.event(None, &finished(Outcome::Cancelled));
+        assert_eq!((p.done, p.passed, p.failed, p.unscored), (2, 1, 0, 1), "a finish never started is not counted");
+        assert!(p.running.is_empty());
     }
 }

@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, FixedOffset};
 
-use super::table::{EpisodeRow, Projection};
-use crate::log::Outcome;
+use crate::log::projection::{EpisodeRow, Projection};
+use crate::log::{Outcome, UnscoredCause};
 
 /// One line of the summary table.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -24,7 +24,7 @@ pub struct Row {
     /// Episodes whose cost is unknown (a model without a price).
     pub unpriced: u64,
     /// Why episodes went unscored, and how many.
-    pub unscored_causes: BTreeMap<String, u64>,
+    pub unscored_causes: BTreeMap<UnscoredCause, u64>,
     first_start: Option<DateTime<FixedOffset>>,
     last_finish: Option<DateTime<FixedOffset>>,
 }

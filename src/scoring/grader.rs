@@ -435,11 +435,14 @@ mod tests {
             let [Message::User { content }] = request.messages else {
                 panic!("the grader sends one user message, not {:?}", request.messages);
             };
-            let mut prompts = self.prompts.lock().map_err(|_| ModelError::new("test", "poisoned"))?;
+            let mut prompts = self.prompts.lock().map_err(|_| ModelError::new("test".into(), "poisoned"))?;
             let n = prompts.len();
             prompts.push(content.clone());
             let Some((text, cost_usd)) = self.outputs.get(n) else {
-                return Err(ModelError::new("mock_exhausted", format!("the script has no turn {}", n + 1)));
+                return Err(ModelError::new(
+                    crate::log::UnscoredCause::MockExhausted,
+                    format!("the script has no turn {}", n + 1),
+                ));
             };
             Ok(ModelResponse {
                 text: Some(text.clone()),

@@ -3,7 +3,6 @@
 //! or when its weighted score reaches the suite's `pass_score`.
 
 pub mod grader;
-pub mod regrade;
 pub use crate::domain::scorer as spec;
 
 use std::collections::HashMap;
@@ -17,6 +16,7 @@ use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::domain::text::Text;
 use crate::domain::{MockTurn, Task};
 use crate::environment::{Ending, ReadBack, ToolFailure, World};
+use crate::log::UnscoredCause;
 use crate::model::config::ModelConfig;
 use crate::model::{Backend, BackendOptions, LanguageModel};
 pub use spec::{ArgMatch, Budget, Check, ExpectedCall, GraderKind, JsonCheck, ScorerSpec, TextOp};
@@ -40,7 +40,7 @@ pub struct Score {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{cause}: {message}")]
 pub struct ScoringFault {
-    pub cause: String,
+    pub cause: UnscoredCause,
     pub message: String,
     /// The verdicts the other scorers gave: logged, so that a regrade can carry over those
     /// about the final world, which is gone.
@@ -65,7 +65,7 @@ pub fn log_scores(recorder: &crate::log::Recorder, scoring_id: &str, scores: &[S
 
 impl ScoringFault {
     fn grader(message: String) -> Self {
-        ScoringFault { cause: "grader_error".into(), message, scores: Vec::new() }
+        ScoringFault { cause: UnscoredCause::GraderError, message, scores: Vec::new() }
     }
 }
 
@@ -146,6 +146,12 @@ impl Graders {
             .and_then(|m| m.recorded_grader(name, task, id, scorer))
             .or_else(|| self.backends.get(name).map(|b| b.as_grader(task, id, scorer)))
     }
+}
+
+/// The grader model of an LLM-graded scorer: `--grader` over the scorer's `model:` over the
+/// suite's `grader:`. `None` when nobody named one: never the model under test.
+pub fn grader_model(forced: Option<&str>, scorer: Option<&str>, suite: Option<&str>) -> Option<String> {
+    forced.or(scorer).or(suite).map(String::from)
 }
 
 /// Applies each scorer (the suite's, then the task's) to the episode and its final world.
@@ -271,7 +277,7 @@ async fn apply(
         Check::Budget { what: Budget::CostUsd, .. } if episode.ending.cost_usd.is_none() => {
             // Nobody's answer: the model has no price, so the budget cannot be judged.
             return Err(ScoringFault {
-                cause: "cost_unknown".into(),
+                cause: UnscoredCause::CostUnknown,
                 message: "`max_cost` needs the model's price: add it under `prices:` in runner.yaml".into(),
                 scores: Vec::new(),
             });
@@ -322,9 +328,7 @@ async fn apply(
             }
         }
         Check::Grader { kind, criteria, model, template: custom, samples, threshold, mock } => {
-            let name =
-                graders.forced.clone().or_else(|| model.clone()).or_else(|| episode.suite_grader.map(String::from));
-            let Some(name) = name else {
+            let Some(name) = grader_model(graders.forced.as_deref(), model.as_deref(), episode.suite_grader) else {
                 return Err(ScoringFault::grader(format!(
                     "`{}` has no grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, or --grader",
                     spec.name
@@ -404,8 +408,8 @@ async fn read_back(
 
 /// A scorer's failure to look at the world that is the runner's fault, not the agent's.
 fn world_fault(failure: &ToolFailure) -> Result<(), ScoringFault> {
-    match failure.fault {
-        Some(cause) => Err(ScoringFault { cause: cause.into(), message: failure.message.clone(), scores: Vec::new() }),
+    match &failure.fault {
+        Some(cause) => Err(ScoringFault { cause: cause.clone(), message: failure.message.clone(), scores: Vec::new() }),
         None => Ok(()),
     }
 }

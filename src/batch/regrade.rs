@@ -13,12 +13,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{Check, Finished, Graders, Score, ScoringFault, aggregate, log_scores};
 use crate::contract::{ErrorType, ToolCall};
 use crate::environment::{CallError, Ending, ToolFailure, Trajectory, World};
 use crate::log::event::SuiteInfo;
-use crate::log::reader::{ReadError, for_each_event};
-use crate::log::{Event, EventLog, Outcome, Termination, Usage};
+use crate::log::projection::Index;
+use crate::log::reader::ReadError;
+use crate::log::{Event, EventLog, Outcome, Termination, UnscoredCause, Usage};
+use crate::scoring::{self, Check, Finished, Graders, Score, ScoringFault, aggregate, log_scores};
 use crate::suite::Suite;
 
 /// What the log says about one episode, enough to score it again.
@@ -51,42 +52,27 @@ pub struct LoggedRun {
     pub events_path: PathBuf,
     pub suites: Vec<SuiteInfo>,
     last_seq: u64,
-    scorings: Vec<String>,
+    /// How many regrades the run had.
+    scorings: usize,
     order: Vec<String>,
     episodes: HashMap<String, Record>,
 }
 
 impl LoggedRun {
-    /// Reads a run: its folder or its `events.jsonl`.
+    /// Reads a run: its folder or its `events.jsonl`. The run as a whole comes from the
+    /// log's fold ([`Index`]); each episode's trajectory and scores, which the fold does
+    /// not keep, are gathered in the same reading.
     pub fn read(run: &Path) -> Result<Self, ReadError> {
         let events_path = if run.is_dir() { run.join("events.jsonl") } else { run.to_owned() };
-        let mut out = LoggedRun {
-            run_id: String::new(),
-            events_path: events_path.clone(),
-            suites: Vec::new(),
-            last_seq: 0,
-            scorings: Vec::new(),
-            order: Vec::new(),
-            episodes: HashMap::new(),
-        };
-        for_each_event(&events_path, |logged| {
-            out.last_seq = out.last_seq.max(logged.seq);
-            if out.run_id.is_empty() {
-                out.run_id = logged.run_id.clone();
+        let mut order = Vec::new();
+        let mut episodes: HashMap<String, Record> = HashMap::new();
+        let trajectory = ["episode_started", "action_dispatched", "observation", "final", "score", "episode_finished"];
+        let index = Index::build_with(&events_path, &trajectory, |episode_id, event| {
+            let Some(id) = episode_id else { return };
+            if !episodes.contains_key(id) {
+                order.push(id.to_owned());
             }
-            let Some(event) = logged.event() else { return };
-            let Some(id) = logged.episode_id else {
-                match event {
-                    Event::RunStarted { suites, .. } => out.suites = suites,
-                    Event::ScoringStarted { scoring_id, .. } => out.scorings.push(scoring_id),
-                    _ => {}
-                }
-                return;
-            };
-            if !out.episodes.contains_key(&id) {
-                out.order.push(id.clone());
-            }
-            let record = out.episodes.entry(id).or_default();
+            let record = episodes.entry(id.to_owned()).or_default();
             match event {
                 Event::EpisodeStarted { suite, task_id, task_digest, .. } => {
                     (record.suite, record.task_id, record.task_digest) = (suite, task_id, task_digest);
@@ -111,12 +97,21 @@ impl LoggedRun {
                 _ => {}
             }
         })?;
-        Ok(out)
+        let meta = &index.meta;
+        Ok(LoggedRun {
+            run_id: meta.run_id.clone(),
+            events_path,
+            suites: meta.header.suites.clone(),
+            last_seq: meta.last_seq,
+            scorings: meta.scorings,
+            order,
+            episodes,
+        })
     }
 
     /// The next scoring id: `regrade-1`, `regrade-2`, …
     pub fn next_scoring_id(&self) -> String {
-        format!("regrade-{}", self.scorings.len() + 1)
+        format!("regrade-{}", self.scorings + 1)
     }
 }
 
@@ -159,7 +154,7 @@ pub async fn regrade(
             scoring_id: scoring_id.clone(),
             command_line,
             grader: graders.forced.clone(),
-            suites: suites.iter().map(|s| crate::batch::suite_info(s)).collect(),
+            suites: suites.iter().map(|s| super::suite_info(s)).collect(),
         },
     );
     let mut counts = Regraded::default();
@@ -168,7 +163,7 @@ pub async fn regrade(
         let Some(finished) = &record.finished else { continue };
         let regradable = match &finished.outcome {
             Outcome::Scored { .. } => true,
-            Outcome::Unscored { cause, .. } => cause == "grader_error" || cause == "world_gone",
+            Outcome::Unscored { cause, .. } => matches!(cause, UnscoredCause::GraderError | UnscoredCause::WorldGone),
             Outcome::Cancelled => false,
         };
         let task = suites
@@ -255,7 +250,7 @@ async fn score_again(
             let earlier = (0..record.scores.len()).rev().find(|&i| !used[i] && record.scores[i].1.check == check);
             let Some(i) = earlier else {
                 return Err(ScoringFault {
-                    cause: "world_gone".into(),
+                    cause: UnscoredCause::WorldGone,
                     message: format!(
                         "`{}` looks at the episode's final world, which is gone, and never checked it",
                         spec.name
@@ -269,7 +264,7 @@ async fn score_again(
             carried.explanation = format!("{} (carried over: the world is gone)", carried.explanation);
             scores.push(carried);
         } else {
-            scores.extend(super::score(std::slice::from_ref(spec), &[], episode, &Gone, graders).await?);
+            scores.extend(scoring::score(std::slice::from_ref(spec), &[], episode, &Gone, graders).await?);
         }
     }
     Ok(scores)

@@ -1,0 +1,321 @@
+//! One function per command: each resolves its flags, does its work through the library,
+//! prints what people read, and returns its exit code or a [`CliError`].
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio_util::sync::CancellationToken;
+
+use super::flags::{CompareArgs, EvalArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs};
+use super::{CliError, Exit, resolve};
+use crate::batch::regrade::LoggedRun;
+use crate::batch::{self, RunError};
+use crate::log::Subscription;
+use crate::log::projection::{Index, Projection};
+use crate::model::BackendOptions;
+use crate::model::config::ModelConfig;
+use crate::report::gate::{self, Gate};
+use crate::report::{Progress, Summary};
+use crate::suite;
+
+/// `runner validate`: every file is checked; any bad one fails the command.
+pub fn validate(paths: &[PathBuf]) -> Result<Exit, CliError> {
+    let files = resolve::suite_files(paths)?;
+    let mut ok = true;
+    let mut names: Vec<(String, PathBuf)> = Vec::new();
+    for file in &files {
+        match suite::load(file) {
+            Ok(s) if !s.ungraded.is_empty() => {
+                // `eval` refuses these unless --grader names a model; validate has no --grader.
+                ok = false;
+                for e in &s.ungraded {
+                    eprintln!("error: {e}");
+                }
+            }
+            Ok(s) => {
+                if let Some((_, other)) = names.iter().find(|(name, _)| *name == s.name) {
+                    ok = false;
+                    eprintln!(
+                        "error: {}: suite name `{}` is already used by {}",
+                        file.display(),
+                        s.name,
+                        other.display()
+                    );
+                    continue;
+                }
+                println!(
+                    "ok  {}  suite `{}`: {} tasks, environment `{}`",
+                    file.display(),
+                    s.name,
+                    s.tasks.len(),
+                    s.environment.name
+                );
+                names.push((s.name.clone(), file.clone()));
+            }
+            Err(e) => {
+                ok = false;
+                eprintln!("error: {e}");
+            }
+        }
+    }
+    Ok(if ok { Exit::Passed } else { Exit::Usage })
+}
+
+/// `runner eval`: runs the episodes, then writes the tables and judges the run.
+pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
+    let resolve::Eval { suites, options, baseline } = resolve::eval(&args)?;
+    let runtime = resolve::runtime()?;
+    let total = batch::episode_count(&suites, &options);
+    if let Some(resume) = &options.resume {
+        eprintln!("resuming {}: {} scored episodes kept, {total} to run", resume.dir.display(), resume.keep.len());
+    }
+    let stop = CancellationToken::new();
+    let result = runtime.block_on(async {
+        tokio::spawn(stop_on_signal(stop.clone()));
+        let progress = Arc::new(Mutex::new(Progress::new(total, args.quiet)));
+        let subscriber: Subscription = progress.clone();
+        let result = batch::run(&suites, &options, stop.clone(), std::slice::from_ref(&subscriber)).await;
+        progress.lock().unwrap_or_else(PoisonError::into_inner).finish();
+        result
+    });
+    let result = result.map_err(|e| match e {
+        RunError::Exists(_) | RunError::Folder { .. } | RunError::Locked(_) => CliError::usage(e),
+        _ => CliError::results(e),
+    })?;
+    drop(runtime);
+    release_free_memory();
+    let (summary, index) = summarize(&result.events_path)?;
+    print!("\n{}", summary.render());
+    println!("results: {}", result.dir.display());
+    write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
+    if let Some(reason) = &result.aborted {
+        return Err(CliError::usage(format!("stopped early, the model is misconfigured: {reason}")));
+    }
+    if result.interrupted {
+        eprintln!("interrupted: episodes in flight were cancelled");
+        return Ok(Exit::Interrupted);
+    }
+    judge(&index, &summary, &args.gates, baseline)
+}
+
+/// `runner regrade`: scores the run again from its log and judges it.
+pub fn regrade(args: RegradeArgs) -> Result<Exit, CliError> {
+    let baseline = resolve::baseline(&args.gates, Path::new("results"))?;
+    let run = LoggedRun::read(&args.run).map_err(CliError::usage)?;
+    let paths: Vec<PathBuf> = if args.suites.is_empty() {
+        run.suites.iter().map(|s| PathBuf::from(&s.path)).collect()
+    } else {
+        args.suites.clone()
+    };
+    let suites = resolve::suites(&paths).map_err(|e| match args.suites.is_empty() {
+        true => e.with_note("these are the suite files the run was made from; name them with --suite"),
+        false => e,
+    })?;
+    let config = ModelConfig::load(args.config.as_deref()).map_err(CliError::usage)?;
+    let graders = resolve::graders(&suites, args.grader.clone(), &config, BackendOptions::default(), &[])?;
+    crate::log::secrets::withdraw_from_environment(config.key_vars());
+    let run_dir = run.events_path.parent().unwrap_or(Path::new("."));
+    let _lock = batch::lock(run_dir).map_err(CliError::usage)?;
+    let regraded =
+        resolve::runtime()?.block_on(batch::regrade::regrade(&run, &suites, &graders, std::env::args().collect()));
+    let (scoring_id, counts) =
+        regraded.map_err(|e| CliError::results(format!("failed to append to {}: {e}", run.events_path.display())))?;
+    let (summary, index) = summarize(&run.events_path)?;
+    print!("{}", summary.render());
+    let changed = if counts.changed_tasks > 0 {
+        format!("; {} on tasks whose content changed since the run", counts.changed_tasks)
+    } else {
+        String::new()
+    };
+    println!(
+        "scoring `{scoring_id}`: {} episodes re-scored ({} passed, {} unscored), {} skipped{changed}",
+        counts.episodes, counts.passed, counts.unscored, counts.skipped
+    );
+    write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
+    judge(&index, &summary, &args.gates, baseline)
+}
+
+/// `runner report`: the tables and summary again, and the reports asked for.
+pub fn report(args: ReportArgs) -> Result<Exit, CliError> {
+    let dir = batch::resume::find_logged_run(&args.run, Path::new("results")).map_err(CliError::usage)?;
+    let (summary, index) = summarize(&dir.join("events.jsonl"))?;
+    print!("{}", summary.render());
+    println!("tables: {}, {}", dir.join("episodes.csv").display(), dir.join("episodes.parquet").display());
+    write_reports(&index, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
+    if let Some(html) = &args.html {
+        let path = html.clone().unwrap_or_else(|| dir.join("report.html"));
+        let failed = |e: String| CliError::results(format!("failed to write {}: {e}", path.display()));
+        let tmp = crate::report::temporary_beside(&path).map_err(|e| failed(e.to_string()))?;
+        let file = tmp.reopen().map_err(|e| failed(e.to_string()))?;
+        let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
+        crate::report::html::render(&index, args.max_trajectories, &mut out).map_err(failed)?;
+        drop(out);
+        tmp.persist(&path).map_err(|e| failed(e.error.to_string()))?;
+        println!("report: {}", path.display());
+    }
+    Ok(Exit::Passed)
+}
+
+/// `runner compare`: the runs side by side, gated with `--fail-on-regression`.
+pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
+    resolve::fraction("--tolerance", Some(args.tolerance))?;
+    resolve::fraction("--alpha", Some(args.alpha))?;
+    let mut runs = Vec::new();
+    for run in &args.runs {
+        let dir = batch::resume::find_logged_run(run, Path::new("results")).map_err(CliError::usage)?;
+        runs.push(Projection::from_log(&dir.join("events.jsonl")).map_err(CliError::usage)?);
+    }
+    let comparison = crate::report::compare::Comparison::of(&runs);
+    if comparison.groups.len() < 2 {
+        return Err(CliError::usage(
+            "nothing to compare: the runs hold fewer than two models with episodes (give two runs, or a run made with several --model)",
+        ));
+    }
+    print!("{}", comparison.render());
+    let write = |path: &Path, bytes: &[u8]| {
+        std::fs::write(path, bytes).map_err(|e| CliError::results(format!("failed to write {}: {e}", path.display())))
+    };
+    if let Some(path) = &args.markdown {
+        write(path, comparison.markdown().as_bytes())?;
+    }
+    if let Some(path) = &args.csv {
+        write(path, &comparison.groups_csv().map_err(CliError::results)?)?;
+        write(&path.with_extension("pairs.csv"), &comparison.pairs_csv().map_err(CliError::results)?)?;
+    }
+    let verdicts = gate::compared(&runs, comparison, args.fail_on_regression).map_err(CliError::usage)?;
+    // Last, so that a CI log ends with why the command passed or failed.
+    for t in &verdicts {
+        println!("{}", t.verdict(args.tolerance, args.alpha));
+    }
+    let regressed = verdicts.iter().any(|t| t.regressed(args.tolerance, args.alpha));
+    Ok(if args.fail_on_regression && regressed { Exit::GateFailed } else { Exit::Passed })
+}
+
+/// `runner merge`: the shards into one run, judged as one.
+pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
+    let baseline = resolve::baseline(&args.gates, &args.out)?;
+    let mut dirs = Vec::new();
+    for run in &args.runs {
+        dirs.push(batch::resume::find_run(run, &args.out).map_err(CliError::usage)?);
+    }
+    let run_id = args.run_id.clone().unwrap_or_else(batch::new_run_id);
+    let merged = batch::merge::merge(&dirs, &args.out, run_id, std::env::args().collect(), args.allow_partial)
+        .map_err(CliError::usage)?;
+    if !merged.missing_shards.is_empty() {
+        eprintln!("warning: shard(s) {} missing from the merge", merged.missing_shards.join(", "));
+    }
+    let (summary, index) = summarize(&merged.events_path)?;
+    print!("{}", summary.render());
+    println!("merged {} runs, {} episodes: {}", dirs.len(), merged.episodes, merged.dir.display());
+    write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
+    judge(&index, &summary, &args.gates, baseline)
+}
+
+/// Hands the memory the run's threads freed back to the system before the tables are
+/// built, so that the run's peak and the tables' do not add up.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// The summary of a run's log, and the log's index for the reports and gates that follow;
+/// `summary.json`, `episodes.csv` and `episodes.parquet` are
+/// (re)written beside it. A log that cannot be read back, or a table that cannot be
+/// written, means the results failed.
+fn summarize(events: &Path) -> Result<(Summary, Index), CliError> {
+    let index = Index::build(events).map_err(CliError::results)?;
+    let mut summary = Summary::begin(&index.meta);
+    let dir = events.parent().unwrap_or(Path::new("."));
+    summary.run_dir = Some(dir.display().to_string());
+    crate::report::table::write_tables(&index, dir, |row| summary.add(row)).map_err(CliError::results)?;
+    let path = dir.join("summary.json");
+    let json = serde_json::to_vec_pretty(&summary.to_json()).unwrap_or_default();
+    crate::report::write_atomically(&path, &json)
+        .map_err(|e| CliError::results(format!("failed to write {}: {e}", path.display())))?;
+    Ok((summary, index))
+}
+
+/// `--junit`, `--markdown` and the GitHub step summary.
+fn write_reports(
+    index: &Index,
+    summary: &Summary,
+    junit: Option<&Path>,
+    markdown: Option<&Path>,
+) -> Result<(), CliError> {
+    let failed = |what: &Path, e: std::io::Error| CliError::results(format!("failed to write {}: {e}", what.display()));
+    if let Some(path) = junit {
+        crate::report::junit::write(index, summary, path).map_err(|e| failed(path, e))?;
+    }
+    let text = crate::report::junit::markdown(summary);
+    if let Some(path) = markdown {
+        std::fs::write(path, &text).map_err(|e| failed(path, e))?;
+    }
+    if let Some(step) = std::env::var_os("GITHUB_STEP_SUMMARY").map(PathBuf::from) {
+        use std::io::Write as _;
+        let appended = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&step)
+            .and_then(|mut f| f.write_all(text.as_bytes()));
+        appended.map_err(|e| failed(&step, e))?;
+    }
+    Ok(())
+}
+
+/// The exit code of a finished run: the unscored share, thresholds and `--fail-under`, then
+/// the comparison with the baseline.
+fn judge(index: &Index, summary: &Summary, gates: &GateArgs, baseline: Option<Projection>) -> Result<Exit, CliError> {
+    let verdict = gate::gate(summary, gates.fail_under, gates.max_unscored);
+    for reason in verdict.reasons() {
+        eprintln!("{reason}");
+    }
+    let exit = match verdict {
+        Gate::Passed => Exit::Passed,
+        Gate::Failed(_) => Exit::GateFailed,
+        Gate::TooManyUnscored(_) => Exit::TooManyUnscored,
+    };
+    let Some(baseline) = baseline else { return Ok(exit) };
+    let current = Projection::from_index(index).map_err(CliError::results)?;
+    let against = gate::against(&baseline, &current, gates.tolerance, gates.alpha);
+    for line in &against.lines {
+        eprintln!("{line}");
+    }
+    if let Some(unjudged) = against.unjudged {
+        return Err(CliError::new(if exit != Exit::Passed { exit } else { Exit::Usage }, unjudged));
+    }
+    Ok(if exit != Exit::Passed {
+        exit
+    } else if against.regressed {
+        Exit::GateFailed
+    } else {
+        Exit::Passed
+    })
+}
+
+/// The first Ctrl-C or SIGTERM (what Kubernetes, Docker, systemd and CI cancellation
+/// send) stops the run gracefully: episodes in flight are cancelled and logged, the tables
+/// written. A second signal of either kind exits at once.
+async fn stop_on_signal(stop: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut interrupt), Ok(mut terminate)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()))
+    else {
+        eprintln!("warning: failed to install the signal handlers; Ctrl-C ends the run at once");
+        return;
+    };
+    let name = tokio::select! {
+        _ = interrupt.recv() => "Ctrl-C",
+        _ = terminate.recv() => "SIGTERM",
+    };
+    eprintln!(
+        "\nstopping on {name}: cancelling the episodes in flight (Ctrl-C again to quit now, or a second SIGTERM)"
+    );
+    stop.cancel();
+    tokio::select! {
+        _ = interrupt.recv() => {}
+        _ = terminate.recv() => {}
+    }
+    std::process::exit(Exit::Interrupted as i32);
+}

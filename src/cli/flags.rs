@@ -1,0 +1,198 @@
+//! The flags, as plain clap structs: they mirror the command line and only validate what
+//! clap can. What they name (suites, models, runs) is opened in `resolve`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::batch;
+
+#[derive(Parser)]
+#[command(name = "runner", version, about = "Run LLM agents through task suites and tell how well they did.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the episodes of one or more suites and score them.
+    Eval(Box<EvalArgs>),
+    /// Score a finished run again from its log: changed scorers, another grader. No agent
+    /// model is called; the new scores are appended under a new scoring id.
+    Regrade(RegradeArgs),
+    /// Rebuild a run's tables and summary from its log; write an HTML report, JUnit or Markdown.
+    Report(ReportArgs),
+    /// Put backends side by side: pass rates with intervals, cost, latency, the tasks that
+    /// flipped, and paired tests on the episodes the runs share.
+    Compare(CompareArgs),
+    /// Combine the shards of a run (or runs of the same suites and models on disjoint
+    /// episodes) into one run folder.
+    Merge(MergeArgs),
+    /// Check suites (and their environments and datasets) without running them.
+    Validate {
+        /// Suite files, or folders of them.
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+    },
+}
+
+#[derive(Args)]
+pub struct RegradeArgs {
+    /// The run folder (or its events.jsonl).
+    pub run: PathBuf,
+    /// The grader model for LLM-graded scorers, over the suites' and scorers' choice.
+    #[arg(long)]
+    pub grader: Option<String>,
+    /// Suite files with the scorers to apply (default: the files the run was made from).
+    #[arg(long = "suite")]
+    pub suites: Vec<PathBuf>,
+    /// The providers and prices file.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub gates: GateArgs,
+}
+
+/// How a finished run is judged and reported: shared by eval, regrade and merge.
+#[derive(Args, Clone, Default)]
+pub struct GateArgs {
+    /// Fail when the pass rate over all scored episodes is below this fraction.
+    #[arg(long)]
+    pub fail_under: Option<f64>,
+    /// The largest fraction of episodes that may go unscored before the command fails.
+    #[arg(long, default_value_t = 0.0)]
+    pub max_unscored: f64,
+    /// Compare with this run (a folder, such as a baseline committed to the repository) and
+    /// fail only on a significant regression (exact McNemar test on the shared episodes).
+    #[arg(long, value_name = "RUN")]
+    pub baseline: Option<PathBuf>,
+    /// With --baseline: a drop in pass rate up to this fraction is tolerated.
+    #[arg(long, default_value_t = 0.0)]
+    pub tolerance: f64,
+    /// With --baseline: the significance level of the paired test.
+    #[arg(long, default_value_t = 0.05)]
+    pub alpha: f64,
+    /// Write a JUnit XML report here: one test case per episode.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// Write the summary as Markdown here (also appended to $GITHUB_STEP_SUMMARY when set).
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// The run folder (or its events.jsonl).
+    pub run: PathBuf,
+    /// Write a self-contained HTML report: `--html` to RUN/report.html, `--html=FILE` elsewhere.
+    #[arg(long, value_name = "FILE", num_args = 0..=1, require_equals = true)]
+    pub html: Option<Option<PathBuf>>,
+    /// The most episodes whose whole trajectory goes into the HTML report (failed and
+    /// unscored ones first); the others are listed with their results only.
+    #[arg(long, default_value_t = 2000)]
+    pub max_trajectories: usize,
+    /// Write a JUnit XML report here: one test case per episode.
+    #[arg(long)]
+    pub junit: Option<PathBuf>,
+    /// Write the summary as Markdown here.
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct CompareArgs {
+    /// Run folders; one run made with several --model compares those models.
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+    /// Write the comparison as Markdown here (for a pull-request comment).
+    #[arg(long)]
+    pub markdown: Option<PathBuf>,
+    /// Write the per-model table as CSV here, and the paired tests beside it (`NAME.pairs.csv`).
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Exit 1 when a later group is significantly worse than the first (by --alpha, beyond --tolerance).
+    #[arg(long)]
+    pub fail_on_regression: bool,
+    /// A drop in pass rate up to this fraction is tolerated.
+    #[arg(long, default_value_t = 0.0)]
+    pub tolerance: f64,
+    /// The significance level of the paired test.
+    #[arg(long, default_value_t = 0.05)]
+    pub alpha: f64,
+}
+
+#[derive(Args)]
+pub struct MergeArgs {
+    /// The run folders of the shards.
+    #[arg(required = true, num_args = 2..)]
+    pub runs: Vec<PathBuf>,
+    /// The folder the merged run is written under.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Name the merged run's folder instead of using a timestamp.
+    #[arg(long)]
+    pub run_id: Option<String>,
+    /// Merge even when a shard is missing or did not finish (the verdict is then partial).
+    #[arg(long)]
+    pub allow_partial: bool,
+    #[command(flatten)]
+    pub gates: GateArgs,
+}
+
+#[derive(Args)]
+pub struct EvalArgs {
+    /// Suite files, or folders of them.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// A model: `provider/model` (openai/gpt-4o-mini, anthropic/claude-…, ollama/qwen3,
+    /// openai-compatible/NAME), `mock`, or `replay:PATH`. Repeat to compare several.
+    #[arg(long = "model", short = 'm', required = true)]
+    pub models: Vec<String>,
+    /// The providers and prices file (default: $RUNNER_CONFIG, else ./runner.yaml if present).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Append every model response to this cassette, for `--model replay:FILE`.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    /// Serve repeated requests from a local response cache.
+    #[arg(long)]
+    pub cache: bool,
+    /// The grader model for LLM-graded scorers, over the suites' and scorers' choice.
+    #[arg(long)]
+    pub grader: Option<String>,
+    /// How long cached responses stay fresh, in seconds.
+    #[arg(long, default_value_t = 7 * 24 * 3600)]
+    pub cache_ttl_s: u64,
+    /// Where the cache lives (default: ~/.cache/runner/responses).
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
+    /// Run each task this many times (overrides the suites' `epochs`).
+    #[arg(long)]
+    pub epochs: Option<u32>,
+    /// How many episodes run at once.
+    #[arg(long, short = 'j', default_value_t = 8)]
+    pub jobs: usize,
+    /// The folder runs are written under.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Name the run folder instead of using a timestamp.
+    #[arg(long, conflicts_with = "resume")]
+    pub run_id: Option<String>,
+    /// Continue an interrupted or partly failed run (its folder, or its id under --out):
+    /// scored episodes are kept, unscored and missing ones run again.
+    #[arg(long, value_name = "RUN")]
+    pub resume: Option<PathBuf>,
+    #[command(flatten)]
+    pub gates: GateArgs,
+    /// `mock` only: each model call waits this many milliseconds (`20`, or `10-30` at
+    /// random), to measure scheduling without a provider.
+    #[arg(long, value_parser = crate::model::mock::parse_delay)]
+    pub mock_delay_ms: Option<(u64, u64)>,
+    /// Run only shard I of N (`--shard 2/4`): a stable hash of each episode's id picks it.
+    #[arg(long, value_parser = batch::parse_shard)]
+    pub shard: Option<(u64, u64)>,
+    /// No progress bar or per-episode lines; only the summary.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}

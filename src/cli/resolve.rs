@@ -1,0 +1,192 @@
+//! What the flags name, opened and checked once before anything runs: suite files, models,
+//! graders, the gates and their baseline run, the async runtime.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::flags::{EvalArgs, GateArgs};
+use super::{CliError, Exit};
+use crate::batch::{self, RunOptions};
+use crate::log::projection::Projection;
+use crate::model::cache::CacheOptions;
+use crate::model::config::ModelConfig;
+use crate::model::replay::CassetteWriter;
+use crate::model::{Backend, BackendOptions};
+use crate::scoring::{Check, Graders, grader_model};
+use crate::suite::{self, Suite};
+
+/// What `runner eval` runs, resolved from its flags.
+pub struct Eval {
+    pub suites: Vec<Arc<Suite>>,
+    pub options: RunOptions,
+    pub baseline: Option<Projection>,
+}
+
+/// Opens the models, checks the gates, loads the suites, opens the graders and plans a
+/// resumption, in that order (a mistake in a flag is found before the suites are read).
+pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
+    let (models, config, options) = models(args)?;
+    let baseline = baseline(&args.gates, &args.out)?;
+    if args.epochs == Some(0) {
+        return Err(CliError::usage("--epochs must be at least 1"));
+    }
+    let suites = suites(&args.paths)?;
+    for suite in &suites {
+        let epochs = args.epochs.unwrap_or(suite.epochs);
+        if let Some(k) = suite.k_of_n.filter(|k| *k > epochs) {
+            let message =
+                format!("{}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
+            return Err(CliError::usage(message));
+        }
+    }
+    // The graders are recorded and cached like the models under test, and replayed with them.
+    let graders = Arc::new(graders(&suites, args.grader.clone(), &config, options, &models)?);
+    // The clients hold their keys now; the commands the worlds run must not find them.
+    crate::log::secrets::withdraw_from_environment(config.key_vars());
+    let resume = match &args.resume {
+        Some(run) => {
+            let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;
+            Some(batch::resume::plan(&dir, &suites, &models, args.epochs, args.shard).map_err(CliError::usage)?)
+        }
+        None => None,
+    };
+    let jobs = crate::environment::resources::fit_jobs(args.jobs.max(1), suites.iter().map(|s| &*s.environment));
+    let options = RunOptions {
+        models,
+        epochs: args.epochs,
+        jobs,
+        out_dir: args.out.clone(),
+        run_id: args.run_id.clone(),
+        command_line: std::env::args().collect(),
+        graders,
+        shard: args.shard,
+        resume,
+    };
+    Ok(Eval { suites, options, baseline })
+}
+
+/// Expands folders into the suite files inside them, in name order.
+pub fn suite_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut inside: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|e| CliError::usage(format!("{}: failed to read folder: {e}", path.display())))?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .collect();
+            inside.sort();
+            files.extend(inside);
+        } else if path.exists() {
+            files.push(path.clone());
+        } else {
+            return Err(CliError::usage(format!("{}: no such file", path.display())));
+        }
+    }
+    if files.is_empty() {
+        return Err(CliError::usage("no suite files found"));
+    }
+    Ok(files)
+}
+
+/// Loads every suite the paths name; every error of every file is reported.
+pub fn suites(paths: &[PathBuf]) -> Result<Vec<Arc<Suite>>, CliError> {
+    suite::load_all(&suite_files(paths)?).map_err(|errors| CliError::each(Exit::Usage, errors))
+}
+
+/// Every `--model`, opened with recording and caching as asked; the config and the options
+/// too, for the graders.
+pub fn models(args: &EvalArgs) -> Result<(Vec<Arc<Backend>>, ModelConfig, BackendOptions), CliError> {
+    let config = ModelConfig::load(args.config.as_deref()).map_err(CliError::usage)?;
+    let record = match &args.record {
+        Some(path) => Some(Arc::new(
+            CassetteWriter::create(path)
+                .map_err(|e| CliError::usage(format!("failed to open the cassette {}: {e}", path.display())))?,
+        )),
+        None => None,
+    };
+    let cache = args.cache.then(|| {
+        Arc::new(CacheOptions {
+            dir: args.cache_dir.clone().unwrap_or_else(CacheOptions::default_dir),
+            ttl: std::time::Duration::from_secs(args.cache_ttl_s),
+        })
+    });
+    let options = BackendOptions { record, cache, mock_delay_ms: args.mock_delay_ms };
+    let mut models: Vec<Arc<Backend>> = Vec::new();
+    for spec in &args.models {
+        let backend = Backend::open(spec, &config, options.clone()).map_err(CliError::usage)?;
+        if models.iter().any(|m| m.name() == backend.name()) {
+            return Err(CliError::usage(format!("--model {} is given more than once (as `{spec}`)", backend.name())));
+        }
+        models.push(Arc::new(backend));
+    }
+    Ok((models, config, options))
+}
+
+/// Opens the grader models the suites need, each chosen by [`grader_model`] (the rule the
+/// scorers follow); a grader scorer without one is an error now, not a silent fallback to
+/// the model under test.
+pub fn graders(
+    suites: &[Arc<Suite>],
+    forced: Option<String>,
+    config: &ModelConfig,
+    options: BackendOptions,
+    under_test: &[Arc<Backend>],
+) -> Result<Graders, CliError> {
+    let mut names = Vec::new();
+    for suite in suites {
+        let suite_grader = suite.grader.as_ref().map(|g| g.model.as_str());
+        for spec in suite.scorers.iter().chain(suite.tasks.iter().flat_map(|t| &t.scorers)) {
+            let Check::Grader { model, .. } = &spec.check else { continue };
+            let Some(name) = grader_model(forced.as_deref(), model.as_deref(), suite_grader) else {
+                return Err(CliError::usage(suite.ungraded.first().map(|e| e.to_string()).unwrap_or_else(|| {
+                    format!(
+                        "{}: `{}` needs a grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, or pass --grader",
+                        suite.path.display(),
+                        spec.name
+                    )
+                })));
+            };
+            names.push(name);
+        }
+    }
+    Graders::open(names, forced, config, options, under_test).map_err(CliError::usage)
+}
+
+/// Checks the gate flags before anything runs, and reads the baseline run (a bad baseline
+/// is found now, not after an hour of episodes).
+pub fn baseline(gates: &GateArgs, out_dir: &Path) -> Result<Option<Projection>, CliError> {
+    let fractions = [
+        ("--fail-under", gates.fail_under),
+        ("--max-unscored", Some(gates.max_unscored)),
+        ("--tolerance", Some(gates.tolerance)),
+        ("--alpha", Some(gates.alpha)),
+    ];
+    for (flag, value) in fractions {
+        fraction(flag, value)?;
+    }
+    let Some(run) = &gates.baseline else { return Ok(None) };
+    let dir = batch::resume::find_logged_run(run, out_dir).map_err(CliError::usage)?;
+    let baseline = Projection::from_log(&dir.join("events.jsonl")).map_err(CliError::usage)?;
+    if baseline.header.suites.is_empty() || baseline.episodes.is_empty() {
+        return Err(CliError::usage(format!("--baseline {}: the run has no episodes", dir.display())));
+    }
+    Ok(Some(baseline))
+}
+
+/// A flag that must be a fraction, when given.
+pub fn fraction(flag: &str, value: Option<f64>) -> Result<(), CliError> {
+    match value {
+        Some(v) if !(0.0..=1.0).contains(&v) => {
+            Err(CliError::usage(format!("{flag} must be a fraction between 0 and 1, got {v}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::usage(format!("failed to start the async runtime: {e}")))
+}

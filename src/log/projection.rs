@@ -1,0 +1,513 @@
+//! The one fold of a run's log: one row per episode, and what the run as a whole says. The
+//! tables, the summary, the comparison and the reports, resume, merge and regrade all read
+//! the log through it.
+//!
+//! An episode's row is its latest finish (a resumed run finishes again the episodes it ran
+//! again) under its latest scoring (a regrade appends new outcomes). Rows are sorted by
+//! suite, task, model and epoch, so two runs of the same episodes give the same table
+//! whatever order the episodes finished in.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::event::{ModelCallTiming, SuiteInfo};
+use super::reader::{LineHeader, ReadError, for_each_line_of, header_seq, line_at};
+use super::{Event, Outcome, Termination, Usage};
+
+/// One episode as the table shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpisodeRow {
+    pub episode_id: Box<str>,
+    pub suite: Arc<str>,
+    pub task_id: Arc<str>,
+    pub task_digest: Arc<str>,
+    pub model: Arc<str>,
+    pub epoch: u32,
+    pub outcome: Outcome,
+    pub termination: Termination,
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub tool_errors: u32,
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    pub model_calls: u32,
+    /// The sum of the episode's model call latencies.
+    pub latency_ms: f64,
+    pub wall_ms: f64,
+    /// Microseconds since the Unix epoch, UTC.
+    pub started_us: i64,
+    pub finished_us: i64,
+}
+
+impl EpisodeRow {
+    /// `passed`, `failed`, `unscored` or `cancelled`.
+    pub fn status(&self) -> &'static str {
+        match &self.outcome {
+            Outcome::Scored { passed: true, .. } => "passed",
+            Outcome::Scored { passed: false, .. } => "failed",
+            Outcome::Unscored { .. } => "unscored",
+            Outcome::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn score(&self) -> Option<f64> {
+        match self.outcome {
+            Outcome::Scored { score, .. } => Some(score),
+            _ => None,
+        }
+    }
+
+    pub fn passed(&self) -> Option<bool> {
+        match self.outcome {
+            Outcome::Scored { passed, .. } => Some(passed),
+            _ => None,
+        }
+    }
+
+    pub fn unscored_cause(&self) -> Option<&str> {
+        match &self.outcome {
+            Outcome::Unscored { cause, .. } => Some(cause.as_str()),
+            _ => None,
+        }
+    }
+
+    /// What pairs this episode with the same task's epoch in another run or on another model.
+    pub fn pair_key(&self) -> (&str, &str, u32) {
+        (&self.suite, &self.task_id, self.epoch)
+    }
+
+    pub fn started_at(&self) -> String {
+        rfc3339(self.started_us)
+    }
+
+    pub fn finished_at(&self) -> String {
+        rfc3339(self.finished_us)
+    }
+}
+
+fn rfc3339(us: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(us)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        .unwrap_or_default()
+}
+
+fn micros(ts: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(ts).map_or(0, |t| t.timestamp_micros())
+}
+
+/// The run as a whole, from `run_started`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunHeader {
+    pub runner_version: String,
+    pub command_line: Vec<String>,
+    pub models: Vec<String>,
+    pub suites: Vec<SuiteInfo>,
+    pub git_revision: Option<String>,
+    pub shard: Option<String>,
+}
+
+/// A run's log, projected.
+#[derive(Debug, Clone, Default)]
+pub struct Projection {
+    pub run_id: String,
+    pub header: RunHeader,
+    /// Sorted by suite, task, model and epoch.
+    pub episodes: Vec<EpisodeRow>,
+    /// From the latest `run_finished`: whether the run (or its last resumption) was stopped.
+    pub interrupted: bool,
+    pub finished: bool,
+    /// The run's own wall time, summed over its resumptions.
+    pub wall_ms: f64,
+    /// Episodes started but never finished (the process was killed).
+    pub unfinished: u64,
+    pub torn_last_line: bool,
+    /// The latest regrade, when the run was regraded.
+    pub scoring_id: Option<String>,
+    /// How many regrades the run had.
+    pub scorings: usize,
+    /// The highest event number: where an append continues.
+    pub last_seq: u64,
+}
+
+/// An episode between its start and its finish.
+struct Open {
+    key: Key,
+    started_us: i64,
+    model_calls: u32,
+    latency_ms: f64,
+}
+
+/// Suite, task id, task digest and model (indexes into the index's names), and epoch: what
+/// identifies an episode (its id is made from them) and sorts the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Key {
+    suite: u32,
+    task: u32,
+    digest: u32,
+    model: u32,
+    epoch: u32,
+}
+
+/// One finish of an episode: where its line is and what the lines before it said.
+struct Entry {
+    key: Key,
+    model_calls: u32,
+    started_us: i64,
+    latency_ms: f64,
+    offset: u64,
+}
+
+/// A log read once, keeping of each finished episode only what sorts and locates it
+/// (about 50 bytes): the rows are then read back one at a time, in table order. This is
+/// what keeps writing the tables of a 100,000-episode run within a few megabytes.
+pub struct Index {
+    path: std::path::PathBuf,
+    /// Everything but the rows.
+    pub meta: Projection,
+    names: Vec<Arc<str>>,
+    entries: Vec<Entry>,
+    rescored: HashMap<String, Outcome>,
+}
+
+impl Index {
+    pub fn build(path: &Path) -> Result<Index, ReadError> {
+        Index::build_with(path, &[], |_, _| {})
+    }
+
+    /// Builds the index and, in the same reading, gives each event whose type is in `also`
+    /// to `each` with its episode id, for a reader that needs more of some events than the
+    /// index keeps (regrade: trajectories and scores). An event of one of those types that
+    /// this version cannot decode is not given.
+    pub fn build_with(
+        path: &Path,
+        also: &[&str],
+        mut each: impl FnMut(Option<&str>, Event),
+    ) -> Result<Index, ReadError> {
+        let kinds = [
+            "run_started",
+            "run_resumed",
+            "episode_started",
+            "model_call",
+            "episode_finished",
+            "scoring_started",
+            "episode_scored",
+            "run_finished",
+        ];
+        let mut p = Projection::default();
+        let mut open: HashMap<String, Open> = HashMap::new();
+        let mut names: Vec<Arc<str>> = Vec::new();
+        let mut numbers: HashMap<Arc<str>, u32> = HashMap::new();
+        let mut intern = |name: String| -> u32 {
+            if let Some(&n) = numbers.get(name.as_str()) {
+                return n;
+            }
+            let n = names.len() as u32;
+            let name: Arc<str> = Arc::from(name);
+            names.push(name.clone());
+            numbers.insert(name, n);
+            n
+        };
+        let mut entries = Vec::new();
+        let mut rescored: HashMap<String, Outcome> = HashMap::new();
+        // Every line counts for the last event number (an append continues after it); only
+        // these kinds are decoded.
+        let torn = for_each_line_of(path, None, |kind, text, offset| {
+            if also.contains(&kind) {
+                let head: LineHeader = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                if let Ok(event) = serde_json::from_str::<Event>(text) {
+                    each(head.episode_id.as_deref(), event);
+                }
+            }
+            if !kinds.contains(&kind) {
+                let seq = match header_seq(text) {
+                    Some(seq) => seq,
+                    None => serde_json::from_str::<LineHeader>(text).map_err(|e| e.to_string())?.seq,
+                };
+                p.last_seq = p.last_seq.max(seq);
+                return Ok(());
+            }
+            let head: LineHeader = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            p.last_seq = p.last_seq.max(head.seq);
+            if p.run_id.is_empty()
+                && let Some(run_id) = head.run_id
+            {
+                p.run_id = run_id;
+            }
+            match kind {
+                "episode_started" => {
+                    let Event::EpisodeStarted { suite, task_id, task_digest, model, epoch, .. } =
+                        serde_json::from_str(text).map_err(|e| e.to_string())?
+                    else {
+                        return Err(format!("not an {kind} event"));
+                    };
+                    if let Some(id) = head.episode_id {
+                        let key = Key {
+                            suite: intern(suite),
+                            task: intern(task_id),
+                            digest: intern(task_digest),
+                            model: intern(model),
+                            epoch,
+                        };
+                        open.insert(id, Open { key, started_us: micros(&head.ts), model_calls: 0, latency_ms: 0.0 });
+                    }
+                }
+                "model_call" => {
+                    // The view, not the event: a model call's line holds its whole request and
+                    // response, and there are many per episode.
+                    let call: ModelCallTiming = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                    if let Some(o) = head.episode_id.and_then(|id| open.get_mut(&id)).filter(|_| call.scorer.is_none())
+                    {
+                        o.model_calls += 1;
+                        o.latency_ms += call.latency_ms;
+                    }
+                }
+                "episode_finished" => {
+                    let Some(id) = head.episode_id else { return Ok(()) };
+                    let Some(o) = open.remove(&id) else { return Ok(()) };
+                    // A regrade's outcome of an earlier finish does not carry over to a
+                    // finish that comes after it: the episode ran again.
+                    rescored.remove(&id);
+                    entries.push(Entry {
+                        key: o.key,
+                        model_calls: o.model_calls,
+                        started_us: o.started_us,
+                        latency_ms: o.latency_ms,
+                        offset,
+                    });
+                }
+                _ => match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
+                    // The first header is the run's (a merged run's is the merge's).
+                    Event::RunStarted { runner_version, command_line, models, suites, git_revision, shard, .. }
+                        if p.header.suites.is_empty() =>
+                    {
+                        p.header = RunHeader { runner_version, command_line, models, suites, git_revision, shard };
+                    }
+                    Event::ScoringStarted { scoring_id, .. } => {
+                        p.scoring_id = Some(scoring_id);
+                        p.scorings += 1;
+                    }
+                    Event::EpisodeScored { outcome, .. } => {
+                        if let Some(id) = head.episode_id {
+                            rescored.insert(id, outcome);
+                        }
+                    }
+                    Event::RunFinished { interrupted, wall_ms, .. } => {
+                        p.interrupted = interrupted;
+                        p.finished = true;
+                        p.wall_ms += wall_ms;
+                    }
+                    Event::RunResumed { .. } => p.finished = false,
+                    _ => {}
+                },
+            }
+            Ok(())
+        })?;
+        p.unfinished = open.len() as u64;
+        p.torn_last_line = torn;
+        let name = |n: u32| -> &str { &names[n as usize] };
+        // Sorted, an episode's finishes sit together, the latest first: keep that one.
+        entries.sort_unstable_by(|a, b| {
+            let (x, y) = (&a.key, &b.key);
+            (name(x.suite), name(x.task), name(x.model), x.epoch, name(x.digest), std::cmp::Reverse(a.offset)).cmp(&(
+                name(y.suite),
+                name(y.task),
+                name(y.model),
+                y.epoch,
+                name(y.digest),
+                std::cmp::Reverse(b.offset),
+            ))
+        });
+        entries.dedup_by(|later, first| later.key == first.key);
+        entries.shrink_to_fit();
+        Ok(Index { path: path.to_path_buf(), meta: p, names, entries, rescored })
+    }
+
+    /// The log this index was built from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many episodes (rows) the run has.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Each episode's row, in table order, its finish read back from the log.
+    pub fn for_each_row(&self, mut each: impl FnMut(EpisodeRow)) -> Result<(), ReadError> {
+        let shown = self.path.display().to_string();
+        let file = std::fs::File::open(&self.path).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
+        let invalid = |offset: u64, message: String| ReadError::Invalid {
+            path: shown.clone(),
+            line: crate::log::reader::line_number_at(&self.path, offset),
+            message,
+        };
+        let mut buf = Vec::new();
+        for e in &self.entries {
+            let text =
+                line_at(&file, e.offset, &mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
+            let head: LineHeader = serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
+            let finished: Event = serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
+            let Event::EpisodeFinished {
+                outcome,
+                termination,
+                steps,
+                tool_calls,
+                tool_errors,
+                usage,
+                cost_usd,
+                wall_ms,
+                ..
+            } = finished
+            else {
+                return Err(invalid(e.offset, "not an episode_finished event".into()));
+            };
+            let id = head.episode_id.unwrap_or_default();
+            let outcome = self.rescored.get(&id).cloned().unwrap_or(outcome);
+            let name = |n: u32| self.names[n as usize].clone();
+            each(EpisodeRow {
+                episode_id: id.into_boxed_str(),
+                suite: name(e.key.suite),
+                task_id: name(e.key.task),
+                task_digest: name(e.key.digest),
+                model: name(e.key.model),
+                epoch: e.key.epoch,
+                outcome: compact(outcome),
+                termination,
+                steps,
+                tool_calls,
+                tool_errors,
+                usage,
+                cost_usd,
+                model_calls: e.model_calls,
+                latency_ms: e.latency_ms,
+                wall_ms,
+                started_us: e.started_us,
+                finished_us: micros(&head.ts),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Projection {
+    /// Reads `events.jsonl` and holds every episode's row (about 250 bytes each).
+    pub fn from_log(path: &Path) -> Result<Projection, ReadError> {
+        Projection::from_index(&Index::build(path)?)
+    }
+
+    /// Every row of an index already built.
+    pub fn from_index(index: &Index) -> Result<Projection, ReadError> {
+        let mut p = index.meta.clone();
+        p.episodes.reserve_exact(index.len());
+        index.for_each_row(|row| p.episodes.push(row))?;
+        Ok(p)
+    }
+
+    /// The suite as the run saw it.
+    pub fn suite(&self, name: &str) -> Option<&SuiteInfo> {
+        self.header.suites.iter().find(|s| s.name == name)
+    }
+}
+
+/// The table keeps an unscored episode's cause, not its message (the log has it).
+fn compact(outcome: Outcome) -> Outcome {
+    match outcome {
+        Outcome::Unscored { cause, .. } => Outcome::Unscored { cause, message: String::new() },
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::UnscoredCause;
+    use crate::log::writer::write_line;
+
+    fn line(out: &mut Vec<u8>, seq: u64, episode_id: Option<&str>, event: &Event) {
+        let body = serde_json::to_vec(event).unwrap();
+        write_line(out, "\"r\"", seq, "2026-01-01T00:00:00Z", episode_id, &body).unwrap();
+    }
+
+    fn started(task: &str) -> Event {
+        Event::EpisodeStarted {
+            suite: "s".into(),
+            task_id: task.into(),
+            task_digest: "d".into(),
+            model: "mock".into(),
+            epoch: 1,
+            environment: "kv".into(),
+        }
+    }
+
+    fn finished(outcome: Outcome) -> Event {
+        Event::EpisodeFinished {
+            outcome,
+            termination: Termination::FinalAnswer,
+            steps: 2,
+            tool_calls: 1,
+            tool_errors: 0,
+            usage: Usage::default(),
+            cost_usd: None,
+            wall_ms: 5.0,
+            loop_ms: None,
+        }
+    }
+
+    /// Two episodes, the second regraded: what the fold reads rows and the asked events from.
+    fn log() -> tempfile::NamedTempFile {
+        let mut out = Vec::new();
+        line(&mut out, 1, Some("e2"), &started("b"));
+        line(&mut out, 2, Some("e2"), &Event::Final { step: 1, call_id: "c".into(), answer: "42".into() });
+        line(&mut out, 3, Some("e2"), &finished(Outcome::Scored { score: 1.0, passed: true }));
+        line(&mut out, 4, Some("e1"), &started("a"));
+        let gone = Outcome::Unscored { cause: UnscoredCause::ProviderError, message: "down".into() };
+        line(&mut out, 5, Some("e1"), &finished(gone));
+        let scoring = Event::ScoringStarted {
+            scoring_id: "regrade-1".into(),
+            command_line: Vec::new(),
+            grader: None,
+            suites: Vec::new(),
+        };
+        line(&mut out, 6, None, &scoring);
+        let failed = Outcome::Scored { score: 0.0, passed: false };
+        line(&mut out, 7, Some("e2"), &Event::EpisodeScored { scoring_id: "regrade-1".into(), outcome: failed });
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), out).unwrap();
+        file
+    }
+
+    #[test]
+    fn rows_come_sorted_with_their_latest_scoring() {
+        let file = log();
+        let p = Projection::from_log(file.path()).unwrap();
+        let rows: Vec<(&str, &str, &str)> =
+            p.episodes.iter().map(|r| (&*r.episode_id, &*r.task_id, r.status())).collect();
+        assert_eq!(rows, [("e1", "a", "unscored"), ("e2", "b", "failed")]);
+        assert_eq!(p.episodes[0].unscored_cause(), Some("provider_error"));
+        assert_eq!((p.run_id.as_str(), p.last_seq, p.scorings), ("r", 7, 1));
+        assert_eq!(p.scoring_id.as_deref(), Some("regrade-1"));
+    }
+
+    #[test]
+    fn the_fold_also_gives_the_events_asked_for_with_their_episode() {
+        let file = log();
+        let mut seen = Vec::new();
+        let index = Index::build_with(file.path(), &["final", "scoring_started"], |id, event| {
+            let kind = match event {
+                Event::Final { answer, .. } => answer,
+                Event::ScoringStarted { scoring_id, .. } => scoring_id,
+                other => panic!("not asked for: {other:?}"),
+            };
+            seen.push((id.map(str::to_owned), kind));
+        })
+        .unwrap();
+        assert_eq!(seen, [(Some("e2".to_string()), "42".to_string()), (None, "regrade-1".to_string())]);
+        assert_eq!(index.len(), 2, "the index is built as without them");
+        assert_eq!(index.meta.scorings, 1);
+    }
+}
