@@ -55,7 +55,7 @@ pub async fn run_episode(
             let outcome =
                 outcome_of(&ending, (&spec.id, &spec.model), suite, task, env.world(), graders, wall_s, &recorder)
                     .await;
-            drop(env);
+            env.teardown().await;
             (ending, outcome)
         }
     };

@@ -79,6 +79,10 @@ pub trait World: Send + Sync {
     /// Runs tool `name` with arguments already checked against its schema.
     async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure>;
 
+    /// Releases what the world holds (processes, folders, connections), once the episode
+    /// has been scored against it.
+    async fn teardown(&mut self) {}
+
     /// Facts for the first observation's `info` (a working directory, say).
     fn describe(&self) -> Map<String, Value> {
         Map::new()
@@ -154,6 +158,11 @@ impl Environment {
     /// The live world, for scorers of the final state.
     pub fn world(&self) -> &dyn World {
         self.world.as_ref()
+    }
+
+    /// Tears the world down; the episode is over and scored.
+    pub async fn teardown(mut self) {
+        self.world.teardown().await;
     }
 
     /// The first observation: the task's input, the tools and the world's facts.

@@ -460,6 +460,13 @@ impl World for ShellWorld {
         info.insert("cwd".into(), Value::String(self.root.display().to_string()));
         info
     }
+
+    async fn teardown(&mut self) {
+        // Every process a command started died with the command (`process.rs`); what is
+        // left is the folder. It is removed off the runtime's threads, as it may hold many
+        // files; dropping `dir` then finds nothing, or retries what failed here.
+        let _ = tokio::fs::remove_dir_all(self.dir.path()).await;
+    }
 }
 
 fn io_failure(e: std::io::Error) -> ToolFailure {
