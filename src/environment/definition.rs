@@ -273,4 +273,27 @@ mod tests {
         assert!(validate_arguments(tool, &serde_json::json!({})).is_err());
         assert!(validate_arguments(tool, &serde_json::json!("ls")).is_err());
     }
+
+    fn load_text(text: &str) -> Result<Definition, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("box.yaml");
+        std::fs::write(&path, text).unwrap();
+        Definition::load(&path)
+    }
+
+    #[test]
+    fn an_unknown_kind_is_refused_at_its_line_with_the_known_kinds() {
+        let err = load_text("description: a box\nkind: docker\n").unwrap_err();
+        assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
+        assert!(err.message.contains("unknown environment kind `docker`, expected one of: shell, kv"), "{err}");
+    }
+
+    #[test]
+    fn a_file_resolves_its_kind_through_the_table_and_keeps_script_safety() {
+        let def = load_text("kind: kv\ntools: [kv_get]\n").unwrap();
+        assert_eq!(def.kind.map(|k| k.name()), Some("kv"));
+        assert_eq!(def.specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["kv_get", FINAL_TOOL]);
+        assert!(def.tool("kv_get").unwrap().script_safe);
+        assert!(!def.tool(FINAL_TOOL).unwrap().script_safe, "a script must not end the episode");
+    }
 }

@@ -101,3 +101,7 @@ impl RunStore {
         f(&mut guard)
     }
 }
+
+#[cfg(test)]
+#[path = "kind_tests.rs"]
+mod tests;
