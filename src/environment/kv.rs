@@ -86,7 +86,8 @@ impl Tool<KvWorld> for KvGet {
     }
 
     fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"key": key_schema()}, "required": ["key"], "additionalProperties": false})
+        json!({
+            "type": "object", "properties": {"key": key_schema()}, "required": ["key"], "additionalProperties": false})
     }
 
     async fn call(&self, world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
@@ -142,7 +143,8 @@ impl Tool<KvWorld> for KvDelete {
     }
 
     fn parameters(&self) -> Value {
-        json!({"type": "object", "properties": {"key": key_schema()}, "required": ["key"], "additionalProperties": false})
+        json!({
+            "type": "object", "properties": {"key": key_schema()}, "required": ["key"], "additionalProperties": false})
     }
 
     async fn call(&self, world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
@@ -174,7 +176,8 @@ impl Tool<KvWorld> for KvList {
 
     fn parameters(&self) -> Value {
         json!({
-            "type": "object", "properties": {"prefix": {"type": "string", "default": ""}}, "additionalProperties": false})
+            "type": "object", "properties": {"prefix": {"type": "string", "default": ""}},
+            "additionalProperties": false})
     }
 
     async fn call(&self, world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
