@@ -222,7 +222,7 @@ impl Tool<KvWorld> for Calc {
 #[async_trait]
 impl World for KvWorld {
     async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
-        tool::call(TOOLS, "kv", self, name, arguments).await
+        tool::call(TOOLS, Kv.name(), self, name, arguments).await
     }
 
     async fn read_back(&self, key: &str, cap: usize) -> Result<ReadBack, ToolFailure> {

@@ -422,7 +422,7 @@ struct WriteFileArgs {
 #[async_trait]
 impl World for ShellWorld {
     async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
-        tool::call(TOOLS, "shell", self, name, arguments).await
+        tool::call(TOOLS, Shell.name(), self, name, arguments).await
     }
 
     async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
