@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::ToolCallingAgent;
 use crate::environment::World;
-use crate::environment::{Ending, Environment, EpisodeLimits};
+use crate::environment::{Ending, Environment, EpisodeLimits, SetupContext};
 use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::model::Backend;
@@ -36,7 +36,8 @@ pub async fn run_episode(
     });
 
     let mut loop_ms = None;
-    let (ending, outcome) = match Environment::create(suite.environment.clone(), task, work_root) {
+    let context = SetupContext::new(work_root, &spec.id);
+    let (ending, outcome) = match Environment::setup(suite.environment.clone(), task, &context).await {
         Err(e) => {
             let message = e.to_string();
             recorder.emit(&Event::Error { step: 0, cause: UnscoredCause::EnvironmentError, message: message.clone() });
@@ -54,7 +55,7 @@ pub async fn run_episode(
             let outcome =
                 outcome_of(&ending, (&spec.id, &spec.model), suite, task, env.world(), graders, wall_s, &recorder)
                     .await;
-            drop(env);
+            env.teardown().await;
             (ending, outcome)
         }
     };

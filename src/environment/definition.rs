@@ -13,51 +13,8 @@ use crate::contract::{FINAL_TOOL, ToolSpec};
 use crate::domain::MAX_EPISODE_S;
 use crate::domain::text::Text;
 
-use super::{kv, shell};
-
-/// The built-in kinds of environment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Kind {
-    /// A fresh temporary working directory and a shell.
-    Shell,
-    /// An in-process key-value store and calculator: cheap tools for tests and benchmarks.
-    Kv,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 2] = [Kind::Shell, Kind::Kv];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Shell => "shell",
-            Kind::Kv => "kv",
-        }
-    }
-
-    /// Every tool the kind can offer, `final_answer` included.
-    pub fn tools(self) -> Vec<ToolSpec> {
-        let mut tools = match self {
-            Kind::Shell => shell::tool_specs(),
-            Kind::Kv => kv::tool_specs(),
-        };
-        tools.push(final_answer_spec());
-        tools
-    }
-}
-
-pub fn final_answer_spec() -> ToolSpec {
-    ToolSpec {
-        name: FINAL_TOOL.into(),
-        description: "Give your final answer and end the task.".into(),
-        parameters: serde_json::json!({
-            "type": "object",
-            "properties": {"answer": {"type": "string", "description": "The answer, as asked for."}},
-            "required": ["answer"],
-            "additionalProperties": false
-        }),
-    }
-}
+use super::kind::{self, EnvironmentKind};
+use super::tool::{self, ToolDecl};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -82,7 +39,8 @@ impl Default for EnvLimits {
 #[serde(deny_unknown_fields)]
 struct DefinitionFile {
     name: Option<String>,
-    kind: Kind,
+    /// A name in [`kind::KINDS`].
+    kind: String,
     #[serde(default)]
     description: String,
     tools: Option<Vec<String>>,
@@ -96,7 +54,7 @@ struct DefinitionFile {
 pub struct Definition {
     pub name: String,
     /// `None` for a world supplied in code (see [`Definition::for_world`]).
-    pub kind: Option<Kind>,
+    pub kind: Option<&'static dyn EnvironmentKind>,
     pub description: String,
     /// Where it came from: a file, or `None` for a built-in.
     pub path: Option<PathBuf>,
@@ -110,47 +68,55 @@ pub struct Definition {
 
 pub struct ExposedTool {
     pub spec: ToolSpec,
+    /// Whether a script the agent writes may call it.
+    pub script_safe: bool,
     pub validator: jsonschema::Validator,
 }
 
 impl std::fmt::Debug for Definition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Definition").field("name", &self.name).field("kind", &self.kind).finish_non_exhaustive()
+        f.debug_struct("Definition")
+            .field("name", &self.name)
+            .field("kind", &self.kind.map(|k| k.name()))
+            .finish_non_exhaustive()
     }
 }
 
 impl Definition {
-    pub fn builtin(kind: Kind) -> Self {
-        let specs = kind.tools();
-        Self::new(kind.name().to_owned(), Some(kind), String::new(), None, EnvLimits::default(), BTreeMap::new(), specs)
+    /// A kind's own definition: all its tools, the default limits, no files.
+    pub fn builtin(kind: &'static dyn EnvironmentKind) -> Self {
+        let tools = kind.tools();
+        Self::new(kind.name().to_owned(), Some(kind), String::new(), None, EnvLimits::default(), BTreeMap::new(), tools)
             .unwrap_or_else(|e| panic!("built-in tool schema is invalid: {e}"))
     }
 
     /// A definition for a world written in code: its tools (with `final_answer` added) and limits.
     pub fn for_world(name: &str, mut specs: Vec<ToolSpec>, limits: EnvLimits) -> Result<Self, String> {
         if !specs.iter().any(|t| t.name == FINAL_TOOL) {
-            specs.push(final_answer_spec());
+            specs.push(tool::final_answer_spec());
         }
-        Self::new(name.to_owned(), None, String::new(), None, limits, BTreeMap::new(), specs)
+        let tools = specs.into_iter().map(ToolDecl::of_spec).collect();
+        Self::new(name.to_owned(), None, String::new(), None, limits, BTreeMap::new(), tools)
     }
 
     fn new(
         name: String,
-        kind: Option<Kind>,
+        kind: Option<&'static dyn EnvironmentKind>,
         description: String,
         path: Option<PathBuf>,
         limits: EnvLimits,
         files: BTreeMap<String, String>,
-        specs: Vec<ToolSpec>,
+        offered: Vec<ToolDecl>,
     ) -> Result<Self, String> {
-        let tools = specs
-            .iter()
-            .map(|spec| {
+        let tools = offered
+            .into_iter()
+            .map(|ToolDecl { spec, script_safe }| {
                 let validator = jsonschema::validator_for(&spec.parameters)
                     .map_err(|e| format!("tool `{}` has an invalid schema: {e}", spec.name))?;
-                Ok(ExposedTool { spec: spec.clone(), validator })
+                Ok(ExposedTool { spec, script_safe, validator })
             })
             .collect::<Result<Vec<_>, String>>()?;
+        let specs = tools.iter().map(|t| t.spec.clone()).collect();
         Ok(Definition { name, kind, description, path, limits, files, tools, specs })
     }
 
@@ -158,21 +124,26 @@ impl Definition {
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let (source, _) = Source::read(path)?;
         let file: DefinitionFile = source.decode("", &source.value)?;
-        let all = file.kind.tools();
-        let specs = match &file.tools {
+        let Some(kind) = kind::find(&file.kind) else {
+            let message =
+                format!("unknown environment kind `{}`, expected one of: {}", file.kind, kind::names().join(", "));
+            return Err(source.error("kind", message));
+        };
+        let all = kind.tools();
+        let offered = match &file.tools {
             None => all,
             Some(names) => {
                 let mut chosen = Vec::new();
                 for (i, name) in names.iter().enumerate() {
-                    match all.iter().find(|t| &t.name == name) {
-                        Some(spec) => chosen.push(spec.clone()),
+                    match all.iter().find(|t| &t.spec.name == name) {
+                        Some(tool) => chosen.push(tool.clone()),
                         None => {
-                            let known: Vec<&str> = all.iter().map(|t| t.name.as_str()).collect();
+                            let known: Vec<&str> = all.iter().map(|t| t.spec.name.as_str()).collect();
                             return Err(source.error(
                                 &format!("tools[{i}]"),
                                 format!(
                                     "unknown tool `{name}` for kind `{}`, expected one of: {}",
-                                    file.kind.name(),
+                                    kind.name(),
                                     known.join(", ")
                                 ),
                             ));
@@ -180,8 +151,8 @@ impl Definition {
                     }
                 }
                 // The final tool is how an episode ends; it is always offered.
-                if !chosen.iter().any(|t| t.name == FINAL_TOOL) {
-                    chosen.push(final_answer_spec());
+                if !chosen.iter().any(|t| t.spec.name == FINAL_TOOL) {
+                    chosen.push(tool::final_answer());
                 }
                 chosen
             }
@@ -207,9 +178,9 @@ impl Definition {
         let name = file
             .name
             .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| file.kind.name().to_owned());
+            .unwrap_or_else(|| kind.name().to_owned());
         let files = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
-        Self::new(name, Some(file.kind), file.description, Some(path.to_owned()), file.limits, files, specs)
+        Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
             .map_err(|e| ConfigError::whole(path, e))
     }
 
@@ -227,16 +198,13 @@ impl Definition {
                 return Self::load(&path).map(Arc::new).map_err(|e| e.to_string());
             }
         }
-        match Kind::ALL.iter().find(|k| k.name() == name) {
-            Some(kind) => Ok(Arc::new(Self::builtin(*kind))),
-            None => {
-                let builtins: Vec<&str> = Kind::ALL.iter().map(|k| k.name()).collect();
-                Err(format!(
-                    "unknown environment `{name}`: no environments/{name}.yaml beside the suite or in the current \
-                     directory, and not a built-in ({})",
-                    builtins.join(", ")
-                ))
-            }
+        match kind::find(name) {
+            Some(kind) => Ok(Arc::new(Self::builtin(kind))),
+            None => Err(format!(
+                "unknown environment `{name}`: no environments/{name}.yaml beside the suite or in the current \
+                 directory, and not a built-in ({})",
+                kind::names().join(", ")
+            )),
         }
     }
 
@@ -274,8 +242,8 @@ mod tests {
     /// Every built-in tool spec is a valid JSON Schema and survives a JSON round trip.
     #[test]
     fn builtin_tool_specs_are_valid_json_schema() {
-        for kind in Kind::ALL {
-            for spec in kind.tools() {
+        for kind in kind::KINDS {
+            for ToolDecl { spec, .. } in kind.tools() {
                 if let Err(e) = jsonschema::meta::validate(&spec.parameters) {
                     panic!("{}::{} has an invalid schema: {e}", kind.name(), spec.name);
                 }
@@ -290,19 +258,42 @@ mod tests {
 
     #[test]
     fn every_kind_offers_final_answer() {
-        for kind in Kind::ALL {
-            assert!(kind.tools().iter().any(|t| t.name == FINAL_TOOL), "{} lacks final_answer", kind.name());
+        for kind in kind::KINDS {
+            assert!(kind.tools().iter().any(|t| t.spec.name == FINAL_TOOL), "{} lacks final_answer", kind.name());
         }
     }
 
     #[test]
     fn arguments_are_checked_against_the_schema() {
-        let def = Definition::builtin(Kind::Shell);
+        let def = Definition::builtin(kind::find("shell").unwrap());
         let tool = def.tool("run_command").unwrap();
         assert!(validate_arguments(tool, &serde_json::json!({"command": "ls"})).is_ok());
         let err = validate_arguments(tool, &serde_json::json!({"command": 3})).unwrap_err();
         assert!(err.contains("/command"), "{err}");
         assert!(validate_arguments(tool, &serde_json::json!({})).is_err());
         assert!(validate_arguments(tool, &serde_json::json!("ls")).is_err());
+    }
+
+    fn load_text(text: &str) -> Result<Definition, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("box.yaml");
+        std::fs::write(&path, text).unwrap();
+        Definition::load(&path)
+    }
+
+    #[test]
+    fn an_unknown_kind_is_refused_at_its_line_with_the_known_kinds() {
+        let err = load_text("description: a box\nkind: docker\n").unwrap_err();
+        assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
+        assert!(err.message.contains("unknown environment kind `docker`, expected one of: shell, kv"), "{err}");
+    }
+
+    #[test]
+    fn a_file_resolves_its_kind_through_the_table_and_keeps_script_safety() {
+        let def = load_text("kind: kv\ntools: [kv_get]\n").unwrap();
+        assert_eq!(def.kind.map(|k| k.name()), Some("kv"));
+        assert_eq!(def.specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["kv_get", FINAL_TOOL]);
+        assert!(def.tool("kv_get").unwrap().script_safe);
+        assert!(!def.tool(FINAL_TOOL).unwrap().script_safe, "a script must not end the episode");
     }
 }

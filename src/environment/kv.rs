@@ -10,48 +10,37 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::definition::Definition;
-use super::{ReadBack, ToolFailure, World, decode_arguments};
-use crate::contract::{ErrorType, ToolSpec};
+use super::kind::{EnvironmentKind, SetupContext};
+use super::tool::{self, Tool, ToolDecl};
+use super::{ReadBack, SetupError, ToolFailure, World, decode_arguments};
+use crate::contract::ErrorType;
 use crate::domain::Task;
 
-pub fn tool_specs() -> Vec<ToolSpec> {
-    let spec = ToolSpec::new;
-    let key = json!({"type": "string", "minLength": 1});
-    vec![
-        spec(
-            "kv_get",
-            "Read the value stored under a key.",
-            json!({
-            "type": "object", "properties": {"key": key}, "required": ["key"], "additionalProperties": false}),
-        ),
-        spec(
-            "kv_set",
-            "Store a value under a key, replacing any old value.",
-            json!({
-            "type": "object", "properties": {"key": key, "value": {"type": "string"}},
-            "required": ["key", "value"], "additionalProperties": false}),
-        ),
-        spec(
-            "kv_delete",
-            "Remove a key.",
-            json!({
-            "type": "object", "properties": {"key": key}, "required": ["key"], "additionalProperties": false}),
-        ),
-        spec(
-            "kv_list",
-            "List the keys, optionally only those starting with a prefix.",
-            json!({
-            "type": "object", "properties": {"prefix": {"type": "string", "default": ""}}, "additionalProperties": false}),
-        ),
-        spec(
-            "calc",
-            "Evaluate an arithmetic expression: numbers, + - * /, parentheses.",
-            json!({
-            "type": "object", "properties": {"expression": {"type": "string"}},
-            "required": ["expression"], "additionalProperties": false}),
-        ),
-    ]
+/// The kind `kv`.
+pub struct Kv;
+
+#[async_trait]
+impl EnvironmentKind for Kv {
+    fn name(&self) -> &'static str {
+        "kv"
+    }
+
+    fn tools(&self) -> Vec<ToolDecl> {
+        tool::offer(TOOLS)
+    }
+
+    async fn setup(
+        &self,
+        definition: &Definition,
+        task: &Task,
+        _context: &SetupContext<'_>,
+    ) -> Result<Box<dyn World>, SetupError> {
+        Ok(Box::new(KvWorld::create(definition, task)))
+    }
 }
+
+/// The tools of `kv`, in the order models are shown them.
+pub const TOOLS: &[&dyn Tool<KvWorld>] = &[&KvGet, &KvSet, &KvDelete, &KvList, &Calc];
 
 pub struct KvWorld {
     store: Mutex<BTreeMap<String, String>>,
@@ -71,68 +60,169 @@ impl KvWorld {
     }
 }
 
+fn key_schema() -> Value {
+    json!({"type": "string", "minLength": 1})
+}
+
+fn no_key(key: &str) -> ToolFailure {
+    ToolFailure::new(ErrorType::ExecutionError, format!("no key `{key}`")).suggest("call kv_list to see the keys")
+}
+
 #[derive(Deserialize)]
 struct Key {
     key: String,
 }
 
+struct KvGet;
+
+#[async_trait]
+impl Tool<KvWorld> for KvGet {
+    fn name(&self) -> &'static str {
+        "kv_get"
+    }
+
+    fn description(&self) -> &'static str {
+        "Read the value stored under a key."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object", "properties": {"key": key_schema()}, "required": ["key"], "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
+        let Key { key } = decode_arguments(arguments)?;
+        match world.with_store(|s| s.get(&key).cloned()) {
+            Some(value) => Ok(json!({"key": key, "value": value})),
+            None => Err(no_key(&key)),
+        }
+    }
+}
+
+struct KvSet;
+
 #[derive(Deserialize)]
-struct Set {
+struct SetArgs {
     key: String,
     value: String,
 }
 
+#[async_trait]
+impl Tool<KvWorld> for KvSet {
+    fn name(&self) -> &'static str {
+        "kv_set"
+    }
+
+    fn description(&self) -> &'static str {
+        "Store a value under a key, replacing any old value."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object", "properties": {"key": key_schema(), "value": {"type": "string"}},
+            "required": ["key", "value"], "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
+        let SetArgs { key, value } = decode_arguments(arguments)?;
+        let replaced = world.with_store(|s| s.insert(key.clone(), value).is_some());
+        Ok(json!({"key": key, "replaced": replaced}))
+    }
+}
+
+struct KvDelete;
+
+#[async_trait]
+impl Tool<KvWorld> for KvDelete {
+    fn name(&self) -> &'static str {
+        "kv_delete"
+    }
+
+    fn description(&self) -> &'static str {
+        "Remove a key."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object", "properties": {"key": key_schema()}, "required": ["key"], "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
+        let Key { key } = decode_arguments(arguments)?;
+        match world.with_store(|s| s.remove(&key)) {
+            Some(_) => Ok(json!({"key": key, "deleted": true})),
+            None => Err(no_key(&key)),
+        }
+    }
+}
+
+struct KvList;
+
 #[derive(Deserialize)]
-struct List {
+struct ListArgs {
     #[serde(default)]
     prefix: String,
 }
 
+#[async_trait]
+impl Tool<KvWorld> for KvList {
+    fn name(&self) -> &'static str {
+        "kv_list"
+    }
+
+    fn description(&self) -> &'static str {
+        "List the keys, optionally only those starting with a prefix."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object", "properties": {"prefix": {"type": "string", "default": ""}},
+            "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
+        let ListArgs { prefix } = decode_arguments(arguments)?;
+        let keys: Vec<String> = world.with_store(|s| s.keys().filter(|k| k.starts_with(&prefix)).cloned().collect());
+        Ok(json!({"keys": keys}))
+    }
+}
+
+struct Calc;
+
 #[derive(Deserialize)]
-struct Calc {
+struct CalcArgs {
     expression: String,
+}
+
+#[async_trait]
+impl Tool<KvWorld> for Calc {
+    fn name(&self) -> &'static str {
+        "calc"
+    }
+
+    fn description(&self) -> &'static str {
+        "Evaluate an arithmetic expression: numbers, + - * /, parentheses."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object", "properties": {"expression": {"type": "string"}},
+            "required": ["expression"], "additionalProperties": false})
+    }
+
+    async fn call(&self, _world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
+        let CalcArgs { expression } = decode_arguments(arguments)?;
+        let value = calc::evaluate(&expression).map_err(|e| {
+            ToolFailure::new(ErrorType::ExecutionError, e).suggest("use numbers, + - * / and parentheses")
+        })?;
+        Ok(json!({"expression": expression, "value": value}))
+    }
 }
 
 #[async_trait]
 impl World for KvWorld {
     async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
-        match name {
-            "kv_get" => {
-                let Key { key } = decode_arguments(arguments)?;
-                match self.with_store(|s| s.get(&key).cloned()) {
-                    Some(value) => Ok(json!({"key": key, "value": value})),
-                    None => Err(ToolFailure::new(ErrorType::ExecutionError, format!("no key `{key}`"))
-                        .suggest("call kv_list to see the keys")),
-                }
-            }
-            "kv_set" => {
-                let Set { key, value } = decode_arguments(arguments)?;
-                let replaced = self.with_store(|s| s.insert(key.clone(), value).is_some());
-                Ok(json!({"key": key, "replaced": replaced}))
-            }
-            "kv_delete" => {
-                let Key { key } = decode_arguments(arguments)?;
-                match self.with_store(|s| s.remove(&key)) {
-                    Some(_) => Ok(json!({"key": key, "deleted": true})),
-                    None => Err(ToolFailure::new(ErrorType::ExecutionError, format!("no key `{key}`"))
-                        .suggest("call kv_list to see the keys")),
-                }
-            }
-            "kv_list" => {
-                let List { prefix } = decode_arguments(arguments)?;
-                let keys: Vec<String> =
-                    self.with_store(|s| s.keys().filter(|k| k.starts_with(&prefix)).cloned().collect());
-                Ok(json!({"keys": keys}))
-            }
-            "calc" => {
-                let Calc { expression } = decode_arguments(arguments)?;
-                let value = calc::evaluate(&expression).map_err(|e| {
-                    ToolFailure::new(ErrorType::ExecutionError, e).suggest("use numbers, + - * / and parentheses")
-                })?;
-                Ok(json!({"expression": expression, "value": value}))
-            }
-            other => Err(ToolFailure::new(ErrorType::ToolNotFound, format!("kv has no tool `{other}`"))),
-        }
+        tool::call(TOOLS, Kv.name(), self, name, arguments).await
     }
 
     async fn read_back(&self, key: &str, cap: usize) -> Result<ReadBack, ToolFailure> {

@@ -2,11 +2,13 @@
 //! agent's calls and report back. They never decide.
 
 pub mod definition;
+pub mod kind;
 mod kv;
 mod process;
 pub mod resources;
 mod run;
 mod shell;
+pub mod tool;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -20,9 +22,11 @@ use tokio::sync::Semaphore;
 
 use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
 use crate::domain::Task;
-use definition::{Definition, Kind, validate_arguments};
+use definition::{Definition, validate_arguments};
 
+pub use kind::{EnvironmentKind, KINDS, RunStore, SetupContext};
 pub use run::{CallError, Ending, EpisodeLimits, Trajectory};
+pub use tool::{Tool, ToolDecl};
 
 /// A tool's failure, raised by the world and normalised by the environment.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,11 +72,16 @@ pub(crate) fn decode_arguments<T: serde::de::DeserializeOwned>(arguments: Value)
     serde_json::from_value(arguments).map_err(|e| ToolFailure::new(ErrorType::ValidationError, e.to_string()))
 }
 
-/// The state a kind of environment acts on, and the code of its tools.
+/// The state a kind of environment acts on. Its tools are values (`tool.rs`); `call`
+/// hands a call to the one named.
 #[async_trait]
 pub trait World: Send + Sync {
     /// Runs tool `name` with arguments already checked against its schema.
     async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure>;
+
+    /// Releases what the world holds (processes, folders, connections), once the episode
+    /// has been scored against it.
+    async fn teardown(&mut self) {}
 
     /// Facts for the first observation's `info` (a working directory, say).
     fn describe(&self) -> Map<String, Value> {
@@ -126,17 +135,17 @@ pub struct Environment {
 }
 
 impl Environment {
-    /// Sets up a fresh world for `task`; a world that needs a folder makes it in `work_root`
-    /// (the run's scratch folder, removed with the run).
-    pub fn create(definition: Arc<Definition>, task: &Task, work_root: &std::path::Path) -> Result<Self, SetupError> {
-        let fail = |message: String| SetupError { name: definition.name.clone(), message };
-        let world: Box<dyn World> = match definition.kind {
-            Some(Kind::Shell) => Box::new(shell::ShellWorld::create(&definition, task, work_root).map_err(fail)?),
-            Some(Kind::Kv) => Box::new(kv::KvWorld::create(&definition, task)),
-            None => {
-                return Err(fail("its world is supplied in code: use Environment::with_world".into()));
-            }
+    /// Sets up a fresh world for `task` through the definition's kind.
+    pub async fn setup(
+        definition: Arc<Definition>,
+        task: &Task,
+        context: &SetupContext<'_>,
+    ) -> Result<Self, SetupError> {
+        let Some(kind) = definition.kind else {
+            let message = "its world is supplied in code: use Environment::with_world".into();
+            return Err(SetupError { name: definition.name.clone(), message });
         };
+        let world = kind.setup(&definition, task, context).await?;
         Ok(Self::with_world(definition, world))
     }
 
@@ -149,6 +158,11 @@ impl Environment {
     /// The live world, for scorers of the final state.
     pub fn world(&self) -> &dyn World {
         self.world.as_ref()
+    }
+
+    /// Tears the world down; the episode is over and scored.
+    pub async fn teardown(mut self) {
+        self.world.teardown().await;
     }
 
     /// The first observation: the task's input, the tools and the world's facts.

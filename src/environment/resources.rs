@@ -6,11 +6,11 @@
 use std::io;
 use std::sync::OnceLock;
 
-use super::definition::{Definition, Kind};
+use super::definition::Definition;
 
 /// Descriptors one running shell tool call may hold at once: a command's stdout, stderr and
 /// status pipes, and those open for a moment while it starts.
-const FDS_PER_CALL: u64 = 8;
+pub(crate) const FDS_PER_CALL: u64 = 8;
 
 /// Descriptors kept free for the rest of the run: the log, the runtime, HTTP connections.
 const FDS_RESERVED: u64 = 64;
@@ -35,8 +35,7 @@ pub fn fit_jobs<'a>(jobs: usize, definitions: impl IntoIterator<Item = &'a Defin
     let limit = raise_open_files_limit();
     let per_episode = definitions
         .into_iter()
-        .filter(|d| d.kind == Some(Kind::Shell))
-        .map(|d| d.limits.max_concurrency as u64 * FDS_PER_CALL)
+        .map(|d| d.limits.max_concurrency as u64 * d.kind.map_or(0, |k| k.open_files_per_call()))
         .max()
         .unwrap_or(0);
     let Some(limit) = limit.filter(|_| per_episode > 0) else { return jobs };

@@ -20,49 +20,142 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use super::definition::{Definition, EnvLimits};
-use super::{ReadBack, ToolFailure, World, decode_arguments, process};
-use crate::contract::{ErrorType, ToolSpec};
+use super::kind::{EnvironmentKind, SetupContext};
+use super::tool::{self, Tool, ToolDecl};
+use super::{ReadBack, SetupError, ToolFailure, World, decode_arguments, process, resources};
+use crate::contract::ErrorType;
 use crate::domain::Task;
 
 const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
-pub fn tool_specs() -> Vec<ToolSpec> {
-    let spec = ToolSpec::new;
-    vec![
-        spec(
-            "run_command",
-            "Run a shell command in the working directory.",
-            json!({
+/// The kind `shell`.
+pub struct Shell;
+
+#[async_trait]
+impl EnvironmentKind for Shell {
+    fn name(&self) -> &'static str {
+        "shell"
+    }
+
+    fn tools(&self) -> Vec<ToolDecl> {
+        tool::offer(TOOLS)
+    }
+
+    async fn setup(
+        &self,
+        definition: &Definition,
+        task: &Task,
+        context: &SetupContext<'_>,
+    ) -> Result<Box<dyn World>, SetupError> {
+        let world = ShellWorld::create(definition, task, context.work_root)
+            .map_err(|message| SetupError { name: definition.name.clone(), message })?;
+        Ok(Box::new(world))
+    }
+
+    fn open_files_per_call(&self) -> u64 {
+        resources::FDS_PER_CALL
+    }
+}
+
+/// The tools of `shell`, in the order models are shown them.
+pub const TOOLS: &[&dyn Tool<ShellWorld>] = &[&RunCommand, &ReadFile, &WriteFile, &ListDir];
+
+struct RunCommand;
+
+#[async_trait]
+impl Tool<ShellWorld> for RunCommand {
+    fn name(&self) -> &'static str {
+        "run_command"
+    }
+
+    fn description(&self) -> &'static str {
+        "Run a shell command in the working directory."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
             "type": "object",
             "properties": {
                 "command": {"type": "string", "minLength": 1},
                 "timeout_s": {"type": "number", "exclusiveMinimum": 0, "default": 60}
             },
-            "required": ["command"], "additionalProperties": false}),
-        ),
-        spec(
-            "read_file",
-            "Read a text file in the working directory.",
-            json!({
+            "required": ["command"], "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &ShellWorld, arguments: Value) -> Result<Value, ToolFailure> {
+        world.run_command(decode_arguments(arguments)?).await
+    }
+}
+
+struct ReadFile;
+
+#[async_trait]
+impl Tool<ShellWorld> for ReadFile {
+    fn name(&self) -> &'static str {
+        "read_file"
+    }
+
+    fn description(&self) -> &'static str {
+        "Read a text file in the working directory."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
             "type": "object", "properties": {"path": {"type": "string", "minLength": 1}},
-            "required": ["path"], "additionalProperties": false}),
-        ),
-        spec(
-            "write_file",
-            "Write a text file in the working directory, creating folders as needed.",
-            json!({
+            "required": ["path"], "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &ShellWorld, arguments: Value) -> Result<Value, ToolFailure> {
+        world.read_file(&decode_arguments::<PathArg>(arguments)?.path).await
+    }
+}
+
+struct WriteFile;
+
+#[async_trait]
+impl Tool<ShellWorld> for WriteFile {
+    fn name(&self) -> &'static str {
+        "write_file"
+    }
+
+    fn description(&self) -> &'static str {
+        "Write a text file in the working directory, creating folders as needed."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
             "type": "object",
             "properties": {"path": {"type": "string", "minLength": 1}, "content": {"type": "string"}},
-            "required": ["path", "content"], "additionalProperties": false}),
-        ),
-        spec(
-            "list_dir",
-            "List a folder of the working directory.",
-            json!({
+            "required": ["path", "content"], "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &ShellWorld, arguments: Value) -> Result<Value, ToolFailure> {
+        let WriteFileArgs { path, content } = decode_arguments(arguments)?;
+        world.write_file(&path, &content).await
+    }
+}
+
+struct ListDir;
+
+#[async_trait]
+impl Tool<ShellWorld> for ListDir {
+    fn name(&self) -> &'static str {
+        "list_dir"
+    }
+
+    fn description(&self) -> &'static str {
+        "List a folder of the working directory."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
             "type": "object", "properties": {"path": {"type": "string", "default": "."}},
-            "additionalProperties": false}),
-        ),
-    ]
+            "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &ShellWorld, arguments: Value) -> Result<Value, ToolFailure> {
+        world.list_dir(&decode_arguments::<PathArg>(arguments)?.path).await
+    }
 }
 
 pub struct ShellWorld {
@@ -118,7 +211,7 @@ impl ShellWorld {
         Ok(full)
     }
 
-    async fn run_command(&self, args: RunCommand) -> Result<Value, ToolFailure> {
+    async fn run_command(&self, args: RunCommandArgs) -> Result<Value, ToolFailure> {
         // Both bounds were checked when the definition loaded; the schema keeps timeout_s > 0.
         let limit = self.limits.command_timeout_s;
         let timeout = Duration::from_secs_f64(args.timeout_s.unwrap_or(limit).min(limit).max(0.001));
@@ -305,7 +398,7 @@ impl ShellWorld {
 }
 
 #[derive(Deserialize)]
-struct RunCommand {
+struct RunCommandArgs {
     command: String,
     timeout_s: Option<f64>,
 }
@@ -321,7 +414,7 @@ fn dot() -> String {
 }
 
 #[derive(Deserialize)]
-struct WriteFile {
+struct WriteFileArgs {
     path: String,
     content: String,
 }
@@ -329,16 +422,7 @@ struct WriteFile {
 #[async_trait]
 impl World for ShellWorld {
     async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
-        match name {
-            "run_command" => self.run_command(decode_arguments(arguments)?).await,
-            "read_file" => self.read_file(&decode_arguments::<PathArg>(arguments)?.path).await,
-            "write_file" => {
-                let WriteFile { path, content } = decode_arguments(arguments)?;
-                self.write_file(&path, &content).await
-            }
-            "list_dir" => self.list_dir(&decode_arguments::<PathArg>(arguments)?.path).await,
-            other => Err(ToolFailure::new(ErrorType::ToolNotFound, format!("shell has no tool `{other}`"))),
-        }
+        tool::call(TOOLS, Shell.name(), self, name, arguments).await
     }
 
     async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
@@ -359,7 +443,7 @@ impl World for ShellWorld {
     }
 
     async fn run_check(&self, command: &str, timeout_s: f64) -> Result<(i32, String), ToolFailure> {
-        let args = RunCommand { command: command.to_owned(), timeout_s: Some(timeout_s) };
+        let args = RunCommandArgs { command: command.to_owned(), timeout_s: Some(timeout_s) };
         let out = match self.run_command(args).await {
             Ok(out) => out,
             Err(f) if f.kind == ErrorType::OutputTruncated => f.partial.unwrap_or_default(),
@@ -375,6 +459,13 @@ impl World for ShellWorld {
         let mut info = Map::new();
         info.insert("cwd".into(), Value::String(self.root.display().to_string()));
         info
+    }
+
+    async fn teardown(&mut self) {
+        // Every process a command started died with the command (`process.rs`); what is
+        // left is the folder. It is removed off the runtime's threads, as it may hold many
+        // files; dropping `dir` then finds nothing, or retries what failed here.
+        let _ = tokio::fs::remove_dir_all(self.dir.path()).await;
     }
 }
 
