@@ -56,6 +56,7 @@ pub fn final_answer_spec() -> ToolSpec {
             "required": ["answer"],
             "additionalProperties": false
         }),
+        annotations: None,
     }
 }
 
@@ -286,6 +287,20 @@ mod tests {
                 assert_eq!(back, spec);
             }
         }
+    }
+
+    #[test]
+    fn the_tools_that_only_look_are_marked_read_only() {
+        let read_only: Vec<String> = Kind::ALL
+            .iter()
+            .flat_map(|k| k.tools())
+            .filter(|t| t.annotations.is_some_and(|a| a.read_only && !a.destructive))
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(read_only, ["read_file", "list_dir", "kv_get", "kv_list", "calc"]);
+        let unmarked: Vec<String> =
+            Kind::ALL.iter().flat_map(|k| k.tools()).filter(|t| t.annotations.is_none()).map(|t| t.name).collect();
+        assert_eq!(unmarked, [FINAL_TOOL, FINAL_TOOL], "the final answer is the agent's, not the world's");
     }
 
     #[test]

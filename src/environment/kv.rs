@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::definition::Definition;
 use super::{ReadBack, ToolFailure, World, decode_arguments};
-use crate::contract::{ErrorType, ToolSpec};
+use crate::contract::{ErrorType, ToolAnnotations, ToolSpec};
 use crate::suite::Task;
 
 pub fn tool_specs() -> Vec<ToolSpec> {
@@ -23,33 +23,38 @@ pub fn tool_specs() -> Vec<ToolSpec> {
             "Read the value stored under a key.",
             json!({
             "type": "object", "properties": {"key": key}, "required": ["key"], "additionalProperties": false}),
-        ),
+        )
+        .annotated(ToolAnnotations::READ_ONLY),
         spec(
             "kv_set",
             "Store a value under a key, replacing any old value.",
             json!({
             "type": "object", "properties": {"key": key, "value": {"type": "string"}},
             "required": ["key", "value"], "additionalProperties": false}),
-        ),
+        )
+        .annotated(ToolAnnotations::DESTRUCTIVE),
         spec(
             "kv_delete",
             "Remove a key.",
             json!({
             "type": "object", "properties": {"key": key}, "required": ["key"], "additionalProperties": false}),
-        ),
+        )
+        .annotated(ToolAnnotations::DESTRUCTIVE),
         spec(
             "kv_list",
             "List the keys, optionally only those starting with a prefix.",
             json!({
             "type": "object", "properties": {"prefix": {"type": "string", "default": ""}}, "additionalProperties": false}),
-        ),
+        )
+        .annotated(ToolAnnotations::READ_ONLY),
         spec(
             "calc",
             "Evaluate an arithmetic expression: numbers, + - * /, parentheses.",
             json!({
             "type": "object", "properties": {"expression": {"type": "string"}},
             "required": ["expression"], "additionalProperties": false}),
-        ),
+        )
+        .annotated(ToolAnnotations::READ_ONLY),
     ]
 }
 

@@ -21,7 +21,7 @@ use tokio::process::Command;
 
 use super::definition::{Definition, EnvLimits};
 use super::{ReadBack, ToolFailure, World, decode_arguments, process};
-use crate::contract::{ErrorType, ToolSpec};
+use crate::contract::{ErrorType, ToolAnnotations, ToolSpec};
 use crate::suite::Task;
 
 const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -39,14 +39,16 @@ pub fn tool_specs() -> Vec<ToolSpec> {
                 "timeout_s": {"type": "number", "exclusiveMinimum": 0, "default": 60}
             },
             "required": ["command"], "additionalProperties": false}),
-        ),
+        )
+        .annotated(ToolAnnotations::DESTRUCTIVE),
         spec(
             "read_file",
             "Read a text file in the working directory.",
             json!({
             "type": "object", "properties": {"path": {"type": "string", "minLength": 1}},
             "required": ["path"], "additionalProperties": false}),
-        ),
+        )
+        .annotated(ToolAnnotations::READ_ONLY),
         spec(
             "write_file",
             "Write a text file in the working directory, creating folders as needed.",
@@ -54,14 +56,16 @@ pub fn tool_specs() -> Vec<ToolSpec> {
             "type": "object",
             "properties": {"path": {"type": "string", "minLength": 1}, "content": {"type": "string"}},
             "required": ["path", "content"], "additionalProperties": false}),
-        ),
+        )
+        .annotated(ToolAnnotations::DESTRUCTIVE),
         spec(
             "list_dir",
             "List a folder of the working directory.",
             json!({
             "type": "object", "properties": {"path": {"type": "string", "default": "."}},
             "additionalProperties": false}),
-        ),
+        )
+        .annotated(ToolAnnotations::READ_ONLY),
     ]
 }
 

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::{Observation, ToolCall};
+use crate::contract::{Actor, Observation, ToolCall};
 
 /// The version of the event schema, written as `v` on every line.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -161,7 +161,12 @@ pub enum Event {
         /// agent's calls.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         scorer: Option<String>,
+        /// The agent that asked. Written only when it is not `main` (a grader's calls,
+        /// which have `scorer`, are nobody's in the episode and are written without it).
+        #[serde(default, skip_serializing_if = "Actor::is_main")]
+        actor: Actor,
     },
+    /// The call carries its own `actor`.
     ActionDispatched {
         step: u32,
         call: ToolCall,
@@ -250,4 +255,51 @@ pub enum Event {
         interrupted: bool,
         wall_ms: f64,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn model_call(actor: Actor) -> Event {
+        Event::ModelCall {
+            model: "mock".into(),
+            step: 1,
+            request_digest: "d".into(),
+            sampling: Default::default(),
+            response: Value::Null,
+            usage: Usage::default(),
+            latency_ms: 1.0,
+            attempts: 1,
+            cache_hit: false,
+            cost_usd: None,
+            error: None,
+            cause: None,
+            url: None,
+            request: None,
+            raw_response: None,
+            scorer: None,
+            actor,
+        }
+    }
+
+    #[test]
+    fn a_model_call_names_its_actor_only_when_it_is_not_main() {
+        let main = serde_json::to_value(model_call(Actor::Main)).unwrap();
+        assert!(main.get("actor").is_none(), "{main}");
+        let sub = serde_json::to_value(model_call(Actor::Subagent(vec![1]))).unwrap();
+        assert_eq!(sub["actor"], json!("main.1"));
+        assert_eq!(serde_json::from_value::<Event>(sub).unwrap(), model_call(Actor::Subagent(vec![1])));
+        // Logs written before actors were named read as the main agent's.
+        assert_eq!(serde_json::from_value::<Event>(main).unwrap(), model_call(Actor::Main));
+    }
+
+    #[test]
+    fn a_dispatched_call_carries_its_actor() {
+        let call =
+            crate::contract::ToolCall { actor: Actor::User, ..crate::contract::ToolCall::new("c", "f", json!({})) };
+        let event = serde_json::to_value(Event::ActionDispatched { step: 2, call }).unwrap();
+        assert_eq!(event["call"]["actor"], "user");
+    }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::contract::Actor;
 use crate::log::{Event, Usage};
 use crate::model::{LanguageModel, Message, ModelError, ModelRequest, ModelResponse};
 use crate::suite::template;
@@ -216,6 +217,8 @@ impl LanguageModel for Logged {
             request: request_body,
             raw_response,
             scorer: Some(self.scorer.clone()),
+            // No actor of the episode: `scorer` says whose call this is.
+            actor: Actor::default(),
         });
         result
     }
