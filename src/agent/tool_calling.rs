@@ -84,6 +84,11 @@ impl ToolCallingAgent {
         id
     }
 
+    /// A call of this agent's.
+    fn call(&self, call_id: String, name: String, arguments: Value) -> ToolCall {
+        ToolCall { call_id, name, arguments, actor: self.actor.clone() }
+    }
+
     /// Asks the model and logs the call, answered or not.
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
         let request =
@@ -156,9 +161,7 @@ impl Agent for ToolCallingAgent {
         let mut proposed_calls = Vec::with_capacity(response.tool_calls.len());
         for proposed in response.tool_calls {
             let call_id = self.name_call(proposed.id.as_deref(), &proposed.name);
-            let call =
-                ToolCall { call_id, name: proposed.name, arguments: proposed.arguments, actor: self.actor.clone() };
-            proposed_calls.push(call);
+            proposed_calls.push(self.call(call_id, proposed.name, proposed.arguments));
         }
         self.transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: proposed_calls.clone() });
 
@@ -187,12 +190,7 @@ impl Agent for ToolCallingAgent {
             return Ok(Proposal { calls: Vec::new(), usage, cost_usd });
         }
         let call_id = self.name_call(None, FINAL_TOOL);
-        let call = ToolCall {
-            call_id,
-            name: FINAL_TOOL.into(),
-            arguments: json!({"answer": text}),
-            actor: self.actor.clone(),
-        };
+        let call = self.call(call_id, FINAL_TOOL.into(), json!({"answer": text}));
         Ok(Proposal { calls: vec![call], usage, cost_usd })
     }
 }
