@@ -28,4 +28,4 @@ for _ in $(seq 1 120); do
 done
 curl -sf "http://127.0.0.1:$PORT/v1/models" > /dev/null || { echo "the server did not come up"; exit 1; }
 
-RUNNER_LLAMA_URL="http://127.0.0.1:$PORT/v1" cargo test --test it e2e_llama -- --nocapture
+RUNNER_LLAMA_URL="http://127.0.0.1:$PORT/v1" cargo test --test it e2e_llama -- --ignored --nocapture

@@ -1,5 +1,6 @@
-//! The default agent: the model proposes tool calls, the agent passes them on. Every
-//! decision it makes is in `propose`, top to bottom.
+//! The default agent (`kind: tool_calling`): the model proposes tool calls, the agent
+//! passes the world's tools on to the environment and handles its own. Every decision it
+//! makes is in `propose`, top to bottom.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{Agent, AgentFault, Proposal, Turn};
-use crate::contract::{FINAL_TOOL, Observation, ToolCall};
+use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall};
 use crate::log::{Event, Usage};
 use crate::model::{LanguageModel, Message, ModelRequest, ModelResponse, request_digest};
 
@@ -17,6 +18,8 @@ pub const FINAL_ANSWER_REMINDER: &str =
 pub const EMPTY_REPLY_REMINDER: &str = "Your reply was empty. Use a tool, or call `final_answer` with your answer.";
 
 pub struct ToolCallingAgent {
+    /// Who this agent is in the episode: its calls and model calls are logged as its.
+    actor: Actor,
     model: Arc<dyn LanguageModel>,
     model_name: String,
     transcript: Vec<Message>,
@@ -35,6 +38,7 @@ impl ToolCallingAgent {
         let transcript =
             system.filter(|s| !s.trim().is_empty()).map(|content| Message::System { content }).into_iter().collect();
         ToolCallingAgent {
+            actor: Actor::Main,
             model,
             model_name: model_name.to_owned(),
             transcript,
@@ -80,6 +84,11 @@ impl ToolCallingAgent {
         id
     }
 
+    /// A call of this agent's.
+    fn call(&self, call_id: String, name: String, arguments: Value) -> ToolCall {
+        ToolCall { call_id, name, arguments, actor: self.actor.clone() }
+    }
+
     /// Asks the model and logs the call, answered or not.
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
         let request =
@@ -105,6 +114,7 @@ impl ToolCallingAgent {
             request: None,
             raw_response: None,
             scorer: None,
+            actor: self.actor.clone(),
         };
         if let Event::ModelCall {
             response,
@@ -148,12 +158,22 @@ impl Agent for ToolCallingAgent {
         let response = self.ask_model(&turn).await?;
         let (usage, cost_usd) = (response.usage, response.cost_usd);
 
-        let mut calls = Vec::with_capacity(response.tool_calls.len());
+        let mut proposed_calls = Vec::with_capacity(response.tool_calls.len());
         for proposed in response.tool_calls {
             let call_id = self.name_call(proposed.id.as_deref(), &proposed.name);
-            calls.push(ToolCall { call_id, name: proposed.name, arguments: proposed.arguments });
+            proposed_calls.push(self.call(call_id, proposed.name, proposed.arguments));
         }
-        self.transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: calls.clone() });
+        self.transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: proposed_calls.clone() });
+
+        let mut calls = Vec::with_capacity(proposed_calls.len());
+        for call in proposed_calls {
+            match Handling::of(&call.name) {
+                Handling::World => calls.push(call),
+                // The agent's decision to stop. The environment still gets the call: it
+                // checks the answer against the tool's schema, logs it and ends the episode.
+                Handling::FinalAnswer => calls.push(call),
+            }
+        }
         if !calls.is_empty() {
             return Ok(Proposal { calls, usage, cost_usd });
         }
@@ -170,8 +190,27 @@ impl Agent for ToolCallingAgent {
             return Ok(Proposal { calls: Vec::new(), usage, cost_usd });
         }
         let call_id = self.name_call(None, FINAL_TOOL);
-        let call = ToolCall { call_id, name: FINAL_TOOL.into(), arguments: json!({"answer": text}) };
+        let call = self.call(call_id, FINAL_TOOL.into(), json!({"answer": text}));
         Ok(Proposal { calls: vec![call], usage, cost_usd })
+    }
+}
+
+/// Who handles a tool the model called: the world, or the agent itself (a cognitive
+/// action, seed 001). Only the final answer is the agent's so far; `delegate_task` and
+/// `enter_plan_mode` will be, and will never reach the environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handling {
+    /// A physical action: the environment runs it.
+    World,
+    FinalAnswer,
+}
+
+impl Handling {
+    fn of(tool: &str) -> Handling {
+        match tool {
+            FINAL_TOOL => Handling::FinalAnswer,
+            _ => Handling::World,
+        }
     }
 }
 
@@ -201,7 +240,7 @@ mod tests {
     }
 
     fn tools() -> Vec<ToolSpec> {
-        vec![ToolSpec { name: "run_command".into(), description: "run".into(), parameters: json!({"type": "object"}) }]
+        vec![ToolSpec::new("run_command", "run", json!({"type": "object"}))]
     }
 
     fn first_observation() -> Observation {
@@ -217,6 +256,14 @@ mod tests {
 
     /// Asks the agent once, with a log that goes to a temporary file.
     async fn propose(agent: &mut ToolCallingAgent, observations: &[Observation]) -> Result<Proposal, AgentFault> {
+        propose_logged(agent, observations).await.0
+    }
+
+    /// Asks the agent once and returns the events it logged as well.
+    async fn propose_logged(
+        agent: &mut ToolCallingAgent,
+        observations: &[Observation],
+    ) -> (Result<Proposal, AgentFault>, Vec<Value>) {
         let dir = tempfile::tempdir().unwrap();
         let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
         let recorder = log.recorder("ep");
@@ -226,21 +273,46 @@ mod tests {
         let result = agent.propose(Turn { observations, tools: &tools, budget, recorder: &recorder }).await;
         drop((recorder, log));
         writer.close().unwrap();
-        result
+        let text = std::fs::read_to_string(dir.path().join("e.jsonl")).unwrap();
+        (result, text.lines().map(|l| serde_json::from_str(l).unwrap()).collect())
     }
 
     #[tokio::test]
     async fn proposes_the_models_tool_calls_without_running_them() {
         let mut a = agent(vec![turn_of(None, &[("run_command", json!({"command": "wc -l f"}), None)])], false);
         let p = propose(&mut a, &[first_observation()]).await.unwrap();
-        assert_eq!(
-            p.calls,
-            [ToolCall { call_id: "c_1".into(), name: "run_command".into(), arguments: json!({"command": "wc -l f"}) }]
-        );
+        assert_eq!(p.calls, [ToolCall::new("c_1", "run_command", json!({"command": "wc -l f"}))]);
         assert_eq!(
             a.transcript()[..2],
             [Message::System { content: "be careful".into() }, Message::User { content: "count the lines".into() }]
         );
+    }
+
+    #[tokio::test]
+    async fn the_main_agent_acts_as_main_and_its_model_calls_are_logged_without_an_actor() {
+        let mut a = agent(vec![turn_of(None, &[("run_command", json!({"command": "ls"}), None)])], false);
+        let (proposal, events) = propose_logged(&mut a, &[first_observation()]).await;
+        assert_eq!(proposal.unwrap().calls[0].actor, Actor::Main);
+        let model_calls: Vec<&Value> = events.iter().filter(|e| e["type"] == "model_call").collect();
+        assert_eq!(model_calls.len(), 1, "{events:?}");
+        assert!(model_calls[0].get("actor").is_none(), "{}", model_calls[0]);
+    }
+
+    #[test]
+    fn only_the_final_answer_is_the_agents_own_tool() {
+        assert_eq!(Handling::of(FINAL_TOOL), Handling::FinalAnswer);
+        for tool in ["run_command", "read_file", "kv_set", "anything"] {
+            assert_eq!(Handling::of(tool), Handling::World, "{tool}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_final_answer_call_goes_out_with_the_calls_beside_it() {
+        let calls = [("kv_get", json!({"key": "a"}), None), (FINAL_TOOL, json!({"answer": "1"}), None)];
+        let mut a = agent(vec![turn_of(None, &calls)], true);
+        let p = propose(&mut a, &[first_observation()]).await.unwrap();
+        let names: Vec<&str> = p.calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["kv_get", FINAL_TOOL]);
     }
 
     #[tokio::test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{EpisodeReport, EpisodeSpec};
-use crate::agent::ToolCallingAgent;
+use crate::agent::{Agent, AgentKind, ToolCallingAgent};
 use crate::environment::World;
 use crate::environment::{Ending, Environment, EpisodeLimits, SetupContext};
 use crate::log::event::INITIAL_SCORING;
@@ -48,7 +48,7 @@ pub async fn run_episode(
         }
         Ok(env) => {
             let mut agent = agent_for(&spec, suite, task);
-            let ending = env.run(&mut agent, task, &limits(suite), &recorder, stop).await;
+            let ending = env.run(agent.as_mut(), task, &limits(suite), &recorder, stop).await;
             let wall_s = started.elapsed().as_secs_f64();
             loop_ms = Some(wall_s * 1e3);
             // Scored against the final world, before it is torn down.
@@ -85,14 +85,19 @@ pub async fn run_episode(
     }
 }
 
-fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> ToolCallingAgent {
+/// Builds the episode's agent: one arm per kind a suite can name.
+fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> Box<dyn Agent> {
     // Every template was rendered against every task when the suite loaded.
     let system = suite.agent.system.as_deref().map(|s| {
         template::render(s, &task.template_context())
             .unwrap_or_else(|e| format!("(the system prompt failed to render: {e})"))
     });
-    let model = spec.model.for_episode(task, &spec.id);
-    ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer)
+    match suite.agent.kind {
+        AgentKind::ToolCalling => {
+            let model = spec.model.for_episode(task, &spec.id);
+            Box::new(ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer))
+        }
+    }
 }
 
 fn limits(suite: &Suite) -> EpisodeLimits {

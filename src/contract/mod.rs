@@ -1,9 +1,12 @@
-//! The formats other programs see: tool specs, tool calls and the observation envelope.
+//! The formats other programs see: tool specs, tool calls, actors and the observation
+//! envelope.
 //!
 //! These types are serialised exactly as `DESIGN.md` shows them. Fields may be added;
 //! existing ones are never renamed.
 
-use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 /// A tool as the model sees it: the shape of OpenAI function calling and MCP tools.
@@ -13,12 +16,42 @@ pub struct ToolSpec {
     pub description: String,
     /// A JSON Schema for the arguments object.
     pub parameters: Value,
+    /// What the tool does to the world, for the agent's own choices (plan mode offers only
+    /// read-only tools). Never sent to a model provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<ToolAnnotations>,
 }
 
 impl ToolSpec {
     pub fn new(name: &str, description: &str, parameters: Value) -> Self {
-        ToolSpec { name: name.into(), description: description.into(), parameters }
+        ToolSpec { name: name.into(), description: description.into(), parameters, annotations: None }
     }
+
+    pub fn annotated(mut self, annotations: ToolAnnotations) -> Self {
+        self.annotations = Some(annotations);
+        self
+    }
+
+    /// The spec as a model provider gets it: without the annotations, which are ours.
+    pub fn as_offered(&self) -> ToolSpec {
+        ToolSpec { annotations: None, ..self.clone() }
+    }
+}
+
+/// The MCP tool hints: whether a tool only reads the world, and whether it may destroy or
+/// overwrite what is there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolAnnotations {
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default)]
+    pub destructive: bool,
+}
+
+impl ToolAnnotations {
+    pub const READ_ONLY: ToolAnnotations = ToolAnnotations { read_only: true, destructive: false };
+    /// Changes the world and may overwrite or remove what is there.
+    pub const DESTRUCTIVE: ToolAnnotations = ToolAnnotations { read_only: false, destructive: true };
 }
 
 /// One action proposed by the agent. `call_id` is unique within the episode.
@@ -27,6 +60,79 @@ pub struct ToolCall {
     pub call_id: String,
     pub name: String,
     pub arguments: Value,
+    /// Who proposed it. Written only when it is not `main`, so logs of a lone agent read
+    /// as they always did.
+    #[serde(default, skip_serializing_if = "Actor::is_main")]
+    pub actor: Actor,
+}
+
+impl ToolCall {
+    /// A call of the episode's main agent.
+    pub fn new(call_id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        ToolCall { call_id: call_id.into(), name: name.into(), arguments, actor: Actor::Main }
+    }
+}
+
+/// Who acted in an episode: its main agent, a subagent, or the simulated user. Written as
+/// `main`, `main.1`, `main.1.2` (subagents numbered from 1 in the order they were started,
+/// under the agent that started them) and `user`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub enum Actor {
+    #[default]
+    Main,
+    /// The start numbers from the main agent down: `main.1.2` is `[1, 2]`. Never empty.
+    Subagent(Vec<u32>),
+    User,
+}
+
+impl Actor {
+    pub fn is_main(&self) -> bool {
+        *self == Actor::Main
+    }
+
+    pub fn parse(text: &str) -> Result<Actor, String> {
+        let invalid = || format!("invalid actor `{text}`: expected `main`, `main.N`, `main.N.M`, … or `user`");
+        match text {
+            "main" => Ok(Actor::Main),
+            "user" => Ok(Actor::User),
+            _ => {
+                let path = text.strip_prefix("main.").ok_or_else(invalid)?;
+                // Only the one way of writing each number, so that an actor reads back as written.
+                let number = |n: &str| {
+                    let canonical = n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0');
+                    canonical.then(|| n.parse::<u32>().ok()).flatten()
+                };
+                let numbers = path.split('.').map(number).collect::<Option<Vec<u32>>>().ok_or_else(invalid)?;
+                Ok(Actor::Subagent(numbers))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Actor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Actor::Main => f.write_str("main"),
+            Actor::User => f.write_str("user"),
+            Actor::Subagent(path) => {
+                f.write_str("main")?;
+                path.iter().try_for_each(|n| write!(f, ".{n}"))
+            }
+        }
+    }
+}
+
+impl Serialize for Actor {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Actor {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Actor::parse(&text).map_err(serde::de::Error::custom)
+    }
 }
 
 /// The environment's envelope back to the agent after a reset or a tool call.
@@ -141,6 +247,52 @@ mod tests {
         );
         let back: Observation = serde_json::from_value(v).unwrap();
         assert_eq!(back, obs);
+    }
+
+    #[test]
+    fn an_actor_reads_back_as_written_and_nothing_else_is_one() {
+        for text in ["main", "main.1", "main.1.2", "main.10", "user"] {
+            let actor = Actor::parse(text).unwrap();
+            assert_eq!(actor.to_string(), text);
+            assert_eq!(serde_json::to_value(&actor).unwrap(), json!(text));
+        }
+        assert_eq!(Actor::parse("main.1.2").unwrap(), Actor::Subagent(vec![1, 2]));
+        for text in ["", "Main", "main.", "main.0", "main.01", "main.1.", "main.-1", "main.a", "user.1", "sub"] {
+            assert!(Actor::parse(text).is_err(), "`{text}` was taken for an actor");
+        }
+    }
+
+    #[test]
+    fn a_main_call_is_written_without_its_actor_and_others_with_it() {
+        let main = ToolCall::new("c_1", "read_file", json!({"path": "a"}));
+        assert_eq!(
+            serde_json::to_string(&main).unwrap(),
+            r#"{"call_id":"c_1","name":"read_file","arguments":{"path":"a"}}"#
+        );
+        let user = ToolCall { actor: Actor::User, ..main.clone() };
+        let text = serde_json::to_string(&user).unwrap();
+        assert_eq!(text, r#"{"call_id":"c_1","name":"read_file","arguments":{"path":"a"},"actor":"user"}"#);
+        assert_eq!(serde_json::from_str::<ToolCall>(&text).unwrap(), user);
+        let sub: ToolCall =
+            serde_json::from_value(json!({"call_id": "c", "name": "f", "arguments": {}, "actor": "main.2"})).unwrap();
+        assert_eq!(sub.actor, Actor::Subagent(vec![2]));
+        let bad =
+            serde_json::from_value::<ToolCall>(json!({"call_id": "c", "name": "f", "arguments": {}, "actor": "boss"}));
+        assert!(bad.unwrap_err().to_string().contains("invalid actor `boss`"));
+    }
+
+    #[test]
+    fn annotations_are_written_only_when_a_spec_has_them() {
+        let plain = ToolSpec::new("f", "does f", json!({"type": "object"}));
+        assert_eq!(
+            serde_json::to_value(&plain).unwrap(),
+            json!({"name": "f", "description": "does f", "parameters": {"type": "object"}})
+        );
+        let read_only = plain.clone().annotated(ToolAnnotations::READ_ONLY);
+        let v = serde_json::to_value(&read_only).unwrap();
+        assert_eq!(v["annotations"], json!({"read_only": true, "destructive": false}));
+        assert_eq!(serde_json::from_value::<ToolSpec>(v).unwrap(), read_only);
+        assert_eq!(read_only.as_offered(), plain);
     }
 
     #[test]

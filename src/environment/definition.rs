@@ -257,6 +257,26 @@ mod tests {
     }
 
     #[test]
+    fn the_tools_that_only_look_are_marked_read_only() {
+        let read_only: Vec<String> = kind::KINDS
+            .iter()
+            .flat_map(|k| k.tools())
+            .map(|t| t.spec)
+            .filter(|t| t.annotations.is_some_and(|a| a.read_only && !a.destructive))
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(read_only, ["read_file", "list_dir", "kv_get", "kv_list", "calc"]);
+        let unmarked: Vec<String> = kind::KINDS
+            .iter()
+            .flat_map(|k| k.tools())
+            .map(|t| t.spec)
+            .filter(|t| t.annotations.is_none())
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(unmarked, [FINAL_TOOL, FINAL_TOOL], "the final answer is the agent's, not the world's");
+    }
+
+    #[test]
     fn every_kind_offers_final_answer() {
         for kind in kind::KINDS {
             assert!(kind.tools().iter().any(|t| t.spec.name == FINAL_TOOL), "{} lacks final_answer", kind.name());

@@ -143,6 +143,10 @@ struct Bump;
 
 #[async_trait]
 impl Tool<TallyWorld> for Bump {
+    fn annotations(&self) -> Option<crate::contract::ToolAnnotations> {
+        None
+    }
+
     fn name(&self) -> &'static str {
         "bump"
     }
@@ -163,7 +167,7 @@ impl Tool<TallyWorld> for Bump {
 }
 
 fn bump(call_id: &str, arguments: Value) -> ToolCall {
-    ToolCall { call_id: call_id.into(), name: "bump".into(), arguments }
+    ToolCall::new(call_id, "bump", arguments)
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use super::definition::Definition;
 use super::kind::{EnvironmentKind, SetupContext};
 use super::tool::{self, Tool, ToolDecl};
 use super::{ReadBack, SetupError, ToolFailure, World, decode_arguments};
-use crate::contract::ErrorType;
+use crate::contract::{ErrorType, ToolAnnotations};
 use crate::domain::Task;
 
 /// The kind `kv`.
@@ -77,6 +77,10 @@ struct KvGet;
 
 #[async_trait]
 impl Tool<KvWorld> for KvGet {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        Some(ToolAnnotations::READ_ONLY)
+    }
+
     fn name(&self) -> &'static str {
         "kv_get"
     }
@@ -109,6 +113,10 @@ struct SetArgs {
 
 #[async_trait]
 impl Tool<KvWorld> for KvSet {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        Some(ToolAnnotations::DESTRUCTIVE)
+    }
+
     fn name(&self) -> &'static str {
         "kv_set"
     }
@@ -134,6 +142,10 @@ struct KvDelete;
 
 #[async_trait]
 impl Tool<KvWorld> for KvDelete {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        Some(ToolAnnotations::DESTRUCTIVE)
+    }
+
     fn name(&self) -> &'static str {
         "kv_delete"
     }
@@ -166,6 +178,10 @@ struct ListArgs {
 
 #[async_trait]
 impl Tool<KvWorld> for KvList {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        Some(ToolAnnotations::READ_ONLY)
+    }
+
     fn name(&self) -> &'static str {
         "kv_list"
     }
@@ -196,6 +212,10 @@ struct CalcArgs {
 
 #[async_trait]
 impl Tool<KvWorld> for Calc {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        Some(ToolAnnotations::READ_ONLY)
+    }
+
     fn name(&self) -> &'static str {
         "calc"
     }

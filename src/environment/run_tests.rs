@@ -63,18 +63,10 @@ impl World for TestWorld {
 fn specs() -> Vec<ToolSpec> {
     let object = |props: Value| json!({"type": "object", "properties": props, "additionalProperties": false});
     vec![
-        ToolSpec {
-            name: "sleep".into(),
-            description: "wait".into(),
-            parameters: object(json!({"ms": {"type": "integer"}})),
-        },
-        ToolSpec {
-            name: "hang".into(),
-            description: "never ends".into(),
-            parameters: object(json!({"tag": {"type": "string"}})),
-        },
-        ToolSpec { name: "fail".into(), description: "fails".into(), parameters: object(json!({})) },
-        ToolSpec { name: "boom".into(), description: "panics".into(), parameters: object(json!({})) },
+        ToolSpec::new("sleep", "wait", object(json!({"ms": {"type": "integer"}}))),
+        ToolSpec::new("hang", "never ends", object(json!({"tag": {"type": "string"}}))),
+        ToolSpec::new("fail", "fails", object(json!({}))),
+        ToolSpec::new("boom", "panics", object(json!({}))),
     ]
 }
 
@@ -99,7 +91,7 @@ fn task() -> Task {
 }
 
 fn call(id: &str, name: &str, arguments: Value) -> ToolCall {
-    ToolCall { call_id: id.into(), name: name.into(), arguments }
+    ToolCall::new(id, name, arguments)
 }
 
 /// Proposes a fixed list of turns and remembers what it observed; proposes `repeat` after.

@@ -23,7 +23,7 @@ use super::definition::{Definition, EnvLimits};
 use super::kind::{EnvironmentKind, SetupContext};
 use super::tool::{self, Tool, ToolDecl};
 use super::{ReadBack, SetupError, ToolFailure, World, decode_arguments, process, resources};
-use crate::contract::ErrorType;
+use crate::contract::{ErrorType, ToolAnnotations};
 use crate::domain::Task;
 
 const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -64,6 +64,10 @@ struct RunCommand;
 
 #[async_trait]
 impl Tool<ShellWorld> for RunCommand {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        Some(ToolAnnotations::DESTRUCTIVE)
+    }
+
     fn name(&self) -> &'static str {
         "run_command"
     }
@@ -91,6 +95,10 @@ struct ReadFile;
 
 #[async_trait]
 impl Tool<ShellWorld> for ReadFile {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        Some(ToolAnnotations::READ_ONLY)
+    }
+
     fn name(&self) -> &'static str {
         "read_file"
     }
@@ -114,6 +122,10 @@ struct WriteFile;
 
 #[async_trait]
 impl Tool<ShellWorld> for WriteFile {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        Some(ToolAnnotations::DESTRUCTIVE)
+    }
+
     fn name(&self) -> &'static str {
         "write_file"
     }
@@ -139,6 +151,10 @@ struct ListDir;
 
 #[async_trait]
 impl Tool<ShellWorld> for ListDir {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        Some(ToolAnnotations::READ_ONLY)
+    }
+
     fn name(&self) -> &'static str {
         "list_dir"
     }

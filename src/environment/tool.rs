@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::ToolFailure;
-use crate::contract::{ErrorType, FINAL_TOOL, ToolSpec};
+use crate::contract::{ErrorType, FINAL_TOOL, ToolAnnotations, ToolSpec};
 
 /// One tool of the world `W`: passive, it runs when told to and reports.
 #[async_trait]
@@ -25,12 +25,20 @@ pub trait Tool<W: ?Sized>: Send + Sync {
         true
     }
 
+    /// What it does to the world, as MCP's hints say it: only looks (`read_only`), or may
+    /// destroy (`destructive`). Plan mode offers only tools that only look.
+    fn annotations(&self) -> Option<ToolAnnotations>;
+
     /// Runs the tool with arguments already checked against `parameters()`.
     async fn call(&self, world: &W, arguments: Value) -> Result<Value, ToolFailure>;
 
     /// The spec the model is shown, built from the parts above.
     fn spec(&self) -> ToolSpec {
-        ToolSpec::new(self.name(), self.description(), self.parameters())
+        let spec = ToolSpec::new(self.name(), self.description(), self.parameters());
+        match self.annotations() {
+            Some(annotations) => spec.annotated(annotations),
+            None => spec,
+        }
     }
 }
 
@@ -87,5 +95,6 @@ pub fn final_answer_spec() -> ToolSpec {
             "required": ["answer"],
             "additionalProperties": false
         }),
+        annotations: None,
     }
 }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::{Observation, ToolCall};
+use crate::contract::{Actor, Observation, ToolCall};
 
 /// The version of the event schema, written as `v` on every line.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -293,7 +293,12 @@ pub enum Event {
         /// agent's calls.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         scorer: Option<String>,
+        /// The agent that asked. Written only when it is not `main` (a grader's calls,
+        /// which have `scorer`, are nobody's in the episode and are written without it).
+        #[serde(default, skip_serializing_if = "Actor::is_main")]
+        actor: Actor,
     },
+    /// The call carries its own `actor`.
     ActionDispatched {
         step: u32,
         call: ToolCall,
@@ -387,6 +392,7 @@ pub enum Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn every_named_cause_is_written_as_its_name_and_read_back() {
@@ -408,27 +414,32 @@ mod tests {
         assert_eq!(serde_json::to_value(&outcome).unwrap()["cause"], "quota_gone");
     }
 
+    fn model_call(actor: Actor, scorer: Option<String>) -> Event {
+        Event::ModelCall {
+            model: "mock".into(),
+            step: 1,
+            request_digest: "d".into(),
+            sampling: Default::default(),
+            response: Value::Null,
+            usage: Usage::default(),
+            latency_ms: 12.5,
+            attempts: 1,
+            cache_hit: false,
+            cost_usd: None,
+            error: None,
+            cause: None,
+            url: None,
+            request: None,
+            raw_response: None,
+            scorer,
+            actor,
+        }
+    }
+
     #[test]
     fn the_model_call_timing_view_reads_what_the_event_writes() {
         for scorer in [None, Some("rubric".to_string())] {
-            let event = Event::ModelCall {
-                model: "mock".into(),
-                step: 1,
-                request_digest: "d".into(),
-                sampling: Default::default(),
-                response: Value::Null,
-                usage: Usage::default(),
-                latency_ms: 12.5,
-                attempts: 1,
-                cache_hit: false,
-                cost_usd: None,
-                error: None,
-                cause: None,
-                url: None,
-                request: None,
-                raw_response: None,
-                scorer: scorer.clone(),
-            };
+            let event = model_call(Actor::Main, scorer.clone());
             let view: ModelCallTiming = serde_json::from_value(serde_json::to_value(&event).unwrap()).unwrap();
             assert_eq!(view, ModelCallTiming { latency_ms: 12.5, scorer });
         }
@@ -441,5 +452,24 @@ mod tests {
         causes.sort();
         let names: Vec<&str> = causes.iter().map(UnscoredCause::as_str).collect();
         assert_eq!(names, ["a_cause", "grader_error", "rate_limited"]);
+    }
+
+    #[test]
+    fn a_model_call_names_its_actor_only_when_it_is_not_main() {
+        let main = serde_json::to_value(model_call(Actor::Main, None)).unwrap();
+        assert!(main.get("actor").is_none(), "{main}");
+        let sub = serde_json::to_value(model_call(Actor::Subagent(vec![1]), None)).unwrap();
+        assert_eq!(sub["actor"], json!("main.1"));
+        assert_eq!(serde_json::from_value::<Event>(sub).unwrap(), model_call(Actor::Subagent(vec![1]), None));
+        // Logs written before actors were named read as the main agent's.
+        assert_eq!(serde_json::from_value::<Event>(main).unwrap(), model_call(Actor::Main, None));
+    }
+
+    #[test]
+    fn a_dispatched_call_carries_its_actor() {
+        let call =
+            crate::contract::ToolCall { actor: Actor::User, ..crate::contract::ToolCall::new("c", "f", json!({})) };
+        let event = serde_json::to_value(Event::ActionDispatched { step: 2, call }).unwrap();
+        assert_eq!(event["call"]["actor"], "user");
     }
 }

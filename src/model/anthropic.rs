@@ -119,7 +119,7 @@ mod tests {
             Message::User { content: "hi".into() },
             Message::Assistant {
                 content: Some("let me look".into()),
-                tool_calls: vec![ToolCall { call_id: "t1".into(), name: "f".into(), arguments: json!({"a": 1}) }],
+                tool_calls: vec![ToolCall::new("t1", "f", json!({"a": 1}))],
             },
             Message::Tool { call_id: "t1".into(), name: "f".into(), content: "42".into(), is_error: false },
             Message::User { content: "reminder".into() },

@@ -149,7 +149,7 @@ pub fn canonical_request(model: &dyn LanguageModel, request: &ModelRequest<'_>) 
         model: model.name().to_owned(),
         sampling: model.sampling(),
         messages: request.messages.to_vec(),
-        tools: request.tools.to_vec(),
+        tools: request.tools.iter().map(ToolSpec::as_offered).collect(),
     }
 }
 
@@ -165,9 +165,21 @@ pub fn request_digest(model: &dyn LanguageModel, sampling: &Map<String, Value>, 
         model: &'a str,
         sampling: &'a Map<String, Value>,
         messages: &'a [Message],
-        tools: &'a [ToolSpec],
+        tools: Vec<OfferedTool<'a>>,
     }
-    let view = View { model: model.name(), sampling, messages: request.messages, tools: request.tools };
+    /// A tool as [`ToolSpec::as_offered`] serialises: the provider never sees annotations.
+    #[derive(Serialize)]
+    struct OfferedTool<'a> {
+        name: &'a str,
+        description: &'a str,
+        parameters: &'a Value,
+    }
+    let tools = request
+        .tools
+        .iter()
+        .map(|t| OfferedTool { name: &t.name, description: &t.description, parameters: &t.parameters })
+        .collect();
+    let view = View { model: model.name(), sampling, messages: request.messages, tools };
     hex::encode(Sha256::digest(serde_json::to_vec(&view).unwrap_or_default()))
 }
 
@@ -310,5 +322,43 @@ mod tests {
         let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
         let request = ModelRequest { messages: &messages, tools: &tools, deadline: None };
         assert_eq!(request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)));
+    }
+
+    #[test]
+    fn annotations_and_actors_never_reach_a_provider() {
+        use crate::contract::{Actor, ToolAnnotations, ToolCall};
+        let plain = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
+        let annotated = vec![plain[0].clone().annotated(ToolAnnotations::DESTRUCTIVE)];
+        let transcript = |actor: Actor| {
+            let call = ToolCall { actor, ..ToolCall::new("t1", "f", json!({"a": 1})) };
+            vec![Message::User { content: "hi".into() }, Message::Assistant { content: None, tool_calls: vec![call] }]
+        };
+        let (main, subagent) = (transcript(Actor::Main), transcript(Actor::Subagent(vec![1])));
+        let config = ModelConfig::default();
+        for (provider, encode) in [
+            ("openai", openai::encode as fn(&str, &ModelRequest<'_>, &config::Provider) -> Value),
+            ("anthropic", anthropic::encode),
+        ] {
+            let provider = &config.providers[provider];
+            let body = |messages: &[Message], tools: &[ToolSpec]| {
+                encode("m", &ModelRequest { messages, tools, deadline: None }, provider)
+            };
+            assert_eq!(body(&main, &plain), body(&subagent, &annotated), "{}", provider.name);
+        }
+    }
+
+    #[test]
+    fn annotations_are_no_part_of_the_request_key() {
+        let model = mock::MockModel::new(Vec::new().into());
+        let messages = vec![Message::User { content: "hi".into() }];
+        let plain = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
+        let annotated = vec![plain[0].clone().annotated(crate::contract::ToolAnnotations::READ_ONLY)];
+        let key = |tools: &[ToolSpec]| {
+            let request = ModelRequest { messages: &messages, tools, deadline: None };
+            (request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)))
+        };
+        let (borrowed, canonical) = key(&annotated);
+        assert_eq!(borrowed, canonical);
+        assert_eq!((borrowed, canonical), key(&plain));
     }
 }

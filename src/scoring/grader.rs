@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::config::template;
+use crate::contract::Actor;
 use crate::log::{Event, Usage};
 use crate::model::{LanguageModel, Message, ModelError, ModelRequest, ModelResponse};
 
@@ -216,6 +217,8 @@ impl LanguageModel for Logged {
             request: request_body,
             raw_response,
             scorer: Some(self.scorer.clone()),
+            // No actor of the episode: `scorer` says whose call this is.
+            actor: Actor::default(),
         });
         result
     }

@@ -66,11 +66,7 @@ fn ending(answer: Option<&str>, calls: &[(&str, Value)]) -> Ending {
         cost_usd: Some(0.02),
         fault: None,
         trajectory: Trajectory {
-            calls: calls
-                .iter()
-                .enumerate()
-                .map(|(i, (n, a))| ToolCall { call_id: format!("c{i}"), name: (*n).into(), arguments: a.clone() })
-                .collect(),
+            calls: calls.iter().enumerate().map(|(i, (n, a))| ToolCall::new(format!("c{i}"), *n, a.clone())).collect(),
             errors: vec![CallError {
                 call_id: "c0".into(),
                 error: ToolError::new(ErrorType::ExecutionError, "no such file"),

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::agent::AgentKind;
 use crate::environment::definition::Definition;
 use crate::scoring::{Check, GraderKind, JsonCheck, TextOp};
 use decode::{ConfigError, Source};
@@ -51,9 +52,13 @@ pub struct Suite {
     pub ungraded: Vec<ConfigError>,
 }
 
+/// The suite's `agent:`: which kind of agent plays each episode, and its settings.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentConfig {
+    /// `tool_calling` when the suite does not say.
+    #[serde(default)]
+    pub kind: AgentKind,
     /// The system prompt, a template over the task's fields.
     pub system: Option<String>,
     /// When true, a plain text answer does not end the episode: the agent is reminded to
