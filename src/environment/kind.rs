@@ -14,8 +14,8 @@ use super::kv::Kv;
 use super::shell::Shell;
 use super::tool::ToolDecl;
 use super::{SetupError, World};
+use crate::domain::Task;
 use crate::model::Backend;
-use crate::suite::Task;
 
 /// Every kind of environment there is. Adding a kind is adding it here.
 pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv];
