@@ -7,13 +7,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::{Agent, AgentKind, ToolCallingAgent};
+use crate::config::template;
+use crate::domain::Task;
 use crate::environment::World;
 use crate::environment::{Ending, Environment, EpisodeLimits, SetupContext};
 use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::model::Backend;
 use crate::scoring::{self, Finished, Graders};
-use crate::suite::{Suite, Task, template};
+use crate::suite::Suite;
 
 pub async fn run_episode(
     spec: EpisodeSpec,

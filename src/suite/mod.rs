@@ -4,9 +4,9 @@
 
 pub mod dataset;
 
-pub use crate::config::{decode, template, yaml};
-pub use crate::domain::scorer::ScorerSpec;
-pub use crate::domain::{MAX_EPISODE_S, MockCall, MockTurn, Reducer, Task, is_relative_inside, text};
+use crate::config::{decode, template, yaml};
+use crate::domain::scorer::ScorerSpec;
+use crate::domain::{MAX_EPISODE_S, MockCall, MockTurn, Reducer, Task, is_relative_inside, text};
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
