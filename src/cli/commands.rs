@@ -73,7 +73,7 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
     let result = runtime.block_on(async {
         tokio::spawn(stop_on_signal(stop.clone()));
         let progress = Arc::new(Mutex::new(Progress::new(total, args.quiet)));
-        let subscriber: Subscription = progress.clone();
+        let subscriber = Subscription::new(progress.clone(), Progress::wants);
         let result = batch::run(&suites, &options, stop.clone(), std::slice::from_ref(&subscriber)).await;
         progress.lock().unwrap_or_else(PoisonError::into_inner).finish();
         result

@@ -25,8 +25,25 @@ pub trait Subscriber: Send {
     fn event(&mut self, episode_id: Option<&str>, event: &Event);
 }
 
-/// A subscriber shared with whoever reads it after the run (the progress bar is cleared).
-pub type Subscription = Arc<Mutex<dyn Subscriber>>;
+/// A subscriber shared with whoever reads it after the run (the progress bar is cleared),
+/// and the events it wants: the others never take its lock, so episodes running at once
+/// do not queue on it for events it would ignore.
+#[derive(Clone)]
+pub struct Subscription {
+    wants: fn(&Event) -> bool,
+    subscriber: Arc<Mutex<dyn Subscriber>>,
+}
+
+impl Subscription {
+    pub fn new(subscriber: Arc<Mutex<dyn Subscriber>>, wants: fn(&Event) -> bool) -> Self {
+        Subscription { wants, subscriber }
+    }
+
+    /// Every event.
+    pub fn all(subscriber: Arc<Mutex<dyn Subscriber>>) -> Self {
+        Subscription { wants: |_| true, subscriber }
+    }
+}
 
 /// A handle to the run's log; cheap to clone.
 #[derive(Clone)]
@@ -76,9 +93,9 @@ impl EventLog {
         let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
         // The writer outlives every handle; if it died, its error surfaces at `close`.
         let _ = self.sender.send(Line { episode_id: episode_id.cloned(), ts, body, flush });
-        for subscriber in self.subscribers.iter() {
+        for s in self.subscribers.iter().filter(|s| (s.wants)(event)) {
             // A subscriber that panicked has shown what it could; the run goes on.
-            subscriber.lock().unwrap_or_else(PoisonError::into_inner).event(episode_id.map(|id| &**id), event);
+            s.subscriber.lock().unwrap_or_else(PoisonError::into_inner).event(episode_id.map(|id| &**id), event);
         }
     }
 
@@ -205,7 +222,7 @@ mod tests {
         let (log, writer) = EventLog::create(&path, "r").unwrap();
         let unseen = Event::Final { step: 0, call_id: "c0".into(), answer: "before".into() };
         log.emit(None, &unseen);
-        let log = log.with_subscribers(&[seen.clone() as Subscription]);
+        let log = log.with_subscribers(&[Subscription::all(seen.clone())]);
         let fin = Event::Final { step: 1, call_id: "c".into(), answer: "42".into() };
         log.recorder("e1").emit(&fin);
         drop(log);
@@ -213,5 +230,19 @@ mod tests {
         let seen = &seen.lock().unwrap().0;
         assert_eq!(*seen, [(Some("e1".to_string()), fin)], "only what was emitted after subscribing");
         assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 2, "the file has both");
+    }
+
+    #[test]
+    fn a_subscriber_is_given_only_the_events_it_wants() {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "r").unwrap();
+        let log = log.with_subscribers(&[Subscription::new(seen.clone(), |e| matches!(e, Event::Final { .. }))]);
+        let fin = Event::Final { step: 1, call_id: "c".into(), answer: "42".into() };
+        log.emit(None, &Event::Error { step: 1, cause: "x".into(), message: "m".into() });
+        log.emit(None, &fin);
+        drop(log);
+        writer.close().unwrap();
+        assert_eq!(seen.lock().unwrap().0, [(None, fin)]);
     }
 }

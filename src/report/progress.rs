@@ -90,6 +90,13 @@ impl Progress {
     }
 }
 
+impl Progress {
+    /// The events the display counts by.
+    pub fn wants(event: &Event) -> bool {
+        matches!(event, Event::EpisodeStarted { .. } | Event::EpisodeFinished { .. })
+    }
+}
+
 impl Subscriber for Progress {
     fn event(&mut self, episode_id: Option<&str>, event: &Event) {
         let Some(id) = episode_id else { return };
