@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
@@ -313,9 +314,17 @@ async fn stop_on_signal(stop: CancellationToken) {
         "\nstopping on {name}: cancelling the episodes in flight (Ctrl-C again to quit now, or a second SIGTERM)"
     );
     stop.cancel();
-    tokio::select! {
-        _ = interrupt.recv() => {}
-        _ = terminate.recv() => {}
+    // `timeout`, and managers that signal a process and then its group, deliver one SIGTERM
+    // twice: a SIGTERM within a second of the first is that same request, not a second one.
+    let first = tokio::time::Instant::now();
+    loop {
+        let again = tokio::select! {
+            _ = interrupt.recv() => "Ctrl-C",
+            _ = terminate.recv() => "SIGTERM",
+        };
+        if again == "Ctrl-C" || name == "Ctrl-C" || first.elapsed() >= Duration::from_secs(1) {
+            break;
+        }
     }
     std::process::exit(Exit::Interrupted as i32);
 }

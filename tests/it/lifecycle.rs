@@ -163,13 +163,38 @@ fn a_second_sigterm_exits_at_once() {
         connection.is_some()
     });
     send(&child, libc::SIGTERM);
-    std::thread::sleep(Duration::from_millis(300));
+    // Past the second in which a repeated SIGTERM is taken for the same one.
+    std::thread::sleep(Duration::from_millis(1500));
     send(&child, libc::SIGTERM);
     let started = Instant::now();
     let run = Run::from(child.wait_with_output().unwrap());
     assert!(started.elapsed() < Duration::from_secs(30), "the second SIGTERM did not end the process");
     assert_eq!(run.code, 130, "{run:?}");
     drop(connection);
+}
+
+#[test]
+fn a_sigterm_delivered_twice_at_once_stops_the_run_gracefully() {
+    // As `timeout` does: the signal to the process, then the same to its process group.
+    use std::io::BufRead as _;
+    let slow = Sleeping::new(419);
+    let mut child = slow.start(&[]);
+    let stderr = child.stderr.take().unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    send(&child, libc::SIGTERM);
+    // The second copy arrives once the first was taken, within the same moment.
+    assert!(seen.iter().any(|line| line.contains("stopping on SIGTERM")), "the first SIGTERM was not taken");
+    send(&child, libc::SIGTERM);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    let events = slow.sb.events();
+    assert_eq!(events.last().unwrap()["type"], "run_finished", "the run was cut short by the copy");
+    assert!(slow.sb.path().join("results/test/summary.json").is_file(), "no tables");
 }
 
 #[test]
