@@ -80,8 +80,14 @@ impl Respond for ScriptRef {
 
 /// Runs `runner eval s.yaml --model MODEL` with the given environment, off the async runtime.
 async fn eval(sb: &Sandbox, model: &str, env: &[(&str, String)], extra: &[&str]) -> Run {
+    let args = [&["eval", "s.yaml", "--model", model, "--run-id", "test", "--out", "results"][..], extra].concat();
+    run_with(sb, &args, env).await
+}
+
+/// Runs `runner` with only the given provider variables set, off the async runtime.
+pub async fn run_with(sb: &Sandbox, args: &[&str], env: &[(&str, String)]) -> Run {
     let mut cmd = sb.command();
-    cmd.args(["eval", "s.yaml", "--model", model, "--run-id", "test", "--out", "results"]).args(extra);
+    cmd.args(args);
     for var in
         ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OLLAMA_HOST", "RUNNER_CONFIG"]
     {
@@ -93,7 +99,7 @@ async fn eval(sb: &Sandbox, model: &str, env: &[(&str, String)], extra: &[&str])
     tokio::task::spawn_blocking(move || Run::from(cmd.output().unwrap())).await.unwrap()
 }
 
-fn openai_env(server: &MockServer) -> Vec<(&'static str, String)> {
+pub fn openai_env(server: &MockServer) -> Vec<(&'static str, String)> {
     vec![("OPENAI_BASE_URL", format!("{}/v1", server.uri())), ("OPENAI_API_KEY", "sk-test-key-123".into())]
 }
 

@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-use crate::{Run, Sandbox, of_type, read_jsonl};
+use crate::models::{openai_env, run_with};
+use crate::{Sandbox, of_type, read_jsonl};
 
 const SUITE: &str = r#"
 suite: rec
@@ -226,25 +227,6 @@ async fn varying_server(answers: &[(&str, u64)]) -> (MockServer, std::sync::Arc<
         .mount(&server)
         .await;
     (server, varying)
-}
-
-/// Runs `runner` with only the given provider variables set, off the async runtime.
-async fn run_with(sb: &Sandbox, args: &[&str], env: &[(&str, String)]) -> Run {
-    let mut cmd = sb.command();
-    cmd.args(args);
-    for var in
-        ["OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OLLAMA_HOST", "RUNNER_CONFIG"]
-    {
-        cmd.env_remove(var);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    tokio::task::spawn_blocking(move || Run::from(cmd.output().unwrap())).await.unwrap()
-}
-
-fn openai_env(server: &MockServer) -> Vec<(&'static str, String)> {
-    vec![("OPENAI_BASE_URL", format!("{}/v1", server.uri())), ("OPENAI_API_KEY", "sk-test-key-123".into())]
 }
 
 /// Each episode's outcome, by episode id.
