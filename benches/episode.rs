@@ -8,6 +8,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use tokio_util::sync::CancellationToken;
 
 use runner::batch::{self, run_episode};
+use runner::environment::sandbox::SandboxMode;
 use runner::log::{EventLog, Outcome};
 use runner::model::config::ModelConfig;
 use runner::model::{Backend, BackendOptions};
@@ -25,12 +26,12 @@ fn whole_episode(c: &mut Criterion) {
     let graders = runner::scoring::Graders::default();
 
     // The episode must really pass, or the bench measures a shortcut.
-    let report = runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), &stop));
+    let report = runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), SandboxMode::On, &stop));
     assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{report:?}");
     assert_eq!(report.steps, 4);
 
     c.bench_function("episode/kv 4 turns 3 tools", |b| {
-        b.iter(|| runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), &stop)));
+        b.iter(|| runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), SandboxMode::On, &stop)));
     });
     drop(log);
     writer.close().expect("log closes");

@@ -10,6 +10,7 @@ use crate::agent::{Agent, AgentKind, ToolCallingAgent};
 use crate::config::template;
 use crate::domain::Task;
 use crate::environment::World;
+use crate::environment::sandbox::SandboxMode;
 use crate::environment::{Ending, Environment, EpisodeLimits, SetupContext};
 use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
@@ -22,6 +23,7 @@ pub async fn run_episode(
     log: &EventLog,
     graders: &Graders,
     work_root: &std::path::Path,
+    sandbox: SandboxMode,
     stop: &CancellationToken,
 ) -> EpisodeReport {
     let started = std::time::Instant::now();
@@ -38,7 +40,8 @@ pub async fn run_episode(
     });
 
     let mut loop_ms = None;
-    let context = SetupContext::new(work_root, &spec.id);
+    let context =
+        SetupContext { sandbox: super::sandbox_mode(suite, sandbox), ..SetupContext::new(work_root, &spec.id) };
     let (ending, outcome) = match Environment::setup(suite.environment.clone(), task, &context).await {
         Err(e) => {
             let message = e.to_string();

@@ -6,6 +6,7 @@ pub mod merge;
 pub mod regrade;
 pub mod resume;
 
+use crate::environment::sandbox::SandboxMode;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -108,6 +109,8 @@ pub struct RunOptions {
     pub shard: Option<(u64, u64)>,
     /// Continue this run instead of starting a new one.
     pub resume: Option<Resume>,
+    /// `Off` when the command line turned the sandbox off for every suite.
+    pub sandbox: SandboxMode,
 }
 
 impl RunOptions {
@@ -225,7 +228,11 @@ pub async fn run(
                 models: options.models.iter().map(|m| m.name().to_owned()).collect(),
                 suites: suites
                     .iter()
-                    .map(|s| SuiteInfo { epochs: options.epochs.unwrap_or(s.epochs), ..suite_info(s) })
+                    .map(|s| SuiteInfo {
+                        epochs: options.epochs.unwrap_or(s.epochs),
+                        sandbox: s.environment.sandbox_check(sandbox_mode(s, options.sandbox)).ok().flatten(),
+                        ..suite_info(s)
+                    })
                     .collect(),
                 episodes: total,
                 jobs: options.jobs,
@@ -263,7 +270,8 @@ pub async fn run(
                 let stop = stop.clone();
                 let graders = options.graders.clone();
                 let work_root = work_root.clone();
-                tokio::spawn(async move { run_episode(spec, &log, &graders, &work_root, &stop).await })
+                let sandbox = options.sandbox;
+                tokio::spawn(async move { run_episode(spec, &log, &graders, &work_root, sandbox, &stop).await })
             })
             .buffer_unordered(options.jobs.max(1));
         while let Some(joined) = running.next().await {
@@ -471,6 +479,15 @@ pub(crate) fn suite_info(suite: &Suite) -> SuiteInfo {
         reducer: suite.reducer,
         k_of_n: suite.k_of_n,
         pass_threshold: suite.pass_threshold,
+        sandbox: None,
+    }
+}
+
+/// The sandbox of a suite's episodes: off when the command line or the suite says so.
+pub fn sandbox_mode(suite: &Suite, command_line: SandboxMode) -> SandboxMode {
+    match command_line {
+        SandboxMode::Off(by) => SandboxMode::Off(by),
+        SandboxMode::On => suite.sandbox,
     }
 }
 

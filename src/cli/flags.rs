@@ -173,6 +173,10 @@ pub struct EvalArgs {
     /// How many episodes run at once.
     #[arg(long, short = 'j', default_value_t = 8)]
     pub jobs: usize,
+    /// `off` runs every world's processes without the sandbox (files, network, limits):
+    /// only for trusted commands, or where the kernel cannot enforce it.
+    #[arg(long, value_enum, default_value_t = Switch::On, value_name = "on|off")]
+    pub sandbox: Switch,
     /// The folder runs are written under.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
@@ -195,4 +199,11 @@ pub struct EvalArgs {
     /// No progress bar or per-episode lines; only the summary.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+}
+
+/// A setting that is on or off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
 }

@@ -4,9 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::flags::{EvalArgs, GateArgs};
+use super::flags::{EvalArgs, GateArgs, Switch};
 use super::{CliError, Exit};
 use crate::batch::{self, RunOptions};
+use crate::environment::sandbox::SandboxMode;
 use crate::log::projection::Projection;
 use crate::model::cache::CacheOptions;
 use crate::model::config::ModelConfig;
@@ -61,7 +62,22 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         graders,
         shard: args.shard,
         resume,
+        sandbox: match args.sandbox {
+            Switch::Off => SandboxMode::Off("the command line"),
+            Switch::On => SandboxMode::On,
+        },
     };
+    // A sandbox this machine cannot enforce is refused before any episode starts.
+    let mut refused = Vec::new();
+    for suite in &suites {
+        let mode = batch::sandbox_mode(suite, options.sandbox);
+        if let Err(e) = suite.environment.sandbox_check(mode) {
+            refused.push(format!("{}: environment `{}`: {e}", suite.path.display(), suite.environment.name));
+        }
+    }
+    if !refused.is_empty() {
+        return Err(CliError::usage(refused.join("\n")));
+    }
     Ok(Eval { suites, options, baseline })
 }
 

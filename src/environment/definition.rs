@@ -14,6 +14,7 @@ use crate::domain::MAX_EPISODE_S;
 use crate::domain::text::Text;
 
 use super::kind::{self, EnvironmentKind};
+use super::sandbox::{Confinement, SandboxMode, SandboxSpec};
 use super::tool::{self, ToolDecl};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -48,6 +49,8 @@ struct DefinitionFile {
     limits: EnvLimits,
     #[serde(default)]
     files: BTreeMap<String, Text>,
+    /// `off`, or the sandbox's settings ([`SandboxSpec`]).
+    sandbox: Option<Value>,
 }
 
 /// A resolved environment definition, shared by every episode that uses it.
@@ -64,6 +67,8 @@ pub struct Definition {
     pub tools: Vec<ExposedTool>,
     /// The exposed specs alone, as the agent is shown them.
     pub specs: Vec<ToolSpec>,
+    /// How the processes of its worlds are confined; `None` when the file says `sandbox: off`.
+    pub sandbox: Option<SandboxSpec>,
 }
 
 pub struct ExposedTool {
@@ -117,7 +122,8 @@ impl Definition {
             })
             .collect::<Result<Vec<_>, String>>()?;
         let specs = tools.iter().map(|t| t.spec.clone()).collect();
-        Ok(Definition { name, kind, description, path, limits, files, tools, specs })
+        let sandbox = Some(SandboxSpec::default());
+        Ok(Definition { name, kind, description, path, limits, files, tools, specs, sandbox })
     }
 
     /// Loads `environments/NAME.yaml`.
@@ -179,9 +185,64 @@ impl Definition {
             .name
             .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .unwrap_or_else(|| kind.name().to_owned());
+        let sandbox = match &file.sandbox {
+            None => Some(SandboxSpec::default()),
+            Some(Value::String(s)) if s == "off" => None,
+            Some(Value::Bool(false)) => None,
+            Some(Value::String(s)) if s == "on" => Some(SandboxSpec::default()),
+            Some(Value::Bool(true)) => Some(SandboxSpec::default()),
+            Some(spec @ Value::Object(_)) => Some(source.decode::<SandboxSpec>("sandbox", spec)?),
+            Some(_) => return Err(source.error("sandbox", "expected `off`, `on` or a mapping of sandbox settings")),
+        };
+        if let Some(spec) = &sandbox {
+            let paths = [("read_paths", &spec.read_paths), ("write_paths", &spec.write_paths)];
+            for (field, list) in paths.into_iter().chain(spec.hide.as_ref().map(|h| ("hide", h))) {
+                for (i, p) in list.iter().enumerate() {
+                    if !p.is_absolute() {
+                        return Err(source.error(&format!("sandbox.{field}[{i}]"), "must be an absolute path"));
+                    }
+                }
+            }
+        }
         let files = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
-        Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
-            .map_err(|e| ConfigError::whole(path, e))
+        let mut definition =
+            Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
+                .map_err(|e| ConfigError::whole(path, e))?;
+        definition.sandbox = sandbox;
+        Ok(definition)
+    }
+
+    /// Whether the worlds' processes run sandboxed, and who turned the sandbox off: the
+    /// suite or the command line (`mode`), or this definition's file.
+    pub fn sandbox_mode(&self, mode: SandboxMode) -> SandboxMode {
+        match (mode, &self.sandbox) {
+            (SandboxMode::Off(by), _) => SandboxMode::Off(by),
+            (SandboxMode::On, None) => SandboxMode::Off("the environment file"),
+            (SandboxMode::On, Some(_)) => SandboxMode::On,
+        }
+    }
+
+    /// What the sandbox will enforce on this definition's worlds, on this machine; `None`
+    /// when its kind starts no process. Errs, naming what is missing, when the kernel
+    /// cannot enforce it.
+    pub fn sandbox_check(&self, mode: SandboxMode) -> Result<Option<Value>, String> {
+        if !self.kind.is_some_and(|k| k.sandboxed()) {
+            return Ok(None);
+        }
+        let spec = self.sandbox.clone().unwrap_or_default();
+        super::sandbox::check(&spec, self.sandbox_mode(mode)).map(Some)
+    }
+
+    /// The sandbox of one world of this definition, over its own folders (`writable`) and
+    /// what else it must read.
+    pub fn confinement(
+        &self,
+        mode: SandboxMode,
+        writable: &[&Path],
+        readable: &[PathBuf],
+    ) -> Result<std::sync::Arc<Confinement>, String> {
+        let spec = self.sandbox.clone().unwrap_or_default();
+        Confinement::prepare(&spec, self.sandbox_mode(mode), writable, readable)
     }
 
     /// Finds the environment a suite names: a file in an `environments/` folder beside or

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::definition::Definition;
 use super::kv::Kv;
+use super::sandbox::SandboxMode;
 use super::shell::Shell;
 use super::tool::ToolDecl;
 use super::{SetupError, World};
@@ -53,6 +54,11 @@ pub trait EnvironmentKind: Send + Sync {
     fn open_files_per_call(&self) -> u64 {
         0
     }
+
+    /// Whether its worlds start processes, which then run in the sandbox (`sandbox.rs`).
+    fn sandboxed(&self) -> bool {
+        false
+    }
 }
 
 /// What a kind may use to set up a world, besides its definition and the task.
@@ -65,12 +71,15 @@ pub struct SetupContext<'a> {
     pub models: Vec<Arc<Backend>>,
     /// State shared by the run's episodes (a memory kept across them, say).
     pub run_store: Option<Arc<RunStore>>,
+    /// Whether the processes a world starts run in the sandbox: off only when the suite or
+    /// the command line says so.
+    pub sandbox: SandboxMode,
 }
 
 impl<'a> SetupContext<'a> {
     /// A context with no models and no run-wide state.
     pub fn new(work_root: &'a Path, episode_id: &'a str) -> Self {
-        SetupContext { work_root, episode_id, models: Vec::new(), run_store: None }
+        SetupContext { work_root, episode_id, models: Vec::new(), run_store: None, sandbox: SandboxMode::On }
     }
 }
 

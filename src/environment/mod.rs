@@ -7,6 +7,7 @@ mod kv;
 mod process;
 pub mod resources;
 mod run;
+pub mod sandbox;
 mod shell;
 pub mod tool;
 

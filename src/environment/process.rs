@@ -12,10 +12,13 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
+use std::sync::Arc;
 
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
+
+use super::sandbox::Confinement;
 
 /// A started command: the keeper (the child tokio knows), the pipe on which it reports the
 /// shell's status, and the guard that kills the whole tree.
@@ -27,15 +30,18 @@ pub struct Supervised {
     status: pipe::Receiver,
 }
 
-/// Starts `command` (a shell) under a keeper. The command should ask for its own process
+/// Starts `command` (a shell) under a keeper, the shell inside `sandbox` (the keeper stays
+/// outside, to kill what the shell starts). The command should ask for its own process
 /// group; the shell then gets a group of its own, so that a `kill 0` spares the keeper.
-pub fn spawn(command: &mut Command) -> io::Result<Supervised> {
+pub fn spawn(command: &mut Command, sandbox: &Arc<Confinement>) -> io::Result<Supervised> {
+    let sandbox = sandbox.clone();
     let (read, write) = status_pipe()?;
     let report = write.as_raw_fd();
     // The runner raised its own limit of open files; the command gets the one it started with.
     let files_limit = super::resources::starting_open_files_limit();
     // SAFETY: the closure runs in the forked child and only makes async-signal-safe calls
-    // (prctl, signal, fork, setpgid, setrlimit, close_range, waitpid, write, _exit); it allocates nothing.
+    // (prctl, signal, fork, setpgid, setrlimit, close_range, waitpid, write, _exit, and the
+    // sandbox's own, see `Confinement::enter`); it allocates nothing.
     unsafe {
         command.pre_exec(move || {
             // The keeper's parent is the runner; should the runner die (SIGKILL, a second
@@ -54,7 +60,7 @@ pub fn spawn(command: &mut Command) -> io::Result<Supervised> {
                     if let Some(limit) = &files_limit {
                         libc::setrlimit(libc::RLIMIT_NOFILE, limit);
                     }
-                    Ok(())
+                    sandbox.enter()
                 }
                 shell => keep(shell, report, runner),
             }

@@ -1,9 +1,11 @@
 //! `shell`: a fresh temporary working directory per episode, seeded with fixture and task
 //! files, and tools to run commands and read and write files inside it.
 //!
-//! Commands run with a clean environment (none of the runner's variables, so no API keys)
-//! under a keeper process (`process.rs`): when a command ends, times out or is cancelled,
-//! every process it started is killed, also those that left its group or session.
+//! Every command runs in the world's sandbox (`sandbox.rs`: files beneath the episode's
+//! own folders, no network, limits, no privileges) with a clean environment (none of the
+//! runner's variables, so no API keys), under a keeper process (`process.rs`): when a
+//! command ends, times out or is cancelled, every process it started is killed, also those
+//! that left its group or session.
 //!
 //! Nothing a world contains may block or bloat the run: files are opened without waiting
 //! (a named pipe would wait for a writer), only regular files are read or written, reads
@@ -11,6 +13,7 @@
 
 use std::path::{Component, Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,6 +24,7 @@ use tokio::process::Command;
 
 use super::definition::{Definition, EnvLimits};
 use super::kind::{EnvironmentKind, SetupContext};
+use super::sandbox::Confinement;
 use super::tool::{self, Tool, ToolDecl};
 use super::{ReadBack, SetupError, ToolFailure, World, decode_arguments, process, resources};
 use crate::contract::{ErrorType, ToolAnnotations};
@@ -47,13 +51,17 @@ impl EnvironmentKind for Shell {
         task: &Task,
         context: &SetupContext<'_>,
     ) -> Result<Box<dyn World>, SetupError> {
-        let world = ShellWorld::create(definition, task, context.work_root)
+        let world = ShellWorld::create(definition, task, context)
             .map_err(|message| SetupError { name: definition.name.clone(), message })?;
         Ok(Box::new(world))
     }
 
     fn open_files_per_call(&self) -> u64 {
         resources::FDS_PER_CALL
+    }
+
+    fn sandboxed(&self) -> bool {
+        true
     }
 }
 
@@ -175,19 +183,30 @@ impl Tool<ShellWorld> for ListDir {
 }
 
 pub struct ShellWorld {
+    /// The episode's folder: the working directory `work/` and the commands' `tmp/`.
     dir: tempfile::TempDir,
-    /// `dir` with symlinks resolved, to check that paths stay inside it.
+    /// The working directory, with symlinks resolved, to check that paths stay inside it.
     root: PathBuf,
+    tmp: PathBuf,
     limits: EnvLimits,
+    sandbox: Arc<Confinement>,
 }
 
 impl ShellWorld {
-    pub fn create(definition: &Definition, task: &Task, work_root: &Path) -> Result<Self, String> {
+    pub fn create(definition: &Definition, task: &Task, context: &SetupContext<'_>) -> Result<Self, String> {
+        let made = |what: &str| {
+            let what = what.to_owned();
+            move |e: std::io::Error| format!("failed to create {what}: {e}")
+        };
         let dir = tempfile::Builder::new()
             .prefix("runner-episode-")
-            .tempdir_in(work_root)
-            .map_err(|e| format!("failed to create a working directory: {e}"))?;
-        let root = dir.path().canonicalize().map_err(|e| format!("failed to resolve the working directory: {e}"))?;
+            .tempdir_in(context.work_root)
+            .map_err(made("the episode's folder"))?;
+        let base = dir.path().canonicalize().map_err(|e| format!("failed to resolve the episode's folder: {e}"))?;
+        let (root, tmp) = (base.join("work"), base.join("tmp"));
+        std::fs::create_dir(&root).map_err(made("the working directory"))?;
+        std::fs::create_dir(&tmp).map_err(made("the temp dir"))?;
+        let sandbox = definition.confinement(context.sandbox, &[&root, &tmp], &[])?;
         for (name, content) in definition.files.iter().chain(&task.files) {
             if !crate::domain::is_relative_inside(name) {
                 return Err(format!("file `{name}` would land outside the working directory"));
@@ -198,7 +217,7 @@ impl ShellWorld {
             }
             std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
         }
-        Ok(ShellWorld { dir, root, limits: definition.limits.clone() })
+        Ok(ShellWorld { dir, tmp, root, limits: definition.limits.clone(), sandbox })
     }
 
     /// Resolves a path the model gave, refusing any that leads outside the working directory.
@@ -235,11 +254,11 @@ impl ShellWorld {
         command
             .arg("-c")
             .arg(&args.command)
-            .current_dir(self.dir.path())
+            .current_dir(&self.root)
             .env_clear()
             .env("PATH", SAFE_PATH)
-            .env("HOME", self.dir.path())
-            .env("TMPDIR", self.dir.path())
+            .env("HOME", &self.root)
+            .env("TMPDIR", &self.tmp)
             .env("LANG", "C.UTF-8")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -247,7 +266,8 @@ impl ShellWorld {
             .process_group(0);
         // From here on, however this future ends (timeout, cancellation), every process
         // the command started dies with it.
-        let mut started = process::spawn(&mut command).map_err(|e| ToolFailure::io("failed to start the shell", e))?;
+        let mut started =
+            process::spawn(&mut command, &self.sandbox).map_err(|e| ToolFailure::io("failed to start the shell", e))?;
         let (Some(stdout), Some(stderr)) = (started.keeper.stdout.take(), started.keeper.stderr.take()) else {
             return Err(ToolFailure::new(ErrorType::ExecutionError, "the shell's output was not captured"));
         };
@@ -474,6 +494,7 @@ impl World for ShellWorld {
     fn describe(&self) -> Map<String, Value> {
         let mut info = Map::new();
         info.insert("cwd".into(), Value::String(self.root.display().to_string()));
+        info.insert("sandbox".into(), self.sandbox.enforced().clone());
         info
     }
 
@@ -481,6 +502,7 @@ impl World for ShellWorld {
         // Every process a command started died with the command (`process.rs`); what is
         // left is the folder. It is removed off the runtime's threads, as it may hold many
         // files; dropping `dir` then finds nothing, or retries what failed here.
+        self.sandbox.kill_all();
         let _ = tokio::fs::remove_dir_all(self.dir.path()).await;
     }
 }

@@ -220,6 +220,9 @@ pub struct SuiteInfo {
     #[serde(default)]
     pub k_of_n: Option<u32>,
     pub pass_threshold: Option<f64>,
+    /// What the sandbox enforces on the suite's worlds (absent for worlds that start no process).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<Value>,
 }
 
 /// The fields of [`Event::ModelCall`] that its timing needs, decoded without the request and

@@ -198,6 +198,7 @@ mod tests {
             epochs: 1,
             reducer: Default::default(),
             k_of_n: None,
+            sandbox: None,
             pass_threshold: threshold,
         };
         let mut p = Projection { run_id: id.into(), finished: true, ..Projection::default() };

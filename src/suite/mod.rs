@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use crate::agent::AgentKind;
 use crate::environment::definition::Definition;
+use crate::environment::sandbox::SandboxMode;
 use crate::scoring::{Check, GraderKind, JsonCheck, TextOp};
 use decode::{ConfigError, Source};
 use text::Text;
@@ -32,6 +33,8 @@ pub struct Suite {
     /// SHA-256 of the suite file (and its dataset, when it has one).
     pub digest: String,
     pub environment: Arc<Definition>,
+    /// `Off` when the suite says `sandbox: off`.
+    pub sandbox: SandboxMode,
     pub agent: AgentConfig,
     pub limits: Limits,
     pub epochs: u32,
@@ -104,6 +107,8 @@ struct SuiteFile {
     #[serde(default)]
     description: String,
     environment: String,
+    /// `off` runs the environment's processes unconfined.
+    sandbox: Option<Value>,
     #[serde(default)]
     agent: AgentConfig,
     #[serde(default)]
@@ -189,6 +194,17 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         return Err(source.error("limits.max_cost_usd", format!("must be a positive number of USD, got {usd}")));
     }
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
+    let sandbox = match &file.sandbox {
+        None => SandboxMode::On,
+        Some(Value::String(s)) if s == "off" => SandboxMode::Off("the suite"),
+        Some(Value::Bool(false)) => SandboxMode::Off("the suite"),
+        Some(Value::String(s)) if s == "on" => SandboxMode::On,
+        Some(Value::Bool(true)) => SandboxMode::On,
+        Some(_) => {
+            let message = "expected `off` or `on`; the sandbox's settings belong in the environment file";
+            return Err(source.error("sandbox", message));
+        }
+    };
     check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
 
     let mut raw_tasks: Vec<(String, TaskFile)> =
@@ -255,6 +271,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         path: path.to_owned(),
         digest: hex::encode(hasher.finalize()),
         environment,
+        sandbox,
         agent: file.agent,
         limits: file.limits,
         epochs: file.epochs,

@@ -203,7 +203,14 @@ fn an_unknown_model_is_a_usage_error() {
 #[test]
 fn ctrl_c_cancels_episodes_flushes_the_log_and_exits_130() {
     let sb = Sandbox::new();
-    sb.write("environments/slow.yaml", "kind: shell\nlimits: {command_timeout_s: 60, tool_timeout_s: 60}\n");
+    // The command marks its start in the test's folder, which the sandbox lets it write.
+    sb.write(
+        "environments/slow.yaml",
+        &format!(
+            "kind: shell\nlimits: {{command_timeout_s: 60, tool_timeout_s: 60}}\nsandbox: {{write_paths: [{}]}}\n",
+            sb.path().display()
+        ),
+    );
     let mark = sb.path().join("started");
     sb.write(
         "s.yaml",

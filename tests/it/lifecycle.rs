@@ -54,7 +54,14 @@ fn sleeping(marker: &str) -> Vec<i32> {
 /// A shell suite whose commands sleep for a long time, each marked by `marker` in its
 /// command line and leaving a file in `marks` when it starts.
 fn sleeping_suite(sb: &Sandbox, marker: &str, marks: &Path) {
-    sb.write("environments/slow.yaml", "kind: shell\nlimits: {command_timeout_s: 120, tool_timeout_s: 120}\n");
+    std::fs::create_dir_all(marks).unwrap();
+    sb.write(
+        "environments/slow.yaml",
+        &format!(
+            "kind: shell\nlimits: {{command_timeout_s: 120, tool_timeout_s: 120}}\nsandbox: {{write_paths: [{}]}}\n",
+            marks.display()
+        ),
+    );
     let tasks: String = (0..3)
         .map(|i| {
             format!(

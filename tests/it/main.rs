@@ -13,6 +13,7 @@ mod models;
 mod replay;
 mod report;
 mod runs;
+mod sandbox;
 mod scoring;
 mod secrets;
 mod shell;

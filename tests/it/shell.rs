@@ -4,7 +4,11 @@
 use crate::{Sandbox, of_type, tool_observations};
 
 fn shell_run(sb: &Sandbox, env_limits: &str, mock: &str) -> crate::Run {
-    sb.write("environments/box.yaml", &format!("kind: shell\nlimits: {env_limits}\n"));
+    // Commands may write the test's folder (to leave a pid there), and nothing else outside.
+    sb.write(
+        "environments/box.yaml",
+        &format!("kind: shell\nlimits: {env_limits}\nsandbox: {{write_paths: [{}]}}\n", sb.path().display()),
+    );
     sb.write(
         "s.yaml",
         &format!("suite: probe\nenvironment: box\nscorers:\n  - includes: ok\ntasks:\n  - id: t\n    input: go\n    mock:\n{mock}"),

@@ -83,7 +83,8 @@ fn a_sparse_20_gb_file_is_read_and_searched_with_a_cap() {
     let sb = Sandbox::new();
     suite(
         &sb,
-        "kind: shell\n",
+        // The sandbox's file size limit would refuse the 20 GB file.
+        "kind: shell\nsandbox: {limits: {file_size_mb: null}}\n",
         "scorers:\n  - file_contains: {path: big, text: needle}\ntasks:\n  - id: t\n    input: go\n    mock:\n      - tool_calls: [{name: run_command, arguments: {command: \"truncate -s 20G big\"}}]\n      - tool_calls: [{name: read_file, arguments: {path: big}}]\n      - text: ok\n",
     );
     // 4 GB of address space is plenty for a run, and far too little for 20 GB of file.
@@ -103,9 +104,11 @@ fn a_sparse_20_gb_file_is_read_and_searched_with_a_cap() {
 fn write_file_refuses_a_hard_link_to_a_file_outside() {
     let sb = Sandbox::new();
     let outside = sb.write("outside.txt", "precious\n");
+    // The sandbox refuses the link itself; write_file, which runs in the runner, must
+    // refuse it too where the link exists (made before, or with the sandbox off).
     suite(
         &sb,
-        "kind: shell\n",
+        "kind: shell\nsandbox: off\n",
         &format!(
             "scorers: [{{includes: ok}}]\ntasks:\n  - id: t\n    input: go\n    mock:\n      - tool_calls: [{{name: run_command, arguments: {{command: \"ln {} hl\"}}}}]\n      - tool_calls: [{{name: write_file, arguments: {{path: hl, content: pwned}}}}]\n      - text: ok\n",
             outside.display()
@@ -122,7 +125,7 @@ fn write_file_refuses_a_hard_link_to_a_file_outside() {
 }
 
 /// The pids of live processes whose command line holds `needle` (a pgrep -f).
-fn pids_with(needle: &str) -> Vec<i32> {
+pub(crate) fn pids_with(needle: &str) -> Vec<i32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("this check needs /proc").flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
