@@ -1,0 +1,61 @@
+//! The sandbox's cost: `run_command("true")` in a `shell` world with the sandbox on and
+//! off, and the setup of a world (the sandbox is prepared once per world).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::json;
+
+use runner::domain::Task;
+use runner::environment::definition::Definition;
+use runner::environment::sandbox::SandboxMode;
+use runner::environment::{Environment, SetupContext, kind};
+
+fn task() -> Task {
+    Task {
+        id: "bench".into(),
+        input: "go".into(),
+        target: None,
+        files: BTreeMap::new(),
+        metadata: Default::default(),
+        scorers: Vec::new(),
+        mock: Arc::from(Vec::new()),
+        digest: String::new(),
+    }
+}
+
+fn sandbox(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let shell = kind::find("shell").expect("the shell kind");
+    let definition = Arc::new(Definition::builtin(shell));
+    let task = task();
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (label, mode) in [("sandboxed", SandboxMode::On), ("unsandboxed", SandboxMode::Off("the bench"))] {
+        let context = SetupContext { sandbox: mode, ..SetupContext::new(dir.path(), "bench") };
+        let env = runtime.block_on(Environment::setup(definition.clone(), &task, &context)).expect("a shell world");
+        // The command must really run, in the sandbox asked for, or the bench measures a failure.
+        let call = || env.world().call("run_command", json!({"command": "true"}));
+        let out = runtime.block_on(call()).expect("`true` runs");
+        assert_eq!(out["exit_code"], 0, "{out}");
+        let probe = runtime
+            .block_on(env.world().call("run_command", json!({"command": "grep -c . /etc/hostname; echo x > /tmp/x"})))
+            .expect("the probe runs");
+        let confined = probe["stderr"].as_str().is_some_and(|e| e.contains("Permission denied"));
+        assert_eq!(confined, mode == SandboxMode::On, "{probe}");
+
+        c.bench_function(&format!("run_command true/{label}"), |b| b.iter(|| runtime.block_on(call())));
+        c.bench_function(&format!("shell world setup and teardown/{label}"), |b| {
+            b.iter(|| {
+                runtime.block_on(async {
+                    let env = Environment::setup(definition.clone(), &task, &context).await.expect("a shell world");
+                    env.teardown().await;
+                })
+            })
+        });
+        runtime.block_on(env.teardown());
+    }
+}
+
+criterion_group!(benches, sandbox);
+criterion_main!(benches);
