@@ -303,14 +303,14 @@ impl ShellWorld {
             .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("the read failed: {e}")))?;
         let read = match scanned {
             Ok(read) => read,
-            Err(Scan::Binary) => {
+            Err(Unread::Binary) => {
                 return Err(ToolFailure::new(
                     ErrorType::ExecutionError,
                     format!("`{path}` ({size} bytes) is a binary file (a NUL byte in its first 8 KB): read_file shows text only"),
                 )
                 .suggest("inspect it with run_command (file, xxd, od), or grep it"));
             }
-            Err(Scan::BeyondScan(scanned)) => {
+            Err(Unread::PastScanned(scanned)) => {
                 return Err(ToolFailure::new(
                     ErrorType::ExecutionError,
                     format!(
@@ -320,7 +320,7 @@ impl ShellWorld {
                 )
                 .suggest("read further into it with run_command (tail, sed -n)"));
             }
-            Err(Scan::Io(e)) => return Err(io_failure(e)),
+            Err(Unread::Io(e)) => return Err(io_failure(e)),
         };
         if let Some(total) = read.total_lines
             && window.offset > total.max(1)
@@ -529,7 +529,6 @@ impl ShellWorld {
                 };
                 let shown = relative.to_string_lossy().into_owned();
                 let sink = sinks::Lossy(|line_number, line| {
-                    found.count += 1;
                     let entry = format!("{shown}:{line_number}:{}\n", cut_line(line.trim_end_matches(['\n', '\r'])));
                     if found.lines < MAX_MATCHES && found.text.len() + entry.len() <= cap {
                         found.text.push_str(&entry);
@@ -591,8 +590,6 @@ struct Found {
     text: String,
     /// Matches shown.
     lines: usize,
-    /// Matches seen.
-    count: usize,
     files: usize,
     skipped: usize,
     cut: bool,
@@ -682,17 +679,17 @@ struct Lines {
     digest: Option<Digest>,
 }
 
-enum Scan {
+enum Unread {
     Binary,
     /// A large file, read only so far, has not as many lines as the offset asks.
-    BeyondScan(u64),
+    PastScanned(u64),
     Io(std::io::Error),
 }
 
 /// Reads a window of numbered lines out of `file`, with the file's digest when it is small
 /// enough to hash. No line is held whole: a line of a gigabyte costs its first
 /// `MAX_LINE_BYTES`.
-fn scan(file: std::fs::File, window: Window) -> Result<Lines, Scan> {
+fn scan(file: std::fs::File, window: Window) -> Result<Lines, Unread> {
     let mut reader = BufReader::with_capacity(64 * 1024, file);
     let mut hasher = window.hash.then(Sha256::new);
     let end = window.offset.saturating_add(window.limit);
@@ -723,7 +720,7 @@ fn scan(file: std::fs::File, window: Window) -> Result<Lines, Scan> {
         let buf = match reader.fill_buf() {
             Ok(buf) => buf,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Scan::Io(e)),
+            Err(e) => return Err(Unread::Io(e)),
         };
         if buf.is_empty() {
             if length > 0 {
@@ -738,7 +735,7 @@ fn scan(file: std::fs::File, window: Window) -> Result<Lines, Scan> {
         if (scanned as usize) < BINARY_PROBE {
             let probe = &buf[..n.min(BINARY_PROBE - scanned as usize)];
             if memchr::memchr(0, probe).is_some() {
-                return Err(Scan::Binary);
+                return Err(Unread::Binary);
             }
         }
         if let Some(h) = &mut hasher {
@@ -774,7 +771,7 @@ fn scan(file: std::fs::File, window: Window) -> Result<Lines, Scan> {
             }
             if scanned >= HASH_CAP {
                 if number <= window.offset {
-                    return Err(Scan::BeyondScan(scanned));
+                    return Err(Unread::PastScanned(scanned));
                 }
                 return Ok(out);
             }
