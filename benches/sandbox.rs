@@ -7,6 +7,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 
+use runner::contract::Actor;
 use runner::domain::Task;
 use runner::environment::definition::Definition;
 use runner::environment::sandbox::SandboxMode;
@@ -35,11 +36,15 @@ fn sandbox(c: &mut Criterion) {
         let context = SetupContext { sandbox: mode, ..SetupContext::new(dir.path(), "bench") };
         let env = runtime.block_on(Environment::setup(definition.clone(), &task, &context)).expect("a shell world");
         // The command must really run, in the sandbox asked for, or the bench measures a failure.
-        let call = || env.world().call("run_command", json!({"command": "true"}));
+        let call = || env.world().call(&Actor::Main, "run_command", json!({"command": "true"}));
         let out = runtime.block_on(call()).expect("`true` runs");
         assert_eq!(out["exit_code"], 0, "{out}");
         let probe = runtime
-            .block_on(env.world().call("run_command", json!({"command": "grep -c . /etc/hostname; echo x > /tmp/x"})))
+            .block_on(env.world().call(
+                &Actor::Main,
+                "run_command",
+                json!({"command": "grep -c . /etc/hostname; echo x > /tmp/x"}),
+            ))
             .expect("the probe runs");
         let confined = probe["stderr"].as_str().is_some_and(|e| e.contains("Permission denied"));
         assert_eq!(confined, mode == SandboxMode::On, "{probe}");

@@ -8,7 +8,7 @@ pub use tool_calling::ToolCallingAgent;
 
 use async_trait::async_trait;
 
-use crate::contract::{Observation, ToolCall, ToolSpec};
+use crate::contract::{Actor, Observation, ToolCall, ToolSpec};
 use crate::log::{Recorder, Usage};
 use crate::model::limiter::Deadline;
 
@@ -21,6 +21,28 @@ pub struct Turn<'a> {
     pub budget: Budget,
     /// Where the agent logs its model calls.
     pub recorder: &'a Recorder,
+    /// What the world can tell the agent about the files it knows.
+    pub world: &'a dyn WorldModelView,
+}
+
+/// The world as an agent may ask it about itself between turns: which of the files an
+/// actor read or wrote have changed since (by a command, another agent, the user). The
+/// environment answers; what to do with the answer is the agent's own code.
+#[async_trait]
+pub trait WorldModelView: Send + Sync {
+    /// The files `actor` knows that changed since it last read or wrote them, each named
+    /// once per change (see `environment::world_model`).
+    async fn changed_files(&self, actor: &Actor) -> Vec<String>;
+}
+
+/// A world without files: nothing ever changes.
+pub struct NoFiles;
+
+#[async_trait]
+impl WorldModelView for NoFiles {
+    async fn changed_files(&self, _actor: &Actor) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// What is left of the episode's limits when a turn starts.

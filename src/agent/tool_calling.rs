@@ -17,6 +17,14 @@ pub const FINAL_ANSWER_REMINDER: &str =
     "You answered without calling a tool. When you are done, call `final_answer` with your answer.";
 pub const EMPTY_REPLY_REMINDER: &str = "Your reply was empty. Use a tool, or call `final_answer` with your answer.";
 
+/// The reminder about files the agent knows that changed since it last read or wrote them.
+pub fn stale_files_reminder(paths: &[String]) -> String {
+    format!(
+        "These files changed since you last read or wrote them (by a command, another agent or the user): {}. Read them again before editing them.",
+        paths.join(", ")
+    )
+}
+
 pub struct ToolCallingAgent {
     /// Who this agent is in the episode: its calls and model calls are logged as its.
     actor: Actor,
@@ -155,6 +163,21 @@ impl Agent for ToolCallingAgent {
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault> {
         self.perceive(turn.observations);
 
+        // Files this agent knows may have changed under it: it says so to the model, once
+        // per change, before asking it (a write of such a file is refused until it is read).
+        let changed = turn.world.changed_files(&self.actor).await;
+        if !changed.is_empty() {
+            let text = stale_files_reminder(&changed);
+            self.transcript.push(Message::User { content: text.clone() });
+            turn.recorder.emit(&Event::Reminder {
+                step: turn.budget.step,
+                actor: self.actor.clone(),
+                kind: "stale_files".into(),
+                paths: changed,
+                text,
+            });
+        }
+
         let response = self.ask_model(&turn).await?;
         let (usage, cost_usd) = (response.usage, response.cost_usd);
 
@@ -217,7 +240,7 @@ impl Handling {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::Budget;
+    use crate::agent::{Budget, NoFiles, WorldModelView};
     use crate::contract::ToolSpec;
     use crate::domain::{MockCall, MockTurn, text::Text};
     use crate::log::EventLog;
@@ -264,13 +287,22 @@ mod tests {
         agent: &mut ToolCallingAgent,
         observations: &[Observation],
     ) -> (Result<Proposal, AgentFault>, Vec<Value>) {
+        propose_in(agent, observations, &NoFiles).await
+    }
+
+    /// Asks the agent once in a world that answers as `world` does.
+    async fn propose_in(
+        agent: &mut ToolCallingAgent,
+        observations: &[Observation],
+        world: &dyn WorldModelView,
+    ) -> (Result<Proposal, AgentFault>, Vec<Value>) {
         let dir = tempfile::tempdir().unwrap();
         let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
         let recorder = log.recorder("ep");
         let tools = tools();
         let deadline = crate::model::limiter::Deadline::after(std::time::Duration::ZERO);
         let budget = Budget { step: 1, steps_left: 5, deadline, tokens_left: None };
-        let result = agent.propose(Turn { observations, tools: &tools, budget, recorder: &recorder }).await;
+        let result = agent.propose(Turn { observations, tools: &tools, budget, recorder: &recorder, world }).await;
         drop((recorder, log));
         writer.close().unwrap();
         let text = std::fs::read_to_string(dir.path().join("e.jsonl")).unwrap();
@@ -366,6 +398,43 @@ mod tests {
         assert_eq!((call_id.as_str(), name.as_str()), ("c_1", "run_command"));
         let content: Value = serde_json::from_str(content).unwrap();
         assert_eq!(content["error"]["type"], "TimeoutError");
+    }
+
+    /// A world where the given files changed, for the main agent only.
+    struct Changed(Vec<String>);
+
+    #[async_trait]
+    impl WorldModelView for Changed {
+        async fn changed_files(&self, actor: &Actor) -> Vec<String> {
+            if actor.is_main() { self.0.clone() } else { Vec::new() }
+        }
+    }
+
+    #[tokio::test]
+    async fn changed_files_are_named_in_a_reminder_before_the_model_is_asked_and_logged() {
+        let mut a = agent(vec![turn_of(None, &[("run_command", json!({"command": "ls"}), None)])], false);
+        let world = Changed(vec!["a.txt".into(), "sub/b.txt".into()]);
+        let (proposal, events) = propose_in(&mut a, &[first_observation()], &world).await;
+        proposal.unwrap();
+        let reminder = stale_files_reminder(&["a.txt".into(), "sub/b.txt".into()]);
+        assert!(reminder.contains("a.txt, sub/b.txt") && reminder.contains("Read them again"), "{reminder}");
+        // System, task, reminder, then the model's answer: the model saw the reminder.
+        assert_eq!(a.transcript()[2], Message::User { content: reminder.clone() });
+        assert!(matches!(a.transcript()[3], Message::Assistant { .. }), "{:?}", a.transcript());
+        let logged: Vec<&Value> = events.iter().filter(|e| e["type"] == "reminder").collect();
+        assert_eq!(logged.len(), 1, "{events:?}");
+        assert_eq!(logged[0]["kind"], "stale_files");
+        assert_eq!(logged[0]["paths"], json!(["a.txt", "sub/b.txt"]));
+        assert_eq!(logged[0]["text"], reminder.as_str());
+        assert_eq!(logged[0]["step"], 1);
+    }
+
+    #[tokio::test]
+    async fn no_change_no_reminder() {
+        let mut a = agent(vec![turn_of(None, &[("run_command", json!({"command": "ls"}), None)])], false);
+        let (_, events) = propose_in(&mut a, &[first_observation()], &Changed(Vec::new())).await;
+        assert!(events.iter().all(|e| e["type"] != "reminder"), "{events:?}");
+        assert_eq!(a.transcript().len(), 3);
     }
 
     #[tokio::test]

@@ -133,7 +133,7 @@ struct Gone;
 
 #[async_trait]
 impl World for Gone {
-    async fn call(&self, _: &str, _: Value) -> Result<Value, ToolFailure> {
+    async fn call(&self, _: &crate::contract::Actor, _: &str, _: Value) -> Result<Value, ToolFailure> {
         Err(ToolFailure::new(ErrorType::ExecutionError, "the episode's world is gone"))
     }
 }

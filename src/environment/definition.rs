@@ -326,7 +326,7 @@ mod tests {
             .filter(|t| t.annotations.is_some_and(|a| a.read_only && !a.destructive))
             .map(|t| t.name)
             .collect();
-        assert_eq!(read_only, ["read_file", "list_dir", "kv_get", "kv_list", "calc"]);
+        assert_eq!(read_only, ["read_file", "glob", "grep", "list_dir", "kv_get", "kv_list", "calc"]);
         let unmarked: Vec<String> = kind::KINDS
             .iter()
             .flat_map(|k| k.tools())

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::contract::{ErrorType, FINAL_TOOL, ToolCall};
+use crate::contract::{Actor, ErrorType, FINAL_TOOL, ToolCall};
 use crate::environment::tool::{self, Tool};
 use crate::environment::{Environment, ToolFailure, kv, shell};
 
@@ -71,10 +71,10 @@ async fn every_offered_tool_reaches_its_world() {
         let mut world = kind.setup(&definition, &task(), &context).await.unwrap();
         for offered in kind.tools().iter().filter(|t| t.spec.name != FINAL_TOOL) {
             let kind_of = |r: Result<Value, ToolFailure>| r.err().map(|f| f.kind);
-            let result = world.call(&offered.spec.name, json!({})).await;
+            let result = world.call(&Actor::Main, &offered.spec.name, json!({})).await;
             assert_ne!(kind_of(result), Some(ErrorType::ToolNotFound), "{}::{}", kind.name(), offered.spec.name);
         }
-        let missing = world.call("no_such_tool", json!({})).await.unwrap_err();
+        let missing = world.call(&Actor::Main, "no_such_tool", json!({})).await.unwrap_err();
         assert_eq!(missing.kind, ErrorType::ToolNotFound);
         world.teardown().await;
     }
@@ -130,8 +130,8 @@ struct TallyWorld {
 
 #[async_trait]
 impl World for TallyWorld {
-    async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
-        tool::call(TALLY_TOOLS, "tally", self, name, arguments).await
+    async fn call(&self, actor: &Actor, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
+        tool::call(TALLY_TOOLS, "tally", self, actor, name, arguments).await
     }
 
     async fn teardown(&mut self) {
@@ -159,7 +159,7 @@ impl Tool<TallyWorld> for Bump {
         json!({"type": "object", "properties": {"by": {"type": "integer"}}, "additionalProperties": false})
     }
 
-    async fn call(&self, world: &TallyWorld, arguments: Value) -> Result<Value, ToolFailure> {
+    async fn call(&self, world: &TallyWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
         let by = arguments["by"].as_u64().unwrap_or(1);
         let count = world.store.update("bumps", |old| json!(old.and_then(Value::as_u64).unwrap_or(0) + by));
         Ok(json!({"episode": world.episode_id, "bumps": count}))

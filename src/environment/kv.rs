@@ -13,7 +13,7 @@ use super::definition::Definition;
 use super::kind::{EnvironmentKind, SetupContext};
 use super::tool::{self, Tool, ToolDecl};
 use super::{ReadBack, SetupError, ToolFailure, World, decode_arguments};
-use crate::contract::{ErrorType, ToolAnnotations};
+use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
 
 /// The kind `kv`.
@@ -94,7 +94,7 @@ impl Tool<KvWorld> for KvGet {
             "type": "object", "properties": {"key": key_schema()}, "required": ["key"], "additionalProperties": false})
     }
 
-    async fn call(&self, world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
+    async fn call(&self, world: &KvWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
         let Key { key } = decode_arguments(arguments)?;
         match world.with_store(|s| s.get(&key).cloned()) {
             Some(value) => Ok(json!({"key": key, "value": value})),
@@ -131,7 +131,7 @@ impl Tool<KvWorld> for KvSet {
             "required": ["key", "value"], "additionalProperties": false})
     }
 
-    async fn call(&self, world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
+    async fn call(&self, world: &KvWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
         let SetArgs { key, value } = decode_arguments(arguments)?;
         let replaced = world.with_store(|s| s.insert(key.clone(), value).is_some());
         Ok(json!({"key": key, "replaced": replaced}))
@@ -159,7 +159,7 @@ impl Tool<KvWorld> for KvDelete {
             "type": "object", "properties": {"key": key_schema()}, "required": ["key"], "additionalProperties": false})
     }
 
-    async fn call(&self, world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
+    async fn call(&self, world: &KvWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
         let Key { key } = decode_arguments(arguments)?;
         match world.with_store(|s| s.remove(&key)) {
             Some(_) => Ok(json!({"key": key, "deleted": true})),
@@ -196,7 +196,7 @@ impl Tool<KvWorld> for KvList {
             "additionalProperties": false})
     }
 
-    async fn call(&self, world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
+    async fn call(&self, world: &KvWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
         let ListArgs { prefix } = decode_arguments(arguments)?;
         let keys: Vec<String> = world.with_store(|s| s.keys().filter(|k| k.starts_with(&prefix)).cloned().collect());
         Ok(json!({"keys": keys}))
@@ -230,7 +230,7 @@ impl Tool<KvWorld> for Calc {
             "required": ["expression"], "additionalProperties": false})
     }
 
-    async fn call(&self, _world: &KvWorld, arguments: Value) -> Result<Value, ToolFailure> {
+    async fn call(&self, _world: &KvWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
         let CalcArgs { expression } = decode_arguments(arguments)?;
         let value = calc::evaluate(&expression).map_err(|e| {
             ToolFailure::new(ErrorType::ExecutionError, e).suggest("use numbers, + - * / and parentheses")
@@ -241,8 +241,8 @@ impl Tool<KvWorld> for Calc {
 
 #[async_trait]
 impl World for KvWorld {
-    async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
-        tool::call(TOOLS, Kv.name(), self, name, arguments).await
+    async fn call(&self, actor: &Actor, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
+        tool::call(TOOLS, Kv.name(), self, actor, name, arguments).await
     }
 
     async fn read_back(&self, key: &str, cap: usize) -> Result<ReadBack, ToolFailure> {

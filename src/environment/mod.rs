@@ -10,6 +10,7 @@ mod run;
 pub mod sandbox;
 mod shell;
 pub mod tool;
+pub mod world_model;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -21,7 +22,8 @@ use futures::FutureExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
-use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
+use crate::agent::WorldModelView;
+use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
 use crate::domain::Task;
 use definition::{Definition, validate_arguments};
 
@@ -77,8 +79,15 @@ pub(crate) fn decode_arguments<T: serde::de::DeserializeOwned>(arguments: Value)
 /// hands a call to the one named.
 #[async_trait]
 pub trait World: Send + Sync {
-    /// Runs tool `name` with arguments already checked against its schema.
-    async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure>;
+    /// Runs tool `name` for `actor` with arguments already checked against its schema.
+    /// The actor matters to worlds that keep a model of what each agent knows (`shell`).
+    async fn call(&self, actor: &Actor, name: &str, arguments: Value) -> Result<Value, ToolFailure>;
+
+    /// The files `actor` read or wrote that changed since, each named once per change
+    /// (`world_model.rs`). A world without files has none.
+    async fn changed_files(&self, _actor: &Actor) -> Vec<String> {
+        Vec::new()
+    }
 
     /// Releases what the world holds (processes, folders, connections), once the episode
     /// has been scored against it.
@@ -101,6 +110,14 @@ pub trait World: Send + Sync {
     /// For `check:` scorers: runs a shell command in the final world; its exit code and output.
     async fn run_check(&self, _command: &str, _timeout_s: f64) -> Result<(i32, String), ToolFailure> {
         Err(ToolFailure::new(ErrorType::ExecutionError, "this environment cannot run commands"))
+    }
+}
+
+/// The agent asks the environment, which asks its world.
+#[async_trait]
+impl WorldModelView for Environment {
+    async fn changed_files(&self, actor: &Actor) -> Vec<String> {
+        self.world.changed_files(actor).await
     }
 }
 
@@ -221,7 +238,7 @@ impl Environment {
         };
         started.store(true, Ordering::Relaxed);
         let timeout = Duration::from_secs_f64(self.definition.limits.tool_timeout_s);
-        let running = AssertUnwindSafe(self.world.call(&call.name, call.arguments.clone())).catch_unwind();
+        let running = AssertUnwindSafe(self.world.call(&call.actor, &call.name, call.arguments.clone())).catch_unwind();
         match tokio::time::timeout(timeout, running).await {
             Ok(Ok(Ok(result))) => Observation::of_result(&call.call_id, result),
             Ok(Ok(Err(failure))) => {

@@ -102,7 +102,8 @@ impl Environment {
                 deadline: deadline.clone(),
                 tokens_left: limits.max_tokens.map(|max| max.saturating_sub(ending.usage.total())),
             };
-            let turn = Turn { observations: &observations, tools: &self.definition.specs, budget, recorder };
+            let turn =
+                Turn { observations: &observations, tools: &self.definition.specs, budget, recorder, world: self };
             // The model learns the deadline and gives up on its own just then, blaming the
             // provider if it was failing; the grace only covers an agent that ignores it.
             let proposal = tokio::select! {

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::agent::{Agent, AgentFault, Proposal, Turn};
-use crate::contract::{ErrorType, Observation, ToolCall, ToolSpec};
+use crate::contract::{Actor, ErrorType, Observation, ToolCall, ToolSpec};
 use crate::domain::Task;
 use crate::environment::definition::{Definition, EnvLimits};
 use crate::environment::{Environment, ToolFailure, World};
@@ -39,7 +39,7 @@ impl Drop for DropFlag {
 
 #[async_trait]
 impl World for TestWorld {
-    async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
+    async fn call(&self, _actor: &Actor, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
         match name {
             "sleep" => {
                 let ms = arguments["ms"].as_u64().unwrap_or(0);

@@ -26,9 +26,13 @@ use super::definition::{Definition, EnvLimits};
 use super::kind::{EnvironmentKind, SetupContext};
 use super::sandbox::Confinement;
 use super::tool::{self, Tool, ToolDecl};
+use super::world_model::WorldModels;
 use super::{ReadBack, SetupError, ToolFailure, World, decode_arguments, process, resources};
-use crate::contract::{ErrorType, ToolAnnotations};
+use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
+
+#[path = "shell_files.rs"]
+mod files;
 
 const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
@@ -66,7 +70,8 @@ impl EnvironmentKind for Shell {
 }
 
 /// The tools of `shell`, in the order models are shown them.
-pub const TOOLS: &[&dyn Tool<ShellWorld>] = &[&RunCommand, &ReadFile, &WriteFile, &ListDir];
+pub const TOOLS: &[&dyn Tool<ShellWorld>] =
+    &[&RunCommand, &files::ReadFile, &files::WriteFile, &files::EditFile, &files::Glob, &files::Grep, &ListDir];
 
 struct RunCommand;
 
@@ -94,64 +99,8 @@ impl Tool<ShellWorld> for RunCommand {
             "required": ["command"], "additionalProperties": false})
     }
 
-    async fn call(&self, world: &ShellWorld, arguments: Value) -> Result<Value, ToolFailure> {
+    async fn call(&self, world: &ShellWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
         world.run_command(decode_arguments(arguments)?).await
-    }
-}
-
-struct ReadFile;
-
-#[async_trait]
-impl Tool<ShellWorld> for ReadFile {
-    fn annotations(&self) -> Option<ToolAnnotations> {
-        Some(ToolAnnotations::READ_ONLY)
-    }
-
-    fn name(&self) -> &'static str {
-        "read_file"
-    }
-
-    fn description(&self) -> &'static str {
-        "Read a text file in the working directory."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object", "properties": {"path": {"type": "string", "minLength": 1}},
-            "required": ["path"], "additionalProperties": false})
-    }
-
-    async fn call(&self, world: &ShellWorld, arguments: Value) -> Result<Value, ToolFailure> {
-        world.read_file(&decode_arguments::<PathArg>(arguments)?.path).await
-    }
-}
-
-struct WriteFile;
-
-#[async_trait]
-impl Tool<ShellWorld> for WriteFile {
-    fn annotations(&self) -> Option<ToolAnnotations> {
-        Some(ToolAnnotations::DESTRUCTIVE)
-    }
-
-    fn name(&self) -> &'static str {
-        "write_file"
-    }
-
-    fn description(&self) -> &'static str {
-        "Write a text file in the working directory, creating folders as needed."
-    }
-
-    fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {"path": {"type": "string", "minLength": 1}, "content": {"type": "string"}},
-            "required": ["path", "content"], "additionalProperties": false})
-    }
-
-    async fn call(&self, world: &ShellWorld, arguments: Value) -> Result<Value, ToolFailure> {
-        let WriteFileArgs { path, content } = decode_arguments(arguments)?;
-        world.write_file(&path, &content).await
     }
 }
 
@@ -177,7 +126,7 @@ impl Tool<ShellWorld> for ListDir {
             "additionalProperties": false})
     }
 
-    async fn call(&self, world: &ShellWorld, arguments: Value) -> Result<Value, ToolFailure> {
+    async fn call(&self, world: &ShellWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
         world.list_dir(&decode_arguments::<PathArg>(arguments)?.path).await
     }
 }
@@ -190,6 +139,8 @@ pub struct ShellWorld {
     tmp: PathBuf,
     limits: EnvLimits,
     sandbox: Arc<Confinement>,
+    /// What each actor last saw of the files it read or wrote.
+    models: WorldModels,
 }
 
 impl ShellWorld {
@@ -217,7 +168,7 @@ impl ShellWorld {
             }
             std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
         }
-        Ok(ShellWorld { dir, tmp, root, limits: definition.limits.clone(), sandbox })
+        Ok(ShellWorld { dir, tmp, root, limits: definition.limits.clone(), sandbox, models: WorldModels::default() })
     }
 
     /// Resolves a path the model gave, refusing any that leads outside the working directory.
@@ -331,22 +282,6 @@ impl ShellWorld {
         Ok(result)
     }
 
-    async fn read_file(&self, path: &str) -> Result<Value, ToolFailure> {
-        let (file, size) = self.open_regular(path, tokio::fs::OpenOptions::new().read(true), 0).await?;
-        let read = read_start(file, size, self.limits.output_cap_bytes).await?;
-        let result = json!({"path": path, "content": read.text()});
-        if read.total > read.kept.len() {
-            return Err(ToolFailure {
-                kind: ErrorType::OutputTruncated,
-                message: format!("`{path}` has {} bytes; only the first {} are shown", read.total, read.kept.len()),
-                suggested_action: Some("read a part of it with run_command (head, sed -n, grep)".into()),
-                partial: Some(result),
-                fault: None,
-            });
-        }
-        Ok(result)
-    }
-
     /// Opens a file of the working directory without waiting (a named pipe would wait for
     /// its other end), and refuses anything that is not a regular file; returns its size.
     async fn open_regular(
@@ -449,16 +384,14 @@ fn dot() -> String {
     ".".into()
 }
 
-#[derive(Deserialize)]
-struct WriteFileArgs {
-    path: String,
-    content: String,
-}
-
 #[async_trait]
 impl World for ShellWorld {
-    async fn call(&self, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
-        tool::call(TOOLS, Shell.name(), self, name, arguments).await
+    async fn call(&self, actor: &Actor, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
+        tool::call(TOOLS, Shell.name(), self, actor, name, arguments).await
+    }
+
+    async fn changed_files(&self, actor: &Actor) -> Vec<String> {
+        self.changed_for(actor).await
     }
 
     async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
@@ -572,3 +505,7 @@ async fn read_capped(mut reader: impl AsyncRead + Unpin, cap: usize) -> std::io:
         }
     }
 }
+
+#[cfg(test)]
+#[path = "shell_tests.rs"]
+mod tests;

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::ToolFailure;
-use crate::contract::{ErrorType, FINAL_TOOL, ToolAnnotations, ToolSpec};
+use crate::contract::{Actor, ErrorType, FINAL_TOOL, ToolAnnotations, ToolSpec};
 
 /// One tool of the world `W`: passive, it runs when told to and reports.
 #[async_trait]
@@ -29,8 +29,8 @@ pub trait Tool<W: ?Sized>: Send + Sync {
     /// destroy (`destructive`). Plan mode offers only tools that only look.
     fn annotations(&self) -> Option<ToolAnnotations>;
 
-    /// Runs the tool with arguments already checked against `parameters()`.
-    async fn call(&self, world: &W, arguments: Value) -> Result<Value, ToolFailure>;
+    /// Runs the tool for `actor` with arguments already checked against `parameters()`.
+    async fn call(&self, world: &W, actor: &Actor, arguments: Value) -> Result<Value, ToolFailure>;
 
     /// The spec the model is shown, built from the parts above.
     fn spec(&self) -> ToolSpec {
@@ -65,16 +65,18 @@ pub fn offer<W: ?Sized>(tools: &[&dyn Tool<W>]) -> Vec<ToolDecl> {
     offered
 }
 
-/// Runs the tool of `tools` named `name` on `world`. `kind` names the world in the error.
+/// Runs the tool of `tools` named `name` on `world` for `actor`. `kind` names the world in
+/// the error.
 pub async fn call<W: ?Sized>(
     tools: &[&dyn Tool<W>],
     kind: &str,
     world: &W,
+    actor: &Actor,
     name: &str,
     arguments: Value,
 ) -> Result<Value, ToolFailure> {
     match tools.iter().find(|t| t.name() == name) {
-        Some(tool) => tool.call(world, arguments).await,
+        Some(tool) => tool.call(world, actor, arguments).await,
         None => Err(ToolFailure::new(ErrorType::ToolNotFound, format!("{kind} has no tool `{name}`"))),
     }
 }

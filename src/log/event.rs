@@ -310,6 +310,17 @@ pub enum Event {
         step: u32,
         observation: Observation,
     },
+    /// The agent added a reminder to its transcript before asking its model: `kind` says
+    /// why (`stale_files`: files it knows changed since it last read them, named in `paths`).
+    Reminder {
+        step: u32,
+        #[serde(default, skip_serializing_if = "Actor::is_main")]
+        actor: Actor,
+        kind: String,
+        #[serde(default)]
+        paths: Vec<String>,
+        text: String,
+    },
     /// A fault of the episode, not of a tool call: tool errors are observations.
     Error {
         step: u32,
@@ -466,6 +477,24 @@ mod tests {
         assert_eq!(serde_json::from_value::<Event>(sub).unwrap(), model_call(Actor::Subagent(vec![1]), None));
         // Logs written before actors were named read as the main agent's.
         assert_eq!(serde_json::from_value::<Event>(main).unwrap(), model_call(Actor::Main, None));
+    }
+
+    #[test]
+    fn a_reminder_reads_back_as_written_and_names_its_actor_only_when_not_main() {
+        let reminder = |actor| Event::Reminder {
+            step: 3,
+            actor,
+            kind: "stale_files".into(),
+            paths: vec!["a.txt".into()],
+            text: "a.txt changed".into(),
+        };
+        let main = serde_json::to_value(reminder(Actor::Main)).unwrap();
+        assert_eq!(main["type"], "reminder");
+        assert_eq!(main["paths"], json!(["a.txt"]));
+        assert!(main.get("actor").is_none(), "{main}");
+        assert_eq!(serde_json::from_value::<Event>(main).unwrap(), reminder(Actor::Main));
+        let sub = serde_json::to_value(reminder(Actor::Subagent(vec![2]))).unwrap();
+        assert_eq!(sub["actor"], "main.2");
     }
 
     #[test]

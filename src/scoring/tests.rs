@@ -19,7 +19,7 @@ struct FakeWorld;
 
 #[async_trait]
 impl World for FakeWorld {
-    async fn call(&self, _: &str, _: Value) -> Result<Value, ToolFailure> {
+    async fn call(&self, _: &crate::contract::Actor, _: &str, _: Value) -> Result<Value, ToolFailure> {
         Ok(Value::Null)
     }
 

@@ -5,6 +5,7 @@ mod bad_input;
 mod batch;
 mod e2e;
 mod eval;
+mod file_tools;
 mod layers;
 mod lifecycle;
 mod local_server;

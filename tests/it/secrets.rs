@@ -18,7 +18,7 @@ impl Respond for Turns {
         let body: serde_json::Value = request.body_json().unwrap_or_default();
         let turn = body["messages"].as_array().map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count());
         let message = if turn == 0 {
-            let command = "tr '\\0' '\\n' < /proc/$PPID/environ > ../../environ.txt; grep -c KEY ../../environ.txt; cat ../../environ.txt";
+            let command = "tr '\\0' '\\n' < /proc/$PPID/environ > ../../../environ.txt; grep -c KEY ../../../environ.txt; cat ../../../environ.txt";
             json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
                    "function": {"name": "run_command", "arguments": json!({"command": command}).to_string()}}]})
         } else {

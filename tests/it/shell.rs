@@ -103,7 +103,7 @@ fn a_symlink_cannot_lead_a_read_or_write_out_of_the_working_directory() {
         assert_eq!(observation(&events, id)["error"]["type"], "PermissionError", "{id}: {}", observation(&events, id));
     }
     // A link that stays inside may be read.
-    assert_eq!(observation(&events, "r2")["tool_result"]["content"], "in\n");
+    assert_eq!(observation(&events, "r2")["tool_result"]["content"], "     1\tin\n");
 }
 
 #[test]
@@ -162,7 +162,7 @@ fn file_tools_stay_inside_the_working_directory() {
     assert_eq!(observation(&events, "c_1")["error"]["type"], "PermissionError");
     assert_eq!(observation(&events, "c_2")["error"]["type"], "PermissionError");
     assert_eq!(observation(&events, "c_3")["tool_result"]["bytes"], 2);
-    assert_eq!(observation(&events, "c_4")["tool_result"]["content"], "hi");
+    assert_eq!(observation(&events, "c_4")["tool_result"]["content"], "     1\thi\n");
 }
 
 #[test]

@@ -92,9 +92,10 @@ fn a_sparse_20_gb_file_is_read_and_searched_with_a_cap() {
     assert!(run.code == 0 || run.code == 1, "{run:?}");
     let events = sb.events();
     let read = tool_observations(&events)[1].clone();
-    assert_eq!(read["error"]["type"], "OutputTruncated", "{read}");
-    assert!(read["error"]["message"].as_str().unwrap().contains("21474836480 bytes"), "{read}");
-    assert!(read["tool_result"]["content"].as_str().unwrap().len() < 40_000, "read_file kept too much");
+    // All NUL bytes: read_file refuses it as binary, having looked at its first 8 KB only.
+    assert_eq!(read["error"]["type"], "ExecutionError", "{read}");
+    let message = read["error"]["message"].as_str().unwrap();
+    assert!(message.contains("21474836480 bytes") && message.contains("binary"), "{read}");
     let searched = explanation(&events, "file_contains");
     assert!(searched.contains("21474836480 bytes") && searched.contains("first"), "{searched}");
     assert_eq!(of_type(&events, "episode_finished")[0]["outcome"]["passed"], false);
