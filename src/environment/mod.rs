@@ -4,6 +4,7 @@
 pub mod definition;
 pub mod kind;
 mod kv;
+pub mod permission;
 mod process;
 pub mod resources;
 mod run;
