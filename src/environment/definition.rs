@@ -14,6 +14,7 @@ use crate::domain::MAX_EPISODE_S;
 use crate::domain::text::Text;
 
 use super::kind::{self, EnvironmentKind};
+use super::permission::{self, Permissions};
 use super::tool::{self, ToolDecl};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -48,6 +49,9 @@ struct DefinitionFile {
     limits: EnvLimits,
     #[serde(default)]
     files: BTreeMap<String, Text>,
+    /// Ordered rules, each `- TOOL[(ARGUMENT)]: allow | deny | ask` (`permission.rs`).
+    #[serde(default)]
+    permissions: Value,
 }
 
 /// A resolved environment definition, shared by every episode that uses it.
@@ -64,6 +68,8 @@ pub struct Definition {
     pub tools: Vec<ExposedTool>,
     /// The exposed specs alone, as the agent is shown them.
     pub specs: Vec<ToolSpec>,
+    /// Which calls run, are refused, or are asked about; a suite's own rules come first.
+    pub permissions: Permissions,
 }
 
 pub struct ExposedTool {
@@ -117,7 +123,8 @@ impl Definition {
             })
             .collect::<Result<Vec<_>, String>>()?;
         let specs = tools.iter().map(|t| t.spec.clone()).collect();
-        Ok(Definition { name, kind, description, path, limits, files, tools, specs })
+        let permissions = Permissions::default();
+        Ok(Definition { name, kind, description, path, limits, files, tools, specs, permissions })
     }
 
     /// Loads `environments/NAME.yaml`.
@@ -179,9 +186,14 @@ impl Definition {
             .name
             .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .unwrap_or_else(|| kind.name().to_owned());
+        let names: Vec<&str> = offered.iter().map(|t| t.spec.name.as_str()).collect();
+        let permissions = permission::parse_rules(&file.permissions, &format!("environment `{name}`"), &names)
+            .map_err(|(at, e)| source.error(&at, e))?;
         let files = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
-        Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
-            .map_err(|e| ConfigError::whole(path, e))
+        let definition =
+            Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
+                .map_err(|e| ConfigError::whole(path, e))?;
+        Ok(Definition { permissions, ..definition })
     }
 
     /// Finds the environment a suite names: a file in an `environments/` folder beside or
@@ -306,6 +318,30 @@ mod tests {
         let err = load_text("description: a box\nkind: docker\n").unwrap_err();
         assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
         assert!(err.message.contains("unknown environment kind `docker`, expected one of: shell, kv"), "{err}");
+    }
+
+    #[test]
+    fn an_environment_file_keeps_its_permission_rules_in_order() {
+        let def = load_text("kind: shell\npermissions:\n  - run_command(rm *): deny\n  - \"*\": allow\n").unwrap();
+        let rules: Vec<(String, String)> =
+            def.permissions.rules().iter().map(|r| (r.text(), r.origin.clone())).collect();
+        assert_eq!(
+            rules,
+            [
+                ("run_command(rm *): deny".to_string(), "environment `box` permissions[0]".to_string()),
+                ("*: allow".to_string(), "environment `box` permissions[1]".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_permission_rule_is_refused_at_its_line_and_item() {
+        let err = load_text("kind: shell\npermissions:\n  - \"*\": allow\n  - write_file: maybe\n").unwrap_err();
+        assert_eq!(err.position.map(|p| p.line), Some(4), "{err}");
+        assert!(err.message.starts_with("permissions[1]: `write_file`: expected allow, deny or ask"), "{err}");
+        // A tool the file does not offer cannot be ruled on.
+        let err = load_text("kind: shell\ntools: [read_file]\npermissions: [{run_command: deny}]\n").unwrap_err();
+        assert!(err.message.contains("permissions[0]: `run_command` matches no tool here"), "{err}");
     }
 
     #[test]

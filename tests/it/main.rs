@@ -10,6 +10,7 @@ mod lifecycle;
 mod local_server;
 mod log;
 mod models;
+mod permissions;
 mod replay;
 mod report;
 mod runs;
