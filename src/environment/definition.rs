@@ -28,11 +28,19 @@ pub struct EnvLimits {
     pub command_timeout_s: f64,
     /// The most bytes of output a tool returns; the rest is cut with a visible marker.
     pub output_cap_bytes: usize,
+    /// The most bytes of file content an episode's checkpoints may hold, all together.
+    pub checkpoint_bytes: u64,
 }
 
 impl Default for EnvLimits {
     fn default() -> Self {
-        EnvLimits { max_concurrency: 4, tool_timeout_s: 120.0, command_timeout_s: 60.0, output_cap_bytes: 32 * 1024 }
+        EnvLimits {
+            max_concurrency: 4,
+            tool_timeout_s: 120.0,
+            command_timeout_s: 60.0,
+            output_cap_bytes: 32 * 1024,
+            checkpoint_bytes: 100 * 1024 * 1024,
+        }
     }
 }
 

@@ -1,6 +1,7 @@
 //! Environments own tools and state, and run the episode's control loop: they execute the
 //! agent's calls and report back. They never decide.
 
+mod checkpoint;
 pub mod definition;
 pub mod kind;
 mod kv;
@@ -197,13 +198,13 @@ impl Environment {
     }
 
     /// Checks that `call` names a tool of the environment and that its arguments fit the
-    /// tool's schema; if not, the observation that says so.
-    fn check(&self, call: &ToolCall) -> Result<(), Observation> {
+    /// tool's schema; if not, the error that says so.
+    fn check(&self, call: &ToolCall) -> Result<(), ToolError> {
         let Some(tool) = self.definition.tool(&call.name) else {
             let names: Vec<&str> = self.definition.specs.iter().map(|t| t.name.as_str()).collect();
             let error = ToolError::new(ErrorType::ToolNotFound, format!("no tool named `{}`", call.name))
                 .suggest(format!("call one of: {}", names.join(", ")));
-            return Err(Observation::of_error(&call.call_id, error));
+            return Err(error);
         };
         if let Value::String(raw) = &call.arguments {
             let shown: String = raw.chars().take(200).collect();
@@ -212,13 +213,13 @@ impl Environment {
                 format!("the arguments of `{}` are not valid JSON: {shown:?}", call.name),
             )
             .suggest("send the arguments as one JSON object");
-            return Err(Observation::of_error(&call.call_id, error));
+            return Err(error);
         }
         if let Err(message) = validate_arguments(tool, &call.arguments) {
             let error =
                 ToolError::new(ErrorType::ValidationError, format!("invalid arguments for `{}`: {message}", call.name))
                     .suggest(format!("call `{}` with arguments that match its parameters schema", call.name));
-            return Err(Observation::of_error(&call.call_id, error));
+            return Err(error);
         }
         Ok(())
     }
@@ -251,8 +252,8 @@ impl Environment {
     /// set once the tool itself begins to run, so that a cancelled call can be told apart
     /// from one that never acted on the world. The caller has asked `permit` first.
     pub async fn execute(&self, call: &ToolCall, started: &AtomicBool) -> Observation {
-        if let Err(refused) = self.check(call) {
-            return refused;
+        if let Err(error) = self.check(call) {
+            return Observation::of_error(&call.call_id, error);
         }
         if call.name == FINAL_TOOL {
             let answer = call.arguments.get("answer").cloned().unwrap_or(Value::Null);

@@ -272,7 +272,7 @@ pub fn parse_rules(value: &Value, origin: &str, tools: &[&str]) -> Result<Permis
         if tool == FINAL_TOOL {
             return Err((at, format!("`{FINAL_TOOL}` is always allowed: it is how an episode ends")));
         }
-        if !tools.iter().any(|name| glob_matches(&tool, name)) {
+        if !tools.iter().any(|name| glob_matches(tool, name)) {
             return Err((at, format!("`{tool}` matches no tool here; the tools are: {}", tools.join(", "))));
         }
         rules.push(rule);

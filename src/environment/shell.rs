@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+use super::checkpoint::Checkpoints;
 use super::definition::{Definition, EnvLimits};
 use super::kind::{EnvironmentKind, SetupContext};
 use super::tool::{self, Tool, ToolDecl};
@@ -58,7 +59,7 @@ impl EnvironmentKind for Shell {
 }
 
 /// The tools of `shell`, in the order models are shown them.
-pub const TOOLS: &[&dyn Tool<ShellWorld>] = &[&RunCommand, &ReadFile, &WriteFile, &ListDir];
+pub const TOOLS: &[&dyn Tool<ShellWorld>] = &[&RunCommand, &ReadFile, &WriteFile, &ListDir, &Checkpoint, &Restore];
 
 struct RunCommand;
 
@@ -174,11 +175,67 @@ impl Tool<ShellWorld> for ListDir {
     }
 }
 
+struct Checkpoint;
+
+#[async_trait]
+impl Tool<ShellWorld> for Checkpoint {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        // It changes no file of the working directory; it is kept outside.
+        Some(ToolAnnotations { read_only: false, destructive: false })
+    }
+
+    fn name(&self) -> &'static str {
+        "checkpoint"
+    }
+
+    fn description(&self) -> &'static str {
+        "Save a copy of the whole working directory under a name, to restore later; a name used again is replaced."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object", "properties": {"name": {"type": "string", "minLength": 1}},
+            "required": ["name"], "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &ShellWorld, arguments: Value) -> Result<Value, ToolFailure> {
+        world.checkpoints.take(&world.root, &decode_arguments::<NameArg>(arguments)?.name).await
+    }
+}
+
+struct Restore;
+
+#[async_trait]
+impl Tool<ShellWorld> for Restore {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        Some(ToolAnnotations::DESTRUCTIVE)
+    }
+
+    fn name(&self) -> &'static str {
+        "restore"
+    }
+
+    fn description(&self) -> &'static str {
+        "Make the working directory what it was at a checkpoint: changed and deleted files come back, new ones are removed."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object", "properties": {"name": {"type": "string", "minLength": 1}},
+            "required": ["name"], "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &ShellWorld, arguments: Value) -> Result<Value, ToolFailure> {
+        world.checkpoints.restore(&world.root, &decode_arguments::<NameArg>(arguments)?.name).await
+    }
+}
+
 pub struct ShellWorld {
     dir: tempfile::TempDir,
     /// `dir` with symlinks resolved, to check that paths stay inside it.
     root: PathBuf,
     limits: EnvLimits,
+    checkpoints: Checkpoints,
 }
 
 impl ShellWorld {
@@ -198,7 +255,8 @@ impl ShellWorld {
             }
             std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
         }
-        Ok(ShellWorld { dir, root, limits: definition.limits.clone() })
+        let checkpoints = Checkpoints::new(work_root, definition.limits.checkpoint_bytes);
+        Ok(ShellWorld { dir, root, limits: definition.limits.clone(), checkpoints })
     }
 
     /// Resolves a path the model gave, refusing any that leads outside the working directory.
@@ -430,6 +488,11 @@ fn dot() -> String {
 }
 
 #[derive(Deserialize)]
+struct NameArg {
+    name: String,
+}
+
+#[derive(Deserialize)]
 struct WriteFileArgs {
     path: String,
     content: String,
@@ -482,6 +545,7 @@ impl World for ShellWorld {
         // left is the folder. It is removed off the runtime's threads, as it may hold many
         // files; dropping `dir` then finds nothing, or retries what failed here.
         let _ = tokio::fs::remove_dir_all(self.dir.path()).await;
+        self.checkpoints.teardown().await;
     }
 }
 

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod batch;
+mod checkpoints;
 mod e2e;
 mod eval;
 mod layers;
