@@ -21,6 +21,10 @@ use crate::contract::ErrorType;
 /// How many paths a result lists, of each kind; the counts are always whole.
 const LISTED: usize = 20;
 
+/// How deep a tree a checkpoint copies: the walks recurse, and a tree made deeper on
+/// purpose must not overflow their stack.
+const MAX_DEPTH: usize = 256;
+
 /// An episode's checkpoints, kept in a folder beside its working directory.
 pub struct Checkpoints {
     /// Where the checkpoints' folder is made, at the first checkpoint.
@@ -196,7 +200,7 @@ fn check_name(name: &str) -> Result<(), ToolFailure> {
 /// than `budget` bytes.
 fn copy_all(from: &Path, to: &Path, budget: u64) -> Result<Copied, CopyError> {
     // Measured first, so that a refusal says how much was needed.
-    let needed = measure(from).map_err(|e| CopyError::Io(e.to_string()))?;
+    let needed = measure(from, 0).map_err(|e| CopyError::Io(e.to_string()))?;
     if needed > budget {
         return Err(CopyError::TooLarge { needed });
     }
@@ -207,13 +211,16 @@ fn copy_all(from: &Path, to: &Path, budget: u64) -> Result<Copied, CopyError> {
 }
 
 /// The bytes of the regular files under `dir`, links not followed.
-fn measure(dir: &Path) -> std::io::Result<u64> {
+fn measure(dir: &Path, depth: usize) -> std::io::Result<u64> {
+    if depth > MAX_DEPTH {
+        return Err(std::io::Error::other(format!("the tree is more than {MAX_DEPTH} folders deep")));
+    }
     let mut total: u64 = 0;
     for entry in fs::read_dir(dir)? {
         let path = entry?.path();
         let meta = fs::symlink_metadata(&path)?;
         if meta.is_dir() {
-            total = total.saturating_add(measure(&path)?);
+            total = total.saturating_add(measure(&path, depth + 1)?);
         } else if meta.is_file() {
             total = total.saturating_add(meta.len());
         }
@@ -393,10 +400,10 @@ fn remove_tree(path: &Path) -> std::io::Result<Vec<PathBuf>> {
         return Ok(vec![PathBuf::new()]);
     }
     let mut removed = Vec::new();
-    list_entries(path, Path::new(""), &mut removed)?;
+    list_entries(path, Path::new(""), 0, &mut removed)?;
     match fs::remove_dir_all(path) {
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            open_folders(path)?;
+            open_folders(path, 0)?;
             fs::remove_dir_all(path)?;
         }
         other => other?,
@@ -404,14 +411,15 @@ fn remove_tree(path: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
-fn list_entries(dir: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+/// The non-folder entries under `dir`; a folder too deep to walk is listed itself.
+fn list_entries(dir: &Path, rel: &Path, depth: usize, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     let Ok(entries) = fs::read_dir(dir) else { return Ok(()) };
     let mut names: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
     names.sort();
     for name in names {
         let path = dir.join(&name);
-        if fs::symlink_metadata(&path)?.is_dir() {
-            list_entries(&path, &rel.join(&name), out)?;
+        if fs::symlink_metadata(&path)?.is_dir() && depth < MAX_DEPTH {
+            list_entries(&path, &rel.join(&name), depth + 1, out)?;
         } else {
             out.push(rel.join(&name));
         }
@@ -420,13 +428,13 @@ fn list_entries(dir: &Path, rel: &Path, out: &mut Vec<PathBuf>) -> std::io::Resu
 }
 
 /// Gives the owner every right on each folder under `dir` (links not followed).
-fn open_folders(dir: &Path) -> std::io::Result<()> {
+fn open_folders(dir: &Path, depth: usize) -> std::io::Result<()> {
     let mode = fs::symlink_metadata(dir)?.permissions().mode();
     fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o700))?;
     for entry in fs::read_dir(dir)? {
         let path = entry?.path();
-        if fs::symlink_metadata(&path)?.is_dir() {
-            open_folders(&path)?;
+        if fs::symlink_metadata(&path)?.is_dir() && depth < MAX_DEPTH {
+            open_folders(&path, depth + 1)?;
         }
     }
     Ok(())
@@ -570,10 +578,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_tree_too_deep_is_refused() {
+        let s = setup(1 << 20);
+        let deep: PathBuf = std::iter::repeat_n("d", MAX_DEPTH + 2).collect();
+        fs::create_dir_all(s.root.join(deep)).unwrap();
+        let err = s.checkpoints.take(&s.root, "c").await.unwrap_err();
+        assert!(err.message.contains("more than 256 folders deep"), "{}", err.message);
+    }
+
+    #[tokio::test]
     async fn a_named_pipe_is_skipped_and_named() {
         let s = setup(1 << 20);
-        let fifo = std::ffi::CString::new(s.root.join("pipe").display().to_string()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        let made = std::process::Command::new("mkfifo").arg(s.root.join("pipe")).status().unwrap();
+        assert!(made.success());
         let taken = s.checkpoints.take(&s.root, "c").await.unwrap();
         assert_eq!(taken["skipped"], json!(["pipe"]));
         // Restore takes away what the checkpoint does not hold.
