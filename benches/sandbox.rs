@@ -23,6 +23,7 @@ fn task() -> Task {
         scorers: Vec::new(),
         mock: Arc::from(Vec::new()),
         digest: String::new(),
+        answers: Vec::new(),
     }
 }
 

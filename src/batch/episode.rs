@@ -52,6 +52,7 @@ pub async fn run_episode(
             )
         }
         Ok(env) => {
+            let env = env.with_permissions(suite.permissions.clone());
             let mut agent = agent_for(&spec, suite, task);
             let ending = env.run(agent.as_mut(), task, &limits(suite), &recorder, stop).await;
             let wall_s = started.elapsed().as_secs_f64();

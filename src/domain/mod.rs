@@ -30,6 +30,8 @@ pub struct Task {
     pub scorers: Vec<ScorerSpec>,
     /// The scripted turns `--model mock` plays, templates already rendered.
     pub mock: Arc<[MockTurn]>,
+    /// The task's user's scripted answers to permission `ask` rules, given out in order.
+    pub answers: Vec<String>,
     /// SHA-256 over the task's content (input, target, files, metadata).
     pub digest: String,
 }

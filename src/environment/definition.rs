@@ -14,6 +14,7 @@ use crate::domain::MAX_EPISODE_S;
 use crate::domain::text::Text;
 
 use super::kind::{self, EnvironmentKind};
+use super::permission::{self, Permissions};
 use super::sandbox::{Confinement, SandboxMode, SandboxSpec};
 use super::tool::{self, ToolDecl};
 
@@ -28,11 +29,19 @@ pub struct EnvLimits {
     pub command_timeout_s: f64,
     /// The most bytes of output a tool returns; the rest is cut with a visible marker.
     pub output_cap_bytes: usize,
+    /// The most bytes of file content an episode's checkpoints may hold, all together.
+    pub checkpoint_bytes: u64,
 }
 
 impl Default for EnvLimits {
     fn default() -> Self {
-        EnvLimits { max_concurrency: 4, tool_timeout_s: 120.0, command_timeout_s: 60.0, output_cap_bytes: 32 * 1024 }
+        EnvLimits {
+            max_concurrency: 4,
+            tool_timeout_s: 120.0,
+            command_timeout_s: 60.0,
+            output_cap_bytes: 32 * 1024,
+            checkpoint_bytes: 100 * 1024 * 1024,
+        }
     }
 }
 
@@ -51,6 +60,9 @@ struct DefinitionFile {
     files: BTreeMap<String, Text>,
     /// `off`, or the sandbox's settings ([`SandboxSpec`]).
     sandbox: Option<Value>,
+    /// Ordered rules, each `- TOOL[(ARGUMENT)]: allow | deny | ask` (`permission.rs`).
+    #[serde(default)]
+    permissions: Value,
 }
 
 /// A resolved environment definition, shared by every episode that uses it.
@@ -69,6 +81,8 @@ pub struct Definition {
     pub specs: Vec<ToolSpec>,
     /// How the processes of its worlds are confined; `None` when the file says `sandbox: off`.
     pub sandbox: Option<SandboxSpec>,
+    /// Which calls run, are refused, or are asked about; a suite's own rules come first.
+    pub permissions: Permissions,
 }
 
 pub struct ExposedTool {
@@ -123,7 +137,8 @@ impl Definition {
             .collect::<Result<Vec<_>, String>>()?;
         let specs = tools.iter().map(|t| t.spec.clone()).collect();
         let sandbox = Some(SandboxSpec::default());
-        Ok(Definition { name, kind, description, path, limits, files, tools, specs, sandbox })
+        let permissions = Permissions::default();
+        Ok(Definition { name, kind, description, path, limits, files, tools, specs, sandbox, permissions })
     }
 
     /// Loads `environments/NAME.yaml`.
@@ -204,12 +219,14 @@ impl Definition {
                 }
             }
         }
+        let names: Vec<&str> = offered.iter().map(|t| t.spec.name.as_str()).collect();
+        let permissions = permission::parse_rules(&file.permissions, &format!("environment `{name}`"), &names)
+            .map_err(|(at, e)| source.error(&at, e))?;
         let files = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
-        let mut definition =
+        let definition =
             Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
                 .map_err(|e| ConfigError::whole(path, e))?;
-        definition.sandbox = sandbox;
-        Ok(definition)
+        Ok(Definition { permissions, sandbox, ..definition })
     }
 
     /// Whether the worlds' processes run sandboxed, and who turned the sandbox off: the
@@ -367,6 +384,30 @@ mod tests {
         let err = load_text("description: a box\nkind: docker\n").unwrap_err();
         assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
         assert!(err.message.contains("unknown environment kind `docker`, expected one of: shell, kv"), "{err}");
+    }
+
+    #[test]
+    fn an_environment_file_keeps_its_permission_rules_in_order() {
+        let def = load_text("kind: shell\npermissions:\n  - run_command(rm *): deny\n  - \"*\": allow\n").unwrap();
+        let rules: Vec<(String, String)> =
+            def.permissions.rules().iter().map(|r| (r.text(), r.origin.clone())).collect();
+        assert_eq!(
+            rules,
+            [
+                ("run_command(rm *): deny".to_string(), "environment `box` permissions[0]".to_string()),
+                ("*: allow".to_string(), "environment `box` permissions[1]".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_bad_permission_rule_is_refused_at_its_line_and_item() {
+        let err = load_text("kind: shell\npermissions:\n  - \"*\": allow\n  - write_file: maybe\n").unwrap_err();
+        assert_eq!(err.position.map(|p| p.line), Some(4), "{err}");
+        assert!(err.message.starts_with("permissions[1]: `write_file`: expected allow, deny or ask"), "{err}");
+        // A tool the file does not offer cannot be ruled on.
+        let err = load_text("kind: shell\ntools: [read_file]\npermissions: [{run_command: deny}]\n").unwrap_err();
+        assert!(err.message.contains("permissions[0]: `run_command` matches no tool here"), "{err}");
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! Environments own tools and state, and run the episode's control loop: they execute the
 //! agent's calls and report back. They never decide.
 
+mod checkpoint;
 pub mod definition;
 pub mod kind;
 mod kv;
+pub mod permission;
 mod process;
 pub mod resources;
 mod run;
@@ -25,7 +27,9 @@ use tokio::sync::Semaphore;
 use crate::agent::WorldModelView;
 use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
 use crate::domain::Task;
+use crate::log::{Event, PermissionDecision, Recorder};
 use definition::{Definition, validate_arguments};
+use permission::{Permissions, ScriptedAnswers};
 
 pub use kind::{EnvironmentKind, KINDS, RunStore, SetupContext};
 pub use run::{CallError, Ending, EpisodeLimits, Trajectory};
@@ -145,11 +149,15 @@ pub struct SetupError {
     pub message: String,
 }
 
-/// One episode's environment: a definition, a live world, and its own concurrency limit.
+/// One episode's environment: a definition, a live world, its own concurrency limit, and
+/// the permission rules its calls are checked against.
 pub struct Environment {
     pub definition: Arc<Definition>,
     world: Box<dyn World>,
     slots: Semaphore,
+    permissions: Arc<Permissions>,
+    /// Who answers the `ask` rules: the task's scripted answers.
+    user: ScriptedAnswers,
 }
 
 impl Environment {
@@ -164,13 +172,22 @@ impl Environment {
             return Err(SetupError { name: definition.name.clone(), message });
         };
         let world = kind.setup(&definition, task, context).await?;
-        Ok(Self::with_world(definition, world))
+        let environment = Self::with_world(definition, world);
+        Ok(Environment { user: ScriptedAnswers::new(&task.answers), ..environment })
     }
 
-    /// An environment over any world: for worlds defined outside the built-in kinds.
+    /// An environment over any world: for worlds defined outside the built-in kinds. Its
+    /// calls are checked against the definition's permission rules.
     pub fn with_world(definition: Arc<Definition>, world: Box<dyn World>) -> Self {
         let slots = Semaphore::new(definition.limits.max_concurrency);
-        Environment { definition, world, slots }
+        let permissions = Arc::new(definition.permissions.clone());
+        Environment { definition, world, slots, permissions, user: ScriptedAnswers::default() }
+    }
+
+    /// Checks calls against `permissions` instead (a suite's rules and then the
+    /// environment's, say).
+    pub fn with_permissions(self, permissions: Arc<Permissions>) -> Self {
+        Environment { permissions, ..self }
     }
 
     /// The live world, for scorers of the final state.
@@ -198,15 +215,14 @@ impl Environment {
         }
     }
 
-    /// Executes one call and normalises whatever happens into an observation. `started` is
-    /// set once the tool itself begins to run, so that a cancelled call can be told apart
-    /// from one that never acted on the world.
-    pub async fn execute(&self, call: &ToolCall, started: &AtomicBool) -> Observation {
+    /// Checks that `call` names a tool of the environment and that its arguments fit the
+    /// tool's schema; if not, the error that says so.
+    fn check(&self, call: &ToolCall) -> Result<(), ToolError> {
         let Some(tool) = self.definition.tool(&call.name) else {
             let names: Vec<&str> = self.definition.specs.iter().map(|t| t.name.as_str()).collect();
             let error = ToolError::new(ErrorType::ToolNotFound, format!("no tool named `{}`", call.name))
                 .suggest(format!("call one of: {}", names.join(", ")));
-            return Observation::of_error(&call.call_id, error);
+            return Err(error);
         };
         if let Value::String(raw) = &call.arguments {
             let shown: String = raw.chars().take(200).collect();
@@ -215,12 +231,46 @@ impl Environment {
                 format!("the arguments of `{}` are not valid JSON: {shown:?}", call.name),
             )
             .suggest("send the arguments as one JSON object");
-            return Observation::of_error(&call.call_id, error);
+            return Err(error);
         }
         if let Err(message) = validate_arguments(tool, &call.arguments) {
             let error =
                 ToolError::new(ErrorType::ValidationError, format!("invalid arguments for `{}`: {message}", call.name))
                     .suggest(format!("call `{}` with arguments that match its parameters schema", call.name));
+            return Err(error);
+        }
+        Ok(())
+    }
+
+    /// Decides by the permission rules whether `call` may run, and logs the decision (a
+    /// `permission` event); a call that may not gets its observation here. With no rules,
+    /// nothing is decided. A call `check` refuses (an unknown tool, invalid arguments) is
+    /// left to `execute` to report, and the final answer is always allowed.
+    pub fn permit(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Option<Observation> {
+        if self.permissions.is_empty() || call.name == FINAL_TOOL || self.check(call).is_err() {
+            return None;
+        }
+        let verdict = self.permissions.decide(call, &self.user);
+        recorder.emit(&Event::Permission {
+            step,
+            call_id: call.call_id.clone(),
+            tool: call.name.clone(),
+            rule: verdict.rule.as_ref().map(|r| r.text()),
+            decision: verdict.decision,
+            decided_by: verdict.decided_by,
+            answer: verdict.answer.clone(),
+        });
+        match verdict.decision {
+            PermissionDecision::Allow => None,
+            PermissionDecision::Deny => Some(Observation::of_error(&call.call_id, verdict.error(call))),
+        }
+    }
+
+    /// Executes one call and normalises whatever happens into an observation. `started` is
+    /// set once the tool itself begins to run, so that a cancelled call can be told apart
+    /// from one that never acted on the world. The caller has asked `permit` first.
+    pub async fn execute(&self, call: &ToolCall, started: &AtomicBool) -> Observation {
+        if let Err(error) = self.check(call) {
             return Observation::of_error(&call.call_id, error);
         }
         if call.name == FINAL_TOOL {

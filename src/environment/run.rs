@@ -180,6 +180,9 @@ impl Environment {
             recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
             trajectory.calls.push(call.clone());
         }
+        // Decided one call after another before any runs, so that the user's answers go to
+        // the calls in the order they were made; a refused call never reaches the world.
+        let refused: Vec<Option<Observation>> = calls.iter().map(|call| self.permit(call, step, recorder)).collect();
         let mut slots: Vec<Option<Observation>> = vec![None; calls.len()];
         let started: Vec<AtomicBool> = calls.iter().map(|_| AtomicBool::new(false)).collect();
         let mut answer = None;
@@ -190,7 +193,13 @@ impl Environment {
             let mut running: FuturesUnordered<_> = calls
                 .iter()
                 .enumerate()
-                .map(|(i, call)| async move { (i, self.execute(call, &started[i]).await) })
+                .zip(refused)
+                .map(|((i, call), refused)| async move {
+                    match refused {
+                        Some(obs) => (i, obs),
+                        None => (i, self.execute(call, &started[i]).await),
+                    }
+                })
                 .collect();
             while !running.is_empty() {
                 let (i, obs) = tokio::select! {

@@ -14,9 +14,10 @@ use crate::agent::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{Actor, ErrorType, Observation, ToolCall, ToolSpec};
 use crate::domain::Task;
 use crate::environment::definition::{Definition, EnvLimits};
+use crate::environment::permission::ScriptedAnswers;
 use crate::environment::{Environment, ToolFailure, World};
 use crate::log::reader::read_events;
-use crate::log::{Event, EventLog, Termination, Usage};
+use crate::log::{DecidedBy, Event, EventLog, PermissionDecision, Termination, Usage};
 
 /// Records when each `sleep` ran, and which `hang` calls were dropped unfinished.
 #[derive(Default)]
@@ -86,6 +87,7 @@ fn task() -> Task {
         metadata: Default::default(),
         scorers: Vec::new(),
         mock: Arc::from(Vec::new()),
+        answers: Vec::new(),
         digest: String::new(),
     }
 }
@@ -383,4 +385,58 @@ async fn the_first_observation_carries_the_task_input() {
     assert_eq!(first[0].call_id, None);
     assert_eq!(first[0].messages, ["do it"]);
     assert_eq!(first[0].info["environment"], "test");
+}
+
+#[tokio::test]
+async fn permission_rules_decide_before_any_call_runs_and_each_decision_is_logged() {
+    let (environment, clock) = env(4, 10.0);
+    let tools = ["sleep", "hang", "fail", "boom", "final_answer"];
+    let rules = json!([{"fail": "deny"}, {"sleep": "ask"}]);
+    let permissions = crate::environment::permission::parse_rules(&rules, "suite", &tools).unwrap();
+    let environment = Environment { user: ScriptedAnswers::new(&["yes".into(), "no".into()]), ..environment }
+        .with_permissions(Arc::new(permissions));
+    let turn = vec![
+        // Refused by its schema first: it is asked about nothing and takes no answer.
+        call("bad", "sleep", json!({"ms": "x"})),
+        call("c1", "sleep", json!({"ms": 10})),
+        call("c2", "sleep", json!({"ms": 20})),
+        call("c3", "fail", json!({})),
+        call("c4", "sleep", json!({"ms": 30})),
+    ];
+    let r = run(&environment, ScriptedAgent::new(vec![turn, vec![final_call("f")]]), 5).await;
+    assert_eq!(r.ending.termination, Termination::FinalAnswer);
+    let ran: Vec<u64> = clock.spans.lock().unwrap().iter().map(|s| s.0).collect();
+    assert_eq!(ran, [10], "only the call the user allowed ran");
+    let decisions: Vec<(String, Option<String>, PermissionDecision, DecidedBy)> = r
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Permission { call_id, rule, decision, decided_by, .. } => {
+                Some((call_id.clone(), rule.clone(), *decision, *decided_by))
+            }
+            _ => None,
+        })
+        .collect();
+    let ask = Some("sleep: ask".to_string());
+    assert_eq!(
+        decisions,
+        [
+            ("c1".into(), ask.clone(), PermissionDecision::Allow, DecidedBy::User),
+            ("c2".into(), ask.clone(), PermissionDecision::Deny, DecidedBy::User),
+            ("c3".into(), Some("fail: deny".into()), PermissionDecision::Deny, DecidedBy::Rule),
+            ("c4".into(), ask, PermissionDecision::Deny, DecidedBy::Default),
+        ]
+    );
+    let observed = logged_observations(&r.events);
+    let error_of = |id: &str| {
+        let obs = observed.iter().find(|o| o.call_id.as_deref() == Some(id));
+        obs.and_then(|o| o.error.clone())
+    };
+    assert_eq!(error_of("bad").map(|e| e.kind), Some(ErrorType::ValidationError));
+    assert_eq!(error_of("c1"), None);
+    for id in ["c2", "c3", "c4"] {
+        assert_eq!(error_of(id).map(|e| e.kind), Some(ErrorType::PermissionError), "{id}");
+    }
+    let c3 = error_of("c3").unwrap();
+    assert!(c3.message.contains("`fail: deny` (suite permissions[0])"), "{}", c3.message);
 }

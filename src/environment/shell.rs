@@ -22,6 +22,7 @@ use serde_json::{Map, Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+use super::checkpoint::Checkpoints;
 use super::definition::{Definition, EnvLimits};
 use super::kind::{EnvironmentKind, SetupContext};
 use super::sandbox::Confinement;
@@ -70,8 +71,17 @@ impl EnvironmentKind for Shell {
 }
 
 /// The tools of `shell`, in the order models are shown them.
-pub const TOOLS: &[&dyn Tool<ShellWorld>] =
-    &[&RunCommand, &files::ReadFile, &files::WriteFile, &files::EditFile, &files::Glob, &files::Grep, &ListDir];
+pub const TOOLS: &[&dyn Tool<ShellWorld>] = &[
+    &RunCommand,
+    &files::ReadFile,
+    &files::WriteFile,
+    &files::EditFile,
+    &files::Glob,
+    &files::Grep,
+    &ListDir,
+    &Checkpoint,
+    &Restore,
+];
 
 struct RunCommand;
 
@@ -131,6 +141,61 @@ impl Tool<ShellWorld> for ListDir {
     }
 }
 
+struct Checkpoint;
+
+#[async_trait]
+impl Tool<ShellWorld> for Checkpoint {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        // It changes no file of the working directory; it is kept outside.
+        Some(ToolAnnotations { read_only: false, destructive: false })
+    }
+
+    fn name(&self) -> &'static str {
+        "checkpoint"
+    }
+
+    fn description(&self) -> &'static str {
+        "Save a copy of the whole working directory under a name, to restore later; a name used again is replaced."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object", "properties": {"name": {"type": "string", "minLength": 1}},
+            "required": ["name"], "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &ShellWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
+        world.checkpoints.take(&world.root, &decode_arguments::<NameArg>(arguments)?.name).await
+    }
+}
+
+struct Restore;
+
+#[async_trait]
+impl Tool<ShellWorld> for Restore {
+    fn annotations(&self) -> Option<ToolAnnotations> {
+        Some(ToolAnnotations::DESTRUCTIVE)
+    }
+
+    fn name(&self) -> &'static str {
+        "restore"
+    }
+
+    fn description(&self) -> &'static str {
+        "Make the working directory what it was at a checkpoint: changed and deleted files come back, new ones are removed."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object", "properties": {"name": {"type": "string", "minLength": 1}},
+            "required": ["name"], "additionalProperties": false})
+    }
+
+    async fn call(&self, world: &ShellWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
+        world.checkpoints.restore(&world.root, &decode_arguments::<NameArg>(arguments)?.name).await
+    }
+}
+
 pub struct ShellWorld {
     /// The episode's folder: the working directory `work/` and the commands' `tmp/`.
     dir: tempfile::TempDir,
@@ -141,6 +206,7 @@ pub struct ShellWorld {
     sandbox: Arc<Confinement>,
     /// What each actor last saw of the files it read or wrote.
     models: WorldModels,
+    checkpoints: Checkpoints,
 }
 
 impl ShellWorld {
@@ -168,7 +234,16 @@ impl ShellWorld {
             }
             std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
         }
-        Ok(ShellWorld { dir, tmp, root, limits: definition.limits.clone(), sandbox, models: WorldModels::default() })
+        let checkpoints = Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes);
+        Ok(ShellWorld {
+            dir,
+            tmp,
+            root,
+            limits: definition.limits.clone(),
+            sandbox,
+            models: WorldModels::default(),
+            checkpoints,
+        })
     }
 
     /// Resolves a path the model gave, refusing any that leads outside the working directory.
@@ -384,6 +459,11 @@ fn dot() -> String {
     ".".into()
 }
 
+#[derive(Deserialize)]
+struct NameArg {
+    name: String,
+}
+
 #[async_trait]
 impl World for ShellWorld {
     async fn call(&self, actor: &Actor, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
@@ -437,6 +517,7 @@ impl World for ShellWorld {
         // files; dropping `dir` then finds nothing, or retries what failed here.
         self.sandbox.kill_all();
         let _ = tokio::fs::remove_dir_all(self.dir.path()).await;
+        self.checkpoints.teardown().await;
     }
 }
 

@@ -21,6 +21,7 @@ fn world_with(files: &[(&str, &str)], cap: usize) -> (tempfile::TempDir, ShellWo
         scorers: Vec::new(),
         mock: Arc::from(Vec::new()),
         digest: String::new(),
+        answers: Vec::new(),
     };
     let world = ShellWorld::create(&definition, &task, &SetupContext::new(dir.path(), "ep_test")).unwrap();
     (dir, world)

@@ -70,6 +70,25 @@ impl Termination {
     }
 }
 
+/// Whether a call may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionDecision {
+    Allow,
+    Deny,
+}
+
+/// Who decided whether a call may run: a rule (`allow` or `deny`), the task's user (an
+/// `ask` rule they answered), or the default (no rule matched, so allowed; or an `ask`
+/// nobody answered, so denied).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecidedBy {
+    Rule,
+    User,
+    Default,
+}
+
 /// How an episode counts: scored, unscored (nobody's answer, never a 0), or cancelled.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -331,6 +350,20 @@ pub enum Event {
         step: u32,
         call_id: String,
         answer: String,
+    },
+    /// Whether a call may run, by the permission rules: which rule decided (none when no
+    /// rule matched), the decision, and who made it.
+    Permission {
+        step: u32,
+        call_id: String,
+        tool: String,
+        /// The rule as written, `run_command(rm *): deny`; `None` when no rule matched.
+        rule: Option<String>,
+        decision: PermissionDecision,
+        decided_by: DecidedBy,
+        /// The user's answer, when an `ask` rule was answered.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
     },
     Score {
         /// Which scoring this belongs to: `initial` at run time, a new id per regrade.

@@ -131,7 +131,16 @@ fn map_row(
         None => take("id", "id", false)?,
     };
     let id = id.unwrap_or_else(|| Text(format!("row-{row}")));
-    Ok(TaskFile { id, input, target, files: Default::default(), metadata: record, scorers: Vec::new(), mock: None })
+    Ok(TaskFile {
+        id,
+        input,
+        target,
+        files: Default::default(),
+        metadata: record,
+        scorers: Vec::new(),
+        mock: None,
+        answers: Vec::new(),
+    })
 }
 
 fn read_csv(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<Record>, ConfigError> {

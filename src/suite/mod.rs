@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 
 use crate::agent::AgentKind;
 use crate::environment::definition::Definition;
+use crate::environment::permission::{self, Permissions};
 use crate::environment::sandbox::SandboxMode;
 use crate::scoring::{Check, GraderKind, JsonCheck, TextOp};
 use decode::{ConfigError, Source};
@@ -35,6 +36,8 @@ pub struct Suite {
     pub environment: Arc<Definition>,
     /// `Off` when the suite says `sandbox: off`.
     pub sandbox: SandboxMode,
+    /// The suite's permission rules, then its environment's: the first that matches a call decides.
+    pub permissions: Arc<Permissions>,
     pub agent: AgentConfig,
     pub limits: Limits,
     pub epochs: u32,
@@ -109,6 +112,10 @@ struct SuiteFile {
     environment: String,
     /// `off` runs the environment's processes unconfined.
     sandbox: Option<Value>,
+    /// Ordered rules, each `- TOOL[(ARGUMENT)]: allow | deny | ask`; checked before the
+    /// environment's own.
+    #[serde(default)]
+    permissions: Value,
     #[serde(default)]
     agent: AgentConfig,
     #[serde(default)]
@@ -144,6 +151,9 @@ pub(crate) struct TaskFile {
     #[serde(default)]
     pub scorers: Vec<ScorerSpec>,
     pub mock: Option<Vec<MockTurn>>,
+    /// The user's answers to permission `ask` rules, in order.
+    #[serde(default)]
+    pub answers: Vec<Text>,
 }
 
 /// Loads and validates one suite file.
@@ -206,6 +216,10 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         }
     };
     check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
+    let tools: Vec<&str> = environment.specs.iter().map(|t| t.name.as_str()).collect();
+    let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
+        .map_err(|(at, e)| source.error(&at, e))?
+        .then(&environment.permissions);
 
     let mut raw_tasks: Vec<(String, TaskFile)> =
         file.tasks.into_iter().enumerate().map(|(i, t)| (yaml::item("tasks", i), t)).collect();
@@ -272,6 +286,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         digest: hex::encode(hasher.finalize()),
         environment,
         sandbox,
+        permissions: Arc::new(permissions),
         agent: file.agent,
         limits: file.limits,
         epochs: file.epochs,
@@ -353,8 +368,13 @@ pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<
     }
     let files: BTreeMap<String, String> = raw.files.into_iter().map(|(k, v)| (k, v.0)).collect();
     let target = raw.target.map(|t| t.0);
+    let answers: Vec<String> = raw.answers.into_iter().map(|a| a.0).collect();
     let digest = {
-        let content = json!({"input": raw.input.0, "target": target, "files": files, "metadata": raw.metadata});
+        let mut content = json!({"input": raw.input.0, "target": target, "files": files, "metadata": raw.metadata});
+        // Only when there are any, so that the digests of tasks without them stay as they were.
+        if !answers.is_empty() {
+            content["answers"] = json!(answers);
+        }
         hex::encode(Sha256::digest(content.to_string().as_bytes()))
     };
     let mut task = Task {
@@ -365,6 +385,7 @@ pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<
         metadata: raw.metadata,
         scorers: raw.scorers,
         mock: suite_mock.clone(),
+        answers,
         digest,
     };
     let script: &[MockTurn] = match &raw.mock {

@@ -50,6 +50,9 @@ fn the_example_suites_pass_offline_with_the_mock_model() {
     let errors: Vec<_> = crate::tool_observations(&events).into_iter().filter(|o| !o["error"].is_null()).collect();
     assert!(errors.iter().any(|o| o["error"]["type"] == "ValidationError"));
     assert!(errors.iter().any(|o| o["error"]["type"] == "ExecutionError"));
+    assert!(errors.iter().any(|o| o["error"]["type"] == "PermissionError"), "no call was denied");
+    assert!(of_type(&events, "permission").iter().any(|p| p["decided_by"] == "user"), "no user answered an ask");
+    assert!(dispatched.iter().any(|d| d["call"]["name"] == "restore"), "no checkpoint was restored");
     let suites_run: std::collections::HashSet<&str> = started.iter().map(|e| e["suite"].as_str().unwrap()).collect();
     assert!(suites_run.contains("arithmetic"), "the dataset suite did not run");
 }

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod batch;
+mod checkpoints;
 mod e2e;
 mod eval;
 mod file_tools;
@@ -11,6 +12,7 @@ mod lifecycle;
 mod local_server;
 mod log;
 mod models;
+mod permissions;
 mod replay;
 mod report;
 mod runs;

@@ -1,0 +1,615 @@
+//! Checkpoints of a working directory: `checkpoint(name)` copies its tree into a private
+//! folder outside it, and `restore(name)` makes the tree what it was then, so that an agent
+//! can try an approach and roll back.
+//!
+//! A copy never follows a symbolic link (the link itself is copied), skips what is neither
+//! file, folder nor link (named pipes, sockets, devices: the result names them), and counts
+//! against one size limit over all of an episode's checkpoints. A restore writes a file
+//! back as a new file, never through the old one (it may have hard links elsewhere).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::ToolFailure;
+use crate::contract::ErrorType;
+
+/// How many paths a result lists, of each kind; the counts are always whole.
+const LISTED: usize = 20;
+
+/// How deep a tree a checkpoint copies: the walks recurse, and a tree made deeper on
+/// purpose must not overflow their stack.
+const MAX_DEPTH: usize = 256;
+
+/// An episode's checkpoints, kept in a folder beside its working directory.
+pub struct Checkpoints {
+    /// Where the checkpoints' folder is made, at the first checkpoint.
+    parent: PathBuf,
+    /// The most bytes of file content all checkpoints together may hold.
+    limit: u64,
+    /// Held for a whole checkpoint or restore: two of them never interleave.
+    state: tokio::sync::Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    folder: Option<tempfile::TempDir>,
+    taken: BTreeMap<String, Snapshot>,
+    /// Copies made so far: each goes to a folder of its own number, never reused.
+    made: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Snapshot {
+    dir: PathBuf,
+    bytes: u64,
+    /// Each folder's mode, kept aside: the copies' own folders stay writable, so that
+    /// they can always be removed.
+    folder_modes: Vec<(PathBuf, u32)>,
+}
+
+/// What a copy held.
+#[derive(Debug, Default)]
+struct Copied {
+    files: u64,
+    folders: u64,
+    links: u64,
+    bytes: u64,
+    skipped: Vec<String>,
+    folder_modes: Vec<(PathBuf, u32)>,
+}
+
+/// What a restore changed.
+#[derive(Debug, Default, PartialEq)]
+pub struct Changes {
+    /// Files and links written back: changed or deleted since the checkpoint.
+    pub restored: Vec<String>,
+    /// Files, links and folders made since the checkpoint, now removed.
+    pub removed: Vec<String>,
+    pub unchanged: u64,
+}
+
+#[derive(Debug)]
+enum CopyError {
+    TooLarge { needed: u64 },
+    Io(String),
+}
+
+impl Checkpoints {
+    /// Checkpoints kept in a new folder in `parent` (outside the working directory).
+    pub fn new(parent: &Path, limit: u64) -> Self {
+        Checkpoints { parent: parent.to_owned(), limit, state: tokio::sync::Mutex::new(State::default()) }
+    }
+
+    /// Copies the tree at `root` as checkpoint `name`, replacing one of that name.
+    pub async fn take(&self, root: &Path, name: &str) -> Result<Value, ToolFailure> {
+        check_name(name)?;
+        let mut state = self.state.lock().await;
+        let used_by_others: u64 = state.taken.iter().filter(|(n, _)| *n != name).map(|(_, s)| s.bytes).sum();
+        let budget = self.limit.saturating_sub(used_by_others);
+        let folder = match &state.folder {
+            Some(folder) => folder.path().to_owned(),
+            None => {
+                let folder = tempfile::Builder::new()
+                    .prefix("runner-checkpoints-")
+                    .tempdir_in(&self.parent)
+                    .map_err(|e| ToolFailure::io("failed to make the checkpoints' folder", e))?;
+                let path = folder.path().to_owned();
+                state.folder = Some(folder);
+                path
+            }
+        };
+        state.made += 1;
+        let dir = folder.join(state.made.to_string());
+        let (from, to) = (root.to_owned(), dir.clone());
+        let copied = tokio::task::spawn_blocking(move || {
+            let copied = copy_all(&from, &to, budget);
+            if copied.is_err() {
+                let _ = remove_tree(&to);
+            }
+            copied
+        })
+        .await
+        .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("the copy failed: {e}")))?;
+        let copied = match copied {
+            Ok(copied) => copied,
+            Err(CopyError::TooLarge { needed }) => {
+                let count = state.taken.keys().filter(|n| *n != name).count();
+                return Err(ToolFailure::new(
+                    ErrorType::ExecutionError,
+                    format!(
+                        "checkpoint `{name}` refused: it needs {needed} bytes, and {budget} of the checkpoint \
+                         limit of {} bytes are left ({used_by_others} bytes used by {count} other checkpoint(s))",
+                        self.limit
+                    ),
+                )
+                .suggest("replace an old checkpoint by reusing its name, or remove large files first"));
+            }
+            Err(CopyError::Io(message)) => {
+                return Err(ToolFailure::new(
+                    ErrorType::ExecutionError,
+                    format!("checkpoint `{name}` failed: {message}"),
+                ));
+            }
+        };
+        let snapshot = Snapshot { dir, bytes: copied.bytes, folder_modes: copied.folder_modes };
+        if let Some(old) = state.taken.insert(name.to_owned(), snapshot) {
+            let _ = tokio::task::spawn_blocking(move || remove_tree(&old.dir)).await;
+        }
+        let used: u64 = state.taken.values().map(|s| s.bytes).sum();
+        Ok(json!({
+            "name": name, "files": copied.files, "folders": copied.folders, "links": copied.links,
+            "bytes": copied.bytes, "skipped": copied.skipped,
+            "checkpoints": state.taken.keys().collect::<Vec<_>>(),
+            "bytes_used": used, "bytes_limit": self.limit,
+        }))
+    }
+
+    /// Makes the tree at `root` what it was at checkpoint `name`.
+    pub async fn restore(&self, root: &Path, name: &str) -> Result<Value, ToolFailure> {
+        check_name(name)?;
+        let state = self.state.lock().await;
+        let Some(snapshot) = state.taken.get(name).cloned() else {
+            let known: Vec<&str> = state.taken.keys().map(String::as_str).collect();
+            let listed = if known.is_empty() { "there are none yet".to_owned() } else { known.join(", ") };
+            return Err(ToolFailure::new(ErrorType::ExecutionError, format!("no checkpoint named `{name}`"))
+                .suggest(format!("restore one of the checkpoints taken ({listed}), or call checkpoint first")));
+        };
+        let root = root.to_owned();
+        let changes = tokio::task::spawn_blocking(move || restore_all(&snapshot, &root))
+            .await
+            .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("the restore failed: {e}")))?
+            .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("restore of `{name}` failed: {e}")))?;
+        let listed = |paths: &[String]| paths.iter().take(LISTED).cloned().collect::<Vec<_>>();
+        Ok(json!({
+            "name": name, "restored": changes.restored.len(), "removed": changes.removed.len(),
+            "unchanged": changes.unchanged, "restored_paths": listed(&changes.restored),
+            "removed_paths": listed(&changes.removed),
+        }))
+    }
+
+    /// Removes the checkpoints' folder, off the runtime's threads.
+    pub async fn teardown(&self) {
+        let folder = self.state.lock().await.folder.as_ref().map(|f| f.path().to_owned());
+        if let Some(folder) = folder {
+            let _ = tokio::task::spawn_blocking(move || remove_tree(&folder)).await;
+        }
+    }
+}
+
+fn check_name(name: &str) -> Result<(), ToolFailure> {
+    let bad = name.is_empty()
+        || name.len() > 100
+        || name == "."
+        || name == ".."
+        || name.chars().any(|c| c == '/' || c == '\\' || c.is_control());
+    if bad {
+        return Err(ToolFailure::new(
+            ErrorType::ValidationError,
+            format!("`{name}` is not a checkpoint name: use 1 to 100 characters, without slashes"),
+        ));
+    }
+    Ok(())
+}
+
+/// Copies the tree at `from` into the new folder `to`, refusing when its files hold more
+/// than `budget` bytes.
+fn copy_all(from: &Path, to: &Path, budget: u64) -> Result<Copied, CopyError> {
+    // Measured first, so that a refusal says how much was needed.
+    let needed = measure(from, 0).map_err(|e| CopyError::Io(e.to_string()))?;
+    if needed > budget {
+        return Err(CopyError::TooLarge { needed });
+    }
+    let mut copied = Copied::default();
+    fs::create_dir(to).map_err(|e| CopyError::Io(format!("failed to make {}: {e}", to.display())))?;
+    copy_tree(from, to, Path::new(""), budget, &mut copied)?;
+    Ok(copied)
+}
+
+/// The bytes of the regular files under `dir`, links not followed.
+fn measure(dir: &Path, depth: usize) -> std::io::Result<u64> {
+    if depth > MAX_DEPTH {
+        return Err(std::io::Error::other(format!("the tree is more than {MAX_DEPTH} folders deep")));
+    }
+    let mut total: u64 = 0;
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        let meta = fs::symlink_metadata(&path)?;
+        if meta.is_dir() {
+            total = total.saturating_add(measure(&path, depth + 1)?);
+        } else if meta.is_file() {
+            total = total.saturating_add(meta.len());
+        }
+    }
+    Ok(total)
+}
+
+fn copy_tree(from: &Path, to: &Path, rel: &Path, budget: u64, copied: &mut Copied) -> Result<(), CopyError> {
+    let io = |what: &Path, e: std::io::Error| CopyError::Io(format!("`{}`: {e}", what.display()));
+    let mut entries: Vec<_> = fs::read_dir(from)
+        .map_err(|e| io(rel, e))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| io(rel, e))?;
+    entries.sort();
+    for name in entries {
+        let (source, target, rel) = (from.join(&name), to.join(&name), rel.join(&name));
+        let meta = fs::symlink_metadata(&source).map_err(|e| io(&rel, e))?;
+        let kind = meta.file_type();
+        if kind.is_symlink() {
+            let points_to = fs::read_link(&source).map_err(|e| io(&rel, e))?;
+            std::os::unix::fs::symlink(points_to, &target).map_err(|e| io(&rel, e))?;
+            copied.links += 1;
+        } else if kind.is_dir() {
+            fs::create_dir(&target).map_err(|e| io(&rel, e))?;
+            copied.folder_modes.push((rel.clone(), meta.permissions().mode()));
+            copied.folders += 1;
+            copy_tree(&source, &target, &rel, budget, copied)?;
+        } else if kind.is_file() {
+            let left = budget.saturating_sub(copied.bytes);
+            match copy_file(&source, &target, left).map_err(|e| io(&rel, e))? {
+                Some(n) => {
+                    copied.bytes += n;
+                    copied.files += 1;
+                }
+                // It grew past the limit while being copied.
+                None => {
+                    return Err(CopyError::TooLarge { needed: copied.bytes.saturating_add(left).saturating_add(1) });
+                }
+            }
+        } else {
+            copied.skipped.push(rel.display().to_string());
+        }
+    }
+    Ok(())
+}
+
+/// Copies one regular file, keeping its mode, never following a link nor waiting on a
+/// pipe swapped in meanwhile; `None` when it holds more than `cap` bytes.
+fn copy_file(source: &Path, target: &Path, cap: u64) -> std::io::Result<Option<u64>> {
+    let mut from = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(source)?;
+    let meta = from.metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::other("it is no longer a regular file"));
+    }
+    let mut to = fs::OpenOptions::new().write(true).create_new(true).mode(meta.permissions().mode()).open(target)?;
+    let n = std::io::copy(&mut (&mut from).take(cap.saturating_add(1)), &mut to)?;
+    // `mode` on create is cut by the umask: set it as it was.
+    fs::set_permissions(target, meta.permissions())?;
+    Ok((n <= cap).then_some(n))
+}
+
+/// Makes the tree at `root` the snapshot's again: what is new is removed, what changed or
+/// went is written back, what is the same is left alone.
+fn restore_all(snapshot: &Snapshot, root: &Path) -> Result<Changes, String> {
+    let mut changes = Changes::default();
+    sync_tree(&snapshot.dir, root, Path::new(""), &mut changes)?;
+    // Deepest first: a folder that may not be written is closed only once filled.
+    for (rel, mode) in snapshot.folder_modes.iter().rev() {
+        let path = root.join(rel);
+        fs::set_permissions(&path, fs::Permissions::from_mode(*mode))
+            .map_err(|e| format!("`{}`: {e}", rel.display()))?;
+    }
+    Ok(changes)
+}
+
+fn sync_tree(snap: &Path, work: &Path, rel: &Path, changes: &mut Changes) -> Result<(), String> {
+    let io = |what: &Path, e: std::io::Error| format!("`{}`: {e}", what.display());
+    // A folder closed for writing since would keep its entries: open it (its mode is set
+    // back at the end).
+    let mode = fs::symlink_metadata(work).map_err(|e| io(rel, e))?.permissions().mode();
+    if mode & 0o700 != 0o700 {
+        fs::set_permissions(work, fs::Permissions::from_mode(mode | 0o700)).map_err(|e| io(rel, e))?;
+    }
+    // What is here and was not then (or was something else then) goes.
+    let mut present: Vec<_> = fs::read_dir(work)
+        .map_err(|e| io(rel, e))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| io(rel, e))?;
+    present.sort();
+    for name in present {
+        let (now, then, rel) = (work.join(&name), snap.join(&name), rel.join(&name));
+        let now_kind = fs::symlink_metadata(&now).map_err(|e| io(&rel, e))?.file_type();
+        let same_kind = fs::symlink_metadata(&then).is_ok_and(|m| {
+            let t = m.file_type();
+            (t.is_dir(), t.is_file(), t.is_symlink()) == (now_kind.is_dir(), now_kind.is_file(), now_kind.is_symlink())
+        });
+        if !same_kind {
+            changes.removed.extend(remove_tree(&now).map_err(|e| io(&rel, e))?.into_iter().map(|p| {
+                if p.as_os_str().is_empty() { rel.display().to_string() } else { rel.join(p).display().to_string() }
+            }));
+        }
+    }
+    // What was then is made so again.
+    let mut then: Vec<_> = fs::read_dir(snap)
+        .map_err(|e| io(rel, e))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| io(rel, e))?;
+    then.sort();
+    for name in then {
+        let (source, target, rel) = (snap.join(&name), work.join(&name), rel.join(&name));
+        let kind = fs::symlink_metadata(&source).map_err(|e| io(&rel, e))?.file_type();
+        let exists = fs::symlink_metadata(&target).is_ok();
+        if kind.is_dir() {
+            if !exists {
+                fs::create_dir(&target).map_err(|e| io(&rel, e))?;
+            }
+            sync_tree(&source, &target, &rel, changes)?;
+            continue;
+        }
+        let same = if kind.is_symlink() {
+            exists && fs::read_link(&source).ok() == fs::read_link(&target).ok()
+        } else {
+            exists && same_file_content(&source, &target).map_err(|e| io(&rel, e))?
+        };
+        if same {
+            changes.unchanged += 1;
+            continue;
+        }
+        if exists {
+            fs::remove_file(&target).map_err(|e| io(&rel, e))?;
+        }
+        if kind.is_symlink() {
+            let points_to = fs::read_link(&source).map_err(|e| io(&rel, e))?;
+            std::os::unix::fs::symlink(points_to, &target).map_err(|e| io(&rel, e))?;
+        } else {
+            copy_file(&source, &target, u64::MAX).map_err(|e| io(&rel, e))?;
+        }
+        changes.restored.push(rel.display().to_string());
+    }
+    Ok(())
+}
+
+/// Whether two regular files have the same mode and bytes (read without following links).
+fn same_file_content(a: &Path, b: &Path) -> std::io::Result<bool> {
+    let open = |p: &Path| fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(p);
+    let (mut a, mut b) = (open(a)?, open(b)?);
+    let (ma, mb) = (a.metadata()?, b.metadata()?);
+    if !mb.is_file() || ma.len() != mb.len() || ma.permissions().mode() != mb.permissions().mode() {
+        return Ok(false);
+    }
+    let (mut buf_a, mut buf_b) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    loop {
+        let n = a.read(&mut buf_a)?;
+        if n == 0 {
+            return Ok(b.read(&mut buf_b[..1])? == 0);
+        }
+        b.read_exact(&mut buf_b[..n]).map(|_| ()).or_else(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => Ok(()),
+            _ => Err(e),
+        })?;
+        if buf_a[..n] != buf_b[..n] {
+            return Ok(false);
+        }
+    }
+}
+
+/// Removes `path` (a folder with all it holds, or one entry), never following a link;
+/// folders closed for writing are opened first. Returns the non-folder entries removed,
+/// relative to `path` (an empty path when `path` itself is one).
+fn remove_tree(path: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let meta = fs::symlink_metadata(path)?;
+    if !meta.is_dir() {
+        fs::remove_file(path)?;
+        return Ok(vec![PathBuf::new()]);
+    }
+    let mut removed = Vec::new();
+    list_entries(path, Path::new(""), 0, &mut removed)?;
+    match fs::remove_dir_all(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            open_folders(path, 0)?;
+            fs::remove_dir_all(path)?;
+        }
+        other => other?,
+    }
+    Ok(removed)
+}
+
+/// The non-folder entries under `dir`; a folder too deep to walk is listed itself.
+fn list_entries(dir: &Path, rel: &Path, depth: usize, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    let Ok(entries) = fs::read_dir(dir) else { return Ok(()) };
+    let mut names: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
+    names.sort();
+    for name in names {
+        let path = dir.join(&name);
+        if fs::symlink_metadata(&path)?.is_dir() && depth < MAX_DEPTH {
+            list_entries(&path, &rel.join(&name), depth + 1, out)?;
+        } else {
+            out.push(rel.join(&name));
+        }
+    }
+    Ok(())
+}
+
+/// Gives the owner every right on each folder under `dir` (links not followed).
+fn open_folders(dir: &Path, depth: usize) -> std::io::Result<()> {
+    let mode = fs::symlink_metadata(dir)?.permissions().mode();
+    fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o700))?;
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if fs::symlink_metadata(&path)?.is_dir() && depth < MAX_DEPTH {
+            open_folders(&path, depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every entry under `root`: its path, and what it is (file contents, link target, or a folder).
+    fn tree(root: &Path) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        fn walk(dir: &Path, root: &Path, out: &mut BTreeMap<String, String>) {
+            for entry in fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                let rel = path.strip_prefix(root).unwrap().display().to_string();
+                let meta = fs::symlink_metadata(&path).unwrap();
+                let mode = meta.permissions().mode() & 0o777;
+                if meta.file_type().is_symlink() {
+                    out.insert(rel, format!("-> {}", fs::read_link(&path).unwrap().display()));
+                } else if meta.is_dir() {
+                    out.insert(rel, format!("dir {mode:o}"));
+                    walk(&path, root, out);
+                } else {
+                    out.insert(rel, format!("{mode:o} {}", fs::read_to_string(&path).unwrap()));
+                }
+            }
+        }
+        walk(root, root, &mut out);
+        out
+    }
+
+    struct Setup {
+        _scratch: tempfile::TempDir,
+        root: PathBuf,
+        outside: PathBuf,
+        checkpoints: Checkpoints,
+    }
+
+    fn setup(limit: u64) -> Setup {
+        let scratch = tempfile::tempdir().unwrap();
+        let root = scratch.path().join("work");
+        fs::create_dir_all(root.join("src/deep")).unwrap();
+        fs::write(root.join("a.txt"), "alpha").unwrap();
+        fs::write(root.join("src/main.rs"), "fn main() {}").unwrap();
+        fs::write(root.join("src/deep/run.sh"), "echo hi").unwrap();
+        fs::set_permissions(root.join("src/deep/run.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink("a.txt", root.join("link")).unwrap();
+        let outside = scratch.path().join("outside.txt");
+        fs::write(&outside, "not mine").unwrap();
+        let checkpoints = Checkpoints::new(scratch.path(), limit);
+        Setup { _scratch: scratch, root, outside, checkpoints }
+    }
+
+    #[tokio::test]
+    async fn restore_brings_back_the_exact_tree_and_says_what_changed() {
+        let s = setup(1 << 20);
+        let before = tree(&s.root);
+        let taken = s.checkpoints.take(&s.root, "start").await.unwrap();
+        assert_eq!(
+            (taken["files"].clone(), taken["links"].clone(), taken["bytes"].clone()),
+            (3.into(), 1.into(), 24.into())
+        );
+
+        fs::write(s.root.join("a.txt"), "changed").unwrap();
+        fs::write(s.root.join("new.txt"), "new").unwrap();
+        fs::create_dir(s.root.join("made")).unwrap();
+        fs::write(s.root.join("made/x"), "x").unwrap();
+        fs::remove_file(s.root.join("src/main.rs")).unwrap();
+        fs::remove_file(s.root.join("link")).unwrap();
+        fs::write(s.root.join("link"), "a file where a link was").unwrap();
+        fs::set_permissions(s.root.join("src/deep/run.sh"), fs::Permissions::from_mode(0o644)).unwrap();
+        assert_ne!(tree(&s.root), before);
+
+        let restored = s.checkpoints.restore(&s.root, "start").await.unwrap();
+        assert_eq!(tree(&s.root), before);
+        assert_eq!(restored["restored"], 4, "{restored}");
+        assert_eq!(restored["removed"], 3, "{restored}");
+        assert_eq!(restored["unchanged"], 0, "{restored}");
+        let removed: Vec<&str> =
+            restored["removed_paths"].as_array().unwrap().iter().filter_map(|p| p.as_str()).collect();
+        assert_eq!(removed, ["link", "made/x", "new.txt"]);
+
+        // A second restore finds nothing to do, and the checkpoint is still there.
+        let again = s.checkpoints.restore(&s.root, "start").await.unwrap();
+        assert_eq!(
+            (again["restored"].clone(), again["removed"].clone(), again["unchanged"].clone()),
+            (0.into(), 0.into(), 4.into())
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unknown_or_malformed_name_is_an_error() {
+        let s = setup(1 << 20);
+        let err = s.checkpoints.restore(&s.root, "nope").await.unwrap_err();
+        assert_eq!(err.kind, ErrorType::ExecutionError);
+        assert_eq!(err.message, "no checkpoint named `nope`");
+        assert!(err.suggested_action.unwrap().contains("there are none yet"));
+        for bad in ["", "a/b", "..", "x\n"] {
+            let err = s.checkpoints.take(&s.root, bad).await.unwrap_err();
+            assert_eq!(err.kind, ErrorType::ValidationError, "{bad:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn checkpoints_over_the_limit_are_refused_and_a_reused_name_frees_its_bytes() {
+        // Room for one copy of the 24 bytes of files, not two.
+        let s = setup(40);
+        s.checkpoints.take(&s.root, "one").await.unwrap();
+        let err = s.checkpoints.take(&s.root, "two").await.unwrap_err();
+        assert!(err.message.contains("it needs 24 bytes, and 16 of the checkpoint limit of 40 bytes are left (24 bytes used by 1 other checkpoint(s))"), "{}", err.message);
+        // Replacing `one` counts only the new copy.
+        fs::write(s.root.join("a.txt"), "beta!").unwrap();
+        let taken = s.checkpoints.take(&s.root, "one").await.unwrap();
+        assert_eq!(taken["bytes_used"], 24);
+        assert_eq!(taken["checkpoints"], json!(["one"]));
+        // The refused copy left nothing behind: only `one`'s folder remains.
+        let state = s.checkpoints.state.lock().await;
+        let folder = state.folder.as_ref().unwrap().path();
+        assert_eq!(fs::read_dir(folder).unwrap().count(), 1);
+    }
+
+    #[tokio::test]
+    async fn links_are_copied_as_links_never_followed() {
+        let s = setup(1 << 20);
+        std::os::unix::fs::symlink(&s.outside, s.root.join("escape")).unwrap();
+        std::os::unix::fs::symlink(s.outside.parent().unwrap(), s.root.join("up")).unwrap();
+        let taken = s.checkpoints.take(&s.root, "c").await.unwrap();
+        assert_eq!(taken["bytes"], 24, "the files behind the links were not copied: {taken}");
+        // Changing the link's target and restoring leaves the target alone.
+        fs::write(&s.outside, "changed outside").unwrap();
+        fs::remove_file(s.root.join("escape")).unwrap();
+        s.checkpoints.restore(&s.root, "c").await.unwrap();
+        assert_eq!(fs::read_link(s.root.join("escape")).unwrap(), s.outside);
+        assert_eq!(fs::read_to_string(&s.outside).unwrap(), "changed outside");
+        // A link made since is removed, not what it points to.
+        std::os::unix::fs::symlink(&s.outside, s.root.join("later")).unwrap();
+        s.checkpoints.restore(&s.root, "c").await.unwrap();
+        assert!(fs::symlink_metadata(s.root.join("later")).is_err());
+        assert!(s.outside.exists());
+    }
+
+    #[tokio::test]
+    async fn a_tree_too_deep_is_refused() {
+        let s = setup(1 << 20);
+        let deep: PathBuf = std::iter::repeat_n("d", MAX_DEPTH + 2).collect();
+        fs::create_dir_all(s.root.join(deep)).unwrap();
+        let err = s.checkpoints.take(&s.root, "c").await.unwrap_err();
+        assert!(err.message.contains("more than 256 folders deep"), "{}", err.message);
+    }
+
+    #[tokio::test]
+    async fn a_named_pipe_is_skipped_and_named() {
+        let s = setup(1 << 20);
+        let made = std::process::Command::new("mkfifo").arg(s.root.join("pipe")).status().unwrap();
+        assert!(made.success());
+        let taken = s.checkpoints.take(&s.root, "c").await.unwrap();
+        assert_eq!(taken["skipped"], json!(["pipe"]));
+        // Restore takes away what the checkpoint does not hold.
+        let restored = s.checkpoints.restore(&s.root, "c").await.unwrap();
+        assert_eq!(restored["removed_paths"], json!(["pipe"]));
+    }
+
+    #[tokio::test]
+    async fn a_folder_closed_for_writing_is_restored_with_its_mode() {
+        let s = setup(1 << 20);
+        fs::set_permissions(s.root.join("src"), fs::Permissions::from_mode(0o555)).unwrap();
+        let before = tree(&s.root);
+        s.checkpoints.take(&s.root, "c").await.unwrap();
+        fs::set_permissions(s.root.join("src"), fs::Permissions::from_mode(0o755)).unwrap();
+        fs::write(s.root.join("src/extra"), "x").unwrap();
+        fs::set_permissions(s.root.join("src"), fs::Permissions::from_mode(0o555)).unwrap();
+        s.checkpoints.restore(&s.root, "c").await.unwrap();
+        assert_eq!(tree(&s.root), before);
+        s.checkpoints.teardown().await;
+        fs::set_permissions(s.root.join("src"), fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
