@@ -16,6 +16,7 @@ use crate::domain::text::Text;
 use super::kind::{self, EnvironmentKind};
 use super::permission::{self, Permissions};
 use super::sandbox::{Confinement, SandboxMode, SandboxSpec};
+use super::script::{self, ScriptSettings};
 use super::tool::{self, ToolDecl};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -60,6 +61,8 @@ struct DefinitionFile {
     files: BTreeMap<String, Text>,
     /// `off`, or the sandbox's settings ([`SandboxSpec`]).
     sandbox: Option<Value>,
+    /// `true`, or the settings of `execute_code` ([`ScriptSettings`]).
+    execute_code: Option<Value>,
     /// Ordered rules, each `- TOOL[(ARGUMENT)]: allow | deny | ask` (`permission.rs`).
     #[serde(default)]
     permissions: Value,
@@ -81,6 +84,8 @@ pub struct Definition {
     pub specs: Vec<ToolSpec>,
     /// How the processes of its worlds are confined; `None` when the file says `sandbox: off`.
     pub sandbox: Option<SandboxSpec>,
+    /// The settings of `execute_code`, when the definition offers it.
+    pub scripts: Option<ScriptSettings>,
     /// Which calls run, are refused, or are asked about; a suite's own rules come first.
     pub permissions: Permissions,
 }
@@ -138,7 +143,19 @@ impl Definition {
         let specs = tools.iter().map(|t| t.spec.clone()).collect();
         let sandbox = Some(SandboxSpec::default());
         let permissions = Permissions::default();
-        Ok(Definition { name, kind, description, path, limits, files, tools, specs, sandbox, permissions })
+        Ok(Definition {
+            name,
+            kind,
+            description,
+            path,
+            limits,
+            files,
+            tools,
+            specs,
+            sandbox,
+            permissions,
+            scripts: None,
+        })
     }
 
     /// Loads `environments/NAME.yaml`.
@@ -151,7 +168,7 @@ impl Definition {
             return Err(source.error("kind", message));
         };
         let all = kind.tools();
-        let offered = match &file.tools {
+        let mut offered = match &file.tools {
             None => all,
             Some(names) => {
                 let mut chosen = Vec::new();
@@ -178,6 +195,23 @@ impl Definition {
                 chosen
             }
         };
+        let scripts = match &file.execute_code {
+            None | Some(Value::Bool(false)) => None,
+            Some(Value::Bool(true)) => Some(ScriptSettings::default()),
+            Some(settings @ Value::Object(_)) => Some(source.decode::<ScriptSettings>("execute_code", settings)?),
+            Some(_) => {
+                return Err(source.error("execute_code", "expected `true`, `false` or a mapping of its settings"));
+            }
+        };
+        if let Some(settings) = &scripts {
+            check_seconds(&source, "execute_code.timeout_s", settings.timeout_s, 0.001, MAX_EPISODE_S)?;
+            if settings.max_calls == 0 {
+                return Err(source.error("execute_code.max_calls", "must be at least 1"));
+            }
+            // Offered before the final answer, which stays last.
+            let at = offered.iter().position(|t| t.spec.name == FINAL_TOOL).unwrap_or(offered.len());
+            offered.insert(at, script::tool_decl(&offered));
+        }
         if file.limits.max_concurrency == 0 {
             return Err(source.error("limits.max_concurrency", "must be at least 1"));
         }
@@ -226,7 +260,7 @@ impl Definition {
         let definition =
             Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
                 .map_err(|e| ConfigError::whole(path, e))?;
-        Ok(Definition { permissions, sandbox, ..definition })
+        Ok(Definition { permissions, sandbox, scripts, ..definition })
     }
 
     /// Whether the worlds' processes run sandboxed, and who turned the sandbox off: the

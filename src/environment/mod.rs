@@ -10,6 +10,7 @@ mod process;
 pub mod resources;
 mod run;
 pub mod sandbox;
+pub mod script;
 mod shell;
 pub mod tool;
 pub mod world_model;
@@ -158,6 +159,8 @@ pub struct Environment {
     permissions: Arc<Permissions>,
     /// Who answers the `ask` rules: the task's scripted answers.
     user: ScriptedAnswers,
+    /// Where `execute_code` runs its scripts, when the definition offers it.
+    scripts: Option<script::ScriptHost>,
 }
 
 impl Environment {
@@ -172,8 +175,14 @@ impl Environment {
             return Err(SetupError { name: definition.name.clone(), message });
         };
         let world = kind.setup(&definition, task, context).await?;
+        let scripts = match &definition.scripts {
+            Some(settings) => {
+                Some(script::ScriptHost::create(&definition, settings, context.work_root, context.sandbox)?)
+            }
+            None => None,
+        };
         let environment = Self::with_world(definition, world);
-        Ok(Environment { user: ScriptedAnswers::new(&task.answers), ..environment })
+        Ok(Environment { user: ScriptedAnswers::new(&task.answers), scripts, ..environment })
     }
 
     /// An environment over any world: for worlds defined outside the built-in kinds. Its
@@ -181,7 +190,7 @@ impl Environment {
     pub fn with_world(definition: Arc<Definition>, world: Box<dyn World>) -> Self {
         let slots = Semaphore::new(definition.limits.max_concurrency);
         let permissions = Arc::new(definition.permissions.clone());
-        Environment { definition, world, slots, permissions, user: ScriptedAnswers::default() }
+        Environment { definition, world, slots, permissions, user: ScriptedAnswers::default(), scripts: None }
     }
 
     /// Checks calls against `permissions` instead (a suite's rules and then the

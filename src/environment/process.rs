@@ -20,6 +20,9 @@ use tokio::process::{Child, Command};
 
 use super::sandbox::Confinement;
 
+/// The `PATH` commands get: the system's programs only.
+pub const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
 /// A started command: the keeper (the child tokio knows), the pipe on which it reports the
 /// shell's status, and the guard that kills the whole tree.
 pub struct Supervised {
@@ -34,6 +37,16 @@ pub struct Supervised {
 /// outside, to kill what the shell starts). The command should ask for its own process
 /// group; the shell then gets a group of its own, so that a `kill 0` spares the keeper.
 pub fn spawn(command: &mut Command, sandbox: &Arc<Confinement>) -> io::Result<Supervised> {
+    spawn_passing(command, sandbox, None)
+}
+
+/// [`spawn`], the command also getting `pass` as its descriptor 3 (a socket to talk back
+/// to the runner on, say).
+pub fn spawn_passing(
+    command: &mut Command,
+    sandbox: &Arc<Confinement>,
+    pass: Option<std::os::fd::RawFd>,
+) -> io::Result<Supervised> {
     let sandbox = sandbox.clone();
     let (read, write) = status_pipe()?;
     let report = write.as_raw_fd();
@@ -60,6 +73,14 @@ pub fn spawn(command: &mut Command, sandbox: &Arc<Confinement>) -> io::Result<Su
                     if let Some(limit) = &files_limit {
                         libc::setrlimit(libc::RLIMIT_NOFILE, limit);
                     }
+                    if let Some(fd) = pass {
+                        // dup2 onto itself would keep close-on-exec: clear it then.
+                        if fd == 3 {
+                            libc::fcntl(3, libc::F_SETFD, 0);
+                        } else if libc::dup2(fd, 3) < 0 {
+                            return Err(io::Error::last_os_error());
+                        }
+                    }
                     sandbox.enter()
                 }
                 shell => keep(shell, report, runner),
@@ -81,6 +102,39 @@ impl Supervised {
         let mut raw = [0u8; 4];
         self.status.read_exact(&mut raw).await.ok()?;
         Some(ExitStatus::from_raw(i32::from_ne_bytes(raw)))
+    }
+}
+
+impl Supervised {
+    /// A handle to stop the command with while its output is being read.
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.tree.0)
+    }
+}
+
+/// Stops a command: gently, or outright. Valid while its [`Supervised`] is alive (the
+/// keeper is not reaped before, so its pid cannot be reused).
+#[derive(Debug, Clone, Copy)]
+pub struct Stopper(Option<libc::pid_t>);
+
+impl Stopper {
+    /// Kills the whole tree, as [`Tree::kill`].
+    pub fn kill(&self) {
+        Tree(self.0).kill();
+    }
+
+    /// Asks the command to end: SIGTERM to the process group of each of the keeper's
+    /// children (the command's own group, and any that left it).
+    pub fn terminate(&self) {
+        let Some(keeper) = self.0 else { return };
+        let children = std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children")).unwrap_or_default();
+        for pid in children.split_whitespace().filter_map(|p| p.parse::<libc::pid_t>().ok()) {
+            // SAFETY: kill only sends a signal, to a child of this command's keeper and its group.
+            unsafe {
+                libc::kill(-pid, libc::SIGTERM);
+                libc::kill(pid, libc::SIGTERM);
+            }
+        }
     }
 }
 
@@ -264,4 +318,43 @@ fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
     }
     found.retain(|pid| *pid != root && parents.iter().any(|(p, _, dead)| p == pid && !dead));
     found
+}
+
+/// Output read with a cap: the first bytes kept, and how many there were in all.
+pub struct Captured {
+    pub kept: Vec<u8>,
+    pub total: usize,
+}
+
+impl Captured {
+    /// The kept bytes as text, with a visible marker when some were cut.
+    pub fn text(&self) -> String {
+        let mut text = String::from_utf8_lossy(&self.kept).into_owned();
+        if self.total > self.kept.len() {
+            text.push_str(&format!(
+                "\n[... output truncated: showing {} of {} bytes ...]",
+                self.kept.len(),
+                self.total
+            ));
+        }
+        text
+    }
+}
+
+/// Reads everything, keeping the first `cap` bytes and counting the rest.
+pub async fn read_capped(mut reader: impl tokio::io::AsyncRead + Unpin, cap: usize) -> std::io::Result<Captured> {
+    let mut kept = Vec::new();
+    let mut total = 0;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = reader.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(Captured { kept, total });
+        }
+        total += n;
+        if kept.len() < cap {
+            let room = cap - kept.len();
+            kept.extend_from_slice(&buf[..n.min(room)]);
+        }
+    }
 }

@@ -165,6 +165,25 @@ impl Environment {
         }
     }
 
+    /// Runs one call the permission rules let through: a script of `execute_code`, or a
+    /// call of the world.
+    async fn run_call(&self, call: &ToolCall, step: u32, recorder: &Recorder, started: &AtomicBool) -> Observation {
+        if call.name == super::script::SCRIPT_TOOL {
+            started.store(true, Ordering::Relaxed);
+            return self.run_script(call, step, recorder).await;
+        }
+        self.execute(call, started).await
+    }
+
+    /// One call as the loop makes it, outside an episode's loop (a benchmark, a tool that
+    /// replays calls): decided by the permission rules, then run; its events go to `recorder`.
+    pub async fn act(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation {
+        match self.permit(call, step, recorder) {
+            Some(refused) => refused,
+            None => self.run_call(call, step, recorder, &AtomicBool::new(false)).await,
+        }
+    }
+
     /// Runs one turn's calls at once (bounded by the environment's own limit) and returns
     /// their observations in the order of the calls, whatever order they finished in.
     async fn dispatch(
@@ -197,7 +216,7 @@ impl Environment {
                 .map(|((i, call), refused)| async move {
                     match refused {
                         Some(obs) => (i, obs),
-                        None => (i, self.execute(call, &started[i]).await),
+                        None => (i, self.run_call(call, step, recorder, &started[i]).await),
                     }
                 })
                 .collect();

@@ -19,12 +19,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 use super::checkpoint::Checkpoints;
 use super::definition::{Definition, EnvLimits};
 use super::kind::{EnvironmentKind, SetupContext};
+use super::process::{Captured, read_capped};
 use super::sandbox::Confinement;
 use super::tool::{self, Tool, ToolDecl};
 use super::world_model::WorldModels;
@@ -35,7 +36,7 @@ use crate::domain::Task;
 #[path = "shell_files.rs"]
 mod files;
 
-const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+use super::process::SAFE_PATH;
 
 /// The kind `shell`.
 pub struct Shell;
@@ -541,25 +542,6 @@ fn not_found_or(e: std::io::Error, path: &str) -> ToolFailure {
     }
 }
 
-struct Captured {
-    kept: Vec<u8>,
-    total: usize,
-}
-
-impl Captured {
-    fn text(&self) -> String {
-        let mut text = String::from_utf8_lossy(&self.kept).into_owned();
-        if self.total > self.kept.len() {
-            text.push_str(&format!(
-                "\n[... output truncated: showing {} of {} bytes ...]",
-                self.kept.len(),
-                self.total
-            ));
-        }
-        text
-    }
-}
-
 /// Reads the first `cap` bytes of a regular file of `size` bytes, and no more: a file may
 /// be far larger than memory (a sparse file of 20 GB costs nothing to make).
 async fn read_start(file: tokio::fs::File, size: u64, cap: usize) -> Result<Captured, ToolFailure> {
@@ -567,24 +549,6 @@ async fn read_start(file: tokio::fs::File, size: u64, cap: usize) -> Result<Capt
     file.take(cap as u64).read_to_end(&mut kept).await.map_err(io_failure)?;
     let total = usize::try_from(size).unwrap_or(usize::MAX).max(kept.len());
     Ok(Captured { kept, total })
-}
-
-/// Reads everything, keeping the first `cap` bytes and counting the rest.
-async fn read_capped(mut reader: impl AsyncRead + Unpin, cap: usize) -> std::io::Result<Captured> {
-    let mut kept = Vec::new();
-    let mut total = 0;
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = reader.read(&mut buf).await?;
-        if n == 0 {
-            return Ok(Captured { kept, total });
-        }
-        total += n;
-        if kept.len() < cap {
-            let room = cap - kept.len();
-            kept.extend_from_slice(&buf[..n.min(room)]);
-        }
-    }
 }
 
 #[cfg(test)]

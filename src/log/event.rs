@@ -365,6 +365,14 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         answer: Option<String>,
     },
+    /// A call a script of the agent made through `execute_code` (`parent` is that call's
+    /// id), with its observation. Not part of the agent's transcript, nor of its trajectory.
+    InnerCall {
+        step: u32,
+        parent: String,
+        call: ToolCall,
+        observation: Observation,
+    },
     Score {
         /// Which scoring this belongs to: `initial` at run time, a new id per regrade.
         #[serde(default = "initial_scoring")]

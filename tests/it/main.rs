@@ -18,6 +18,7 @@ mod report;
 mod runs;
 mod sandbox;
 mod scoring;
+mod scripts;
 mod secrets;
 mod shell;
 mod world_hazards;

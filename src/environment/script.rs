@@ -1,0 +1,492 @@
+//! Programmatic tool calling (`execute_code`): the agent sends a Python script; the script
+//! calls the environment's tools as functions of a generated `runner_tools` module, and
+//! only what it prints comes back. Each script runs in a fresh interpreter, in the sandbox,
+//! in a folder of its own. Each tool function sends one request over a Unix socket the
+//! runner hands the interpreter as descriptor 3 (newline-delimited JSON, one request and
+//! one response per call), and the runner runs the call through the same permission check,
+//! validation and world as a call of the agent's own ([`Environment::permit`],
+//! [`Environment::execute`]). Each inner call is logged (`inner_call`, with the script's
+//! call as its parent); none enters the agent's transcript.
+//!
+//! Never offered to scripts: `execute_code` itself, `final_answer`, and every tool the
+//! environment marks as not safe for scripts (those that talk to a user).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::Command;
+
+use super::definition::Definition;
+use super::process::{self, Captured, SAFE_PATH, read_capped};
+use super::sandbox::{Confinement, SandboxMode};
+use super::tool::ToolDecl;
+use super::{Environment, SetupError};
+use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
+use crate::log::{Event, Recorder};
+
+/// The tool's name.
+pub const SCRIPT_TOOL: &str = "execute_code";
+
+/// An environment's `execute_code:` settings (`true` takes these defaults).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScriptSettings {
+    /// Tool calls one script may make; further calls get an error result.
+    pub max_calls: u32,
+    /// How long a script may run: then SIGTERM, and SIGKILL 5 s later.
+    pub timeout_s: f64,
+    pub stdout_bytes: usize,
+    pub stderr_bytes: usize,
+    /// The interpreter; by default `python3` on the system's `PATH`.
+    pub python: Option<PathBuf>,
+}
+
+impl Default for ScriptSettings {
+    fn default() -> Self {
+        ScriptSettings { max_calls: 50, timeout_s: 120.0, stdout_bytes: 50_000, stderr_bytes: 10_000, python: None }
+    }
+}
+
+/// How long a script has to end after SIGTERM.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// The `execute_code` tool of an environment whose tools are `offered`: its description
+/// names the functions a script can call.
+pub fn tool_decl(offered: &[ToolDecl]) -> ToolDecl {
+    let callable: Vec<String> = offered
+        .iter()
+        .filter(|t| t.script_safe && t.spec.name != SCRIPT_TOOL && t.spec.name != FINAL_TOOL)
+        .map(|t| format!("{}({})", t.spec.name, parameter_list(&t.spec.parameters).unwrap_or("**arguments".into())))
+        .collect();
+    let description = format!(
+        "Run a Python 3 script that calls tools as functions and prints what you need: only its output comes \
+         back. The tool functions are in scope (and in the module `runner_tools`): {}. Each returns the tool's \
+         result (parsed JSON) or raises `ToolError` (with `.type` and `.message`). At most a fixed number of tool \
+         calls and seconds per script; no network.",
+        if callable.is_empty() { "none".to_owned() } else { callable.join(", ") }
+    );
+    ToolDecl {
+        spec: ToolSpec::new(
+            SCRIPT_TOOL,
+            &description,
+            json!({
+                "type": "object",
+                "properties": {"code": {"type": "string", "minLength": 1, "description": "The Python script."}},
+                "required": ["code"], "additionalProperties": false
+            }),
+        ),
+        script_safe: false,
+    }
+}
+
+/// A Python parameter list for a tool's JSON Schema: required parameters first, then the
+/// optional ones defaulting to "not given"; `None` when a name cannot be a Python parameter.
+fn parameter_list(schema: &Value) -> Option<String> {
+    let properties = schema.get("properties")?.as_object()?;
+    let required: Vec<&str> =
+        schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    let is_name = |n: &str| {
+        !PYTHON_KEYWORDS.contains(&n)
+            && n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    if !properties.keys().all(|k| is_name(k)) {
+        return None;
+    }
+    let mut parts: Vec<String> =
+        required.iter().filter(|r| properties.contains_key(**r)).map(|r| r.to_string()).collect();
+    parts.extend(properties.keys().filter(|k| !required.contains(&k.as_str())).map(|k| format!("{k}=_MISSING")));
+    Some(parts.join(", "))
+}
+
+const PYTHON_KEYWORDS: &[&str] = &[
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue", "def", "del",
+    "elif", "else", "except", "finally", "for", "from", "global", "if", "import", "in", "is", "lambda", "nonlocal",
+    "not", "or", "pass", "raise", "return", "try", "while", "with", "yield",
+];
+
+/// The `runner_tools` module for the tools scripts may call.
+fn module_source(tools: &[&ToolSpec]) -> String {
+    let mut source = String::from(MODULE_HEAD);
+    let mut names = Vec::new();
+    for spec in tools {
+        let name = &spec.name;
+        let doc = serde_json::to_string(&spec.description).unwrap_or_else(|_| "\"\"".into());
+        match parameter_list(&spec.parameters) {
+            Some(params) => {
+                let keys: Vec<String> = spec.parameters["properties"]
+                    .as_object()
+                    .map(|p| p.keys().map(|k| format!("({k:?}, {k})")).collect())
+                    .unwrap_or_default();
+                source.push_str(&format!(
+                    "\ndef {name}({params}):\n    {doc}\n    return _call({name:?}, {{k: v for k, v in ({},) if v is not _MISSING}})\n",
+                    keys.join(", ")
+                ));
+            }
+            None => source
+                .push_str(&format!("\ndef {name}(**arguments):\n    {doc}\n    return _call({name:?}, arguments)\n")),
+        }
+        names.push(format!("{name:?}"));
+    }
+    source.push_str(&format!("\n__all__ = [\"ToolError\", {}]\n", names.join(", ")));
+    source
+}
+
+const MODULE_HEAD: &str = r#""""The environment's tools, as functions. Generated for this script by runner."""
+import json as _json
+import os as _os
+import socket as _socket
+
+_MISSING = object()
+_sock = _socket.socket(fileno=int(_os.environ.pop("RUNNER_TOOLS_FD", "3")))
+_reader = _sock.makefile("rb")
+
+
+class ToolError(Exception):
+    """A tool call that failed: `type` is its error type, `message` says why."""
+
+    def __init__(self, type, message):
+        super().__init__(f"{type}: {message}")
+        self.type = type
+        self.message = message
+
+
+def _call(name, arguments):
+    _sock.sendall((_json.dumps({"tool": name, "arguments": arguments}) + "\n").encode())
+    line = _reader.readline()
+    if not line:
+        raise ToolError("Cancelled", "the runner closed the tool connection")
+    response = _json.loads(line)
+    if response.get("ok"):
+        return response.get("result")
+    error = response.get("error") or {}
+    raise ToolError(error.get("type", "ExecutionError"), error.get("message", ""))
+"#;
+
+/// Runs the script in `script.py` with the tool functions in scope, so that tracebacks
+/// name the script's own lines.
+const BOOTSTRAP: &str = r#"import sys, runner_tools
+_scope = {"__name__": "__main__", "runner_tools": runner_tools}
+_scope.update({n: getattr(runner_tools, n) for n in runner_tools.__all__})
+with open("script.py", encoding="utf-8") as _f:
+    _code = compile(_f.read(), "script.py", "exec")
+del _f
+exec(_code, _scope)
+"#;
+
+/// What an environment needs to run scripts: a folder for them, the sandbox they run in,
+/// the interpreter.
+pub struct ScriptHost {
+    settings: ScriptSettings,
+    python: PathBuf,
+    dir: tempfile::TempDir,
+    sandbox: Arc<Confinement>,
+    next: AtomicU32,
+}
+
+impl ScriptHost {
+    /// Prepares scripts for one episode of `definition`, in a folder of `work_root`.
+    pub fn create(
+        definition: &Definition,
+        settings: &ScriptSettings,
+        work_root: &Path,
+        mode: SandboxMode,
+    ) -> Result<Self, SetupError> {
+        let fail = |message: String| SetupError { name: definition.name.clone(), message };
+        let python = match &settings.python {
+            Some(path) => path.clone(),
+            None => super::sandbox::find_program("python3", SAFE_PATH).ok_or_else(|| {
+                fail(format!(
+                    "execute_code needs a Python 3 interpreter: none named python3 on {SAFE_PATH}; set \
+                     `execute_code: {{python: /path/to/python3}}` in the environment file"
+                ))
+            })?,
+        };
+        if !python.is_file() {
+            return Err(fail(format!("execute_code's interpreter `{}` does not exist", python.display())));
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("runner-scripts-")
+            .tempdir_in(work_root)
+            .map_err(|e| fail(format!("failed to create the scripts' folder: {e}")))?;
+        let real =
+            dir.path().canonicalize().map_err(|e| fail(format!("failed to resolve the scripts' folder: {e}")))?;
+        // The interpreter's own installation, when it lies outside the system's folders.
+        let prefix: Vec<PathBuf> =
+            python.canonicalize().ok().and_then(|p| Some(p.parent()?.parent()?.to_owned())).into_iter().collect();
+        let sandbox = definition.confinement(mode, &[&real], &prefix).map_err(fail)?;
+        Ok(ScriptHost { settings: settings.clone(), python, dir, sandbox, next: AtomicU32::new(0) })
+    }
+}
+
+#[derive(Deserialize)]
+struct Request {
+    tool: String,
+    #[serde(default)]
+    arguments: Value,
+}
+
+/// How a script ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Status {
+    Success,
+    Error,
+    Timeout,
+    Interrupted,
+}
+
+impl Environment {
+    /// Runs the script of an `execute_code` call to its end and reports what it printed.
+    pub(crate) async fn run_script(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation {
+        if let Err(error) = self.check(call) {
+            return Observation::of_error(&call.call_id, error);
+        }
+        let Some(host) = &self.scripts else {
+            let error = ToolError::new(ErrorType::ExecutionError, "this environment cannot run scripts");
+            return Observation::of_error(&call.call_id, error);
+        };
+        let code = call.arguments.get("code").and_then(Value::as_str).unwrap_or_default();
+        match self.script(host, call, code, step, recorder).await {
+            Ok(result) => Observation::of_result(&call.call_id, result),
+            Err(failure) => Observation::of_error(&call.call_id, failure),
+        }
+    }
+
+    async fn script(
+        &self,
+        host: &ScriptHost,
+        call: &ToolCall,
+        code: &str,
+        step: u32,
+        recorder: &Recorder,
+    ) -> Result<Value, ToolError> {
+        let started = Instant::now();
+        let io = |what: &str, e: std::io::Error| ToolError::new(ErrorType::ExecutionError, format!("{what}: {e}"));
+        let n = host.next.fetch_add(1, Ordering::Relaxed);
+        let dir = host.dir.path().join(format!("script-{n}"));
+        std::fs::create_dir(&dir).map_err(|e| io("failed to make the script's folder", e))?;
+        let _cleanup = RemoveOnDrop(dir.clone());
+        let callable: Vec<&ToolSpec> = self
+            .definition
+            .tools
+            .iter()
+            .filter(|t| t.script_safe && t.spec.name != SCRIPT_TOOL && t.spec.name != FINAL_TOOL)
+            .map(|t| &t.spec)
+            .collect();
+        std::fs::write(dir.join("runner_tools.py"), module_source(&callable))
+            .and_then(|()| std::fs::write(dir.join("script.py"), code))
+            .map_err(|e| io("failed to write the script", e))?;
+
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| io("failed to make a socket", e))?;
+        ours.set_nonblocking(true).map_err(|e| io("failed to make a socket", e))?;
+        let ours = tokio::net::UnixStream::from_std(ours).map_err(|e| io("failed to make a socket", e))?;
+        let mut command = Command::new(&host.python);
+        command
+            .args(["-B", "-E", "-s", "-c", BOOTSTRAP])
+            .current_dir(&dir)
+            .env_clear()
+            .env("PATH", SAFE_PATH)
+            .env("HOME", &dir)
+            .env("TMPDIR", &dir)
+            .env("LANG", "C.UTF-8")
+            .env("RUNNER_TOOLS_FD", "3")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .process_group(0);
+        use std::os::fd::AsRawFd;
+        let mut child = process::spawn_passing(&mut command, &host.sandbox, Some(theirs.as_raw_fd()))
+            .map_err(|e| io("failed to start the interpreter", e))?;
+        drop(theirs);
+        let (Some(stdout), Some(stderr)) = (child.keeper.stdout.take(), child.keeper.stderr.take()) else {
+            return Err(ToolError::new(ErrorType::ExecutionError, "the script's output was not captured"));
+        };
+
+        let stopper = child.stopper();
+        let calls_made = AtomicU32::new(0);
+        let settings = &host.settings;
+        let serve = self.serve(ours, call, step, recorder, &calls_made, settings.max_calls);
+        let (status, work) = {
+            let status = async {
+                let status = child.shell_status().await;
+                child.tree.kill();
+                status
+            };
+            let work = async {
+                let (out, err, status, ()) = tokio::join!(
+                    read_capped(stdout, settings.stdout_bytes),
+                    read_capped(stderr, settings.stderr_bytes),
+                    status,
+                    serve
+                );
+                (out, err, status)
+            };
+            tokio::pin!(work);
+            let limit = Duration::from_secs_f64(settings.timeout_s);
+            match tokio::time::timeout(limit, &mut work).await {
+                Ok(done) => (None, done),
+                Err(_) => {
+                    stopper.terminate();
+                    match tokio::time::timeout(GRACE, &mut work).await {
+                        Ok(done) => (Some(Status::Timeout), done),
+                        Err(_) => {
+                            stopper.kill();
+                            (Some(Status::Timeout), work.await)
+                        }
+                    }
+                }
+            }
+        };
+        let _ = child.keeper.wait().await;
+        let (out, err, exit) = work;
+        let (out, err) = (out.unwrap_or_else(lost), err.unwrap_or_else(lost));
+        let mut errors = err.text();
+        let status = status.unwrap_or(match exit {
+            Some(exit) if exit.success() => Status::Success,
+            Some(exit) if status.is_none() => {
+                use std::os::unix::process::ExitStatusExt;
+                match exit.signal() {
+                    Some(signal) => {
+                        errors.push_str(&format!("\n[the interpreter was killed by signal {signal}]"));
+                        Status::Interrupted
+                    }
+                    None => Status::Error,
+                }
+            }
+            _ => Status::Interrupted,
+        });
+        if status == Status::Timeout {
+            errors.push_str(&format!(
+                "\n[the script ran longer than {}s and was stopped; its output so far is above]",
+                settings.timeout_s
+            ));
+        }
+        Ok(json!({
+            "status": status,
+            "output": out.text(),
+            "errors": errors.trim_start_matches('\n'),
+            "tool_calls_made": calls_made.load(Ordering::Relaxed),
+            "duration_s": (started.elapsed().as_secs_f64() * 1e3).round() / 1e3,
+        }))
+    }
+
+    /// Answers the script's tool calls, one request line at a time, until it closes the socket.
+    async fn serve(
+        &self,
+        socket: tokio::net::UnixStream,
+        parent: &ToolCall,
+        step: u32,
+        recorder: &Recorder,
+        calls_made: &AtomicU32,
+        max_calls: u32,
+    ) {
+        let (read, mut write) = socket.into_split();
+        let mut lines = BufReader::new(read).lines();
+        let mut n = 0u32;
+        while let Ok(Some(line)) = lines.next_line().await {
+            n += 1;
+            let response = match serde_json::from_str::<Request>(&line) {
+                Err(e) => refusal(ErrorType::ValidationError, format!("a request the runner cannot read: {e}")),
+                Ok(_) if n > max_calls => refusal(
+                    ErrorType::ExecutionError,
+                    format!("this script has made its {max_calls} tool calls; no more are run"),
+                ),
+                Ok(request) => {
+                    let call = ToolCall {
+                        call_id: format!("{}.{n}", parent.call_id),
+                        name: request.tool,
+                        arguments: request.arguments,
+                        actor: parent.actor.clone(),
+                    };
+                    let observation = self.inner_call(&call, step, recorder).await;
+                    calls_made.fetch_add(1, Ordering::Relaxed);
+                    recorder.emit(&Event::InnerCall {
+                        step,
+                        parent: parent.call_id.clone(),
+                        call,
+                        observation: observation.clone(),
+                    });
+                    match observation.error {
+                        None => json!({"ok": true, "result": observation.tool_result}),
+                        Some(error) => json!({"ok": false, "error": {"type": error.kind, "message": error.message}}),
+                    }
+                }
+            };
+            let mut text = response.to_string();
+            text.push('\n');
+            if write.write_all(text.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// One call of a script: refused when scripts may not call the tool, else decided by the
+    /// permission rules and run like any call.
+    async fn inner_call(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation {
+        let allowed = self.definition.tool(&call.name).is_some_and(|t| t.script_safe)
+            && call.name != SCRIPT_TOOL
+            && call.name != FINAL_TOOL;
+        if !allowed {
+            let message = format!("`{}` cannot be called from a script", call.name);
+            return Observation::of_error(&call.call_id, ToolError::new(ErrorType::ToolNotFound, message));
+        }
+        if let Some(refused) = self.permit(call, step, recorder) {
+            return refused;
+        }
+        self.execute(call, &AtomicBool::new(false)).await
+    }
+}
+
+fn refusal(kind: ErrorType, message: String) -> Value {
+    json!({"ok": false, "error": {"type": kind, "message": message}})
+}
+
+fn lost(e: std::io::Error) -> Captured {
+    Captured { kept: format!("[output lost: {e}]").into_bytes(), total: 0 }
+}
+
+/// Removes a script's folder when the script is done, however it ends.
+struct RemoveOnDrop(PathBuf);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameters_become_a_python_signature_or_keyword_arguments() {
+        let schema =
+            json!({"type": "object", "properties": {"key": {}, "value": {}, "ttl": {}}, "required": ["key", "value"]});
+        assert_eq!(parameter_list(&schema).as_deref(), Some("key, value, ttl=_MISSING"));
+        let odd = json!({"type": "object", "properties": {"from": {}}});
+        assert_eq!(parameter_list(&odd), None, "a keyword cannot be a parameter");
+        let spec = ToolSpec::new("kv_get", "Get.", schema);
+        let source = module_source(&[&spec]);
+        assert!(source.contains("def kv_get(key, value, ttl=_MISSING):"), "{source}");
+        assert!(source.contains("__all__ = [\"ToolError\", \"kv_get\"]"), "{source}");
+    }
+
+    #[test]
+    fn the_description_lists_only_what_scripts_may_call() {
+        let decl = |name: &str, safe| ToolDecl {
+            spec: ToolSpec::new(name, "x", json!({"type": "object", "properties": {"a": {}}, "required": ["a"]})),
+            script_safe: safe,
+        };
+        let offered = [decl("kv_get", true), decl("ask_user", false), decl(FINAL_TOOL, false)];
+        let tool = tool_decl(&offered);
+        assert!(tool.spec.description.contains("kv_get(a)"), "{}", tool.spec.description);
+        assert!(!tool.spec.description.contains("ask_user") && !tool.spec.description.contains(FINAL_TOOL));
+        assert!(!tool.script_safe, "a script may not start a script");
+    }
+}
