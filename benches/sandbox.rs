@@ -7,7 +7,8 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 
-use runner::contract::Actor;
+use runner::contract::{Actor, ToolCall};
+use runner::log::EventLog;
 use runner::domain::Task;
 use runner::environment::definition::Definition;
 use runner::environment::sandbox::SandboxMode;
@@ -63,5 +64,31 @@ fn sandbox(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, sandbox);
+/// `execute_code` on `kv`: a script of 20 inner calls against one of none; the difference
+/// over 20 is what each inner call costs (socket, JSON, the environment's checks, the world).
+fn scripts(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/suites/environments/kv-scripts.yaml");
+    let definition = Arc::new(Definition::load(&path).expect("the bench environment loads"));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "bench").expect("event log");
+    let recorder = log.recorder("ep_bench");
+    let context = SetupContext::new(dir.path(), "bench");
+    let env = runtime.block_on(Environment::setup(definition, &task(), &context)).expect("a kv world with scripts");
+    let twenty = "for i in range(10):\n    kv_set(f'k{i}', 'v')\n    kv_get(f'k{i}')\nprint('done')";
+    for (label, code, calls) in [("0 inner calls", "print('done')", 0), ("20 inner calls", twenty, 20)] {
+        let call = ToolCall::new("c_1", "execute_code", json!({"code": code}));
+        let run = || env.act(&call, 1, &recorder);
+        let out = runtime.block_on(run());
+        let result = out.tool_result.expect("the script ran");
+        assert_eq!((result["status"].as_str(), result["tool_calls_made"].as_u64()), (Some("success"), Some(calls)));
+        assert_eq!(result["output"], "done\n", "{result}");
+        c.bench_function(&format!("execute_code/{label}"), |b| b.iter(|| runtime.block_on(run())));
+    }
+    runtime.block_on(env.teardown());
+    drop(log);
+    writer.close().expect("log closes");
+}
+
+criterion_group!(benches, sandbox, scripts);
 criterion_main!(benches);
