@@ -53,6 +53,9 @@ fn the_example_suites_pass_offline_with_the_mock_model() {
     assert!(errors.iter().any(|o| o["error"]["type"] == "PermissionError"), "no call was denied");
     assert!(of_type(&events, "permission").iter().any(|p| p["decided_by"] == "user"), "no user answered an ask");
     assert!(dispatched.iter().any(|d| d["call"]["name"] == "restore"), "no checkpoint was restored");
+    assert!(!of_type(&events, "inner_call").is_empty(), "no script called a tool");
+    let first = of_type(&events, "observation").into_iter().map(|o| &o["observation"]["info"]);
+    assert!(first.clone().any(|i| i["sandbox"]["enabled"] == true), "no shell episode recorded its sandbox");
     let suites_run: std::collections::HashSet<&str> = started.iter().map(|e| e["suite"].as_str().unwrap()).collect();
     assert!(suites_run.contains("arithmetic"), "the dataset suite did not run");
 }
