@@ -7,6 +7,7 @@ pub mod kind;
 mod kv;
 pub mod permission;
 mod process;
+mod python;
 pub mod resources;
 mod run;
 pub mod sandbox;
