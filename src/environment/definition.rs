@@ -416,6 +416,18 @@ mod tests {
     }
 
     #[test]
+    fn an_interpreter_is_taken_by_the_python_kind_only_and_a_relative_one_is_the_files() {
+        let err = load_text("kind: shell\npython: /usr/bin/python3\n").unwrap_err();
+        assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
+        assert!(err.message.contains("kind `shell` takes no `python:`"), "{err}");
+        let def = load_text("kind: python\npython: venv/bin/python3\n").unwrap();
+        let python = def.python.unwrap();
+        assert!(python.is_absolute() && python.ends_with("venv/bin/python3"), "{}", python.display());
+        let def = load_text("kind: python\npython: python3.11\n").unwrap();
+        assert_eq!(def.python.unwrap(), Path::new("python3.11"), "a bare name is looked up on PATH");
+    }
+
+    #[test]
     fn an_environment_file_keeps_its_permission_rules_in_order() {
         let def = load_text("kind: shell\npermissions:\n  - run_command(rm *): deny\n  - \"*\": allow\n").unwrap();
         let rules: Vec<(String, String)> =
