@@ -213,3 +213,17 @@ async fn a_missing_interpreter_fails_the_setup_naming_the_field() {
     let Err(err) = setup else { panic!("a missing interpreter set up a world") };
     assert!(err.message.contains("`/nonexistent/python3` (the environment file's `python:`) does not exist"), "{err}");
 }
+
+#[tokio::test]
+async fn a_call_dropped_mid_way_kills_its_interpreter_and_the_next_call_says_so() {
+    let Some((_dir, w)) = world().await else { return };
+    ok(&w, "exec", json!({"code": "kept = 1"})).await;
+    // The environment drops a call that outlives its tool_timeout_s, so.
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(300), call(&w, "exec", json!({"code": "while True: pass"})));
+    assert!(dropped.await.is_err(), "the endless loop ended");
+    let next = ok(&w, "eval", json!({"code": "'kept' in globals()"})).await;
+    assert_eq!(next["value"], false, "{next}");
+    assert!(next["note"].as_str().unwrap().contains("previous call was cancelled"), "{next}");
+    assert!(ok(&w, "eval", json!({"code": "1"})).await.get("note").is_none(), "the note is given once");
+}
