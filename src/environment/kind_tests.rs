@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::contract::{Actor, ErrorType, FINAL_TOOL, ToolCall};
 use crate::environment::tool::{self, Tool};
-use crate::environment::{Environment, ToolFailure, kv, shell};
+use crate::environment::{Environment, ToolFailure, kv, python, shell};
 
 fn task() -> Task {
     Task {
@@ -28,8 +28,8 @@ fn task() -> Task {
 }
 
 #[test]
-fn the_table_lists_shell_and_kv() {
-    assert_eq!(names(), ["shell", "kv"]);
+fn the_table_lists_shell_kv_and_python() {
+    assert_eq!(names(), ["shell", "kv", "python"]);
     assert_eq!(find("kv").map(|k| k.name()), Some("kv"));
     assert!(find("docker").is_none());
 }
@@ -47,6 +47,7 @@ fn check_table<W: ?Sized>(kind: &str, table: &[&dyn Tool<W>]) {
 fn each_kind_offers_its_tool_table_and_each_tool_is_named_as_its_spec() {
     check_table("shell", shell::TOOLS);
     check_table("kv", kv::TOOLS);
+    check_table("python", python::TOOLS);
 }
 
 #[test]

@@ -7,6 +7,7 @@ pub mod kind;
 mod kv;
 pub mod permission;
 mod process;
+mod python;
 pub mod resources;
 mod run;
 pub mod sandbox;
@@ -177,7 +178,7 @@ impl Environment {
         let world = kind.setup(&definition, task, context).await?;
         let scripts = match &definition.scripts {
             Some(settings) => {
-                Some(script::ScriptHost::create(&definition, settings, context.work_root, context.sandbox)?)
+                Some(script::ScriptHost::create(&definition, settings, context.work_root, context.sandbox).await?)
             }
             None => None,
         };

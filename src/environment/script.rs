@@ -190,36 +190,27 @@ pub struct ScriptHost {
 }
 
 impl ScriptHost {
-    /// Prepares scripts for one episode of `definition`, in a folder of `work_root`.
-    pub fn create(
+    /// Prepares scripts for one episode of `definition`, in a folder of `work_root`: finds
+    /// the interpreter as the `python` kind does (`settings.python`, else `python3` on
+    /// `PATH`, a shim resolved to the real interpreter) and lets the sandbox read it.
+    pub async fn create(
         definition: &Definition,
         settings: &ScriptSettings,
         work_root: &Path,
         mode: SandboxMode,
     ) -> Result<Self, SetupError> {
         let fail = |message: String| SetupError { name: definition.name.clone(), message };
-        let python = match &settings.python {
-            Some(path) => path.clone(),
-            None => super::sandbox::find_program("python3", SAFE_PATH).ok_or_else(|| {
-                fail(format!(
-                    "execute_code needs a Python 3 interpreter: none named python3 on {SAFE_PATH}; set \
-                     `execute_code: {{python: /path/to/python3}}` in the environment file"
-                ))
-            })?,
-        };
-        if !python.is_file() {
-            return Err(fail(format!("execute_code's interpreter `{}` does not exist", python.display())));
-        }
+        let interpreter = super::python::find_interpreter(settings.python.as_deref())
+            .await
+            .map_err(|e| fail(format!("execute_code needs a Python 3 interpreter: {e}")))?;
         let dir = tempfile::Builder::new()
             .prefix("runner-scripts-")
             .tempdir_in(work_root)
             .map_err(|e| fail(format!("failed to create the scripts' folder: {e}")))?;
         let real =
             dir.path().canonicalize().map_err(|e| fail(format!("failed to resolve the scripts' folder: {e}")))?;
-        // The interpreter's own installation, when it lies outside the system's folders.
-        let prefix: Vec<PathBuf> =
-            python.canonicalize().ok().and_then(|p| Some(p.parent()?.parent()?.to_owned())).into_iter().collect();
-        let sandbox = definition.confinement(mode, &[&real], &prefix).map_err(fail)?;
+        let sandbox = definition.confinement(mode, &[&real], &interpreter.readable).map_err(fail)?;
+        let python = interpreter.executable.clone();
         Ok(ScriptHost { settings: settings.clone(), python, dir, sandbox, next: AtomicU32::new(0) })
     }
 }

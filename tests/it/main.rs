@@ -13,6 +13,7 @@ mod local_server;
 mod log;
 mod models;
 mod permissions;
+mod python_world;
 mod replay;
 mod report;
 mod runs;
