@@ -292,10 +292,10 @@ impl Definition {
     }
 
     /// What the sandbox will enforce on this definition's worlds, on this machine; `None`
-    /// when its kind starts no process. Errs, naming what is missing, when the kernel
+    /// when they start no process (a kind without commands, and no `execute_code`). Errs, naming what is missing, when the kernel
     /// cannot enforce it.
     pub fn sandbox_check(&self, mode: SandboxMode) -> Result<Option<Value>, String> {
-        if !self.kind.is_some_and(|k| k.sandboxed()) {
+        if !self.kind.is_some_and(|k| k.sandboxed()) && self.scripts.is_none() {
             return Ok(None);
         }
         let spec = self.sandbox.clone().unwrap_or_default();

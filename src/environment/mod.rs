@@ -213,6 +213,11 @@ impl Environment {
     /// The first observation: the task's input, the tools and the world's facts.
     pub fn reset(&self, task: &Task) -> Observation {
         let mut info = self.world.describe();
+        if let Some(scripts) = &self.scripts
+            && !info.contains_key("sandbox")
+        {
+            info.insert("sandbox".into(), scripts.sandbox_enforced().clone());
+        }
         info.insert("environment".into(), Value::String(self.definition.name.clone()));
         info.insert("task_id".into(), Value::String(task.id.clone()));
         Observation {

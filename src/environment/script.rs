@@ -215,6 +215,13 @@ impl ScriptHost {
     }
 }
 
+impl ScriptHost {
+    /// What the scripts' sandbox enforces.
+    pub fn sandbox_enforced(&self) -> &Value {
+        self.sandbox.enforced()
+    }
+}
+
 #[derive(Deserialize)]
 struct Request {
     tool: String,

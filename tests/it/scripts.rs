@@ -53,6 +53,9 @@ fn three_inner_calls_run_in_the_world_and_each_is_logged_under_its_script() {
     assert_eq!(inner[0]["call"]["call_id"], "c_1.1");
     // The world keeps what the first script did.
     assert!(results[1]["output"].as_str().unwrap().contains("'k0', 'k1'"), "{}", results[1]);
+    // The scripts' sandbox is recorded, though kv itself starts no process.
+    let info = &of_type(&events, "observation")[0]["observation"]["info"];
+    assert_eq!(info["sandbox"]["enabled"], true, "{info}");
     // Inner calls are not the agent's own: only the two scripts were dispatched.
     assert_eq!(of_type(&events, "action_dispatched").len(), 3, "two scripts and the answer");
 }
