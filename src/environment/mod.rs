@@ -3,6 +3,7 @@
 
 mod checkpoint;
 pub mod definition;
+mod folder;
 pub mod kind;
 mod kv;
 pub mod permission;

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::definition::{Definition, EnvLimits};
+use super::folder::EpisodeFolder;
 use super::kind::{EnvironmentKind, SetupContext};
 use super::sandbox::Confinement;
 use super::tool::{self, Tool, ToolDecl};
@@ -33,7 +34,7 @@ pub(crate) async fn find_interpreter(configured: Option<&std::path::Path>) -> Re
     session::find(configured).await
 }
 
-const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+use super::process::SAFE_PATH;
 
 const STATE_LOST: &str = "the session's state (variables, functions, imports) was lost";
 
@@ -225,7 +226,7 @@ struct CallArgs {
 
 pub struct PythonWorld {
     /// The episode's folder: the session's working directory `work/` and its `tmp/`.
-    dir: tempfile::TempDir,
+    dir: EpisodeFolder,
     root: PathBuf,
     tmp: PathBuf,
     limits: EnvLimits,
@@ -245,28 +246,8 @@ struct State {
 impl PythonWorld {
     pub async fn create(definition: &Definition, task: &Task, context: &SetupContext<'_>) -> Result<Self, String> {
         let interpreter = session::find(definition.python.as_deref()).await?;
-        let made = |what: &str| {
-            let what = what.to_owned();
-            move |e: std::io::Error| format!("failed to create {what}: {e}")
-        };
-        let dir = tempfile::Builder::new()
-            .prefix("runner-episode-")
-            .tempdir_in(context.work_root)
-            .map_err(made("the episode's folder"))?;
-        let base = dir.path().canonicalize().map_err(|e| format!("failed to resolve the episode's folder: {e}"))?;
-        let (root, tmp) = (base.join("work"), base.join("tmp"));
-        std::fs::create_dir(&root).map_err(made("the working directory"))?;
-        std::fs::create_dir(&tmp).map_err(made("the temp dir"))?;
-        for (name, content) in definition.files.iter().chain(&task.files) {
-            if !crate::domain::is_relative_inside(name) {
-                return Err(format!("file `{name}` would land outside the working directory"));
-            }
-            let path = root.join(name);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
-            }
-            std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
-        }
+        let dir = EpisodeFolder::create(definition, task, context.work_root)?;
+        let (root, tmp) = (dir.work.clone(), dir.tmp.clone());
         let sandbox = definition.confinement(context.sandbox, &[&root, &tmp], &interpreter.readable)?;
         let folders = Folders { work: &root, tmp: &tmp };
         // Started now, so that an interpreter that cannot run in the sandbox fails the
@@ -450,7 +431,7 @@ impl World for PythonWorld {
             session.kill().await;
         }
         self.sandbox.kill_all();
-        let _ = tokio::fs::remove_dir_all(self.dir.path()).await;
+        self.dir.remove().await;
     }
 }
 

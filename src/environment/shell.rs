@@ -24,6 +24,7 @@ use tokio::process::Command;
 
 use super::checkpoint::Checkpoints;
 use super::definition::{Definition, EnvLimits};
+use super::folder::EpisodeFolder;
 use super::kind::{EnvironmentKind, SetupContext};
 use super::process::{Captured, read_capped};
 use super::sandbox::Confinement;
@@ -199,7 +200,7 @@ impl Tool<ShellWorld> for Restore {
 
 pub struct ShellWorld {
     /// The episode's folder: the working directory `work/` and the commands' `tmp/`.
-    dir: tempfile::TempDir,
+    dir: EpisodeFolder,
     /// The working directory, with symlinks resolved, to check that paths stay inside it.
     root: PathBuf,
     tmp: PathBuf,
@@ -212,29 +213,9 @@ pub struct ShellWorld {
 
 impl ShellWorld {
     pub fn create(definition: &Definition, task: &Task, context: &SetupContext<'_>) -> Result<Self, String> {
-        let made = |what: &str| {
-            let what = what.to_owned();
-            move |e: std::io::Error| format!("failed to create {what}: {e}")
-        };
-        let dir = tempfile::Builder::new()
-            .prefix("runner-episode-")
-            .tempdir_in(context.work_root)
-            .map_err(made("the episode's folder"))?;
-        let base = dir.path().canonicalize().map_err(|e| format!("failed to resolve the episode's folder: {e}"))?;
-        let (root, tmp) = (base.join("work"), base.join("tmp"));
-        std::fs::create_dir(&root).map_err(made("the working directory"))?;
-        std::fs::create_dir(&tmp).map_err(made("the temp dir"))?;
+        let dir = EpisodeFolder::create(definition, task, context.work_root)?;
+        let (root, tmp) = (dir.work.clone(), dir.tmp.clone());
         let sandbox = definition.confinement(context.sandbox, &[&root, &tmp], &[])?;
-        for (name, content) in definition.files.iter().chain(&task.files) {
-            if !crate::domain::is_relative_inside(name) {
-                return Err(format!("file `{name}` would land outside the working directory"));
-            }
-            let path = root.join(name);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
-            }
-            std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
-        }
         let checkpoints = Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes);
         Ok(ShellWorld {
             dir,
@@ -517,7 +498,7 @@ impl World for ShellWorld {
         // left is the folder. It is removed off the runtime's threads, as it may hold many
         // files; dropping `dir` then finds nothing, or retries what failed here.
         self.sandbox.kill_all();
-        let _ = tokio::fs::remove_dir_all(self.dir.path()).await;
+        self.dir.remove().await;
         self.checkpoints.teardown().await;
     }
 }
