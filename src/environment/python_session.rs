@@ -128,8 +128,17 @@ async fn probe(candidate: &Path) -> Result<Interpreter, String> {
     let mut readable = Vec::new();
     let real = probed.executable.canonicalize().ok();
     let folder = real.as_deref().and_then(Path::parent).map(Path::to_path_buf);
+    let home = std::env::var_os("HOME").map(PathBuf::from).and_then(|h| h.canonicalize().ok());
     for path in [Some(probed.prefix), Some(probed.base_prefix), folder].into_iter().flatten() {
-        // The whole file system is never opened up for an interpreter installed at `/`.
+        // The whole file system is never opened up for an interpreter installed at `/`,
+        // nor a home folder (keys, tokens) for one installed right in it.
+        if home.as_ref().is_some_and(|h| h.starts_with(&path)) {
+            return Err(format!(
+                "is installed in `{}`, which holds the home folder: the sandbox would have to open it all; \
+                 install it elsewhere or set `python:` to another interpreter",
+                path.display()
+            ));
+        }
         if path.parent().is_some() && !readable.contains(&path) {
             readable.push(path);
         }

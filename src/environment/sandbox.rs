@@ -21,7 +21,6 @@
 //! missing, unless the suite or the command line turns the sandbox off; what was enforced
 //! is recorded in `run.json` and in each episode's first observation.
 
-use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -35,6 +34,9 @@ const SYSTEM_READ: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib6
 
 /// Devices a command may read and write.
 const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
+
+/// The oldest Landlock ABI the sandbox runs on: 6, Linux 6.12.
+const MIN_LANDLOCK_ABI: i32 = 6;
 
 /// Parts of `/etc` withheld unless a definition says otherwise: secrets of the host.
 pub const HIDDEN_BY_DEFAULT: &[&str] =
@@ -179,16 +181,24 @@ impl Confinement {
                  `landlock` in the boot's lsm= list){off_hint}"
             ));
         }
-        if !spec.network && !support.seccomp {
+        // ABI 3 controls truncate(2), ABI 6 keeps a command from signalling the runner.
+        if support.landlock_abi < MIN_LANDLOCK_ABI {
             return Err(format!(
-                "the sandbox cannot block the network: seccomp filters are not available on this system or \
-                 architecture; say `network: true` in the environment's sandbox to allow it{off_hint}"
+                "the sandbox needs Landlock ABI {MIN_LANDLOCK_ABI} (Linux 6.12) to keep commands from truncating \
+                 files outside and from signalling the runner; this kernel has ABI {}{off_hint}",
+                support.landlock_abi
+            ));
+        }
+        if !support.seccomp {
+            return Err(format!(
+                "the sandbox cannot filter system calls (the network, other processes' limits): seccomp filters \
+                 are not available on this system or architecture{off_hint}"
             ));
         }
         let abi = landlock::ABI::from(support.landlock_abi);
         let hidden: Vec<PathBuf> = match &spec.hide {
-            Some(paths) => paths.clone(),
-            None => HIDDEN_BY_DEFAULT.iter().map(PathBuf::from).collect(),
+            Some(paths) => resolved(paths),
+            None => resolved(&HIDDEN_BY_DEFAULT.iter().map(PathBuf::from).collect::<Vec<_>>()),
         };
         let mut read: Vec<PathBuf> = Vec::new();
         for root in SYSTEM_READ.iter().map(Path::new).chain(spec.read_paths.iter().map(PathBuf::as_path)) {
@@ -203,13 +213,15 @@ impl Confinement {
         let l = &spec.limits;
         if let Some(s) = l.cpu_s {
             // The soft limit sends SIGXCPU, the hard one a second later SIGKILL.
-            limits.push((libc::RLIMIT_CPU, rlimit(s, s + 1)));
+            limits.push((libc::RLIMIT_CPU, rlimit(s, s.saturating_add(1))));
         }
         if let Some(mb) = l.memory_mb {
-            limits.push((libc::RLIMIT_AS, rlimit(mb << 20, mb << 20)));
+            let bytes = mb.saturating_mul(1 << 20);
+            limits.push((libc::RLIMIT_AS, rlimit(bytes, bytes)));
         }
         if let Some(mb) = l.file_size_mb {
-            limits.push((libc::RLIMIT_FSIZE, rlimit(mb << 20, mb << 20)));
+            let bytes = mb.saturating_mul(1 << 20);
+            limits.push((libc::RLIMIT_FSIZE, rlimit(bytes, bytes)));
         }
         if let Some(n) = l.open_files {
             limits.push((libc::RLIMIT_NOFILE, rlimit(n, n)));
@@ -231,12 +243,13 @@ impl Confinement {
             Some(n) => {
                 // RLIMIT_NPROC counts every process of the user, not only the episode's.
                 let running = processes_of_user();
-                limits.push((libc::RLIMIT_NPROC, rlimit(n + running, n + running)));
-                format!("{n} (RLIMIT_NPROC, over the {running} the user already runs)")
+                let total = n.saturating_add(running);
+                limits.push((libc::RLIMIT_NPROC, rlimit(total, total)));
+                format!("{n} (RLIMIT_NPROC, over the {running} threads the user already runs, shared by its episodes)")
             }
         };
         let limits: Vec<_> = limits.into_iter().map(|(resource, l)| (resource, within_own(resource, l))).collect();
-        let filter = (!spec.network).then(network_filter);
+        let filter = Some(seccomp_filter(spec.network));
         // What each limit is once lowered to the runner's own, in the unit of the spec.
         let effective = |resource, unit: u64| {
             limits.iter().find(|(r, _)| *r == resource).map(|(_, l)| {
@@ -250,13 +263,12 @@ impl Confinement {
             "enabled": true,
             "filesystem": format!("landlock ABI {}", support.landlock_abi),
             "network": if spec.network {
-                "allowed".to_owned()
-            } else if support.landlock_abi >= 4 {
-                "blocked (seccomp, and landlock for TCP)".to_owned()
+                "allowed"
             } else {
-                "blocked (seccomp)".to_owned()
+                "blocked (seccomp: no socket of any family, socketpair only; landlock for TCP)"
             },
-            "signals": if scoped { "scoped to the sandbox" } else { "not scoped (landlock ABI < 6)" },
+            "signals": if scoped { "scoped to the sandbox" } else { "not scoped" },
+            "other_processes": "no tracing, signals, limits or priorities of processes outside",
             "capabilities": if support.root { "none (bounding set emptied)" } else { "none (not root)" },
             "limits": {
                 "cpu_s": effective(libc::RLIMIT_CPU, 1),
@@ -312,14 +324,27 @@ impl Confinement {
                 check(libc::setrlimit(*resource, limit) as libc::c_long)?;
             }
             if self.drop_capabilities {
-                // Caps past the kernel's last one give EINVAL: that is the end of the set.
+                // Caps past the kernel's last one give EINVAL: that is the end of the set;
+                // any other failure leaves capabilities behind, and the command does not run.
                 for cap in 0..64 {
                     if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
-                        break;
+                        let e = io::Error::last_os_error();
+                        if e.raw_os_error() == Some(libc::EINVAL) {
+                            break;
+                        }
+                        return Err(e);
                     }
                 }
-                libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+                // The inheritable set too, or root would keep it across exec.
+                let mut header = CapHeader { version: 0x2008_0522, pid: 0 };
+                let mut data = [CapData::default(); 2];
+                check(libc::syscall(libc::SYS_capget, &mut header as *mut CapHeader, data.as_mut_ptr()))?;
+                for d in &mut data {
+                    d.inheritable = 0;
+                }
+                check(libc::syscall(libc::SYS_capset, &mut header as *mut CapHeader, data.as_ptr()))?;
             }
+            check(libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) as libc::c_long)?;
             if let Some(ruleset) = &self.ruleset {
                 check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
                 check(libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32))?;
@@ -340,6 +365,21 @@ impl Confinement {
 pub fn check(spec: &SandboxSpec, mode: SandboxMode) -> Result<Value, String> {
     let dir = std::env::temp_dir();
     Confinement::prepare(spec, mode, &[dir.as_path()], &[]).map(|c| c.enforced.clone())
+}
+
+/// `struct __user_cap_header_struct` and `__user_cap_data_struct` (version 3: two of them).
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
 }
 
 fn rlimit(soft: u64, hard: u64) -> libc::rlimit {
@@ -367,18 +407,26 @@ fn within_own(resource: libc::__rlimit_resource_t, wanted: libc::rlimit) -> libc
 
 /// Adds `root` to `out`, or, when a hidden path lies beneath it, every entry of it but the
 /// way to that path (Landlock grants whole trees: a hole is made by granting around it).
+/// Paths are compared once links are resolved (Landlock grants a link's target, and
+/// `/lib` is often a link to `/usr/lib`); `hidden` must be resolved already.
 fn expand_without(root: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
-    if hidden.iter().any(|h| h == root) || std::fs::symlink_metadata(root).is_err() {
+    let Ok(real) = root.canonicalize() else { return };
+    if hidden.iter().any(|h| real.starts_with(h)) {
         return;
     }
-    if !hidden.iter().any(|h| h.starts_with(root)) {
-        out.push(root.to_owned());
+    if !hidden.iter().any(|h| h.starts_with(&real)) {
+        out.push(real);
         return;
     }
-    let Ok(entries) = std::fs::read_dir(root) else { return };
+    let Ok(entries) = std::fs::read_dir(&real) else { return };
     for entry in entries.flatten() {
         expand_without(&entry.path(), hidden, out);
     }
+}
+
+/// `paths`, links resolved where they exist.
+fn resolved(paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths.iter().map(|p| p.canonicalize().unwrap_or_else(|_| p.clone())).collect()
 }
 
 fn ruleset(abi: landlock::ABI, network: bool, writable: &[&Path], readable: &[PathBuf]) -> Result<OwnedFd, String> {
@@ -401,7 +449,7 @@ fn ruleset(abi: landlock::ABI, network: bool, writable: &[&Path], readable: &[Pa
     fd.ok_or_else(|| "the kernel made no Landlock ruleset".to_owned())
 }
 
-/// How many processes the current user runs (for RLIMIT_NPROC, which counts them all).
+/// How many threads the current user runs (RLIMIT_NPROC counts them all, of every process).
 fn processes_of_user() -> u64 {
     // SAFETY: getuid cannot fail.
     let uid = unsafe { libc::getuid() };
@@ -413,7 +461,15 @@ fn processes_of_user() -> u64 {
             use std::os::unix::fs::MetadataExt;
             e.metadata().is_ok_and(|m| m.uid() == uid)
         })
-        .count() as u64
+        .map(|e| {
+            let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+                .unwrap_or(1)
+        })
+        .sum()
 }
 
 /// The architecture seccomp programs are checked against.
@@ -424,9 +480,14 @@ const ARCH: Option<u32> = Some(0xc000_00b7);
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const ARCH: Option<u32> = None;
 
-/// A seccomp program: `socket(AF_INET|AF_INET6, …)` fails with EACCES, `io_uring_setup`
-/// with EPERM, system calls of another ABI (x32, i386) with ENOSYS; all else is allowed.
-fn network_filter() -> Box<[libc::sock_filter]> {
+/// The seccomp program of the sandbox, checked call by call, first match deciding:
+/// system calls of another ABI (x32, i386) fail with ENOSYS; `io_uring_setup` with EPERM
+/// (its operations would bypass this filter); without the network, `socket` of any family
+/// with EACCES (`socketpair` stays: it reaches nothing outside); and the calls that act on
+/// another process by pid without Landlock seeing them (`prlimit64`, `setpriority`,
+/// `ioprio_set`, the `sched_set*` family) with EPERM unless the pid is 0, the caller
+/// itself: a command cannot lower the runner's limits or priority.
+fn seccomp_filter(network: bool) -> Box<[libc::sock_filter]> {
     const LD_W_ABS: u16 = 0x20;
     const JEQ: u16 = 0x15;
     const JGE: u16 = 0x35;
@@ -434,25 +495,49 @@ fn network_filter() -> Box<[libc::sock_filter]> {
     const ALLOW: u32 = 0x7fff_0000;
     const ERRNO: u32 = 0x0005_0000;
     const X32: u32 = 0x4000_0000;
+    /// Offset of the low half of argument `i` (little-endian, as on x86_64 and aarch64).
+    const fn arg(i: u32) -> u32 {
+        16 + 8 * i
+    }
     let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
     let arch = ARCH.unwrap_or(0);
-    Box::new([
+    let mut program = vec![
         op(LD_W_ABS, 0, 0, 4), // arch
         op(JEQ, 1, 0, arch),
         op(RET, 0, 0, ERRNO | libc::ENOSYS as u32),
         op(LD_W_ABS, 0, 0, 0), // nr
         op(JGE, 0, 1, X32),
         op(RET, 0, 0, ERRNO | libc::ENOSYS as u32),
-        op(JEQ, 0, 1, libc::SYS_io_uring_setup as u32),
-        op(RET, 0, 0, ERRNO | libc::EPERM as u32),
-        op(JEQ, 1, 0, libc::SYS_socket as u32),
-        op(RET, 0, 0, ALLOW),
-        op(LD_W_ABS, 0, 0, 16), // args[0], low half
-        op(JEQ, 2, 0, libc::AF_INET as u32),
-        op(JEQ, 1, 0, libc::AF_INET6 as u32),
-        op(RET, 0, 0, ALLOW),
-        op(RET, 0, 0, ERRNO | libc::EACCES as u32),
-    ])
+    ];
+    // A call refused whatever its arguments.
+    let mut refuse = |nr: libc::c_long, errno: libc::c_int| {
+        program.push(op(JEQ, 0, 1, nr as u32));
+        program.push(op(RET, 0, 0, ERRNO | errno as u32));
+    };
+    refuse(libc::SYS_io_uring_setup, libc::EPERM);
+    if !network {
+        refuse(libc::SYS_socket, libc::EACCES);
+    }
+    // A call allowed only on the caller itself: argument `at` (a pid) is 0. Each block ends
+    // in a return, so the number in the accumulator does not matter after it.
+    let on_self_only: [(libc::c_long, u32); 7] = [
+        (libc::SYS_prlimit64, 0),
+        (libc::SYS_setpriority, 1),
+        (libc::SYS_ioprio_set, 1),
+        (libc::SYS_sched_setaffinity, 0),
+        (libc::SYS_sched_setscheduler, 0),
+        (libc::SYS_sched_setparam, 0),
+        (libc::SYS_sched_setattr, 0),
+    ];
+    for (nr, at) in on_self_only {
+        program.push(op(JEQ, 0, 4, nr as u32));
+        program.push(op(LD_W_ABS, 0, 0, arg(at)));
+        program.push(op(JEQ, 0, 1, 0));
+        program.push(op(RET, 0, 0, ALLOW));
+        program.push(op(RET, 0, 0, ERRNO | libc::EPERM as u32));
+    }
+    program.push(op(RET, 0, 0, ALLOW));
+    program.into_boxed_slice()
 }
 
 /// A pids cgroup of one world (cgroup v1 `pids` or v2 with the pids controller).
@@ -468,10 +553,16 @@ impl Cgroup {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = parent.join(format!("world-{n}"));
-        std::fs::create_dir(&dir)?;
+        let at = |path: &Path| {
+            let path = path.to_owned();
+            move |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+        };
+        std::fs::create_dir(&dir).map_err(at(&dir))?;
         let made = (|| {
-            std::fs::write(dir.join("pids.max"), max.to_string())?;
-            let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?;
+            let max_file = dir.join("pids.max");
+            std::fs::write(&max_file, max.to_string()).map_err(at(&max_file))?;
+            let procs_file = dir.join("cgroup.procs");
+            let procs = std::fs::OpenOptions::new().write(true).open(&procs_file).map_err(at(&procs_file))?;
             Ok(Cgroup { dir: dir.clone(), procs: procs.into() })
         })();
         if made.is_err() {
@@ -537,7 +628,13 @@ fn run_cgroup() -> io::Result<PathBuf> {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(format!("{}: {e}", dir.display())),
         }
-        if !dir.join("pids.max").exists() {
+        // On cgroup v2 a child gets the controller only if its parent hands it down; on v1
+        // every cgroup of the hierarchy has it.
+        let subtree = dir.join("cgroup.subtree_control");
+        if subtree.exists() {
+            std::fs::write(&subtree, "+pids").map_err(|e| format!("{}: {e}", subtree.display()))?;
+        }
+        if !dir.join("pids.max").exists() && !subtree.exists() {
             let _ = std::fs::remove_dir(&dir);
             return Err(format!("{} has no pids controller", dir.display()));
         }
@@ -552,10 +649,14 @@ fn pids_cgroup_base() -> io::Result<PathBuf> {
     let own = std::fs::read_to_string("/proc/self/cgroup")?;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
     // mountinfo: `id parent major:minor root mount-point options - fstype source super-options`
+    // The mount's own root: without a cgroup namespace, a container's hierarchy is mounted
+    // at its cgroup, which /proc/self/cgroup names in full.
     let mount_of = |want_v2: bool| {
         mounts.lines().find_map(|line| {
             let (before, after) = line.split_once(" - ")?;
-            let mount_point = before.split_whitespace().nth(4)?;
+            let mut fields = before.split_whitespace();
+            let root = fields.nth(3)?;
+            let mount_point = fields.next()?;
             let mut after = after.split_whitespace();
             let fstype = after.next()?;
             let options = after.nth(1).unwrap_or_default();
@@ -564,23 +665,26 @@ fn pids_cgroup_base() -> io::Result<PathBuf> {
             } else {
                 fstype == "cgroup" && options.split(',').any(|o| o == "pids")
             };
-            fits.then(|| PathBuf::from(mount_point))
+            fits.then(|| (PathBuf::from(mount_point), root.to_owned()))
         })
+    };
+    let join = |(mount, root): (PathBuf, String), path: &str| {
+        let inside = path.strip_prefix(root.trim_end_matches('/')).unwrap_or(path);
+        mount.join(inside.trim_start_matches('/'))
     };
     for line in own.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, controllers, path) = (parts.next(), parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
-        let relative = path.trim_start_matches('/');
         if controllers.split(',').any(|c| c == "pids")
             && let Some(mount) = mount_of(false)
         {
-            return Ok(mount.join(relative));
+            return Ok(join(mount, path));
         }
         if controllers.is_empty()
             && path.starts_with('/')
             && let Some(mount) = mount_of(true)
         {
-            let base = mount.join(relative);
+            let base = join(mount, path);
             let offered = std::fs::read_to_string(base.join("cgroup.controllers")).unwrap_or_default();
             if offered.split_whitespace().any(|c| c == "pids") {
                 // Children get the controller only if this cgroup hands it down.
@@ -590,24 +694,6 @@ fn pids_cgroup_base() -> io::Result<PathBuf> {
         }
     }
     Err(io::Error::other("no pids cgroup hierarchy is mounted and writable"))
-}
-
-/// `PATH`'s entry for `program`, resolved through links: where an interpreter lives.
-pub fn find_program(program: &str, path: &str) -> Option<PathBuf> {
-    if program.contains('/') {
-        return std::fs::canonicalize(program).ok();
-    }
-    path.split(':').map(|dir| Path::new(dir).join(program)).find_map(|p| {
-        use std::os::unix::fs::PermissionsExt;
-        let real = std::fs::canonicalize(&p).ok()?;
-        let meta = std::fs::metadata(&real).ok()?;
-        (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(real)
-    })
-}
-
-/// A C string of `text`, refused when it holds a NUL byte.
-pub fn c_string(text: &str) -> io::Result<CString> {
-    CString::new(text).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a path or argument"))
 }
 
 #[cfg(test)]
@@ -620,13 +706,21 @@ mod tests {
         for name in ["a/secret", "a/open", "b"] {
             std::fs::create_dir_all(dir.path().join(name)).unwrap();
         }
+        let base = dir.path().canonicalize().unwrap();
+        std::os::unix::fs::symlink(base.join("a/secret"), base.join("b/link")).unwrap();
+        std::os::unix::fs::symlink(base.join("a"), base.join("alias")).unwrap();
         let mut out = Vec::new();
-        expand_without(dir.path(), &[dir.path().join("a/secret")], &mut out);
-        out.sort();
-        assert_eq!(out, [dir.path().join("a/open"), dir.path().join("b")]);
+        expand_without(&base.join("alias"), &[base.join("a/secret")], &mut out);
+        assert_eq!(out, [base.join("a/open")], "a link to the folder is resolved before the hole is made");
+        let mut out = Vec::new();
+        expand_without(&base.join("b"), &[base.join("a/secret")], &mut out);
+        assert_eq!(out, [base.join("b")], "nothing hidden beneath b itself");
+        let mut out = Vec::new();
+        expand_without(&base.join("b/link"), &[base.join("a/secret")], &mut out);
+        assert!(out.is_empty(), "a link to a hidden path is not granted: {out:?}");
         let mut all = Vec::new();
-        expand_without(dir.path(), &[PathBuf::from("/elsewhere")], &mut all);
-        assert_eq!(all, [dir.path().to_owned()]);
+        expand_without(&base, &[PathBuf::from("/elsewhere")], &mut all);
+        assert_eq!(all, [base.clone()]);
     }
 
     fn kernel(landlock_abi: i32, seccomp: bool) -> Support {
@@ -642,11 +736,14 @@ mod tests {
         };
         let err = prepare(&kernel(0, true), &spec, SandboxMode::On).unwrap_err();
         assert!(err.contains("does not enforce Landlock") && err.contains("`sandbox: off`"), "{err}");
+        let err = prepare(&kernel(5, true), &spec, SandboxMode::On).unwrap_err();
+        assert!(err.contains("needs Landlock ABI 6") && err.contains("has ABI 5"), "{err}");
         let err = prepare(&kernel(7, false), &spec, SandboxMode::On).unwrap_err();
-        assert!(err.contains("cannot block the network") && err.contains("network: true"), "{err}");
-        // What cannot be enforced is not refused once it is not asked for.
+        assert!(err.contains("cannot filter system calls"), "{err}");
+        // Allowing the network does not make seccomp optional: it also guards other processes.
         let open = SandboxSpec { network: true, ..SandboxSpec::default() };
-        let enforced = prepare(&kernel(support().landlock_abi.max(1), false), &open, SandboxMode::On).unwrap();
+        assert!(prepare(&kernel(7, false), &open, SandboxMode::On).is_err());
+        let enforced = prepare(&kernel(support().landlock_abi.max(6), true), &open, SandboxMode::On).unwrap();
         assert_eq!(enforced["network"], "allowed");
         let off = prepare(&kernel(0, false), &spec, SandboxMode::Off("the suite")).unwrap();
         assert_eq!(off, json!({"enabled": false, "turned_off_by": "the suite"}));
@@ -666,7 +763,7 @@ mod tests {
 
     #[test]
     fn the_network_filter_ends_every_path_with_a_return() {
-        let filter = network_filter();
+        let filter = seccomp_filter(false);
         assert_eq!(filter.last().map(|i| i.code), Some(0x06));
         // Every jump lands inside the program.
         for (i, op) in filter.iter().enumerate() {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
 use super::definition::Definition;
@@ -51,6 +51,9 @@ impl Default for ScriptSettings {
         ScriptSettings { max_calls: 50, timeout_s: 120.0, stdout_bytes: 50_000, stderr_bytes: 10_000, python: None }
     }
 }
+
+/// The longest request line a script may send.
+const MAX_REQUEST_BYTES: u64 = 16 << 20;
 
 /// How long a script has to end after SIGTERM.
 const GRACE: Duration = Duration::from_secs(5);
@@ -90,8 +93,10 @@ fn parameter_list(schema: &Value) -> Option<String> {
     let properties = schema.get("properties")?.as_object()?;
     let required: Vec<&str> =
         schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+    // Names with a leading underscore would shadow the module's own (`_call`, `_MISSING`).
     let is_name = |n: &str| {
         !PYTHON_KEYWORDS.contains(&n)
+            && !n.starts_with('_')
             && n.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     };
@@ -183,6 +188,8 @@ exec(_code, _scope)
 /// the interpreter.
 pub struct ScriptHost {
     settings: ScriptSettings,
+    /// Scripts running at once, at most the environment's `max_concurrency`.
+    slots: tokio::sync::Semaphore,
     python: PathBuf,
     dir: tempfile::TempDir,
     sandbox: Arc<Confinement>,
@@ -211,7 +218,8 @@ impl ScriptHost {
             dir.path().canonicalize().map_err(|e| fail(format!("failed to resolve the scripts' folder: {e}")))?;
         let sandbox = definition.confinement(mode, &[&real], &interpreter.readable).map_err(fail)?;
         let python = interpreter.executable.clone();
-        Ok(ScriptHost { settings: settings.clone(), python, dir, sandbox, next: AtomicU32::new(0) })
+        let slots = tokio::sync::Semaphore::new(definition.limits.max_concurrency);
+        Ok(ScriptHost { settings: settings.clone(), slots, python, dir, sandbox, next: AtomicU32::new(0) })
     }
 }
 
@@ -249,9 +257,24 @@ impl Environment {
             let error = ToolError::new(ErrorType::ExecutionError, "this environment cannot run scripts");
             return Observation::of_error(&call.call_id, error);
         };
+        // Scripts of one turn run at once up to the environment's limit, apart from the
+        // slots their own inner calls take.
+        let Ok(_slot) = host.slots.acquire().await else {
+            return Observation::of_error(
+                &call.call_id,
+                ToolError::new(ErrorType::Cancelled, "the environment is closed"),
+            );
+        };
         let code = call.arguments.get("code").and_then(Value::as_str).unwrap_or_default();
         match self.script(host, call, code, step, recorder).await {
-            Ok(result) => Observation::of_result(&call.call_id, result),
+            Ok((result, fault)) => {
+                let mut observation = Observation::of_result(&call.call_id, result);
+                if let Some(cause) = fault {
+                    // An inner call failed for want of the runner's resources: nobody's answer.
+                    observation.info.insert(super::FAULT_INFO.into(), Value::String(cause));
+                }
+                observation
+            }
             Err(failure) => Observation::of_error(&call.call_id, failure),
         }
     }
@@ -263,7 +286,7 @@ impl Environment {
         code: &str,
         step: u32,
         recorder: &Recorder,
-    ) -> Result<Value, ToolError> {
+    ) -> Result<(Value, Option<String>), ToolError> {
         let started = Instant::now();
         let io = |what: &str, e: std::io::Error| ToolError::new(ErrorType::ExecutionError, format!("{what}: {e}"));
         let n = host.next.fetch_add(1, Ordering::Relaxed);
@@ -317,13 +340,13 @@ impl Environment {
                 status
             };
             let work = async {
-                let (out, err, status, ()) = tokio::join!(
+                let (out, err, status, fault) = tokio::join!(
                     read_capped(stdout, settings.stdout_bytes),
                     read_capped(stderr, settings.stderr_bytes),
                     status,
                     serve
                 );
-                (out, err, status)
+                (out, err, status, fault)
             };
             tokio::pin!(work);
             let limit = Duration::from_secs_f64(settings.timeout_s);
@@ -335,14 +358,19 @@ impl Environment {
                         Ok(done) => (Some(Status::Timeout), done),
                         Err(_) => {
                             stopper.kill();
-                            (Some(Status::Timeout), work.await)
+                            // A process that left the tree may still hold the pipes: after
+                            // a last grace, the output read so far is given up.
+                            match tokio::time::timeout(GRACE, &mut work).await {
+                                Ok(done) => (Some(Status::Timeout), done),
+                                Err(_) => (Some(Status::Timeout), (Err(abandoned()), Err(abandoned()), None, None)),
+                            }
                         }
                     }
                 }
             }
         };
         let _ = child.keeper.wait().await;
-        let (out, err, exit) = work;
+        let (out, err, exit, fault) = work;
         let (out, err) = (out.unwrap_or_else(lost), err.unwrap_or_else(lost));
         let mut errors = err.text();
         let status = status.unwrap_or(match exit {
@@ -365,13 +393,14 @@ impl Environment {
                 settings.timeout_s
             ));
         }
-        Ok(json!({
+        let result = json!({
             "status": status,
             "output": out.text(),
             "errors": errors.trim_start_matches('\n'),
             "tool_calls_made": calls_made.load(Ordering::Relaxed),
             "duration_s": (started.elapsed().as_secs_f64() * 1e3).round() / 1e3,
-        }))
+        });
+        Ok((result, fault))
     }
 
     /// Answers the script's tool calls, one request line at a time, until it closes the socket.
@@ -383,11 +412,27 @@ impl Environment {
         recorder: &Recorder,
         calls_made: &AtomicU32,
         max_calls: u32,
-    ) {
+    ) -> Option<String> {
+        let mut fault = None;
         let (read, mut write) = socket.into_split();
-        let mut lines = BufReader::new(read).lines();
+        let mut reader = BufReader::new(read);
         let mut n = 0u32;
-        while let Ok(Some(line)) = lines.next_line().await {
+        let mut buffer = Vec::new();
+        loop {
+            buffer.clear();
+            // One request is one line, of bounded length: a script that sends without end
+            // is cut off, not buffered.
+            match (&mut reader).take(MAX_REQUEST_BYTES + 1).read_until(b'\n', &mut buffer).await {
+                Ok(0) | Err(_) => return fault,
+                Ok(_) if buffer.last() != Some(&b'\n') => {
+                    let message = format!("a request longer than {MAX_REQUEST_BYTES} bytes; the connection is closed");
+                    let text = format!("{}\n", refusal(ErrorType::ValidationError, message));
+                    let _ = write.write_all(text.as_bytes()).await;
+                    return fault;
+                }
+                Ok(_) => {}
+            }
+            let line = String::from_utf8_lossy(&buffer);
             n += 1;
             let response = match serde_json::from_str::<Request>(&line) {
                 Err(e) => refusal(ErrorType::ValidationError, format!("a request the runner cannot read: {e}")),
@@ -404,6 +449,9 @@ impl Environment {
                     };
                     let observation = self.inner_call(&call, step, recorder).await;
                     calls_made.fetch_add(1, Ordering::Relaxed);
+                    if let Some(cause) = observation.info.get(super::FAULT_INFO).and_then(Value::as_str) {
+                        fault.get_or_insert_with(|| cause.to_owned());
+                    }
                     recorder.emit(&Event::InnerCall {
                         step,
                         parent: parent.call_id.clone(),
@@ -419,7 +467,7 @@ impl Environment {
             let mut text = response.to_string();
             text.push('\n');
             if write.write_all(text.as_bytes()).await.is_err() {
-                return;
+                return fault;
             }
         }
     }
@@ -443,6 +491,10 @@ impl Environment {
 
 fn refusal(kind: ErrorType, message: String) -> Value {
     json!({"ok": false, "error": {"type": kind, "message": message}})
+}
+
+fn abandoned() -> std::io::Error {
+    std::io::Error::other("a process the script started kept its output open; it was killed")
 }
 
 fn lost(e: std::io::Error) -> Captured {

@@ -113,12 +113,15 @@ fn no_tcp_or_udp_reaches_a_listener_on_localhost_unless_the_network_is_allowed()
         "python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b\"hi\", (\"127.0.0.1\", {udp_port})); print(\"udp sent\")'"
     );
     let v6 = "python3 -c 'import socket; socket.socket(socket.AF_INET6, socket.SOCK_STREAM); print(\"v6 made\")'";
+    // A Unix socket by path could reach a daemon outside (Landlock does not check connect).
+    let unix = "python3 -c 'import socket; socket.socketpair(); print(\"pair ok\"); socket.socket(socket.AF_UNIX); print(\"unix made\")'";
     let sb = Sandbox::new();
-    let (obs, run) = run_commands(&sb, "on", &[&connect, &send, v6], &[]);
+    let (obs, run) = run_commands(&sb, "on", &[&connect, &send, v6, unix], &[]);
     assert_eq!(run.code, 0, "{run:?}");
-    for o in &obs[..3] {
+    assert!(output(&obs[3]).starts_with("pair ok\n"), "{}", obs[3]);
+    for o in &obs[..4] {
         let text = output(o);
-        assert!(text.contains("PermissionError") && !text.contains("sent") && !text.contains("made"), "{text}");
+        assert!(text.contains("PermissionError") && !text.contains("sent") && !text.contains(" made"), "{text}");
     }
     assert_eq!(tcp.accept().map(|_| ()).unwrap_err().kind(), ErrorKind::WouldBlock, "a connection came through");
     let mut buf = [0u8; 8];
@@ -176,7 +179,9 @@ fn cpu_time_and_file_size_are_limited_per_process() {
 fn a_command_cannot_signal_its_keeper_or_read_the_runners_environment() {
     let sb = Sandbox::new();
     let command = "kill -9 $PPID; R=$(awk '/^PPid/ {print $2}' /proc/$PPID/status); \
-                   cat /proc/$R/environ; tr '\\0' '\\n' < /proc/$PPID/environ; env; echo alive";
+                   cat /proc/$R/environ; tr '\\0' '\\n' < /proc/$PPID/environ; env; \
+                   python3 -c \"import os, resource; resource.prlimit($R, resource.RLIMIT_NOFILE, (0, 0))\" 2>&1 | tail -1; \
+                   python3 -c \"import os; os.setpriority(os.PRIO_PROCESS, $R, 19)\" 2>&1 | tail -1; echo alive";
     sb.write("environments/box.yaml", "kind: shell\n");
     let mock = format!(
         "      - tool_calls: [{{name: run_command, arguments: {}}}]\n      - text: ok\n",
@@ -195,7 +200,12 @@ fn a_command_cannot_signal_its_keeper_or_read_the_runners_environment() {
     let obs = tool_observations(&events);
     let text = output(obs[0]);
     assert!(text.ends_with("alive\n") || text.contains("alive\n"), "{text}");
-    assert!(text.contains("Operation not permitted"), "the keeper could be signalled: {text}");
+    assert!(text.contains("kill: Operation not permitted"), "the keeper could be signalled: {text}");
+    assert_eq!(
+        text.matches("PermissionError: [Errno 1] Operation not permitted").count(),
+        2,
+        "limits or priority: {text}"
+    );
     assert!(!text.contains("probe-value-not-a-key") && !text.contains("[REDACTED]"), "{text}");
     let log = std::fs::read_to_string(sb.path().join("results/test/events.jsonl")).unwrap();
     assert!(!log.contains("sk-sandbox-probe"), "the key is in the log");

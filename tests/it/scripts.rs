@@ -107,7 +107,15 @@ fn a_syntax_error_a_hang_and_a_crash_each_end_in_a_clear_result() {
 fn a_script_runs_in_the_sandbox_with_capped_output() {
     let escape = "import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), 1)\nexcept OSError as e:\n    print('socket', type(e).__name__)\ntry:\n    open('/tmp/runner-script-escape', 'w')\nexcept OSError as e:\n    print('write', type(e).__name__)";
     let flood = "print('x' * 200000)";
-    let (results, _) = run_scripts("{stdout_bytes: 1000}", "", &[escape, flood]);
+    let endless = "runner_tools._sock.sendall(b'x' * (17 << 20))\nprint(runner_tools._reader.readline().decode())";
+    let (results, _) = run_scripts("{stdout_bytes: 1000}", "", &[escape, flood, endless]);
+    // The runner reads no more than one request's worth, answers, and hangs up.
+    let (output, errors) = (results[2]["output"].as_str().unwrap(), results[2]["errors"].as_str().unwrap());
+    assert!(
+        output.contains("longer than 16777216 bytes; the connection is closed") || errors.contains("BrokenPipeError"),
+        "{}",
+        results[2]
+    );
     assert_eq!(results[0]["output"], "socket PermissionError\nwrite PermissionError\n", "{}", results[0]);
     assert!(!std::path::Path::new("/tmp/runner-script-escape").exists());
     let output = results[1]["output"].as_str().unwrap();
