@@ -75,8 +75,11 @@ fn scripts(c: &mut Criterion) {
     let recorder = log.recorder("ep_bench");
     let context = SetupContext::new(dir.path(), "bench");
     let env = runtime.block_on(Environment::setup(definition, &task(), &context)).expect("a kv world with scripts");
-    let twenty = "for i in range(10):\n    kv_set(f'k{i}', 'v')\n    kv_get(f'k{i}')\nprint('done')";
-    for (label, code, calls) in [("0 inner calls", "print('done')", 0), ("20 inner calls", twenty, 20)] {
+    let calls = |n: u32| format!("for i in range({}):\n    kv_set(f'k{{i}}', 'v')\n    kv_get(f'k{{i}}')\nprint('done')", n / 2);
+    let (twenty, thousand) = (calls(20), calls(1000));
+    for (label, code, calls) in
+        [("0 inner calls", "print('done')", 0), ("20 inner calls", &twenty, 20), ("1000 inner calls", &thousand, 1000)]
+    {
         let call = ToolCall::new("c_1", "execute_code", json!({"code": code}));
         let run = || env.act(&call, 1, &recorder);
         let out = runtime.block_on(run());
@@ -86,6 +89,8 @@ fn scripts(c: &mut Criterion) {
         c.bench_function(&format!("execute_code/{label}"), |b| b.iter(|| runtime.block_on(run())));
     }
     runtime.block_on(env.teardown());
+    // The writer closes once every handle on the log is gone.
+    drop(recorder);
     drop(log);
     writer.close().expect("log closes");
 }
