@@ -75,7 +75,9 @@ fn scripts(c: &mut Criterion) {
     let recorder = log.recorder("ep_bench");
     let context = SetupContext::new(dir.path(), "bench");
     let env = runtime.block_on(Environment::setup(definition, &task(), &context)).expect("a kv world with scripts");
-    let calls = |n: u32| format!("for i in range({}):\n    kv_set(f'k{{i}}', 'v')\n    kv_get(f'k{{i}}')\nprint('done')", n / 2);
+    let calls = |n: u32| {
+        format!("for i in range({}):\n    kv_set(f'k{{i}}', 'v')\n    kv_get(f'k{{i}}')\nprint('done')", n / 2)
+    };
     let (twenty, thousand) = (calls(20), calls(1000));
     for (label, code, calls) in
         [("0 inner calls", "print('done')", 0), ("20 inner calls", &twenty, 20), ("1000 inner calls", &thousand, 1000)]
