@@ -89,7 +89,7 @@ pub struct Definition {
     /// The settings of `execute_code`, when the definition offers it.
     pub scripts: Option<ScriptSettings>,
     /// Which calls run, are refused, or are asked about; a suite's own rules come first.
-    pub permissions: Permissions,
+    pub permissions: Arc<Permissions>,
     /// The interpreter its worlds run (`python:`), when the file names one; a relative path
     /// is already resolved against the file's folder.
     pub python: Option<PathBuf>,
@@ -147,7 +147,7 @@ impl Definition {
             .collect::<Result<Vec<_>, String>>()?;
         let specs = tools.iter().map(|t| t.spec.clone()).collect();
         let sandbox = Some(SandboxSpec::default());
-        let permissions = Permissions::default();
+        let permissions = Arc::new(Permissions::default());
         Ok(Definition {
             name,
             kind,
@@ -278,7 +278,7 @@ impl Definition {
         let definition =
             Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
                 .map_err(|e| ConfigError::whole(path, e))?;
-        Ok(Definition { permissions, sandbox, scripts, python, ..definition })
+        Ok(Definition { permissions: Arc::new(permissions), sandbox, scripts, python, ..definition })
     }
 
     /// Whether the worlds' processes run sandboxed, and who turned the sandbox off: the

@@ -191,7 +191,7 @@ impl Environment {
     /// calls are checked against the definition's permission rules.
     pub fn with_world(definition: Arc<Definition>, world: Box<dyn World>) -> Self {
         let slots = Semaphore::new(definition.limits.max_concurrency);
-        let permissions = Arc::new(definition.permissions.clone());
+        let permissions = definition.permissions.clone();
         Environment { definition, world, slots, permissions, user: ScriptedAnswers::default(), scripts: None }
     }
 

@@ -293,10 +293,6 @@ impl Confinement {
         &self.enforced
     }
 
-    pub fn is_on(&self) -> bool {
-        self.ruleset.is_some()
-    }
-
     /// Kills every process left in the episode's cgroup (none should be: each command's
     /// keeper kills its tree), so that nothing outlives the world.
     pub fn kill_all(&self) {

@@ -58,12 +58,18 @@ const MAX_REQUEST_BYTES: u64 = 16 << 20;
 /// How long a script has to end after SIGTERM.
 const GRACE: Duration = Duration::from_secs(5);
 
+/// Whether a script may call the tool `name`: never itself nor the final answer, and only
+/// tools the environment marks safe for scripts.
+fn callable_from_scripts(name: &str, script_safe: bool) -> bool {
+    script_safe && name != SCRIPT_TOOL && name != FINAL_TOOL
+}
+
 /// The `execute_code` tool of an environment whose tools are `offered`: its description
 /// names the functions a script can call.
 pub fn tool_decl(offered: &[ToolDecl]) -> ToolDecl {
     let callable: Vec<String> = offered
         .iter()
-        .filter(|t| t.script_safe && t.spec.name != SCRIPT_TOOL && t.spec.name != FINAL_TOOL)
+        .filter(|t| callable_from_scripts(&t.spec.name, t.script_safe))
         .map(|t| format!("{}({})", t.spec.name, parameter_list(&t.spec.parameters).unwrap_or("**arguments".into())))
         .collect();
     let description = format!(
@@ -297,7 +303,7 @@ impl Environment {
             .definition
             .tools
             .iter()
-            .filter(|t| t.script_safe && t.spec.name != SCRIPT_TOOL && t.spec.name != FINAL_TOOL)
+            .filter(|t| callable_from_scripts(&t.spec.name, t.script_safe))
             .map(|t| &t.spec)
             .collect();
         std::fs::write(dir.join("runner_tools.py"), module_source(&callable))
@@ -475,10 +481,7 @@ impl Environment {
     /// One call of a script: refused when scripts may not call the tool, else decided by the
     /// permission rules and run like any call.
     async fn inner_call(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation {
-        let allowed = self.definition.tool(&call.name).is_some_and(|t| t.script_safe)
-            && call.name != SCRIPT_TOOL
-            && call.name != FINAL_TOOL;
-        if !allowed {
+        if !self.definition.tool(&call.name).is_some_and(|t| callable_from_scripts(&call.name, t.script_safe)) {
             let message = format!("`{}` cannot be called from a script", call.name);
             return Observation::of_error(&call.call_id, ToolError::new(ErrorType::ToolNotFound, message));
         }
