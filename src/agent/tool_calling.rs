@@ -2,6 +2,7 @@
 //! passes the world's tools on to the environment and handles its own. Every decision it
 //! makes is in `propose`, top to bottom.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -9,8 +10,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::{Agent, AgentFault, Proposal, Turn};
-use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall};
-use crate::log::{Event, Usage};
+use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
+use crate::log::{ActionClass, Event, Usage};
 use crate::model::{LanguageModel, Message, ModelRequest, ModelResponse, request_digest};
 
 pub const FINAL_ANSWER_REMINDER: &str =
@@ -34,6 +35,9 @@ pub struct ToolCallingAgent {
     require_final_answer: bool,
     /// The tool each call id named: ids stay unique, and results are labelled.
     call_names: HashMap<String, String>,
+    /// The specs of the tools the agent handles itself (cognitive and hybrid actions),
+    /// offered to the model after the world's.
+    own_tools: Vec<ToolSpec>,
 }
 
 impl ToolCallingAgent {
@@ -52,7 +56,39 @@ impl ToolCallingAgent {
             transcript,
             require_final_answer,
             call_names: HashMap::new(),
+            own_tools: Vec::new(),
         }
+    }
+
+    /// Answers a call the agent handled itself: the result (or the refusal) enters the
+    /// transcript as the call's tool result, and the action is logged as an `agent_action`.
+    #[allow(dead_code)] // the cognitive and hybrid actions answer through it
+    fn answer_own(&mut self, turn: &Turn<'_>, call: &ToolCall, class: ActionClass, result: Result<Value, ToolError>) {
+        let (content, is_error) = match &result {
+            Ok(Value::String(s)) => (s.clone(), false),
+            Ok(value) => (value.to_string(), false),
+            Err(error) => (json!({"error": error}).to_string(), true),
+        };
+        self.transcript.push(Message::Tool {
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            content,
+            is_error,
+        });
+        let (result, error) = match result {
+            Ok(value) => (value, None),
+            Err(error) => (Value::Null, Some(error)),
+        };
+        turn.recorder.emit(&Event::AgentAction {
+            step: turn.budget.step,
+            actor: self.actor.clone(),
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            class,
+            arguments: call.arguments.clone(),
+            result,
+            error,
+        });
     }
 
     pub fn transcript(&self) -> &[Message] {
@@ -99,8 +135,13 @@ impl ToolCallingAgent {
 
     /// Asks the model and logs the call, answered or not.
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
+        let offered: Cow<'_, [ToolSpec]> = if self.own_tools.is_empty() {
+            Cow::Borrowed(turn.tools)
+        } else {
+            Cow::Owned(turn.tools.iter().chain(&self.own_tools).cloned().collect())
+        };
         let request =
-            ModelRequest { messages: &self.transcript, tools: turn.tools, deadline: Some(&turn.budget.deadline) };
+            ModelRequest { messages: &self.transcript, tools: &offered, deadline: Some(&turn.budget.deadline) };
         let started = std::time::Instant::now();
         let result = self.model.respond(&request).await;
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;
@@ -191,9 +232,7 @@ impl Agent for ToolCallingAgent {
         let mut calls = Vec::with_capacity(proposed_calls.len());
         for call in proposed_calls {
             match Handling::of(&call.name) {
-                Handling::World => calls.push(call),
-                // The agent's decision to stop. The environment still gets the call: it
-                // checks the answer against the tool's schema, logs it and ends the episode.
+                Handling::Physical => calls.push(call),
                 Handling::FinalAnswer => calls.push(call),
             }
         }
@@ -218,13 +257,16 @@ impl Agent for ToolCallingAgent {
     }
 }
 
-/// Who handles a tool the model called: the world, or the agent itself (a cognitive
-/// action, seed 001). Only the final answer is the agent's so far; `delegate_task` and
-/// `enter_plan_mode` will be, and will never reach the environment.
+/// Who handles a tool the model called (seed 001): the world (a physical action), the
+/// agent alone (a cognitive action, which never reaches the environment), or the world and
+/// then the agent's own code (a hybrid action). Every tool the agent handles has its arm
+/// here, and `propose` has one `match` over them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Handling {
     /// A physical action: the environment runs it.
-    World,
+    Physical,
+    /// The agent's decision to stop. The environment still gets the call: it checks the
+    /// answer against the tool's schema, logs it and ends the episode.
     FinalAnswer,
 }
 
@@ -232,7 +274,7 @@ impl Handling {
     fn of(tool: &str) -> Handling {
         match tool {
             FINAL_TOOL => Handling::FinalAnswer,
-            _ => Handling::World,
+            _ => Handling::Physical,
         }
     }
 }
@@ -334,7 +376,7 @@ mod tests {
     fn only_the_final_answer_is_the_agents_own_tool() {
         assert_eq!(Handling::of(FINAL_TOOL), Handling::FinalAnswer);
         for tool in ["run_command", "read_file", "kv_set", "anything"] {
-            assert_eq!(Handling::of(tool), Handling::World, "{tool}");
+            assert_eq!(Handling::of(tool), Handling::Physical, "{tool}");
         }
     }
 

@@ -255,6 +255,16 @@ pub struct ModelCallTiming {
     pub scorer: Option<String>,
 }
 
+/// How an action the agent handled itself relates to the world (seed 001).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ActionClass {
+    /// Changes only the agent.
+    Cognitive,
+    /// Acts on the world, then changes the agent.
+    Hybrid,
+}
+
 /// The body of an event; `type` names the variant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -339,6 +349,24 @@ pub enum Event {
         #[serde(default)]
         paths: Vec<String>,
         text: String,
+    },
+    /// A call the agent handled itself (seed 001): a `cognitive` action changes only the
+    /// agent (`delegate_task`, `enter_plan_mode`, `memory`) and never reaches the world; a
+    /// `hybrid` one is a world call followed by the agent's own code (`exit_plan_mode`).
+    /// `result` is what the agent's transcript got back; `error` is set when it refused.
+    AgentAction {
+        step: u32,
+        #[serde(default, skip_serializing_if = "Actor::is_main")]
+        actor: Actor,
+        call_id: String,
+        name: String,
+        class: ActionClass,
+        #[serde(default)]
+        arguments: Value,
+        #[serde(default)]
+        result: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<crate::contract::ToolError>,
     },
     /// A fault of the episode, not of a tool call: tool errors are observations.
     Error {
