@@ -23,6 +23,7 @@ fn task() -> Task {
         metadata: Default::default(),
         scorers: Vec::new(),
         mock: Arc::from(Vec::new()),
+        mock_subagents: Default::default(),
         digest: String::new(),
         answers: Vec::new(),
     }

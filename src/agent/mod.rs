@@ -2,8 +2,10 @@
 //! proposes tool calls. It never executes a tool: the environment does. [`AgentKind`] is
 //! the list of kinds a suite can name.
 
+mod subagent;
 mod tool_calling;
 
+pub use subagent::{DELEGATE_TOOL, EpisodeTree, ModelFor, SubagentCalls, Subagents, delegate_spec};
 pub use tool_calling::ToolCallingAgent;
 
 use async_trait::async_trait;
@@ -21,8 +23,11 @@ pub struct Turn<'a> {
     pub budget: Budget,
     /// Where the agent logs its model calls.
     pub recorder: &'a Recorder,
-    /// What the world can tell the agent about the files it knows.
+    /// What the world can tell the agent about the files it knows, and where a
+    /// subagent's calls are run.
     pub world: &'a dyn WorldModelView,
+    /// The episode's limits and what the whole tree of agents has spent of them.
+    pub tree: &'a EpisodeTree,
 }
 
 /// The world as an agent may ask it about itself between turns: which of the files an
@@ -33,15 +38,26 @@ pub trait WorldModelView: Send + Sync {
     /// The files `actor` knows that changed since it last read or wrote them, each named
     /// once per change (see `environment::world_model`).
     async fn changed_files(&self, actor: &Actor) -> Vec<String>;
+
+    /// Runs a subagent's call as the episode's loop runs the main agent's: checked by the
+    /// permission rules (a `permission` event), then executed by the world. The loop of a
+    /// subagent is the agent's code; running its calls is the environment's.
+    async fn act(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation;
 }
 
-/// A world without files: nothing ever changes.
+/// A world without files and without tools: nothing ever changes, and no call runs.
 pub struct NoFiles;
 
 #[async_trait]
 impl WorldModelView for NoFiles {
     async fn changed_files(&self, _actor: &Actor) -> Vec<String> {
         Vec::new()
+    }
+
+    async fn act(&self, call: &ToolCall, _step: u32, _recorder: &Recorder) -> Observation {
+        let error =
+            crate::contract::ToolError::new(crate::contract::ErrorType::ToolNotFound, "this world has no tools");
+        Observation::of_error(&call.call_id, error)
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::subagent::{DELEGATE_TOOL, Subagents, delegate_spec};
 use super::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::log::{ActionClass, Event, Usage};
@@ -28,7 +29,7 @@ pub fn stale_files_reminder(paths: &[String]) -> String {
 
 pub struct ToolCallingAgent {
     /// Who this agent is in the episode: its calls and model calls are logged as its.
-    actor: Actor,
+    pub(super) actor: Actor,
     model: Arc<dyn LanguageModel>,
     model_name: String,
     transcript: Vec<Message>,
@@ -37,7 +38,11 @@ pub struct ToolCallingAgent {
     call_names: HashMap<String, String>,
     /// The specs of the tools the agent handles itself (cognitive and hybrid actions),
     /// offered to the model after the world's.
-    own_tools: Vec<ToolSpec>,
+    pub(super) own_tools: Vec<ToolSpec>,
+    /// The suite's subagents, when it has them (`subagent.rs`).
+    pub(super) subagents: Option<Arc<Subagents>>,
+    /// How many subagents this agent has started: the next is `<actor>.<children + 1>`.
+    pub(super) children: u32,
 }
 
 impl ToolCallingAgent {
@@ -57,13 +62,30 @@ impl ToolCallingAgent {
             require_final_answer,
             call_names: HashMap::new(),
             own_tools: Vec::new(),
+            subagents: None,
+            children: 0,
         }
+    }
+
+    /// Lets this agent delegate (`delegate_task` is offered) while its depth is below the
+    /// suite's `max_depth`.
+    pub fn with_subagents(mut self, subagents: Arc<Subagents>) -> Self {
+        if self.actor.depth() < subagents.max_depth {
+            self.own_tools.push(delegate_spec());
+        }
+        self.subagents = Some(subagents);
+        self
     }
 
     /// Answers a call the agent handled itself: the result (or the refusal) enters the
     /// transcript as the call's tool result, and the action is logged as an `agent_action`.
-    #[allow(dead_code)] // the cognitive and hybrid actions answer through it
-    fn answer_own(&mut self, turn: &Turn<'_>, call: &ToolCall, class: ActionClass, result: Result<Value, ToolError>) {
+    pub(super) fn answer_own(
+        &mut self,
+        turn: &Turn<'_>,
+        call: &ToolCall,
+        class: ActionClass,
+        result: Result<Value, ToolError>,
+    ) {
         let (content, is_error) = match &result {
             Ok(Value::String(s)) => (s.clone(), false),
             Ok(value) => (value.to_string(), false),
@@ -115,12 +137,15 @@ impl ToolCallingAgent {
         }
     }
 
-    /// Gives each call an id unique in the episode, keeping the model's own when it can.
+    /// Gives each call an id unique in the episode, keeping the model's own when it can; a
+    /// subagent's ids begin with its actor (`main.1/c_1`).
     fn name_call(&mut self, proposed: Option<&str>, tool: &str) -> String {
-        let id = match proposed.map(str::trim).filter(|id| !id.is_empty() && !self.call_names.contains_key(*id)) {
-            Some(id) => id.to_owned(),
+        let prefix = if self.actor.is_main() { String::new() } else { format!("{}/", self.actor) };
+        let proposed = proposed.map(str::trim).filter(|id| !id.is_empty()).map(|id| format!("{prefix}{id}"));
+        let id = match proposed.filter(|id| !self.call_names.contains_key(id)) {
+            Some(id) => id,
             None => (self.call_names.len() + 1..)
-                .map(|n| format!("c_{n}"))
+                .map(|n| format!("{prefix}c_{n}"))
                 .find(|id| !self.call_names.contains_key(id))
                 .unwrap_or_default(),
         };
@@ -229,14 +254,24 @@ impl Agent for ToolCallingAgent {
         }
         self.transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: proposed_calls.clone() });
 
+        // The one place where each call is sorted: the world's calls go back to the loop,
+        // the agent's own are handled here and never reach the environment.
         let mut calls = Vec::with_capacity(proposed_calls.len());
+        let mut delegations = Vec::new();
         for call in proposed_calls {
             match Handling::of(&call.name) {
                 Handling::Physical => calls.push(call),
                 Handling::FinalAnswer => calls.push(call),
+                Handling::Delegate => delegations.push(call),
             }
         }
-        if !calls.is_empty() {
+        let handled_own = !delegations.is_empty();
+        if handled_own {
+            // Children run now, at once; their answers enter the transcript before the
+            // world's results, which come with the next turn.
+            self.delegate(&turn, delegations).await?;
+        }
+        if !calls.is_empty() || handled_own {
             return Ok(Proposal { calls, usage, cost_usd });
         }
 
@@ -268,12 +303,15 @@ enum Handling {
     /// The agent's decision to stop. The environment still gets the call: it checks the
     /// answer against the tool's schema, logs it and ends the episode.
     FinalAnswer,
+    /// A cognitive action: start subagents (`subagent.rs`); their answers are the result.
+    Delegate,
 }
 
 impl Handling {
     fn of(tool: &str) -> Handling {
         match tool {
             FINAL_TOOL => Handling::FinalAnswer,
+            DELEGATE_TOOL => Handling::Delegate,
             _ => Handling::Physical,
         }
     }
@@ -282,10 +320,11 @@ impl Handling {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{Budget, NoFiles, WorldModelView};
+    use crate::agent::{EpisodeTree, ModelFor, NoFiles, WorldModelView};
     use crate::contract::ToolSpec;
     use crate::domain::{MockCall, MockTurn, text::Text};
     use crate::log::EventLog;
+    use crate::log::Recorder;
     use crate::model::mock::MockModel;
     use serde_json::Value;
 
@@ -305,7 +344,10 @@ mod tests {
     }
 
     fn tools() -> Vec<ToolSpec> {
-        vec![ToolSpec::new("run_command", "run", json!({"type": "object"}))]
+        vec![
+            ToolSpec::new("run_command", "run", json!({"type": "object"})),
+            ToolSpec::new(FINAL_TOOL, "answer", json!({"type": "object"})),
+        ]
     }
 
     fn first_observation() -> Observation {
@@ -342,9 +384,11 @@ mod tests {
         let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
         let recorder = log.recorder("ep");
         let tools = tools();
-        let deadline = crate::model::limiter::Deadline::after(std::time::Duration::ZERO);
-        let budget = Budget { step: 1, steps_left: 5, deadline, tokens_left: None };
-        let result = agent.propose(Turn { observations, tools: &tools, budget, recorder: &recorder, world }).await;
+        let deadline = crate::model::limiter::Deadline::after(std::time::Duration::from_secs(60));
+        let tree = EpisodeTree::new(20, None, None, deadline);
+        let budget = tree.budget(tree.take_step().unwrap());
+        let turn = Turn { observations, tools: &tools, budget, recorder: &recorder, world, tree: &tree };
+        let result = agent.propose(turn).await;
         drop((recorder, log));
         writer.close().unwrap();
         let text = std::fs::read_to_string(dir.path().join("e.jsonl")).unwrap();
@@ -373,8 +417,9 @@ mod tests {
     }
 
     #[test]
-    fn only_the_final_answer_is_the_agents_own_tool() {
+    fn the_final_answer_and_delegate_task_are_the_agents_own_tools() {
         assert_eq!(Handling::of(FINAL_TOOL), Handling::FinalAnswer);
+        assert_eq!(Handling::of(DELEGATE_TOOL), Handling::Delegate);
         for tool in ["run_command", "read_file", "kv_set", "anything"] {
             assert_eq!(Handling::of(tool), Handling::Physical, "{tool}");
         }
@@ -450,6 +495,191 @@ mod tests {
         async fn changed_files(&self, actor: &Actor) -> Vec<String> {
             if actor.is_main() { self.0.clone() } else { Vec::new() }
         }
+
+        async fn act(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation {
+            NoFiles.act(call, step, recorder).await
+        }
+    }
+
+    /// A world that runs every call it gets (the final answer as the environment does) and
+    /// remembers who called what.
+    #[derive(Default)]
+    struct Acting(std::sync::Mutex<Vec<(String, String)>>);
+
+    impl Acting {
+        fn acted(&self) -> Vec<(String, String)> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait]
+    impl WorldModelView for Acting {
+        async fn changed_files(&self, _actor: &Actor) -> Vec<String> {
+            Vec::new()
+        }
+
+        async fn act(&self, call: &ToolCall, _step: u32, _recorder: &Recorder) -> Observation {
+            self.0.lock().unwrap().push((call.actor.to_string(), call.name.clone()));
+            if call.name == FINAL_TOOL {
+                let mut obs = Observation::of_result(&call.call_id, json!({"answer": call.arguments["answer"]}));
+                obs.done = true;
+                return obs;
+            }
+            Observation::of_result(&call.call_id, json!("ok"))
+        }
+    }
+
+    /// Subagents whose models play the scripts given per actor (none: no turns at all).
+    fn subagents(scripts: Vec<(&str, Vec<MockTurn>)>, max_children: u32, max_depth: u32) -> Arc<Subagents> {
+        let scripts: HashMap<String, Vec<MockTurn>> = scripts.into_iter().map(|(a, t)| (a.to_owned(), t)).collect();
+        let models: ModelFor = Arc::new(move |actor| {
+            let turns = scripts.get(&actor.to_string()).cloned().unwrap_or_default();
+            Arc::new(MockModel::new(turns.into())) as Arc<dyn LanguageModel>
+        });
+        Arc::new(Subagents {
+            system: "you are a helper".into(),
+            max_children,
+            max_depth,
+            models,
+            model_name: "mock".into(),
+            require_final_answer: true,
+        })
+    }
+
+    fn answers(text: &str) -> MockTurn {
+        turn_of(None, &[(FINAL_TOOL, json!({"answer": text}), None)])
+    }
+
+    fn actions(events: &[Value]) -> Vec<&Value> {
+        events.iter().filter(|e| e["type"] == "agent_action").collect()
+    }
+
+    #[tokio::test]
+    async fn physical_calls_go_to_the_loop_a_delegation_never_reaches_the_world_but_its_childs_calls_do() {
+        let main_turn = turn_of(
+            None,
+            &[
+                ("run_command", json!({"command": "ls"}), None),
+                (DELEGATE_TOOL, json!({"goal": "count the files"}), None),
+                (FINAL_TOOL, json!({"answer": "done"}), None),
+            ],
+        );
+        let child = vec![turn_of(None, &[("run_command", json!({"command": "ls | wc -l"}), None)]), answers("3 files")];
+        let mut a = agent(vec![main_turn], false).with_subagents(subagents(vec![("main.1", child)], 3, 2));
+        let world = Acting::default();
+        let (proposal, events) = propose_in(&mut a, &[first_observation()], &world).await;
+        // The loop gets the main agent's physical calls and its final answer, in order.
+        let names: Vec<String> = proposal.unwrap().calls.iter().map(|c| c.name.clone()).collect();
+        assert_eq!(names, ["run_command", FINAL_TOOL]);
+        // The world got the child's calls, as the child's, and nothing named delegate_task.
+        let child_calls =
+            [("main.1".to_owned(), "run_command".to_owned()), ("main.1".to_owned(), FINAL_TOOL.to_owned())];
+        assert_eq!(world.acted(), child_calls);
+        let logged = actions(&events);
+        assert_eq!(logged.len(), 1, "{events:?}");
+        assert_eq!(logged[0]["name"], DELEGATE_TOOL);
+        assert_eq!(logged[0]["class"], "cognitive");
+        assert!(logged[0].get("actor").is_none(), "the main agent delegated: {}", logged[0]);
+        assert_eq!(logged[0]["result"], json!({"actor": "main.1", "answer": "3 files", "files_written": []}));
+        // The child's answer is the delegation's tool result in the main transcript.
+        let result = a.transcript().iter().find_map(|m| match m {
+            Message::Tool { name, content, is_error: false, .. } if name == DELEGATE_TOOL => Some(content.clone()),
+            _ => None,
+        });
+        assert!(result.unwrap().contains("3 files"));
+        // The child's calls were dispatched under its actor, with ids of its own.
+        let dispatched: Vec<&Value> = events.iter().filter(|e| e["type"] == "action_dispatched").collect();
+        assert_eq!(dispatched.len(), 2, "{events:?}");
+        assert!(dispatched.iter().all(|e| e["call"]["actor"] == "main.1"));
+        assert_eq!(dispatched[0]["call"]["call_id"], "main.1/c_1");
+    }
+
+    #[tokio::test]
+    async fn a_turn_of_delegations_alone_proposes_no_calls_and_earns_no_reminder() {
+        let main_turn = turn_of(None, &[(DELEGATE_TOOL, json!({"goal": "g"}), None)]);
+        let mut a = agent(vec![main_turn], true).with_subagents(subagents(vec![("main.1", vec![answers("x")])], 3, 2));
+        let (proposal, _) = propose_in(&mut a, &[first_observation()], &Acting::default()).await;
+        assert!(proposal.unwrap().calls.is_empty());
+        assert!(!a.transcript().iter().any(|m| *m == Message::User { content: FINAL_ANSWER_REMINDER.into() }));
+    }
+
+    #[tokio::test]
+    async fn without_subagents_a_delegation_is_refused_by_the_agent() {
+        let mut a = agent(vec![turn_of(None, &[(DELEGATE_TOOL, json!({"goal": "g"}), None)])], false);
+        assert!(a.own_tools.is_empty(), "delegate_task is offered only with subagents");
+        let world = Acting::default();
+        let (proposal, events) = propose_in(&mut a, &[first_observation()], &world).await;
+        assert!(proposal.unwrap().calls.is_empty());
+        assert!(world.acted().is_empty());
+        let logged = actions(&events);
+        assert_eq!(logged[0]["error"]["type"], "ToolNotFound", "{}", logged[0]);
+        assert!(logged[0]["error"]["message"].as_str().unwrap().contains("agent.subagent"));
+    }
+
+    #[tokio::test]
+    async fn delegations_past_max_children_in_one_turn_are_refused() {
+        let main_turn =
+            turn_of(None, &[(DELEGATE_TOOL, json!({"goal": "a"}), None), (DELEGATE_TOOL, json!({"goal": "b"}), None)]);
+        let scripts = vec![("main.1", vec![answers("a")]), ("main.2", vec![answers("b")])];
+        let mut a = agent(vec![main_turn], false).with_subagents(subagents(scripts, 1, 2));
+        let world = Acting::default();
+        let (_, events) = propose_in(&mut a, &[first_observation()], &world).await;
+        assert_eq!(world.acted(), [("main.1".to_owned(), FINAL_TOOL.to_owned())]);
+        let logged = actions(&events);
+        assert_eq!(logged.len(), 2);
+        assert_eq!(logged[0]["result"]["answer"], "a");
+        assert_eq!(logged[1]["error"]["type"], "ExecutionError");
+        assert!(logged[1]["error"]["message"].as_str().unwrap().contains("at most 1 subagents"), "{}", logged[1]);
+    }
+
+    #[tokio::test]
+    async fn a_child_at_the_depth_limit_is_not_offered_delegate_task_and_is_refused_it() {
+        let main_turn = turn_of(None, &[(DELEGATE_TOOL, json!({"goal": "a"}), None)]);
+        let child = vec![turn_of(None, &[(DELEGATE_TOOL, json!({"goal": "deeper"}), None)]), answers("alone")];
+        let scripts = vec![("main.1", child), ("main.1.1", vec![answers("never")])];
+        let mut a = agent(vec![main_turn], false).with_subagents(subagents(scripts, 3, 1));
+        assert_eq!(a.own_tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), [DELEGATE_TOOL]);
+        let world = Acting::default();
+        let (_, events) = propose_in(&mut a, &[first_observation()], &world).await;
+        let logged = actions(&events);
+        assert_eq!(logged.len(), 2, "{events:?}");
+        assert_eq!(logged[0]["actor"], "main.1");
+        assert_eq!(logged[0]["error"]["type"], "ToolNotFound");
+        assert_eq!(logged[1]["result"]["answer"], "alone");
+        assert!(world.acted().iter().all(|(actor, _)| actor == "main.1"));
+    }
+
+    #[tokio::test]
+    async fn a_childs_tools_are_a_subset_and_a_tool_it_was_not_given_never_reaches_the_world() {
+        let goal = json!({"goal": "g", "tools": []});
+        let main_turn = turn_of(None, &[(DELEGATE_TOOL, goal, None)]);
+        let child = vec![turn_of(None, &[("run_command", json!({"command": "rm -rf x"}), None)]), answers("ok")];
+        let mut a = agent(vec![main_turn], false).with_subagents(subagents(vec![("main.1", child)], 3, 2));
+        let world = Acting::default();
+        let (_, events) = propose_in(&mut a, &[first_observation()], &world).await;
+        assert_eq!(world.acted(), [("main.1".to_owned(), FINAL_TOOL.to_owned())]);
+        let refused = events.iter().find(|e| e["type"] == "observation" && e["observation"]["call_id"] == "main.1/c_1");
+        assert_eq!(refused.unwrap()["observation"]["error"]["type"], "ToolNotFound");
+        let bad = json!({"goal": "g", "tools": ["format_disk"]});
+        let mut a = agent(vec![turn_of(None, &[(DELEGATE_TOOL, bad, None)])], false).with_subagents(subagents(
+            Vec::new(),
+            3,
+            2,
+        ));
+        let (_, events) = propose_in(&mut a, &[first_observation()], &Acting::default()).await;
+        assert_eq!(actions(&events)[0]["error"]["type"], "ValidationError");
+    }
+
+    #[tokio::test]
+    async fn a_childs_fault_is_the_parents_and_its_tool_errors_are_its_own() {
+        let main_turn = turn_of(None, &[(DELEGATE_TOOL, json!({"goal": "g"}), None)]);
+        // main.1 has no script: its first model call finds it run out.
+        let mut a = agent(vec![main_turn], false).with_subagents(subagents(Vec::new(), 3, 2));
+        let (proposal, events) = propose_in(&mut a, &[first_observation()], &Acting::default()).await;
+        let fault = proposal.unwrap_err();
+        assert_eq!(fault.cause, "mock_exhausted");
+        assert!(fault.message.starts_with("subagent main.1: "), "{}", fault.message);
+        assert_eq!(actions(&events)[0]["error"]["type"], "ExecutionError");
     }
 
     #[tokio::test]

@@ -6,7 +6,9 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::{EpisodeReport, EpisodeSpec};
-use crate::agent::{Agent, AgentKind, ToolCallingAgent};
+use std::sync::Arc;
+
+use crate::agent::{Agent, AgentKind, ModelFor, Subagents, ToolCallingAgent};
 use crate::config::template;
 use crate::domain::Task;
 use crate::environment::World;
@@ -16,7 +18,7 @@ use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::model::Backend;
 use crate::scoring::{self, Finished, Graders};
-use crate::suite::Suite;
+use crate::suite::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Suite};
 
 pub async fn run_episode(
     spec: EpisodeSpec,
@@ -101,9 +103,31 @@ fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> Box<dyn Agent> {
     match suite.agent.kind {
         AgentKind::ToolCalling => {
             let model = spec.model.for_episode(task, &spec.id);
-            Box::new(ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer))
+            let agent = ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer);
+            match subagents_for(spec, suite, task) {
+                Some(subagents) => Box::new(agent.with_subagents(subagents)),
+                None => Box::new(agent),
+            }
         }
     }
+}
+
+/// The suite's subagents for one episode, when it has them: their prompt rendered for the
+/// task, and each child's model from the episode's backend (under `mock`, its own script).
+fn subagents_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> Option<Arc<Subagents>> {
+    let template = suite.agent.subagent.as_deref()?;
+    let system = template::render(template, &task.template_context())
+        .unwrap_or_else(|e| format!("(the subagent prompt failed to render: {e})"));
+    let (backend, task_for_models, episode_id) = (spec.model.clone(), Arc::new(task.clone()), spec.id.clone());
+    let models: ModelFor = Arc::new(move |actor| backend.for_subagent(&task_for_models, &episode_id, actor));
+    Some(Arc::new(Subagents {
+        system,
+        max_children: suite.agent.max_children.unwrap_or(DEFAULT_MAX_CHILDREN),
+        max_depth: suite.agent.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
+        models,
+        model_name: spec.model.name().to_owned(),
+        require_final_answer: suite.agent.require_final_answer,
+    }))
 }
 
 fn limits(suite: &Suite) -> EpisodeLimits {

@@ -90,6 +90,22 @@ impl Actor {
         *self == Actor::Main
     }
 
+    /// The `n`th subagent this actor started: `main` → `main.n`, `main.1` → `main.1.n`.
+    pub fn child(&self, n: u32) -> Actor {
+        match self {
+            Actor::Subagent(path) => Actor::Subagent(path.iter().copied().chain([n]).collect()),
+            Actor::Main | Actor::User => Actor::Subagent(vec![n]),
+        }
+    }
+
+    /// How many delegations below the main agent: `main` is 0, `main.1.2` is 2.
+    pub fn depth(&self) -> u32 {
+        match self {
+            Actor::Subagent(path) => path.len() as u32,
+            Actor::Main | Actor::User => 0,
+        }
+    }
+
     pub fn parse(text: &str) -> Result<Actor, String> {
         let invalid = || format!("invalid actor `{text}`: expected `main`, `main.N`, `main.N.M`, … or `user`");
         match text {
@@ -229,6 +245,10 @@ impl ToolError {
 
 /// The name of the tool that ends an episode.
 pub const FINAL_TOOL: &str = "final_answer";
+
+/// The key of an observation's `info` that names a fault of the runner (its cause): the
+/// episode then ends unscored.
+pub const FAULT_INFO: &str = "fault";
 
 #[cfg(test)]
 mod tests {

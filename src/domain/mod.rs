@@ -30,6 +30,10 @@ pub struct Task {
     pub scorers: Vec<ScorerSpec>,
     /// The scripted turns `--model mock` plays, templates already rendered.
     pub mock: Arc<[MockTurn]>,
+    /// The scripted turns of each subagent (`main.1`, `main.1.2`, …) under `--model mock`,
+    /// keyed by the actor's name; a subagent without a script has none (its first call
+    /// finds the script run out).
+    pub mock_subagents: Arc<BTreeMap<String, Arc<[MockTurn]>>>,
     /// The task's user's scripted answers to permission `ask` rules, given out in order.
     pub answers: Vec<String>,
     /// SHA-256 over the task's content (input, target, files, metadata).

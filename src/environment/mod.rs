@@ -74,8 +74,7 @@ impl ToolFailure {
     }
 }
 
-/// The key of an observation's `info` that names a fault of the runner (its cause).
-pub(crate) const FAULT_INFO: &str = "fault";
+pub(crate) use crate::contract::FAULT_INFO;
 
 /// Decodes a tool's arguments (already checked against its schema) into the tool's type.
 pub(crate) fn decode_arguments<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, ToolFailure> {
@@ -125,6 +124,10 @@ pub trait World: Send + Sync {
 impl WorldModelView for Environment {
     async fn changed_files(&self, actor: &Actor) -> Vec<String> {
         self.world.changed_files(actor).await
+    }
+
+    async fn act(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation {
+        Environment::act(self, call, step, recorder).await
     }
 }
 

@@ -11,7 +11,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use super::Environment;
-use crate::agent::{Agent, AgentFault, Budget, Turn};
+use crate::agent::{Agent, AgentFault, EpisodeTree, SubagentCalls, Turn};
 use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
 use crate::domain::Task;
 use crate::log::{Event, Recorder, Termination, UnscoredCause, Usage};
@@ -48,6 +48,12 @@ pub struct CallError {
 impl Trajectory {
     pub fn tool_errors(&self) -> u32 {
         self.errors.len() as u32
+    }
+
+    /// Adds the calls subagents made (each carries its actor).
+    fn absorb(&mut self, subagents: SubagentCalls) {
+        self.calls.extend(subagents.calls);
+        self.errors.extend(subagents.errors.into_iter().map(|(call_id, error)| CallError { call_id, error }));
     }
 }
 
@@ -86,56 +92,67 @@ impl Environment {
     ) -> Ending {
         // Time spent waiting for runner's own model slots moves the deadline (not the agent's).
         let deadline = Deadline::after(limits.time);
+        // The limits the main agent and its subagents share, and what they spent of them.
+        let tree = EpisodeTree::new(limits.max_steps, limits.max_tokens, limits.max_cost_usd, deadline);
         let mut ending = Ending::new(Termination::MaxSteps);
+        ending.termination = self.drive(agent, task, &tree, recorder, stop, &mut ending).await;
+        ending.steps = tree.steps();
+        ending.usage = tree.usage();
+        ending.cost_usd = tree.cost_usd();
+        ending.trajectory.absorb(tree.take_subagent_calls());
+        ending
+    }
+
+    /// The loop itself: how it ended. Steps, usage and cost are counted in `tree`.
+    async fn drive(
+        &self,
+        agent: &mut dyn Agent,
+        task: &Task,
+        tree: &EpisodeTree,
+        recorder: &Recorder,
+        stop: &CancellationToken,
+        ending: &mut Ending,
+    ) -> Termination {
+        let deadline = &tree.deadline;
         let first = self.reset(task);
         recorder.emit(&Event::Observation { step: 0, observation: first.clone() });
         let mut observations = vec![first];
 
         loop {
-            if ending.steps >= limits.max_steps {
-                return ending.with(Termination::MaxSteps);
-            }
-            let step = ending.steps + 1;
-            let budget = Budget {
-                step,
-                steps_left: limits.max_steps - ending.steps,
-                deadline: deadline.clone(),
-                tokens_left: limits.max_tokens.map(|max| max.saturating_sub(ending.usage.total())),
+            let Some(step) = tree.take_step() else {
+                return Termination::MaxSteps;
             };
-            let turn =
-                Turn { observations: &observations, tools: &self.definition.specs, budget, recorder, world: self };
+            let turn = Turn {
+                observations: &observations,
+                tools: &self.definition.specs,
+                budget: tree.budget(step),
+                recorder,
+                world: self,
+                tree,
+            };
             // The model learns the deadline and gives up on its own just then, blaming the
             // provider if it was failing; the grace only covers an agent that ignores it.
             let proposal = tokio::select! {
                 biased;
-                _ = stop.cancelled() => return ending.with(Termination::UserStop),
-                _ = deadline.passed(PROPOSE_GRACE) => return ending.with(Termination::TimeLimit),
+                _ = stop.cancelled() => return Termination::UserStop,
+                _ = deadline.passed(PROPOSE_GRACE) => return Termination::TimeLimit,
                 proposal = agent.propose(turn) => proposal,
             };
-            ending.steps = step;
+            // The subagents' calls of this turn come before the calls it proposes.
+            ending.trajectory.absorb(tree.take_subagent_calls());
             if proposal.is_ok() && Instant::now() >= deadline.at() {
-                return ending.with(Termination::TimeLimit);
+                return Termination::TimeLimit;
             }
             let proposal = match proposal {
                 Ok(proposal) => proposal,
                 Err(fault) => {
                     recorder.emit(&Event::Error { step, cause: fault.cause.clone(), message: fault.message.clone() });
                     ending.fault = Some(fault);
-                    return ending.with(Termination::AgentError);
+                    return Termination::AgentError;
                 }
             };
-            ending.usage.add(proposal.usage);
-            // Known only while every call so far had a price.
-            ending.cost_usd =
-                if step == 1 { proposal.cost_usd } else { ending.cost_usd.zip(proposal.cost_usd).map(|(a, b)| a + b) };
-            let over_budget = if limits.max_tokens.is_some_and(|max| ending.usage.total() > max) {
-                Some(Termination::TokenLimit)
-            } else if limits.max_cost_usd.zip(ending.cost_usd).is_some_and(|(max, cost)| cost > max) {
-                Some(Termination::CostLimit)
-            } else {
-                None
-            };
-            if let Some(limit) = over_budget {
+            tree.spend(proposal.usage, proposal.cost_usd);
+            if let Some(limit) = tree.over_budget() {
                 // No call is dropped silently: these are logged, and logged as not run.
                 for call in &proposal.calls {
                     recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
@@ -144,7 +161,7 @@ impl Environment {
                     let obs = Observation::of_error(&call.call_id, ToolError::new(ErrorType::Cancelled, message));
                     recorder.emit(&Event::Observation { step, observation: obs });
                 }
-                return ending.with(limit);
+                return limit;
             }
 
             let turn =
@@ -152,14 +169,14 @@ impl Environment {
             if let Some(fault) = turn.fault {
                 recorder.emit(&Event::Error { step, cause: fault.cause.clone(), message: fault.message.clone() });
                 ending.fault = Some(fault);
-                return ending.with(Termination::EnvironmentError);
+                return Termination::EnvironmentError;
             }
             if let Some(answer) = turn.answer {
                 ending.final_answer = Some(answer);
-                return ending.with(Termination::FinalAnswer);
+                return Termination::FinalAnswer;
             }
             if let Some(reason) = turn.stopped {
-                return ending.with(reason);
+                return reason;
             }
             observations = turn.observations;
         }
@@ -288,11 +305,6 @@ impl Ending {
             fault: None,
             trajectory: Trajectory::default(),
         }
-    }
-
-    fn with(mut self, termination: Termination) -> Self {
-        self.termination = termination;
-        self
     }
 }
 

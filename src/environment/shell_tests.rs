@@ -20,6 +20,7 @@ fn world_with(files: &[(&str, &str)], cap: usize) -> (tempfile::TempDir, ShellWo
         metadata: Default::default(),
         scorers: Vec::new(),
         mock: Arc::from(Vec::new()),
+        mock_subagents: Default::default(),
         digest: String::new(),
         answers: Vec::new(),
     };

@@ -247,6 +247,25 @@ impl Backend {
         self.wrap(model, episode_id, None)
     }
 
+    /// The model a subagent (`actor`) of one episode of `task` talks to: the same model
+    /// as the main agent's, or under `mock`, the subagent's own script (`mock_subagents:`).
+    pub fn for_subagent(
+        &self,
+        task: &Task,
+        episode_id: &str,
+        actor: &crate::contract::Actor,
+    ) -> Arc<dyn LanguageModel> {
+        let model: Arc<dyn LanguageModel> = match &self.source {
+            Source::Mock => {
+                let script = task.mock_subagents.get(&actor.to_string()).cloned().unwrap_or_else(|| Vec::new().into());
+                Arc::new(mock::MockModel::new(script).with_delay(self.options.mock_delay_ms))
+            }
+            Source::Http(m) => m.clone(),
+            Source::Replay(r) => r.episode(None, episode_id, &task.id),
+        };
+        self.wrap(model, episode_id, None)
+    }
+
     /// This backend as the grader of `scorer` on one episode: its calls are cached and
     /// recorded like an agent's, marked with the scorer.
     pub fn as_grader(&self, task: &Task, episode_id: &str, scorer: &str) -> Arc<dyn LanguageModel> {

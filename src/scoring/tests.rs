@@ -53,6 +53,7 @@ fn task() -> Task {
         metadata: Default::default(),
         scorers: Vec::new(),
         mock: Arc::from(Vec::new()),
+        mock_subagents: Default::default(),
         answers: Vec::new(),
         digest: String::new(),
     }

@@ -139,6 +139,7 @@ fn map_row(
         metadata: record,
         scorers: Vec::new(),
         mock: None,
+        mock_subagents: None,
         answers: Vec::new(),
     })
 }

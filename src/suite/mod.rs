@@ -5,6 +5,7 @@
 pub mod dataset;
 
 use crate::config::{decode, template, yaml};
+use crate::contract::Actor;
 use crate::domain::scorer::ScorerSpec;
 use crate::domain::{MAX_EPISODE_S, MockCall, MockTurn, Reducer, Task, is_relative_inside, text};
 
@@ -71,7 +72,21 @@ pub struct AgentConfig {
     /// call `final_answer`.
     #[serde(default)]
     pub require_final_answer: bool,
+    /// The system prompt of a subagent, a template over the task's fields. When set, the
+    /// agent is offered `delegate_task`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<String>,
+    /// How many `delegate_task` calls of one turn run at once ([`DEFAULT_MAX_CHILDREN`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_children: Option<u32>,
+    /// How deep the tree of agents may grow: the main agent is at depth 0, its children
+    /// at 1 ([`DEFAULT_MAX_DEPTH`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_depth: Option<u32>,
 }
+
+pub const DEFAULT_MAX_CHILDREN: u32 = 3;
+pub const DEFAULT_MAX_DEPTH: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -133,6 +148,9 @@ struct SuiteFile {
     /// The default script for `--model mock`, rendered per task.
     #[serde(default)]
     mock: Vec<MockTurn>,
+    /// The default scripts of subagents for `--model mock`, keyed by actor (`main.1`).
+    #[serde(default)]
+    mock_subagents: BTreeMap<String, Vec<MockTurn>>,
     #[serde(default)]
     tasks: Vec<TaskFile>,
     dataset: Option<dataset::DatasetSpec>,
@@ -151,6 +169,8 @@ pub(crate) struct TaskFile {
     #[serde(default)]
     pub scorers: Vec<ScorerSpec>,
     pub mock: Option<Vec<MockTurn>>,
+    /// Scripts of subagents, keyed by actor (`main.1`); they replace the suite's.
+    pub mock_subagents: Option<BTreeMap<String, Vec<MockTurn>>>,
     /// The user's answers to permission `ask` rules, in order.
     #[serde(default)]
     pub answers: Vec<Text>,
@@ -203,6 +223,15 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     {
         return Err(source.error("limits.max_cost_usd", format!("must be a positive number of USD, got {usd}")));
     }
+    for (key, value) in [("agent.max_children", file.agent.max_children), ("agent.max_depth", file.agent.max_depth)] {
+        if value == Some(0) {
+            return Err(source.error(key, "must be at least 1"));
+        }
+        if value.is_some() && file.agent.subagent.is_none() {
+            return Err(source.error(key, "has no effect without `agent.subagent`, the subagents' system prompt"));
+        }
+    }
+    check_actors(&source, "mock_subagents", file.mock_subagents.keys())?;
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
     let sandbox = match &file.sandbox {
         None => SandboxMode::On,
@@ -257,7 +286,12 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     let mut seen = HashSet::new();
     let mut tasks = Vec::with_capacity(raw_tasks.len() + dataset_rows.len());
     let suite_mock: Arc<[MockTurn]> = file.mock.clone().into();
+    let suite_mock_subagents = file.mock_subagents.clone();
+    let subagent = file.agent.subagent.as_deref().unwrap_or("");
     for (at, raw) in raw_tasks.drain(..) {
+        if let Some(scripts) = &raw.mock_subagents {
+            check_actors(&source, &yaml::child(&at, "mock_subagents"), scripts.keys())?;
+        }
         check_tool_refs(&source, &yaml::child(&at, "scorers"), &raw.scorers, &environment)?;
         for name in raw.files.keys() {
             if !is_relative_inside(name) {
@@ -267,14 +301,15 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
                 ));
             }
         }
-        let task = build_task(raw, &suite_mock).map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
-        finish_task(&source, &at, task, system, &file.scorers, &mut seen, &mut tasks)?;
+        let task = build_task(raw, &suite_mock, &suite_mock_subagents)
+            .map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
+        finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)?;
     }
     for row in dataset_rows {
         let at = row.origin.clone();
-        let task = build_task(row.task, &suite_mock)
+        let task = build_task(row.task, &suite_mock, &suite_mock_subagents)
             .map_err(|(field, e)| ConfigError::at(&row.file, row.position, format!("{field}: {e}")))?;
-        finish_task(&source, &at, task, system, &file.scorers, &mut seen, &mut tasks)
+        finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)
             .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
     }
 
@@ -306,7 +341,7 @@ fn finish_task(
     source: &Source,
     at: &str,
     task: Task,
-    system: &str,
+    (system, subagent): (&str, &str),
     suite_scorers: &[ScorerSpec],
     seen: &mut HashSet<String>,
     tasks: &mut Vec<Task>,
@@ -321,6 +356,8 @@ fn finish_task(
     }
     let ctx = task.template_context();
     template::render(system, &ctx).map_err(|e| source.error("agent.system", format!("in task `{}`: {e}", task.id)))?;
+    template::render(subagent, &ctx)
+        .map_err(|e| source.error("agent.subagent", format!("in task `{}`: {e}", task.id)))?;
     for (i, scorer) in suite_scorers.iter().chain(&task.scorers).enumerate() {
         let where_ = if i < suite_scorers.len() {
             yaml::item("scorers", i)
@@ -362,7 +399,11 @@ fn finish_task(
 }
 
 /// Turns a task as written into a [`Task`]; an error names the field it is about.
-pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<Task, (&'static str, String)> {
+pub(crate) fn build_task(
+    raw: TaskFile,
+    suite_mock: &Arc<[MockTurn]>,
+    suite_mock_subagents: &BTreeMap<String, Vec<MockTurn>>,
+) -> Result<Task, (&'static str, String)> {
     if raw.id.0.trim().is_empty() {
         return Err(("id", "a task needs a non-empty id".into()));
     }
@@ -385,9 +426,25 @@ pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<
         metadata: raw.metadata,
         scorers: raw.scorers,
         mock: suite_mock.clone(),
+        mock_subagents: Default::default(),
         answers,
         digest,
     };
+    let ctx = task.template_context();
+    let render_script = |script: &[MockTurn]| -> Result<Arc<[MockTurn]>, String> {
+        if script.iter().any(turn_has_template) {
+            Ok(script.iter().map(|t| render_turn(t, &ctx)).collect::<Result<Vec<_>, _>>()?.into())
+        } else {
+            Ok(script.to_vec().into())
+        }
+    };
+    let scripts = raw.mock_subagents.as_ref().unwrap_or(suite_mock_subagents);
+    let mock_subagents = scripts
+        .iter()
+        .map(|(actor, script)| Ok((actor.clone(), render_script(script)?)))
+        .collect::<Result<BTreeMap<_, _>, String>>()
+        .map_err(|e| ("mock_subagents", e))?;
+    task.mock_subagents = Arc::new(mock_subagents);
     let script: &[MockTurn] = match &raw.mock {
         Some(turns) => turns,
         None => suite_mock,
@@ -400,6 +457,21 @@ pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<
         task.mock = turns.into();
     }
     Ok(task)
+}
+
+/// The keys of a `mock_subagents:` mapping name subagents: `main.1`, `main.1.2`, …
+fn check_actors<'a>(source: &Source, at: &str, keys: impl Iterator<Item = &'a String>) -> Result<(), ConfigError> {
+    for key in keys {
+        match Actor::parse(key) {
+            Ok(Actor::Subagent(_)) => {}
+            _ => {
+                let message =
+                    format!("`{key}` is not a subagent: the keys are actors `main.1`, `main.2`, `main.1.1`, …");
+                return Err(source.error(at, message));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn turn_has_template(turn: &MockTurn) -> bool {
