@@ -75,6 +75,9 @@ pub struct Budget {
 #[derive(Debug, Default)]
 pub struct Proposal {
     pub calls: Vec<ToolCall>,
+    /// What the turn's model calls used, for the loop to count against the episode's
+    /// limits. An agent that counted them in [`EpisodeTree`] itself (before it started
+    /// subagents, which spend from the same budget) returns nothing here.
     pub usage: Usage,
     /// What the turn's model calls cost; `None` when a call had no price.
     pub cost_usd: Option<f64>,

@@ -211,7 +211,19 @@ impl ToolCallingAgent {
             let actor = child.agent.actor.clone();
             answers[i] = Some(match result {
                 Ok(ChildEnd::Answered(answer)) => {
-                    Ok(json!({"actor": actor, "answer": answer, "files_written": child.written}))
+                    // What it wrote, then what its own subagents wrote.
+                    let mut written = child.written.clone();
+                    for path in &child.agent.written_below {
+                        if !written.contains(path) {
+                            written.push(path.clone());
+                        }
+                    }
+                    for path in &written {
+                        if !self.written_below.contains(path) {
+                            self.written_below.push(path.clone());
+                        }
+                    }
+                    Ok(json!({"actor": actor, "answer": answer, "files_written": written}))
                 }
                 Ok(ChildEnd::Stopped(why)) => Err(ToolError::new(
                     ErrorType::Cancelled,
@@ -243,6 +255,10 @@ impl ToolCallingAgent {
             };
             return Err(ToolError::new(ErrorType::ToolNotFound, format!("`{DELEGATE_TOOL}` is not available: {why}")));
         };
+        if let Some(limit) = turn.tree.over_budget() {
+            let message = format!("not started: the episode reached its {}", limit.as_str().replace('_', " "));
+            return Err(ToolError::new(ErrorType::Cancelled, message));
+        }
         if running >= config.max_children as usize {
             return Err(ToolError::new(
                 ErrorType::ExecutionError,

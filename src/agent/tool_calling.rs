@@ -43,6 +43,8 @@ pub struct ToolCallingAgent {
     pub(super) subagents: Option<Arc<Subagents>>,
     /// How many subagents this agent has started: the next is `<actor>.<children + 1>`.
     pub(super) children: u32,
+    /// The files this agent's subagents (and theirs) wrote, as their answers said.
+    pub(super) written_below: Vec<String>,
 }
 
 impl ToolCallingAgent {
@@ -64,6 +66,7 @@ impl ToolCallingAgent {
             own_tools: Vec::new(),
             subagents: None,
             children: 0,
+            written_below: Vec::new(),
         }
     }
 
@@ -265,13 +268,16 @@ impl Agent for ToolCallingAgent {
                 Handling::Delegate => delegations.push(call),
             }
         }
-        let handled_own = !delegations.is_empty();
-        if handled_own {
+        if !delegations.is_empty() {
+            // This turn's model call counts before the children spend from the same
+            // budget; the loop has nothing left to count for it.
+            turn.tree.spend(usage, cost_usd);
             // Children run now, at once; their answers enter the transcript before the
             // world's results, which come with the next turn.
             self.delegate(&turn, delegations).await?;
+            return Ok(Proposal { calls, usage: Usage::default(), cost_usd: cost_usd.map(|_| 0.0) });
         }
-        if !calls.is_empty() || handled_own {
+        if !calls.is_empty() {
             return Ok(Proposal { calls, usage, cost_usd });
         }
 

@@ -11,6 +11,8 @@ use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::contract::Actor;
+
 /// One scorer: what it checks and how much it counts.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScorerSpec {
@@ -85,12 +87,16 @@ pub enum Check {
     ToolCalled {
         name: String,
         negate: bool,
+        /// Whose calls count (`actor:`); every agent's when not set.
+        actor: Option<ActorFilter>,
     },
     ToolSequence {
         calls: Vec<ExpectedCall>,
         ordered: bool,
         arguments: ArgMatch,
         partial: bool,
+        /// Whose calls make the sequence (`actor:`); every agent's when not set.
+        actor: Option<ActorFilter>,
     },
     Budget {
         what: Budget,
@@ -121,6 +127,48 @@ pub enum Check {
         threshold: f64,
         mock: Vec<String>,
     },
+}
+
+/// Which agents' calls a trajectory scorer looks at: `actor: main`, `actor: main.1` (one
+/// agent), or `actor: subagents` (any agent but the main one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActorFilter {
+    One(Actor),
+    Subagents,
+}
+
+impl ActorFilter {
+    pub fn parse(text: &str) -> Result<ActorFilter, String> {
+        if text == "subagents" {
+            return Ok(ActorFilter::Subagents);
+        }
+        Actor::parse(text)
+            .map(ActorFilter::One)
+            .map_err(|_| format!("`actor` is `main`, `main.1`, `main.1.2`, … or `subagents`, not `{text}`"))
+    }
+
+    pub fn matches(&self, actor: &Actor) -> bool {
+        match self {
+            ActorFilter::One(one) => one == actor,
+            ActorFilter::Subagents => matches!(actor, Actor::Subagent(_)),
+        }
+    }
+}
+
+/// Written as in the suite: `main.1` or `subagents`.
+impl Serialize for ActorFilter {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl std::fmt::Display for ActorFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ActorFilter::One(actor) => actor.fmt(f),
+            ActorFilter::Subagents => f.write_str("subagents"),
+        }
+    }
 }
 
 /// Every scorer key, for error messages.
@@ -268,7 +316,10 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
             },
             _ => return Err("`json` takes `valid`, `{schema: …}` or `{path: /a/b, equals: …}`".into()),
         }),
-        "tool_called" | "tool_not_called" => Check::ToolCalled { name: text(arg)?, negate: name == "tool_not_called" },
+        "tool_called" | "tool_not_called" => {
+            let actor = o.take::<String>("actor")?.map(|a| ActorFilter::parse(&a)).transpose()?;
+            Check::ToolCalled { name: text(arg)?, negate: name == "tool_not_called", actor }
+        }
         "tool_sequence" => {
             let Value::Array(items) = arg else {
                 return Err("`tool_sequence` takes a list of calls: [{name: …, arguments: {…}}]".into());
@@ -315,7 +366,8 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
                 }
             }
             let partial = o.take("partial")?.unwrap_or(false);
-            Check::ToolSequence { calls, ordered, arguments, partial }
+            let actor = o.take::<String>("actor")?.map(|a| ActorFilter::parse(&a)).transpose()?;
+            Check::ToolSequence { calls, ordered, arguments, partial, actor }
         }
         "max_steps" | "max_tool_errors" | "max_tokens" | "max_cost" | "max_latency" => {
             let what = match name.as_str() {
@@ -446,7 +498,7 @@ mod tests {
     #[test]
     fn reads_tool_sequences_and_budgets_and_graders() {
         let s = spec(json!({"tool_sequence": ["ls", {"name": "read_file", "arguments": {"path": "a"}}], "order": "unordered", "arguments": "exact", "partial": true})).unwrap();
-        let Check::ToolSequence { calls, ordered, arguments, partial } = s.check else { panic!() };
+        let Check::ToolSequence { calls, ordered, arguments, partial, .. } = s.check else { panic!() };
         assert_eq!((calls.len(), ordered, arguments, partial), (2, false, ArgMatch::Exact, true));
         assert_eq!(spec(json!({"max_steps": 5})).unwrap().check, Check::Budget { what: Budget::Steps, max: 5.0 });
         let g = spec(json!({"llm_rubric": "says three", "samples": 3, "model": "openai/x"})).unwrap();

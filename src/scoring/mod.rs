@@ -262,17 +262,23 @@ async fn apply(
             let Some(answer) = answer else { return Ok(no_answer()) };
             json_check(check, answer)
         }
-        Check::ToolCalled { name, negate } => {
-            let count = ending.trajectory.calls.iter().filter(|c| &c.name == name).count();
+        Check::ToolCalled { name, negate, actor } => {
+            let by = |c: &&ToolCall| actor.as_ref().is_none_or(|a| a.matches(&c.actor));
+            let count = ending.trajectory.calls.iter().filter(by).filter(|c| &c.name == name).count();
+            let whom = actor.as_ref().map(|a| format!(" by {a}")).unwrap_or_default();
             match (count > 0, negate) {
-                (true, false) => verdict(true, format!("`{name}` was called {count} time(s)")),
-                (false, false) => verdict(false, format!("`{name}` was never called")),
-                (true, true) => verdict(false, format!("`{name}` was called {count} time(s)")),
-                (false, true) => verdict(true, format!("`{name}` was never called")),
+                (true, false) => verdict(true, format!("`{name}` was called{whom} {count} time(s)")),
+                (false, false) => verdict(false, format!("`{name}` was never called{whom}")),
+                (true, true) => verdict(false, format!("`{name}` was called{whom} {count} time(s)")),
+                (false, true) => verdict(true, format!("`{name}` was never called{whom}")),
             }
         }
-        Check::ToolSequence { calls, ordered, arguments, partial } => {
-            sequence(&ending.trajectory.calls, calls, *ordered, *arguments, *partial)
+        Check::ToolSequence { calls, ordered, arguments, partial, actor } => {
+            let made: Vec<ToolCall> = match actor {
+                Some(a) => ending.trajectory.calls.iter().filter(|c| a.matches(&c.actor)).cloned().collect(),
+                None => ending.trajectory.calls.clone(),
+            };
+            sequence(&made, calls, *ordered, *arguments, *partial)
         }
         Check::Budget { what: Budget::CostUsd, .. } if episode.ending.cost_usd.is_none() => {
             // Nobody's answer: the model has no price, so the budget cannot be judged.

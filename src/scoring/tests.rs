@@ -314,3 +314,35 @@ fn a_grader_is_not_asked_about_an_episode_without_a_final_answer() {
     assert!(score.explanation.contains("no final answer"), "{}", score.explanation);
     assert_eq!(score.grader, None);
 }
+
+#[test]
+fn trajectory_scorers_can_look_at_one_agent_or_the_subagents() {
+    use crate::contract::Actor;
+    let spec = |v: Value| -> ScorerSpec { serde_json::from_value(v).unwrap() };
+    let mut ending = ending(Some("done"), &[("read_file", json!({})), ("write_file", json!({})), ("run_command", json!({}))]);
+    ending.trajectory.calls[1].actor = Actor::Subagent(vec![1]);
+    ending.trajectory.calls[2].actor = Actor::Subagent(vec![1, 2]);
+    let task = task();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+    let score_of = |v: Value| {
+        let finished = finished(&task, &ending, 1.0);
+        runtime.block_on(score(&[spec(v)], &[], &finished, &FakeWorld, &Graders::default())).unwrap().remove(0)
+    };
+    // write_file was called, but only by main.1.
+    assert!(score_of(json!({"tool_called": "write_file"})).passed);
+    assert!(score_of(json!({"tool_called": "write_file", "actor": "main.1"})).passed);
+    assert!(score_of(json!({"tool_called": "write_file", "actor": "subagents"})).passed);
+    let by_main = score_of(json!({"tool_called": "write_file", "actor": "main"}));
+    assert!(!by_main.passed);
+    assert_eq!(by_main.explanation, "`write_file` was never called by main");
+    assert!(score_of(json!({"tool_not_called": "write_file", "actor": "main"})).passed);
+    // run_command was called by main.1.2 only: not by main.1 itself.
+    assert!(!score_of(json!({"tool_called": "run_command", "actor": "main.1"})).passed);
+    assert!(score_of(json!({"tool_called": "run_command", "actor": "main.1.2"})).passed);
+    assert!(!score_of(json!({"tool_called": "read_file", "actor": "subagents"})).passed);
+    // A sequence of the subagents' calls alone.
+    assert!(score_of(json!({"tool_sequence": ["write_file", "run_command"], "actor": "subagents"})).passed);
+    assert!(!score_of(json!({"tool_sequence": ["read_file", "write_file"], "actor": "subagents"})).passed);
+    let bad = serde_json::from_value::<ScorerSpec>(json!({"tool_called": "x", "actor": "boss"})).unwrap_err();
+    assert!(bad.to_string().contains("`actor` is `main`, `main.1`, `main.1.2`, … or `subagents`, not `boss`"), "{bad}");
+}
