@@ -1,5 +1,6 @@
 //! One whole episode: 4 model turns (mock), 3 in-process tool calls, all events written
-//! through the real event log to a file.
+//! through the real event log to a file. And one with a delegation: the main agent and two
+//! concurrent subagents, 4 turns each; its CPU time per episode is printed as well.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -33,9 +34,67 @@ fn whole_episode(c: &mut Criterion) {
     c.bench_function("episode/kv 4 turns 3 tools", |b| {
         b.iter(|| runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), SandboxMode::On, &stop)));
     });
+    let per_episode = cpu_per_episode(|| {
+        runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), SandboxMode::On, &stop));
+    });
+    println!("episode/kv 4 turns 3 tools: CPU per episode {per_episode}");
     drop(log);
     writer.close().expect("log closes");
 }
 
-criterion_group!(benches, whole_episode);
+/// The process's CPU time (user and system) so far.
+fn cpu_time() -> std::time::Duration {
+    // SAFETY: getrusage writes into the struct it is given and reads nothing else.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let of = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    of(usage.ru_utime) + of(usage.ru_stime)
+}
+
+/// The CPU time (every thread of the process: the log's writer included) of one run of
+/// `episode`, the median of 5 rounds of 100.
+fn cpu_per_episode(mut episode: impl FnMut()) -> String {
+    const N: u32 = 100;
+    let mut rounds: Vec<f64> = (0..5)
+        .map(|_| {
+            let before = cpu_time();
+            for _ in 0..N {
+                episode();
+            }
+            (cpu_time() - before).as_secs_f64() * 1e6 / f64::from(N)
+        })
+        .collect();
+    rounds.sort_by(f64::total_cmp);
+    format!("{:.0} µs (median of 5 rounds of {N}; rounds {:.0?})", rounds[2], rounds)
+}
+
+fn episode_with_subagents(c: &mut Criterion) {
+    let suite_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/suites/kv-subagents.yaml");
+    let suite = Arc::new(runner::suite::load(&suite_path).expect("the bench suite loads"));
+    let model = Arc::new(Backend::open("mock", &ModelConfig::default(), BackendOptions::default()).expect("mock"));
+    let spec = batch::episodes(&[suite], &[model], Some(1)).next().expect("one episode");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "bench").expect("event log");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let stop = CancellationToken::new();
+    let graders = runner::scoring::Graders::default();
+
+    // The episode must really pass: 4 turns of the main agent and 4 of each child.
+    let report = runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), SandboxMode::On, &stop));
+    assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{report:?}");
+    assert_eq!(report.steps, 12);
+
+    c.bench_function("episode/kv delegation main + 2 concurrent children, 4 turns each", |b| {
+        b.iter(|| runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), SandboxMode::On, &stop)));
+    });
+    let per_episode = cpu_per_episode(|| {
+        runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), SandboxMode::On, &stop));
+    });
+    println!("episode/kv delegation: CPU per episode {per_episode}");
+    drop(log);
+    writer.close().expect("log closes");
+}
+
+criterion_group!(benches, whole_episode, episode_with_subagents);
 criterion_main!(benches);
