@@ -159,3 +159,31 @@ fn a_large_run_keeps_the_trajectories_of_failures_first() {
     assert_eq!(failed.len(), 3);
     assert!(failed.iter().all(|id| kept.contains_key(*id)), "the failures' trajectories are kept first");
 }
+
+#[test]
+fn the_html_report_shows_the_tree_of_agents_of_an_episode_with_subagents() {
+    let sb = Sandbox::new();
+    let suite = "suite: tree\nenvironment: kv\nagent: {subagent: help}\nscorers: [{equals: ok}]\ntasks:\n  - id: t\n    input: go\n    mock:\n      - tool_calls: [{name: delegate_task, arguments: {goal: store a}}, {name: delegate_task, arguments: {goal: think}}]\n      - text: ok\n    mock_subagents:\n      main.1:\n        - tool_calls: [{name: delegate_task, arguments: {goal: store it deeper}}]\n        - tool_calls: [{name: final_answer, arguments: {answer: stored}}]\n      main.1.1:\n        - tool_calls: [{name: kv_set, arguments: {key: a, value: \"1\"}}]\n        - tool_calls: [{name: final_answer, arguments: {answer: deep}}]\n      main.2:\n        - tool_calls: [{name: final_answer, arguments: {answer: thought}}]\n";
+    sb.write("s.yaml", suite);
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let report = sb.run(&["report", "results/test", "--html"]);
+    assert_eq!(report.code, 0, "{report:?}");
+    let page = sb.path().join("results/test/report.html");
+    let id = task_episode(&sb.events(), "t");
+    let shown = dom(&page, &format!("#episode={id}"));
+    let tree_at = shown.find("id=\"agent-tree\"").expect("the tree of agents is shown");
+    let tree = &shown[tree_at..shown[tree_at..].find("Episode started").map_or(shown.len(), |i| tree_at + i)];
+    // main holds main.1 (which holds main.1.1) and main.2, in that order, nested.
+    let at = |actor: &str| tree.find(&format!("data-actor=\"{actor}\"")).unwrap_or_else(|| panic!("{actor}: {tree}"));
+    assert!(at("main") < at("main.1") && at("main.1") < at("main.1.1") && at("main.1.1") < at("main.2"), "{tree}");
+    let deep = &tree[at("main.1.1")..at("main.2")];
+    assert!(deep.contains(" · 2 model calls · kv_set, final_answer"), "{deep}");
+    assert!(deep.contains("goal: store it deeper"), "{deep}");
+    assert!(deep.contains("answered: deep"), "{deep}");
+    // main.1.1 sits in main.1's list: its item closes after main.1.1's.
+    let main1 = &tree[at("main.1")..at("main.2")];
+    assert!(main1.contains("<ul>") && main1.contains("goal: store a"), "{main1}");
+    // Calls in the trajectory carry their actor.
+    assert!(shown.contains("data-tool-name=\"kv_set\" data-call-id=\"main.1.1/c_1\" data-actor=\"main.1.1\""), "{shown}");
+}
