@@ -300,7 +300,7 @@ impl ToolCallingAgent {
             Some(other) => return Err(invalid(format!("`tools` is a list of tool names, not {other}"))),
         };
         let tools: Vec<ToolSpec> =
-            turn.tools.iter().filter(|t| t.name == FINAL_TOOL || given.iter().any(|g| *g == t.name)).cloned().collect();
+            turn.tools.iter().filter(|t| t.name == FINAL_TOOL || given.contains(&t.name)).cloned().collect();
 
         self.children += 1;
         let actor = self.actor.child(self.children);

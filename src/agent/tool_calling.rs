@@ -141,9 +141,10 @@ impl ToolCallingAgent {
     }
 
     /// Gives each call an id unique in the episode, keeping the model's own when it can; a
-    /// subagent's ids begin with its actor (`main.1/c_1`).
+    /// subagent's ids begin with its actor (`main_1_c_1`: providers allow only letters,
+    /// digits, `_` and `-` in an id).
     fn name_call(&mut self, proposed: Option<&str>, tool: &str) -> String {
-        let prefix = if self.actor.is_main() { String::new() } else { format!("{}/", self.actor) };
+        let prefix = if self.actor.is_main() { String::new() } else { format!("{}_", self.actor).replace('.', "_") };
         let proposed = proposed.map(str::trim).filter(|id| !id.is_empty()).map(|id| format!("{prefix}{id}"));
         let id = match proposed.filter(|id| !self.call_names.contains_key(id)) {
             Some(id) => id,
@@ -597,7 +598,7 @@ mod tests {
         let dispatched: Vec<&Value> = events.iter().filter(|e| e["type"] == "action_dispatched").collect();
         assert_eq!(dispatched.len(), 2, "{events:?}");
         assert!(dispatched.iter().all(|e| e["call"]["actor"] == "main.1"));
-        assert_eq!(dispatched[0]["call"]["call_id"], "main.1/c_1");
+        assert_eq!(dispatched[0]["call"]["call_id"], "main_1_c_1");
     }
 
     #[tokio::test]
@@ -664,7 +665,7 @@ mod tests {
         let world = Acting::default();
         let (_, events) = propose_in(&mut a, &[first_observation()], &world).await;
         assert_eq!(world.acted(), [("main.1".to_owned(), FINAL_TOOL.to_owned())]);
-        let refused = events.iter().find(|e| e["type"] == "observation" && e["observation"]["call_id"] == "main.1/c_1");
+        let refused = events.iter().find(|e| e["type"] == "observation" && e["observation"]["call_id"] == "main_1_c_1");
         assert_eq!(refused.unwrap()["observation"]["error"]["type"], "ToolNotFound");
         let bad = json!({"goal": "g", "tools": ["format_disk"]});
         let mut a = agent(vec![turn_of(None, &[(DELEGATE_TOOL, bad, None)])], false).with_subagents(subagents(

@@ -319,7 +319,8 @@ fn a_grader_is_not_asked_about_an_episode_without_a_final_answer() {
 fn trajectory_scorers_can_look_at_one_agent_or_the_subagents() {
     use crate::contract::Actor;
     let spec = |v: Value| -> ScorerSpec { serde_json::from_value(v).unwrap() };
-    let mut ending = ending(Some("done"), &[("read_file", json!({})), ("write_file", json!({})), ("run_command", json!({}))]);
+    let mut ending =
+        ending(Some("done"), &[("read_file", json!({})), ("write_file", json!({})), ("run_command", json!({}))]);
     ending.trajectory.calls[1].actor = Actor::Subagent(vec![1]);
     ending.trajectory.calls[2].actor = Actor::Subagent(vec![1, 2]);
     let task = task();

@@ -185,5 +185,8 @@ fn the_html_report_shows_the_tree_of_agents_of_an_episode_with_subagents() {
     let main1 = &tree[at("main.1")..at("main.2")];
     assert!(main1.contains("<ul>") && main1.contains("goal: store a"), "{main1}");
     // Calls in the trajectory carry their actor.
-    assert!(shown.contains("data-tool-name=\"kv_set\" data-call-id=\"main.1.1/c_1\" data-actor=\"main.1.1\""), "{shown}");
+    assert!(
+        shown.contains("data-tool-name=\"kv_set\" data-call-id=\"main_1_1_c_1\" data-actor=\"main.1.1\""),
+        "{shown}"
+    );
 }

@@ -83,7 +83,8 @@ fn the_example_suite_delegates_answers_up_the_tree_and_reminds_across_agents() {
     assert_eq!(reminders.len(), 1, "{reminders:?}");
     assert!(reminders[0].get("actor").is_none(), "the main agent is reminded: {}", reminders[0]);
     assert_eq!(reminders[0]["paths"], json!(["app.ini"]));
-    let child_edit = edit.iter().find(|e| e["type"] == "action_dispatched" && e["call"]["name"] == "edit_file").unwrap();
+    let child_edit =
+        edit.iter().find(|e| e["type"] == "action_dispatched" && e["call"]["name"] == "edit_file").unwrap();
     assert_eq!(child_edit["call"]["actor"], "main.1");
     assert!(child_edit["seq"].as_u64() < reminders[0]["seq"].as_u64());
     let delegated = typed(&edit, "agent_action")[0];
@@ -122,8 +123,8 @@ fn children_of_one_turn_run_at_the_same_time() {
     let run = sb.eval(&["s.yaml"]);
     assert_eq!(run.code, 0, "{run:?}");
     let events = sb.events();
-    let (start1, end1) = interval(&events, "main.1/c_1");
-    let (start2, end2) = interval(&events, "main.2/c_1");
+    let (start1, end1) = interval(&events, "main_1_c_1");
+    let (start2, end2) = interval(&events, "main_2_c_1");
     // Each ran its second of sleep; each began before the other ended.
     for (start, end) in [(start1, end1), (start2, end2)] {
         assert!(end - start >= chrono::Duration::milliseconds(1000), "{start} .. {end}");
@@ -182,7 +183,7 @@ fn a_tree_that_spends_the_episodes_tokens_stops_and_the_childs_tokens_count() {
     assert_eq!(end["usage"]["input_tokens"], main_tokens + child_tokens, "the whole tree's tokens: {end}");
     // The child's call was logged and not run.
     let obs = tool_observations(&events);
-    assert_eq!(obs[0]["call_id"], "main.1/c_1");
+    assert_eq!(obs[0]["call_id"], "main_1_c_1");
     assert_eq!(obs[0]["error"]["message"], "not run: the episode reached its token limit");
 }
 
@@ -212,7 +213,7 @@ fn a_childs_tool_error_stays_in_the_child() {
     assert_eq!(run.code, 0, "{run:?}");
     let events = sb.events();
     let obs = tool_observations(&events);
-    assert_eq!(obs[0]["call_id"], "main.1/c_1");
+    assert_eq!(obs[0]["call_id"], "main_1_c_1");
     assert_eq!(obs[0]["error"]["type"], "ExecutionError", "{}", obs[0]);
     let delegated = &of_type(&events, "agent_action")[0];
     assert!(delegated.get("error").is_none(), "{delegated}");
