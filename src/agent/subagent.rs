@@ -413,3 +413,77 @@ async fn run_child(child: &mut Child, parent: &Turn<'_>) -> Result<ChildEnd, Age
         observations = observed;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn tree(max_steps: u32, max_tokens: Option<u64>, max_cost_usd: Option<f64>) -> EpisodeTree {
+        EpisodeTree::new(max_steps, max_tokens, max_cost_usd, Deadline::after(Duration::from_secs(60)))
+    }
+
+    fn tokens(n: u64) -> Usage {
+        Usage { input_tokens: n, ..Usage::default() }
+    }
+
+    #[test]
+    fn steps_are_numbered_across_the_tree_and_run_out_for_everyone() {
+        let tree = tree(3, None, None);
+        assert_eq!([tree.take_step(), tree.take_step(), tree.take_step()], [Some(1), Some(2), Some(3)]);
+        assert_eq!(tree.take_step(), None);
+        assert_eq!(tree.steps(), 3, "a refused step is not taken");
+    }
+
+    #[test]
+    fn steps_taken_at_once_are_each_taken_once() {
+        let tree = Arc::new(tree(1000, None, None));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let tree = tree.clone();
+                std::thread::spawn(move || (0..300).filter_map(|_| tree.take_step()).collect::<Vec<_>>())
+            })
+            .collect();
+        let mut all: Vec<u32> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        all.sort();
+        assert_eq!(all, (1..=1000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn spending_counts_every_agent_and_the_cost_is_known_only_while_every_call_had_a_price() {
+        let tree = tree(10, Some(100), Some(1.0));
+        tree.spend(tokens(60), Some(0.25));
+        assert_eq!(tree.budget(2).tokens_left, Some(40));
+        assert_eq!(tree.over_budget(), None);
+        tree.spend(tokens(41), Some(0.25));
+        assert_eq!((tree.usage().total(), tree.cost_usd()), (101, Some(0.5)));
+        assert_eq!(tree.over_budget(), Some(Termination::TokenLimit));
+
+        let tree = self::tree(10, None, Some(1.0));
+        tree.spend(tokens(1), Some(0.75));
+        tree.spend(tokens(1), Some(0.5));
+        assert_eq!(tree.over_budget(), Some(Termination::CostLimit));
+        tree.spend(tokens(1), None);
+        assert_eq!(tree.cost_usd(), None, "one call without a price: the cost is unknown");
+        tree.spend(tokens(1), Some(0.1));
+        assert_eq!(tree.cost_usd(), None, "and stays unknown");
+    }
+
+    #[test]
+    fn a_budget_says_what_is_left_when_a_turn_starts() {
+        let tree = tree(5, None, None);
+        let step = tree.take_step().unwrap();
+        let budget = tree.budget(step);
+        assert_eq!((budget.step, budget.steps_left, budget.tokens_left), (1, 5, None));
+        tree.take_step();
+        let step = tree.take_step().unwrap();
+        assert_eq!(tree.budget(step).steps_left, 3, "steps 3, 4 and 5 are left when step 3 starts");
+    }
+
+    #[test]
+    fn a_childs_actor_extends_its_parents() {
+        assert_eq!(Actor::Main.child(2), Actor::Subagent(vec![2]));
+        assert_eq!(Actor::Subagent(vec![2]).child(1), Actor::Subagent(vec![2, 1]));
+        assert_eq!((Actor::Main.depth(), Actor::Subagent(vec![2, 1]).depth()), (0, 2));
+    }
+}

@@ -222,3 +222,53 @@ fn a_childs_tool_error_stays_in_the_child() {
     assert_eq!(end["tool_errors"], 1, "the child's error is in the episode's trajectory: {end}");
     assert_eq!(end["outcome"]["passed"], true);
 }
+
+/// A provider for the HTTP backend: the main agent (any request without the subagents'
+/// prompt) delegates, then answers; every request of a subagent fails with a 500.
+struct Outage;
+
+impl wiremock::Respond for Outage {
+    fn respond(&self, request: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let body: Value = request.body_json().unwrap_or(Value::Null);
+        let text = body.to_string();
+        if text.contains("SUBAGENT PROMPT") {
+            return wiremock::ResponseTemplate::new(500);
+        }
+        let delegated = text.contains("delegate_1");
+        let message = if delegated {
+            json!({"role": "assistant", "content": "ok"})
+        } else {
+            let call = json!({"id": "delegate_1", "type": "function",
+                              "function": {"name": "delegate_task", "arguments": "{\"goal\": \"g\"}"}});
+            json!({"role": "assistant", "content": null, "tool_calls": [call]})
+        };
+        wiremock::ResponseTemplate::new(200).set_body_json(json!({"choices": [{"index": 0, "message": message,
+            "finish_reason": if delegated { "stop" } else { "tool_calls" }}], "usage": {"prompt_tokens": 10, "completion_tokens": 2}}))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_providers_outage_under_a_child_leaves_the_episode_unscored() {
+    let sb = Sandbox::new();
+    sb.write(
+        "runner.yaml",
+        "providers:\n  openai: {retry_base_s: 0.01, retry_max_s: 0.05, max_retries: 2, timeout_s: 2}\n",
+    );
+    sb.write("s.yaml", &suite("{max_steps: 10, time_s: 30}", "SUBAGENT PROMPT", "  - {id: t, input: go}\n"));
+    let server = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(Outage).mount(&server).await;
+    let args = ["eval", "s.yaml", "--model", "openai/gpt-test", "--run-id", "test", "--out", "results"];
+    let run = crate::models::run_with(&sb, &args, &crate::models::openai_env(&server)).await;
+    assert_eq!(run.code, 3, "an unscored episode: {run:?}");
+    let events = sb.events();
+    let calls = of_type(&events, "model_call");
+    assert_eq!(calls.len(), 2, "main's delegation and the child's failed call: {calls:?}");
+    assert!(calls[0].get("actor").is_none() && calls[0]["error"].is_null(), "{}", calls[0]);
+    assert_eq!(calls[1]["actor"], "main.1");
+    assert_eq!(calls[1]["cause"], "provider_error", "{}", calls[1]);
+    assert_eq!(calls[1]["attempts"], 3, "the 500s were retried: {}", calls[1]);
+    let end = &of_type(&events, "episode_finished")[0];
+    assert_eq!(end["outcome"]["status"], "unscored", "{end}");
+    assert_eq!(end["outcome"]["cause"], "provider_error");
+    assert!(end["outcome"]["message"].as_str().unwrap().starts_with("subagent main.1: "), "{end}");
+}
