@@ -252,38 +252,31 @@ impl ShellWorld {
     /// The digest of a file as it is now; `None` when it is gone or cannot be read as a
     /// regular file inside the directory.
     async fn digest_on_disk(&self, key: &str) -> Option<Digest> {
-        let (mut file, size) = self.open_regular(key, tokio::fs::OpenOptions::new().read(true), 0).await.ok()?;
-        if size > HASH_CAP {
-            let meta = file.metadata().await.ok()?;
-            return Some(fingerprint(&meta));
-        }
-        let mut hasher = Sha256::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        let mut total = 0u64;
-        loop {
-            let n = file.read(&mut buf).await.ok()?;
-            if n == 0 {
-                return Some(hasher.finalize().into());
-            }
-            total += n as u64;
-            // A file that grows while it is hashed is read no further than a large one.
-            if total > HASH_CAP {
-                let meta = file.metadata().await.ok()?;
-                return Some(fingerprint(&meta));
-            }
-            hasher.update(&buf[..n]);
-        }
+        let full = self.resolve(key).ok()?;
+        tokio::task::spawn_blocking(move || digest_file(&full)).await.ok().flatten()
     }
 
     /// The known files of `actor` that changed since it saw them, each named once per change.
+    /// Asked before every model call: the files are hashed in one blocking task, not one
+    /// thread hop per read.
     pub(super) async fn changed_for(&self, actor: &Actor) -> Vec<String> {
         let Some(model) = self.models.get(actor) else { return Vec::new() };
-        let mut now = Vec::new();
-        for key in model.paths() {
-            let state = self.digest_on_disk(&key).await;
-            now.push((key, state));
+        let resolved: Vec<(String, Option<std::path::PathBuf>)> = model
+            .paths()
+            .into_iter()
+            .map(|key| {
+                let full = self.resolve(&key).ok();
+                (key, full)
+            })
+            .collect();
+        let hashed = tokio::task::spawn_blocking(move || {
+            resolved.into_iter().map(|(key, full)| (key, full.and_then(|f| digest_file(&f)))).collect::<Vec<_>>()
+        });
+        match hashed.await {
+            Ok(now) => model.take_changes(&now),
+            // The hashing panicked: nothing can be said about the files this turn.
+            Err(_) => Vec::new(),
         }
-        model.take_changes(&now)
     }
 
     async fn read_lines(&self, actor: &Actor, args: ReadArgs) -> Result<Value, ToolFailure> {
@@ -570,6 +563,37 @@ impl ShellWorld {
 }
 
 /// A stand-in digest for a file too large to hash: it changes when the file is written.
+/// The digest of a regular file's content as it is now (of its size, modification time and
+/// inode when it is larger than `HASH_CAP`, or grows past it while it is read); `None` when
+/// it is gone or is not a regular file. Blocking.
+fn digest_file(full: &Path) -> Option<Digest> {
+    use std::io::Read;
+    // Non-blocking, so that a named pipe put in a file's place cannot hold the open.
+    let mut file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(full).ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.file_type().is_file() {
+        return None;
+    }
+    if meta.len() > HASH_CAP {
+        return Some(fingerprint(&meta));
+    }
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; (meta.len() as usize + 1).clamp(1, 64 * 1024)];
+    let mut total = 0u64;
+    loop {
+        let n = file.read(&mut buf).ok()?;
+        if n == 0 {
+            return Some(hasher.finalize().into());
+        }
+        total += n as u64;
+        // A file that grows while it is hashed is read no further than a large one.
+        if total > HASH_CAP {
+            return Some(fingerprint(&file.metadata().ok()?));
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
 fn fingerprint(meta: &std::fs::Metadata) -> Digest {
     use std::os::unix::fs::MetadataExt;
     digest_of(
