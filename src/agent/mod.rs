@@ -2,6 +2,7 @@
 //! proposes tool calls. It never executes a tool: the environment does. [`AgentKind`] is
 //! the list of kinds a suite can name.
 
+pub mod plan;
 mod tool_calling;
 
 pub use tool_calling::ToolCallingAgent;
@@ -62,6 +63,8 @@ pub struct Proposal {
     pub usage: Usage,
     /// What the turn's model calls cost; `None` when a call had no price.
     pub cost_usd: Option<f64>,
+    /// In a conversation: what the agent says to the task's user (its text reply).
+    pub to_user: Option<String>,
 }
 
 /// A failure to decide that is nobody's answer (the model backend failed, a mock script

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::plan::{self, PlanMode};
 use super::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::log::{ActionClass, Event, Usage};
@@ -38,6 +39,10 @@ pub struct ToolCallingAgent {
     /// The specs of the tools the agent handles itself (cognitive and hybrid actions),
     /// offered to the model after the world's.
     own_tools: Vec<ToolSpec>,
+    /// Plan mode, when the suite offers it (`agent: {plan_mode: true}`).
+    plan: Option<PlanMode>,
+    /// In a conversation, a text reply goes to the task's user instead of ending the episode.
+    conversational: bool,
 }
 
 impl ToolCallingAgent {
@@ -57,12 +62,58 @@ impl ToolCallingAgent {
             require_final_answer,
             call_names: HashMap::new(),
             own_tools: Vec::new(),
+            plan: None,
+            conversational: false,
         }
+    }
+
+    /// Offers plan mode: `enter_plan_mode`, and in plan mode `exit_plan_mode`.
+    pub fn with_plan_mode(mut self) -> Self {
+        self.plan = Some(PlanMode::default());
+        self
+    }
+
+    /// Talks with the task's user: a text reply is said to the user.
+    pub fn in_conversation(mut self) -> Self {
+        self.conversational = true;
+        self
+    }
+
+    /// The second half of a hybrid `exit_plan_mode`: the world's answer came back, and the
+    /// agent's own code leaves plan mode if the user approved.
+    fn read_plan_answers(&mut self, turn: &Turn<'_>) {
+        let Some(plan) = &mut self.plan else { return };
+        for obs in turn.observations {
+            let Some(result) = plan.exit_answered(obs) else { continue };
+            let call_id = obs.call_id.clone().unwrap_or_default();
+            turn.recorder.emit(&Event::AgentAction {
+                step: turn.budget.step,
+                actor: self.actor.clone(),
+                call_id,
+                name: plan::EXIT_PLAN_MODE.into(),
+                class: ActionClass::Hybrid,
+                arguments: Value::Null,
+                result,
+                error: None,
+            });
+        }
+    }
+
+    /// The plan-mode reminder, once each time plan mode begins.
+    fn remind_of_plan_mode(&mut self, turn: &Turn<'_>) {
+        let Some(text) = self.plan.as_mut().and_then(PlanMode::take_reminder) else { return };
+        self.transcript.push(Message::User { content: text.into() });
+        turn.recorder.emit(&Event::Reminder {
+            step: turn.budget.step,
+            actor: self.actor.clone(),
+            kind: "plan_mode".into(),
+            paths: Vec::new(),
+            text: text.into(),
+        });
     }
 
     /// Answers a call the agent handled itself: the result (or the refusal) enters the
     /// transcript as the call's tool result, and the action is logged as an `agent_action`.
-    #[allow(dead_code)] // the cognitive and hybrid actions answer through it
     fn answer_own(&mut self, turn: &Turn<'_>, call: &ToolCall, class: ActionClass, result: Result<Value, ToolError>) {
         let (content, is_error) = match &result {
             Ok(Value::String(s)) => (s.clone(), false),
@@ -135,10 +186,10 @@ impl ToolCallingAgent {
 
     /// Asks the model and logs the call, answered or not.
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
-        let offered: Cow<'_, [ToolSpec]> = if self.own_tools.is_empty() {
-            Cow::Borrowed(turn.tools)
-        } else {
-            Cow::Owned(turn.tools.iter().chain(&self.own_tools).cloned().collect())
+        let offered: Cow<'_, [ToolSpec]> = match &self.plan {
+            Some(plan) => Cow::Owned(plan.offer(turn.tools).into_iter().chain(self.own_tools.iter().cloned()).collect()),
+            None if self.own_tools.is_empty() => Cow::Borrowed(turn.tools),
+            None => Cow::Owned(turn.tools.iter().chain(&self.own_tools).cloned().collect()),
         };
         let request =
             ModelRequest { messages: &self.transcript, tools: &offered, deadline: Some(&turn.budget.deadline) };
@@ -203,6 +254,7 @@ impl ToolCallingAgent {
 impl Agent for ToolCallingAgent {
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault> {
         self.perceive(turn.observations);
+        self.read_plan_answers(&turn);
 
         // Files this agent knows may have changed under it: it says so to the model, once
         // per change, before asking it (a write of such a file is refused until it is read).
@@ -219,6 +271,8 @@ impl Agent for ToolCallingAgent {
             });
         }
 
+        self.remind_of_plan_mode(&turn);
+
         let response = self.ask_model(&turn).await?;
         let (usage, cost_usd) = (response.usage, response.cost_usd);
 
@@ -230,14 +284,44 @@ impl Agent for ToolCallingAgent {
         self.transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: proposed_calls.clone() });
 
         let mut calls = Vec::with_capacity(proposed_calls.len());
+        let mut answered_own = false;
         for call in proposed_calls {
             match Handling::of(&call.name) {
-                Handling::Physical => calls.push(call),
+                Handling::Physical => match self.plan.as_ref().and_then(|p| p.refusal(&call.name, turn.tools)) {
+                    // Plan mode: a call that does more than read never reaches the world.
+                    Some(refusal) => {
+                        self.answer_own(&turn, &call, ActionClass::Cognitive, Err(refusal));
+                        answered_own = true;
+                    }
+                    None => calls.push(call),
+                },
                 Handling::FinalAnswer => calls.push(call),
+                Handling::EnterPlanMode => match &mut self.plan {
+                    Some(plan) => {
+                        let result = plan.enter();
+                        self.answer_own(&turn, &call, ActionClass::Cognitive, Ok(result));
+                        answered_own = true;
+                    }
+                    None => calls.push(call),
+                },
+                // Hybrid: the world asks the user; `read_plan_answers` reads the answer.
+                Handling::ExitPlanMode => match &mut self.plan {
+                    Some(plan) => match plan.exit_refusal() {
+                        Some(refusal) => {
+                            self.answer_own(&turn, &call, ActionClass::Cognitive, Err(refusal));
+                            answered_own = true;
+                        }
+                        None => {
+                            plan.exit_sent(&call.call_id);
+                            calls.push(call);
+                        }
+                    },
+                    None => calls.push(call),
+                },
             }
         }
-        if !calls.is_empty() {
-            return Ok(Proposal { calls, usage, cost_usd });
+        if !calls.is_empty() || answered_own {
+            return Ok(Proposal { calls, usage, cost_usd, ..Proposal::default() });
         }
 
         // No tool calls: either the answer itself, or the agent reminds the model what it
@@ -245,15 +329,19 @@ impl Agent for ToolCallingAgent {
         let text = response.text.unwrap_or_default();
         if text.trim().is_empty() {
             self.transcript.push(Message::User { content: EMPTY_REPLY_REMINDER.into() });
-            return Ok(Proposal { calls: Vec::new(), usage, cost_usd });
+            return Ok(Proposal { calls: Vec::new(), usage, cost_usd, ..Proposal::default() });
+        }
+        // In a conversation, text is said to the user, whose reply comes back next turn.
+        if self.conversational {
+            return Ok(Proposal { calls: Vec::new(), usage, cost_usd, to_user: Some(text) });
         }
         if self.require_final_answer {
             self.transcript.push(Message::User { content: FINAL_ANSWER_REMINDER.into() });
-            return Ok(Proposal { calls: Vec::new(), usage, cost_usd });
+            return Ok(Proposal { calls: Vec::new(), usage, cost_usd, ..Proposal::default() });
         }
         let call_id = self.name_call(None, FINAL_TOOL);
         let call = self.call(call_id, FINAL_TOOL.into(), json!({"answer": text}));
-        Ok(Proposal { calls: vec![call], usage, cost_usd })
+        Ok(Proposal { calls: vec![call], usage, cost_usd, ..Proposal::default() })
     }
 }
 
@@ -268,12 +356,18 @@ enum Handling {
     /// The agent's decision to stop. The environment still gets the call: it checks the
     /// answer against the tool's schema, logs it and ends the episode.
     FinalAnswer,
+    /// Cognitive: the agent enters plan mode (when the suite offers it).
+    EnterPlanMode,
+    /// Hybrid: the world hands the plan to the user, then the agent's code reads the answer.
+    ExitPlanMode,
 }
 
 impl Handling {
     fn of(tool: &str) -> Handling {
         match tool {
             FINAL_TOOL => Handling::FinalAnswer,
+            plan::ENTER_PLAN_MODE => Handling::EnterPlanMode,
+            plan::EXIT_PLAN_MODE => Handling::ExitPlanMode,
             _ => Handling::Physical,
         }
     }
@@ -373,8 +467,10 @@ mod tests {
     }
 
     #[test]
-    fn only_the_final_answer_is_the_agents_own_tool() {
+    fn only_the_final_answer_and_plan_mode_are_the_agents_own_tools() {
         assert_eq!(Handling::of(FINAL_TOOL), Handling::FinalAnswer);
+        assert_eq!(Handling::of("enter_plan_mode"), Handling::EnterPlanMode);
+        assert_eq!(Handling::of("exit_plan_mode"), Handling::ExitPlanMode);
         for tool in ["run_command", "read_file", "kv_set", "anything"] {
             assert_eq!(Handling::of(tool), Handling::Physical, "{tool}");
         }

@@ -8,7 +8,10 @@ use tokio_util::sync::CancellationToken;
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::{Agent, AgentKind, ToolCallingAgent};
 use crate::config::template;
-use crate::domain::Task;
+use std::sync::Arc;
+
+use crate::domain::{Task, UserKind};
+use crate::model::LanguageModel;
 use crate::environment::World;
 use crate::environment::sandbox::SandboxMode;
 use crate::environment::{Ending, Environment, EpisodeLimits, SetupContext};
@@ -40,8 +43,12 @@ pub async fn run_episode(
     });
 
     let mut loop_ms = None;
-    let context =
-        SetupContext { sandbox: super::sandbox_mode(suite, sandbox), ..SetupContext::new(work_root, &spec.id) };
+    let mut user_spent = None;
+    let context = SetupContext {
+        sandbox: super::sandbox_mode(suite, sandbox),
+        user_model: user_model(&spec, task, graders),
+        ..SetupContext::new(work_root, &spec.id)
+    };
     let (ending, outcome) = match Environment::setup(suite.environment.clone(), task, &context).await {
         Err(e) => {
             let message = e.to_string();
@@ -55,6 +62,7 @@ pub async fn run_episode(
             let env = env.with_permissions(suite.permissions.clone());
             let mut agent = agent_for(&spec, suite, task);
             let ending = env.run(agent.as_mut(), task, &limits(suite), &recorder, stop).await;
+            user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
             loop_ms = Some(wall_s * 1e3);
             // Scored against the final world, before it is torn down.
@@ -77,6 +85,8 @@ pub async fn run_episode(
         cost_usd: ending.cost_usd,
         wall_ms,
         loop_ms,
+        user_usage: user_spent.map(|(usage, _)| usage),
+        user_cost_usd: user_spent.and_then(|(_, cost)| cost),
     });
     EpisodeReport {
         id: spec.id.clone(),
@@ -101,9 +111,26 @@ fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> Box<dyn Agent> {
     match suite.agent.kind {
         AgentKind::ToolCalling => {
             let model = spec.model.for_episode(task, &spec.id);
-            Box::new(ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer))
+            let mut agent = ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer);
+            if suite.agent.plan_mode {
+                agent = agent.with_plan_mode();
+            }
+            if task.user.as_ref().is_some_and(|u| u.conversation) {
+                agent = agent.in_conversation();
+            }
+            Box::new(agent)
         }
     }
+}
+
+/// The model that plays the task's simulated user on this episode: the recorded user when
+/// the model under test replays a recording that holds its calls, else the run's backend of
+/// that name. `None` when the task has no simulated user, or its model is not open.
+fn user_model(spec: &EpisodeSpec, task: &Task, graders: &Graders) -> Option<Arc<dyn LanguageModel>> {
+    let UserKind::Simulated { model, .. } = &task.user.as_ref()?.kind else { return None };
+    spec.model
+        .recorded_user(model, task, &spec.id)
+        .or_else(|| graders.user_backend(model).map(|backend| backend.as_user(task, &spec.id)))
 }
 
 fn limits(suite: &Suite) -> EpisodeLimits {

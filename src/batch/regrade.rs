@@ -31,6 +31,8 @@ struct Record {
     calls: Vec<ToolCall>,
     errors: Vec<CallError>,
     final_answer: Option<String>,
+    /// In a conversation, what the agent said to the user.
+    told_user: Vec<String>,
     /// How the episode ended, from `episode_finished`.
     finished: Option<Closing>,
     /// Scores by scoring id, in the order they were given.
@@ -66,7 +68,8 @@ impl LoggedRun {
         let events_path = if run.is_dir() { run.join("events.jsonl") } else { run.to_owned() };
         let mut order = Vec::new();
         let mut episodes: HashMap<String, Record> = HashMap::new();
-        let trajectory = ["episode_started", "action_dispatched", "observation", "final", "score", "episode_finished"];
+        let trajectory =
+            ["episode_started", "action_dispatched", "observation", "said", "final", "score", "episode_finished"];
         let index = Index::build_with(&events_path, &trajectory, |episode_id, event| {
             let Some(id) = episode_id else { return };
             if !episodes.contains_key(id) {
@@ -85,6 +88,11 @@ impl LoggedRun {
                     }
                 }
                 Event::Final { answer, .. } => record.final_answer = Some(answer),
+                // The agent's last words to the user are a conversation's answer.
+                Event::Said { actor: crate::contract::Actor::Main, text, .. } => {
+                    record.final_answer = Some(text.clone());
+                    record.told_user.push(text);
+                }
                 Event::Score { scoring_id, scorer, value, passed, weight, explanation, grader, check } => {
                     record
                         .scores
@@ -184,7 +192,11 @@ pub async fn regrade(
             usage: finished.usage,
             cost_usd: finished.cost_usd,
             fault: None,
-            trajectory: Trajectory { calls: record.calls.clone(), errors: record.errors.clone() },
+            trajectory: Trajectory {
+                calls: record.calls.clone(),
+                errors: record.errors.clone(),
+                told_user: record.told_user.clone(),
+            },
         };
         let recorder = log.recorder(id);
         let episode = Finished {

@@ -32,6 +32,9 @@ pub struct Task {
     pub mock: Arc<[MockTurn]>,
     /// The task's user's scripted answers to permission `ask` rules, given out in order.
     pub answers: Vec<String>,
+    /// The task's user (`user:`), part of the world: it answers `ask_user`, `clarify`,
+    /// `exit_plan_mode` and the permission `ask` rules, and in a conversation it talks.
+    pub user: Option<Arc<UserSpec>>,
     /// SHA-256 over the task's content (input, target, files, metadata).
     pub digest: String,
 }
@@ -51,6 +54,33 @@ impl Task {
         ctx.insert("metadata".into(), Value::Object(self.metadata.clone()));
         ctx
     }
+}
+
+/// The stop word a user says to end a conversation, unless the task names another.
+pub const DEFAULT_STOP: &str = "###STOP###";
+
+/// What a scripted user says when its script has run out, unless the task says (`then:`).
+pub const DEFAULT_SCRIPT_END: &str = "I have nothing more to add.";
+
+/// A task's user as written: scripted replies or a model playing a persona.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserSpec {
+    pub kind: UserKind,
+    /// `conversation: true`: the user opens the episode (the task's input is its first
+    /// message), the agent's text replies go to it, and its stop word ends the episode.
+    pub conversation: bool,
+    /// The word that ends a conversation when a reply of the user contains it.
+    pub stop: String,
+    /// The turns `mock` plays when it is the simulated user's model (`mock_user:`).
+    pub mock: Arc<[MockTurn]>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum UserKind {
+    /// `script:` replies in order, then `then` every time.
+    Scripted { replies: Vec<String>, then: String },
+    /// A language model plays the user from the task's persona and instructions.
+    Simulated { model: String, persona: String, instructions: String },
 }
 
 /// How a task's scores over its epochs reduce to one.

@@ -96,6 +96,12 @@ pub enum Check {
         what: Budget,
         max: f64,
     },
+    /// What the agent told the task's user (its conversation replies, the questions of
+    /// `ask_user` and `clarify`, the plans of `exit_plan_mode`) contains a text (a template).
+    Communicated {
+        expected: String,
+        ignore_case: bool,
+    },
     /// A file (or, in `kv`, a key) exists in the final world.
     FileExists {
         path: String,
@@ -141,6 +147,7 @@ pub const SCORERS: &[&str] = &[
     "max_tokens",
     "max_cost",
     "max_latency",
+    "communicated",
     "file_exists",
     "file_contains",
     "check",
@@ -327,6 +334,10 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
             };
             Check::Budget { what, max: number(&arg)? }
         }
+        "communicated" => {
+            let ignore_case = o.take("ignore_case")?.unwrap_or(false);
+            Check::Communicated { expected: text(arg)?, ignore_case }
+        }
         "file_exists" => Check::FileExists { path: text(arg)? },
         "file_contains" => {
             let Value::Object(mut m) = arg else {
@@ -404,7 +415,9 @@ impl ScorerSpec {
     /// The templates this scorer renders per task.
     pub fn templates(&self) -> Vec<&str> {
         match &self.check {
-            Check::Text { expected, .. } | Check::Numeric { expected, .. } => vec![expected.as_str()],
+            Check::Text { expected, .. } | Check::Numeric { expected, .. } | Check::Communicated { expected, .. } => {
+                vec![expected.as_str()]
+            }
             Check::FileContains { text, .. } => vec![text.as_str()],
             Check::Grader { criteria: Some(c), .. } => vec![c.as_str()],
             _ => Vec::new(),
@@ -419,6 +432,14 @@ mod tests {
 
     fn spec(v: Value) -> Result<ScorerSpec, String> {
         serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn reads_communicated_with_its_option() {
+        let s = spec(json!({"communicated": "the blue one", "ignore_case": true})).unwrap();
+        assert_eq!(s.check, Check::Communicated { expected: "the blue one".into(), ignore_case: true });
+        let e = spec(json!({"communicated": "x", "tolerance": 1})).unwrap_err();
+        assert!(e.contains("`tolerance` is not an option of `communicated`"), "{e}");
     }
 
     #[test]

@@ -75,12 +75,21 @@ pub struct SetupContext<'a> {
     /// Whether the processes a world starts run in the sandbox: off only when the suite or
     /// the command line says so.
     pub sandbox: SandboxMode,
+    /// The model that plays the task's simulated user, already lent to this episode.
+    pub user_model: Option<Arc<dyn crate::model::LanguageModel>>,
 }
 
 impl<'a> SetupContext<'a> {
     /// A context with no models and no run-wide state.
     pub fn new(work_root: &'a Path, episode_id: &'a str) -> Self {
-        SetupContext { work_root, episode_id, models: Vec::new(), run_store: None, sandbox: SandboxMode::On }
+        SetupContext {
+            work_root,
+            episode_id,
+            models: Vec::new(),
+            run_store: None,
+            sandbox: SandboxMode::On,
+            user_model: None,
+        }
     }
 }
 

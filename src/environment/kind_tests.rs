@@ -23,6 +23,7 @@ fn task() -> Task {
         scorers: Vec::new(),
         mock: Arc::from(Vec::new()),
         answers: Vec::new(),
+        user: None,
         digest: String::new(),
     }
 }

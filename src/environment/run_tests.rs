@@ -88,6 +88,7 @@ fn task() -> Task {
         scorers: Vec::new(),
         mock: Arc::from(Vec::new()),
         answers: Vec::new(),
+        user: None,
         digest: String::new(),
     }
 }
@@ -132,7 +133,7 @@ impl Agent for ScriptedAgent {
                 })
                 .collect(),
         };
-        Ok(Proposal { calls, usage: Usage { input_tokens: self.usage_per_turn, ..Usage::default() }, cost_usd: None })
+        Ok(Proposal { calls, usage: Usage { input_tokens: self.usage_per_turn, ..Usage::default() }, cost_usd: None, to_user: None })
     }
 }
 

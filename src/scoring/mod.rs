@@ -102,6 +102,8 @@ pub struct Graders {
     /// `--grader`: overrides the suite's and the scorer's choice.
     pub forced: Option<String>,
     backends: HashMap<String, Arc<Backend>>,
+    /// The models that play the suites' simulated users, by name (`mock` included).
+    users: HashMap<String, Arc<Backend>>,
 }
 
 impl Graders {
@@ -123,7 +125,32 @@ impl Graders {
                 backends.insert(name, Arc::new(backend));
             }
         }
-        Ok(Graders { forced, backends })
+        Ok(Graders { forced, backends, users: HashMap::new() })
+    }
+
+    /// Opens the models that play simulated users, cached and recorded as `options` ask;
+    /// one whose calls every model under test replays is not opened. They sit beside the
+    /// graders: models of the run that are not under test.
+    pub fn with_users(
+        mut self,
+        names: impl IntoIterator<Item = String>,
+        config: &ModelConfig,
+        options: BackendOptions,
+        under_test: &[Arc<Backend>],
+    ) -> Result<Self, String> {
+        for name in names {
+            let replayed = !under_test.is_empty() && under_test.iter().all(|m| m.replays_grader(&name));
+            if !replayed && !self.users.contains_key(&name) {
+                let backend = Backend::open(&name, config, options.clone()).map_err(|e| format!("simulated user: {e}"))?;
+                self.users.insert(name, Arc::new(backend));
+            }
+        }
+        Ok(self)
+    }
+
+    /// The opened backend of a simulated user's model.
+    pub fn user_backend(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.users.get(name)
     }
 
     /// The grader `name` for one scorer on one episode: scripted turns for `mock`, the
@@ -145,6 +172,45 @@ impl Graders {
             .under_test
             .and_then(|m| m.recorded_grader(name, task, id, scorer))
             .or_else(|| self.backends.get(name).map(|b| b.as_grader(task, id, scorer)))
+    }
+}
+
+/// What the agent told the user: its conversation replies, the questions of `ask_user` and
+/// `clarify` (with their choices), and the plans of `exit_plan_mode`, in order.
+pub fn told_user(trajectory: &crate::environment::Trajectory) -> Vec<String> {
+    let asked = trajectory.calls.iter().filter_map(|call| {
+        let field = |name: &str| call.arguments.get(name).and_then(Value::as_str).map(str::to_owned);
+        match call.name.as_str() {
+            "ask_user" => field("question"),
+            "clarify" => {
+                let choices: Vec<&str> = call
+                    .arguments
+                    .get("choices")
+                    .and_then(Value::as_array)
+                    .map(|c| c.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                field("question").map(|q| format!("{q} ({})", choices.join(" / ")))
+            }
+            "exit_plan_mode" => field("plan"),
+            _ => None,
+        }
+    });
+    asked.chain(trajectory.told_user.iter().cloned()).collect()
+}
+
+fn communicated(trajectory: &crate::environment::Trajectory, expected: &str, ignore_case: bool) -> Verdict {
+    let told = told_user(trajectory);
+    if told.is_empty() {
+        return verdict(false, "the agent told the user nothing".into());
+    }
+    let found = told.iter().any(|text| {
+        if ignore_case { text.to_lowercase().contains(&expected.to_lowercase()) } else { text.contains(expected) }
+    });
+    if found {
+        verdict(true, format!("the agent told the user {expected:?}"))
+    } else {
+        let last = told.last().map(String::as_str).unwrap_or_default();
+        verdict(false, format!("the agent never told the user {expected:?} (its last words: {})", quote(last)))
     }
 }
 
@@ -261,6 +327,13 @@ async fn apply(
         Check::Json(check) => {
             let Some(answer) = answer else { return Ok(no_answer()) };
             json_check(check, answer)
+        }
+        Check::Communicated { expected, ignore_case } => {
+            let expected = match render(expected) {
+                Ok(e) => e,
+                Err(e) => return Ok(verdict(false, format!("the scorer's template failed: {e}"))),
+            };
+            communicated(&ending.trajectory, &expected, *ignore_case)
         }
         Check::ToolCalled { name, negate } => {
             let count = ending.trajectory.calls.iter().filter(|c| &c.name == name).count();

@@ -140,6 +140,9 @@ fn map_row(
         scorers: Vec::new(),
         mock: None,
         answers: Vec::new(),
+        user: None,
+        conversation: false,
+        mock_user: None,
     })
 }
 

@@ -6,7 +6,10 @@ pub mod dataset;
 
 use crate::config::{decode, template, yaml};
 use crate::domain::scorer::ScorerSpec;
-use crate::domain::{MAX_EPISODE_S, MockCall, MockTurn, Reducer, Task, is_relative_inside, text};
+use crate::domain::{
+    DEFAULT_SCRIPT_END, DEFAULT_STOP, MAX_EPISODE_S, MockCall, MockTurn, Reducer, Task, UserKind, UserSpec,
+    is_relative_inside, text,
+};
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -71,6 +74,9 @@ pub struct AgentConfig {
     /// call `final_answer`.
     #[serde(default)]
     pub require_final_answer: bool,
+    /// When true, the agent offers `enter_plan_mode` (and, in plan mode, `exit_plan_mode`).
+    #[serde(default)]
+    pub plan_mode: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -154,6 +160,91 @@ pub(crate) struct TaskFile {
     /// The user's answers to permission `ask` rules, in order.
     #[serde(default)]
     pub answers: Vec<Text>,
+    /// The task's user: `script:` or `simulated:`.
+    pub user: Option<UserFile>,
+    /// The user opens the episode and the agent talks with it until it says its stop word.
+    #[serde(default)]
+    pub conversation: bool,
+    /// The turns `mock` plays as a simulated user whose model is `mock`.
+    pub mock_user: Option<Vec<MockTurn>>,
+}
+
+/// A task's `user:` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UserFile {
+    /// Replies in order.
+    script: Option<Vec<Text>>,
+    /// What a scripted user says once its script has run out.
+    then: Option<Text>,
+    simulated: Option<SimulatedFile>,
+    /// The stop word of a scripted user (a simulated one names it under `simulated:`).
+    stop: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SimulatedFile {
+    model: String,
+    #[serde(default)]
+    persona: Text,
+    #[serde(default)]
+    instructions: Text,
+    stop: Option<String>,
+}
+
+/// Reads a task's `user:`, `conversation:` and `mock_user:`; an error names the field.
+fn user_spec(
+    user: Option<UserFile>,
+    conversation: bool,
+    mock_user: Option<Vec<MockTurn>>,
+    answers: &[String],
+) -> Result<Option<Arc<UserSpec>>, (&'static str, String)> {
+    let Some(user) = user else {
+        if conversation {
+            return Err(("conversation", "a conversation needs the task's `user:` (`script:` or `simulated:`)".into()));
+        }
+        if mock_user.is_some() {
+            return Err(("mock_user", "`mock_user:` plays a simulated user: add `user: {simulated: …}`".into()));
+        }
+        return Ok(None);
+    };
+    if !answers.is_empty() {
+        return Err(("answers", "the task has a `user:`, who answers the `ask` rules: put these in `user.script`".into()));
+    }
+    let nonempty = |stop: Option<String>, field: &'static str| match stop {
+        Some(s) if s.trim().is_empty() => Err((field, "the stop word cannot be empty".to_string())),
+        Some(s) => Ok(s),
+        None => Ok(DEFAULT_STOP.to_owned()),
+    };
+    let (kind, stop) = match (user.script, user.simulated) {
+        (Some(replies), None) => {
+            let then = user.then.map_or_else(|| DEFAULT_SCRIPT_END.to_owned(), |t| t.0);
+            let kind = UserKind::Scripted { replies: replies.into_iter().map(|r| r.0).collect(), then };
+            (kind, nonempty(user.stop, "user.stop")?)
+        }
+        (None, Some(sim)) => {
+            if user.then.is_some() || user.stop.is_some() {
+                let message = "`then` and `stop` belong to a scripted user; a simulated one names `stop` under `simulated:`";
+                return Err(("user", message.into()));
+            }
+            if sim.model.trim().is_empty() {
+                return Err(("user.simulated.model", "name the model that plays the user (`mock` offline)".into()));
+            }
+            if sim.model != "mock" && mock_user.is_some() {
+                return Err(("mock_user", format!("`mock_user:` is played only when the user's model is `mock`, not `{}`", sim.model)));
+            }
+            let stop = nonempty(sim.stop, "user.simulated.stop")?;
+            (UserKind::Simulated { model: sim.model, persona: sim.persona.0, instructions: sim.instructions.0 }, stop)
+        }
+        (Some(_), Some(_)) => return Err(("user", "a user is either `script:` or `simulated:`, not both".into())),
+        (None, None) => return Err(("user", "expected `script: [replies…]` or `simulated: {model, persona, instructions}`".into())),
+    };
+    if matches!(kind, UserKind::Scripted { .. }) && mock_user.is_some() {
+        return Err(("mock_user", "`mock_user:` plays a simulated user; this one is scripted".into()));
+    }
+    let mock = mock_user.unwrap_or_default().into();
+    Ok(Some(Arc::new(UserSpec { kind, conversation, stop, mock })))
 }
 
 /// Loads and validates one suite file.
@@ -369,11 +460,15 @@ pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<
     let files: BTreeMap<String, String> = raw.files.into_iter().map(|(k, v)| (k, v.0)).collect();
     let target = raw.target.map(|t| t.0);
     let answers: Vec<String> = raw.answers.into_iter().map(|a| a.0).collect();
+    let user = user_spec(raw.user, raw.conversation, raw.mock_user, &answers)?;
     let digest = {
         let mut content = json!({"input": raw.input.0, "target": target, "files": files, "metadata": raw.metadata});
         // Only when there are any, so that the digests of tasks without them stay as they were.
         if !answers.is_empty() {
             content["answers"] = json!(answers);
+        }
+        if let Some(user) = &user {
+            content["user"] = user_content(user);
         }
         hex::encode(Sha256::digest(content.to_string().as_bytes()))
     };
@@ -386,6 +481,7 @@ pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<
         scorers: raw.scorers,
         mock: suite_mock.clone(),
         answers,
+        user,
         digest,
     };
     let script: &[MockTurn] = match &raw.mock {
@@ -400,6 +496,18 @@ pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<
         task.mock = turns.into();
     }
     Ok(task)
+}
+
+/// What of a task's user is part of its content (and so of its episodes' ids): not the
+/// turns `mock` plays, as a task's own `mock:` is not.
+fn user_content(user: &UserSpec) -> Value {
+    let kind = match &user.kind {
+        UserKind::Scripted { replies, then } => json!({"script": replies, "then": then}),
+        UserKind::Simulated { model, persona, instructions } => {
+            json!({"simulated": {"model": model, "persona": persona, "instructions": instructions}})
+        }
+    };
+    json!({"user": kind, "conversation": user.conversation, "stop": user.stop})
 }
 
 fn turn_has_template(turn: &MockTurn) -> bool {
@@ -435,7 +543,9 @@ fn render_turn(turn: &MockTurn, ctx: &Map<String, Value>) -> Result<MockTurn, St
 fn check_tool_refs(source: &Source, at: &str, scorers: &[ScorerSpec], env: &Definition) -> Result<(), ConfigError> {
     for (i, scorer) in scorers.iter().enumerate() {
         for name in scorer.tools() {
-            if env.tool(name).is_none() {
+            // The user's tools and plan mode's are offered by tasks and agents, not environments.
+            let elsewhere = ["ask_user", "clarify", "enter_plan_mode", "exit_plan_mode"].contains(&name);
+            if env.tool(name).is_none() && !elsewhere {
                 let known: Vec<&str> = env.specs.iter().map(|t| t.name.as_str()).collect();
                 return Err(source.error(
                     &yaml::child(&yaml::item(at, i), &scorer.name),
