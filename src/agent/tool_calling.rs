@@ -575,6 +575,127 @@ mod tests {
         assert_eq!(a.transcript().len(), 3);
     }
 
+    /// A world with a tool that reads and one that writes, the user's, and the final answer.
+    fn plan_world() -> Vec<ToolSpec> {
+        use crate::contract::ToolAnnotations;
+        let object = json!({"type": "object"});
+        vec![
+            ToolSpec::new("kv_get", "reads", object.clone()).annotated(ToolAnnotations::READ_ONLY),
+            ToolSpec::new("kv_set", "writes", object.clone()),
+            ToolSpec::new("ask_user", "asks", object.clone()).annotated(ToolAnnotations::READ_ONLY),
+            ToolSpec::new(FINAL_TOOL, "ends", object),
+        ]
+    }
+
+    /// One turn of `agent` over `observations` in the plan world: what reached the world,
+    /// the events, and the tools the model was offered.
+    async fn plan_turn(
+        agent: &mut ToolCallingAgent,
+        observations: &[Observation],
+        step: u32,
+    ) -> (Vec<String>, Vec<Value>) {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
+        let recorder = log.recorder("ep");
+        let tools = plan_world();
+        let deadline = crate::model::limiter::Deadline::after(std::time::Duration::from_secs(30));
+        let budget = Budget { step, steps_left: 5, deadline, tokens_left: None };
+        let turn = Turn { observations, tools: &tools, budget, recorder: &recorder, world: &NoFiles };
+        let proposal = agent.propose(turn).await.unwrap();
+        drop((recorder, log));
+        writer.close().unwrap();
+        let text = std::fs::read_to_string(dir.path().join("e.jsonl")).unwrap();
+        let events = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        (proposal.calls.iter().map(|c| c.name.clone()).collect(), events)
+    }
+
+    #[tokio::test]
+    async fn in_plan_mode_only_reads_reach_the_world_until_the_user_approves() {
+        let turns = vec![
+            turn_of(None, &[("enter_plan_mode", json!({}), None)]),
+            // A write and a read in one turn: the write is refused by the agent, the read goes out.
+            turn_of(None, &[("kv_set", json!({"key": "a"}), None), ("kv_get", json!({"key": "a"}), None)]),
+            turn_of(None, &[("exit_plan_mode", json!({"plan": "set a"}), None)]),
+            turn_of(None, &[("kv_set", json!({"key": "a"}), None)]),
+            turn_of(None, &[("exit_plan_mode", json!({"plan": "set a, carefully"}), None)]),
+            turn_of(None, &[("kv_set", json!({"key": "a"}), None)]),
+        ];
+        let mut a = agent(turns, false).with_plan_mode();
+        let (sent, events) = plan_turn(&mut a, &[first_observation()], 1).await;
+        assert!(sent.is_empty(), "entering plan mode never reaches the world: {sent:?}");
+        let action = events.iter().find(|e| e["type"] == "agent_action").unwrap();
+        assert_eq!((action["name"].as_str(), action["class"].as_str()), (Some("enter_plan_mode"), Some("cognitive")));
+
+        let (sent, events) = plan_turn(&mut a, &[], 2).await;
+        assert_eq!(sent, ["kv_get"]);
+        let refused = events.iter().find(|e| e["type"] == "agent_action").unwrap();
+        assert_eq!(refused["name"], "kv_set");
+        assert_eq!(refused["error"]["type"], "PermissionError");
+        let reminder = events.iter().find(|e| e["type"] == "reminder").unwrap();
+        assert_eq!(reminder["kind"], "plan_mode");
+        // The refusal is in the transcript as the call's result, an error.
+        assert!(a.transcript().iter().any(
+            |m| matches!(m, Message::Tool { name, is_error: true, content, .. } if name == "kv_set" && content.contains("PermissionError"))
+        ));
+
+        let read = Observation::of_result("c_3", json!({"value": null}));
+        let (sent, _) = plan_turn(&mut a, &[read], 3).await;
+        assert_eq!(sent, ["exit_plan_mode"], "the plan goes to the world, which asks the user");
+
+        let rejected = Observation::of_result("c_4", json!({"approved": false, "feedback": "be careful"}));
+        let (sent, events) = plan_turn(&mut a, &[rejected], 4).await;
+        assert!(sent.is_empty(), "still in plan mode: the write is refused");
+        let hybrid = events.iter().find(|e| e["type"] == "agent_action" && e["class"] == "hybrid").unwrap();
+        assert_eq!(hybrid["result"], json!({"approved": false, "plan_mode": true}));
+
+        let (sent, _) = plan_turn(&mut a, &[], 5).await;
+        assert_eq!(sent, ["exit_plan_mode"]);
+        let approved = Observation::of_result("c_6", json!({"approved": true, "feedback": "approve"}));
+        let (sent, events) = plan_turn(&mut a, &[approved], 6).await;
+        assert_eq!(sent, ["kv_set"], "approved: the write goes to the world");
+        let hybrid = events.iter().find(|e| e["type"] == "agent_action" && e["class"] == "hybrid").unwrap();
+        assert_eq!(hybrid["result"], json!({"approved": true, "plan_mode": false}));
+    }
+
+    #[tokio::test]
+    async fn plan_mode_offers_only_read_only_tools_to_the_model() {
+        let mut a = agent(vec![turn_of(None, &[("enter_plan_mode", json!({}), None)])], false).with_plan_mode();
+        let names = |a: &ToolCallingAgent| {
+            let plan = a.plan.as_ref().unwrap();
+            plan.offer(&plan_world()).into_iter().map(|t| t.name).collect::<Vec<_>>()
+        };
+        assert_eq!(names(&a), ["kv_get", "kv_set", "ask_user", FINAL_TOOL, "enter_plan_mode"]);
+        plan_turn(&mut a, &[first_observation()], 1).await;
+        assert_eq!(names(&a), ["kv_get", "ask_user", FINAL_TOOL, "exit_plan_mode"]);
+    }
+
+    #[tokio::test]
+    async fn without_plan_mode_the_plan_tools_go_to_the_world_and_nothing_is_refused() {
+        let calls = [("enter_plan_mode", json!({}), None), ("kv_set", json!({"key": "a"}), None)];
+        let mut a = agent(vec![turn_of(None, &calls)], false);
+        let (sent, events) = plan_turn(&mut a, &[first_observation()], 1).await;
+        assert_eq!(sent, ["enter_plan_mode", "kv_set"]);
+        assert!(events.iter().all(|e| e["type"] != "agent_action"), "{events:?}");
+    }
+
+    #[tokio::test]
+    async fn exit_plan_mode_outside_plan_mode_is_refused_by_the_agent() {
+        let mut a = agent(vec![turn_of(None, &[("exit_plan_mode", json!({"plan": "x"}), None)])], false).with_plan_mode();
+        let (sent, events) = plan_turn(&mut a, &[first_observation()], 1).await;
+        assert!(sent.is_empty());
+        let action = events.iter().find(|e| e["type"] == "agent_action").unwrap();
+        assert_eq!(action["error"]["type"], "ExecutionError");
+    }
+
+    #[tokio::test]
+    async fn in_a_conversation_text_goes_to_the_user_not_to_the_final_answer() {
+        let mut a = agent(vec![turn_of(Some("How many people?"), &[])], true).in_conversation();
+        let p = propose(&mut a, &[first_observation()]).await.unwrap();
+        assert!(p.calls.is_empty());
+        assert_eq!(p.to_user.as_deref(), Some("How many people?"));
+        assert!(a.transcript().iter().all(|m| m != &Message::User { content: FINAL_ANSWER_REMINDER.into() }));
+    }
+
     #[tokio::test]
     async fn a_model_failure_is_an_agent_fault_with_its_cause() {
         let mut a = agent(vec![], false);

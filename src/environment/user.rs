@@ -406,3 +406,137 @@ fn choice_result(answer: &str, choices: &[String]) -> Value {
         None => json!({"answer": answer, "choice": null}),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{MockTurn, UserSpec, text::Text};
+    use crate::log::EventLog;
+
+    fn task(kind: UserKind, mock: &[&str]) -> Task {
+        let mock: Vec<MockTurn> =
+            mock.iter().map(|t| MockTurn { text: Some(Text((*t).into())), tool_calls: Vec::new() }).collect();
+        Task {
+            id: "t".into(),
+            input: "Book a table.".into(),
+            target: None,
+            files: Default::default(),
+            metadata: Default::default(),
+            scorers: Vec::new(),
+            mock: Arc::from(Vec::new()),
+            answers: Vec::new(),
+            user: Some(Arc::new(UserSpec { kind, conversation: true, stop: "###STOP###".into(), mock: mock.into() })),
+            digest: String::new(),
+        }
+    }
+
+    /// Asks `user` each prompt in turn; the answers, and the events logged.
+    async fn ask(user: &User, prompts: &[Prompt<'_>]) -> (Vec<Result<Option<String>, UserFault>>, Vec<Value>) {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
+        let recorder = log.recorder("ep");
+        let mut answers = Vec::new();
+        for prompt in prompts {
+            answers.push(user.answer(prompt, 1, &recorder).await);
+        }
+        drop((recorder, log));
+        writer.close().unwrap();
+        let text = std::fs::read_to_string(dir.path().join("e.jsonl")).unwrap();
+        (answers, text.lines().map(|l| serde_json::from_str(l).unwrap()).collect())
+    }
+
+    #[tokio::test]
+    async fn a_scripted_user_replies_in_order_then_its_fixed_reply() {
+        let kind = UserKind::Scripted { replies: vec!["blue".into(), "yes".into()], then: "no more".into() };
+        let user = User::of_task(&task(kind, &[]), None).unwrap();
+        assert!(user.is_declared() && user.is_conversation());
+        let (answers, events) = ask(&user, &[Prompt::Question("colour?"), Prompt::Reply("ok"), Prompt::Plan("p")]).await;
+        assert_eq!(answers, [Ok(Some("blue".into())), Ok(Some("yes".into())), Ok(Some("no more".into()))]);
+        assert!(events.is_empty(), "a scripted user calls no model");
+        assert_eq!(user.spent(), None);
+    }
+
+    #[tokio::test]
+    async fn bare_answers_run_out_to_nobody() {
+        let user = User::answers(&["yes".into()]);
+        assert!(!user.is_declared(), "bare answers offer no user tools");
+        let (answers, _) = ask(&user, &[Prompt::Reply("a"), Prompt::Reply("b")]).await;
+        assert_eq!(answers, [Ok(Some("yes".into())), Ok(None)]);
+        let (answers, _) = ask(&User::default(), &[Prompt::Reply("a")]).await;
+        assert_eq!(answers, [Ok(None)]);
+    }
+
+    #[tokio::test]
+    async fn a_simulated_user_sees_the_conversation_and_its_calls_are_logged_as_the_users() {
+        let kind = UserKind::Simulated { model: "mock".into(), persona: "A terse diner.".into(), instructions: "Two at 8.".into() };
+        let task = task(kind, &["Two, at 8.", "###STOP###"]);
+        let model: Arc<dyn LanguageModel> =
+            Arc::new(crate::model::mock::MockModel::new(task.user.as_ref().unwrap().mock.clone()));
+        let user = User::of_task(&task, Some(model)).unwrap();
+        let (answers, events) = ask(&user, &[Prompt::Question("How many?"), Prompt::Reply("Booked.")]).await;
+        assert_eq!(answers, [Ok(Some("Two, at 8.".into())), Ok(Some("###STOP###".into()))]);
+        assert!(user.says_stop("###STOP###") && !user.says_stop("Two, at 8."));
+        let calls: Vec<&Value> = events.iter().filter(|e| e["type"] == "model_call").collect();
+        assert_eq!(calls.len(), 2);
+        assert!(calls.iter().all(|c| c["actor"] == "user" && c.get("scorer").is_none()), "{calls:?}");
+        let (usage, _) = user.spent().expect("it made calls");
+        assert!(usage.input_tokens > 0);
+        // The second request held the whole conversation: system, question, answer, reply.
+        let transcript = match &user.voice {
+            Voice::Simulated(sim) => sim.transcript.lock().await.clone(),
+            _ => unreachable!(),
+        };
+        assert_eq!(transcript.len(), 5);
+        let Message::System { content } = &transcript[0] else { panic!("{transcript:?}") };
+        assert!(content.contains("A terse diner.") && content.contains("Two at 8.") && content.contains("###STOP###"));
+        assert!(content.contains("Book a table."), "the user knows its request");
+        assert_eq!(transcript[1], Message::User { content: "The assistant asks you: How many?".into() });
+    }
+
+    #[tokio::test]
+    async fn a_simulated_user_whose_model_fails_is_a_fault_not_an_answer() {
+        let kind = UserKind::Simulated { model: "mock".into(), persona: String::new(), instructions: String::new() };
+        let task = task(kind, &[]);
+        let model: Arc<dyn LanguageModel> = Arc::new(crate::model::mock::MockModel::new(Vec::new().into()));
+        let user = User::of_task(&task, Some(model)).unwrap();
+        let (answers, events) = ask(&user, &[Prompt::Reply("hello")]).await;
+        let fault = answers[0].clone().unwrap_err();
+        assert_eq!(fault.cause(), UnscoredCause::UserError);
+        assert!(fault.0.contains("mock_exhausted"), "{fault}");
+        assert_eq!(events[0]["cause"], "mock_exhausted", "the failed call is logged too");
+        // Without a model, a simulated user cannot be set up.
+        let Err(message) = User::of_task(&task, None) else { panic!("set up without a model") };
+        assert!(message.contains("`mock` is not open"), "{message}");
+    }
+
+    #[test]
+    fn a_plan_is_approved_by_approve_or_yes_only() {
+        for answer in ["approve", "Approved, go", "yes", " YES please"] {
+            assert!(approves_plan(answer), "{answer}");
+        }
+        for answer in ["reject: keep b", "no", "looks fine but approve later", ""] {
+            assert!(!approves_plan(answer), "{answer}");
+        }
+    }
+
+    #[test]
+    fn a_clarify_answer_names_a_choice_by_text_or_number() {
+        let choices = ["small".to_string(), "large".into()];
+        assert_eq!(choice_result("Large", &choices)["choice"], "large");
+        assert_eq!(choice_result("1", &choices)["choice"], "small");
+        assert_eq!(choice_result("3", &choices)["choice"], Value::Null);
+        assert_eq!(choice_result("medium please", &choices), json!({"answer": "medium please", "choice": null}));
+    }
+
+    #[test]
+    fn prompts_read_as_the_user_sees_them() {
+        let call = ToolCall::new("c", "kv_delete", json!({"key": "a"}));
+        assert_eq!(
+            Prompt::Permission(&call).text(),
+            r#"The assistant wants to run `kv_delete` with {"key":"a"}. Reply `yes` to allow it or `no` to refuse."#
+        );
+        let choices = ["a".to_string(), "b".into()];
+        let text = Prompt::Choice { question: "Which?", choices: &choices, freetext: false }.text();
+        assert_eq!(text, "The assistant asks you: Which?\nThe choices:\n1. a\n2. b\nPick one of them.");
+    }
+}

@@ -73,6 +73,7 @@ fn ending(answer: Option<&str>, calls: &[(&str, Value)]) -> Ending {
                 call_id: "c0".into(),
                 error: ToolError::new(ErrorType::ExecutionError, "no such file"),
             }],
+            told_user: Vec::new(),
         },
     }
 }
