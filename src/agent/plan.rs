@@ -53,8 +53,9 @@ pub struct PlanMode {
     on: bool,
     /// The reminder is due on the next turn (plan mode just began).
     reminder_due: bool,
-    /// The `exit_plan_mode` calls sent to the world whose answer has not come back yet.
-    pending_exits: Vec<String>,
+    /// The `exit_plan_mode` calls (id, plan) sent to the world whose answer has not come
+    /// back yet.
+    pending_exits: Vec<(String, Value)>,
 }
 
 impl PlanMode {
@@ -108,23 +109,24 @@ impl PlanMode {
     }
 
     /// An `exit_plan_mode` call went to the world.
-    pub fn exit_sent(&mut self, call_id: &str) {
-        self.pending_exits.push(call_id.to_owned());
+    pub fn exit_sent(&mut self, call_id: &str, arguments: &Value) {
+        self.pending_exits.push((call_id.to_owned(), arguments.clone()));
     }
 
     /// The hybrid's second half: when `obs` answers a pending `exit_plan_mode`, plan mode
-    /// ends if the user approved it. Returns what the agent did, for its `agent_action`.
-    pub fn exit_answered(&mut self, obs: &Observation) -> Option<Value> {
+    /// ends if the user approved it. Returns the call's arguments and what the agent did,
+    /// for its `agent_action`.
+    pub fn exit_answered(&mut self, obs: &Observation) -> Option<(Value, Value)> {
         let call_id = obs.call_id.as_deref()?;
-        let at = self.pending_exits.iter().position(|id| id == call_id)?;
-        self.pending_exits.remove(at);
+        let at = self.pending_exits.iter().position(|(id, _)| id == call_id)?;
+        let (_, arguments) = self.pending_exits.remove(at);
         let approved = obs.error.is_none()
             && obs.tool_result.as_ref().and_then(|r| r.get("approved")).and_then(Value::as_bool) == Some(true);
         if approved {
             self.on = false;
             self.reminder_due = false;
         }
-        Some(json!({"approved": approved, "plan_mode": self.on}))
+        Some((arguments, json!({"approved": approved, "plan_mode": self.on})))
     }
 
     /// The reminder to add before the next model call, once per entry into plan mode.
@@ -155,7 +157,10 @@ mod tests {
     #[test]
     fn plan_mode_offers_only_tools_that_read_then_exit() {
         let mut plan = PlanMode::default();
-        assert_eq!(names(&plan.offer(&world())), ["read_file", "write_file", "run_command", FINAL_TOOL, ENTER_PLAN_MODE]);
+        assert_eq!(
+            names(&plan.offer(&world())),
+            ["read_file", "write_file", "run_command", FINAL_TOOL, ENTER_PLAN_MODE]
+        );
         plan.enter();
         assert_eq!(names(&plan.offer(&world())), ["read_file", FINAL_TOOL, EXIT_PLAN_MODE]);
     }
@@ -181,15 +186,17 @@ mod tests {
         plan.enter();
         assert_eq!(plan.take_reminder(), Some(PLAN_MODE_REMINDER));
         assert_eq!(plan.take_reminder(), None, "once per entry");
-        plan.exit_sent("c1");
+        plan.exit_sent("c1", &json!({"plan": "a"}));
         let rejected = Observation::of_result("c1", json!({"approved": false, "feedback": "add tests"}));
-        assert_eq!(plan.exit_answered(&rejected), Some(json!({"approved": false, "plan_mode": true})));
+        let answered = plan.exit_answered(&rejected);
+        assert_eq!(answered, Some((json!({"plan": "a"}), json!({"approved": false, "plan_mode": true}))));
         assert!(plan.is_on());
         // An answer to a call that was not an exit changes nothing.
         assert_eq!(plan.exit_answered(&Observation::of_result("c9", json!({"approved": true}))), None);
-        plan.exit_sent("c2");
+        plan.exit_sent("c2", &json!({"plan": "b"}));
         let approved = Observation::of_result("c2", json!({"approved": true, "feedback": "approve"}));
-        assert_eq!(plan.exit_answered(&approved), Some(json!({"approved": true, "plan_mode": false})));
+        let answered = plan.exit_answered(&approved).map(|(_, result)| result);
+        assert_eq!(answered, Some(json!({"approved": true, "plan_mode": false})));
         assert!(!plan.is_on());
     }
 }

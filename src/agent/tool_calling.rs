@@ -84,7 +84,7 @@ impl ToolCallingAgent {
     fn read_plan_answers(&mut self, turn: &Turn<'_>) {
         let Some(plan) = &mut self.plan else { return };
         for obs in turn.observations {
-            let Some(result) = plan.exit_answered(obs) else { continue };
+            let Some((arguments, result)) = plan.exit_answered(obs) else { continue };
             let call_id = obs.call_id.clone().unwrap_or_default();
             turn.recorder.emit(&Event::AgentAction {
                 step: turn.budget.step,
@@ -92,7 +92,7 @@ impl ToolCallingAgent {
                 call_id,
                 name: plan::EXIT_PLAN_MODE.into(),
                 class: ActionClass::Hybrid,
-                arguments: Value::Null,
+                arguments,
                 result,
                 error: None,
             });
@@ -187,7 +187,9 @@ impl ToolCallingAgent {
     /// Asks the model and logs the call, answered or not.
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
         let offered: Cow<'_, [ToolSpec]> = match &self.plan {
-            Some(plan) => Cow::Owned(plan.offer(turn.tools).into_iter().chain(self.own_tools.iter().cloned()).collect()),
+            Some(plan) => {
+                Cow::Owned(plan.offer(turn.tools).into_iter().chain(self.own_tools.iter().cloned()).collect())
+            }
             None if self.own_tools.is_empty() => Cow::Borrowed(turn.tools),
             None => Cow::Owned(turn.tools.iter().chain(&self.own_tools).cloned().collect()),
         };
@@ -312,7 +314,7 @@ impl Agent for ToolCallingAgent {
                             answered_own = true;
                         }
                         None => {
-                            plan.exit_sent(&call.call_id);
+                            plan.exit_sent(&call.call_id, &call.arguments);
                             calls.push(call);
                         }
                     },
@@ -680,7 +682,8 @@ mod tests {
 
     #[tokio::test]
     async fn exit_plan_mode_outside_plan_mode_is_refused_by_the_agent() {
-        let mut a = agent(vec![turn_of(None, &[("exit_plan_mode", json!({"plan": "x"}), None)])], false).with_plan_mode();
+        let mut a =
+            agent(vec![turn_of(None, &[("exit_plan_mode", json!({"plan": "x"}), None)])], false).with_plan_mode();
         let (sent, events) = plan_turn(&mut a, &[first_observation()], 1).await;
         assert!(sent.is_empty());
         let action = events.iter().find(|e| e["type"] == "agent_action").unwrap();

@@ -11,13 +11,13 @@ use crate::config::template;
 use std::sync::Arc;
 
 use crate::domain::{Task, UserKind};
-use crate::model::LanguageModel;
 use crate::environment::World;
 use crate::environment::sandbox::SandboxMode;
 use crate::environment::{Ending, Environment, EpisodeLimits, SetupContext};
 use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::model::Backend;
+use crate::model::LanguageModel;
 use crate::scoring::{self, Finished, Graders};
 use crate::suite::Suite;
 

@@ -43,7 +43,8 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     // The graders are recorded and cached like the models under test, and replayed with them.
     let graders = graders(&suites, args.grader.clone(), &config, options.clone(), &models)?;
     // The models that play simulated users are opened beside the graders, the same way.
-    let graders = Arc::new(graders.with_users(user_models(&suites), &config, options, &models).map_err(CliError::usage)?);
+    let graders =
+        Arc::new(graders.with_users(user_models(&suites), &config, options, &models).map_err(CliError::usage)?);
     // The clients hold their keys now; the commands the worlds run must not find them.
     crate::log::secrets::withdraw_from_environment(config.key_vars());
     let resume = match &args.resume {

@@ -158,8 +158,11 @@ impl Environment {
         let valid = jsonschema::validator_for(&spec.parameters)
             .map_err(|e| ToolError::new(ErrorType::ExecutionError, format!("the schema of `{}`: {e}", call.name)))?;
         if let Err(e) = valid.validate(&call.arguments) {
-            return Err(ToolError::new(ErrorType::ValidationError, format!("invalid arguments for `{}`: {e}", call.name))
-                .suggest(format!("call `{}` with arguments that match its parameters schema", call.name)));
+            return Err(ToolError::new(
+                ErrorType::ValidationError,
+                format!("invalid arguments for `{}`: {e}", call.name),
+            )
+            .suggest(format!("call `{}` with arguments that match its parameters schema", call.name)));
         }
         Ok(())
     }
@@ -249,15 +252,7 @@ impl Environment {
     pub fn with_world(definition: Arc<Definition>, world: Box<dyn World>) -> Self {
         let slots = Semaphore::new(definition.limits.max_concurrency);
         let permissions = definition.permissions.clone();
-        Environment {
-            definition,
-            world,
-            slots,
-            permissions,
-            user: User::default(),
-            offered: Vec::new(),
-            scripts: None,
-        }
+        Environment { definition, world, slots, permissions, user: User::default(), offered: Vec::new(), scripts: None }
     }
 
     /// Gives the environment its task's user; a declared user's tools (`ask_user`,

@@ -108,8 +108,7 @@ impl Environment {
                 deadline: deadline.clone(),
                 tokens_left: limits.max_tokens.map(|max| max.saturating_sub(ending.usage.total())),
             };
-            let turn =
-                Turn { observations: &observations, tools: self.tools(), budget, recorder, world: self };
+            let turn = Turn { observations: &observations, tools: self.tools(), budget, recorder, world: self };
             // The model learns the deadline and gives up on its own just then, blaming the
             // provider if it was failing; the grace only covers an agent that ignores it.
             let proposal = tokio::select! {
@@ -159,7 +158,11 @@ impl Environment {
                     Ok(Some(reply)) => observations = vec![reply],
                     Ok(None) => return ending.with(Termination::UserEnded),
                     Err(fault) => {
-                        recorder.emit(&Event::Error { step, cause: fault.cause.clone(), message: fault.message.clone() });
+                        recorder.emit(&Event::Error {
+                            step,
+                            cause: fault.cause.clone(),
+                            message: fault.message.clone(),
+                        });
                         ending.fault = Some(fault);
                         return ending.with(Termination::EnvironmentError);
                     }

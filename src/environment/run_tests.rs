@@ -143,7 +143,12 @@ impl Agent for ScriptedAgent {
                 .collect(),
         };
         let to_user = if calls.is_empty() { self.talk.pop_front() } else { None };
-        Ok(Proposal { calls, usage: Usage { input_tokens: self.usage_per_turn, ..Usage::default() }, cost_usd: None, to_user })
+        Ok(Proposal {
+            calls,
+            usage: Usage { input_tokens: self.usage_per_turn, ..Usage::default() },
+            cost_usd: None,
+            to_user,
+        })
     }
 }
 
@@ -473,9 +478,10 @@ fn simulated() -> crate::domain::UserKind {
 
 /// The environment with `task`'s user, played (when simulated) by `mock` over its `mock_user`.
 fn env_for(task: &Task) -> Environment {
-    let model: Option<Arc<dyn crate::model::LanguageModel>> = task.user.as_ref().map(|u| {
-        Arc::new(crate::model::mock::MockModel::new(u.mock.clone())) as Arc<dyn crate::model::LanguageModel>
-    });
+    let model: Option<Arc<dyn crate::model::LanguageModel>> = task
+        .user
+        .as_ref()
+        .map(|u| Arc::new(crate::model::mock::MockModel::new(u.mock.clone())) as Arc<dyn crate::model::LanguageModel>);
     env(4, 5.0).0.with_user(User::of_task(task, model).unwrap())
 }
 
@@ -575,8 +581,10 @@ async fn a_scripted_user_answers_the_user_tools_in_order_then_its_fixed_reply() 
 async fn without_a_user_the_user_tools_are_unknown_and_a_plan_has_nobody_to_approve_it() {
     let (environment, _) = env(4, 5.0);
     assert!(environment.tools().iter().all(|t| t.name != "ask_user"));
-    let turn =
-        vec![call("q", "ask_user", json!({"question": "Which day?"})), call("p", "exit_plan_mode", json!({"plan": "x"}))];
+    let turn = vec![
+        call("q", "ask_user", json!({"question": "Which day?"})),
+        call("p", "exit_plan_mode", json!({"plan": "x"})),
+    ];
     let r = run(&environment, ScriptedAgent::new(vec![turn, vec![final_call("f")]]), 5).await;
     let errors: Vec<Option<ErrorType>> = r.agent.seen[1].iter().map(|o| o.error.as_ref().map(|e| e.kind)).collect();
     assert_eq!(errors, [Some(ErrorType::ToolNotFound), Some(ErrorType::ExecutionError)]);

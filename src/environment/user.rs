@@ -64,7 +64,11 @@ pub fn is_user_tool(name: &str) -> bool {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Prompt<'a> {
     Question(&'a str),
-    Choice { question: &'a str, choices: &'a [String], freetext: bool },
+    Choice {
+        question: &'a str,
+        choices: &'a [String],
+        freetext: bool,
+    },
     /// A permission `ask` rule matched this call.
     Permission(&'a ToolCall),
     Plan(&'a str),
@@ -120,7 +124,10 @@ enum Voice {
     /// Nobody: an `ask` rule is denied, a question fails.
     Nobody,
     /// Replies in order; then `then` (or nobody, for a task's bare `answers:`).
-    Scripted { replies: Mutex<VecDeque<String>>, then: Option<String> },
+    Scripted {
+        replies: Mutex<VecDeque<String>>,
+        then: Option<String>,
+    },
     Simulated(Simulated),
 }
 
@@ -286,9 +293,16 @@ fn model_call_event(
             None,
             r.exchange.clone(),
         ),
-        Err(e) => {
-            (Value::Null, Usage::default(), e.attempts, false, None, Some(e.message.clone()), Some(e.cause.clone()), e.exchange.clone())
-        }
+        Err(e) => (
+            Value::Null,
+            Usage::default(),
+            e.attempts,
+            false,
+            None,
+            Some(e.message.clone()),
+            Some(e.cause.clone()),
+            e.exchange.clone(),
+        ),
     };
     let (url, request, raw_response) = match exchange {
         Some(x) => (Some(x.url), Some(x.request), Some(x.response)),
@@ -363,7 +377,9 @@ impl User {
                     Ok(q) => q,
                     Err(f) => return Answered::Failure(f),
                 };
-                self.answer(&Prompt::Question(&q.question), step, recorder).await.map(|a| a.map(|a| json!({"answer": a})))
+                self.answer(&Prompt::Question(&q.question), step, recorder)
+                    .await
+                    .map(|a| a.map(|a| json!({"answer": a})))
             }
             CLARIFY => {
                 let c: Choice = match super::decode_arguments(call.arguments.clone()) {
@@ -450,7 +466,8 @@ mod tests {
         let kind = UserKind::Scripted { replies: vec!["blue".into(), "yes".into()], then: "no more".into() };
         let user = User::of_task(&task(kind, &[]), None).unwrap();
         assert!(user.is_declared() && user.is_conversation());
-        let (answers, events) = ask(&user, &[Prompt::Question("colour?"), Prompt::Reply("ok"), Prompt::Plan("p")]).await;
+        let (answers, events) =
+            ask(&user, &[Prompt::Question("colour?"), Prompt::Reply("ok"), Prompt::Plan("p")]).await;
         assert_eq!(answers, [Ok(Some("blue".into())), Ok(Some("yes".into())), Ok(Some("no more".into()))]);
         assert!(events.is_empty(), "a scripted user calls no model");
         assert_eq!(user.spent(), None);
@@ -468,7 +485,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_simulated_user_sees_the_conversation_and_its_calls_are_logged_as_the_users() {
-        let kind = UserKind::Simulated { model: "mock".into(), persona: "A terse diner.".into(), instructions: "Two at 8.".into() };
+        let kind = UserKind::Simulated {
+            model: "mock".into(),
+            persona: "A terse diner.".into(),
+            instructions: "Two at 8.".into(),
+        };
         let task = task(kind, &["Two, at 8.", "###STOP###"]);
         let model: Arc<dyn LanguageModel> =
             Arc::new(crate::model::mock::MockModel::new(task.user.as_ref().unwrap().mock.clone()));

@@ -204,7 +204,14 @@ impl Replay {
             for_each_event_of(&events, Some(&["model_call"]), |e: LoggedEvent| {
                 let episode = e.episode_id.clone();
                 if let Some(Event::ModelCall {
-                    model, request_digest, sampling, response, error: None, scorer, actor, ..
+                    model,
+                    request_digest,
+                    sampling,
+                    response,
+                    error: None,
+                    scorer,
+                    actor,
+                    ..
                 }) = e.event()
                     && let Ok(response) = serde_json::from_value::<ModelResponse>(response)
                 {
@@ -263,9 +270,7 @@ impl Replay {
         for e in entries {
             let tape = match (&e.scorer, e.user) {
                 (None, false) => &mut agent,
-                _ => {
-                    graders.entry(e.model).or_insert_with(|| Tape { sampling: e.sampling.clone(), ..Tape::default() })
-                }
+                _ => graders.entry(e.model).or_insert_with(|| Tape { sampling: e.sampling.clone(), ..Tape::default() }),
             };
             tape.push(e.episode, e.digest, e.request, e.response);
         }

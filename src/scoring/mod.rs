@@ -141,7 +141,8 @@ impl Graders {
         for name in names {
             let replayed = !under_test.is_empty() && under_test.iter().all(|m| m.replays_grader(&name));
             if !replayed && !self.users.contains_key(&name) {
-                let backend = Backend::open(&name, config, options.clone()).map_err(|e| format!("simulated user: {e}"))?;
+                let backend =
+                    Backend::open(&name, config, options.clone()).map_err(|e| format!("simulated user: {e}"))?;
                 self.users.insert(name, Arc::new(backend));
             }
         }

@@ -210,7 +210,10 @@ fn user_spec(
         return Ok(None);
     };
     if !answers.is_empty() {
-        return Err(("answers", "the task has a `user:`, who answers the `ask` rules: put these in `user.script`".into()));
+        return Err((
+            "answers",
+            "the task has a `user:`, who answers the `ask` rules: put these in `user.script`".into(),
+        ));
     }
     let nonempty = |stop: Option<String>, field: &'static str| match stop {
         Some(s) if s.trim().is_empty() => Err((field, "the stop word cannot be empty".to_string())),
@@ -225,20 +228,26 @@ fn user_spec(
         }
         (None, Some(sim)) => {
             if user.then.is_some() || user.stop.is_some() {
-                let message = "`then` and `stop` belong to a scripted user; a simulated one names `stop` under `simulated:`";
+                let message =
+                    "`then` and `stop` belong to a scripted user; a simulated one names `stop` under `simulated:`";
                 return Err(("user", message.into()));
             }
             if sim.model.trim().is_empty() {
                 return Err(("user.simulated.model", "name the model that plays the user (`mock` offline)".into()));
             }
             if sim.model != "mock" && mock_user.is_some() {
-                return Err(("mock_user", format!("`mock_user:` is played only when the user's model is `mock`, not `{}`", sim.model)));
+                return Err((
+                    "mock_user",
+                    format!("`mock_user:` is played only when the user's model is `mock`, not `{}`", sim.model),
+                ));
             }
             let stop = nonempty(sim.stop, "user.simulated.stop")?;
             (UserKind::Simulated { model: sim.model, persona: sim.persona.0, instructions: sim.instructions.0 }, stop)
         }
         (Some(_), Some(_)) => return Err(("user", "a user is either `script:` or `simulated:`, not both".into())),
-        (None, None) => return Err(("user", "expected `script: [replies…]` or `simulated: {model, persona, instructions}`".into())),
+        (None, None) => {
+            return Err(("user", "expected `script: [replies…]` or `simulated: {model, persona, instructions}`".into()));
+        }
     };
     if matches!(kind, UserKind::Scripted { .. }) && mock_user.is_some() {
         return Err(("mock_user", "`mock_user:` plays a simulated user; this one is scripted".into()));
