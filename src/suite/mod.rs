@@ -246,7 +246,10 @@ fn user_spec(
         }
         (Some(_), Some(_)) => return Err(("user", "a user is either `script:` or `simulated:`, not both".into())),
         (None, None) => {
-            return Err(("user", "expected `script: [replies…]` or `simulated: {model, persona, instructions}`".into()));
+            return Err((
+                "user",
+                "expected `script: [replies…]` or `simulated: {model, persona, instructions}`".into(),
+            ));
         }
     };
     if matches!(kind, UserKind::Scripted { .. }) && mock_user.is_some() {
