@@ -123,14 +123,16 @@ fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> Box<dyn Agent> {
     }
 }
 
-/// The model that plays the task's simulated user on this episode: the recorded user when
-/// the model under test replays a recording that holds its calls, else the run's backend of
-/// that name. `None` when the task has no simulated user, or its model is not open.
+/// The model that plays the task's simulated user on this episode: `mock` (its `mock_user:`
+/// turns) when the model under test is `mock`, else the user's own model; served from the
+/// recording when the model under test replays one that holds its calls, else by the run's
+/// backend of that name. `None` when the task has no simulated user, or its model is not open.
 fn user_model(spec: &EpisodeSpec, task: &Task, graders: &Graders) -> Option<Arc<dyn LanguageModel>> {
     let UserKind::Simulated { model, .. } = &task.user.as_ref()?.kind else { return None };
+    let played_by = crate::scoring::user_played_by(spec.model.name(), model);
     spec.model
-        .recorded_user(model, task, &spec.id)
-        .or_else(|| graders.user_backend(model).map(|backend| backend.as_user(task, &spec.id)))
+        .recorded_user(played_by, task, &spec.id)
+        .or_else(|| graders.user_backend(played_by).map(|backend| backend.as_user(task, &spec.id)))
 }
 
 fn limits(suite: &Suite) -> EpisodeLimits {

@@ -71,7 +71,8 @@ pub struct UserSpec {
     pub conversation: bool,
     /// The word that ends a conversation when a reply of the user contains it.
     pub stop: String,
-    /// The turns `mock` plays when it is the simulated user's model (`mock_user:`).
+    /// The turns `mock` plays as the simulated user (`mock_user:`): under `--model mock`,
+    /// whatever the user's model, and when the user's model is `mock`.
     pub mock: Arc<[MockTurn]>,
 }
 

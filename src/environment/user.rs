@@ -132,8 +132,8 @@ enum Voice {
 }
 
 struct Simulated {
+    /// The model that plays the user (its name is the one logged: `mock` under `--model mock`).
     model: Arc<dyn LanguageModel>,
-    model_name: String,
     /// The user's side of the conversation: what the agent said is `user`, the user's own
     /// replies are `assistant`. One question at a time.
     transcript: tokio::sync::Mutex<Vec<Message>>,
@@ -173,7 +173,7 @@ impl User {
                 };
                 let system = system_prompt(persona, instructions, &task.input, &spec.stop, spec.conversation);
                 let transcript = tokio::sync::Mutex::new(vec![Message::System { content: system }]);
-                Voice::Simulated(Simulated { model, model_name: name.clone(), transcript })
+                Voice::Simulated(Simulated { model, transcript })
             }
         };
         Ok(User::new(voice, true, spec.conversation, spec.stop.clone()))
@@ -234,8 +234,8 @@ impl User {
         let latency_ms = started.elapsed().as_secs_f64() * 1e3;
         let sampling = sim.model.sampling();
         let digest = request_digest(sim.model.as_ref(), &sampling, &request);
-        recorder.emit(&model_call_event(&sim.model_name, step, digest, sampling, &result, latency_ms));
-        let response = result.map_err(|e| UserFault(format!("`{}`: {}: {}", sim.model_name, e.cause, e.message)))?;
+        recorder.emit(&model_call_event(sim.model.name(), step, digest, sampling, &result, latency_ms));
+        let response = result.map_err(|e| UserFault(format!("`{}`: {}: {}", sim.model.name(), e.cause, e.message)))?;
         {
             let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
             spent.0.add(response.usage);
@@ -245,7 +245,7 @@ impl User {
         let text = response.text.unwrap_or_default();
         if text.trim().is_empty() {
             transcript.pop();
-            return Err(UserFault(format!("`{}` answered with no text", sim.model_name)));
+            return Err(UserFault(format!("`{}` answered with no text", sim.model.name())));
         }
         transcript.push(Message::Assistant { content: Some(text.clone()), tool_calls: Vec::new() });
         Ok(text)

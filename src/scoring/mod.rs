@@ -128,9 +128,10 @@ impl Graders {
         Ok(Graders { forced, backends, users: HashMap::new() })
     }
 
-    /// Opens the models that play simulated users, cached and recorded as `options` ask;
-    /// one whose calls every model under test replays is not opened. They sit beside the
-    /// graders: models of the run that are not under test.
+    /// Opens the models that play simulated users (the suites' user models, as
+    /// [`user_played_by`] picks them for each model under test), cached and recorded as
+    /// `options` ask; one whose calls every model under test replays is not opened. They
+    /// sit beside the graders: models of the run that are not under test.
     pub fn with_users(
         mut self,
         names: impl IntoIterator<Item = String>,
@@ -138,7 +139,16 @@ impl Graders {
         options: BackendOptions,
         under_test: &[Arc<Backend>],
     ) -> Result<Self, String> {
+        let mut played: Vec<String> = Vec::new();
         for name in names {
+            for m in under_test {
+                let by = user_played_by(m.name(), &name).to_owned();
+                if !played.contains(&by) {
+                    played.push(by);
+                }
+            }
+        }
+        for name in played {
             let replayed = !under_test.is_empty() && under_test.iter().all(|m| m.replays_grader(&name));
             if !replayed && !self.users.contains_key(&name) {
                 let backend =
@@ -174,6 +184,13 @@ impl Graders {
             .and_then(|m| m.recorded_grader(name, task, id, scorer))
             .or_else(|| self.backends.get(name).map(|b| b.as_grader(task, id, scorer)))
     }
+}
+
+/// The model that plays a simulated user whose model is `user_model` when the model under
+/// test is `under_test`: `mock` (the task's `mock_user:` turns) under `--model mock`, so that
+/// a suite runs offline whatever its user's model; the user's own model otherwise.
+pub fn user_played_by<'a>(under_test: &str, user_model: &'a str) -> &'a str {
+    if under_test == "mock" { "mock" } else { user_model }
 }
 
 /// What the agent told the user: its conversation replies, the questions of `ask_user` and

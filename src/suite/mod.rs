@@ -165,7 +165,8 @@ pub(crate) struct TaskFile {
     /// The user opens the episode and the agent talks with it until it says its stop word.
     #[serde(default)]
     pub conversation: bool,
-    /// The turns `mock` plays as a simulated user whose model is `mock`.
+    /// The turns `mock` plays as a simulated user: under `--model mock`, or when the user's
+    /// model is `mock`.
     pub mock_user: Option<Vec<MockTurn>>,
 }
 
@@ -234,12 +235,6 @@ fn user_spec(
             }
             if sim.model.trim().is_empty() {
                 return Err(("user.simulated.model", "name the model that plays the user (`mock` offline)".into()));
-            }
-            if sim.model != "mock" && mock_user.is_some() {
-                return Err((
-                    "mock_user",
-                    format!("`mock_user:` is played only when the user's model is `mock`, not `{}`", sim.model),
-                ));
             }
             let stop = nonempty(sim.stop, "user.simulated.stop")?;
             (UserKind::Simulated { model: sim.model, persona: sim.persona.0, instructions: sim.instructions.0 }, stop)

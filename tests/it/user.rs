@@ -163,7 +163,6 @@ tasks:
         instructions: Two people at 8pm. End with DONE.
         stop: DONE
     scorers: [{communicated: "how many"}, {includes: booked}]
-    mock: [{text: "For how many, and when?"}, {text: "You are booked."}]
 "#,
     );
     sb.write(
@@ -182,10 +181,12 @@ fn text(answer: &str) -> ResponseTemplate {
     }))
 }
 
-/// Answers the user's turns in order, and keeps the bodies it was sent.
+/// Answers the agent's (`local/agent`) and the user's (`local/user`) turns, each in order,
+/// and keeps the bodies the user's model was sent. Anything past a script is a 500.
 struct Turns {
-    answers: Vec<ResponseTemplate>,
-    seen: std::sync::Mutex<Vec<Value>>,
+    agent: Vec<ResponseTemplate>,
+    user: Vec<ResponseTemplate>,
+    seen: std::sync::Mutex<(usize, Vec<Value>)>,
 }
 
 /// The server's side of the `Turns` the test keeps.
@@ -193,15 +194,23 @@ struct Shared(std::sync::Arc<Turns>);
 
 impl wiremock::Respond for Shared {
     fn respond(&self, request: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
         let mut seen = self.0.seen.lock().unwrap();
-        seen.push(serde_json::from_slice(&request.body).unwrap_or(Value::Null));
-        self.0.answers.get(seen.len() - 1).cloned().unwrap_or_else(|| ResponseTemplate::new(500))
+        let answer = if body["model"] == "user" {
+            seen.1.push(body);
+            self.0.user.get(seen.1.len() - 1)
+        } else {
+            seen.0 += 1;
+            self.0.agent.get(seen.0 - 1)
+        };
+        answer.cloned().unwrap_or_else(|| ResponseTemplate::new(500))
     }
 }
 
-async fn serve(answers: Vec<ResponseTemplate>) -> (MockServer, std::sync::Arc<Turns>) {
+async fn serve(user: Vec<ResponseTemplate>) -> (MockServer, std::sync::Arc<Turns>) {
     let server = MockServer::start().await;
-    let turns = std::sync::Arc::new(Turns { answers, seen: Default::default() });
+    let agent = vec![text("For how many, and when?"), text("You are booked.")];
+    let turns = std::sync::Arc::new(Turns { agent, user, seen: Default::default() });
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
         .respond_with(Shared(turns.clone()))
@@ -210,21 +219,23 @@ async fn serve(answers: Vec<ResponseTemplate>) -> (MockServer, std::sync::Arc<Tu
     (server, turns)
 }
 
-const EVAL: &[&str] = &["eval", "s.yaml", "--model", "mock", "--config", "local.yaml", "--out", "results"];
+const EVAL: &[&str] = &["eval", "s.yaml", "--model", "local/agent", "--config", "local.yaml", "--out", "results"];
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_simulated_user_over_http_plays_its_persona_and_ends_the_conversation() {
     let (server, turns) = serve(vec![text("Two people, 8pm."), text("Great, thanks. DONE")]).await;
     let sb = Sandbox::new();
     simulated_suite(&sb, &server);
-    let run = run_with(&sb, &[EVAL, &["--run-id", "test"]].concat(), &[]).await;
+    let run = run_with(&sb, &[EVAL, &["--run-id", "test", "--record", "tape.jsonl"]].concat(), &[]).await;
     assert_eq!(run.code, 0, "{run:?}");
     let events = sb.events();
     let finish = of_type(&events, "episode_finished")[0];
     assert_eq!(finish["termination"], "user_ended", "{finish}");
+    // The agent's tokens are its own two calls': 2 × (50 in, 5 out).
+    assert_eq!(finish["usage"], json!({"input_tokens": 100, "output_tokens": 10, "cached_tokens": 0}));
     assert_eq!(finish["outcome"]["passed"], true, "{finish}");
     assert_eq!(finish["user_usage"], json!({"input_tokens": 100, "output_tokens": 10, "cached_tokens": 0}));
-    let seen = turns.seen.lock().unwrap().clone();
+    let seen = turns.seen.lock().unwrap().1.clone();
     assert_eq!(seen.len(), 2);
     let system = seen[0]["messages"][0]["content"].as_str().unwrap();
     assert!(
@@ -239,31 +250,35 @@ async fn a_simulated_user_over_http_plays_its_persona_and_ends_the_conversation(
     assert_eq!(user_calls.len(), 2);
     assert_eq!(user_calls[0]["model"], "local/user");
 
-    // Replayed from the run's log, the user's answers come back without the server.
+    // Replayed from the run's log or from its cassette, the agent's and the user's answers
+    // come back without the server.
     drop(server);
-    let replay = run_with(
-        &sb,
-        &["eval", "s.yaml", "--model", "replay:results/test", "--run-id", "again", "--out", "results"],
-        &[],
-    )
-    .await;
-    assert_eq!(replay.code, 0, "{replay:?}");
-    let events = crate::read_jsonl(&sb.path().join("results/again/events.jsonl"));
-    let finish = of_type(&events, "episode_finished")[0];
-    assert_eq!(
-        (finish["termination"].as_str(), finish["outcome"]["passed"].as_bool()),
-        (Some("user_ended"), Some(true))
-    );
-    let said: Vec<&str> = of_type(&events, "said").iter().map(|e| e["text"].as_str().unwrap()).collect();
-    assert_eq!(
-        said,
-        ["I need a table.", "For how many, and when?", "Two people, 8pm.", "You are booked.", "Great, thanks. DONE"]
-    );
+    for (source, id) in [("replay:results/test", "again"), ("replay:tape.jsonl", "tape")] {
+        let args = ["eval", "s.yaml", "--model", source, "--run-id", id, "--out", "results"];
+        let replay = run_with(&sb, &args, &[]).await;
+        assert_eq!(replay.code, 0, "{source}: {replay:?}");
+        let events = crate::read_jsonl(&sb.path().join(format!("results/{id}/events.jsonl")));
+        let finish = of_type(&events, "episode_finished")[0];
+        let ended = (finish["termination"].as_str(), finish["outcome"]["passed"].as_bool());
+        assert_eq!(ended, (Some("user_ended"), Some(true)), "{source}");
+        let said: Vec<&str> = of_type(&events, "said").iter().map(|e| e["text"].as_str().unwrap()).collect();
+        assert_eq!(
+            said,
+            [
+                "I need a table.",
+                "For how many, and when?",
+                "Two people, 8pm.",
+                "You are booked.",
+                "Great, thanks. DONE"
+            ],
+            "{source}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_simulated_user_whose_server_fails_makes_the_episode_unscored_not_failed() {
-    // The first answer is fine, the second a 500: the episode is nobody's failure.
+    // The user's first answer is fine, its second a 500: the episode is nobody's failure.
     let (server, _) = serve(vec![text("Two people.")]).await;
     let sb = Sandbox::new();
     simulated_suite(&sb, &server);
@@ -287,7 +302,6 @@ fn a_bad_user_is_named_with_its_field() {
         ("user: {}", "user", "expected `script:"),
         ("user: {script: [a]}\n    answers: [yes]", "answers", "user.script"),
         ("user: {script: [a]}\n    mock_user: [{text: x}]", "mock_user", "scripted"),
-        ("user: {simulated: {model: openai/x}}\n    mock_user: [{text: x}]", "mock_user", "only when"),
         ("user: {script: [a], stop: \"\"}", "user.stop", "cannot be empty"),
     ];
     for (yaml, field, message) in cases {
@@ -301,4 +315,31 @@ fn a_bad_user_is_named_with_its_field() {
         assert!(run.stderr.contains(field) && run.stderr.contains(message), "{yaml}: {}", run.stderr);
         assert!(run.stderr.contains("s.yaml:"), "the file and line: {}", run.stderr);
     }
+}
+
+#[test]
+fn under_the_mock_model_a_simulated_user_of_any_model_is_played_by_its_mock_user_turns() {
+    // No key and no server for `openai/…`: under `--model mock` nothing is opened for it.
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        r#"
+suite: s
+environment: kv
+tasks:
+  - id: t
+    input: hello
+    conversation: true
+    user: {simulated: {model: openai/gpt-4o-mini, persona: p, instructions: i, stop: BYE}}
+    mock_user: [{text: "BYE"}]
+    scorers: [{communicated: hi}]
+    mock: [{text: "hi"}]
+"#,
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let user = of_type(&events, "model_call").into_iter().find(|c| c["actor"] == "user").cloned().unwrap();
+    assert_eq!(user["model"], "mock");
+    assert_eq!(of_type(&events, "episode_finished")[0]["termination"], "user_ended");
 }
