@@ -154,7 +154,17 @@ impl Environment {
 
             // In a conversation, a reply without calls goes to the user, who answers it.
             if let (true, Some(text)) = (proposal.calls.is_empty(), proposal.to_user) {
-                match self.converse(&text, step, recorder, &mut ending).await {
+                // The agent's last words to the user are the episode's answer.
+                recorder.emit(&Event::Said { step, actor: Actor::Main, text: text.clone() });
+                ending.trajectory.told_user.push(text.clone());
+                ending.final_answer = Some(text.clone());
+                let conversed = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return ending.with(Termination::UserStop),
+                    _ = sleep_until(deadline.at()) => return ending.with(Termination::TimeLimit),
+                    conversed = self.converse(&text, step, recorder) => conversed,
+                };
+                match conversed {
                     Ok(Some(reply)) => observations = vec![reply],
                     Ok(None) => return ending.with(Termination::UserEnded),
                     Err(fault) => {
@@ -228,14 +238,25 @@ impl Environment {
         }
         // Decided one call after another before any runs, so that the user's answers go to
         // the calls in the order they were made; a refused call never reaches the world.
-        let mut refused: Vec<Option<Observation>> = Vec::with_capacity(calls.len());
-        for call in calls {
-            refused.push(self.permit(call, step, recorder).await);
-        }
+        // A simulated user answering an `ask` takes time: the run's stop and the deadline
+        // still hold (then no call runs).
+        let mut stopped = None;
+        let deciding = async {
+            let mut refused: Vec<Option<Observation>> = Vec::with_capacity(calls.len());
+            for call in calls {
+                refused.push(self.permit(call, step, recorder).await);
+            }
+            refused
+        };
+        let refused = tokio::select! {
+            biased;
+            _ = stop.cancelled() => { stopped = Some(Termination::UserStop); Vec::new() }
+            _ = sleep_until(deadline) => { stopped = Some(Termination::TimeLimit); Vec::new() }
+            refused = deciding => refused,
+        };
         let mut slots: Vec<Option<Observation>> = vec![None; calls.len()];
         let started: Vec<AtomicBool> = calls.iter().map(|_| AtomicBool::new(false)).collect();
         let mut answer = None;
-        let mut stopped = None;
         let mut fault = None;
         {
             let started = &started;
@@ -310,19 +331,9 @@ impl Environment {
 }
 
 impl Environment {
-    /// Says the agent's `text` to the user and returns the user's reply as the next
-    /// observation; `None` when the user said the stop word. The agent's last words are
-    /// the episode's answer.
-    async fn converse(
-        &self,
-        text: &str,
-        step: u32,
-        recorder: &Recorder,
-        ending: &mut Ending,
-    ) -> Result<Option<Observation>, AgentFault> {
-        recorder.emit(&Event::Said { step, actor: Actor::Main, text: text.to_owned() });
-        ending.trajectory.told_user.push(text.to_owned());
-        ending.final_answer = Some(text.to_owned());
+    /// Asks the user to reply to the agent's `text`; the reply as the next observation, or
+    /// `None` when the user said the stop word.
+    async fn converse(&self, text: &str, step: u32, recorder: &Recorder) -> Result<Option<Observation>, AgentFault> {
         let reply = self
             .user()
             .answer(&super::user::Prompt::Reply(text), step, recorder)

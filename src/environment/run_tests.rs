@@ -590,3 +590,54 @@ async fn without_a_user_the_user_tools_are_unknown_and_a_plan_has_nobody_to_appr
     assert_eq!(errors, [Some(ErrorType::ToolNotFound), Some(ErrorType::ExecutionError)]);
     assert_eq!(r.ending.termination, Termination::FinalAnswer);
 }
+
+/// A model that never answers.
+struct Silent;
+
+#[async_trait]
+impl crate::model::LanguageModel for Silent {
+    fn name(&self) -> &str {
+        "silent"
+    }
+
+    async fn respond(
+        &self,
+        _request: &crate::model::ModelRequest<'_>,
+    ) -> Result<crate::model::ModelResponse, crate::model::ModelError> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_user_who_never_answers_is_cut_by_the_time_limit_in_a_conversation_and_in_an_ask() {
+    let task = task_with_user(simulated(), true, &[]);
+    let short = EpisodeLimits { time: Duration::from_millis(300), ..limits(5) };
+    let user = || User::of_task(&task, Some(Arc::new(Silent))).unwrap();
+
+    let environment = env(4, 5.0).0.with_user(user());
+    let mut agent = ScriptedAgent::new(vec![vec![]]);
+    agent.talk = ["How many?".to_string()].into();
+    let bounded = tokio::time::timeout(
+        Duration::from_secs(5),
+        run_with(&environment, &task, agent, short, CancellationToken::new()),
+    );
+    let r = bounded.await.expect("the time limit cut the silent user off");
+    assert_eq!(r.ending.termination, Termination::TimeLimit);
+    assert_eq!(r.ending.trajectory.told_user, ["How many?"], "what was said stands");
+
+    // An `ask` rule the silent user must answer: the call never runs, and says so.
+    let tools = ["sleep", "hang", "fail", "boom", "final_answer"];
+    let rules = crate::environment::permission::parse_rules(&json!([{"sleep": "ask"}]), "suite", &tools).unwrap();
+    let environment = env(4, 5.0).0.with_user(user()).with_permissions(Arc::new(rules));
+    let agent = ScriptedAgent::new(vec![vec![call("s", "sleep", json!({"ms": 1}))]]);
+    let bounded = tokio::time::timeout(
+        Duration::from_secs(5),
+        run_with(&environment, &task, agent, short, CancellationToken::new()),
+    );
+    let r = bounded.await.expect("the time limit cut the silent user off");
+    assert_eq!(r.ending.termination, Termination::TimeLimit);
+    let observed = logged_observations(&r.events);
+    assert_eq!(observed.len(), 1);
+    assert_eq!(observed[0].error.as_ref().map(|e| e.kind), Some(ErrorType::Cancelled));
+    assert_eq!(observed[0].info.get("started"), Some(&json!(false)));
+}
