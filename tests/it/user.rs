@@ -81,6 +81,18 @@ fn the_conversation_example_ends_when_the_user_says_the_stop_word() {
     let header: Vec<&str> = table.lines().next().unwrap().split(',').collect();
     let at = header.iter().position(|h| *h == "model_calls").unwrap();
     assert_eq!(row.split(',').nth(at), Some("3"), "only the agent's calls: {row}");
+
+    // A regrade reads what was said from the log alone.
+    let regrade = sb.run(&["regrade", "results/test"]);
+    assert_eq!(regrade.code, 0, "{regrade:?}");
+    let events = sb.events();
+    let regraded: Vec<(&str, bool)> = of_type(&events, "score")
+        .into_iter()
+        .filter(|s| s["scoring_id"] != "initial" && s["scorer"] == "communicated")
+        .map(|s| (s["explanation"].as_str().unwrap(), s["passed"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(regraded.len(), 2, "{regraded:?}");
+    assert!(regraded.iter().all(|(_, passed)| *passed), "{regraded:?}");
 }
 
 #[test]
