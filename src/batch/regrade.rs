@@ -19,7 +19,7 @@ use crate::log::event::SuiteInfo;
 use crate::log::projection::Index;
 use crate::log::reader::ReadError;
 use crate::log::{Event, EventLog, Outcome, Termination, UnscoredCause, Usage};
-use crate::scoring::{self, Check, Finished, Graders, Score, ScoringFault, aggregate, log_scores};
+use crate::scoring::{self, Finished, Graders, Score, ScoringFault, aggregate, log_scores};
 use crate::suite::Suite;
 
 /// What the log says about one episode, enough to score it again.
@@ -245,8 +245,8 @@ async fn score_again(
     let mut used = vec![false; record.scores.len()];
     let mut scores = Vec::new();
     for spec in suite.scorers.iter().chain(&episode.task.scorers) {
-        if matches!(spec.check, Check::FileExists { .. } | Check::FileContains { .. } | Check::Command { .. }) {
-            let check = serde_json::to_value(&spec.check).unwrap_or_default();
+        if spec.reads_world() {
+            let check = spec.check_value();
             let earlier = (0..record.scores.len()).rev().find(|&i| !used[i] && record.scores[i].1.check == check);
             let Some(i) = earlier else {
                 return Err(ScoringFault {

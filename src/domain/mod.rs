@@ -2,6 +2,7 @@
 //! reduce over epochs, a scorer as written. Low in the layers: it knows no loader, no
 //! model, no environment.
 
+pub mod document;
 pub mod scorer;
 pub mod text;
 
