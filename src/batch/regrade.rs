@@ -2,7 +2,7 @@
 //! grader; no agent model is called. The new scores are appended to the same log under a
 //! new scoring id, and the summary follows the latest scoring.
 //!
-//! World-state scorers (`file_exists`, `file_contains`, `check`) need the episode's final
+//! World-state scorers (`file_exists`, `file_contains`, `document`, `check`, any with `from:`) need the episode's final
 //! world, which is gone: their latest earlier verdict is carried over, and an episode with
 //! a world-state scorer that was never scored before is unscored (`world_gone`).
 

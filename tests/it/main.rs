@@ -23,6 +23,7 @@ mod scripts;
 mod secrets;
 mod shell;
 mod world_hazards;
+mod writing;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
