@@ -48,6 +48,7 @@ const SHORT_REPORT: &str = r#"
 suite: short
 environment: writing_room
 limits: {max_steps: 4}
+pass_threshold: 1
 scorers:
   - document: doc:r
     sections: [Summary, Risks]
