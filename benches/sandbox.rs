@@ -25,6 +25,7 @@ fn task() -> Task {
         mock: Arc::from(Vec::new()),
         digest: String::new(),
         answers: Vec::new(),
+        memory: Default::default(),
     }
 }
 

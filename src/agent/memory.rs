@@ -63,12 +63,7 @@ impl MemoryConfig {
 }
 
 /// The entries of both stores: a task's initial ones, or what an episode left.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Entries {
-    pub memory: Vec<String>,
-    pub user: Vec<String>,
-}
+pub use crate::domain::MemoryEntries as Entries;
 
 /// One of the two stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

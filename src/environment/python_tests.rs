@@ -19,6 +19,7 @@ fn task() -> Task {
         mock: Arc::from(Vec::new()),
         digest: String::new(),
         answers: Vec::new(),
+        memory: Default::default(),
     }
 }
 

@@ -22,6 +22,7 @@ fn world_with(files: &[(&str, &str)], cap: usize) -> (tempfile::TempDir, ShellWo
         mock: Arc::from(Vec::new()),
         digest: String::new(),
         answers: Vec::new(),
+        memory: Default::default(),
     };
     let world = ShellWorld::create(&definition, &task, &SetupContext::new(dir.path(), "ep_test")).unwrap();
     (dir, world)

@@ -20,6 +20,7 @@ fn task(files: &[(&str, &str)]) -> Task {
         scorers: Vec::new(),
         mock: Arc::from(Vec::new()),
         answers: Vec::new(),
+        memory: Default::default(),
         digest: String::new(),
     }
 }

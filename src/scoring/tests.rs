@@ -58,6 +58,7 @@ fn task() -> Task {
         scorers: Vec::new(),
         mock: Arc::from(Vec::new()),
         answers: Vec::new(),
+        memory: Default::default(),
         digest: String::new(),
     }
 }

@@ -140,6 +140,7 @@ fn map_row(
         scorers: Vec::new(),
         mock: None,
         answers: Vec::new(),
+        memory: Default::default(),
     })
 }
 
