@@ -127,12 +127,16 @@ struct Script {
     bodies: Mutex<Vec<Value>>,
 }
 
-impl Respond for Arc<Script> {
+/// The server's handle on the script, which the test keeps too.
+struct Shared(Arc<Script>);
+
+impl Respond for Shared {
     fn respond(&self, request: &Request) -> ResponseTemplate {
-        let mut bodies = self.bodies.lock().unwrap();
+        let script = &self.0;
+        let mut bodies = script.bodies.lock().unwrap();
         bodies.push(request.body_json().unwrap_or(Value::Null));
-        let at = (bodies.len() - 1).min(self.responses.len() - 1);
-        ResponseTemplate::new(200).set_body_json(&self.responses[at])
+        let at = (bodies.len() - 1).min(script.responses.len() - 1);
+        ResponseTemplate::new(200).set_body_json(&script.responses[at])
     }
 }
 
@@ -151,7 +155,7 @@ async fn the_model_is_sent_the_stores_in_its_system_prompt_and_the_memory_tool()
         bodies: Mutex::new(Vec::new()),
     });
     let server = MockServer::start().await;
-    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(script.clone()).mount(&server).await;
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(Shared(script.clone())).mount(&server).await;
     let sb = Sandbox::new();
     sb.write(
         "s.yaml",
