@@ -31,7 +31,9 @@ fn whole_episode(c: &mut Criterion) {
     assert_eq!(report.steps, 4);
 
     c.bench_function("episode/kv 4 turns 3 tools", |b| {
-        b.iter(|| runtime.block_on(run_episode(spec.clone(), None, &log, &graders, dir.path(), SandboxMode::On, &stop)));
+        b.iter(|| {
+            runtime.block_on(run_episode(spec.clone(), None, &log, &graders, dir.path(), SandboxMode::On, &stop))
+        });
     });
     drop(log);
     writer.close().expect("log closes");

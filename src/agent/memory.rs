@@ -426,16 +426,24 @@ mod tests {
     fn a_replacement_must_fit_the_limit_too() {
         let config = MemoryConfig { user_chars: 10, ..MemoryConfig::default() };
         let mut s = Stores::new(&config, Entries { memory: Vec::new(), user: vec!["short".into()] });
-        let long = act(&mut s, json!({"action": "replace", "target": "user", "old_text": "short", "content": "much longer"}))
-            .unwrap_err();
-        assert!(long.message.starts_with("`user` is too full: replacing it would make 11/10 chars"), "{}", long.message);
+        let long =
+            act(&mut s, json!({"action": "replace", "target": "user", "old_text": "short", "content": "much longer"}))
+                .unwrap_err();
+        assert!(
+            long.message.starts_with("`user` is too full: replacing it would make 11/10 chars"),
+            "{}",
+            long.message
+        );
     }
 
     #[test]
     fn read_gives_the_entries_and_usage() {
         let mut s = stores(&["a"], &["b", "c"]);
         let read = act(&mut s, json!({"action": "read", "target": "user"})).unwrap();
-        assert_eq!(read, json!({"target": "user", "action": "read", "entries": ["b", "c"], "usage": "[0% — 5/1,375 chars]"}));
+        assert_eq!(
+            read,
+            json!({"target": "user", "action": "read", "entries": ["b", "c"], "usage": "[0% — 5/1,375 chars]"})
+        );
     }
 
     #[test]

@@ -524,7 +524,8 @@ mod tests {
 
     #[tokio::test]
     async fn the_memory_is_in_the_system_prompt_with_its_usage_and_its_tool_is_offered_last() {
-        let entries = memory::Entries { memory: vec!["the build needs make".into()], user: vec!["is called Ada".into()] };
+        let entries =
+            memory::Entries { memory: vec!["the build needs make".into()], user: vec!["is called Ada".into()] };
         let (a, _) = with_memory(vec![], entries);
         let Message::System { content } = &a.transcript()[0] else { panic!("{:?}", a.transcript()) };
         // 20 chars of 2,200 and 13 of 1,375: both under 1%.

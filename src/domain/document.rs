@@ -129,7 +129,8 @@ mod tests {
 
     #[test]
     fn markdown_reads_into_sections_and_back() {
-        let text = "Intro line.\n\n# Report\n\nOne two three.\n\n## Results ##\nfour five\n\n```\n# not a heading\n```\n";
+        let text =
+            "Intro line.\n\n# Report\n\nOne two three.\n\n## Results ##\nfour five\n\n```\n# not a heading\n```\n";
         let doc = Document::parse_markdown(text);
         assert_eq!(doc.preamble, "Intro line.");
         let headings: Vec<(u8, &str)> = doc.sections.iter().map(|s| (s.level, s.heading.as_str())).collect();

@@ -67,10 +67,9 @@ impl Style {
         {
             return Err(("style.max_heading_depth", format!("must be from 1 to 6, got {depth}")));
         }
-        for (field, limit) in [
-            ("style.max_section_words", self.max_section_words),
-            ("style.max_document_words", self.max_document_words),
-        ] {
+        for (field, limit) in
+            [("style.max_section_words", self.max_section_words), ("style.max_document_words", self.max_document_words)]
+        {
             if limit == Some(0) {
                 return Err((field, "must be at least 1".into()));
             }
@@ -149,11 +148,7 @@ pub fn title_case(heading: &str) -> String {
         .enumerate()
         .map(|(i, w)| {
             let lower = w.to_lowercase();
-            if i != 0 && i != last && SMALL_WORDS.contains(&lower.as_str()) {
-                lower
-            } else {
-                capitalise(w)
-            }
+            if i != 0 && i != last && SMALL_WORDS.contains(&lower.as_str()) { lower } else { capitalise(w) }
         })
         .collect::<Vec<_>>()
         .join(" ")
@@ -281,7 +276,8 @@ impl Tool<Room> for OpenDoc {
         Ok(room.with_state(|state| {
             let created = !state.documents.contains_key(&doc_id);
             let doc = state.documents.entry(doc_id.clone()).or_default();
-            let result = json!({"doc_id": doc_id, "created": created, "outline": outline_json(doc), "words": doc.words()});
+            let result =
+                json!({"doc_id": doc_id, "created": created, "outline": outline_json(doc), "words": doc.words()});
             state.cursor = Cursor { document: Some(doc_id), section: None };
             result
         }))

@@ -69,7 +69,8 @@ async fn sections_go_in_at_their_position_and_a_known_heading_is_replaced_in_pla
             .await;
     assert_eq!(headings(&moved), ["2:Results", "2:summary", "2:Method"]);
 
-    let past = call(&env, "write_section", json!({"doc_id": "report", "heading": "X", "text": "", "position": 9})).await;
+    let past =
+        call(&env, "write_section", json!({"doc_id": "report", "heading": "X", "text": "", "position": 9})).await;
     let error = past.error.unwrap();
     assert!(error.message.contains("position 9 is past the end"), "{}", error.message);
     let missing = call(&env, "write_section", json!({"doc_id": "nope", "heading": "X", "text": ""})).await;
@@ -121,7 +122,10 @@ async fn the_style_refuses_writes_over_its_word_limits_and_names_the_limit() {
     call(&env, "write_section", json!({"doc_id": "d", "heading": "A", "text": "1 2 3 4 5"})).await;
     let total = call(&env, "write_section", json!({"doc_id": "d", "heading": "B", "text": "1 2 3 4"})).await;
     let message = total.error.clone().unwrap().message;
-    assert!(message.contains("9 words, over the limit of 8 words per document (style.max_document_words)"), "{message}");
+    assert!(
+        message.contains("9 words, over the limit of 8 words per document (style.max_document_words)"),
+        "{message}"
+    );
     assert_eq!(headings(&total), ["2:A"]);
 }
 
@@ -130,7 +134,9 @@ async fn the_style_holds_headings_to_its_depth_and_title_case() {
     let style = Style { max_heading_depth: Some(2), title_case: true, ..Style::default() };
     let env = room(style, &[("d.md", "")]).await;
     let deep = call(&env, "write_section", json!({"doc_id": "d", "heading": "Deep", "text": "", "level": 3})).await;
-    assert!(deep.error.unwrap().message.contains("level 3 is deeper than the style allows (style.max_heading_depth: 2)"));
+    assert!(
+        deep.error.unwrap().message.contains("level 3 is deeper than the style allows (style.max_heading_depth: 2)")
+    );
     let lower = call(&env, "write_section", json!({"doc_id": "d", "heading": "results of the test", "text": ""})).await;
     let error = lower.error.unwrap();
     assert!(error.message.contains("not in title case (style.title_case)"), "{}", error.message);

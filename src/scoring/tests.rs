@@ -330,12 +330,16 @@ fn a_text_scorer_with_from_reads_a_text_of_the_world_instead_of_the_answer() {
     let missing = check(json!({"includes": "x", "from": "doc:gone"}), Some("x"));
     assert!(!missing.passed && missing.explanation.contains("`doc:gone` does not exist"), "{}", missing.explanation);
     // The scorer's record says where its text came from, so a regrade tells it apart.
-    assert_eq!(found.check, json!({"from": "doc:r", "check": {"Text": {"op": "Includes", "expected": "grew 12", "negate": false, "ignore_case": false}}}));
+    assert_eq!(
+        found.check,
+        json!({"from": "doc:r", "check": {"Text": {"op": "Includes", "expected": "grew 12", "negate": false, "ignore_case": false}}})
+    );
 }
 
 #[test]
 fn the_document_scorer_checks_sections_and_word_counts() {
-    let all = check(json!({"document": "doc:r", "sections": ["report", "Next Steps"], "min_words": 8, "max_words": 8}), None);
+    let all =
+        check(json!({"document": "doc:r", "sections": ["report", "Next Steps"], "min_words": 8, "max_words": 8}), None);
     assert!(all.passed, "{}", all.explanation);
     assert!(all.explanation.contains("8 words (2 sections)"), "{}", all.explanation);
     let short = check(json!({"document": "doc:r", "sections": ["Risks", "Report", "Budget"], "min_words": 10}), None);

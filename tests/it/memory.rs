@@ -155,7 +155,11 @@ async fn the_model_is_sent_the_stores_in_its_system_prompt_and_the_memory_tool()
         bodies: Mutex::new(Vec::new()),
     });
     let server = MockServer::start().await;
-    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(Shared(script.clone())).mount(&server).await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Shared(script.clone()))
+        .mount(&server)
+        .await;
     let sb = Sandbox::new();
     sb.write(
         "s.yaml",

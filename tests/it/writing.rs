@@ -40,7 +40,8 @@ fn the_writing_suite_passes_and_its_observations_carry_the_outline_and_cursor() 
         .collect();
     assert_eq!(outlines.last().unwrap(), &["Q3 Report", "Summary", "Revenue", "Next Steps"]);
     let scores = of_type(&events, "score");
-    let document = scores.iter().find(|s| s["scorer"] == "document" && s["explanation"].as_str().unwrap().contains("q3.md"));
+    let document =
+        scores.iter().find(|s| s["scorer"] == "document" && s["explanation"].as_str().unwrap().contains("q3.md"));
     assert!(document.is_some_and(|s| s["passed"] == true), "{scores:?}");
 }
 
