@@ -26,6 +26,7 @@ fn task() -> Task {
         digest: String::new(),
         answers: Vec::new(),
         user: None,
+        memory: Default::default(),
     }
 }
 

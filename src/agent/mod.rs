@@ -2,6 +2,7 @@
 //! proposes tool calls. It never executes a tool: the environment does. [`AgentKind`] is
 //! the list of kinds a suite can name.
 
+pub mod memory;
 pub mod plan;
 mod tool_calling;
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::memory::{self, MEMORY_TOOL, SharedStores};
 use super::plan::{self, PlanMode};
 use super::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
@@ -43,6 +44,8 @@ pub struct ToolCallingAgent {
     plan: Option<PlanMode>,
     /// In a conversation, a text reply goes to the task's user instead of ending the episode.
     conversational: bool,
+    /// The bounded memory (`memory.rs`), when the suite gives the agent one.
+    memory: Option<SharedStores>,
 }
 
 impl ToolCallingAgent {
@@ -64,7 +67,27 @@ impl ToolCallingAgent {
             own_tools: Vec::new(),
             plan: None,
             conversational: false,
+            memory: None,
         }
+    }
+
+    /// Gives the agent the bounded memory: the `memory` tool, and both stores shown in the
+    /// system prompt with their usage. The prompt shows them as the episode starts and then
+    /// stays as it is, so that the conversation's prefix (and a provider's prompt cache)
+    /// holds; the tool's every answer carries the store's entries and usage as they are now.
+    pub fn with_memory(mut self, stores: SharedStores) -> Self {
+        let base = match self.transcript.first() {
+            Some(Message::System { content }) => Some(content.clone()),
+            _ => None,
+        };
+        let prompt = memory::system_prompt(base.as_deref(), &stores.lock().unwrap_or_else(|p| p.into_inner()));
+        match self.transcript.first_mut() {
+            Some(Message::System { content }) => *content = prompt,
+            _ => self.transcript.insert(0, Message::System { content: prompt }),
+        }
+        self.own_tools.push(memory::tool_spec());
+        self.memory = Some(stores);
+        self
     }
 
     /// Offers plan mode: `enter_plan_mode`, and in plan mode `exit_plan_mode`.
@@ -298,6 +321,15 @@ impl Agent for ToolCallingAgent {
                     None => calls.push(call),
                 },
                 Handling::FinalAnswer => calls.push(call),
+                // A cognitive action: the agent changes its own memory; the world never sees it.
+                Handling::Memory => match self.memory.clone() {
+                    Some(stores) => {
+                        let result = stores.lock().unwrap_or_else(|p| p.into_inner()).act(&call.arguments);
+                        self.answer_own(&turn, &call, ActionClass::Cognitive, result);
+                        answered_own = true;
+                    }
+                    None => calls.push(call),
+                },
                 Handling::EnterPlanMode => match &mut self.plan {
                     Some(plan) => {
                         let result = plan.enter();
@@ -322,6 +354,7 @@ impl Agent for ToolCallingAgent {
                 },
             }
         }
+        // Calls the agent answered itself are a turn's work too: the model goes on next turn.
         if !calls.is_empty() || answered_own {
             return Ok(Proposal { calls, usage, cost_usd, ..Proposal::default() });
         }
@@ -362,6 +395,9 @@ enum Handling {
     EnterPlanMode,
     /// Hybrid: the world hands the plan to the user, then the agent's code reads the answer.
     ExitPlanMode,
+    /// The bounded memory (a cognitive action), when the agent has one; otherwise the call
+    /// goes to the world like any other.
+    Memory,
 }
 
 impl Handling {
@@ -370,6 +406,7 @@ impl Handling {
             FINAL_TOOL => Handling::FinalAnswer,
             plan::ENTER_PLAN_MODE => Handling::EnterPlanMode,
             plan::EXIT_PLAN_MODE => Handling::ExitPlanMode,
+            MEMORY_TOOL => Handling::Memory,
             _ => Handling::Physical,
         }
     }
@@ -469,8 +506,9 @@ mod tests {
     }
 
     #[test]
-    fn only_the_final_answer_and_plan_mode_are_the_agents_own_tools() {
+    fn the_final_answer_the_memory_and_plan_mode_are_the_agents_own_tools() {
         assert_eq!(Handling::of(FINAL_TOOL), Handling::FinalAnswer);
+        assert_eq!(Handling::of(MEMORY_TOOL), Handling::Memory);
         assert_eq!(Handling::of("enter_plan_mode"), Handling::EnterPlanMode);
         assert_eq!(Handling::of("exit_plan_mode"), Handling::ExitPlanMode);
         for tool in ["run_command", "read_file", "kv_set", "anything"] {
@@ -697,6 +735,65 @@ mod tests {
         assert!(p.calls.is_empty());
         assert_eq!(p.to_user.as_deref(), Some("How many people?"));
         assert!(a.transcript().iter().all(|m| m != &Message::User { content: FINAL_ANSWER_REMINDER.into() }));
+    }
+
+    fn with_memory(turns: Vec<MockTurn>, entries: memory::Entries) -> (ToolCallingAgent, SharedStores) {
+        let stores = memory::Stores::new(&memory::MemoryConfig::default(), entries).shared();
+        (agent(turns, false).with_memory(stores.clone()), stores)
+    }
+
+    #[tokio::test]
+    async fn the_memory_is_in_the_system_prompt_with_its_usage_and_its_tool_is_offered_last() {
+        let entries =
+            memory::Entries { memory: vec!["the build needs make".into()], user: vec!["is called Ada".into()] };
+        let (a, _) = with_memory(vec![], entries);
+        let Message::System { content } = &a.transcript()[0] else { panic!("{:?}", a.transcript()) };
+        // 20 chars of 2,200 and 13 of 1,375: both under 1%.
+        let expected = "be careful\n\nMEMORY (your notes) [0% — 20/2,200 chars]\nthe build needs make\n\n\
+                        USER PROFILE (what you know about the user) [0% — 13/1,375 chars]\nis called Ada\n\n\
+                        Keep them with the `memory` tool: add, replace or remove an entry, or read a store.";
+        assert_eq!(content, expected);
+        assert_eq!(a.own_tools.last().map(|t| t.name.as_str()), Some(MEMORY_TOOL));
+        assert_eq!(a.transcript().len(), 1, "one system message, not two");
+    }
+
+    #[tokio::test]
+    async fn a_memory_call_is_answered_by_the_agent_and_never_reaches_the_world() {
+        let turns = vec![turn_of(
+            None,
+            &[
+                (MEMORY_TOOL, json!({"action": "add", "target": "memory", "content": "x is 4"}), None),
+                (MEMORY_TOOL, json!({"action": "add", "target": "memory", "content": "x is 4"}), None),
+            ],
+        )];
+        let (mut a, stores) = with_memory(turns, memory::Entries::default());
+        let (proposal, events) = propose_logged(&mut a, &[first_observation()]).await;
+        let proposal = proposal.unwrap();
+        assert!(proposal.calls.is_empty(), "the world got {:?}", proposal.calls);
+        assert_eq!(stores.lock().unwrap().entries().memory, ["x is 4"]);
+        let actions: Vec<&Value> = events.iter().filter(|e| e["type"] == "agent_action").collect();
+        assert_eq!(actions.len(), 2, "{events:?}");
+        assert_eq!(actions[0]["class"], "cognitive");
+        assert_eq!(actions[0]["result"]["usage"], "[0% — 6/2,200 chars]");
+        assert!(actions[1]["error"]["message"].as_str().unwrap().contains("already in `memory`"), "{}", actions[1]);
+        // Both answers are in the transcript, the refusal marked as an error.
+        let answers: Vec<bool> = a
+            .transcript()
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { name, is_error, .. } if name == MEMORY_TOOL => Some(*is_error),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(answers, [false, true]);
+    }
+
+    #[tokio::test]
+    async fn without_memory_a_memory_call_goes_to_the_world() {
+        let mut a = agent(vec![turn_of(None, &[(MEMORY_TOOL, json!({"action": "read"}), None)])], false);
+        let p = propose(&mut a, &[first_observation()]).await.unwrap();
+        assert_eq!(p.calls.len(), 1);
+        assert_eq!(p.calls[0].name, MEMORY_TOOL);
     }
 
     #[tokio::test]

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::memory::Slot;
 use super::{EpisodeReport, EpisodeSpec};
+use crate::agent::memory::{SharedStores, Stores};
 use crate::agent::{Agent, AgentKind, ToolCallingAgent};
 use crate::config::template;
 use std::sync::Arc;
@@ -23,15 +25,21 @@ use crate::suite::Suite;
 
 pub async fn run_episode(
     spec: EpisodeSpec,
+    mut memory: Option<Slot>,
     log: &EventLog,
     graders: &Graders,
     work_root: &std::path::Path,
     sandbox: SandboxMode,
     stop: &CancellationToken,
 ) -> EpisodeReport {
-    let started = std::time::Instant::now();
     let suite = &spec.suite;
     let task = &suite.tasks[spec.task];
+    // With `scope: task`, the stores the epoch before left (it waits for that epoch to end).
+    let kept = match memory.as_mut() {
+        Some(slot) => slot.open().await,
+        None => Ok(None),
+    };
+    let started = std::time::Instant::now();
     let recorder = log.recorder(&spec.id);
     recorder.emit(&Event::EpisodeStarted {
         suite: suite.name.clone(),
@@ -49,18 +57,28 @@ pub async fn run_episode(
         user_model: user_model(&spec, task, graders),
         ..SetupContext::new(work_root, &spec.id)
     };
-    let (ending, outcome) = match Environment::setup(suite.environment.clone(), task, &context).await {
-        Err(e) => {
-            let message = e.to_string();
-            recorder.emit(&Event::Error { step: 0, cause: UnscoredCause::EnvironmentError, message: message.clone() });
-            (
-                Ending::new(Termination::EnvironmentError),
-                Outcome::Unscored { cause: UnscoredCause::EnvironmentError, message },
-            )
+    let stores = suite.agent.memory.as_ref().map(|config| {
+        let initial = match &kept {
+            Ok(Some(entries)) => entries.clone(),
+            _ => task.memory.clone(),
+        };
+        Stores::new(config, initial).shared()
+    });
+    let setup = match &kept {
+        // The runner's own file, not the agent's doing: nothing runs, the episode is unscored.
+        Err(message) => Err((UnscoredCause::Other("memory_error".into()), message.clone())),
+        Ok(_) => Environment::setup(suite.environment.clone(), task, &context)
+            .await
+            .map_err(|e| (UnscoredCause::EnvironmentError, e.to_string())),
+    };
+    let (ending, outcome) = match setup {
+        Err((cause, message)) => {
+            recorder.emit(&Event::Error { step: 0, cause: cause.clone(), message: message.clone() });
+            (Ending::new(Termination::EnvironmentError), Outcome::Unscored { cause, message })
         }
         Ok(env) => {
             let env = env.with_permissions(suite.permissions.clone());
-            let mut agent = agent_for(&spec, suite, task);
+            let mut agent = agent_for(&spec, suite, task, stores.clone());
             let ending = env.run(agent.as_mut(), task, &limits(suite), &recorder, stop).await;
             user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
@@ -74,6 +92,18 @@ pub async fn run_episode(
         }
     };
 
+    // What a scored epoch left is what the next one starts from; an unscored or cancelled
+    // one is run again on resume, from the stores it started with.
+    let mut outcome = outcome;
+    if let (Some(slot), Some(stores), Outcome::Scored { .. }) = (&memory, &stores, &outcome) {
+        let entries = stores.lock().unwrap_or_else(|p| p.into_inner()).entries().clone();
+        if let Err(message) = slot.save(&entries) {
+            let cause = UnscoredCause::Other("memory_error".into());
+            recorder.emit(&Event::Error { step: ending.steps, cause: cause.clone(), message: message.clone() });
+            outcome = Outcome::Unscored { cause, message };
+        }
+    }
+    drop(memory);
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     recorder.emit(&Event::EpisodeFinished {
         outcome: outcome.clone(),
@@ -102,7 +132,7 @@ pub async fn run_episode(
 }
 
 /// Builds the episode's agent: one arm per kind a suite can name.
-fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> Box<dyn Agent> {
+fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task, memory: Option<SharedStores>) -> Box<dyn Agent> {
     // Every template was rendered against every task when the suite loaded.
     let system = suite.agent.system.as_deref().map(|s| {
         template::render(s, &task.template_context())
@@ -112,6 +142,9 @@ fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> Box<dyn Agent> {
         AgentKind::ToolCalling => {
             let model = spec.model.for_episode(task, &spec.id);
             let mut agent = ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer);
+            if let Some(stores) = memory {
+                agent = agent.with_memory(stores);
+            }
             if suite.agent.plan_mode {
                 agent = agent.with_plan_mode();
             }

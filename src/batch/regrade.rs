@@ -2,7 +2,7 @@
 //! grader; no agent model is called. The new scores are appended to the same log under a
 //! new scoring id, and the summary follows the latest scoring.
 //!
-//! World-state scorers (`file_exists`, `file_contains`, `check`) need the episode's final
+//! World-state scorers (`file_exists`, `file_contains`, `document`, `check`, any with `from:`) need the episode's final
 //! world, which is gone: their latest earlier verdict is carried over, and an episode with
 //! a world-state scorer that was never scored before is unscored (`world_gone`).
 
@@ -19,7 +19,7 @@ use crate::log::event::SuiteInfo;
 use crate::log::projection::Index;
 use crate::log::reader::ReadError;
 use crate::log::{Event, EventLog, Outcome, Termination, UnscoredCause, Usage};
-use crate::scoring::{self, Check, Finished, Graders, Score, ScoringFault, aggregate, log_scores};
+use crate::scoring::{self, Finished, Graders, Score, ScoringFault, aggregate, log_scores};
 use crate::suite::Suite;
 
 /// What the log says about one episode, enough to score it again.
@@ -257,8 +257,8 @@ async fn score_again(
     let mut used = vec![false; record.scores.len()];
     let mut scores = Vec::new();
     for spec in suite.scorers.iter().chain(&episode.task.scorers) {
-        if matches!(spec.check, Check::FileExists { .. } | Check::FileContains { .. } | Check::Command { .. }) {
-            let check = serde_json::to_value(&spec.check).unwrap_or_default();
+        if spec.reads_world() {
+            let check = spec.check_value();
             let earlier = (0..record.scores.len()).rev().find(|&i| !used[i] && record.scores[i].1.check == check);
             let Some(i) = earlier else {
                 return Err(ScoringFault {

@@ -2,6 +2,7 @@
 //! reduce over epochs, a scorer as written. Low in the layers: it knows no loader, no
 //! model, no environment.
 
+pub mod document;
 pub mod scorer;
 pub mod text;
 
@@ -37,6 +38,23 @@ pub struct Task {
     pub user: Option<Arc<UserSpec>>,
     /// SHA-256 over the task's content (input, target, files, metadata).
     pub digest: String,
+    /// The entries the agent's bounded memory starts with (`memory:`), when it has one.
+    pub memory: MemoryEntries,
+}
+
+/// The entries of the agent's two memory stores (`agent/memory.rs`): a task's initial ones,
+/// or what an episode left.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryEntries {
+    pub memory: Vec<String>,
+    pub user: Vec<String>,
+}
+
+impl MemoryEntries {
+    pub fn is_empty(&self) -> bool {
+        self.memory.is_empty() && self.user.is_empty()
+    }
 }
 
 impl Task {

@@ -18,6 +18,9 @@ pub struct ScorerSpec {
     pub name: String,
     pub check: Check,
     pub weight: f64,
+    /// `from: PATH`: a text of the final world (a file, a `kv` key, a writing room's
+    /// `doc:ID` or export) that the check reads instead of the final answer.
+    pub from: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -112,6 +115,14 @@ pub enum Check {
         text: String,
         regex: bool,
     },
+    /// A Markdown text of the final world has these sections and keeps these word counts.
+    Document {
+        path: String,
+        sections: Vec<String>,
+        min_words: Option<usize>,
+        max_words: Option<usize>,
+        max_section_words: Option<usize>,
+    },
     /// A shell command, run in the episode's final working directory, exits 0.
     Command {
         command: String,
@@ -150,6 +161,7 @@ pub const SCORERS: &[&str] = &[
     "communicated",
     "file_exists",
     "file_contains",
+    "document",
     "check",
     "llm_rubric",
     "model_graded_qa",
@@ -231,6 +243,16 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
     let arg = map.remove(&name).unwrap_or(Value::Null);
     let mut o = Options { scorer: name.clone(), map, allowed: Vec::new() };
     let weight: f64 = o.take_number("weight")?.unwrap_or(1.0);
+    // The checks of a text take it from the final answer, or from the world with `from:`.
+    let reads_text = matches!(
+        name.as_str(),
+        "includes" | "not_includes" | "equals" | "not_equals" | "regex" | "not_regex" | "numeric" | "json"
+    ) || name == "llm_rubric"
+        || name == "model_graded_qa";
+    let from: Option<String> = if reads_text { o.take("from")? } else { None };
+    if from.as_deref().is_some_and(|f| f.trim().is_empty()) {
+        return Err(format!("`from` of `{name}` names a file or document, not an empty text"));
+    }
     if !(weight.is_finite() && weight >= 0.0) {
         return Err(format!("the weight of `{name}` must be a number of at least 0"));
     }
@@ -357,6 +379,20 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
             }
             Check::FileContains { path, text: expected, regex }
         }
+        "document" => {
+            let path = text(arg)?;
+            let sections: Vec<String> = o.take("sections")?.unwrap_or_default();
+            let min_words = o.take("min_words")?;
+            let max_words = o.take("max_words")?;
+            let max_section_words = o.take("max_section_words")?;
+            if sections.is_empty() && min_words.is_none() && max_words.is_none() && max_section_words.is_none() {
+                return Err(
+                    "`document` needs something to check: `sections`, `min_words`, `max_words` or `max_section_words`"
+                        .into(),
+                );
+            }
+            Check::Document { path, sections, min_words, max_words, max_section_words }
+        }
         "check" => {
             let timeout_s = o.take_number("timeout_s")?.unwrap_or(30.0);
             if !(0.001..=MAX_CHECK_S).contains(&timeout_s) {
@@ -399,10 +435,29 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
         }
     };
     o.finish()?;
-    Ok(ScorerSpec { name, check, weight })
+    Ok(ScorerSpec { name, check, weight, from })
 }
 
 impl ScorerSpec {
+    /// What the scorer checks, as a score records it (to recognise it in a regrade): the
+    /// check, and where its text comes from when that is not the final answer.
+    pub fn check_value(&self) -> Value {
+        let check = serde_json::to_value(&self.check).unwrap_or_default();
+        match &self.from {
+            None => check,
+            Some(from) => serde_json::json!({"from": from, "check": check}),
+        }
+    }
+
+    /// Whether it looks at the episode's final world, which a regrade no longer has.
+    pub fn reads_world(&self) -> bool {
+        self.from.is_some()
+            || matches!(
+                self.check,
+                Check::FileExists { .. } | Check::FileContains { .. } | Check::Document { .. } | Check::Command { .. }
+            )
+    }
+
     /// The tools this scorer refers to, to check against the environment.
     pub fn tools(&self) -> Vec<&str> {
         match &self.check {

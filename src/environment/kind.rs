@@ -15,12 +15,13 @@ use super::python::Python;
 use super::sandbox::SandboxMode;
 use super::shell::Shell;
 use super::tool::ToolDecl;
+use super::writing::Writing;
 use super::{SetupError, World};
 use crate::domain::Task;
 use crate::model::Backend;
 
 /// Every kind of environment there is. Adding a kind is adding it here.
-pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python];
+pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python, &Writing];
 
 /// The kind named `name`.
 pub fn find(name: &str) -> Option<&'static dyn EnvironmentKind> {

@@ -17,6 +17,7 @@ mod shell;
 pub mod tool;
 pub mod user;
 pub mod world_model;
+mod writing;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -104,6 +105,12 @@ pub trait World: Send + Sync {
 
     /// Facts for the first observation's `info` (a working directory, say).
     fn describe(&self) -> Map<String, Value> {
+        Map::new()
+    }
+
+    /// Facts added to the `info` of every observation of the world's tools, after the call
+    /// (the writing room's outline and cursor). Most worlds add none.
+    fn observe(&self) -> Map<String, Value> {
         Map::new()
     }
 
@@ -396,7 +403,7 @@ impl Environment {
         started.store(true, Ordering::Relaxed);
         let timeout = Duration::from_secs_f64(self.definition.limits.tool_timeout_s);
         let running = AssertUnwindSafe(self.world.call(&call.actor, &call.name, call.arguments.clone())).catch_unwind();
-        match tokio::time::timeout(timeout, running).await {
+        let mut obs = match tokio::time::timeout(timeout, running).await {
             Ok(Ok(Ok(result))) => Observation::of_result(&call.call_id, result),
             Ok(Ok(Err(failure))) => {
                 let mut error = ToolError::new(failure.kind, failure.message);
@@ -428,6 +435,10 @@ impl Environment {
                 )
                 .suggest("try a smaller or faster action"),
             ),
+        };
+        for (key, value) in self.world.observe() {
+            obs.info.entry(key).or_insert(value);
         }
+        obs
     }
 }

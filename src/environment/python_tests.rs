@@ -20,6 +20,7 @@ fn task() -> Task {
         digest: String::new(),
         answers: Vec::new(),
         user: None,
+        memory: Default::default(),
     }
 }
 

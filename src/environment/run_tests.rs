@@ -89,6 +89,7 @@ fn task() -> Task {
         mock: Arc::from(Vec::new()),
         answers: Vec::new(),
         user: None,
+        memory: Default::default(),
         digest: String::new(),
     }
 }

@@ -442,6 +442,7 @@ mod tests {
             mock: Arc::from(Vec::new()),
             answers: Vec::new(),
             user: Some(Arc::new(UserSpec { kind, conversation: true, stop: "###STOP###".into(), mock: mock.into() })),
+            memory: Default::default(),
             digest: String::new(),
         }
     }

@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::template;
 use crate::contract::{FINAL_TOOL, ToolCall};
+use crate::domain::document::Document;
 use crate::domain::text::Text;
 use crate::domain::{MockTurn, Task};
 use crate::environment::{Ending, ReadBack, ToolFailure, World};
@@ -258,7 +259,7 @@ pub async fn score(
                 explanation,
                 weight: spec.weight,
                 grader,
-                check: serde_json::to_value(&spec.check).unwrap_or_default(),
+                check: spec.check_value(),
             }),
             // The first fault decides; the other scorers still give their verdicts.
             Err(f) => {
@@ -303,7 +304,22 @@ async fn apply(
 ) -> Result<Verdict, ScoringFault> {
     let render = |text: &str| template::render(text, context);
     let ending = episode.ending;
-    let answer = ending.final_answer.as_deref();
+    // The text a check of text reads: the final answer, or with `from:` a text of the world.
+    let read;
+    let answer = match &spec.from {
+        None => ending.final_answer.as_deref(),
+        Some(path) => match read_back(world, path, FILE_SCAN_CAP, episode.world_limit).await? {
+            Ok(file) => {
+                read = file.text;
+                Some(read.as_str())
+            }
+            Err(why) => return Ok(verdict(false, why)),
+        },
+    };
+    let subject = |answer: &str| match &spec.from {
+        None => format!("the answer {}", quote(answer)),
+        Some(path) => format!("`{path}`"),
+    };
     let no_answer =
         || verdict(false, format!("no final answer (the episode ended by {})", ending.termination.as_str()));
     Ok(match &spec.check {
@@ -323,7 +339,7 @@ async fn apply(
                         (TextOp::Regex, true) => format!("matches /{expected}/"),
                         (TextOp::Regex, false) => format!("does not match /{expected}/"),
                     };
-                    verdict(found != *negate, format!("the answer {} {what}", quote(answer)))
+                    verdict(found != *negate, format!("{} {what}", subject(answer)))
                 }
                 Err(e) => verdict(false, e),
             }
@@ -398,6 +414,13 @@ async fn apply(
                 Ok(false) => verdict(false, format!("`{path}` does not contain {expected:?}{searched}")),
                 Err(e) => verdict(false, e),
             }
+        }
+        Check::Document { path, sections, min_words, max_words, max_section_words } => {
+            let file = match read_back(world, path, FILE_SCAN_CAP, episode.world_limit).await? {
+                Ok(file) => file,
+                Err(why) => return Ok(verdict(false, why)),
+            };
+            document_check(path, &file.text, sections, *min_words, *max_words, *max_section_words)
         }
         Check::Command { command, timeout_s } => {
             // run_check stops the command at its timeout and says so; the outer bound, a
@@ -477,6 +500,46 @@ async fn apply(
             }
         }
     })
+}
+
+/// A Markdown text's sections and word counts against what the scorer asks; every miss is
+/// named.
+fn document_check(
+    path: &str,
+    text: &str,
+    sections: &[String],
+    min_words: Option<usize>,
+    max_words: Option<usize>,
+    max_section_words: Option<usize>,
+) -> Verdict {
+    let doc = Document::parse_markdown(text);
+    let mut misses = Vec::new();
+    let missing: Vec<&str> = sections.iter().filter(|h| doc.find(h).is_none()).map(String::as_str).collect();
+    if !missing.is_empty() {
+        misses.push(format!("no section {}", missing.iter().map(|h| format!("`{h}`")).collect::<Vec<_>>().join(", ")));
+    }
+    let words = doc.words();
+    if let Some(min) = min_words
+        && words < min
+    {
+        misses.push(format!("{words} words, under {min}"));
+    }
+    if let Some(max) = max_words
+        && words > max
+    {
+        misses.push(format!("{words} words, over {max}"));
+    }
+    if let Some(max) = max_section_words {
+        for entry in doc.outline().into_iter().filter(|e| e.words > max) {
+            misses.push(format!("section `{}` has {} words, over {max}", entry.heading, entry.words));
+        }
+    }
+    if misses.is_empty() {
+        let n = doc.sections.len();
+        verdict(true, format!("`{path}` has the sections asked for and {words} words ({n} sections)"))
+    } else {
+        verdict(false, format!("`{path}`: {}", misses.join("; ")))
+    }
 }
 
 /// A file of the final world, read within `limit`; or why it could not be (the scorer

@@ -143,6 +143,7 @@ fn map_row(
         user: None,
         conversation: false,
         mock_user: None,
+        memory: Default::default(),
     })
 }
 

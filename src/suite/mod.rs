@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::agent::AgentKind;
+use crate::agent::memory::{MemoryConfig, Stores};
 use crate::environment::definition::Definition;
 use crate::environment::permission::{self, Permissions};
 use crate::environment::sandbox::SandboxMode;
@@ -77,6 +78,8 @@ pub struct AgentConfig {
     /// When true, the agent offers `enter_plan_mode` (and, in plan mode, `exit_plan_mode`).
     #[serde(default)]
     pub plan_mode: bool,
+    /// The bounded memory: the `memory` tool and its stores in the system prompt.
+    pub memory: Option<MemoryConfig>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -160,6 +163,9 @@ pub(crate) struct TaskFile {
     /// The user's answers to permission `ask` rules, in order.
     #[serde(default)]
     pub answers: Vec<Text>,
+    /// The entries the agent's memory starts with: `{memory: [...], user: [...]}`.
+    #[serde(default)]
+    pub memory: crate::domain::MemoryEntries,
     /// The task's user: `script:` or `simulated:`.
     pub user: Option<UserFile>,
     /// The user opens the episode and the agent talks with it until it says its stop word.
@@ -301,6 +307,9 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     {
         return Err(source.error("limits.max_cost_usd", format!("must be a positive number of USD, got {usd}")));
     }
+    if let Some(memory) = &file.agent.memory {
+        memory.check().map_err(|(field, e)| source.error(&format!("agent.memory.{field}"), e))?;
+    }
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
     let sandbox = match &file.sandbox {
         None => SandboxMode::On,
@@ -365,6 +374,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
                 ));
             }
         }
+        check_memory(&source, &at, &raw.memory, file.agent.memory.as_ref())?;
         let task = build_task(raw, &suite_mock).map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
         finish_task(&source, &at, task, system, &file.scorers, &mut seen, &mut tasks)?;
     }
@@ -397,6 +407,31 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         tasks,
         ungraded,
     })
+}
+
+/// Checks a task's initial memory: the suite gives the agent a memory, and each store's
+/// entries are what the `memory` tool would accept, within its limit.
+fn check_memory(
+    source: &Source,
+    at: &str,
+    entries: &crate::domain::MemoryEntries,
+    config: Option<&MemoryConfig>,
+) -> Result<(), ConfigError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let here = yaml::child(at, "memory");
+    let Some(config) = config else {
+        return Err(source.error(&here, "the task has memory entries, but the suite's agent has no `memory:`"));
+    };
+    for (name, list) in [("memory", &entries.memory), ("user", &entries.user)] {
+        let mut adding = Stores::new(config, Default::default());
+        for (i, entry) in list.iter().enumerate() {
+            let call = json!({"action": "add", "target": name, "content": entry});
+            adding.act(&call).map_err(|e| source.error(&yaml::item(&yaml::child(&here, name), i), e.message))?;
+        }
+    }
+    Ok(())
 }
 
 /// Checks that the templates a task will meet render, and that its id is new.
@@ -477,6 +512,9 @@ pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<
         if let Some(user) = &user {
             content["user"] = user_content(user);
         }
+        if !raw.memory.is_empty() {
+            content["memory"] = json!(raw.memory);
+        }
         hex::encode(Sha256::digest(content.to_string().as_bytes()))
     };
     let mut task = Task {
@@ -490,6 +528,7 @@ pub(crate) fn build_task(raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<
         answers,
         user,
         digest,
+        memory: raw.memory,
     };
     let script: &[MockTurn] = match &raw.mock {
         Some(turns) => turns,
