@@ -2,6 +2,8 @@
 //! proposes tool calls. It never executes a tool: the environment does. [`AgentKind`] is
 //! the list of kinds a suite can name.
 
+pub mod memory;
+pub mod plan;
 mod subagent;
 mod tool_calling;
 
@@ -81,6 +83,8 @@ pub struct Proposal {
     pub usage: Usage,
     /// What the turn's model calls cost; `None` when a call had no price.
     pub cost_usd: Option<f64>,
+    /// In a conversation: what the agent says to the task's user (its text reply).
+    pub to_user: Option<String>,
 }
 
 /// A failure to decide that is nobody's answer (the model backend failed, a mock script

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::memory::{self, MEMORY_TOOL, SharedStores};
+use super::plan::{self, PlanMode};
 use super::subagent::{DELEGATE_TOOL, Subagents, delegate_spec};
 use super::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
@@ -45,6 +47,12 @@ pub struct ToolCallingAgent {
     pub(super) children: u32,
     /// The files this agent's subagents (and theirs) wrote, as their answers said.
     pub(super) written_below: Vec<String>,
+    /// Plan mode, when the suite offers it (`agent: {plan_mode: true}`).
+    plan: Option<PlanMode>,
+    /// In a conversation, a text reply goes to the task's user instead of ending the episode.
+    conversational: bool,
+    /// The bounded memory (`memory.rs`), when the suite gives the agent one.
+    memory: Option<SharedStores>,
 }
 
 impl ToolCallingAgent {
@@ -67,6 +75,9 @@ impl ToolCallingAgent {
             subagents: None,
             children: 0,
             written_below: Vec::new(),
+            plan: None,
+            conversational: false,
+            memory: None,
         }
     }
 
@@ -78,6 +89,70 @@ impl ToolCallingAgent {
         }
         self.subagents = Some(subagents);
         self
+    }
+
+    /// Gives the agent the bounded memory: the `memory` tool, and both stores shown in the
+    /// system prompt with their usage. The prompt shows them as the episode starts and then
+    /// stays as it is, so that the conversation's prefix (and a provider's prompt cache)
+    /// holds; the tool's every answer carries the store's entries and usage as they are now.
+    pub fn with_memory(mut self, stores: SharedStores) -> Self {
+        let base = match self.transcript.first() {
+            Some(Message::System { content }) => Some(content.clone()),
+            _ => None,
+        };
+        let prompt = memory::system_prompt(base.as_deref(), &stores.lock().unwrap_or_else(|p| p.into_inner()));
+        match self.transcript.first_mut() {
+            Some(Message::System { content }) => *content = prompt,
+            _ => self.transcript.insert(0, Message::System { content: prompt }),
+        }
+        self.own_tools.push(memory::tool_spec());
+        self.memory = Some(stores);
+        self
+    }
+
+    /// Offers plan mode: `enter_plan_mode`, and in plan mode `exit_plan_mode`.
+    pub fn with_plan_mode(mut self) -> Self {
+        self.plan = Some(PlanMode::default());
+        self
+    }
+
+    /// Talks with the task's user: a text reply is said to the user.
+    pub fn in_conversation(mut self) -> Self {
+        self.conversational = true;
+        self
+    }
+
+    /// The second half of a hybrid `exit_plan_mode`: the world's answer came back, and the
+    /// agent's own code leaves plan mode if the user approved.
+    fn read_plan_answers(&mut self, turn: &Turn<'_>) {
+        let Some(plan) = &mut self.plan else { return };
+        for obs in turn.observations {
+            let Some((arguments, result)) = plan.exit_answered(obs) else { continue };
+            let call_id = obs.call_id.clone().unwrap_or_default();
+            turn.recorder.emit(&Event::AgentAction {
+                step: turn.budget.step,
+                actor: self.actor.clone(),
+                call_id,
+                name: plan::EXIT_PLAN_MODE.into(),
+                class: ActionClass::Hybrid,
+                arguments,
+                result,
+                error: None,
+            });
+        }
+    }
+
+    /// The plan-mode reminder, once each time plan mode begins.
+    fn remind_of_plan_mode(&mut self, turn: &Turn<'_>) {
+        let Some(text) = self.plan.as_mut().and_then(PlanMode::take_reminder) else { return };
+        self.transcript.push(Message::User { content: text.into() });
+        turn.recorder.emit(&Event::Reminder {
+            step: turn.budget.step,
+            actor: self.actor.clone(),
+            kind: "plan_mode".into(),
+            paths: Vec::new(),
+            text: text.into(),
+        });
     }
 
     /// Answers a call the agent handled itself: the result (or the refusal) enters the
@@ -164,10 +239,12 @@ impl ToolCallingAgent {
 
     /// Asks the model and logs the call, answered or not.
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
-        let offered: Cow<'_, [ToolSpec]> = if self.own_tools.is_empty() {
-            Cow::Borrowed(turn.tools)
-        } else {
-            Cow::Owned(turn.tools.iter().chain(&self.own_tools).cloned().collect())
+        let offered: Cow<'_, [ToolSpec]> = match &self.plan {
+            Some(plan) => {
+                Cow::Owned(plan.offer(turn.tools).into_iter().chain(self.own_tools.iter().cloned()).collect())
+            }
+            None if self.own_tools.is_empty() => Cow::Borrowed(turn.tools),
+            None => Cow::Owned(turn.tools.iter().chain(&self.own_tools).cloned().collect()),
         };
         let request =
             ModelRequest { messages: &self.transcript, tools: &offered, deadline: Some(&turn.budget.deadline) };
@@ -232,6 +309,7 @@ impl ToolCallingAgent {
 impl Agent for ToolCallingAgent {
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault> {
         self.perceive(turn.observations);
+        self.read_plan_answers(&turn);
 
         // Files this agent knows may have changed under it: it says so to the model, once
         // per change, before asking it (a write of such a file is refused until it is read).
@@ -248,6 +326,8 @@ impl Agent for ToolCallingAgent {
             });
         }
 
+        self.remind_of_plan_mode(&turn);
+
         let response = self.ask_model(&turn).await?;
         let (usage, cost_usd) = (response.usage, response.cost_usd);
 
@@ -262,11 +342,58 @@ impl Agent for ToolCallingAgent {
         // the agent's own are handled here and never reach the environment.
         let mut calls = Vec::with_capacity(proposed_calls.len());
         let mut delegations = Vec::new();
+        let mut answered_own = false;
         for call in proposed_calls {
             match Handling::of(&call.name) {
-                Handling::Physical => calls.push(call),
+                Handling::Physical => match self.plan.as_ref().and_then(|p| p.refusal(&call.name, turn.tools)) {
+                    // Plan mode: a call that does more than read never reaches the world.
+                    Some(refusal) => {
+                        self.answer_own(&turn, &call, ActionClass::Cognitive, Err(refusal));
+                        answered_own = true;
+                    }
+                    None => calls.push(call),
+                },
                 Handling::FinalAnswer => calls.push(call),
-                Handling::Delegate => delegations.push(call),
+                // Cognitive: subagents start after the sorting (`subagent.rs`); in plan mode,
+                // where only reading is allowed, a delegation is refused like a write.
+                Handling::Delegate => match self.plan.as_ref().and_then(|p| p.refusal(&call.name, turn.tools)) {
+                    Some(refusal) => {
+                        self.answer_own(&turn, &call, ActionClass::Cognitive, Err(refusal));
+                        answered_own = true;
+                    }
+                    None => delegations.push(call),
+                },
+                // A cognitive action: the agent changes its own memory; the world never sees it.
+                Handling::Memory => match self.memory.clone() {
+                    Some(stores) => {
+                        let result = stores.lock().unwrap_or_else(|p| p.into_inner()).act(&call.arguments);
+                        self.answer_own(&turn, &call, ActionClass::Cognitive, result);
+                        answered_own = true;
+                    }
+                    None => calls.push(call),
+                },
+                Handling::EnterPlanMode => match &mut self.plan {
+                    Some(plan) => {
+                        let result = plan.enter();
+                        self.answer_own(&turn, &call, ActionClass::Cognitive, Ok(result));
+                        answered_own = true;
+                    }
+                    None => calls.push(call),
+                },
+                // Hybrid: the world asks the user; `read_plan_answers` reads the answer.
+                Handling::ExitPlanMode => match &mut self.plan {
+                    Some(plan) => match plan.exit_refusal() {
+                        Some(refusal) => {
+                            self.answer_own(&turn, &call, ActionClass::Cognitive, Err(refusal));
+                            answered_own = true;
+                        }
+                        None => {
+                            plan.exit_sent(&call.call_id, &call.arguments);
+                            calls.push(call);
+                        }
+                    },
+                    None => calls.push(call),
+                },
             }
         }
         if !delegations.is_empty() {
@@ -276,10 +403,12 @@ impl Agent for ToolCallingAgent {
             // Children run now, at once; their answers enter the transcript before the
             // world's results, which come with the next turn.
             self.delegate(&turn, delegations).await?;
-            return Ok(Proposal { calls, usage: Usage::default(), cost_usd: cost_usd.map(|_| 0.0) });
+            let spent = Proposal { usage: Usage::default(), cost_usd: cost_usd.map(|_| 0.0), ..Proposal::default() };
+            return Ok(Proposal { calls, ..spent });
         }
-        if !calls.is_empty() {
-            return Ok(Proposal { calls, usage, cost_usd });
+        // Calls the agent answered itself are a turn's work too: the model goes on next turn.
+        if !calls.is_empty() || answered_own {
+            return Ok(Proposal { calls, usage, cost_usd, ..Proposal::default() });
         }
 
         // No tool calls: either the answer itself, or the agent reminds the model what it
@@ -287,15 +416,19 @@ impl Agent for ToolCallingAgent {
         let text = response.text.unwrap_or_default();
         if text.trim().is_empty() {
             self.transcript.push(Message::User { content: EMPTY_REPLY_REMINDER.into() });
-            return Ok(Proposal { calls: Vec::new(), usage, cost_usd });
+            return Ok(Proposal { calls: Vec::new(), usage, cost_usd, ..Proposal::default() });
+        }
+        // In a conversation, text is said to the user, whose reply comes back next turn.
+        if self.conversational {
+            return Ok(Proposal { calls: Vec::new(), usage, cost_usd, to_user: Some(text) });
         }
         if self.require_final_answer {
             self.transcript.push(Message::User { content: FINAL_ANSWER_REMINDER.into() });
-            return Ok(Proposal { calls: Vec::new(), usage, cost_usd });
+            return Ok(Proposal { calls: Vec::new(), usage, cost_usd, ..Proposal::default() });
         }
         let call_id = self.name_call(None, FINAL_TOOL);
         let call = self.call(call_id, FINAL_TOOL.into(), json!({"answer": text}));
-        Ok(Proposal { calls: vec![call], usage, cost_usd })
+        Ok(Proposal { calls: vec![call], usage, cost_usd, ..Proposal::default() })
     }
 }
 
@@ -312,6 +445,13 @@ enum Handling {
     FinalAnswer,
     /// A cognitive action: start subagents (`subagent.rs`); their answers are the result.
     Delegate,
+    /// Cognitive: the agent enters plan mode (when the suite offers it).
+    EnterPlanMode,
+    /// Hybrid: the world hands the plan to the user, then the agent's code reads the answer.
+    ExitPlanMode,
+    /// The bounded memory (a cognitive action), when the agent has one; otherwise the call
+    /// goes to the world like any other.
+    Memory,
 }
 
 impl Handling {
@@ -319,6 +459,9 @@ impl Handling {
         match tool {
             FINAL_TOOL => Handling::FinalAnswer,
             DELEGATE_TOOL => Handling::Delegate,
+            plan::ENTER_PLAN_MODE => Handling::EnterPlanMode,
+            plan::EXIT_PLAN_MODE => Handling::ExitPlanMode,
+            MEMORY_TOOL => Handling::Memory,
             _ => Handling::Physical,
         }
     }
@@ -424,8 +567,11 @@ mod tests {
     }
 
     #[test]
-    fn the_final_answer_and_delegate_task_are_the_agents_own_tools() {
+    fn the_final_answer_the_memory_and_plan_mode_are_the_agents_own_tools() {
         assert_eq!(Handling::of(FINAL_TOOL), Handling::FinalAnswer);
+        assert_eq!(Handling::of(MEMORY_TOOL), Handling::Memory);
+        assert_eq!(Handling::of("enter_plan_mode"), Handling::EnterPlanMode);
+        assert_eq!(Handling::of("exit_plan_mode"), Handling::ExitPlanMode);
         assert_eq!(Handling::of(DELEGATE_TOOL), Handling::Delegate);
         for tool in ["run_command", "read_file", "kv_set", "anything"] {
             assert_eq!(Handling::of(tool), Handling::Physical, "{tool}");
@@ -714,6 +860,188 @@ mod tests {
         let (_, events) = propose_in(&mut a, &[first_observation()], &Changed(Vec::new())).await;
         assert!(events.iter().all(|e| e["type"] != "reminder"), "{events:?}");
         assert_eq!(a.transcript().len(), 3);
+    }
+
+    /// A world with a tool that reads and one that writes, the user's, and the final answer.
+    fn plan_world() -> Vec<ToolSpec> {
+        use crate::contract::ToolAnnotations;
+        let object = json!({"type": "object"});
+        vec![
+            ToolSpec::new("kv_get", "reads", object.clone()).annotated(ToolAnnotations::READ_ONLY),
+            ToolSpec::new("kv_set", "writes", object.clone()),
+            ToolSpec::new("ask_user", "asks", object.clone()).annotated(ToolAnnotations::READ_ONLY),
+            ToolSpec::new(FINAL_TOOL, "ends", object),
+        ]
+    }
+
+    /// One turn of `agent` over `observations` in the plan world: what reached the world,
+    /// the events, and the tools the model was offered.
+    async fn plan_turn(
+        agent: &mut ToolCallingAgent,
+        observations: &[Observation],
+        step: u32,
+    ) -> (Vec<String>, Vec<Value>) {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
+        let recorder = log.recorder("ep");
+        let tools = plan_world();
+        let deadline = crate::model::limiter::Deadline::after(std::time::Duration::from_secs(30));
+        let tree = EpisodeTree::new(20, None, None, deadline);
+        let budget = crate::agent::Budget { step, steps_left: 5, deadline: tree.deadline.clone(), tokens_left: None };
+        let turn = Turn { observations, tools: &tools, budget, recorder: &recorder, world: &NoFiles, tree: &tree };
+        let proposal = agent.propose(turn).await.unwrap();
+        drop((recorder, log));
+        writer.close().unwrap();
+        let text = std::fs::read_to_string(dir.path().join("e.jsonl")).unwrap();
+        let events = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        (proposal.calls.iter().map(|c| c.name.clone()).collect(), events)
+    }
+
+    #[tokio::test]
+    async fn in_plan_mode_only_reads_reach_the_world_until_the_user_approves() {
+        let turns = vec![
+            turn_of(None, &[("enter_plan_mode", json!({}), None)]),
+            // A write and a read in one turn: the write is refused by the agent, the read goes out.
+            turn_of(None, &[("kv_set", json!({"key": "a"}), None), ("kv_get", json!({"key": "a"}), None)]),
+            turn_of(None, &[("exit_plan_mode", json!({"plan": "set a"}), None)]),
+            turn_of(None, &[("kv_set", json!({"key": "a"}), None)]),
+            turn_of(None, &[("exit_plan_mode", json!({"plan": "set a, carefully"}), None)]),
+            turn_of(None, &[("kv_set", json!({"key": "a"}), None)]),
+        ];
+        let mut a = agent(turns, false).with_plan_mode();
+        let (sent, events) = plan_turn(&mut a, &[first_observation()], 1).await;
+        assert!(sent.is_empty(), "entering plan mode never reaches the world: {sent:?}");
+        let action = events.iter().find(|e| e["type"] == "agent_action").unwrap();
+        assert_eq!((action["name"].as_str(), action["class"].as_str()), (Some("enter_plan_mode"), Some("cognitive")));
+
+        let (sent, events) = plan_turn(&mut a, &[], 2).await;
+        assert_eq!(sent, ["kv_get"]);
+        let refused = events.iter().find(|e| e["type"] == "agent_action").unwrap();
+        assert_eq!(refused["name"], "kv_set");
+        assert_eq!(refused["error"]["type"], "PermissionError");
+        let reminder = events.iter().find(|e| e["type"] == "reminder").unwrap();
+        assert_eq!(reminder["kind"], "plan_mode");
+        // The refusal is in the transcript as the call's result, an error.
+        assert!(a.transcript().iter().any(
+            |m| matches!(m, Message::Tool { name, is_error: true, content, .. } if name == "kv_set" && content.contains("PermissionError"))
+        ));
+
+        let read = Observation::of_result("c_3", json!({"value": null}));
+        let (sent, _) = plan_turn(&mut a, &[read], 3).await;
+        assert_eq!(sent, ["exit_plan_mode"], "the plan goes to the world, which asks the user");
+
+        let rejected = Observation::of_result("c_4", json!({"approved": false, "feedback": "be careful"}));
+        let (sent, events) = plan_turn(&mut a, &[rejected], 4).await;
+        assert!(sent.is_empty(), "still in plan mode: the write is refused");
+        let hybrid = events.iter().find(|e| e["type"] == "agent_action" && e["class"] == "hybrid").unwrap();
+        assert_eq!(hybrid["result"], json!({"approved": false, "plan_mode": true}));
+
+        let (sent, _) = plan_turn(&mut a, &[], 5).await;
+        assert_eq!(sent, ["exit_plan_mode"]);
+        let approved = Observation::of_result("c_6", json!({"approved": true, "feedback": "approve"}));
+        let (sent, events) = plan_turn(&mut a, &[approved], 6).await;
+        assert_eq!(sent, ["kv_set"], "approved: the write goes to the world");
+        let hybrid = events.iter().find(|e| e["type"] == "agent_action" && e["class"] == "hybrid").unwrap();
+        assert_eq!(hybrid["result"], json!({"approved": true, "plan_mode": false}));
+    }
+
+    #[tokio::test]
+    async fn plan_mode_offers_only_read_only_tools_to_the_model() {
+        let mut a = agent(vec![turn_of(None, &[("enter_plan_mode", json!({}), None)])], false).with_plan_mode();
+        let names = |a: &ToolCallingAgent| {
+            let plan = a.plan.as_ref().unwrap();
+            plan.offer(&plan_world()).into_iter().map(|t| t.name).collect::<Vec<_>>()
+        };
+        assert_eq!(names(&a), ["kv_get", "kv_set", "ask_user", FINAL_TOOL, "enter_plan_mode"]);
+        plan_turn(&mut a, &[first_observation()], 1).await;
+        assert_eq!(names(&a), ["kv_get", "ask_user", FINAL_TOOL, "exit_plan_mode"]);
+    }
+
+    #[tokio::test]
+    async fn without_plan_mode_the_plan_tools_go_to_the_world_and_nothing_is_refused() {
+        let calls = [("enter_plan_mode", json!({}), None), ("kv_set", json!({"key": "a"}), None)];
+        let mut a = agent(vec![turn_of(None, &calls)], false);
+        let (sent, events) = plan_turn(&mut a, &[first_observation()], 1).await;
+        assert_eq!(sent, ["enter_plan_mode", "kv_set"]);
+        assert!(events.iter().all(|e| e["type"] != "agent_action"), "{events:?}");
+    }
+
+    #[tokio::test]
+    async fn exit_plan_mode_outside_plan_mode_is_refused_by_the_agent() {
+        let mut a =
+            agent(vec![turn_of(None, &[("exit_plan_mode", json!({"plan": "x"}), None)])], false).with_plan_mode();
+        let (sent, events) = plan_turn(&mut a, &[first_observation()], 1).await;
+        assert!(sent.is_empty());
+        let action = events.iter().find(|e| e["type"] == "agent_action").unwrap();
+        assert_eq!(action["error"]["type"], "ExecutionError");
+    }
+
+    #[tokio::test]
+    async fn in_a_conversation_text_goes_to_the_user_not_to_the_final_answer() {
+        let mut a = agent(vec![turn_of(Some("How many people?"), &[])], true).in_conversation();
+        let p = propose(&mut a, &[first_observation()]).await.unwrap();
+        assert!(p.calls.is_empty());
+        assert_eq!(p.to_user.as_deref(), Some("How many people?"));
+        assert!(a.transcript().iter().all(|m| m != &Message::User { content: FINAL_ANSWER_REMINDER.into() }));
+    }
+
+    fn with_memory(turns: Vec<MockTurn>, entries: memory::Entries) -> (ToolCallingAgent, SharedStores) {
+        let stores = memory::Stores::new(&memory::MemoryConfig::default(), entries).shared();
+        (agent(turns, false).with_memory(stores.clone()), stores)
+    }
+
+    #[tokio::test]
+    async fn the_memory_is_in_the_system_prompt_with_its_usage_and_its_tool_is_offered_last() {
+        let entries =
+            memory::Entries { memory: vec!["the build needs make".into()], user: vec!["is called Ada".into()] };
+        let (a, _) = with_memory(vec![], entries);
+        let Message::System { content } = &a.transcript()[0] else { panic!("{:?}", a.transcript()) };
+        // 20 chars of 2,200 and 13 of 1,375: both under 1%.
+        let expected = "be careful\n\nMEMORY (your notes) [0% — 20/2,200 chars]\nthe build needs make\n\n\
+                        USER PROFILE (what you know about the user) [0% — 13/1,375 chars]\nis called Ada\n\n\
+                        Keep them with the `memory` tool: add, replace or remove an entry, or read a store.";
+        assert_eq!(content, expected);
+        assert_eq!(a.own_tools.last().map(|t| t.name.as_str()), Some(MEMORY_TOOL));
+        assert_eq!(a.transcript().len(), 1, "one system message, not two");
+    }
+
+    #[tokio::test]
+    async fn a_memory_call_is_answered_by_the_agent_and_never_reaches_the_world() {
+        let turns = vec![turn_of(
+            None,
+            &[
+                (MEMORY_TOOL, json!({"action": "add", "target": "memory", "content": "x is 4"}), None),
+                (MEMORY_TOOL, json!({"action": "add", "target": "memory", "content": "x is 4"}), None),
+            ],
+        )];
+        let (mut a, stores) = with_memory(turns, memory::Entries::default());
+        let (proposal, events) = propose_logged(&mut a, &[first_observation()]).await;
+        let proposal = proposal.unwrap();
+        assert!(proposal.calls.is_empty(), "the world got {:?}", proposal.calls);
+        assert_eq!(stores.lock().unwrap().entries().memory, ["x is 4"]);
+        let actions: Vec<&Value> = events.iter().filter(|e| e["type"] == "agent_action").collect();
+        assert_eq!(actions.len(), 2, "{events:?}");
+        assert_eq!(actions[0]["class"], "cognitive");
+        assert_eq!(actions[0]["result"]["usage"], "[0% — 6/2,200 chars]");
+        assert!(actions[1]["error"]["message"].as_str().unwrap().contains("already in `memory`"), "{}", actions[1]);
+        // Both answers are in the transcript, the refusal marked as an error.
+        let answers: Vec<bool> = a
+            .transcript()
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool { name, is_error, .. } if name == MEMORY_TOOL => Some(*is_error),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(answers, [false, true]);
+    }
+
+    #[tokio::test]
+    async fn without_memory_a_memory_call_goes_to_the_world() {
+        let mut a = agent(vec![turn_of(None, &[(MEMORY_TOOL, json!({"action": "read"}), None)])], false);
+        let p = propose(&mut a, &[first_observation()]).await.unwrap();
+        assert_eq!(p.calls.len(), 1);
+        assert_eq!(p.calls[0].name, MEMORY_TOOL);
     }
 
     #[tokio::test]

@@ -5,32 +5,41 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::memory::Slot;
 use super::{EpisodeReport, EpisodeSpec};
-use std::sync::Arc;
-
+use crate::agent::memory::{SharedStores, Stores};
 use crate::agent::{Agent, AgentKind, ModelFor, Subagents, ToolCallingAgent};
 use crate::config::template;
-use crate::domain::Task;
+use std::sync::Arc;
+
+use crate::domain::{Task, UserKind};
 use crate::environment::World;
 use crate::environment::sandbox::SandboxMode;
 use crate::environment::{Ending, Environment, EpisodeLimits, SetupContext};
 use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::model::Backend;
+use crate::model::LanguageModel;
 use crate::scoring::{self, Finished, Graders};
 use crate::suite::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Suite};
 
 pub async fn run_episode(
     spec: EpisodeSpec,
+    mut memory: Option<Slot>,
     log: &EventLog,
     graders: &Graders,
     work_root: &std::path::Path,
     sandbox: SandboxMode,
     stop: &CancellationToken,
 ) -> EpisodeReport {
-    let started = std::time::Instant::now();
     let suite = &spec.suite;
     let task = &suite.tasks[spec.task];
+    // With `scope: task`, the stores the epoch before left (it waits for that epoch to end).
+    let kept = match memory.as_mut() {
+        Some(slot) => slot.open().await,
+        None => Ok(None),
+    };
+    let started = std::time::Instant::now();
     let recorder = log.recorder(&spec.id);
     recorder.emit(&Event::EpisodeStarted {
         suite: suite.name.clone(),
@@ -42,21 +51,36 @@ pub async fn run_episode(
     });
 
     let mut loop_ms = None;
-    let context =
-        SetupContext { sandbox: super::sandbox_mode(suite, sandbox), ..SetupContext::new(work_root, &spec.id) };
-    let (ending, outcome) = match Environment::setup(suite.environment.clone(), task, &context).await {
-        Err(e) => {
-            let message = e.to_string();
-            recorder.emit(&Event::Error { step: 0, cause: UnscoredCause::EnvironmentError, message: message.clone() });
-            (
-                Ending::new(Termination::EnvironmentError),
-                Outcome::Unscored { cause: UnscoredCause::EnvironmentError, message },
-            )
+    let mut user_spent = None;
+    let context = SetupContext {
+        sandbox: super::sandbox_mode(suite, sandbox),
+        user_model: user_model(&spec, task, graders),
+        ..SetupContext::new(work_root, &spec.id)
+    };
+    let stores = suite.agent.memory.as_ref().map(|config| {
+        let initial = match &kept {
+            Ok(Some(entries)) => entries.clone(),
+            _ => task.memory.clone(),
+        };
+        Stores::new(config, initial).shared()
+    });
+    let setup = match &kept {
+        // The runner's own file, not the agent's doing: nothing runs, the episode is unscored.
+        Err(message) => Err((UnscoredCause::Other("memory_error".into()), message.clone())),
+        Ok(_) => Environment::setup(suite.environment.clone(), task, &context)
+            .await
+            .map_err(|e| (UnscoredCause::EnvironmentError, e.to_string())),
+    };
+    let (ending, outcome) = match setup {
+        Err((cause, message)) => {
+            recorder.emit(&Event::Error { step: 0, cause: cause.clone(), message: message.clone() });
+            (Ending::new(Termination::EnvironmentError), Outcome::Unscored { cause, message })
         }
         Ok(env) => {
             let env = env.with_permissions(suite.permissions.clone());
-            let mut agent = agent_for(&spec, suite, task);
+            let mut agent = agent_for(&spec, suite, task, stores.clone());
             let ending = env.run(agent.as_mut(), task, &limits(suite), &recorder, stop).await;
+            user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
             loop_ms = Some(wall_s * 1e3);
             // Scored against the final world, before it is torn down.
@@ -68,6 +92,18 @@ pub async fn run_episode(
         }
     };
 
+    // What a scored epoch left is what the next one starts from; an unscored or cancelled
+    // one is run again on resume, from the stores it started with.
+    let mut outcome = outcome;
+    if let (Some(slot), Some(stores), Outcome::Scored { .. }) = (&memory, &stores, &outcome) {
+        let entries = stores.lock().unwrap_or_else(|p| p.into_inner()).entries().clone();
+        if let Err(message) = slot.save(&entries) {
+            let cause = UnscoredCause::Other("memory_error".into());
+            recorder.emit(&Event::Error { step: ending.steps, cause: cause.clone(), message: message.clone() });
+            outcome = Outcome::Unscored { cause, message };
+        }
+    }
+    drop(memory);
     let wall_ms = started.elapsed().as_secs_f64() * 1e3;
     recorder.emit(&Event::EpisodeFinished {
         outcome: outcome.clone(),
@@ -79,6 +115,8 @@ pub async fn run_episode(
         cost_usd: ending.cost_usd,
         wall_ms,
         loop_ms,
+        user_usage: user_spent.map(|(usage, _)| usage),
+        user_cost_usd: user_spent.and_then(|(_, cost)| cost),
     });
     EpisodeReport {
         id: spec.id.clone(),
@@ -94,7 +132,7 @@ pub async fn run_episode(
 }
 
 /// Builds the episode's agent: one arm per kind a suite can name.
-fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> Box<dyn Agent> {
+fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task, memory: Option<SharedStores>) -> Box<dyn Agent> {
     // Every template was rendered against every task when the suite loaded.
     let system = suite.agent.system.as_deref().map(|s| {
         template::render(s, &task.template_context())
@@ -103,11 +141,20 @@ fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> Box<dyn Agent> {
     match suite.agent.kind {
         AgentKind::ToolCalling => {
             let model = spec.model.for_episode(task, &spec.id);
-            let agent = ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer);
-            match subagents_for(spec, suite, task) {
-                Some(subagents) => Box::new(agent.with_subagents(subagents)),
-                None => Box::new(agent),
+            let mut agent = ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer);
+            if let Some(stores) = memory {
+                agent = agent.with_memory(stores);
             }
+            if suite.agent.plan_mode {
+                agent = agent.with_plan_mode();
+            }
+            if task.user.as_ref().is_some_and(|u| u.conversation) {
+                agent = agent.in_conversation();
+            }
+            if let Some(subagents) = subagents_for(spec, suite, task) {
+                agent = agent.with_subagents(subagents);
+            }
+            Box::new(agent)
         }
     }
 }
@@ -128,6 +175,18 @@ fn subagents_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> Option<Arc<S
         model_name: spec.model.name().to_owned(),
         require_final_answer: suite.agent.require_final_answer,
     }))
+}
+
+/// The model that plays the task's simulated user on this episode: `mock` (its `mock_user:`
+/// turns) when the model under test is `mock`, else the user's own model; served from the
+/// recording when the model under test replays one that holds its calls, else by the run's
+/// backend of that name. `None` when the task has no simulated user, or its model is not open.
+fn user_model(spec: &EpisodeSpec, task: &Task, graders: &Graders) -> Option<Arc<dyn LanguageModel>> {
+    let UserKind::Simulated { model, .. } = &task.user.as_ref()?.kind else { return None };
+    let played_by = crate::scoring::user_played_by(spec.model.name(), model);
+    spec.model
+        .recorded_user(played_by, task, &spec.id)
+        .or_else(|| graders.user_backend(played_by).map(|backend| backend.as_user(task, &spec.id)))
 }
 
 fn limits(suite: &Suite) -> EpisodeLimits {

@@ -2,6 +2,7 @@
 //! stream (memory stays flat in the number of episodes), every step logged.
 
 mod episode;
+pub mod memory;
 pub mod merge;
 pub mod regrade;
 pub mod resume;
@@ -264,14 +265,17 @@ pub async fn run(
         let plan = episodes(suites, &options.models, options.epochs)
             .filter(|e| options.plans(&e.id))
             .take_while(move |_| !not_stopped.is_cancelled());
+        let mut task_memory = memory::TaskMemory::new(&dir);
         let mut running = futures::stream::iter(plan)
             .map(|spec| {
+                // Taken here, in plan order: a task's epochs share its memory one after another.
+                let memory = task_memory.slot(&spec);
                 let log = log.clone();
                 let stop = stop.clone();
                 let graders = options.graders.clone();
                 let work_root = work_root.clone();
                 let sandbox = options.sandbox;
-                tokio::spawn(async move { run_episode(spec, &log, &graders, &work_root, sandbox, &stop).await })
+                tokio::spawn(async move { run_episode(spec, memory, &log, &graders, &work_root, sandbox, &stop).await })
             })
             .buffer_unordered(options.jobs.max(1));
         while let Some(joined) = running.next().await {

@@ -2,7 +2,7 @@
 //! grader; no agent model is called. The new scores are appended to the same log under a
 //! new scoring id, and the summary follows the latest scoring.
 //!
-//! World-state scorers (`file_exists`, `file_contains`, `check`) need the episode's final
+//! World-state scorers (`file_exists`, `file_contains`, `document`, `check`, any with `from:`) need the episode's final
 //! world, which is gone: their latest earlier verdict is carried over, and an episode with
 //! a world-state scorer that was never scored before is unscored (`world_gone`).
 
@@ -19,7 +19,7 @@ use crate::log::event::SuiteInfo;
 use crate::log::projection::Index;
 use crate::log::reader::ReadError;
 use crate::log::{Event, EventLog, Outcome, Termination, UnscoredCause, Usage};
-use crate::scoring::{self, Check, Finished, Graders, Score, ScoringFault, aggregate, log_scores};
+use crate::scoring::{self, Finished, Graders, Score, ScoringFault, aggregate, log_scores};
 use crate::suite::Suite;
 
 /// What the log says about one episode, enough to score it again.
@@ -31,6 +31,8 @@ struct Record {
     calls: Vec<ToolCall>,
     errors: Vec<CallError>,
     final_answer: Option<String>,
+    /// In a conversation, what the agent said to the user.
+    told_user: Vec<String>,
     /// How the episode ended, from `episode_finished`.
     finished: Option<Closing>,
     /// Scores by scoring id, in the order they were given.
@@ -66,7 +68,8 @@ impl LoggedRun {
         let events_path = if run.is_dir() { run.join("events.jsonl") } else { run.to_owned() };
         let mut order = Vec::new();
         let mut episodes: HashMap<String, Record> = HashMap::new();
-        let trajectory = ["episode_started", "action_dispatched", "observation", "final", "score", "episode_finished"];
+        let trajectory =
+            ["episode_started", "action_dispatched", "observation", "said", "final", "score", "episode_finished"];
         let index = Index::build_with(&events_path, &trajectory, |episode_id, event| {
             let Some(id) = episode_id else { return };
             if !episodes.contains_key(id) {
@@ -85,6 +88,11 @@ impl LoggedRun {
                     }
                 }
                 Event::Final { answer, .. } => record.final_answer = Some(answer),
+                // The agent's last words to the user are a conversation's answer.
+                Event::Said { actor: crate::contract::Actor::Main, text, .. } => {
+                    record.final_answer = Some(text.clone());
+                    record.told_user.push(text);
+                }
                 Event::Score { scoring_id, scorer, value, passed, weight, explanation, grader, check } => {
                     record
                         .scores
@@ -184,7 +192,11 @@ pub async fn regrade(
             usage: finished.usage,
             cost_usd: finished.cost_usd,
             fault: None,
-            trajectory: Trajectory { calls: record.calls.clone(), errors: record.errors.clone() },
+            trajectory: Trajectory {
+                calls: record.calls.clone(),
+                errors: record.errors.clone(),
+                told_user: record.told_user.clone(),
+            },
         };
         let recorder = log.recorder(id);
         let episode = Finished {
@@ -245,8 +257,8 @@ async fn score_again(
     let mut used = vec![false; record.scores.len()];
     let mut scores = Vec::new();
     for spec in suite.scorers.iter().chain(&episode.task.scorers) {
-        if matches!(spec.check, Check::FileExists { .. } | Check::FileContains { .. } | Check::Command { .. }) {
-            let check = serde_json::to_value(&spec.check).unwrap_or_default();
+        if spec.reads_world() {
+            let check = spec.check_value();
             let earlier = (0..record.scores.len()).rev().find(|&i| !used[i] && record.scores[i].1.check == check);
             let Some(i) = earlier else {
                 return Err(ScoringFault {

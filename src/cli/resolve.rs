@@ -41,7 +41,10 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         }
     }
     // The graders are recorded and cached like the models under test, and replayed with them.
-    let graders = Arc::new(graders(&suites, args.grader.clone(), &config, options, &models)?);
+    let graders = graders(&suites, args.grader.clone(), &config, options.clone(), &models)?;
+    // The models that play simulated users are opened beside the graders, the same way.
+    let graders =
+        Arc::new(graders.with_users(user_models(&suites), &config, options, &models).map_err(CliError::usage)?);
     // The clients hold their keys now; the commands the worlds run must not find them.
     crate::log::secrets::withdraw_from_environment(config.key_vars());
     let resume = match &args.resume {
@@ -167,6 +170,19 @@ pub fn graders(
         }
     }
     Graders::open(names, forced, config, options, under_test).map_err(CliError::usage)
+}
+
+/// The models the suites' simulated users are played by.
+fn user_models(suites: &[Arc<Suite>]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for task in suites.iter().flat_map(|s| &s.tasks) {
+        if let Some(crate::domain::UserKind::Simulated { model, .. }) = task.user.as_ref().map(|u| &u.kind)
+            && !names.contains(model)
+        {
+            names.push(model.clone());
+        }
+    }
+    names
 }
 
 /// Checks the gate flags before anything runs, and reads the baseline run (a bad baseline

@@ -2,6 +2,7 @@
 //! reduce over epochs, a scorer as written. Low in the layers: it knows no loader, no
 //! model, no environment.
 
+pub mod document;
 pub mod scorer;
 pub mod text;
 
@@ -36,8 +37,28 @@ pub struct Task {
     pub mock_subagents: Arc<BTreeMap<String, Arc<[MockTurn]>>>,
     /// The task's user's scripted answers to permission `ask` rules, given out in order.
     pub answers: Vec<String>,
+    /// The task's user (`user:`), part of the world: it answers `ask_user`, `clarify`,
+    /// `exit_plan_mode` and the permission `ask` rules, and in a conversation it talks.
+    pub user: Option<Arc<UserSpec>>,
     /// SHA-256 over the task's content (input, target, files, metadata).
     pub digest: String,
+    /// The entries the agent's bounded memory starts with (`memory:`), when it has one.
+    pub memory: MemoryEntries,
+}
+
+/// The entries of the agent's two memory stores (`agent/memory.rs`): a task's initial ones,
+/// or what an episode left.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MemoryEntries {
+    pub memory: Vec<String>,
+    pub user: Vec<String>,
+}
+
+impl MemoryEntries {
+    pub fn is_empty(&self) -> bool {
+        self.memory.is_empty() && self.user.is_empty()
+    }
 }
 
 impl Task {
@@ -55,6 +76,34 @@ impl Task {
         ctx.insert("metadata".into(), Value::Object(self.metadata.clone()));
         ctx
     }
+}
+
+/// The stop word a user says to end a conversation, unless the task names another.
+pub const DEFAULT_STOP: &str = "###STOP###";
+
+/// What a scripted user says when its script has run out, unless the task says (`then:`).
+pub const DEFAULT_SCRIPT_END: &str = "I have nothing more to add.";
+
+/// A task's user as written: scripted replies or a model playing a persona.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserSpec {
+    pub kind: UserKind,
+    /// `conversation: true`: the user opens the episode (the task's input is its first
+    /// message), the agent's text replies go to it, and its stop word ends the episode.
+    pub conversation: bool,
+    /// The word that ends a conversation when a reply of the user contains it.
+    pub stop: String,
+    /// The turns `mock` plays as the simulated user (`mock_user:`): under `--model mock`,
+    /// whatever the user's model, and when the user's model is `mock`.
+    pub mock: Arc<[MockTurn]>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum UserKind {
+    /// `script:` replies in order, then `then` every time.
+    Scripted { replies: Vec<String>, then: String },
+    /// A language model plays the user from the task's persona and instructions.
+    Simulated { model: String, persona: String, instructions: String },
 }
 
 /// How a task's scores over its epochs reduce to one.

@@ -20,6 +20,9 @@ pub struct ScorerSpec {
     pub name: String,
     pub check: Check,
     pub weight: f64,
+    /// `from: PATH`: a text of the final world (a file, a `kv` key, a writing room's
+    /// `doc:ID` or export) that the check reads instead of the final answer.
+    pub from: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -102,6 +105,12 @@ pub enum Check {
         what: Budget,
         max: f64,
     },
+    /// What the agent told the task's user (its conversation replies, the questions of
+    /// `ask_user` and `clarify`, the plans of `exit_plan_mode`) contains a text (a template).
+    Communicated {
+        expected: String,
+        ignore_case: bool,
+    },
     /// A file (or, in `kv`, a key) exists in the final world.
     FileExists {
         path: String,
@@ -111,6 +120,14 @@ pub enum Check {
         path: String,
         text: String,
         regex: bool,
+    },
+    /// A Markdown text of the final world has these sections and keeps these word counts.
+    Document {
+        path: String,
+        sections: Vec<String>,
+        min_words: Option<usize>,
+        max_words: Option<usize>,
+        max_section_words: Option<usize>,
     },
     /// A shell command, run in the episode's final working directory, exits 0.
     Command {
@@ -189,8 +206,10 @@ pub const SCORERS: &[&str] = &[
     "max_tokens",
     "max_cost",
     "max_latency",
+    "communicated",
     "file_exists",
     "file_contains",
+    "document",
     "check",
     "llm_rubric",
     "model_graded_qa",
@@ -272,6 +291,16 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
     let arg = map.remove(&name).unwrap_or(Value::Null);
     let mut o = Options { scorer: name.clone(), map, allowed: Vec::new() };
     let weight: f64 = o.take_number("weight")?.unwrap_or(1.0);
+    // The checks of a text take it from the final answer, or from the world with `from:`.
+    let reads_text = matches!(
+        name.as_str(),
+        "includes" | "not_includes" | "equals" | "not_equals" | "regex" | "not_regex" | "numeric" | "json"
+    ) || name == "llm_rubric"
+        || name == "model_graded_qa";
+    let from: Option<String> = if reads_text { o.take("from")? } else { None };
+    if from.as_deref().is_some_and(|f| f.trim().is_empty()) {
+        return Err(format!("`from` of `{name}` names a file or document, not an empty text"));
+    }
     if !(weight.is_finite() && weight >= 0.0) {
         return Err(format!("the weight of `{name}` must be a number of at least 0"));
     }
@@ -379,6 +408,10 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
             };
             Check::Budget { what, max: number(&arg)? }
         }
+        "communicated" => {
+            let ignore_case = o.take("ignore_case")?.unwrap_or(false);
+            Check::Communicated { expected: text(arg)?, ignore_case }
+        }
         "file_exists" => Check::FileExists { path: text(arg)? },
         "file_contains" => {
             let Value::Object(mut m) = arg else {
@@ -397,6 +430,20 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
                 return Err(format!("`{k}` is not a field of `file_contains` (path, text, regex)"));
             }
             Check::FileContains { path, text: expected, regex }
+        }
+        "document" => {
+            let path = text(arg)?;
+            let sections: Vec<String> = o.take("sections")?.unwrap_or_default();
+            let min_words = o.take("min_words")?;
+            let max_words = o.take("max_words")?;
+            let max_section_words = o.take("max_section_words")?;
+            if sections.is_empty() && min_words.is_none() && max_words.is_none() && max_section_words.is_none() {
+                return Err(
+                    "`document` needs something to check: `sections`, `min_words`, `max_words` or `max_section_words`"
+                        .into(),
+                );
+            }
+            Check::Document { path, sections, min_words, max_words, max_section_words }
         }
         "check" => {
             let timeout_s = o.take_number("timeout_s")?.unwrap_or(30.0);
@@ -440,10 +487,29 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
         }
     };
     o.finish()?;
-    Ok(ScorerSpec { name, check, weight })
+    Ok(ScorerSpec { name, check, weight, from })
 }
 
 impl ScorerSpec {
+    /// What the scorer checks, as a score records it (to recognise it in a regrade): the
+    /// check, and where its text comes from when that is not the final answer.
+    pub fn check_value(&self) -> Value {
+        let check = serde_json::to_value(&self.check).unwrap_or_default();
+        match &self.from {
+            None => check,
+            Some(from) => serde_json::json!({"from": from, "check": check}),
+        }
+    }
+
+    /// Whether it looks at the episode's final world, which a regrade no longer has.
+    pub fn reads_world(&self) -> bool {
+        self.from.is_some()
+            || matches!(
+                self.check,
+                Check::FileExists { .. } | Check::FileContains { .. } | Check::Document { .. } | Check::Command { .. }
+            )
+    }
+
     /// The tools this scorer refers to, to check against the environment.
     pub fn tools(&self) -> Vec<&str> {
         match &self.check {
@@ -456,7 +522,9 @@ impl ScorerSpec {
     /// The templates this scorer renders per task.
     pub fn templates(&self) -> Vec<&str> {
         match &self.check {
-            Check::Text { expected, .. } | Check::Numeric { expected, .. } => vec![expected.as_str()],
+            Check::Text { expected, .. } | Check::Numeric { expected, .. } | Check::Communicated { expected, .. } => {
+                vec![expected.as_str()]
+            }
             Check::FileContains { text, .. } => vec![text.as_str()],
             Check::Grader { criteria: Some(c), .. } => vec![c.as_str()],
             _ => Vec::new(),
@@ -471,6 +539,14 @@ mod tests {
 
     fn spec(v: Value) -> Result<ScorerSpec, String> {
         serde_json::from_value(v).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn reads_communicated_with_its_option() {
+        let s = spec(json!({"communicated": "the blue one", "ignore_case": true})).unwrap();
+        assert_eq!(s.check, Check::Communicated { expected: "the blue one".into(), ignore_case: true });
+        let e = spec(json!({"communicated": "x", "tolerance": 1})).unwrap_err();
+        assert!(e.contains("`tolerance` is not an option of `communicated`"), "{e}");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::permission::{self, Permissions};
 use super::sandbox::{Confinement, SandboxMode, SandboxSpec};
 use super::script::{self, ScriptSettings};
 use super::tool::{self, ToolDecl};
+use super::writing::{self, Style};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -68,6 +69,11 @@ struct DefinitionFile {
     permissions: Value,
     /// The interpreter of a kind that runs one (`python`): a path, or a name on `PATH`.
     python: Option<PathBuf>,
+    /// The style rules of a `writing_room` ([`Style`]).
+    style: Option<Value>,
+    /// A `writing_room`'s initial documents: id → a Markdown file, relative to this file.
+    #[serde(default)]
+    documents: BTreeMap<String, PathBuf>,
 }
 
 /// A resolved environment definition, shared by every episode that uses it.
@@ -93,6 +99,8 @@ pub struct Definition {
     /// The interpreter its worlds run (`python:`), when the file names one; a relative path
     /// is already resolved against the file's folder.
     pub python: Option<PathBuf>,
+    /// The style rules of a `writing_room`'s documents (`style:`); none by default.
+    pub style: Style,
 }
 
 pub struct ExposedTool {
@@ -161,6 +169,7 @@ impl Definition {
             permissions,
             scripts: None,
             python: None,
+            style: Style::default(),
         })
     }
 
@@ -274,11 +283,37 @@ impl Definition {
             }
             other => other,
         };
-        let files = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
+        let writing_only = |field: &str| {
+            let message = format!("only the `writing_room` kind has `{field}:`; kind `{}` takes none", kind.name());
+            Err(source.error(field, message))
+        };
+        let style = match &file.style {
+            None => Style::default(),
+            Some(_) if kind.name() != writing::Writing.name() => return writing_only("style"),
+            Some(value) => {
+                let style: Style = source.decode("style", value)?;
+                style.check().map_err(|(at, e)| source.error(at, e))?;
+                style
+            }
+        };
+        if !file.documents.is_empty() && kind.name() != writing::Writing.name() {
+            return writing_only("documents");
+        }
+        let mut files: BTreeMap<String, String> = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
+        for (id, doc_path) in &file.documents {
+            let at = format!("documents.{id}");
+            if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
+                return Err(source.error(&at, "a document id is letters, digits, `_`, `-` and `.`"));
+            }
+            let full = path.parent().unwrap_or(Path::new(".")).join(doc_path);
+            let text = std::fs::read_to_string(&full)
+                .map_err(|e| source.error(&at, format!("failed to read {}: {e}", full.display())))?;
+            files.insert(format!("{id}.md"), text);
+        }
         let definition =
             Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
                 .map_err(|e| ConfigError::whole(path, e))?;
-        Ok(Definition { permissions: Arc::new(permissions), sandbox, scripts, python, ..definition })
+        Ok(Definition { permissions: Arc::new(permissions), sandbox, scripts, python, style, ..definition })
     }
 
     /// Whether the worlds' processes run sandboxed, and who turned the sandbox off: the
@@ -395,7 +430,7 @@ mod tests {
             .filter(|t| t.annotations.is_some_and(|a| a.read_only && !a.destructive))
             .map(|t| t.name)
             .collect();
-        assert_eq!(read_only, ["read_file", "glob", "grep", "list_dir", "kv_get", "kv_list", "calc"]);
+        assert_eq!(read_only, ["read_file", "glob", "grep", "list_dir", "kv_get", "kv_list", "calc", "read_doc"]);
         let unmarked: Vec<String> = kind::KINDS
             .iter()
             .flat_map(|k| k.tools())

@@ -24,13 +24,15 @@ fn task() -> Task {
         mock: Arc::from(Vec::new()),
         mock_subagents: Default::default(),
         answers: Vec::new(),
+        user: None,
+        memory: Default::default(),
         digest: String::new(),
     }
 }
 
 #[test]
-fn the_table_lists_shell_kv_and_python() {
-    assert_eq!(names(), ["shell", "kv", "python"]);
+fn the_table_lists_shell_kv_python_and_the_writing_room() {
+    assert_eq!(names(), ["shell", "kv", "python", "writing_room"]);
     assert_eq!(find("kv").map(|k| k.name()), Some("kv"));
     assert!(find("docker").is_none());
 }

@@ -15,7 +15,9 @@ pub mod sandbox;
 pub mod script;
 mod shell;
 pub mod tool;
+pub mod user;
 pub mod world_model;
+mod writing;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -28,11 +30,12 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
 use crate::agent::WorldModelView;
-use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
+use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::domain::Task;
 use crate::log::{Event, PermissionDecision, Recorder};
 use definition::{Definition, validate_arguments};
-use permission::{Permissions, ScriptedAnswers};
+use permission::{Action, Permissions};
+use user::{Answered, Prompt, User};
 
 pub use kind::{EnvironmentKind, KINDS, RunStore, SetupContext};
 pub use run::{CallError, Ending, EpisodeLimits, Trajectory};
@@ -104,6 +107,12 @@ pub trait World: Send + Sync {
         Map::new()
     }
 
+    /// Facts added to the `info` of every observation of the world's tools, after the call
+    /// (the writing room's outline and cursor). Most worlds add none.
+    fn observe(&self) -> Map<String, Value> {
+        Map::new()
+    }
+
     /// For scorers of the final world: the start of a file (or a key's value, in `kv`),
     /// at most `cap` bytes of it. A file that is not a regular file is refused.
     async fn read_back(&self, path: &str, _cap: usize) -> Result<ReadBack, ToolFailure> {
@@ -116,6 +125,59 @@ pub trait World: Send + Sync {
     /// For `check:` scorers: runs a shell command in the final world; its exit code and output.
     async fn run_check(&self, _command: &str, _timeout_s: f64) -> Result<(i32, String), ToolFailure> {
         Err(ToolFailure::new(ErrorType::ExecutionError, "this environment cannot run commands"))
+    }
+}
+
+/// The observation of a call the user could not answer: the loop ends the episode
+/// unscored (`user_error`).
+fn user_fault(call: &ToolCall, fault: user::UserFault) -> Observation {
+    let mut obs = Observation::of_error(&call.call_id, ToolError::new(ErrorType::ExecutionError, fault.to_string()));
+    obs.info.insert(FAULT_INFO.into(), Value::String(fault.cause().as_str().into()));
+    obs
+}
+
+impl Environment {
+    /// Runs one of the user's tools: `ask_user` and `clarify` when the task has a user,
+    /// and `exit_plan_mode` always (with nobody to answer, it fails).
+    async fn run_user_tool(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation {
+        if let Err(error) = self.check_user_tool(call) {
+            return Observation::of_error(&call.call_id, error);
+        }
+        match self.user.run_tool(call, step, recorder).await {
+            Answered::Result(value) => Observation::of_result(&call.call_id, value),
+            Answered::Failure(failure) => {
+                let mut error = ToolError::new(failure.kind, failure.message);
+                error.suggested_action = failure.suggested_action;
+                Observation::of_error(&call.call_id, error)
+            }
+            Answered::Fault(fault) => user_fault(call, fault),
+        }
+    }
+
+    /// Checks a user tool's arguments against its schema.
+    fn check_user_tool(&self, call: &ToolCall) -> Result<(), ToolError> {
+        let spec = user::tool_specs()
+            .into_iter()
+            .chain([crate::agent::plan::exit_spec()])
+            .find(|s| s.name == call.name)
+            .ok_or_else(|| ToolError::new(ErrorType::ToolNotFound, format!("no tool named `{}`", call.name)))?;
+        let valid = jsonschema::validator_for(&spec.parameters)
+            .map_err(|e| ToolError::new(ErrorType::ExecutionError, format!("the schema of `{}`: {e}", call.name)))?;
+        if let Err(e) = valid.validate(&call.arguments) {
+            return Err(ToolError::new(
+                ErrorType::ValidationError,
+                format!("invalid arguments for `{}`: {e}", call.name),
+            )
+            .suggest(format!("call `{}` with arguments that match its parameters schema", call.name)));
+        }
+        Ok(())
+    }
+
+    /// Whether `call` is one the user answers here: `exit_plan_mode` always, `ask_user`
+    /// and `clarify` when the task has a user (elsewhere they are unknown tools).
+    fn is_for_user(&self, call: &ToolCall) -> bool {
+        call.name == crate::agent::plan::EXIT_PLAN_MODE
+            || (self.user.is_declared() && user::is_user_tool(&call.name) && self.definition.tool(&call.name).is_none())
     }
 }
 
@@ -162,8 +224,11 @@ pub struct Environment {
     world: Box<dyn World>,
     slots: Semaphore,
     permissions: Arc<Permissions>,
-    /// Who answers the `ask` rules: the task's scripted answers.
-    user: ScriptedAnswers,
+    /// The task's user: answers the `ask` rules and the user's tools, and in a
+    /// conversation talks with the agent.
+    user: User,
+    /// The tools offered when they are more than the definition's: the user's tools added.
+    offered: Vec<ToolSpec>,
     /// Where `execute_code` runs its scripts, when the definition offers it.
     scripts: Option<script::ScriptHost>,
 }
@@ -186,8 +251,10 @@ impl Environment {
             }
             None => None,
         };
-        let environment = Self::with_world(definition, world);
-        Ok(Environment { user: ScriptedAnswers::new(&task.answers), scripts, ..environment })
+        let user = User::of_task(task, context.user_model.clone())
+            .map_err(|message| SetupError { name: definition.name.clone(), message })?;
+        let environment = Self::with_world(definition, world).with_user(user);
+        Ok(Environment { scripts, ..environment })
     }
 
     /// An environment over any world: for worlds defined outside the built-in kinds. Its
@@ -195,7 +262,28 @@ impl Environment {
     pub fn with_world(definition: Arc<Definition>, world: Box<dyn World>) -> Self {
         let slots = Semaphore::new(definition.limits.max_concurrency);
         let permissions = definition.permissions.clone();
-        Environment { definition, world, slots, permissions, user: ScriptedAnswers::default(), scripts: None }
+        Environment { definition, world, slots, permissions, user: User::default(), offered: Vec::new(), scripts: None }
+    }
+
+    /// Gives the environment its task's user; a declared user's tools (`ask_user`,
+    /// `clarify`) are offered after the definition's.
+    pub fn with_user(self, user: User) -> Self {
+        let offered = if user.is_declared() {
+            self.definition.specs.iter().cloned().chain(user::tool_specs()).collect()
+        } else {
+            Vec::new()
+        };
+        Environment { user, offered, ..self }
+    }
+
+    /// The tools the agent is offered.
+    pub fn tools(&self) -> &[ToolSpec] {
+        if self.offered.is_empty() { &self.definition.specs } else { &self.offered }
+    }
+
+    /// The task's user.
+    pub fn user(&self) -> &User {
+        &self.user
     }
 
     /// Checks calls against `permissions` instead (a suite's rules and then the
@@ -265,11 +353,21 @@ impl Environment {
     /// `permission` event); a call that may not gets its observation here. With no rules,
     /// nothing is decided. A call `check` refuses (an unknown tool, invalid arguments) is
     /// left to `execute` to report, and the final answer is always allowed.
-    pub fn permit(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Option<Observation> {
+    pub async fn permit(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Option<Observation> {
         if self.permissions.is_empty() || call.name == FINAL_TOOL || self.check(call).is_err() {
             return None;
         }
-        let verdict = self.permissions.decide(call, &self.user);
+        let rule = self.permissions.rule_for(call);
+        let answer = match rule {
+            Some(rule) if rule.action == Action::Ask => {
+                match self.user.answer(&Prompt::Permission(call), step, recorder).await {
+                    Ok(answer) => answer,
+                    Err(fault) => return Some(user_fault(call, fault)),
+                }
+            }
+            _ => None,
+        };
+        let verdict = self.permissions.verdict(rule, answer);
         recorder.emit(&Event::Permission {
             step,
             call_id: call.call_id.clone(),
@@ -308,7 +406,7 @@ impl Environment {
         started.store(true, Ordering::Relaxed);
         let timeout = Duration::from_secs_f64(self.definition.limits.tool_timeout_s);
         let running = AssertUnwindSafe(self.world.call(&call.actor, &call.name, call.arguments.clone())).catch_unwind();
-        match tokio::time::timeout(timeout, running).await {
+        let mut obs = match tokio::time::timeout(timeout, running).await {
             Ok(Ok(Ok(result))) => Observation::of_result(&call.call_id, result),
             Ok(Ok(Err(failure))) => {
                 let mut error = ToolError::new(failure.kind, failure.message);
@@ -340,6 +438,10 @@ impl Environment {
                 )
                 .suggest("try a smaller or faster action"),
             ),
+        };
+        for (key, value) in self.world.observe() {
+            obs.info.entry(key).or_insert(value);
         }
+        obs
     }
 }

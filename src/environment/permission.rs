@@ -8,9 +8,6 @@
 //! arguments as JSON text. Rules steer an agent that means well; they are no sandbox (a
 //! command can be spelt many ways).
 
-use std::collections::VecDeque;
-use std::sync::Mutex;
-
 use serde_json::Value;
 
 use crate::contract::{ErrorType, FINAL_TOOL, ToolCall, ToolError};
@@ -191,10 +188,22 @@ impl Permissions {
         &self.rules
     }
 
-    /// Decides `call` by the first rule that matches it; an `ask` takes the user's next
-    /// answer. The final answer is always allowed: it is how an episode ends.
-    pub fn decide(&self, call: &ToolCall, user: &ScriptedAnswers) -> Verdict {
-        let rule = if call.name == FINAL_TOOL { None } else { self.rules.iter().find(|r| r.matches(call)) };
+    /// Decides `call` by the first rule that matches it; an `ask` takes the answer `ask`
+    /// gives (`None`: nobody answered). The final answer is always allowed.
+    pub fn decide(&self, call: &ToolCall, ask: impl FnOnce() -> Option<String>) -> Verdict {
+        let rule = self.rule_for(call);
+        let answer = if rule.is_some_and(|r| r.action == Action::Ask) { ask() } else { None };
+        self.verdict(rule, answer)
+    }
+
+    /// The first rule that matches `call`; none for the final answer, which is how an
+    /// episode ends.
+    pub fn rule_for(&self, call: &ToolCall) -> Option<&Rule> {
+        if call.name == FINAL_TOOL { None } else { self.rules.iter().find(|r| r.matches(call)) }
+    }
+
+    /// The verdict of `rule` (the one `rule_for` found), with the user's answer to an `ask`.
+    pub fn verdict(&self, rule: Option<&Rule>, answer: Option<String>) -> Verdict {
         let Some(rule) = rule else {
             return Verdict {
                 decision: PermissionDecision::Allow,
@@ -206,7 +215,7 @@ impl Permissions {
         let (decision, decided_by, answer) = match rule.action {
             Action::Allow => (PermissionDecision::Allow, DecidedBy::Rule, None),
             Action::Deny => (PermissionDecision::Deny, DecidedBy::Rule, None),
-            Action::Ask => match user.next() {
+            Action::Ask => match answer {
                 Some(answer) if approves(&answer) => (PermissionDecision::Allow, DecidedBy::User, Some(answer)),
                 Some(answer) => (PermissionDecision::Deny, DecidedBy::User, Some(answer)),
                 None => (PermissionDecision::Deny, DecidedBy::Default, None),
@@ -220,23 +229,6 @@ impl Permissions {
 pub fn approves(answer: &str) -> bool {
     let answer = answer.trim().to_lowercase();
     answer.starts_with('y') || answer.starts_with("allow") || answer.starts_with("approve")
-}
-
-/// A task's scripted `answers:`, given out in order, each once.
-#[derive(Debug, Default)]
-pub struct ScriptedAnswers {
-    left: Mutex<VecDeque<String>>,
-}
-
-impl ScriptedAnswers {
-    pub fn new(answers: &[String]) -> Self {
-        ScriptedAnswers { left: Mutex::new(answers.iter().cloned().collect()) }
-    }
-
-    pub fn next(&self) -> Option<String> {
-        // A poisoned lock only means a call panicked; the queue itself is intact.
-        self.left.lock().unwrap_or_else(|p| p.into_inner()).pop_front()
-    }
 }
 
 /// Reads a `permissions:` list (each item a one-key map, `- run_command(rm *): deny`),
@@ -300,7 +292,7 @@ mod tests {
     }
 
     fn decide(permissions: &Permissions, call: &ToolCall) -> (PermissionDecision, DecidedBy, Option<String>) {
-        let verdict = permissions.decide(call, &ScriptedAnswers::default());
+        let verdict = permissions.decide(call, || None);
         (verdict.decision, verdict.decided_by, verdict.rule.map(|r| r.text()))
     }
 
@@ -391,10 +383,10 @@ mod tests {
     fn ask_takes_the_users_answers_in_order_and_denies_when_they_run_out() {
         let p = rules(json!([{"write_file": "ask"}]));
         let write = ToolCall::new("c", "write_file", json!({"path": "a", "content": ""}));
-        let user = ScriptedAnswers::new(&["yes".into(), "no".into(), "Allow it".into()]);
+        let mut user: std::collections::VecDeque<String> = ["yes", "no", "Allow it"].map(String::from).into();
         let answers: Vec<(PermissionDecision, DecidedBy, Option<String>)> = (0..4)
             .map(|_| {
-                let v = p.decide(&write, &user);
+                let v = p.decide(&write, || user.pop_front());
                 (v.decision, v.decided_by, v.answer)
             })
             .collect();
@@ -408,7 +400,7 @@ mod tests {
                 (Deny, DecidedBy::Default, None),
             ]
         );
-        let verdict = p.decide(&write, &ScriptedAnswers::default());
+        let verdict = p.decide(&write, || None);
         let error = verdict.error(&write);
         assert_eq!(error.kind, ErrorType::PermissionError);
         assert!(error.message.contains("`write_file: ask` (suite permissions[0])"), "{}", error.message);

@@ -20,6 +20,8 @@ fn task() -> Task {
         mock_subagents: Default::default(),
         digest: String::new(),
         answers: Vec::new(),
+        user: None,
+        memory: Default::default(),
     }
 }
 

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Environment;
 use crate::agent::{Agent, AgentFault, EpisodeTree, SubagentCalls, Turn};
-use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
+use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
 use crate::domain::Task;
 use crate::log::{Event, Recorder, Termination, UnscoredCause, Usage};
 use crate::model::limiter::Deadline;
@@ -36,6 +36,8 @@ pub struct Trajectory {
     pub calls: Vec<ToolCall>,
     /// The calls that failed, and how.
     pub errors: Vec<CallError>,
+    /// In a conversation, the agent's text replies to the user, in order (`said` events).
+    pub told_user: Vec<String>,
 }
 
 /// A failed call, as a grader reads the trajectory.
@@ -116,6 +118,10 @@ impl Environment {
         let deadline = &tree.deadline;
         let first = self.reset(task);
         recorder.emit(&Event::Observation { step: 0, observation: first.clone() });
+        if self.user().is_conversation() {
+            // The user opens the conversation: the task's input is its first message.
+            recorder.emit(&Event::Said { step: 0, actor: Actor::User, text: task.input.clone() });
+        }
         let mut observations = vec![first];
 
         loop {
@@ -124,7 +130,7 @@ impl Environment {
             };
             let turn = Turn {
                 observations: &observations,
-                tools: &self.definition.specs,
+                tools: self.tools(),
                 budget: tree.budget(step),
                 recorder,
                 world: self,
@@ -164,6 +170,34 @@ impl Environment {
                 return limit;
             }
 
+            // In a conversation, a reply without calls goes to the user, who answers it.
+            if let (true, Some(text)) = (proposal.calls.is_empty(), proposal.to_user) {
+                // The agent's last words to the user are the episode's answer.
+                recorder.emit(&Event::Said { step, actor: Actor::Main, text: text.clone() });
+                ending.trajectory.told_user.push(text.clone());
+                ending.final_answer = Some(text.clone());
+                let conversed = tokio::select! {
+                    biased;
+                    _ = stop.cancelled() => return Termination::UserStop,
+                    _ = sleep_until(deadline.at()) => return Termination::TimeLimit,
+                    conversed = self.converse(&text, step, recorder) => conversed,
+                };
+                match conversed {
+                    Ok(Some(reply)) => observations = vec![reply],
+                    Ok(None) => return Termination::UserEnded,
+                    Err(fault) => {
+                        recorder.emit(&Event::Error {
+                            step,
+                            cause: fault.cause.clone(),
+                            message: fault.message.clone(),
+                        });
+                        ending.fault = Some(fault);
+                        return Termination::EnvironmentError;
+                    }
+                }
+                continue;
+            }
+
             let turn =
                 self.dispatch(&proposal.calls, step, deadline.at(), stop, recorder, &mut ending.trajectory).await;
             if let Some(fault) = turn.fault {
@@ -189,13 +223,17 @@ impl Environment {
             started.store(true, Ordering::Relaxed);
             return self.run_script(call, step, recorder).await;
         }
+        if self.is_for_user(call) {
+            started.store(true, Ordering::Relaxed);
+            return self.run_user_tool(call, step, recorder).await;
+        }
         self.execute(call, started).await
     }
 
     /// One call as the loop makes it, outside an episode's loop (a benchmark, a tool that
     /// replays calls): decided by the permission rules, then run; its events go to `recorder`.
     pub async fn act(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation {
-        match self.permit(call, step, recorder) {
+        match self.permit(call, step, recorder).await {
             Some(refused) => refused,
             None => self.run_call(call, step, recorder, &AtomicBool::new(false)).await,
         }
@@ -218,11 +256,25 @@ impl Environment {
         }
         // Decided one call after another before any runs, so that the user's answers go to
         // the calls in the order they were made; a refused call never reaches the world.
-        let refused: Vec<Option<Observation>> = calls.iter().map(|call| self.permit(call, step, recorder)).collect();
+        // A simulated user answering an `ask` takes time: the run's stop and the deadline
+        // still hold (then no call runs).
+        let mut stopped = None;
+        let deciding = async {
+            let mut refused: Vec<Option<Observation>> = Vec::with_capacity(calls.len());
+            for call in calls {
+                refused.push(self.permit(call, step, recorder).await);
+            }
+            refused
+        };
+        let refused = tokio::select! {
+            biased;
+            _ = stop.cancelled() => { stopped = Some(Termination::UserStop); Vec::new() }
+            _ = sleep_until(deadline) => { stopped = Some(Termination::TimeLimit); Vec::new() }
+            refused = deciding => refused,
+        };
         let mut slots: Vec<Option<Observation>> = vec![None; calls.len()];
         let started: Vec<AtomicBool> = calls.iter().map(|_| AtomicBool::new(false)).collect();
         let mut answer = None;
-        let mut stopped = None;
         let mut fault = None;
         {
             let started = &started;
@@ -248,8 +300,11 @@ impl Environment {
                 if let Some(error) = &obs.error {
                     trajectory.errors.push(CallError { call_id: calls[i].call_id.clone(), error: error.clone() });
                     if let Some(cause) = obs.info.get(super::FAULT_INFO).and_then(|c| c.as_str()) {
-                        let message =
-                            format!("`{}` failed for want of the runner's resources: {}", calls[i].name, error.message);
+                        let message = if cause == UnscoredCause::UserError.as_str() {
+                            format!("`{}` failed: {}", calls[i].name, error.message)
+                        } else {
+                            format!("`{}` failed for want of the runner's resources: {}", calls[i].name, error.message)
+                        };
                         fault = Some(AgentFault { cause: UnscoredCause::from_name(cause), message });
                     }
                 }
@@ -290,6 +345,35 @@ impl Environment {
             })
             .collect();
         Dispatched { observations, answer, stopped, fault }
+    }
+}
+
+impl Environment {
+    /// Asks the user to reply to the agent's `text`; the reply as the next observation, or
+    /// `None` when the user said the stop word.
+    async fn converse(&self, text: &str, step: u32, recorder: &Recorder) -> Result<Option<Observation>, AgentFault> {
+        let reply = self
+            .user()
+            .answer(&super::user::Prompt::Reply(text), step, recorder)
+            .await
+            .map_err(|fault| AgentFault { cause: fault.cause(), message: fault.to_string() })?;
+        let Some(reply) = reply else {
+            return Err(AgentFault { cause: UnscoredCause::UserError, message: "the conversation has no user".into() });
+        };
+        recorder.emit(&Event::Said { step, actor: Actor::User, text: reply.clone() });
+        if self.user().says_stop(&reply) {
+            return Ok(None);
+        }
+        let observation = Observation {
+            call_id: None,
+            done: false,
+            error: None,
+            tool_result: None,
+            messages: vec![reply],
+            info: Default::default(),
+        };
+        recorder.emit(&Event::Observation { step, observation: observation.clone() });
+        Ok(Some(observation))
     }
 }
 

@@ -14,7 +14,7 @@ use crate::agent::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{Actor, ErrorType, Observation, ToolCall, ToolSpec};
 use crate::domain::Task;
 use crate::environment::definition::{Definition, EnvLimits};
-use crate::environment::permission::ScriptedAnswers;
+use crate::environment::user::User;
 use crate::environment::{Environment, ToolFailure, World};
 use crate::log::reader::read_events;
 use crate::log::{DecidedBy, Event, EventLog, PermissionDecision, Termination, Usage};
@@ -89,6 +89,8 @@ fn task() -> Task {
         mock: Arc::from(Vec::new()),
         mock_subagents: Default::default(),
         answers: Vec::new(),
+        user: None,
+        memory: Default::default(),
         digest: String::new(),
     }
 }
@@ -104,11 +106,20 @@ struct ScriptedAgent {
     seen: Vec<Vec<Observation>>,
     usage_per_turn: u64,
     fail_at: Option<usize>,
+    /// What it says to the user on turns without calls, in order.
+    talk: VecDeque<String>,
 }
 
 impl ScriptedAgent {
     fn new(turns: Vec<Vec<ToolCall>>) -> Self {
-        ScriptedAgent { turns: turns.into(), repeat: None, seen: Vec::new(), usage_per_turn: 0, fail_at: None }
+        ScriptedAgent {
+            turns: turns.into(),
+            repeat: None,
+            seen: Vec::new(),
+            usage_per_turn: 0,
+            fail_at: None,
+            talk: VecDeque::new(),
+        }
     }
 }
 
@@ -133,7 +144,13 @@ impl Agent for ScriptedAgent {
                 })
                 .collect(),
         };
-        Ok(Proposal { calls, usage: Usage { input_tokens: self.usage_per_turn, ..Usage::default() }, cost_usd: None })
+        let to_user = if calls.is_empty() { self.talk.pop_front() } else { None };
+        Ok(Proposal {
+            calls,
+            usage: Usage { input_tokens: self.usage_per_turn, ..Usage::default() },
+            cost_usd: None,
+            to_user,
+        })
     }
 }
 
@@ -145,6 +162,7 @@ struct Run {
 
 async fn run_with(
     environment: &Environment,
+    task: &Task,
     mut agent: ScriptedAgent,
     limits: EpisodeLimits,
     stop: CancellationToken,
@@ -153,7 +171,7 @@ async fn run_with(
     let path = dir.path().join("events.jsonl");
     let (log, writer) = EventLog::create(&path, "test-run").unwrap();
     let recorder = log.recorder("ep_test");
-    let ending = environment.run(&mut agent, &task(), &limits, &recorder, &stop).await;
+    let ending = environment.run(&mut agent, task, &limits, &recorder, &stop).await;
     drop((recorder, log));
     writer.close().unwrap();
     let events = read_events(&path).unwrap().events.iter().map(|e| e.event().unwrap()).collect();
@@ -165,7 +183,7 @@ fn limits(max_steps: u32) -> EpisodeLimits {
 }
 
 async fn run(environment: &Environment, agent: ScriptedAgent, max_steps: u32) -> Run {
-    run_with(environment, agent, limits(max_steps), CancellationToken::new()).await
+    run_with(environment, &task(), agent, limits(max_steps), CancellationToken::new()).await
 }
 
 fn final_call(id: &str) -> ToolCall {
@@ -270,7 +288,7 @@ async fn the_episode_time_limit_cancels_what_is_running() {
     let (environment, clock) = env(4, 10.0);
     let agent = ScriptedAgent::new(vec![vec![call("h", "hang", json!({"tag": "h"}))]]);
     let limits = EpisodeLimits { max_steps: 5, time: Duration::from_millis(100), max_tokens: None, max_cost_usd: None };
-    let r = run_with(&environment, agent, limits, CancellationToken::new()).await;
+    let r = run_with(&environment, &task(), agent, limits, CancellationToken::new()).await;
     assert_eq!(r.ending.termination, Termination::TimeLimit);
     assert_eq!(*clock.dropped.lock().unwrap(), ["h"]);
     let obs = logged_observations(&r.events);
@@ -297,7 +315,7 @@ async fn the_token_limit_ends_the_episode() {
     agent.usage_per_turn = 100;
     let limits =
         EpisodeLimits { max_steps: 10, time: Duration::from_secs(10), max_tokens: Some(250), max_cost_usd: None };
-    let r = run_with(&environment, agent, limits, CancellationToken::new()).await;
+    let r = run_with(&environment, &task(), agent, limits, CancellationToken::new()).await;
     assert_eq!(r.ending.termination, Termination::TokenLimit);
     assert_eq!(r.ending.steps, 3);
     assert_eq!(r.ending.usage.input_tokens, 300);
@@ -319,7 +337,7 @@ async fn stopping_the_run_cancels_the_episode() {
         trigger.cancel();
     });
     let agent = ScriptedAgent::new(vec![vec![call("h", "hang", json!({"tag": "h"}))]]);
-    let r = run_with(&environment, agent, limits(5), stop).await;
+    let r = run_with(&environment, &task(), agent, limits(5), stop).await;
     assert_eq!(r.ending.termination, Termination::UserStop);
     assert_eq!(*clock.dropped.lock().unwrap(), ["h"]);
 }
@@ -394,8 +412,8 @@ async fn permission_rules_decide_before_any_call_runs_and_each_decision_is_logge
     let tools = ["sleep", "hang", "fail", "boom", "final_answer"];
     let rules = json!([{"fail": "deny"}, {"sleep": "ask"}]);
     let permissions = crate::environment::permission::parse_rules(&rules, "suite", &tools).unwrap();
-    let environment = Environment { user: ScriptedAnswers::new(&["yes".into(), "no".into()]), ..environment }
-        .with_permissions(Arc::new(permissions));
+    let environment =
+        environment.with_user(User::answers(&["yes".into(), "no".into()])).with_permissions(Arc::new(permissions));
     let turn = vec![
         // Refused by its schema first: it is asked about nothing and takes no answer.
         call("bad", "sleep", json!({"ms": "x"})),
@@ -440,4 +458,188 @@ async fn permission_rules_decide_before_any_call_runs_and_each_decision_is_logge
     }
     let c3 = error_of("c3").unwrap();
     assert!(c3.message.contains("`fail: deny` (suite permissions[0])"), "{}", c3.message);
+}
+
+/// A task whose user is `kind`, in a conversation or not.
+fn task_with_user(kind: crate::domain::UserKind, conversation: bool, mock_user: &[&str]) -> Task {
+    let mock: Vec<crate::domain::MockTurn> = mock_user
+        .iter()
+        .map(|t| crate::domain::MockTurn { text: Some(crate::domain::text::Text((*t).into())), tool_calls: Vec::new() })
+        .collect();
+    let spec = crate::domain::UserSpec { kind, conversation, stop: "###STOP###".into(), mock: mock.into() };
+    Task { input: "Hi, book me a table.".into(), user: Some(Arc::new(spec)), ..task() }
+}
+
+fn scripted(replies: &[&str]) -> crate::domain::UserKind {
+    crate::domain::UserKind::Scripted { replies: replies.iter().map(|r| r.to_string()).collect(), then: "ok".into() }
+}
+
+fn simulated() -> crate::domain::UserKind {
+    crate::domain::UserKind::Simulated { model: "mock".into(), persona: "terse".into(), instructions: "2 at 8".into() }
+}
+
+/// The environment with `task`'s user, played (when simulated) by `mock` over its `mock_user`.
+fn env_for(task: &Task) -> Environment {
+    let model: Option<Arc<dyn crate::model::LanguageModel>> = task
+        .user
+        .as_ref()
+        .map(|u| Arc::new(crate::model::mock::MockModel::new(u.mock.clone())) as Arc<dyn crate::model::LanguageModel>);
+    env(4, 5.0).0.with_user(User::of_task(task, model).unwrap())
+}
+
+fn said(events: &[Event]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Said { actor, text, .. } => Some((actor.to_string(), text.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_conversation_goes_on_until_the_user_says_the_stop_word() {
+    let task = task_with_user(simulated(), true, &["Two people, at 8.", "Thanks! ###STOP###"]);
+    let environment = env_for(&task);
+    let mut agent = ScriptedAgent::new(vec![vec![], vec![], vec![]]);
+    agent.talk = ["How many people?".to_string(), "Booked for two at 8.".into(), "never said".into()].into();
+    let r = run_with(&environment, &task, agent, limits(10), CancellationToken::new()).await;
+    assert_eq!(r.ending.termination, Termination::UserEnded);
+    assert_eq!(r.ending.steps, 2, "the third turn never came");
+    assert_eq!(r.ending.final_answer.as_deref(), Some("Booked for two at 8."), "the agent's last words");
+    assert_eq!(r.ending.trajectory.told_user, ["How many people?", "Booked for two at 8."]);
+    let conversation = said(&r.events);
+    let expected: Vec<(String, String)> = [
+        ("user", "Hi, book me a table."),
+        ("main", "How many people?"),
+        ("user", "Two people, at 8."),
+        ("main", "Booked for two at 8."),
+        ("user", "Thanks! ###STOP###"),
+    ]
+    .map(|(a, t)| (a.to_string(), t.to_string()))
+    .into();
+    assert_eq!(conversation, expected);
+    // The user's reply is the agent's next observation, as a message.
+    assert_eq!(r.agent.seen[1][0].messages, ["Two people, at 8."]);
+    // The user's model calls are logged as the user's, apart from the agent's usage.
+    let user_calls = r.events.iter().filter(|e| matches!(e, Event::ModelCall { actor: Actor::User, .. })).count();
+    assert_eq!(user_calls, 2);
+    assert_eq!(r.ending.usage.total(), 0, "the user's tokens are not the agent's");
+    assert!(environment.user().spent().is_some_and(|(usage, _)| usage.total() > 0));
+}
+
+#[tokio::test]
+async fn a_user_that_cannot_answer_makes_the_episode_unscored_as_user_error() {
+    // The mock user has one turn; the agent talks twice.
+    let task = task_with_user(simulated(), true, &["Two people."]);
+    let environment = env_for(&task);
+    let mut agent = ScriptedAgent::new(vec![vec![], vec![]]);
+    agent.talk = ["How many?".to_string(), "When?".into()].into();
+    let r = run_with(&environment, &task, agent, limits(10), CancellationToken::new()).await;
+    assert_eq!(r.ending.termination, Termination::EnvironmentError);
+    let fault = r.ending.fault.expect("a fault");
+    assert_eq!(fault.cause, crate::log::UnscoredCause::UserError);
+    assert!(fault.message.contains("mock_exhausted"), "{}", fault.message);
+}
+
+#[tokio::test]
+async fn a_failing_user_in_ask_user_is_a_user_error_too() {
+    let task = task_with_user(simulated(), false, &[]);
+    let environment = env_for(&task);
+    let agent = ScriptedAgent::new(vec![vec![call("q", "ask_user", json!({"question": "Which day?"}))]]);
+    let r = run_with(&environment, &task, agent, limits(5), CancellationToken::new()).await;
+    assert_eq!(r.ending.termination, Termination::EnvironmentError);
+    assert_eq!(r.ending.fault.map(|f| f.cause), Some(crate::log::UnscoredCause::UserError));
+}
+
+#[tokio::test]
+async fn a_scripted_user_answers_the_user_tools_in_order_then_its_fixed_reply() {
+    let task = task_with_user(scripted(&["Tuesday", "2"]), false, &[]);
+    let environment = env_for(&task);
+    let names: Vec<&str> = environment.tools().iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names[names.len() - 2..], ["ask_user", "clarify"], "offered after the world's tools");
+    let turn = vec![
+        call("q", "ask_user", json!({"question": "Which day?"})),
+        call("c", "clarify", json!({"question": "Size?", "choices": ["small", "large"]})),
+        call("p", "exit_plan_mode", json!({"plan": "do it"})),
+        call("bad", "clarify", json!({"question": "no choices"})),
+    ];
+    let agent = ScriptedAgent::new(vec![turn, vec![final_call("f")]]);
+    let r = run_with(&environment, &task, agent, limits(5), CancellationToken::new()).await;
+    let results: Vec<Option<Value>> = r.agent.seen[1].iter().map(|o| o.tool_result.clone()).collect();
+    assert_eq!(
+        results[..3],
+        [
+            Some(json!({"answer": "Tuesday"})),
+            Some(json!({"answer": "2", "choice": "large"})),
+            // The script ran out: the fixed reply, which does not approve.
+            Some(json!({"approved": false, "feedback": "ok"})),
+        ]
+    );
+    assert_eq!(r.agent.seen[1][3].error.as_ref().map(|e| e.kind), Some(ErrorType::ValidationError));
+}
+
+#[tokio::test]
+async fn without_a_user_the_user_tools_are_unknown_and_a_plan_has_nobody_to_approve_it() {
+    let (environment, _) = env(4, 5.0);
+    assert!(environment.tools().iter().all(|t| t.name != "ask_user"));
+    let turn = vec![
+        call("q", "ask_user", json!({"question": "Which day?"})),
+        call("p", "exit_plan_mode", json!({"plan": "x"})),
+    ];
+    let r = run(&environment, ScriptedAgent::new(vec![turn, vec![final_call("f")]]), 5).await;
+    let errors: Vec<Option<ErrorType>> = r.agent.seen[1].iter().map(|o| o.error.as_ref().map(|e| e.kind)).collect();
+    assert_eq!(errors, [Some(ErrorType::ToolNotFound), Some(ErrorType::ExecutionError)]);
+    assert_eq!(r.ending.termination, Termination::FinalAnswer);
+}
+
+/// A model that never answers.
+struct Silent;
+
+#[async_trait]
+impl crate::model::LanguageModel for Silent {
+    fn name(&self) -> &str {
+        "silent"
+    }
+
+    async fn respond(
+        &self,
+        _request: &crate::model::ModelRequest<'_>,
+    ) -> Result<crate::model::ModelResponse, crate::model::ModelError> {
+        std::future::pending().await
+    }
+}
+
+#[tokio::test]
+async fn a_user_who_never_answers_is_cut_by_the_time_limit_in_a_conversation_and_in_an_ask() {
+    let task = task_with_user(simulated(), true, &[]);
+    let short = EpisodeLimits { time: Duration::from_millis(300), ..limits(5) };
+    let user = || User::of_task(&task, Some(Arc::new(Silent))).unwrap();
+
+    let environment = env(4, 5.0).0.with_user(user());
+    let mut agent = ScriptedAgent::new(vec![vec![]]);
+    agent.talk = ["How many?".to_string()].into();
+    let bounded = tokio::time::timeout(
+        Duration::from_secs(5),
+        run_with(&environment, &task, agent, short, CancellationToken::new()),
+    );
+    let r = bounded.await.expect("the time limit cut the silent user off");
+    assert_eq!(r.ending.termination, Termination::TimeLimit);
+    assert_eq!(r.ending.trajectory.told_user, ["How many?"], "what was said stands");
+
+    // An `ask` rule the silent user must answer: the call never runs, and says so.
+    let tools = ["sleep", "hang", "fail", "boom", "final_answer"];
+    let rules = crate::environment::permission::parse_rules(&json!([{"sleep": "ask"}]), "suite", &tools).unwrap();
+    let environment = env(4, 5.0).0.with_user(user()).with_permissions(Arc::new(rules));
+    let agent = ScriptedAgent::new(vec![vec![call("s", "sleep", json!({"ms": 1}))]]);
+    let bounded = tokio::time::timeout(
+        Duration::from_secs(5),
+        run_with(&environment, &task, agent, short, CancellationToken::new()),
+    );
+    let r = bounded.await.expect("the time limit cut the silent user off");
+    assert_eq!(r.ending.termination, Termination::TimeLimit);
+    let observed = logged_observations(&r.events);
+    assert_eq!(observed.len(), 1);
+    assert_eq!(observed[0].error.as_ref().map(|e| e.kind), Some(ErrorType::Cancelled));
+    assert_eq!(observed[0].info.get("started"), Some(&json!(false)));
 }

@@ -485,7 +485,7 @@ impl Environment {
             let message = format!("`{}` cannot be called from a script", call.name);
             return Observation::of_error(&call.call_id, ToolError::new(ErrorType::ToolNotFound, message));
         }
-        if let Some(refused) = self.permit(call, step, recorder) {
+        if let Some(refused) = self.permit(call, step, recorder).await {
             return refused;
         }
         self.execute(call, &AtomicBool::new(false)).await

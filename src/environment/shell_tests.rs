@@ -23,6 +23,8 @@ fn world_with(files: &[(&str, &str)], cap: usize) -> (tempfile::TempDir, ShellWo
         mock_subagents: Default::default(),
         digest: String::new(),
         answers: Vec::new(),
+        user: None,
+        memory: Default::default(),
     };
     let world = ShellWorld::create(&definition, &task, &SetupContext::new(dir.path(), "ep_test")).unwrap();
     (dir, world)

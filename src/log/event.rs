@@ -52,7 +52,11 @@ pub enum Termination {
     CostLimit,
     AgentError,
     EnvironmentError,
+    /// The run was stopped (^C): the episode is cancelled.
     UserStop,
+    /// In a conversation, the task's user said the stop word: the conversation is over.
+    /// Not `user_stop`, which already means the run was stopped.
+    UserEnded,
 }
 
 impl Termination {
@@ -66,6 +70,7 @@ impl Termination {
             Termination::AgentError => "agent_error",
             Termination::EnvironmentError => "environment_error",
             Termination::UserStop => "user_stop",
+            Termination::UserEnded => "user_ended",
         }
     }
 }
@@ -125,11 +130,13 @@ pub enum UnscoredCause {
     MockExhausted,
     /// A regrade needs the final world, which is gone.
     WorldGone,
+    /// The task's user could not answer (a simulated user's model failed).
+    UserError,
     Other(String),
 }
 
 impl UnscoredCause {
-    const NAMED: [UnscoredCause; 11] = [
+    const NAMED: [UnscoredCause; 12] = [
         UnscoredCause::ProviderError,
         UnscoredCause::RateLimited,
         UnscoredCause::ConfigurationError,
@@ -141,6 +148,7 @@ impl UnscoredCause {
         UnscoredCause::CostUnknown,
         UnscoredCause::MockExhausted,
         UnscoredCause::WorldGone,
+        UnscoredCause::UserError,
     ];
 
     pub fn as_str(&self) -> &str {
@@ -156,6 +164,7 @@ impl UnscoredCause {
             UnscoredCause::CostUnknown => "cost_unknown",
             UnscoredCause::MockExhausted => "mock_exhausted",
             UnscoredCause::WorldGone => "world_gone",
+            UnscoredCause::UserError => "user_error",
             UnscoredCause::Other(name) => name,
         }
     }
@@ -253,6 +262,9 @@ pub struct ModelCallTiming {
     /// Set on a grader's calls, which are not the agent's.
     #[serde(default)]
     pub scorer: Option<String>,
+    /// `user` on a simulated user's calls, which are not the agent's either.
+    #[serde(default)]
+    pub actor: Actor,
 }
 
 /// How an action the agent handled itself relates to the world (seed 001).
@@ -368,6 +380,13 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<crate::contract::ToolError>,
     },
+    /// A message of a conversation between the agent (`main`) and the task's user (`user`):
+    /// the user's opening message, the agent's text replies, the user's answers to them.
+    Said {
+        step: u32,
+        actor: Actor,
+        text: String,
+    },
     /// A fault of the episode, not of a tool call: tool errors are observations.
     Error {
         step: u32,
@@ -431,6 +450,11 @@ pub enum Event {
         /// From the start to the end of the agent's loop: `wall_ms` without setup and scoring.
         #[serde(default)]
         loop_ms: Option<f64>,
+        /// What a simulated user's model calls used and cost, counted apart from the agent's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user_usage: Option<Usage>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        user_cost_usd: Option<f64>,
     },
     /// `runner eval --resume` continues the run: what follows runs the episodes that were
     /// missing or unscored; the scored ones are kept.
@@ -524,7 +548,7 @@ mod tests {
         for scorer in [None, Some("rubric".to_string())] {
             let event = model_call(Actor::Main, scorer.clone());
             let view: ModelCallTiming = serde_json::from_value(serde_json::to_value(&event).unwrap()).unwrap();
-            assert_eq!(view, ModelCallTiming { latency_ms: 12.5, scorer });
+            assert_eq!(view, ModelCallTiming { latency_ms: 12.5, scorer, actor: Actor::Main });
         }
     }
 

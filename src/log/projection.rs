@@ -256,7 +256,10 @@ impl Index {
                     // The view, not the event: a model call's line holds its whole request and
                     // response, and there are many per episode.
                     let call: ModelCallTiming = serde_json::from_str(text).map_err(|e| e.to_string())?;
-                    if let Some(o) = head.episode_id.and_then(|id| open.get_mut(&id)).filter(|_| call.scorer.is_none())
+                    if let Some(o) = head
+                        .episode_id
+                        .and_then(|id| open.get_mut(&id))
+                        .filter(|_| call.scorer.is_none() && call.actor != crate::contract::Actor::User)
                     {
                         o.model_calls += 1;
                         o.latency_ms += call.latency_ms;
@@ -455,6 +458,8 @@ mod tests {
             cost_usd: None,
             wall_ms: 5.0,
             loop_ms: None,
+            user_usage: None,
+            user_cost_usd: None,
         }
     }
 

@@ -277,6 +277,47 @@ impl Backend {
         self.wrap(model, episode_id, Some(scorer))
     }
 
+    /// This backend as the simulated user of one episode of `task`: `mock` plays the task's
+    /// `mock_user:` turns. Its calls are cached and recorded as the user's.
+    pub fn as_user(&self, task: &Task, episode_id: &str) -> Arc<dyn LanguageModel> {
+        let model: Arc<dyn LanguageModel> = match &self.source {
+            Source::Mock => {
+                let turns = task.user.as_ref().map_or_else(|| Vec::new().into(), |u| u.mock.clone());
+                Arc::new(mock::MockModel::new(turns))
+            }
+            Source::Http(m) => m.clone(),
+            Source::Replay(r) => r.episode(None, episode_id, &task.id),
+        };
+        self.wrap_user(model, episode_id)
+    }
+
+    /// When this backend replays a recording that holds a simulated user's calls of
+    /// `model`: that user, as it answered on one episode.
+    pub fn recorded_user(&self, model: &str, task: &Task, episode_id: &str) -> Option<Arc<dyn LanguageModel>> {
+        match &self.source {
+            Source::Replay(r) if r.records_grader(model) => {
+                Some(self.wrap_user(r.episode(Some(model), episode_id, &task.id), episode_id))
+            }
+            _ => None,
+        }
+    }
+
+    fn wrap_user(&self, mut model: Arc<dyn LanguageModel>, episode_id: &str) -> Arc<dyn LanguageModel> {
+        if let (Some(options), false) = (&self.options.cache, matches!(self.source, Source::Replay(_) | Source::Mock)) {
+            model = Arc::new(Cached::new(model, options.clone()));
+        }
+        if let Some(cassette) = &self.options.record {
+            model = Arc::new(Recording {
+                inner: model,
+                cassette: cassette.clone(),
+                episode_id: episode_id.to_owned(),
+                scorer: None,
+                actor: crate::contract::Actor::User,
+            });
+        }
+        model
+    }
+
     /// When this backend replays a recording that holds the calls of the grader `model`:
     /// that grader, as it answered on one episode, so that a replay needs no grader.
     pub fn recorded_grader(
@@ -315,6 +356,7 @@ impl Backend {
                 cassette: cassette.clone(),
                 episode_id: episode_id.to_owned(),
                 scorer: scorer.map(String::from),
+                actor: crate::contract::Actor::Main,
             });
         }
         model

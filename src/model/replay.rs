@@ -20,7 +20,7 @@ use serde_json::{Map, Value};
 use super::{
     LanguageModel, Message, ModelError, ModelRequest, ModelResponse, canonical_request, digest, request_digest,
 };
-use crate::contract::ToolSpec;
+use crate::contract::{Actor, ToolSpec};
 use crate::log::reader::for_each_event_of;
 use crate::log::{Event, LoggedEvent, UnscoredCause};
 
@@ -35,6 +35,9 @@ pub struct Entry {
     /// Set when a grader asked: the scorer it graded for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scorer: Option<String>,
+    /// `user` when a simulated user asked; absent for the agent.
+    #[serde(default, skip_serializing_if = "Actor::is_main")]
+    pub actor: Actor,
     pub request: CanonicalRequest,
     pub response: ModelResponse,
 }
@@ -78,6 +81,8 @@ pub struct Recording {
     pub episode_id: String,
     /// The scorer, when this is a grader.
     pub scorer: Option<String>,
+    /// `user` when this is a simulated user's model.
+    pub actor: Actor,
 }
 
 #[async_trait]
@@ -101,6 +106,7 @@ impl LanguageModel for Recording {
             digest: digest(&canonical),
             episode_id: Some(self.episode_id.clone()),
             scorer: self.scorer.clone(),
+            actor: self.actor.clone(),
             request: canonical,
             response: response.recorded(),
         };
@@ -169,7 +175,7 @@ pub struct Replay {
     name: String,
     source: PathBuf,
     agent: Tape,
-    /// The graders' calls, by grader model.
+    /// The graders' and the simulated users' calls, by model.
     graders: HashMap<String, Tape>,
     misses: AtomicUsize,
 }
@@ -181,6 +187,8 @@ struct Recorded {
     digest: String,
     episode: Option<String>,
     scorer: Option<String>,
+    /// A simulated user's call, which is not the agent's.
+    user: bool,
     request: Option<CanonicalRequest>,
     response: ModelResponse,
 }
@@ -195,8 +203,16 @@ impl Replay {
             // response, not an episode's latest finish, and no other event.
             for_each_event_of(&events, Some(&["model_call"]), |e: LoggedEvent| {
                 let episode = e.episode_id.clone();
-                if let Some(Event::ModelCall { model, request_digest, sampling, response, error: None, scorer, .. }) =
-                    e.event()
+                if let Some(Event::ModelCall {
+                    model,
+                    request_digest,
+                    sampling,
+                    response,
+                    error: None,
+                    scorer,
+                    actor,
+                    ..
+                }) = e.event()
                     && let Ok(response) = serde_json::from_value::<ModelResponse>(response)
                 {
                     entries.push(Recorded {
@@ -205,6 +221,7 @@ impl Replay {
                         digest: request_digest,
                         episode,
                         scorer,
+                        user: actor == Actor::User,
                         request: None,
                         response,
                     });
@@ -231,16 +248,17 @@ impl Replay {
                     digest: entry.digest,
                     episode: entry.episode_id,
                     scorer: entry.scorer,
+                    user: entry.actor == Actor::User,
                     request: Some(entry.request),
                     response: entry.response,
                 });
             }
         }
-        let Some(first) = entries.iter().find(|e| e.scorer.is_none()) else {
+        let Some(first) = entries.iter().find(|e| e.scorer.is_none() && !e.user) else {
             return Err(format!("{} holds no recorded model responses", events.display()));
         };
         let (name, sampling) = (first.model.clone(), first.sampling.clone());
-        if let Some(other) = entries.iter().find(|e| e.scorer.is_none() && e.model != name) {
+        if let Some(other) = entries.iter().find(|e| e.scorer.is_none() && !e.user && e.model != name) {
             return Err(format!(
                 "{} holds responses of several models ({name}, {}); replay one model per file",
                 events.display(),
@@ -250,11 +268,9 @@ impl Replay {
         let mut agent = Tape { sampling, ..Tape::default() };
         let mut graders: HashMap<String, Tape> = HashMap::new();
         for e in entries {
-            let tape = match e.scorer {
-                None => &mut agent,
-                Some(_) => {
-                    graders.entry(e.model).or_insert_with(|| Tape { sampling: e.sampling.clone(), ..Tape::default() })
-                }
+            let tape = match (&e.scorer, e.user) {
+                (None, false) => &mut agent,
+                _ => graders.entry(e.model).or_insert_with(|| Tape { sampling: e.sampling.clone(), ..Tape::default() }),
             };
             tape.push(e.episode, e.digest, e.request, e.response);
         }

@@ -132,6 +132,8 @@ mod tests {
             cost_usd: None,
             wall_ms: 1.0,
             loop_ms: None,
+            user_usage: None,
+            user_cost_usd: None,
         }
     }
 

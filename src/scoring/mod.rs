@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::template;
 use crate::contract::{FINAL_TOOL, ToolCall};
+use crate::domain::document::Document;
 use crate::domain::text::Text;
 use crate::domain::{MockTurn, Task};
 use crate::environment::{Ending, ReadBack, ToolFailure, World};
@@ -102,6 +103,8 @@ pub struct Graders {
     /// `--grader`: overrides the suite's and the scorer's choice.
     pub forced: Option<String>,
     backends: HashMap<String, Arc<Backend>>,
+    /// The models that play the suites' simulated users, by name (`mock` included).
+    users: HashMap<String, Arc<Backend>>,
 }
 
 impl Graders {
@@ -123,7 +126,43 @@ impl Graders {
                 backends.insert(name, Arc::new(backend));
             }
         }
-        Ok(Graders { forced, backends })
+        Ok(Graders { forced, backends, users: HashMap::new() })
+    }
+
+    /// Opens the models that play simulated users (the suites' user models, as
+    /// [`user_played_by`] picks them for each model under test), cached and recorded as
+    /// `options` ask; one whose calls every model under test replays is not opened. They
+    /// sit beside the graders: models of the run that are not under test.
+    pub fn with_users(
+        mut self,
+        names: impl IntoIterator<Item = String>,
+        config: &ModelConfig,
+        options: BackendOptions,
+        under_test: &[Arc<Backend>],
+    ) -> Result<Self, String> {
+        let mut played: Vec<String> = Vec::new();
+        for name in names {
+            for m in under_test {
+                let by = user_played_by(m.name(), &name).to_owned();
+                if !played.contains(&by) {
+                    played.push(by);
+                }
+            }
+        }
+        for name in played {
+            let replayed = !under_test.is_empty() && under_test.iter().all(|m| m.replays_grader(&name));
+            if !replayed && !self.users.contains_key(&name) {
+                let backend =
+                    Backend::open(&name, config, options.clone()).map_err(|e| format!("simulated user: {e}"))?;
+                self.users.insert(name, Arc::new(backend));
+            }
+        }
+        Ok(self)
+    }
+
+    /// The opened backend of a simulated user's model.
+    pub fn user_backend(&self, name: &str) -> Option<&Arc<Backend>> {
+        self.users.get(name)
     }
 
     /// The grader `name` for one scorer on one episode: scripted turns for `mock`, the
@@ -145,6 +184,52 @@ impl Graders {
             .under_test
             .and_then(|m| m.recorded_grader(name, task, id, scorer))
             .or_else(|| self.backends.get(name).map(|b| b.as_grader(task, id, scorer)))
+    }
+}
+
+/// The model that plays a simulated user whose model is `user_model` when the model under
+/// test is `under_test`: `mock` (the task's `mock_user:` turns) under `--model mock`, so that
+/// a suite runs offline whatever its user's model; the user's own model otherwise.
+pub fn user_played_by<'a>(under_test: &str, user_model: &'a str) -> &'a str {
+    if under_test == "mock" { "mock" } else { user_model }
+}
+
+/// What the agent told the user: its conversation replies, the questions of `ask_user` and
+/// `clarify` (with their choices), and the plans of `exit_plan_mode`, in order.
+pub fn told_user(trajectory: &crate::environment::Trajectory) -> Vec<String> {
+    let asked = trajectory.calls.iter().filter_map(|call| {
+        let field = |name: &str| call.arguments.get(name).and_then(Value::as_str).map(str::to_owned);
+        match call.name.as_str() {
+            "ask_user" => field("question"),
+            "clarify" => {
+                let choices: Vec<&str> = call
+                    .arguments
+                    .get("choices")
+                    .and_then(Value::as_array)
+                    .map(|c| c.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                field("question").map(|q| format!("{q} ({})", choices.join(" / ")))
+            }
+            "exit_plan_mode" => field("plan"),
+            _ => None,
+        }
+    });
+    asked.chain(trajectory.told_user.iter().cloned()).collect()
+}
+
+fn communicated(trajectory: &crate::environment::Trajectory, expected: &str, ignore_case: bool) -> Verdict {
+    let told = told_user(trajectory);
+    if told.is_empty() {
+        return verdict(false, "the agent told the user nothing".into());
+    }
+    let found = told.iter().any(|text| {
+        if ignore_case { text.to_lowercase().contains(&expected.to_lowercase()) } else { text.contains(expected) }
+    });
+    if found {
+        verdict(true, format!("the agent told the user {expected:?}"))
+    } else {
+        let last = told.last().map(String::as_str).unwrap_or_default();
+        verdict(false, format!("the agent never told the user {expected:?} (its last words: {})", quote(last)))
     }
 }
 
@@ -174,7 +259,7 @@ pub async fn score(
                 explanation,
                 weight: spec.weight,
                 grader,
-                check: serde_json::to_value(&spec.check).unwrap_or_default(),
+                check: spec.check_value(),
             }),
             // The first fault decides; the other scorers still give their verdicts.
             Err(f) => {
@@ -219,7 +304,22 @@ async fn apply(
 ) -> Result<Verdict, ScoringFault> {
     let render = |text: &str| template::render(text, context);
     let ending = episode.ending;
-    let answer = ending.final_answer.as_deref();
+    // The text a check of text reads: the final answer, or with `from:` a text of the world.
+    let read;
+    let answer = match &spec.from {
+        None => ending.final_answer.as_deref(),
+        Some(path) => match read_back(world, path, FILE_SCAN_CAP, episode.world_limit).await? {
+            Ok(file) => {
+                read = file.text;
+                Some(read.as_str())
+            }
+            Err(why) => return Ok(verdict(false, why)),
+        },
+    };
+    let subject = |answer: &str| match &spec.from {
+        None => format!("the answer {}", quote(answer)),
+        Some(path) => format!("`{path}`"),
+    };
     let no_answer =
         || verdict(false, format!("no final answer (the episode ended by {})", ending.termination.as_str()));
     Ok(match &spec.check {
@@ -239,7 +339,7 @@ async fn apply(
                         (TextOp::Regex, true) => format!("matches /{expected}/"),
                         (TextOp::Regex, false) => format!("does not match /{expected}/"),
                     };
-                    verdict(found != *negate, format!("the answer {} {what}", quote(answer)))
+                    verdict(found != *negate, format!("{} {what}", subject(answer)))
                 }
                 Err(e) => verdict(false, e),
             }
@@ -261,6 +361,13 @@ async fn apply(
         Check::Json(check) => {
             let Some(answer) = answer else { return Ok(no_answer()) };
             json_check(check, answer)
+        }
+        Check::Communicated { expected, ignore_case } => {
+            let expected = match render(expected) {
+                Ok(e) => e,
+                Err(e) => return Ok(verdict(false, format!("the scorer's template failed: {e}"))),
+            };
+            communicated(&ending.trajectory, &expected, *ignore_case)
         }
         Check::ToolCalled { name, negate, actor } => {
             let by = |c: &&ToolCall| actor.as_ref().is_none_or(|a| a.matches(&c.actor));
@@ -313,6 +420,13 @@ async fn apply(
                 Ok(false) => verdict(false, format!("`{path}` does not contain {expected:?}{searched}")),
                 Err(e) => verdict(false, e),
             }
+        }
+        Check::Document { path, sections, min_words, max_words, max_section_words } => {
+            let file = match read_back(world, path, FILE_SCAN_CAP, episode.world_limit).await? {
+                Ok(file) => file,
+                Err(why) => return Ok(verdict(false, why)),
+            };
+            document_check(path, &file.text, sections, *min_words, *max_words, *max_section_words)
         }
         Check::Command { command, timeout_s } => {
             // run_check stops the command at its timeout and says so; the outer bound, a
@@ -392,6 +506,46 @@ async fn apply(
             }
         }
     })
+}
+
+/// A Markdown text's sections and word counts against what the scorer asks; every miss is
+/// named.
+fn document_check(
+    path: &str,
+    text: &str,
+    sections: &[String],
+    min_words: Option<usize>,
+    max_words: Option<usize>,
+    max_section_words: Option<usize>,
+) -> Verdict {
+    let doc = Document::parse_markdown(text);
+    let mut misses = Vec::new();
+    let missing: Vec<&str> = sections.iter().filter(|h| doc.find(h).is_none()).map(String::as_str).collect();
+    if !missing.is_empty() {
+        misses.push(format!("no section {}", missing.iter().map(|h| format!("`{h}`")).collect::<Vec<_>>().join(", ")));
+    }
+    let words = doc.words();
+    if let Some(min) = min_words
+        && words < min
+    {
+        misses.push(format!("{words} words, under {min}"));
+    }
+    if let Some(max) = max_words
+        && words > max
+    {
+        misses.push(format!("{words} words, over {max}"));
+    }
+    if let Some(max) = max_section_words {
+        for entry in doc.outline().into_iter().filter(|e| e.words > max) {
+            misses.push(format!("section `{}` has {} words, over {max}", entry.heading, entry.words));
+        }
+    }
+    if misses.is_empty() {
+        let n = doc.sections.len();
+        verdict(true, format!("`{path}` has the sections asked for and {words} words ({n} sections)"))
+    } else {
+        verdict(false, format!("`{path}`: {}", misses.join("; ")))
+    }
 }
 
 /// A file of the final world, read within `limit`; or why it could not be (the scorer

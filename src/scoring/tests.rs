@@ -26,6 +26,7 @@ impl World for FakeWorld {
     async fn read_back(&self, path: &str, _: usize) -> Result<ReadBack, ToolFailure> {
         match path {
             "out.txt" => Ok(ReadBack { text: "hello world\n".into(), size: 12 }),
+            "doc:r" => Ok(ReadBack { text: REPORT.into(), size: REPORT.len() as u64 }),
             "hang" => std::future::pending().await,
             _ => Err(ToolFailure::new(ErrorType::ExecutionError, format!("`{path}` does not exist"))),
         }
@@ -44,6 +45,9 @@ impl World for FakeWorld {
     }
 }
 
+/// A document of the world, `doc:r`: 1 + 4 + 3 words, a preamble and two headed sections.
+const REPORT: &str = "Draft.\n\n# Report\n\nRevenue grew 12 percent.\n\n## Next Steps\n\nHire two engineers.\n";
+
 fn task() -> Task {
     Task {
         id: "t".into(),
@@ -55,6 +59,8 @@ fn task() -> Task {
         mock: Arc::from(Vec::new()),
         mock_subagents: Default::default(),
         answers: Vec::new(),
+        user: None,
+        memory: Default::default(),
         digest: String::new(),
     }
 }
@@ -73,6 +79,7 @@ fn ending(answer: Option<&str>, calls: &[(&str, Value)]) -> Ending {
                 call_id: "c0".into(),
                 error: ToolError::new(ErrorType::ExecutionError, "no such file"),
             }],
+            told_user: Vec::new(),
         },
     }
 }
@@ -346,4 +353,44 @@ fn trajectory_scorers_can_look_at_one_agent_or_the_subagents() {
     assert!(!score_of(json!({"tool_sequence": ["read_file", "write_file"], "actor": "subagents"})).passed);
     let bad = serde_json::from_value::<ScorerSpec>(json!({"tool_called": "x", "actor": "boss"})).unwrap_err();
     assert!(bad.to_string().contains("`actor` is `main`, `main.1`, `main.1.2`, … or `subagents`, not `boss`"), "{bad}");
+}
+
+#[test]
+fn a_text_scorer_with_from_reads_a_text_of_the_world_instead_of_the_answer() {
+    let found = check(json!({"includes": "grew 12", "from": "doc:r"}), Some("nothing here"));
+    assert!(found.passed, "{}", found.explanation);
+    assert!(found.explanation.starts_with("`doc:r` contains \"grew 12\""), "{}", found.explanation);
+    assert!(!check(json!({"includes": "nothing here", "from": "doc:r"}), Some("nothing here")).passed);
+    assert!(check(json!({"regex": "(?m)^## Next Steps$", "from": "doc:r"}), None).passed, "no answer needed");
+    assert!(check(json!({"numeric": "12", "from": "doc:r"}), None).passed);
+    let missing = check(json!({"includes": "x", "from": "doc:gone"}), Some("x"));
+    assert!(!missing.passed && missing.explanation.contains("`doc:gone` does not exist"), "{}", missing.explanation);
+    // The scorer's record says where its text came from, so a regrade tells it apart.
+    assert_eq!(
+        found.check,
+        json!({"from": "doc:r", "check": {"Text": {"op": "Includes", "expected": "grew 12", "negate": false, "ignore_case": false}}})
+    );
+}
+
+#[test]
+fn the_document_scorer_checks_sections_and_word_counts() {
+    let all =
+        check(json!({"document": "doc:r", "sections": ["report", "Next Steps"], "min_words": 8, "max_words": 8}), None);
+    assert!(all.passed, "{}", all.explanation);
+    assert!(all.explanation.contains("8 words (2 sections)"), "{}", all.explanation);
+    let short = check(json!({"document": "doc:r", "sections": ["Risks", "Report", "Budget"], "min_words": 10}), None);
+    assert!(!short.passed);
+    assert_eq!(short.explanation, "`doc:r`: no section `Risks`, `Budget`; 8 words, under 10");
+    let long = check(json!({"document": "doc:r", "max_words": 7, "max_section_words": 3}), None);
+    assert_eq!(long.explanation, "`doc:r`: 8 words, over 7; section `Report` has 4 words, over 3");
+    let gone = check(json!({"document": "nope.md", "sections": ["A"]}), None);
+    assert!(!gone.passed && gone.explanation.contains("does not exist"), "{}", gone.explanation);
+}
+
+#[test]
+fn from_and_document_are_refused_where_they_do_not_belong() {
+    let bad = |v: Value| serde_json::from_value::<ScorerSpec>(v).unwrap_err().to_string();
+    assert!(bad(json!({"tool_called": "x", "from": "doc:r"})).contains("`from` is not an option of `tool_called`"));
+    assert!(bad(json!({"document": "doc:r"})).contains("`document` needs something to check"));
+    assert!(bad(json!({"document": "doc:r", "min_words": -1})).contains("`min_words` of `document`"));
 }

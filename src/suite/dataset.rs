@@ -141,6 +141,10 @@ fn map_row(
         mock: None,
         mock_subagents: None,
         answers: Vec::new(),
+        user: None,
+        conversation: false,
+        mock_user: None,
+        memory: Default::default(),
     })
 }
 

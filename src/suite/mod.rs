@@ -7,7 +7,10 @@ pub mod dataset;
 use crate::config::{decode, template, yaml};
 use crate::contract::Actor;
 use crate::domain::scorer::ScorerSpec;
-use crate::domain::{MAX_EPISODE_S, MockCall, MockTurn, Reducer, Task, is_relative_inside, text};
+use crate::domain::{
+    DEFAULT_SCRIPT_END, DEFAULT_STOP, MAX_EPISODE_S, MockCall, MockTurn, Reducer, Task, UserKind, UserSpec,
+    is_relative_inside, text,
+};
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -18,6 +21,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::agent::AgentKind;
+use crate::agent::memory::{MemoryConfig, Stores};
 use crate::environment::definition::Definition;
 use crate::environment::permission::{self, Permissions};
 use crate::environment::sandbox::SandboxMode;
@@ -83,6 +87,11 @@ pub struct AgentConfig {
     /// at 1 ([`DEFAULT_MAX_DEPTH`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_depth: Option<u32>,
+    /// When true, the agent offers `enter_plan_mode` (and, in plan mode, `exit_plan_mode`).
+    #[serde(default)]
+    pub plan_mode: bool,
+    /// The bounded memory: the `memory` tool and its stores in the system prompt.
+    pub memory: Option<MemoryConfig>,
 }
 
 pub const DEFAULT_MAX_CHILDREN: u32 = 3;
@@ -174,6 +183,101 @@ pub(crate) struct TaskFile {
     /// The user's answers to permission `ask` rules, in order.
     #[serde(default)]
     pub answers: Vec<Text>,
+    /// The entries the agent's memory starts with: `{memory: [...], user: [...]}`.
+    #[serde(default)]
+    pub memory: crate::domain::MemoryEntries,
+    /// The task's user: `script:` or `simulated:`.
+    pub user: Option<UserFile>,
+    /// The user opens the episode and the agent talks with it until it says its stop word.
+    #[serde(default)]
+    pub conversation: bool,
+    /// The turns `mock` plays as a simulated user: under `--model mock`, or when the user's
+    /// model is `mock`.
+    pub mock_user: Option<Vec<MockTurn>>,
+}
+
+/// A task's `user:` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UserFile {
+    /// Replies in order.
+    script: Option<Vec<Text>>,
+    /// What a scripted user says once its script has run out.
+    then: Option<Text>,
+    simulated: Option<SimulatedFile>,
+    /// The stop word of a scripted user (a simulated one names it under `simulated:`).
+    stop: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SimulatedFile {
+    model: String,
+    #[serde(default)]
+    persona: Text,
+    #[serde(default)]
+    instructions: Text,
+    stop: Option<String>,
+}
+
+/// Reads a task's `user:`, `conversation:` and `mock_user:`; an error names the field.
+fn user_spec(
+    user: Option<UserFile>,
+    conversation: bool,
+    mock_user: Option<Vec<MockTurn>>,
+    answers: &[String],
+) -> Result<Option<Arc<UserSpec>>, (&'static str, String)> {
+    let Some(user) = user else {
+        if conversation {
+            return Err(("conversation", "a conversation needs the task's `user:` (`script:` or `simulated:`)".into()));
+        }
+        if mock_user.is_some() {
+            return Err(("mock_user", "`mock_user:` plays a simulated user: add `user: {simulated: …}`".into()));
+        }
+        return Ok(None);
+    };
+    if !answers.is_empty() {
+        return Err((
+            "answers",
+            "the task has a `user:`, who answers the `ask` rules: put these in `user.script`".into(),
+        ));
+    }
+    let nonempty = |stop: Option<String>, field: &'static str| match stop {
+        Some(s) if s.trim().is_empty() => Err((field, "the stop word cannot be empty".to_string())),
+        Some(s) => Ok(s),
+        None => Ok(DEFAULT_STOP.to_owned()),
+    };
+    let (kind, stop) = match (user.script, user.simulated) {
+        (Some(replies), None) => {
+            let then = user.then.map_or_else(|| DEFAULT_SCRIPT_END.to_owned(), |t| t.0);
+            let kind = UserKind::Scripted { replies: replies.into_iter().map(|r| r.0).collect(), then };
+            (kind, nonempty(user.stop, "user.stop")?)
+        }
+        (None, Some(sim)) => {
+            if user.then.is_some() || user.stop.is_some() {
+                let message =
+                    "`then` and `stop` belong to a scripted user; a simulated one names `stop` under `simulated:`";
+                return Err(("user", message.into()));
+            }
+            if sim.model.trim().is_empty() {
+                return Err(("user.simulated.model", "name the model that plays the user (`mock` offline)".into()));
+            }
+            let stop = nonempty(sim.stop, "user.simulated.stop")?;
+            (UserKind::Simulated { model: sim.model, persona: sim.persona.0, instructions: sim.instructions.0 }, stop)
+        }
+        (Some(_), Some(_)) => return Err(("user", "a user is either `script:` or `simulated:`, not both".into())),
+        (None, None) => {
+            return Err((
+                "user",
+                "expected `script: [replies…]` or `simulated: {model, persona, instructions}`".into(),
+            ));
+        }
+    };
+    if matches!(kind, UserKind::Scripted { .. }) && mock_user.is_some() {
+        return Err(("mock_user", "`mock_user:` plays a simulated user; this one is scripted".into()));
+    }
+    let mock = mock_user.unwrap_or_default().into();
+    Ok(Some(Arc::new(UserSpec { kind, conversation, stop, mock })))
 }
 
 /// Loads and validates one suite file.
@@ -232,6 +336,9 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         }
     }
     check_actors(&source, "mock_subagents", file.mock_subagents.keys())?;
+    if let Some(memory) = &file.agent.memory {
+        memory.check().map_err(|(field, e)| source.error(&format!("agent.memory.{field}"), e))?;
+    }
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
     let sandbox = match &file.sandbox {
         None => SandboxMode::On,
@@ -301,6 +408,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
                 ));
             }
         }
+        check_memory(&source, &at, &raw.memory, file.agent.memory.as_ref())?;
         let task = build_task(raw, &suite_mock, &suite_mock_subagents)
             .map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
         finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)?;
@@ -334,6 +442,31 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         tasks,
         ungraded,
     })
+}
+
+/// Checks a task's initial memory: the suite gives the agent a memory, and each store's
+/// entries are what the `memory` tool would accept, within its limit.
+fn check_memory(
+    source: &Source,
+    at: &str,
+    entries: &crate::domain::MemoryEntries,
+    config: Option<&MemoryConfig>,
+) -> Result<(), ConfigError> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let here = yaml::child(at, "memory");
+    let Some(config) = config else {
+        return Err(source.error(&here, "the task has memory entries, but the suite's agent has no `memory:`"));
+    };
+    for (name, list) in [("memory", &entries.memory), ("user", &entries.user)] {
+        let mut adding = Stores::new(config, Default::default());
+        for (i, entry) in list.iter().enumerate() {
+            let call = json!({"action": "add", "target": name, "content": entry});
+            adding.act(&call).map_err(|e| source.error(&yaml::item(&yaml::child(&here, name), i), e.message))?;
+        }
+    }
+    Ok(())
 }
 
 /// Checks that the templates a task will meet render, and that its id is new.
@@ -410,11 +543,18 @@ pub(crate) fn build_task(
     let files: BTreeMap<String, String> = raw.files.into_iter().map(|(k, v)| (k, v.0)).collect();
     let target = raw.target.map(|t| t.0);
     let answers: Vec<String> = raw.answers.into_iter().map(|a| a.0).collect();
+    let user = user_spec(raw.user, raw.conversation, raw.mock_user, &answers)?;
     let digest = {
         let mut content = json!({"input": raw.input.0, "target": target, "files": files, "metadata": raw.metadata});
         // Only when there are any, so that the digests of tasks without them stay as they were.
         if !answers.is_empty() {
             content["answers"] = json!(answers);
+        }
+        if let Some(user) = &user {
+            content["user"] = user_content(user);
+        }
+        if !raw.memory.is_empty() {
+            content["memory"] = json!(raw.memory);
         }
         hex::encode(Sha256::digest(content.to_string().as_bytes()))
     };
@@ -428,7 +568,9 @@ pub(crate) fn build_task(
         mock: suite_mock.clone(),
         mock_subagents: Default::default(),
         answers,
+        user,
         digest,
+        memory: raw.memory,
     };
     let ctx = task.template_context();
     let render_script = |script: &[MockTurn]| -> Result<Arc<[MockTurn]>, String> {
@@ -474,6 +616,18 @@ fn check_actors<'a>(source: &Source, at: &str, keys: impl Iterator<Item = &'a St
     Ok(())
 }
 
+/// What of a task's user is part of its content (and so of its episodes' ids): not the
+/// turns `mock` plays, as a task's own `mock:` is not.
+fn user_content(user: &UserSpec) -> Value {
+    let kind = match &user.kind {
+        UserKind::Scripted { replies, then } => json!({"script": replies, "then": then}),
+        UserKind::Simulated { model, persona, instructions } => {
+            json!({"simulated": {"model": model, "persona": persona, "instructions": instructions}})
+        }
+    };
+    json!({"user": kind, "conversation": user.conversation, "stop": user.stop})
+}
+
 fn turn_has_template(turn: &MockTurn) -> bool {
     fn value_has(v: &Value) -> bool {
         match v {
@@ -507,7 +661,9 @@ fn render_turn(turn: &MockTurn, ctx: &Map<String, Value>) -> Result<MockTurn, St
 fn check_tool_refs(source: &Source, at: &str, scorers: &[ScorerSpec], env: &Definition) -> Result<(), ConfigError> {
     for (i, scorer) in scorers.iter().enumerate() {
         for name in scorer.tools() {
-            if env.tool(name).is_none() {
+            // The user's tools and plan mode's are offered by tasks and agents, not environments.
+            let elsewhere = ["ask_user", "clarify", "enter_plan_mode", "exit_plan_mode"].contains(&name);
+            if env.tool(name).is_none() && !elsewhere {
                 let known: Vec<&str> = env.specs.iter().map(|t| t.name.as_str()).collect();
                 return Err(source.error(
                     &yaml::child(&yaml::item(at, i), &scorer.name),

@@ -11,6 +11,7 @@ mod layers;
 mod lifecycle;
 mod local_server;
 mod log;
+mod memory;
 mod models;
 mod permissions;
 mod python_world;
@@ -23,7 +24,9 @@ mod scripts;
 mod secrets;
 mod shell;
 mod subagents;
+mod user;
 mod world_hazards;
+mod writing;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,107 @@
+//! `agent.memory.scope: task`: the agent's memory stores kept across a task's epochs (per
+//! model) in the run folder, `results/<run-id>/memory/<suite>.<task>.<model>.<hash>.json`.
+//! The epochs of one task then run one after another, in epoch order, each starting from
+//! what the last scored one left; a resumed run reads the same files.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::oneshot;
+
+use super::EpisodeSpec;
+use crate::agent::memory::{Entries, Scope};
+
+/// Hands each episode of a `scope: task` suite its slot, in the order of the plan.
+pub struct TaskMemory {
+    dir: PathBuf,
+    /// Per file, the signal that the episode before ends (its slot is dropped).
+    last: HashMap<PathBuf, oneshot::Receiver<()>>,
+}
+
+/// One episode's turn at a task's stored memory: it waits for the epoch before it, reads
+/// the stores, and writes them back when it was scored.
+pub struct Slot {
+    path: PathBuf,
+    after: Option<oneshot::Receiver<()>>,
+    /// Dropped with the slot: the next epoch may start.
+    _done: oneshot::Sender<()>,
+}
+
+impl TaskMemory {
+    pub fn new(run_dir: &Path) -> Self {
+        TaskMemory { dir: run_dir.join("memory"), last: HashMap::new() }
+    }
+
+    /// The episode's slot, when its suite keeps memory across epochs; slots are taken in
+    /// plan order, so an epoch waits for the one planned before it.
+    pub fn slot(&mut self, spec: &EpisodeSpec) -> Option<Slot> {
+        let scope = spec.suite.agent.memory.as_ref().map(|m| m.scope);
+        if scope != Some(Scope::Task) {
+            return None;
+        }
+        let task = &spec.suite.tasks[spec.task];
+        let path = self.dir.join(file_name(&spec.suite.name, &task.id, spec.model.name()));
+        let (done, next) = oneshot::channel();
+        let after = self.last.insert(path.clone(), next);
+        Some(Slot { path, after, _done: done })
+    }
+}
+
+/// A readable, unique file name for a (suite, task, model).
+fn file_name(suite: &str, task: &str, model: &str) -> String {
+    let clean = |s: &str| -> String {
+        let cut: String = s.chars().take(40).collect();
+        cut.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+    };
+    let mut h = Sha256::new();
+    for part in [suite, task, model] {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    let hash = hex::encode(h.finalize());
+    format!("{}.{}.{}.{}.json", clean(suite), clean(task), clean(model), &hash[..8])
+}
+
+impl Slot {
+    /// Waits for the epoch before (however it ended), then reads the stores it left; `None`
+    /// when no epoch has left any yet.
+    pub async fn open(&mut self) -> Result<Option<Entries>, String> {
+        if let Some(after) = self.after.take() {
+            // An error only says the slot before was dropped: it ended either way.
+            let _ = after.await;
+        }
+        match std::fs::read(&self.path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| format!("failed to read the task's memory {}: {e}", self.path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(format!("failed to read the task's memory {}: {e}", self.path.display())),
+        }
+    }
+
+    /// Writes the stores in one step (a temporary file renamed over the old one).
+    pub fn save(&self, entries: &Entries) -> Result<(), String> {
+        let failed = |e: std::io::Error| format!("failed to write the task's memory {}: {e}", self.path.display());
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(failed)?;
+        let bytes = serde_json::to_vec_pretty(entries).unwrap_or_default();
+        let staged = self.path.with_extension("json.tmp");
+        std::fs::write(&staged, crate::log::secrets::scrub_bytes(&bytes)).map_err(failed)?;
+        std::fs::rename(&staged, &self.path).map_err(failed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_are_readable_and_tell_models_apart() {
+        let a = file_name("memory", "recall", "openai/gpt-4o-mini");
+        assert!(a.starts_with("memory.recall.openai_gpt-4o-mini.") && a.ends_with(".json"), "{a}");
+        assert_ne!(a, file_name("memory", "recall", "openai/gpt-4o"));
+        // Cleaned alike, told apart by the hash.
+        assert_ne!(file_name("s", "a/b", "m"), file_name("s", "a_b", "m"));
+    }
+}
