@@ -824,6 +824,24 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn in_plan_mode_a_delegation_is_refused_like_a_write() {
+        let turns = vec![
+            turn_of(None, &[("enter_plan_mode", json!({}), None)]),
+            turn_of(None, &[(DELEGATE_TOOL, json!({"goal": "write it"}), None)]),
+        ];
+        let child = vec![answers("never")];
+        let mut a = agent(turns, false).with_plan_mode().with_subagents(subagents(vec![("main.1", child)], 3, 2));
+        let world = Acting::default();
+        propose_in(&mut a, &[first_observation()], &world).await.0.unwrap();
+        let (proposal, events) = propose_in(&mut a, &[], &world).await;
+        assert!(proposal.unwrap().calls.is_empty());
+        assert!(world.acted().is_empty(), "no child started: {:?}", world.acted());
+        let refused = actions(&events);
+        assert_eq!(refused[0]["name"], DELEGATE_TOOL);
+        assert_eq!(refused[0]["error"]["type"], "PermissionError", "{}", refused[0]);
+    }
+
+    #[tokio::test]
     async fn a_childs_fault_is_the_parents_and_its_tool_errors_are_its_own() {
         let main_turn = turn_of(None, &[(DELEGATE_TOOL, json!({"goal": "g"}), None)]);
         // main.1 has no script: its first model call finds it run out.
