@@ -11,6 +11,7 @@ mod layers;
 mod lifecycle;
 mod local_server;
 mod log;
+mod mcp;
 mod models;
 mod permissions;
 mod python_world;
