@@ -499,10 +499,16 @@ pub struct Server {
     pub name: String,
     client: RunningService<RoleClient, ()>,
     /// A stdio server's process tree (killed when dropped).
-    process: Option<tokio::sync::Mutex<Supervised>>,
+    process: Option<tokio::sync::Mutex<Process>>,
     stderr: Arc<Mutex<Tail>>,
     /// The sandbox it runs in, kept for the cgroup's final kill.
     sandbox: Option<Arc<Confinement>>,
+}
+
+/// A stdio server's process, and how it ended once known.
+struct Process {
+    supervised: Supervised,
+    status: Option<std::process::ExitStatus>,
 }
 
 impl std::fmt::Debug for Server {
@@ -614,7 +620,7 @@ impl Server {
                 return Ok(Server {
                     name,
                     client,
-                    process: Some(tokio::sync::Mutex::new(supervised)),
+                    process: Some(tokio::sync::Mutex::new(Process { supervised, status: None })),
                     stderr: tail,
                     sandbox: Some(sandbox),
                 });
@@ -677,10 +683,12 @@ impl Server {
             }
             Err(error) => {
                 // A protocol error of a live server is the call's; a dead server is the environment's.
-                if !self.client.is_closed() && self.alive().await {
+                let wait = if self.client.is_closed() { 500 } else { 200 };
+                let status = self.exit_status(Duration::from_millis(wait)).await;
+                if !self.client.is_closed() && status.is_none() {
                     return Err(ToolFailure::new(ErrorType::ExecutionError, format!("`{tool}` failed: {error}")));
                 }
-                let exit = self.exit().await;
+                let exit = status.map(|s| format!(" ({})", describe_exit(s))).unwrap_or_default();
                 let said = Tail::text(&self.stderr);
                 let said = if said.is_empty() { String::new() } else { format!("; its stderr ended: {said}") };
                 let message = format!("server `{}` stopped during `{tool}`{exit}: {error}{said}", self.name);
@@ -691,26 +699,24 @@ impl Server {
         }
     }
 
-    async fn alive(&self) -> bool {
-        let Some(process) = &self.process else { return true };
+    /// How a stdio server's process ended, waiting at most `wait`; `None` while it runs
+    /// (or for a server over HTTP).
+    async fn exit_status(&self, wait: Duration) -> Option<std::process::ExitStatus> {
+        let process = self.process.as_ref()?;
         let mut process = process.lock().await;
-        tokio::time::timeout(Duration::from_millis(200), process.shell_status()).await.is_err()
-    }
-
-    async fn exit(&self) -> String {
-        let Some(process) = &self.process else { return String::new() };
-        let mut process = process.lock().await;
-        match tokio::time::timeout(Duration::from_millis(500), process.shell_status()).await {
-            Ok(Some(status)) => format!(" ({})", describe_exit(status)),
-            _ => String::new(),
+        if process.status.is_none()
+            && let Ok(Some(status)) = tokio::time::timeout(wait, process.supervised.shell_status()).await
+        {
+            process.status = Some(status);
         }
+        process.status
     }
 
     /// Stops the server and everything it started.
     pub async fn stop(&mut self) {
         self.client.cancellation_token().cancel();
         if let Some(process) = &self.process {
-            process.lock().await.tree.kill();
+            process.lock().await.supervised.tree.kill();
         }
         if let Some(sandbox) = &self.sandbox {
             sandbox.kill_all();
@@ -722,7 +728,7 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.client.cancellation_token().cancel();
         if let Some(process) = &mut self.process {
-            process.get_mut().tree.kill();
+            process.get_mut().supervised.tree.kill();
         }
     }
 }

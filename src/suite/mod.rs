@@ -468,7 +468,7 @@ pub async fn discover_tools(
         let env = &suite.environment;
         if let Some((server, command)) = env.mcp.as_ref().filter(|m| m.optional).and_then(|m| m.missing_command()) {
             notes.push(format!(
-                "{}: notes suite `{}`: environment `{}` is optional and its server `{server}` needs `{command}`, \
+                "{}: skipped suite `{}`: environment `{}` is optional and its server `{server}` needs `{command}`, \
                  which is not installed",
                 suite.path.display(),
                 suite.name,

@@ -49,6 +49,12 @@ fn faulty_server(name: &str, mode: &str, extra: &str) -> String {
     format!("  - {{name: {name}, command: /usr/bin/python3, args: [\"{FAULTY}\", {mode}]{extra}}}\n")
 }
 
+/// The observation of call `c_N` (a turn's observations are logged as the calls end).
+fn call(events: &[Value], n: usize) -> &Value {
+    let id = format!("c_{n}");
+    tool_observations(events).into_iter().find(|o| o["call_id"] == id.as_str()).unwrap_or_else(|| panic!("no {id}"))
+}
+
 fn finished(events: &[Value]) -> Vec<&Value> {
     of_type(events, "episode_finished")
 }
@@ -110,7 +116,7 @@ tasks:
     let run = sb.eval(&["s.yaml"]);
     assert_eq!(run.code, 0, "{run:?}");
     let events = sb.events();
-    let obs = tool_observations(&events);
+    let obs = [call(&events, 1), call(&events, 2), call(&events, 3)];
     let text = &obs[0]["tool_result"]["content"][0];
     assert_eq!(text["type"], "text", "{}", obs[0]);
     assert_eq!(text["text"], "Echo: hi there", "{}", obs[0]);
@@ -155,7 +161,7 @@ tasks:
     let run = sb.eval(&["s.yaml"]);
     assert_eq!(run.code, 0, "{run:?}");
     let events = sb.events();
-    let obs = tool_observations(&events);
+    let obs = [call(&events, 1), call(&events, 2), call(&events, 3), call(&events, 4)];
     let sum = obs[0]["tool_result"]["content"][0]["text"].as_str().unwrap_or_default();
     assert!(sum.contains("42"), "{}", obs[0]);
     let now = obs[1]["tool_result"]["content"][0]["text"].as_str().unwrap_or_default();
@@ -253,8 +259,8 @@ fn a_server_that_never_initialises_makes_the_episode_unscored_with_its_stderr() 
 
 #[test]
 fn a_run_scoped_server_is_shared_by_the_runs_episodes_and_an_episode_one_is_not() {
-    // The faulty server's `ok` tool answers the same each time; the count is the process's
-    // own: get-env's PID would do too, but `ok` plus the server's pid keeps it simple.
+    // toggle-simulated-logging keeps its state per session: shared, the second call of the
+    // run stops what the first started; each episode with its own server starts it anew.
     let sb = Sandbox::new();
     for (name, scope) in [("shared", "run"), ("own", "episode")] {
         sb.write(
@@ -284,9 +290,10 @@ tasks:
     }
     // One episode at a time, so that the second toggles what the first left.
     let texts = |suite: &str| {
-        let run = sb.run(&["eval", suite, "--model", "mock", "-j", "1", "--run-id", "test", "--out", suite]);
+        let out = format!("out-{suite}");
+        let run = sb.run(&["eval", suite, "--model", "mock", "-j", "1", "--run-id", "test", "--out", &out]);
         assert_eq!(run.code, 0, "{run:?}");
-        let events = crate::read_jsonl(&sb.path().join(suite).join("test/events.jsonl"));
+        let events = crate::read_jsonl(&sb.path().join(out).join("test/events.jsonl"));
         let mut texts: Vec<String> = tool_observations(&events)
             .iter()
             .filter_map(|o| o["tool_result"]["content"][0]["text"].as_str().map(str::to_owned))
