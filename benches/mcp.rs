@@ -69,7 +69,11 @@ fn mcp(c: &mut Criterion) {
     let env = runtime.block_on(Environment::setup(definition.clone(), &task, &context)).expect("an MCP world");
     let obs = runtime.block_on(env.execute(&echo(0), &started));
     // The call must really reach the server, or the bench measures a failure.
-    assert_eq!(obs.tool_result.as_ref().map(|r| r["content"][0]["text"].clone()), Some(json!("Echo: hello")), "{obs:?}");
+    assert_eq!(
+        obs.tool_result.as_ref().map(|r| r["content"][0]["text"].clone()),
+        Some(json!("Echo: hello")),
+        "{obs:?}"
+    );
     c.bench_function("mcp echo round trip (stdio, sandboxed)", |b| {
         b.iter(|| runtime.block_on(env.execute(&echo(1), &started)))
     });

@@ -196,9 +196,11 @@ impl Definition {
         let mcp = if kind.name() == "mcp" {
             Some(Arc::new(McpSpec::decode(&source, file.servers.as_ref(), file.prompts.as_ref(), file.optional)?))
         } else {
-            for (field, given) in
-                [("servers", file.servers.is_some()), ("prompts", file.prompts.is_some()), ("optional", file.optional.is_some())]
-            {
+            for (field, given) in [
+                ("servers", file.servers.is_some()),
+                ("prompts", file.prompts.is_some()),
+                ("optional", file.optional.is_some()),
+            ] {
                 if given {
                     let message = format!("only the `mcp` kind takes `{field}:`; kind `{}` does not", kind.name());
                     return Err(source.error(field, message));
@@ -318,14 +320,25 @@ impl Definition {
             Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
                 .map_err(|e| ConfigError::whole(path, e))?;
         let undiscovered = mcp.is_some();
-        Ok(Definition { permissions: Arc::new(permissions), sandbox, scripts, python, mcp, expose, undiscovered, ..definition })
+        Ok(Definition {
+            permissions: Arc::new(permissions),
+            sandbox,
+            scripts,
+            python,
+            mcp,
+            expose,
+            undiscovered,
+            ..definition
+        })
     }
 
     /// This definition with the tools its kind discovers (starting what it must, once),
     /// or itself when its kind's tools are known without that.
     pub async fn discovered(self: &Arc<Self>, sandbox: SandboxMode) -> Result<Arc<Self>, String> {
         let Some(kind) = self.kind.filter(|_| self.undiscovered) else { return Ok(self.clone()) };
-        let Some((offered, system_addition)) = kind.discover(self, self.sandbox_mode(sandbox)).await? else { return Ok(self.clone()) };
+        let Some((offered, system_addition)) = kind.discover(self, self.sandbox_mode(sandbox)).await? else {
+            return Ok(self.clone());
+        };
         let fresh = Self::new(
             self.name.clone(),
             self.kind,

@@ -220,9 +220,10 @@ impl McpSpec {
         if self.servers.len() == 1 {
             return Some((0, exposed.to_owned()));
         }
-        self.servers.iter().enumerate().find_map(|(i, s)| {
-            exposed.strip_prefix(&format!("{}{SEPARATOR}", s.name)).map(|tool| (i, tool.to_owned()))
-        })
+        self.servers
+            .iter()
+            .enumerate()
+            .find_map(|(i, s)| exposed.strip_prefix(&format!("{}{SEPARATOR}", s.name)).map(|tool| (i, tool.to_owned())))
     }
 
     /// The first stdio server whose program (or a file its arguments name) is not
@@ -538,13 +539,19 @@ impl Server {
                 };
                 headers.insert(k, v);
             }
+            // rmcp's client brings no TLS provider of its own: the process's default is ring's
+            // (an error only says one is installed already).
+            let _ = rustls::crypto::ring::default_provider().install_default();
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
             let transport = StreamableHttpClientTransport::from_config(config);
             let client = match tokio::time::timeout(timeout, ().serve(transport)).await {
                 Ok(Ok(client)) => client,
                 Ok(Err(e)) => return Err(format!("server `{name}` at {url} did not initialise: {e}")),
                 Err(_) => {
-                    return Err(format!("server `{name}` at {url} did not initialise within {}s", timeout.as_secs_f64()));
+                    return Err(format!(
+                        "server `{name}` at {url} did not initialise within {}s",
+                        timeout.as_secs_f64()
+                    ));
                 }
             };
             return Ok(Server { name, client, process: None, stderr: Default::default(), sandbox: None });
@@ -830,14 +837,18 @@ mod tests {
             shared: Vec::new(),
         };
         let schema = json!({"type": "object"});
-        let look = decl_of(&spec, "s", &json!({"name": "a", "inputSchema": schema, "annotations": {"readOnlyHint": true}}))
-            .unwrap();
+        let look =
+            decl_of(&spec, "s", &json!({"name": "a", "inputSchema": schema, "annotations": {"readOnlyHint": true}}))
+                .unwrap();
         assert_eq!(look.spec.annotations, Some(ToolAnnotations::READ_ONLY));
         let unmarked = decl_of(&spec, "s", &json!({"name": "b", "inputSchema": schema})).unwrap();
         assert_eq!(unmarked.spec.annotations, Some(ToolAnnotations::DESTRUCTIVE));
-        let gentle =
-            decl_of(&spec, "s", &json!({"name": "c", "inputSchema": schema, "annotations": {"destructiveHint": false}}))
-                .unwrap();
+        let gentle = decl_of(
+            &spec,
+            "s",
+            &json!({"name": "c", "inputSchema": schema, "annotations": {"destructiveHint": false}}),
+        )
+        .unwrap();
         assert_eq!(gentle.spec.annotations, Some(ToolAnnotations { read_only: false, destructive: false }));
     }
 

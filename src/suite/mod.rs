@@ -489,9 +489,11 @@ pub async fn discover_tools(
                 continue;
             }
         };
-        let scorers = suite.scorers.iter().map(|s| ("suite", s)).chain(
-            suite.tasks.iter().flat_map(|t| t.scorers.iter().map(move |s| (t.id.as_str(), s))),
-        );
+        let scorers = suite
+            .scorers
+            .iter()
+            .map(|s| ("suite", s))
+            .chain(suite.tasks.iter().flat_map(|t| t.scorers.iter().map(move |s| (t.id.as_str(), s))));
         let mut unknown = Vec::new();
         for (owner, scorer) in scorers {
             for name in scorer.tools() {
@@ -513,7 +515,9 @@ pub async fn discover_tools(
         }
         match Arc::try_unwrap(suite) {
             Ok(owned) => kept.push(Arc::new(Suite { environment: discovered, ..owned })),
-            Err(shared) => errors.push(format!("{}: the suite is in use and cannot be completed", shared.path.display())),
+            Err(shared) => {
+                errors.push(format!("{}: the suite is in use and cannot be completed", shared.path.display()))
+            }
         }
     }
     if errors.is_empty() { Ok((kept, notes)) } else { Err(errors) }

@@ -354,7 +354,10 @@ tasks:
 #[test]
 fn an_optional_environment_that_is_not_installed_skips_its_suite() {
     let sb = Sandbox::new();
-    sb.write("environments/gone.yaml", "kind: mcp\noptional: true\nservers:\n  - {name: g, command: /nonexistent/node}\n");
+    sb.write(
+        "environments/gone.yaml",
+        "kind: mcp\noptional: true\nservers:\n  - {name: g, command: /nonexistent/node}\n",
+    );
     sb.write("s.yaml", "suite: s\nenvironment: gone\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n");
     let run = sb.eval(&["s.yaml"]);
     assert_eq!(run.code, 0, "{run:?}");
@@ -394,4 +397,99 @@ fn the_example_suite_passes_offline() {
     assert!(ends.iter().all(|e| e["outcome"]["passed"] == true), "{run:?}");
     let obs = tool_observations(&events);
     assert!(obs.iter().any(|o| o["error"]["type"] == "ValidationError"), "the bad call is refused before the server");
+}
+
+/// The everything server over streamable HTTP, on a free port, killed when dropped.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start() -> HttpServer {
+        let js = everything_js();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new("node")
+            .args([js.as_str(), "streamableHttp"])
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start node");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the HTTP server did not listen on {port}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        HttpServer { child, url: format!("http://127.0.0.1:{port}/mcp") }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_server_over_streamable_http_is_called_like_a_stdio_one() {
+    let server = HttpServer::start();
+    let sb = Sandbox::new();
+    sb.write(
+        "environments/remote.yaml",
+        &format!("kind: mcp\nservers:\n  - {{name: remote, url: \"{}\", headers: {{X-Test: yes}}}}\n", server.url),
+    );
+    sb.write(
+        "s.yaml",
+        r#"suite: s
+environment: remote
+scorers: [{equals: done}, {tool_called: echo}]
+tasks:
+  - id: a
+    input: go
+    mock:
+      - tool_calls: [{name: echo, arguments: {message: over http}}]
+      - tool_calls: [{name: final_answer, arguments: {answer: done}}]
+"#,
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    assert_eq!(call(&events, 1)["tool_result"]["content"][0]["text"], "Echo: over http", "{run:?}");
+}
+
+#[test]
+fn a_servers_prompt_is_added_to_the_system_prompt() {
+    let sb = Sandbox::new();
+    sb.write(
+        "environments/ev.yaml",
+        &format!(
+            "kind: mcp\nprompts: [{{server: everything, name: simple-prompt}}]\nservers:\n{}",
+            everything_server("everything", "")
+        ),
+    );
+    let run = sb.run(&["tools", "ev"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stderr.contains("This is a simple prompt without arguments."), "{run:?}");
+    sb.write(
+        "s.yaml",
+        r#"suite: s
+environment: ev
+agent: {system: "Suite's own words."}
+scorers: [{equals: done}]
+tasks:
+  - id: a
+    input: go
+    mock:
+      - tool_calls: [{name: final_answer, arguments: {answer: done}}]
+"#,
+    );
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--out", "results", "--record", "c.jsonl"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    // The request the model was sent (as recorded) holds both, the suite's first.
+    let recorded = crate::read_jsonl(&sb.path().join("c.jsonl"));
+    let system = &recorded[0]["request"]["messages"][0];
+    assert_eq!(system["role"], "system", "{system}");
+    assert_eq!(system["content"], "Suite's own words.\n\nThis is a simple prompt without arguments.", "{system}");
 }
