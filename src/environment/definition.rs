@@ -409,6 +409,9 @@ impl Definition {
             }
         }
         match kind::find(name) {
+            Some(kind) if kind.name() == "mcp" => Err(format!(
+                "the `mcp` kind needs its servers listed: write environments/{name}.yaml with `kind: mcp` and `servers:`"
+            )),
             Some(kind) => Ok(Arc::new(Self::builtin(kind))),
             None => Err(format!(
                 "unknown environment `{name}`: no environments/{name}.yaml beside the suite or in the current \

@@ -67,7 +67,8 @@ fn tool_names_are_unique_and_only_final_answer_is_unsafe_for_scripts() {
 #[tokio::test]
 async fn every_offered_tool_reaches_its_world() {
     let dir = tempfile::tempdir().unwrap();
-    for kind in KINDS {
+    // `mcp` offers only the final answer until its servers, listed in a file, are discovered.
+    for kind in KINDS.iter().filter(|k| k.name() != "mcp") {
         let definition = Definition::builtin(*kind);
         let context = SetupContext::new(dir.path(), "ep_test");
         let mut world = kind.setup(&definition, &task(), &context).await.unwrap();

@@ -860,6 +860,51 @@ mod tests {
         assert!(err.contains("RUNNER_MCP_TEST_UNSET"), "{err}");
     }
 
+    fn load(text: &str) -> Result<Definition, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tools.yaml");
+        std::fs::write(&path, text).unwrap();
+        Definition::load(&path)
+    }
+
+    #[test]
+    fn only_the_mcp_kind_takes_servers_and_its_file_needs_them() {
+        let err = load("kind: shell\nservers: []\n").unwrap_err();
+        assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
+        assert!(err.message.contains("only the `mcp` kind takes `servers:`"), "{err}");
+        let err = load("kind: mcp\n").unwrap_err();
+        assert!(err.message.contains("needs `servers:`"), "{err}");
+        let err = load("kind: mcp\nservers:\n  - {name: a__b, command: node}\n").unwrap_err();
+        assert_eq!(err.position.map(|p| p.line), Some(3), "{err}");
+        assert!(err.message.starts_with("servers[0].name"), "{err}");
+        let err = load("kind: mcp\nservers:\n  - {name: a, url: ftp://x}\n").unwrap_err();
+        assert!(err.message.contains("expected an http:// or https:// URL"), "{err}");
+        let err =
+            load("kind: mcp\nservers:\n  - {name: a, command: node}\nprompts: [{server: b, name: p}]\n").unwrap_err();
+        assert!(err.message.starts_with("prompts[0].server: no server `b`"), "{err}");
+    }
+
+    #[test]
+    fn an_mcp_file_is_loaded_undiscovered_with_its_listed_tools_open_to_rules() {
+        let def = load("kind: mcp\ntools: [echo]\npermissions: [{echo: deny}]\nservers: [{name: a, command: node}]\n")
+            .unwrap();
+        assert!(def.undiscovered);
+        assert_eq!(def.specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), [FINAL_TOOL]);
+        assert_eq!(def.expose, Some(vec!["echo".to_owned()]));
+        let spec = def.mcp.as_ref().unwrap();
+        assert_eq!(spec.servers[0].scope, Scope::Episode);
+        assert_eq!(spec.route("echo"), Some((0, "echo".to_owned())), "one server: names are kept");
+    }
+
+    #[test]
+    fn with_several_servers_names_are_prefixed_and_routed_back() {
+        let def = load("kind: mcp\nservers: [{name: a, command: node}, {name: b-2, url: \"http://h/mcp\"}]\n").unwrap();
+        let spec = def.mcp.as_ref().unwrap();
+        assert_eq!(spec.exposed_name("b-2", "get__x"), "b-2__get__x");
+        assert_eq!(spec.route("b-2__get__x"), Some((1, "get__x".to_owned())));
+        assert_eq!(spec.route("c__x"), None);
+    }
+
     #[test]
     fn an_installation_is_its_node_modules_folder_or_virtualenv() {
         let dir = tempfile::tempdir().unwrap();
