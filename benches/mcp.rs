@@ -2,7 +2,7 @@
 //! installed by `scripts/install-test-servers.sh`), in the sandbox: one `echo` call's round
 //! trip through `Environment::execute` (schema check, `tools/call`, the result mapped);
 //! 8 episodes calling at once, each with its own server (calls per second = 8 × 64 / the
-//! time of one iteration); and a server's start + `initialize` (+ its teardown).
+//! time of one iteration); and a server's start + `initialize` + `tools/list` (+ its teardown).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -102,7 +102,7 @@ fn mcp(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("mcp server");
     group.sample_size(10);
-    group.bench_function("start + initialize + teardown (stdio, sandboxed)", |b| {
+    group.bench_function("start + initialize + tools/list + teardown (stdio, sandboxed)", |b| {
         b.iter(|| {
             runtime.block_on(async {
                 let env = Environment::setup(definition.clone(), &task, &context).await.expect("an MCP world");
