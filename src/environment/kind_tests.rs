@@ -29,7 +29,7 @@ fn task() -> Task {
 
 #[test]
 fn the_table_lists_shell_kv_and_python() {
-    assert_eq!(names(), ["shell", "kv", "python"]);
+    assert_eq!(names(), ["shell", "kv", "python", "mcp"]);
     assert_eq!(find("kv").map(|k| k.name()), Some("kv"));
     assert!(find("docker").is_none());
 }
