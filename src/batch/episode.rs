@@ -138,6 +138,12 @@ fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task, memory: Option<Shar
         template::render(s, &task.template_context())
             .unwrap_or_else(|e| format!("(the system prompt failed to render: {e})"))
     });
+    // What the environment adds (an MCP server's prompts), after the suite's own.
+    let system = match (system, suite.environment.system_addition.trim()) {
+        (system, "") => system,
+        (Some(own), added) => Some(format!("{own}\n\n{added}")),
+        (None, added) => Some(added.to_owned()),
+    };
     match suite.agent.kind {
         AgentKind::ToolCalling => {
             let model = spec.model.for_episode(task, &spec.id);

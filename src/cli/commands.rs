@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::flags::{CompareArgs, EvalArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs};
+use super::flags::{CompareArgs, EvalArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs, Switch};
 use super::{CliError, Exit, resolve};
 use crate::batch::regrade::LoggedRun;
 use crate::batch::{self, RunError};
@@ -62,9 +62,39 @@ pub fn validate(paths: &[PathBuf]) -> Result<Exit, CliError> {
     Ok(if ok { Exit::Passed } else { Exit::Usage })
 }
 
+/// `runner tools ENV`: the tools an environment offers, as the agent is shown them (JSON).
+/// An MCP environment's servers are started once to list theirs.
+pub fn tools(environment: &str, sandbox: Switch) -> Result<Exit, CliError> {
+    use crate::environment::definition::Definition;
+    use crate::environment::sandbox::SandboxMode;
+    // Looked up as a suite in the current folder would: environments/NAME.yaml, a path, a kind.
+    let definition = Definition::resolve(environment, Path::new("./tools")).map_err(CliError::usage)?;
+    let mode = match sandbox {
+        Switch::Off => SandboxMode::Off("the command line"),
+        Switch::On => SandboxMode::On,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::usage(format!("failed to start the async runtime: {e}")))?;
+    let definition = runtime
+        .block_on(definition.discovered(mode))
+        .map_err(|e| CliError::usage(format!("environment `{environment}`: {e}")))?;
+    let specs = serde_json::to_string_pretty(&definition.specs).map_err(CliError::usage)?;
+    println!("{specs}");
+    if !definition.system_addition.trim().is_empty() {
+        eprintln!("added to the system prompt:\n{}", definition.system_addition.trim_end());
+    }
+    Ok(Exit::Passed)
+}
+
 /// `runner eval`: runs the episodes, then writes the tables and judges the run.
 pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
     let resolve::Eval { suites, options, baseline } = resolve::eval(&args)?;
+    if suites.is_empty() {
+        eprintln!("nothing to run: every suite was skipped");
+        return Ok(Exit::Passed);
+    }
     let runtime = resolve::runtime()?;
     let total = batch::episode_count(&suites, &options);
     if let Some(resume) = &options.resume {

@@ -29,6 +29,15 @@ pub enum Command {
     /// Combine the shards of a run (or runs of the same suites and models on disjoint
     /// episodes) into one run folder.
     Merge(MergeArgs),
+    /// Print the tools an environment offers (a file in environments/, a path, or a
+    /// built-in kind), as JSON tool specs; an MCP environment's servers are started once.
+    Tools {
+        /// The environment: a name in environments/, a path to its file, or a kind.
+        environment: String,
+        /// `off` starts the servers without the sandbox.
+        #[arg(long, value_enum, default_value_t = Switch::On, value_name = "on|off")]
+        sandbox: Switch,
+    },
     /// Check suites (and their environments and datasets) without running them.
     Validate {
         /// Suite files, or folders of them.

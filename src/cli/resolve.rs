@@ -31,7 +31,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     if args.epochs == Some(0) {
         return Err(CliError::usage("--epochs must be at least 1"));
     }
-    let suites = suites(&args.paths)?;
+    let suites = discover(suites(&args.paths)?, args.sandbox)?;
     for suite in &suites {
         let epochs = args.epochs.unwrap_or(suite.epochs);
         if let Some(k) = suite.k_of_n.filter(|k| *k > epochs) {
@@ -82,6 +82,29 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         return Err(CliError::usage(refused.join("\n")));
     }
     Ok(Eval { suites, options, baseline })
+}
+
+/// The suites with their environments' tools discovered: MCP servers are started once
+/// (and stopped) to list their tools. Suites whose optional environment is not installed
+/// are left out, each with a `note:` line.
+pub fn discover(suites: Vec<Arc<Suite>>, sandbox: Switch) -> Result<Vec<Arc<Suite>>, CliError> {
+    if suites.iter().all(|s| !s.environment.undiscovered) {
+        return Ok(suites);
+    }
+    let command_line = match sandbox {
+        Switch::Off => SandboxMode::Off("the command line"),
+        Switch::On => SandboxMode::On,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::usage(format!("failed to start the async runtime: {e}")))?;
+    let found = runtime.block_on(suite::discover_tools(suites, |s| batch::sandbox_mode(s, command_line)));
+    let (kept, notes) = found.map_err(|errors| CliError::each(Exit::Usage, errors))?;
+    for note in notes {
+        eprintln!("note: {note}");
+    }
+    Ok(kept)
 }
 
 /// Expands folders into the suite files inside them, in name order.

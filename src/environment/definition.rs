@@ -14,6 +14,7 @@ use crate::domain::MAX_EPISODE_S;
 use crate::domain::text::Text;
 
 use super::kind::{self, EnvironmentKind};
+use super::mcp::McpSpec;
 use super::permission::{self, Permissions};
 use super::sandbox::{Confinement, SandboxMode, SandboxSpec};
 use super::script::{self, ScriptSettings};
@@ -74,6 +75,11 @@ struct DefinitionFile {
     /// A `writing_room`'s initial documents: id → a Markdown file, relative to this file.
     #[serde(default)]
     documents: BTreeMap<String, PathBuf>,
+    /// `mcp`: the servers (`mcp.rs`), the prompts added to the system prompt, and whether
+    /// a suite over it is skipped when a server is not installed.
+    servers: Option<Value>,
+    prompts: Option<Value>,
+    optional: Option<bool>,
 }
 
 /// A resolved environment definition, shared by every episode that uses it.
@@ -101,6 +107,15 @@ pub struct Definition {
     pub python: Option<PathBuf>,
     /// The style rules of a `writing_room`'s documents (`style:`); none by default.
     pub style: Style,
+    /// `mcp`: its servers, prompts and run-wide servers.
+    pub mcp: Option<Arc<McpSpec>>,
+    /// The tools the file lists (`tools:`), for a kind whose tools are discovered.
+    pub expose: Option<Vec<String>>,
+    /// Set until the kind's tools are discovered (`Definition::discovered`): `tools` then
+    /// holds only what is known without starting anything.
+    pub undiscovered: bool,
+    /// Text the discovery found for the agent's system prompt (MCP prompts), appended to it.
+    pub system_addition: String,
 }
 
 pub struct ExposedTool {
@@ -170,6 +185,10 @@ impl Definition {
             scripts: None,
             python: None,
             style: Style::default(),
+            mcp: None,
+            expose: None,
+            undiscovered: false,
+            system_addition: String::new(),
         })
     }
 
@@ -183,8 +202,29 @@ impl Definition {
             return Err(source.error("kind", message));
         };
         let all = kind.tools();
+        let mcp = if kind.name() == "mcp" {
+            Some(Arc::new(McpSpec::decode(&source, file.servers.as_ref(), file.prompts.as_ref(), file.optional)?))
+        } else {
+            for (field, given) in [
+                ("servers", file.servers.is_some()),
+                ("prompts", file.prompts.is_some()),
+                ("optional", file.optional.is_some()),
+            ] {
+                if given {
+                    let message = format!("only the `mcp` kind takes `{field}:`; kind `{}` does not", kind.name());
+                    return Err(source.error(field, message));
+                }
+            }
+            None
+        };
+        if mcp.is_some() && file.execute_code.is_some() {
+            return Err(source.error("execute_code", "the `mcp` kind does not offer `execute_code`"));
+        }
+        // Discovered tools are checked when they are discovered, at the run's start.
+        let expose = if mcp.is_some() { file.tools.clone() } else { None };
         let mut offered = match &file.tools {
             None => all,
+            Some(_) if mcp.is_some() => all,
             Some(names) => {
                 let mut chosen = Vec::new();
                 for (i, name) in names.iter().enumerate() {
@@ -268,7 +308,8 @@ impl Definition {
                 }
             }
         }
-        let names: Vec<&str> = offered.iter().map(|t| t.spec.name.as_str()).collect();
+        let mut names: Vec<&str> = offered.iter().map(|t| t.spec.name.as_str()).collect();
+        names.extend(expose.iter().flatten().map(String::as_str));
         let permissions = permission::parse_rules(&file.permissions, &format!("environment `{name}`"), &names)
             .map_err(|(at, e)| source.error(&at, e))?;
         let python = match file.python {
@@ -313,7 +354,48 @@ impl Definition {
         let definition =
             Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
                 .map_err(|e| ConfigError::whole(path, e))?;
-        Ok(Definition { permissions: Arc::new(permissions), sandbox, scripts, python, style, ..definition })
+        let undiscovered = mcp.is_some();
+        Ok(Definition {
+            permissions: Arc::new(permissions),
+            sandbox,
+            scripts,
+            python,
+            style,
+            mcp,
+            expose,
+            undiscovered,
+            ..definition
+        })
+    }
+
+    /// This definition with the tools its kind discovers (starting what it must, once),
+    /// or itself when its kind's tools are known without that.
+    pub async fn discovered(self: &Arc<Self>, sandbox: SandboxMode) -> Result<Arc<Self>, String> {
+        let Some(kind) = self.kind.filter(|_| self.undiscovered) else { return Ok(self.clone()) };
+        let Some((offered, system_addition)) = kind.discover(self, self.sandbox_mode(sandbox)).await? else {
+            return Ok(self.clone());
+        };
+        let fresh = Self::new(
+            self.name.clone(),
+            self.kind,
+            self.description.clone(),
+            self.path.clone(),
+            self.limits.clone(),
+            self.files.clone(),
+            offered,
+        )?;
+        Ok(Arc::new(Definition {
+            sandbox: self.sandbox.clone(),
+            scripts: self.scripts.clone(),
+            permissions: self.permissions.clone(),
+            python: self.python.clone(),
+            style: self.style.clone(),
+            mcp: self.mcp.clone(),
+            expose: self.expose.clone(),
+            undiscovered: false,
+            system_addition,
+            ..fresh
+        }))
     }
 
     /// Whether the worlds' processes run sandboxed, and who turned the sandbox off: the
@@ -364,6 +446,9 @@ impl Definition {
             }
         }
         match kind::find(name) {
+            Some(kind) if kind.name() == "mcp" => Err(format!(
+                "the `mcp` kind needs its servers listed: write environments/{name}.yaml with `kind: mcp` and `servers:`"
+            )),
             Some(kind) => Ok(Arc::new(Self::builtin(kind))),
             None => Err(format!(
                 "unknown environment `{name}`: no environments/{name}.yaml beside the suite or in the current \

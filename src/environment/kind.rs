@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use super::definition::Definition;
 use super::kv::Kv;
+use super::mcp::Mcp;
 use super::python::Python;
 use super::sandbox::SandboxMode;
 use super::shell::Shell;
@@ -21,7 +22,7 @@ use crate::domain::Task;
 use crate::model::Backend;
 
 /// Every kind of environment there is. Adding a kind is adding it here.
-pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python, &Writing];
+pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python, &Writing, &Mcp];
 
 /// The kind named `name`.
 pub fn find(name: &str) -> Option<&'static dyn EnvironmentKind> {
@@ -55,6 +56,17 @@ pub trait EnvironmentKind: Send + Sync {
     /// process's limit. Zero for worlds that open none.
     fn open_files_per_call(&self) -> u64 {
         0
+    }
+
+    /// Tools known only once a world runs (MCP servers' tools): started once when the run
+    /// starts, the tools to expose (`final_answer` included) and text for the agent's
+    /// system prompt. `None` for a kind whose tools are `tools()`.
+    async fn discover(
+        &self,
+        _definition: &Definition,
+        _sandbox: SandboxMode,
+    ) -> Result<Option<(Vec<ToolDecl>, String)>, String> {
+        Ok(None)
     }
 
     /// Whether its worlds start processes, which then run in the sandbox (`sandbox.rs`).

@@ -31,8 +31,8 @@ fn task() -> Task {
 }
 
 #[test]
-fn the_table_lists_shell_kv_python_and_the_writing_room() {
-    assert_eq!(names(), ["shell", "kv", "python", "writing_room"]);
+fn the_table_lists_every_kind_in_order() {
+    assert_eq!(names(), ["shell", "kv", "python", "writing_room", "mcp"]);
     assert_eq!(find("kv").map(|k| k.name()), Some("kv"));
     assert!(find("docker").is_none());
 }
@@ -70,7 +70,8 @@ fn tool_names_are_unique_and_only_final_answer_is_unsafe_for_scripts() {
 #[tokio::test]
 async fn every_offered_tool_reaches_its_world() {
     let dir = tempfile::tempdir().unwrap();
-    for kind in KINDS {
+    // `mcp` offers only the final answer until its servers, listed in a file, are discovered.
+    for kind in KINDS.iter().filter(|k| k.name() != "mcp") {
         let definition = Definition::builtin(*kind);
         let context = SetupContext::new(dir.path(), "ep_test");
         let mut world = kind.setup(&definition, &task(), &context).await.unwrap();

@@ -6,6 +6,7 @@ pub mod definition;
 mod folder;
 pub mod kind;
 mod kv;
+pub mod mcp;
 pub mod permission;
 mod process;
 mod python;

@@ -661,9 +661,11 @@ fn render_turn(turn: &MockTurn, ctx: &Map<String, Value>) -> Result<MockTurn, St
 fn check_tool_refs(source: &Source, at: &str, scorers: &[ScorerSpec], env: &Definition) -> Result<(), ConfigError> {
     for (i, scorer) in scorers.iter().enumerate() {
         for name in scorer.tools() {
-            // The user's tools and plan mode's are offered by tasks and agents, not environments.
+            // The user's tools and plan mode's are offered by tasks and agents, not environments;
+            // tools not yet discovered are checked once they are (`discover_tools`).
             let elsewhere = ["ask_user", "clarify", "enter_plan_mode", "exit_plan_mode"].contains(&name);
-            if env.tool(name).is_none() && !elsewhere {
+            let pending = env.undiscovered && env.expose.as_ref().is_none_or(|e| e.iter().any(|t| t == name));
+            if env.tool(name).is_none() && !elsewhere && !pending {
                 let known: Vec<&str> = env.specs.iter().map(|t| t.name.as_str()).collect();
                 return Err(source.error(
                     &yaml::child(&yaml::item(at, i), &scorer.name),
@@ -673,6 +675,80 @@ fn check_tool_refs(source: &Source, at: &str, scorers: &[ScorerSpec], env: &Defi
         }
     }
     Ok(())
+}
+
+/// The suites with their environments' tools discovered (MCP servers started once, listed
+/// and stopped), each scorer's tool checked against them. Suites whose optional
+/// environment is not installed are left out, with a note; an environment whose discovery
+/// failed is kept as it is (its episodes are unscored), with a note.
+pub async fn discover_tools(
+    suites: Vec<Arc<Suite>>,
+    sandbox: impl Fn(&Suite) -> SandboxMode,
+) -> Result<(Vec<Arc<Suite>>, Vec<String>), Vec<String>> {
+    let mut kept = Vec::new();
+    let mut notes = Vec::new();
+    let mut errors = Vec::new();
+    for suite in suites {
+        if !suite.environment.undiscovered {
+            kept.push(suite);
+            continue;
+        }
+        let env = &suite.environment;
+        if let Some((server, command)) = env.mcp.as_ref().filter(|m| m.optional).and_then(|m| m.missing_command()) {
+            notes.push(format!(
+                "{}: skipped suite `{}`: environment `{}` is optional and its server `{server}` needs `{command}`, \
+                 which is not installed",
+                suite.path.display(),
+                suite.name,
+                env.name
+            ));
+            continue;
+        }
+        let discovered = match env.discovered(sandbox(&suite)).await {
+            Ok(d) => d,
+            Err(e) => {
+                // Each episode starts the servers again, and is unscored with what they said.
+                notes.push(format!(
+                    "{}: environment `{}`: its tools could not be discovered, its episodes will be unscored: {e}",
+                    suite.path.display(),
+                    env.name
+                ));
+                kept.push(suite);
+                continue;
+            }
+        };
+        let scorers = suite
+            .scorers
+            .iter()
+            .map(|s| ("suite", s))
+            .chain(suite.tasks.iter().flat_map(|t| t.scorers.iter().map(move |s| (t.id.as_str(), s))));
+        let mut unknown = Vec::new();
+        for (owner, scorer) in scorers {
+            for name in scorer.tools() {
+                if discovered.tool(name).is_none() {
+                    unknown.push(format!("scorer `{}` of {owner} names tool `{name}`", scorer.name));
+                }
+            }
+        }
+        if !unknown.is_empty() {
+            let known: Vec<&str> = discovered.specs.iter().map(|t| t.name.as_str()).collect();
+            errors.push(format!(
+                "{}: {}; environment `{}` offers: {}",
+                suite.path.display(),
+                unknown.join("; "),
+                discovered.name,
+                known.join(", ")
+            ));
+            continue;
+        }
+        match Arc::try_unwrap(suite) {
+            Ok(owned) => kept.push(Arc::new(Suite { environment: discovered, ..owned })),
+            Err(shared) => {
+                errors.push(format!("{}: the suite is in use and cannot be completed", shared.path.display()))
+            }
+        }
+    }
+    if errors.is_empty() { Ok((kept, notes)) } else { Err(errors) }
 }
 
 /// Loads several suite files; suite names must be unique across them.

@@ -12,6 +12,7 @@ mod lifecycle;
 mod local_server;
 mod log;
 mod memory;
+mod mcp;
 mod models;
 mod permissions;
 mod python_world;

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the MCP servers the tests, the example suite and the bench run against, from
+# the registries, into one cache folder: $RUNNER_TEST_SERVERS, else
+# ~/.cache/runner-test-servers. Idempotent, and quick when they are already there.
+#   node_modules/.bin/mcp-server-everything   (npm: @modelcontextprotocol/server-everything)
+#   venv/bin/mcp-server-time                  (PyPI: mcp-server-time, in a venv of Debian's python3)
+# The venv is made from /usr/bin/python3 because the sandbox lets a server read its own
+# installation and the system's folders, not an interpreter under a home folder.
+set -euo pipefail
+dir="${RUNNER_TEST_SERVERS:-$HOME/.cache/runner-test-servers}"
+everything_version="2026.8.31"
+time_version="2026.10.19"
+mkdir -p "$dir"
+if [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
+    || ! grep -q "\"version\": \"$everything_version\"" "$dir/node_modules/@modelcontextprotocol/server-everything/package.json"; then
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+        "@modelcontextprotocol/server-everything@$everything_version" >/dev/null
+fi
+if [ ! -x "$dir/venv/bin/mcp-server-time" ] || ! "$dir/venv/bin/pip" show mcp-server-time 2>/dev/null | grep -q "^Version: $time_version$"; then
+    [ -x "$dir/venv/bin/python3" ] || /usr/bin/python3 -m venv "$dir/venv"
+    "$dir/venv/bin/pip" install --quiet --disable-pip-version-check "mcp-server-time==$time_version"
+fi
+echo "test MCP servers in $dir"

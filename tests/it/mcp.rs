@@ -1,0 +1,495 @@
+//! MCP servers as an environment, through the binary, against real servers nobody here
+//! wrote — the reference "everything" server (npm) and `mcp-server-time` (PyPI), installed
+//! by `scripts/install-test-servers.sh` (which `.ci/run` runs) — and a deliberately faulty
+//! one (`tests/fixtures/mcp/faulty_server.py`) for the faults.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::{Sandbox, of_type, tool_observations};
+
+const FAULTY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp/faulty_server.py");
+
+/// Where the test servers are installed: `$RUNNER_TEST_SERVERS`, else the cache folder.
+fn servers_dir() -> PathBuf {
+    match std::env::var_os("RUNNER_TEST_SERVERS") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/runner-test-servers"),
+    }
+}
+
+/// The everything server's entry point; fails, saying how to install it, when it is missing.
+fn everything_js() -> String {
+    let js = servers_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        js.is_file() && ["/usr/bin/node", "/usr/local/bin/node"].iter().any(|n| std::path::Path::new(n).is_file()),
+        "the MCP test servers are not installed: need node in /usr/bin or /usr/local/bin and {} — run \
+         scripts/install-test-servers.sh (CI's .ci/run does; set RUNNER_TEST_SERVERS to install elsewhere)",
+        js.display()
+    );
+    js.display().to_string()
+}
+
+fn time_server() -> String {
+    let bin = servers_dir().join("venv/bin/mcp-server-time");
+    assert!(
+        bin.is_file(),
+        "the MCP test servers are not installed: no {} — run scripts/install-test-servers.sh (CI's .ci/run does)",
+        bin.display()
+    );
+    bin.display().to_string()
+}
+
+fn everything_server(name: &str, extra: &str) -> String {
+    format!("  - {{name: {name}, command: node, args: [\"{}\", stdio]{extra}}}\n", everything_js())
+}
+
+fn faulty_server(name: &str, mode: &str, extra: &str) -> String {
+    format!("  - {{name: {name}, command: /usr/bin/python3, args: [\"{FAULTY}\", {mode}]{extra}}}\n")
+}
+
+/// The observation of call `c_N` (a turn's observations are logged as the calls end).
+fn call(events: &[Value], n: usize) -> &Value {
+    let id = format!("c_{n}");
+    tool_observations(events).into_iter().find(|o| o["call_id"] == id.as_str()).unwrap_or_else(|| panic!("no {id}"))
+}
+
+fn finished(events: &[Value]) -> Vec<&Value> {
+    of_type(events, "episode_finished")
+}
+
+#[test]
+fn runner_tools_lists_the_discovered_tools_with_their_annotations() {
+    let sb = Sandbox::new();
+    sb.write("environments/ev.yaml", &format!("kind: mcp\nservers:\n{}", everything_server("everything", "")));
+    let run = sb.run(&["tools", "ev"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let specs: Vec<Value> = serde_json::from_str(&run.stdout).expect("a JSON list of tool specs");
+    let names: Vec<&str> = specs.iter().filter_map(|s| s["name"].as_str()).collect();
+    // One server: the names are the server's own.
+    for expected in ["echo", "get-sum", "get-tiny-image", "get-resource-reference", "final_answer"] {
+        assert!(names.contains(&expected), "{expected} missing from {names:?}");
+    }
+    assert_eq!(names.last(), Some(&"final_answer"));
+    let echo = specs.iter().find(|s| s["name"] == "echo").unwrap();
+    // The server marks echo readOnlyHint: true, destructiveHint: false.
+    assert_eq!(echo["annotations"], serde_json::json!({"read_only": true, "destructive": false}), "{echo}");
+    assert_eq!(echo["parameters"]["required"], serde_json::json!(["message"]), "{echo}");
+    // Built-in kinds print their specs without starting anything.
+    let run = sb.run(&["tools", "kv"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let specs: Vec<Value> = serde_json::from_str(&run.stdout).unwrap();
+    assert!(specs.iter().any(|s| s["name"] == "kv_get"), "{}", run.stdout);
+}
+
+#[test]
+fn validate_starts_no_server() {
+    let sb = Sandbox::new();
+    // A server that would fail to start: validate does not notice, because it starts nothing.
+    sb.write("environments/ev.yaml", "kind: mcp\nservers:\n  - {name: gone, command: /nonexistent/server}\n");
+    sb.write("s.yaml", "suite: s\nenvironment: ev\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n");
+    let run = sb.run(&["validate", "s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+}
+
+#[test]
+fn text_image_and_resource_content_become_the_tool_result() {
+    let sb = Sandbox::new();
+    sb.write("environments/ev.yaml", &format!("kind: mcp\nservers:\n{}", everything_server("everything", "")));
+    sb.write(
+        "s.yaml",
+        r#"suite: s
+environment: ev
+scorers: [{equals: done}]
+tasks:
+  - id: a
+    input: go
+    mock:
+      - tool_calls:
+          - {name: echo, arguments: {message: hi there}}
+          - {name: get-tiny-image, arguments: {}}
+          - {name: get-resource-reference, arguments: {resourceType: Text, resourceId: 2}}
+      - tool_calls: [{name: final_answer, arguments: {answer: done}}]
+"#,
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let obs = [call(&events, 1), call(&events, 2), call(&events, 3)];
+    let text = &obs[0]["tool_result"]["content"][0];
+    assert_eq!(text["type"], "text", "{}", obs[0]);
+    assert_eq!(text["text"], "Echo: hi there", "{}", obs[0]);
+    let blocks = obs[1]["tool_result"]["content"].as_array().expect("content blocks");
+    let image = blocks.iter().find(|b| b["type"] == "image").unwrap_or_else(|| panic!("no image in {}", obs[1]));
+    assert_eq!(image["mimeType"], "image/png", "{image}");
+    assert!(image["data"].as_str().is_some_and(|d| !d.is_empty()), "{image}");
+    let blocks = obs[2]["tool_result"]["content"].as_array().expect("content blocks");
+    let resource =
+        blocks.iter().find(|b| b["type"] == "resource").unwrap_or_else(|| panic!("no resource in {}", obs[2]));
+    assert!(resource["resource"]["uri"].as_str().is_some_and(|u| u.ends_with('2')), "{resource}");
+    let first = &of_type(&events, "observation")[0]["observation"]["info"];
+    assert_eq!(first["mcp_servers"], serde_json::json!(["everything"]), "{first}");
+    assert_eq!(finished(&events)[0]["outcome"]["passed"], true);
+}
+
+#[test]
+fn several_servers_prefix_their_tools_and_is_error_is_an_execution_error() {
+    let sb = Sandbox::new();
+    let time = time_server();
+    sb.write(
+        "environments/both.yaml",
+        &format!("kind: mcp\nservers:\n{}  - {{name: time, command: \"{time}\"}}\n", everything_server("ev", "")),
+    );
+    sb.write(
+        "s.yaml",
+        r#"suite: s
+environment: both
+scorers: [{equals: done}, {tool_called: time__get_current_time}]
+tasks:
+  - id: a
+    input: go
+    mock:
+      - tool_calls:
+          - {name: ev__get-sum, arguments: {a: 2, b: 40}}
+          - {name: time__get_current_time, arguments: {timezone: Europe/Paris}}
+          - {name: time__get_current_time, arguments: {timezone: Not/AZone}}
+          - {name: echo, arguments: {message: unprefixed}}
+      - tool_calls: [{name: final_answer, arguments: {answer: done}}]
+"#,
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let obs = [call(&events, 1), call(&events, 2), call(&events, 3), call(&events, 4)];
+    let sum = obs[0]["tool_result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(sum.contains("42"), "{}", obs[0]);
+    let now = obs[1]["tool_result"]["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(now.contains("Europe/Paris"), "{}", obs[1]);
+    // The server answered isError: true for a timezone that does not exist.
+    assert_eq!(obs[2]["error"]["type"], "ExecutionError", "{}", obs[2]);
+    assert!(obs[2]["error"]["message"].as_str().unwrap_or_default().contains("Not/AZone"), "{}", obs[2]);
+    // With two servers the bare name is not a tool.
+    assert_eq!(obs[3]["error"]["type"], "ToolNotFound", "{}", obs[3]);
+    assert_eq!(finished(&events)[0]["outcome"]["passed"], true, "{run:?}");
+}
+
+#[test]
+fn a_hung_call_times_out_and_the_server_still_answers() {
+    let sb = Sandbox::new();
+    sb.write(
+        "environments/f.yaml",
+        &format!("kind: mcp\nlimits: {{tool_timeout_s: 1}}\nservers:\n{}", faulty_server("f", "serve", "")),
+    );
+    sb.write(
+        "s.yaml",
+        r#"suite: s
+environment: f
+scorers: [{equals: done}]
+tasks:
+  - id: a
+    input: go
+    mock:
+      - tool_calls: [{name: hang, arguments: {}}]
+      - tool_calls: [{name: ok, arguments: {}}]
+      - tool_calls: [{name: final_answer, arguments: {answer: done}}]
+"#,
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let obs = tool_observations(&events);
+    assert_eq!(obs[0]["error"]["type"], "TimeoutError", "{}", obs[0]);
+    assert_eq!(obs[1]["tool_result"]["content"][0]["text"], "ok", "{}", obs[1]);
+    assert_eq!(finished(&events)[0]["outcome"]["status"], "scored");
+}
+
+#[test]
+fn a_server_that_exits_mid_episode_ends_it_unscored_with_what_it_said() {
+    let sb = Sandbox::new();
+    sb.write("environments/f.yaml", &format!("kind: mcp\nservers:\n{}", faulty_server("f", "serve", "")));
+    sb.write(
+        "s.yaml",
+        r#"suite: s
+environment: f
+scorers: [{equals: done}]
+tasks:
+  - id: a
+    input: go
+    mock:
+      - tool_calls: [{name: crash, arguments: {}}]
+      - tool_calls: [{name: final_answer, arguments: {answer: done}}]
+"#,
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 3, "an unscored episode fails the default --max-unscored 0: {run:?}");
+    let events = sb.events();
+    let obs = tool_observations(&events);
+    assert_eq!(obs[0]["error"]["type"], "ExecutionError", "{}", obs[0]);
+    let message = obs[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("crashing on purpose") && message.contains("exit code 3"), "{message}");
+    let end = finished(&events)[0];
+    assert_eq!(end["outcome"]["status"], "unscored", "{end}");
+    assert_eq!(end["outcome"]["cause"], "environment_error", "{end}");
+    assert_eq!(end["termination"], "environment_error", "{end}");
+}
+
+#[test]
+fn a_server_that_never_initialises_makes_the_episode_unscored_with_its_stderr() {
+    let sb = Sandbox::new();
+    sb.write(
+        "environments/f.yaml",
+        &format!("kind: mcp\nservers:\n{}", faulty_server("f", "never-init", ", start_timeout_s: 1")),
+    );
+    sb.write("s.yaml", "suite: s\nenvironment: f\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n");
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stderr.contains("could not be discovered"), "the run says so at its start: {run:?}");
+    let events = sb.events();
+    let end = finished(&events)[0];
+    assert_eq!(end["outcome"]["cause"], "environment_error", "{end}");
+    let message = end["outcome"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("did not initialise within 1s"), "{message}");
+    assert!(message.contains("refusing to initialise"), "the server's stderr tail: {message}");
+    // `runner tools` says the same, as an error.
+    let tools = sb.run(&["tools", "f"]);
+    assert_eq!(tools.code, 2, "{tools:?}");
+    assert!(tools.stderr.contains("refusing to initialise"), "{tools:?}");
+}
+
+#[test]
+fn a_run_scoped_server_is_shared_by_the_runs_episodes_and_an_episode_one_is_not() {
+    // toggle-simulated-logging keeps its state per session: shared, the second call of the
+    // run stops what the first started; each episode with its own server starts it anew.
+    let sb = Sandbox::new();
+    for (name, scope) in [("shared", "run"), ("own", "episode")] {
+        sb.write(
+            &format!("environments/{name}.yaml"),
+            &format!("kind: mcp\nservers:\n{}", everything_server("everything", &format!(", scope: {scope}"))),
+        );
+        sb.write(
+            &format!("{name}.yaml"),
+            &format!(
+                r#"suite: {name}
+environment: {name}
+scorers: [{{equals: done}}]
+tasks:
+  - id: a
+    input: go
+    mock:
+      - tool_calls: [{{name: toggle-simulated-logging, arguments: {{}}}}]
+      - tool_calls: [{{name: final_answer, arguments: {{answer: done}}}}]
+  - id: b
+    input: go
+    mock:
+      - tool_calls: [{{name: toggle-simulated-logging, arguments: {{}}}}]
+      - tool_calls: [{{name: final_answer, arguments: {{answer: done}}}}]
+"#
+            ),
+        );
+    }
+    // One episode at a time, so that the second toggles what the first left.
+    let texts = |suite: &str| {
+        let out = format!("out-{suite}");
+        let run = sb.run(&["eval", suite, "--model", "mock", "-j", "1", "--run-id", "test", "--out", &out]);
+        assert_eq!(run.code, 0, "{run:?}");
+        let events = crate::read_jsonl(&sb.path().join(out).join("test/events.jsonl"));
+        let mut texts: Vec<String> = tool_observations(&events)
+            .iter()
+            .filter_map(|o| o["tool_result"]["content"][0]["text"].as_str().map(str::to_owned))
+            .collect();
+        texts.sort();
+        texts
+    };
+    let shared = texts("shared.yaml");
+    // One server, one session: the first episode started the logging, the second stopped it.
+    assert!(shared[0].starts_with("Started") && shared[1].starts_with("Stopped"), "{shared:?}");
+    let own = texts("own.yaml");
+    assert!(own.iter().all(|t| t.starts_with("Started")), "each episode its own server: {own:?}");
+}
+
+#[test]
+fn a_server_sees_only_the_variables_listed_for_it() {
+    let sb = Sandbox::new();
+    sb.write(
+        "environments/ev.yaml",
+        &format!(
+            "kind: mcp\nservers:\n{}",
+            everything_server("everything", ", env: {GREETING: hello, FROM_RUNNER: \"${RUNNER_TEST_PASSED}\"}")
+        ),
+    );
+    sb.write(
+        "s.yaml",
+        r#"suite: s
+environment: ev
+scorers: [{equals: done}]
+tasks:
+  - id: a
+    input: go
+    mock:
+      - tool_calls: [{name: get-env, arguments: {}}]
+      - tool_calls: [{name: final_answer, arguments: {answer: done}}]
+"#,
+    );
+    let output = sb
+        .command()
+        .args(["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results"])
+        .env("RUNNER_TEST_SECRET", "must-not-leak")
+        .env("RUNNER_TEST_PASSED", "passed-on")
+        .output()
+        .expect("run runner");
+    let run = crate::Run::from(output);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let obs = tool_observations(&events);
+    let text = obs[0]["tool_result"]["content"][0]["text"].as_str().unwrap_or_default();
+    let env: serde_json::Map<String, Value> = serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let mut names: Vec<&str> = env.keys().map(String::as_str).collect();
+    names.sort();
+    assert_eq!(names, ["FROM_RUNNER", "GREETING", "PATH"], "{text}");
+    assert_eq!(env["FROM_RUNNER"], "passed-on");
+    assert_eq!(env["PATH"], "/usr/local/bin:/usr/bin:/bin");
+}
+
+#[test]
+fn an_optional_environment_that_is_not_installed_skips_its_suite() {
+    let sb = Sandbox::new();
+    sb.write(
+        "environments/gone.yaml",
+        "kind: mcp\noptional: true\nservers:\n  - {name: g, command: /nonexistent/node}\n",
+    );
+    sb.write("s.yaml", "suite: s\nenvironment: gone\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n");
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stderr.contains("skipped suite `s`") && run.stderr.contains("/nonexistent/node"), "{run:?}");
+    assert!(run.stderr.contains("nothing to run"), "{run:?}");
+}
+
+#[test]
+fn a_scorer_naming_a_tool_the_servers_do_not_offer_is_refused_at_the_runs_start() {
+    let sb = Sandbox::new();
+    sb.write("environments/ev.yaml", &format!("kind: mcp\nservers:\n{}", everything_server("everything", "")));
+    sb.write("s.yaml", "suite: s\nenvironment: ev\nscorers: [{tool_called: ech0}]\ntasks:\n  - {id: a, input: hi}\n");
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("names tool `ech0`") && run.stderr.contains("echo"), "{run:?}");
+    // A `tools:` list that names a tool no server offers.
+    sb.write(
+        "environments/ev.yaml",
+        &format!("kind: mcp\ntools: [echo, nope]\nservers:\n{}", everything_server("everything", "")),
+    );
+    let run = sb.run(&["tools", "ev"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("`tools:` lists `nope`, which no server offers"), "{run:?}");
+}
+
+#[test]
+fn the_example_suite_passes_offline() {
+    everything_js();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let sb = Sandbox::new();
+    let suite = format!("{root}/tasks/mcp.yaml");
+    let run = sb.eval(&[&suite]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let ends = finished(&events);
+    assert_eq!(ends.len(), 3);
+    assert!(ends.iter().all(|e| e["outcome"]["passed"] == true), "{run:?}");
+    let obs = tool_observations(&events);
+    assert!(obs.iter().any(|o| o["error"]["type"] == "ValidationError"), "the bad call is refused before the server");
+}
+
+/// The everything server over streamable HTTP, on a free port, killed when dropped.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start() -> HttpServer {
+        let js = everything_js();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = std::process::Command::new("node")
+            .args([js.as_str(), "streamableHttp"])
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start node");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(std::time::Instant::now() < deadline, "the HTTP server did not listen on {port}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        HttpServer { child, url: format!("http://127.0.0.1:{port}/mcp") }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_server_over_streamable_http_is_called_like_a_stdio_one() {
+    let server = HttpServer::start();
+    let sb = Sandbox::new();
+    sb.write(
+        "environments/remote.yaml",
+        &format!("kind: mcp\nservers:\n  - {{name: remote, url: \"{}\", headers: {{X-Test: yes}}}}\n", server.url),
+    );
+    sb.write(
+        "s.yaml",
+        r#"suite: s
+environment: remote
+scorers: [{equals: done}, {tool_called: echo}]
+tasks:
+  - id: a
+    input: go
+    mock:
+      - tool_calls: [{name: echo, arguments: {message: over http}}]
+      - tool_calls: [{name: final_answer, arguments: {answer: done}}]
+"#,
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    assert_eq!(call(&events, 1)["tool_result"]["content"][0]["text"], "Echo: over http", "{run:?}");
+}
+
+#[test]
+fn a_servers_prompt_is_added_to_the_system_prompt() {
+    let sb = Sandbox::new();
+    sb.write(
+        "environments/ev.yaml",
+        &format!(
+            "kind: mcp\nprompts: [{{server: everything, name: simple-prompt}}]\nservers:\n{}",
+            everything_server("everything", "")
+        ),
+    );
+    let run = sb.run(&["tools", "ev"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stderr.contains("This is a simple prompt without arguments."), "{run:?}");
+    sb.write(
+        "s.yaml",
+        r#"suite: s
+environment: ev
+agent: {system: "Suite's own words."}
+scorers: [{equals: done}]
+tasks:
+  - id: a
+    input: go
+    mock:
+      - tool_calls: [{name: final_answer, arguments: {answer: done}}]
+"#,
+    );
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--out", "results", "--record", "c.jsonl"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    // The request the model was sent (as recorded) holds both, the suite's first.
+    let recorded = crate::read_jsonl(&sb.path().join("c.jsonl"));
+    let system = &recorded[0]["request"]["messages"][0];
+    assert_eq!(system["role"], "system", "{system}");
+    assert_eq!(system["content"], "Suite's own words.\n\nThis is a simple prompt without arguments.", "{system}");
+}
