@@ -26,12 +26,15 @@ fn whole_episode(c: &mut Criterion) {
     let graders = runner::scoring::Graders::default();
 
     // The episode must really pass, or the bench measures a shortcut.
-    let report = runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), SandboxMode::On, &stop));
+    let report =
+        runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), dir.path(), SandboxMode::On, &stop));
     assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{report:?}");
     assert_eq!(report.steps, 4);
 
     c.bench_function("episode/kv 4 turns 3 tools", |b| {
-        b.iter(|| runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), SandboxMode::On, &stop)));
+        b.iter(|| {
+            runtime.block_on(run_episode(spec.clone(), &log, &graders, dir.path(), dir.path(), SandboxMode::On, &stop))
+        });
     });
     drop(log);
     writer.close().expect("log closes");

@@ -23,6 +23,7 @@ pub async fn run_episode(
     log: &EventLog,
     graders: &Graders,
     work_root: &std::path::Path,
+    run_dir: &std::path::Path,
     sandbox: SandboxMode,
     stop: &CancellationToken,
 ) -> EpisodeReport {
@@ -40,8 +41,11 @@ pub async fn run_episode(
     });
 
     let mut loop_ms = None;
-    let context =
-        SetupContext { sandbox: super::sandbox_mode(suite, sandbox), ..SetupContext::new(work_root, &spec.id) };
+    let context = SetupContext {
+        sandbox: super::sandbox_mode(suite, sandbox),
+        run_dir: Some(run_dir),
+        ..SetupContext::new(work_root, &spec.id)
+    };
     let (ending, outcome) = match Environment::setup(suite.environment.clone(), task, &context).await {
         Err(e) => {
             let message = e.to_string();

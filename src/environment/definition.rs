@@ -18,6 +18,7 @@ use super::permission::{self, Permissions};
 use super::sandbox::{Confinement, SandboxMode, SandboxSpec};
 use super::script::{self, ScriptSettings};
 use super::tool::{self, ToolDecl};
+use super::web::WebSetup;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -68,6 +69,8 @@ struct DefinitionFile {
     permissions: Value,
     /// The interpreter of a kind that runs one (`python`): a path, or a name on `PATH`.
     python: Option<PathBuf>,
+    /// What a `web` kind browses: a corpus or live HTTP (`web.rs`).
+    web: Option<Value>,
 }
 
 /// A resolved environment definition, shared by every episode that uses it.
@@ -93,6 +96,8 @@ pub struct Definition {
     /// The interpreter its worlds run (`python:`), when the file names one; a relative path
     /// is already resolved against the file's folder.
     pub python: Option<PathBuf>,
+    /// What the worlds of a `web` definition browse, read (and a corpus indexed) once.
+    pub web: Option<Arc<WebSetup>>,
 }
 
 pub struct ExposedTool {
@@ -161,6 +166,7 @@ impl Definition {
             permissions,
             scripts: None,
             python: None,
+            web: None,
         })
     }
 
@@ -274,11 +280,19 @@ impl Definition {
             }
             other => other,
         };
+        let web = match &file.web {
+            Some(_) if kind.name() != "web" => {
+                let message = format!("only the `web` kind browses; kind `{}` takes no `web:`", kind.name());
+                return Err(source.error("web", message));
+            }
+            Some(value) => Some(Arc::new(WebSetup::load(&source, value)?)),
+            None => None,
+        };
         let files = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
         let definition =
             Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
                 .map_err(|e| ConfigError::whole(path, e))?;
-        Ok(Definition { permissions: Arc::new(permissions), sandbox, scripts, python, ..definition })
+        Ok(Definition { permissions: Arc::new(permissions), sandbox, scripts, python, web, ..definition })
     }
 
     /// Whether the worlds' processes run sandboxed, and who turned the sandbox off: the
@@ -395,7 +409,10 @@ mod tests {
             .filter(|t| t.annotations.is_some_and(|a| a.read_only && !a.destructive))
             .map(|t| t.name)
             .collect();
-        assert_eq!(read_only, ["read_file", "glob", "grep", "list_dir", "kv_get", "kv_list", "calc"]);
+        assert_eq!(
+            read_only,
+            ["read_file", "glob", "grep", "list_dir", "kv_get", "kv_list", "calc", "search", "fetch", "extract"]
+        );
         let unmarked: Vec<String> = kind::KINDS
             .iter()
             .flat_map(|k| k.tools())
@@ -435,7 +452,10 @@ mod tests {
     fn an_unknown_kind_is_refused_at_its_line_with_the_known_kinds() {
         let err = load_text("description: a box\nkind: docker\n").unwrap_err();
         assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
-        assert!(err.message.contains("unknown environment kind `docker`, expected one of: shell, kv, python"), "{err}");
+        assert!(
+            err.message.contains("unknown environment kind `docker`, expected one of: shell, kv, python, web"),
+            "{err}"
+        );
     }
 
     #[test]

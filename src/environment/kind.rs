@@ -15,12 +15,13 @@ use super::python::Python;
 use super::sandbox::SandboxMode;
 use super::shell::Shell;
 use super::tool::ToolDecl;
+use super::web::Web;
 use super::{SetupError, World};
 use crate::domain::Task;
 use crate::model::Backend;
 
 /// Every kind of environment there is. Adding a kind is adding it here.
-pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python];
+pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python, &Web];
 
 /// The kind named `name`.
 pub fn find(name: &str) -> Option<&'static dyn EnvironmentKind> {
@@ -75,12 +76,23 @@ pub struct SetupContext<'a> {
     /// Whether the processes a world starts run in the sandbox: off only when the suite or
     /// the command line says so.
     pub sandbox: SandboxMode,
+    /// The run folder (`results/<run-id>`), kept after the run: for what every episode of
+    /// the run, and the run resumed, must see the same (the `web` kind's page cache).
+    /// `None` outside a run.
+    pub run_dir: Option<&'a Path>,
 }
 
 impl<'a> SetupContext<'a> {
     /// A context with no models and no run-wide state.
     pub fn new(work_root: &'a Path, episode_id: &'a str) -> Self {
-        SetupContext { work_root, episode_id, models: Vec::new(), run_store: None, sandbox: SandboxMode::On }
+        SetupContext {
+            work_root,
+            episode_id,
+            models: Vec::new(),
+            run_store: None,
+            sandbox: SandboxMode::On,
+            run_dir: None,
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub mod sandbox;
 pub mod script;
 mod shell;
 pub mod tool;
+pub mod web;
 pub mod world_model;
 
 use std::panic::AssertUnwindSafe;

@@ -22,6 +22,7 @@ mod scoring;
 mod scripts;
 mod secrets;
 mod shell;
+mod web;
 mod world_hazards;
 
 use std::path::{Path, PathBuf};
