@@ -62,17 +62,17 @@ impl EnvironmentKind for Web {
                     .into(),
             ));
         };
-        let cache = match &setup.source {
-            Pages::Corpus(_) => None,
-            Pages::Live(_) => {
+        let source = match &setup.pages {
+            Pages::Corpus(corpus) => Browsing::Corpus(corpus.clone()),
+            Pages::Live(live) => {
                 let dir = context.run_dir.unwrap_or(context.work_root).join(CACHE_FOLDER);
                 let cache = PageCache::open(&dir, setup.locks.clone())
                     .map_err(|e| failed(format!("failed to make the page cache {}: {e}", dir.display())))?;
-                Some(cache)
+                Browsing::Live(live.clone(), cache)
             }
         };
-        let left = AtomicU32::new(setup.budget);
-        Ok(Box::new(WebWorld { setup, cache, left, cap: definition.limits.output_cap_bytes }))
+        let (budget, left) = (setup.budget, AtomicU32::new(setup.budget));
+        Ok(Box::new(WebWorld { source, budget, left, cap: definition.limits.output_cap_bytes }))
     }
 }
 
@@ -102,15 +102,15 @@ fn default_budget() -> u32 {
 /// What a definition browses, read once and shared by its worlds.
 #[derive(Debug)]
 pub struct WebSetup {
-    source: Pages,
+    pages: Pages,
     budget: u32,
     locks: Arc<KeyLocks>,
 }
 
 #[derive(Debug)]
 enum Pages {
-    Corpus(Corpus),
-    Live(Live),
+    Corpus(Arc<Corpus>),
+    Live(Arc<Live>),
 }
 
 impl WebSetup {
@@ -136,15 +136,15 @@ impl WebSetup {
                         None => ConfigError::whole(&e.file, message),
                     }
                 })?;
-                Pages::Corpus(corpus)
+                Pages::Corpus(Arc::new(corpus))
             }
             (None, Some(live)) => {
                 check_live(source, &live)?;
-                Pages::Live(Live::new(live).map_err(|e| source.error("web.live", e))?)
+                Pages::Live(Arc::new(Live::new(live).map_err(|e| source.error("web.live", e))?))
             }
             _ => return Err(source.error("web", "give exactly one of `corpus:` (offline pages) or `live:` (HTTP)")),
         };
-        Ok(WebSetup { source: pages, budget: file.budget, locks: Arc::default() })
+        Ok(WebSetup { pages, budget: file.budget, locks: Arc::default() })
     }
 }
 
@@ -189,12 +189,17 @@ pub fn format_of_type(content_type: &str) -> Option<Format> {
 pub const TOOLS: &[&dyn Tool<WebWorld>] = &[&Search, &Fetch, &Extract];
 
 pub struct WebWorld {
-    setup: Arc<WebSetup>,
-    /// The run's page cache, for live pages.
-    cache: Option<PageCache>,
-    /// Requests left in the episode's budget.
+    source: Browsing,
+    budget: u32,
+    /// Requests left of the budget.
     left: AtomicU32,
     cap: usize,
+}
+
+/// What one world browses: the shared corpus, or live pages through the run's cache.
+enum Browsing {
+    Corpus(Arc<Corpus>),
+    Live(Arc<Live>, PageCache),
 }
 
 impl WebWorld {
@@ -204,7 +209,7 @@ impl WebWorld {
             Ok(before) => Ok(before - 1),
             Err(_) => Err(ToolFailure::new(
                 ErrorType::PermissionError,
-                format!("the request budget of {} is spent: no more searches, fetches or extracts", self.setup.budget),
+                format!("the request budget of {} is spent: no more searches, fetches or extracts", self.budget),
             )
             .suggest("answer with what you have found (final_answer)")),
         }
@@ -212,13 +217,13 @@ impl WebWorld {
 
     /// The page at `url`: from the corpus, or from the run's cache or the network.
     async fn page(&self, url: &str) -> Result<Page, ToolFailure> {
-        match (&self.setup.source, &self.cache) {
-            (Pages::Corpus(corpus), _) => corpus.page(url).cloned().ok_or_else(|| {
+        match &self.source {
+            Browsing::Corpus(corpus) => corpus.page(url).cloned().ok_or_else(|| {
                 ToolFailure::new(ErrorType::ExecutionError, format!("HTTP 404: no page at {url} in the corpus"))
                     .suggest("search, then fetch a URL from the results")
             }),
-            (Pages::Live(live), Some(cache)) => {
-                let response = cache.get_or(url, |_| true, live.get(url)).await.map_err(fetch_failure)?;
+            Browsing::Live(live, cache) => {
+                let response = cache.get_or(url, live.get(url)).await.map_err(fetch_failure)?;
                 if response.status >= 400 {
                     let message = format!("HTTP {}: {url} could not be fetched", response.status);
                     return Err(ToolFailure::new(ErrorType::ExecutionError, message));
@@ -226,7 +231,6 @@ impl WebWorld {
                 let format = format_of_type(&response.content_type).unwrap_or_else(|| sniff(&response.body));
                 Ok(Page::of(&response.url, response.body, format, None))
             }
-            (Pages::Live(_), None) => Err(ToolFailure::new(ErrorType::ExecutionError, "this world has no page cache")),
         }
     }
 }
@@ -290,29 +294,30 @@ impl Tool<WebWorld> for Search {
 
     async fn call(&self, world: &WebWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
         let SearchArgs { query, limit } = decode_arguments(arguments)?;
+        if let Browsing::Live(live, _) = &world.source
+            && !live.can_search()
+        {
+            return Err(ToolFailure::new(ErrorType::ExecutionError, "this environment has no search endpoint")
+                .suggest("fetch a URL you know"));
+        }
         let left = world.spend()?;
-        let results: Vec<Value> = match (&world.setup.source, &world.cache) {
-            (Pages::Corpus(corpus), _) => corpus
+        let results: Vec<Value> = match &world.source {
+            Browsing::Corpus(corpus) => corpus
                 .search(&query, limit)
                 .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, e))?
                 .into_iter()
                 .map(|h| json!({"url": h.url, "title": h.title, "snippet": h.snippet}))
                 .collect(),
-            (Pages::Live(live), Some(cache)) => {
-                if !live.can_search() {
-                    return Err(ToolFailure::new(ErrorType::ExecutionError, "this environment has no search")
-                        .suggest("fetch a URL you know"));
-                }
+            Browsing::Live(live, cache) => {
                 let key = format!("search {limit} {query}");
                 cache
-                    .get_or(&key, |_| true, live.search(&query, limit))
+                    .get_or(&key, live.search(&query, limit))
                     .await
                     .map_err(fetch_failure)?
                     .into_iter()
                     .map(|r| json!({"url": r.url, "title": r.title, "snippet": r.snippet}))
                     .collect()
             }
-            (Pages::Live(_), None) => return Err(ToolFailure::new(ErrorType::ExecutionError, "no page cache")),
         };
         Ok(json!({"query": query, "results": results, "requests_left": left}))
     }
@@ -409,17 +414,14 @@ impl Tool<WebWorld> for Extract {
             room = if cut { 0 } else { room - text.len() };
             matches.push(shown);
         }
+        let shown = matches.len();
         let mut result = json!({
             "url": page.url, "selector": selector, "count": total, "matches": matches, "requests_left": left});
-        if matches_len(&result) < total {
-            result["truncated"] = Value::String(format!("showing {} of {total} matches", matches_len(&result)));
+        if shown < total {
+            result["truncated"] = Value::String(format!("showing {shown} of {total} matches"));
         }
         Ok(result)
     }
-}
-
-fn matches_len(result: &Value) -> usize {
-    result["matches"].as_array().map_or(0, Vec::len)
 }
 
 #[async_trait]
@@ -429,9 +431,9 @@ impl World for WebWorld {
     }
 
     fn describe(&self) -> Map<String, Value> {
-        let pages = match &self.setup.source {
-            Pages::Corpus(corpus) => json!({"corpus_pages": corpus.len()}),
-            Pages::Live(_) => json!({"live": true}),
+        let pages = match &self.source {
+            Browsing::Corpus(corpus) => json!({"corpus_pages": corpus.len()}),
+            Browsing::Live(..) => json!({"live": true}),
         };
         let mut info = Map::new();
         info.insert("web".into(), pages);

@@ -42,9 +42,9 @@ impl PageCache {
         self.dir.join(format!("{}.json", hex::encode(Sha256::digest(key.as_bytes()))))
     }
 
-    /// The value kept under `key`, or what `make` gives, kept when it is `Ok` and `keep`
-    /// says so. A cache file that cannot be read is made again.
-    pub async fn get_or<T, E, F>(&self, key: &str, keep: impl Fn(&T) -> bool, make: F) -> Result<T, E>
+    /// The value kept under `key`, or what `make` gives, kept when it is `Ok`. A cache
+    /// file that cannot be read is made again.
+    pub async fn get_or<T, E, F>(&self, key: &str, make: F) -> Result<T, E>
     where
         T: Serialize + DeserializeOwned,
         F: Future<Output = Result<T, E>>,
@@ -59,10 +59,8 @@ impl PageCache {
             return Ok(entry.value);
         }
         let value = make.await?;
-        if keep(&value) {
-            // Best effort: a cache that cannot be written costs a refetch, not the call.
-            let _ = self.write(&path, key, &value);
-        }
+        // Best effort: a cache that cannot be written costs a refetch, not the call.
+        let _ = self.write(&path, key, &value);
         Ok(value)
     }
 
@@ -87,19 +85,17 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_kept_value_is_served_again_and_a_refused_one_is_not() {
+    async fn a_value_is_served_again_and_a_failure_is_not_kept() {
         let dir = tempfile::tempdir().unwrap();
         let cache = PageCache::open(&dir.path().join("c"), Arc::default()).unwrap();
-        let first: Result<u32, ()> = cache.get_or("a", |_| true, async { Ok(1) }).await;
-        let again: Result<u32, ()> = cache.get_or("a", |_| true, async { Ok(2) }).await;
+        let first: Result<u32, ()> = cache.get_or("a", async { Ok(1) }).await;
+        let again: Result<u32, ()> = cache.get_or("a", async { Ok(2) }).await;
         assert_eq!((first, again), (Ok(1), Ok(1)));
         // A second cache over the same folder (a resumed run) sees it too.
         let reopened = PageCache::open(&dir.path().join("c"), Arc::default()).unwrap();
-        assert_eq!(reopened.get_or::<u32, (), _>("a", |_| true, async { Ok(3) }).await, Ok(1));
-        let _: Result<u32, ()> = cache.get_or("b", |v| *v > 10, async { Ok(5) }).await;
-        assert_eq!(cache.get_or::<u32, (), _>("b", |_| true, async { Ok(6) }).await, Ok(6));
-        let failed: Result<u32, &str> = cache.get_or("c", |_| true, async { Err("down") }).await;
+        assert_eq!(reopened.get_or::<u32, (), _>("a", async { Ok(3) }).await, Ok(1));
+        let failed: Result<u32, &str> = cache.get_or("c", async { Err("down") }).await;
         assert_eq!(failed, Err("down"));
-        assert_eq!(cache.get_or::<u32, &str, _>("c", |_| true, async { Ok(7) }).await, Ok(7));
+        assert_eq!(cache.get_or::<u32, &str, _>("c", async { Ok(7) }).await, Ok(7));
     }
 }

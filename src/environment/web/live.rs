@@ -5,7 +5,9 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use reqwest::Url;
 use serde::{Deserialize, Serialize};
@@ -269,6 +271,22 @@ mod tests {
 
     fn check(url: &str) -> Result<(), String> {
         allowed(&["example.org".into(), "127.0.0.1".into()], &Url::parse(url).unwrap())
+    }
+
+    #[tokio::test]
+    async fn requests_to_one_host_wait_their_turn_and_other_hosts_do_not() {
+        let settings = LiveSettings { min_interval_s: 0.2, ..LiveSettings::default() };
+        let live = Live::new(settings).unwrap();
+        let (a, b) = (Url::parse("http://a.test/1").unwrap(), Url::parse("http://b.test/1").unwrap());
+        let start = Instant::now();
+        live.wait_turn(&a).await;
+        live.wait_turn(&b).await;
+        // The first request to each host is not held back (a generous bound, not a speed).
+        assert!(start.elapsed() < Duration::from_millis(150), "{:?}", start.elapsed());
+        live.wait_turn(&a).await;
+        live.wait_turn(&a).await;
+        // The second and third requests to a.test come at least 0.2 s apart each.
+        assert!(start.elapsed() >= Duration::from_millis(400), "{:?}", start.elapsed());
     }
 
     #[test]
