@@ -229,10 +229,17 @@ impl WebWorld {
                     return Err(ToolFailure::new(ErrorType::ExecutionError, message));
                 }
                 let format = format_of_type(&response.content_type).unwrap_or_else(|| sniff(&response.body));
-                Ok(Page::of(&response.url, response.body, format, None))
+                off_the_runtime(move || Page::of(&response.url, response.body, format, None)).await
             }
         }
     }
+}
+
+/// Runs `parse` (HTML parsing, which takes a while for a large page) on a blocking thread.
+async fn off_the_runtime<T: Send + 'static>(parse: impl FnOnce() -> T + Send + 'static) -> Result<T, ToolFailure> {
+    tokio::task::spawn_blocking(parse)
+        .await
+        .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("failed to read the page: {e}")))
 }
 
 /// A body without a content type: HTML when it starts like markup.
@@ -401,7 +408,10 @@ impl Tool<WebWorld> for Extract {
             return Err(ToolFailure::new(ErrorType::ExecutionError, format!("{} is not an HTML page", page.url))
                 .suggest("fetch it to read its text"));
         };
-        let found = page::select(html, &selector).map_err(|e| ToolFailure::new(ErrorType::ValidationError, e))?;
+        let (html, wanted) = (html.clone(), selector.clone());
+        let found = off_the_runtime(move || page::select(&html, &wanted))
+            .await?
+            .map_err(|e| ToolFailure::new(ErrorType::ValidationError, e))?;
         let total = found.len();
         // Whole matches while they fit the cap; the one that crosses it is cut.
         let mut matches = Vec::new();
