@@ -229,3 +229,40 @@ async fn a_page_changed_between_epochs_is_served_from_the_run_cache() {
     let cached = std::fs::read_dir(sb.path().join("results/test/web-cache")).unwrap().count();
     assert_eq!(cached, 1, "one page, one cache file");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_run_reads_the_pages_its_first_part_cached() {
+    let server = MockServer::start().await;
+    let uri = server.uri();
+    let version =
+        |n: &str| ResponseTemplate::new(200).set_body_raw(format!("<p>version {n}</p>").into_bytes(), "text/plain");
+    Mock::given(method("GET"))
+        .and(path("/page"))
+        .respond_with(version("one"))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("GET")).and(path("/page")).respond_with(version("two")).with_priority(2).mount(&server).await;
+    let sb = Sandbox::new();
+    sb.write("environments/site.yaml", &live_environment(&server));
+    // The script ends after the fetch: the episode is unscored, so a resume runs it again.
+    let turns = json!([{"tool_calls": [fetch(&format!("{uri}/page"))]}]);
+    sb.write("s.yaml", &suite(&[format!("  - {{id: t, input: go, mock: {turns}}}\n")]));
+    let first = eval(&sb, &[]).await;
+    assert_eq!(first.code, 3, "an unscored episode: {first:?}");
+    let mut cmd = sb.command();
+    cmd.args(["eval", "s.yaml", "--model", "mock", "--resume", "test", "--out", "results"]);
+    let resumed = tokio::task::spawn_blocking(move || Run::from(cmd.output().unwrap())).await.unwrap();
+    assert_eq!(resumed.code, 3, "{resumed:?}");
+    let events = sb.events();
+    let runs = of_type(&events, "episode_started").len();
+    assert_eq!(runs, 2, "the episode ran in the first part and again after the resume");
+    let contents: Vec<String> = observations(&events)
+        .iter()
+        .map(|(_, _, o)| o["tool_result"]["content"].as_str().unwrap_or("(none)").to_owned())
+        .collect();
+    assert_eq!(contents, ["<p>version one</p>", "<p>version one</p>"], "text/plain is shown as it is");
+    let asked = server.received_requests().await.unwrap_or_default();
+    assert_eq!(asked.iter().filter(|r| r.url.path() == "/page").count(), 1, "the resume asked the server again");
+}
