@@ -27,17 +27,44 @@ fn whole_episode(c: &mut Criterion) {
     let graders = runner::scoring::Graders::default();
 
     // The episode must really pass, or the bench measures a shortcut.
-    let report = runtime.block_on(run_episode(spec.clone(), None, &log, &graders, dir.path(), SandboxMode::On, &stop));
+    let report = runtime.block_on(run_episode(
+        spec.clone(),
+        None,
+        &log,
+        &graders,
+        dir.path(),
+        dir.path(),
+        SandboxMode::On,
+        &stop,
+    ));
     assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{report:?}");
     assert_eq!(report.steps, 4);
 
     c.bench_function("episode/kv 4 turns 3 tools", |b| {
         b.iter(|| {
-            runtime.block_on(run_episode(spec.clone(), None, &log, &graders, dir.path(), SandboxMode::On, &stop))
+            runtime.block_on(run_episode(
+                spec.clone(),
+                None,
+                &log,
+                &graders,
+                dir.path(),
+                dir.path(),
+                SandboxMode::On,
+                &stop,
+            ))
         });
     });
     let per_episode = cpu_per_episode(|| {
-        runtime.block_on(run_episode(spec.clone(), None, &log, &graders, dir.path(), SandboxMode::On, &stop));
+        runtime.block_on(run_episode(
+            spec.clone(),
+            None,
+            &log,
+            &graders,
+            dir.path(),
+            dir.path(),
+            SandboxMode::On,
+            &stop,
+        ));
     });
     println!("episode/kv 4 turns 3 tools: CPU per episode {per_episode}");
     drop(log);
@@ -83,17 +110,44 @@ fn episode_with_subagents(c: &mut Criterion) {
     let graders = runner::scoring::Graders::default();
 
     // The episode must really pass: 4 turns of the main agent and 4 of each child.
-    let report = runtime.block_on(run_episode(spec.clone(), None, &log, &graders, dir.path(), SandboxMode::On, &stop));
+    let report = runtime.block_on(run_episode(
+        spec.clone(),
+        None,
+        &log,
+        &graders,
+        dir.path(),
+        dir.path(),
+        SandboxMode::On,
+        &stop,
+    ));
     assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{report:?}");
     assert_eq!(report.steps, 12);
 
     c.bench_function("episode/kv delegation main + 2 concurrent children, 4 turns each", |b| {
         b.iter(|| {
-            runtime.block_on(run_episode(spec.clone(), None, &log, &graders, dir.path(), SandboxMode::On, &stop))
+            runtime.block_on(run_episode(
+                spec.clone(),
+                None,
+                &log,
+                &graders,
+                dir.path(),
+                dir.path(),
+                SandboxMode::On,
+                &stop,
+            ))
         });
     });
     let per_episode = cpu_per_episode(|| {
-        runtime.block_on(run_episode(spec.clone(), None, &log, &graders, dir.path(), SandboxMode::On, &stop));
+        runtime.block_on(run_episode(
+            spec.clone(),
+            None,
+            &log,
+            &graders,
+            dir.path(),
+            dir.path(),
+            SandboxMode::On,
+            &stop,
+        ));
     });
     println!("episode/kv delegation: CPU per episode {per_episode}");
     drop(log);

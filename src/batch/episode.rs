@@ -29,6 +29,7 @@ pub async fn run_episode(
     log: &EventLog,
     graders: &Graders,
     work_root: &std::path::Path,
+    run_dir: &std::path::Path,
     sandbox: SandboxMode,
     stop: &CancellationToken,
 ) -> EpisodeReport {
@@ -55,6 +56,7 @@ pub async fn run_episode(
     let context = SetupContext {
         sandbox: super::sandbox_mode(suite, sandbox),
         user_model: user_model(&spec, task, graders),
+        run_dir: Some(run_dir),
         ..SetupContext::new(work_root, &spec.id)
     };
     let stores = suite.agent.memory.as_ref().map(|config| {

@@ -257,6 +257,7 @@ pub async fn run(
     let started = std::time::Instant::now();
     let scratch = Scratch::create(&dir).map_err(RunError::Log)?;
     let work_root: Arc<Path> = Arc::from(scratch.0.as_path());
+    let run_dir: Arc<Path> = Arc::from(dir.as_path());
 
     let mut tally = Tally::default();
     let mut aborted = None;
@@ -274,8 +275,11 @@ pub async fn run(
                 let stop = stop.clone();
                 let graders = options.graders.clone();
                 let work_root = work_root.clone();
+                let run_dir = run_dir.clone();
                 let sandbox = options.sandbox;
-                tokio::spawn(async move { run_episode(spec, memory, &log, &graders, &work_root, sandbox, &stop).await })
+                tokio::spawn(async move {
+                    run_episode(spec, memory, &log, &graders, &work_root, &run_dir, sandbox, &stop).await
+                })
             })
             .buffer_unordered(options.jobs.max(1));
         while let Some(joined) = running.next().await {

@@ -46,6 +46,27 @@ pub struct Task {
     pub memory: MemoryEntries,
 }
 
+impl Task {
+    /// A task with only an id and an input: no target, files, scorers, scripts, user or
+    /// memory, and no digest (one made in code, not loaded from a suite).
+    pub fn new(id: &str, input: &str) -> Task {
+        Task {
+            id: id.to_owned(),
+            input: input.to_owned(),
+            target: None,
+            files: BTreeMap::new(),
+            metadata: Map::new(),
+            scorers: Vec::new(),
+            mock: Arc::from(Vec::new()),
+            mock_subagents: Arc::default(),
+            answers: Vec::new(),
+            user: None,
+            digest: String::new(),
+            memory: MemoryEntries::default(),
+        }
+    }
+}
+
 /// The entries of the agent's two memory stores (`agent/memory.rs`): a task's initial ones,
 /// or what an episode left.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -19,6 +19,7 @@ use super::permission::{self, Permissions};
 use super::sandbox::{Confinement, SandboxMode, SandboxSpec};
 use super::script::{self, ScriptSettings};
 use super::tool::{self, ToolDecl};
+use super::web::WebSetup;
 use super::writing::{self, Style};
 
 #[derive(Debug, Clone, Deserialize)]
@@ -80,6 +81,8 @@ struct DefinitionFile {
     servers: Option<Value>,
     prompts: Option<Value>,
     optional: Option<bool>,
+    /// What a `web` kind browses: a corpus or live HTTP (`web.rs`).
+    web: Option<Value>,
 }
 
 /// A resolved environment definition, shared by every episode that uses it.
@@ -116,6 +119,8 @@ pub struct Definition {
     pub undiscovered: bool,
     /// Text the discovery found for the agent's system prompt (MCP prompts), appended to it.
     pub system_addition: String,
+    /// What the worlds of a `web` definition browse, read (and a corpus indexed) once.
+    pub web: Option<Arc<WebSetup>>,
 }
 
 pub struct ExposedTool {
@@ -189,6 +194,7 @@ impl Definition {
             expose: None,
             undiscovered: false,
             system_addition: String::new(),
+            web: None,
         })
     }
 
@@ -340,6 +346,14 @@ impl Definition {
         if !file.documents.is_empty() && kind.name() != writing::Writing.name() {
             return writing_only("documents");
         }
+        let web = match &file.web {
+            Some(_) if kind.name() != "web" => {
+                let message = format!("only the `web` kind browses; kind `{}` takes no `web:`", kind.name());
+                return Err(source.error("web", message));
+            }
+            Some(value) => Some(Arc::new(WebSetup::load(&source, value)?)),
+            None => None,
+        };
         let mut files: BTreeMap<String, String> = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
         for (id, doc_path) in &file.documents {
             let at = format!("documents.{id}");
@@ -361,6 +375,7 @@ impl Definition {
             scripts,
             python,
             style,
+            web,
             mcp,
             expose,
             undiscovered,
@@ -390,6 +405,7 @@ impl Definition {
             permissions: self.permissions.clone(),
             python: self.python.clone(),
             style: self.style.clone(),
+            web: self.web.clone(),
             mcp: self.mcp.clone(),
             expose: self.expose.clone(),
             undiscovered: false,
@@ -515,7 +531,22 @@ mod tests {
             .filter(|t| t.annotations.is_some_and(|a| a.read_only && !a.destructive))
             .map(|t| t.name)
             .collect();
-        assert_eq!(read_only, ["read_file", "glob", "grep", "list_dir", "kv_get", "kv_list", "calc", "read_doc"]);
+        assert_eq!(
+            read_only,
+            [
+                "read_file",
+                "glob",
+                "grep",
+                "list_dir",
+                "kv_get",
+                "kv_list",
+                "calc",
+                "search",
+                "fetch",
+                "extract",
+                "read_doc"
+            ]
+        );
         let unmarked: Vec<String> = kind::KINDS
             .iter()
             .flat_map(|k| k.tools())
@@ -555,7 +586,10 @@ mod tests {
     fn an_unknown_kind_is_refused_at_its_line_with_the_known_kinds() {
         let err = load_text("description: a box\nkind: docker\n").unwrap_err();
         assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
-        assert!(err.message.contains("unknown environment kind `docker`, expected one of: shell, kv, python"), "{err}");
+        assert!(
+            err.message.contains("unknown environment kind `docker`, expected one of: shell, kv, python, web"),
+            "{err}"
+        );
     }
 
     #[test]

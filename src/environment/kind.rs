@@ -16,13 +16,14 @@ use super::python::Python;
 use super::sandbox::SandboxMode;
 use super::shell::Shell;
 use super::tool::ToolDecl;
+use super::web::Web;
 use super::writing::Writing;
 use super::{SetupError, World};
 use crate::domain::Task;
 use crate::model::Backend;
 
 /// Every kind of environment there is. Adding a kind is adding it here.
-pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python, &Writing, &Mcp];
+pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python, &Web, &Writing, &Mcp];
 
 /// The kind named `name`.
 pub fn find(name: &str) -> Option<&'static dyn EnvironmentKind> {
@@ -90,6 +91,10 @@ pub struct SetupContext<'a> {
     pub sandbox: SandboxMode,
     /// The model that plays the task's simulated user, already lent to this episode.
     pub user_model: Option<Arc<dyn crate::model::LanguageModel>>,
+    /// The run folder (`results/<run-id>`), kept after the run: for what every episode of
+    /// the run, and the run resumed, must see the same (the `web` kind's page cache).
+    /// `None` outside a run.
+    pub run_dir: Option<&'a Path>,
 }
 
 impl<'a> SetupContext<'a> {
@@ -102,6 +107,7 @@ impl<'a> SetupContext<'a> {
             run_store: None,
             sandbox: SandboxMode::On,
             user_model: None,
+            run_dir: None,
         }
     }
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::contract::{Actor, ErrorType, FINAL_TOOL, ToolCall};
 use crate::environment::tool::{self, Tool};
-use crate::environment::{Environment, ToolFailure, kv, python, shell};
+use crate::environment::{Environment, ToolFailure, kv, python, shell, web};
 
 fn task() -> Task {
     Task {
@@ -32,7 +32,7 @@ fn task() -> Task {
 
 #[test]
 fn the_table_lists_every_kind_in_order() {
-    assert_eq!(names(), ["shell", "kv", "python", "writing_room", "mcp"]);
+    assert_eq!(names(), ["shell", "kv", "python", "web", "writing_room", "mcp"]);
     assert_eq!(find("kv").map(|k| k.name()), Some("kv"));
     assert!(find("docker").is_none());
 }
@@ -51,6 +51,7 @@ fn each_kind_offers_its_tool_table_and_each_tool_is_named_as_its_spec() {
     check_table("shell", shell::TOOLS);
     check_table("kv", kv::TOOLS);
     check_table("python", python::TOOLS);
+    check_table("web", web::TOOLS);
 }
 
 #[test]
@@ -70,8 +71,9 @@ fn tool_names_are_unique_and_only_final_answer_is_unsafe_for_scripts() {
 #[tokio::test]
 async fn every_offered_tool_reaches_its_world() {
     let dir = tempfile::tempdir().unwrap();
-    // `mcp` offers only the final answer until its servers, listed in a file, are discovered.
-    for kind in KINDS.iter().filter(|k| k.name() != "mcp") {
+    // `mcp` offers only the final answer until its servers, listed in a file, are discovered;
+    // `web` needs a file that says what to browse (web_tests.rs calls each of its tools).
+    for kind in KINDS.iter().filter(|k| !["mcp", "web"].contains(&k.name())) {
         let definition = Definition::builtin(*kind);
         let context = SetupContext::new(dir.path(), "ep_test");
         let mut world = kind.setup(&definition, &task(), &context).await.unwrap();

@@ -17,6 +17,7 @@ pub mod script;
 mod shell;
 pub mod tool;
 pub mod user;
+pub mod web;
 pub mod world_model;
 mod writing;
 

@@ -11,8 +11,8 @@ mod layers;
 mod lifecycle;
 mod local_server;
 mod log;
-mod memory;
 mod mcp;
+mod memory;
 mod models;
 mod permissions;
 mod python_world;
@@ -26,6 +26,7 @@ mod secrets;
 mod shell;
 mod subagents;
 mod user;
+mod web;
 mod world_hazards;
 mod writing;
 
