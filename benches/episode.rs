@@ -15,7 +15,18 @@ use runner::model::config::ModelConfig;
 use runner::model::{Backend, BackendOptions};
 
 fn whole_episode(c: &mut Criterion) {
-    let suite_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/suites/kv-episode.yaml");
+    bench_episode(c, "kv-episode.yaml", "episode/kv 4 turns 3 tools", 4);
+}
+
+/// The main agent and two concurrent children, 4 turns each.
+fn episode_with_subagents(c: &mut Criterion) {
+    bench_episode(c, "kv-subagents.yaml", "episode/kv delegation main + 2 concurrent children, 4 turns each", 12);
+}
+
+/// Benches the one episode of `benches/suites/SUITE` (which must pass in `steps` steps, or
+/// the bench would measure a shortcut) and prints its CPU time per episode.
+fn bench_episode(c: &mut Criterion, suite: &str, name: &str, steps: u32) {
+    let suite_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/suites").join(suite);
     let suite = Arc::new(runner::suite::load(&suite_path).expect("the bench suite loads"));
     let model = Arc::new(Backend::open("mock", &ModelConfig::default(), BackendOptions::default()).expect("mock"));
     let spec = batch::episodes(&[suite], &[model], Some(1)).next().expect("one episode");
@@ -25,48 +36,20 @@ fn whole_episode(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let stop = CancellationToken::new();
     let graders = runner::scoring::Graders::default();
+    let episode = || {
+        let run = run_episode(spec.clone(), None, &log, &graders, dir.path(), dir.path(), SandboxMode::On, &stop);
+        runtime.block_on(run)
+    };
 
-    // The episode must really pass, or the bench measures a shortcut.
-    let report = runtime.block_on(run_episode(
-        spec.clone(),
-        None,
-        &log,
-        &graders,
-        dir.path(),
-        dir.path(),
-        SandboxMode::On,
-        &stop,
-    ));
+    let report = episode();
     assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{report:?}");
-    assert_eq!(report.steps, 4);
+    assert_eq!(report.steps, steps);
 
-    c.bench_function("episode/kv 4 turns 3 tools", |b| {
-        b.iter(|| {
-            runtime.block_on(run_episode(
-                spec.clone(),
-                None,
-                &log,
-                &graders,
-                dir.path(),
-                dir.path(),
-                SandboxMode::On,
-                &stop,
-            ))
-        });
-    });
+    c.bench_function(name, |b| b.iter(episode));
     let per_episode = cpu_per_episode(|| {
-        runtime.block_on(run_episode(
-            spec.clone(),
-            None,
-            &log,
-            &graders,
-            dir.path(),
-            dir.path(),
-            SandboxMode::On,
-            &stop,
-        ));
+        episode();
     });
-    println!("episode/kv 4 turns 3 tools: CPU per episode {per_episode}");
+    println!("{name}: CPU per episode {per_episode}");
     drop(log);
     writer.close().expect("log closes");
 }
@@ -95,63 +78,6 @@ fn cpu_per_episode(mut episode: impl FnMut()) -> String {
         .collect();
     rounds.sort_by(f64::total_cmp);
     format!("{:.0} µs (median of 5 rounds of {N}; rounds {:.0?})", rounds[2], rounds)
-}
-
-fn episode_with_subagents(c: &mut Criterion) {
-    let suite_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/suites/kv-subagents.yaml");
-    let suite = Arc::new(runner::suite::load(&suite_path).expect("the bench suite loads"));
-    let model = Arc::new(Backend::open("mock", &ModelConfig::default(), BackendOptions::default()).expect("mock"));
-    let spec = batch::episodes(&[suite], &[model], Some(1)).next().expect("one episode");
-
-    let dir = tempfile::tempdir().expect("temp dir");
-    let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "bench").expect("event log");
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    let stop = CancellationToken::new();
-    let graders = runner::scoring::Graders::default();
-
-    // The episode must really pass: 4 turns of the main agent and 4 of each child.
-    let report = runtime.block_on(run_episode(
-        spec.clone(),
-        None,
-        &log,
-        &graders,
-        dir.path(),
-        dir.path(),
-        SandboxMode::On,
-        &stop,
-    ));
-    assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{report:?}");
-    assert_eq!(report.steps, 12);
-
-    c.bench_function("episode/kv delegation main + 2 concurrent children, 4 turns each", |b| {
-        b.iter(|| {
-            runtime.block_on(run_episode(
-                spec.clone(),
-                None,
-                &log,
-                &graders,
-                dir.path(),
-                dir.path(),
-                SandboxMode::On,
-                &stop,
-            ))
-        });
-    });
-    let per_episode = cpu_per_episode(|| {
-        runtime.block_on(run_episode(
-            spec.clone(),
-            None,
-            &log,
-            &graders,
-            dir.path(),
-            dir.path(),
-            SandboxMode::On,
-            &stop,
-        ));
-    });
-    println!("episode/kv delegation: CPU per episode {per_episode}");
-    drop(log);
-    writer.close().expect("log closes");
 }
 
 criterion_group!(benches, whole_episode, episode_with_subagents);

@@ -4,7 +4,6 @@
 //! 8 episodes calling at once, each with its own server (calls per second = 8 × 64 / the
 //! time of one iteration); and a server's start + `initialize` + `tools/list` (+ its teardown).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -19,20 +18,7 @@ use runner::environment::sandbox::SandboxMode;
 use runner::environment::{Environment, SetupContext};
 
 fn task() -> Task {
-    Task {
-        id: "bench".into(),
-        input: "go".into(),
-        target: None,
-        files: BTreeMap::new(),
-        metadata: Default::default(),
-        scorers: Vec::new(),
-        mock: Arc::from(Vec::new()),
-        mock_subagents: Default::default(),
-        digest: String::new(),
-        answers: Vec::new(),
-        user: None,
-        memory: Default::default(),
-    }
+    Task::new("bench", "go")
 }
 
 fn everything_js() -> PathBuf {

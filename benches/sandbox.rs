@@ -1,7 +1,6 @@
 //! The sandbox's cost: `run_command("true")` in a `shell` world with the sandbox on and
 //! off, and the setup of a world (the sandbox is prepared once per world).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -15,20 +14,7 @@ use runner::environment::{Environment, SetupContext, kind};
 use runner::log::EventLog;
 
 fn task() -> Task {
-    Task {
-        id: "bench".into(),
-        input: "go".into(),
-        target: None,
-        files: BTreeMap::new(),
-        metadata: Default::default(),
-        scorers: Vec::new(),
-        mock: Arc::from(Vec::new()),
-        mock_subagents: Default::default(),
-        digest: String::new(),
-        answers: Vec::new(),
-        user: None,
-        memory: Default::default(),
-    }
+    Task::new("bench", "go")
 }
 
 fn sandbox(c: &mut Criterion) {

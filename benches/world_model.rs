@@ -21,20 +21,7 @@ const FILES: usize = 100;
 fn task() -> Task {
     let files: BTreeMap<String, String> =
         (0..FILES).map(|i| (format!("src/f{i:03}.txt"), format!("line one of {i}\nline two\n").repeat(20))).collect();
-    Task {
-        id: "bench".into(),
-        input: "go".into(),
-        target: None,
-        files,
-        metadata: Default::default(),
-        scorers: Vec::new(),
-        mock: Arc::from(Vec::new()),
-        mock_subagents: Default::default(),
-        digest: String::new(),
-        answers: Vec::new(),
-        user: None,
-        memory: Default::default(),
-    }
+    Task { files, ..Task::new("bench", "go") }
 }
 
 fn changed_files(c: &mut Criterion) {

@@ -15,7 +15,7 @@ use super::subagent::{DELEGATE_TOOL, Subagents, delegate_spec};
 use super::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::log::{ActionClass, Event, Usage};
-use crate::model::{LanguageModel, Message, ModelRequest, ModelResponse, request_digest};
+use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
 
 pub const FINAL_ANSWER_REMINDER: &str =
     "You answered without calling a tool. When you are done, call `final_answer` with your answer.";
@@ -248,58 +248,14 @@ impl ToolCallingAgent {
         };
         let request =
             ModelRequest { messages: &self.transcript, tools: &offered, deadline: Some(&turn.budget.deadline) };
-        let started = std::time::Instant::now();
-        let result = self.model.respond(&request).await;
-        let latency_ms = started.elapsed().as_secs_f64() * 1e3;
-        let sampling = self.model.sampling();
-        let mut event = Event::ModelCall {
-            model: self.model_name.clone(),
-            step: turn.budget.step,
-            request_digest: request_digest(self.model.as_ref(), &sampling, &request),
-            sampling,
-            response: Value::Null,
-            usage: Usage::default(),
-            latency_ms,
-            attempts: 0,
-            cache_hit: false,
-            cost_usd: None,
-            error: None,
-            cause: None,
-            url: None,
-            request: None,
-            raw_response: None,
-            scorer: None,
-            actor: self.actor.clone(),
-        };
-        if let Event::ModelCall {
-            response,
-            usage,
-            attempts,
-            cache_hit,
-            cost_usd,
-            error,
-            cause,
-            url,
-            request,
-            raw_response,
-            ..
-        } = &mut event
-        {
-            let exchange = match &result {
-                Ok(r) => {
-                    *response = serde_json::to_value(r.recorded()).unwrap_or_default();
-                    (*usage, *attempts, *cache_hit, *cost_usd) = (r.usage, r.attempts, r.cache_hit, r.cost_usd);
-                    r.exchange.clone()
-                }
-                Err(e) => {
-                    (*attempts, *error, *cause) = (e.attempts, Some(e.message.clone()), Some(e.cause.clone()));
-                    e.exchange.clone()
-                }
-            };
-            if let Some(x) = exchange {
-                (*url, *request, *raw_response) = (Some(x.url), Some(x.request), Some(x.response));
-            }
-        }
+        let (result, event) = respond_logged(
+            self.model.as_ref(),
+            &self.model_name,
+            &request,
+            turn.budget.step,
+            Caller::Actor(self.actor.clone()),
+        )
+        .await;
         turn.recorder.emit(&event);
         result.map_err(|e| AgentFault { cause: e.cause, message: e.message })
     }

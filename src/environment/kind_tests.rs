@@ -14,20 +14,7 @@ use crate::environment::tool::{self, Tool};
 use crate::environment::{Environment, ToolFailure, kv, python, shell, web};
 
 fn task() -> Task {
-    Task {
-        id: "t".into(),
-        input: "do it".into(),
-        target: None,
-        files: [("notes.txt".to_owned(), "hello".to_owned())].into(),
-        metadata: Default::default(),
-        scorers: Vec::new(),
-        mock: Arc::from(Vec::new()),
-        mock_subagents: Default::default(),
-        answers: Vec::new(),
-        user: None,
-        memory: Default::default(),
-        digest: String::new(),
-    }
+    Task { files: [("notes.txt".to_owned(), "hello".to_owned())].into(), ..Task::new("t", "do it") }
 }
 
 #[test]

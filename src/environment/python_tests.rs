@@ -1,28 +1,13 @@
 //! The `python` world with a real interpreter in the sandbox. Each test is skipped, saying
 //! so, on a machine without a usable `python3`.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
 use super::*;
 use crate::environment::definition::Definition;
 
 fn task() -> Task {
-    Task {
-        id: "t".into(),
-        input: "go".into(),
-        target: None,
-        files: [("data.txt".to_owned(), "1 2 3\n".to_owned())].into(),
-        metadata: Default::default(),
-        scorers: Vec::new(),
-        mock: Arc::from(Vec::new()),
-        mock_subagents: Default::default(),
-        digest: String::new(),
-        answers: Vec::new(),
-        user: None,
-        memory: Default::default(),
-    }
+    Task { files: [("data.txt".to_owned(), "1 2 3\n".to_owned())].into(), ..Task::new("t", "go") }
 }
 
 /// A world in a fresh folder, or `None` (with a message) when this machine has no Python.

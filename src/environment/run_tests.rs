@@ -79,20 +79,7 @@ fn env(max_concurrency: usize, tool_timeout_s: f64) -> (Environment, Arc<Clock>)
 }
 
 fn task() -> Task {
-    Task {
-        id: "t".into(),
-        input: "do it".into(),
-        target: None,
-        files: Default::default(),
-        metadata: Default::default(),
-        scorers: Vec::new(),
-        mock: Arc::from(Vec::new()),
-        mock_subagents: Default::default(),
-        answers: Vec::new(),
-        user: None,
-        memory: Default::default(),
-        digest: String::new(),
-    }
+    Task::new("t", "do it")
 }
 
 fn call(id: &str, name: &str, arguments: Value) -> ToolCall {

@@ -1,7 +1,5 @@
 //! The file tools of `shell` and its world model, on a real temporary directory.
 
-use std::sync::Arc;
-
 use serde_json::{Value, json};
 
 use super::*;
@@ -12,20 +10,8 @@ fn world_with(files: &[(&str, &str)], cap: usize) -> (tempfile::TempDir, ShellWo
     let dir = tempfile::tempdir().unwrap();
     let mut definition = Definition::builtin(&Shell);
     definition.limits.output_cap_bytes = cap;
-    let task = Task {
-        id: "t".into(),
-        input: "go".into(),
-        target: None,
-        files: files.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
-        metadata: Default::default(),
-        scorers: Vec::new(),
-        mock: Arc::from(Vec::new()),
-        mock_subagents: Default::default(),
-        digest: String::new(),
-        answers: Vec::new(),
-        user: None,
-        memory: Default::default(),
-    };
+    let task =
+        Task { files: files.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(), ..Task::new("t", "go") };
     let world = ShellWorld::create(&definition, &task, &SetupContext::new(dir.path(), "ep_test")).unwrap();
     (dir, world)
 }

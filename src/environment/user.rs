@@ -15,8 +15,8 @@ use serde_json::{Value, json};
 use crate::agent::plan::EXIT_PLAN_MODE;
 use crate::contract::{Actor, ToolAnnotations, ToolCall, ToolSpec};
 use crate::domain::{Task, UserKind};
-use crate::log::{Event, Recorder, UnscoredCause, Usage};
-use crate::model::{LanguageModel, Message, ModelRequest, ModelResponse, request_digest};
+use crate::log::{Recorder, UnscoredCause, Usage};
+use crate::model::{Caller, LanguageModel, Message, ModelRequest, respond_logged};
 
 pub const ASK_USER: &str = "ask_user";
 pub const CLARIFY: &str = "clarify";
@@ -229,12 +229,9 @@ impl User {
         let mut transcript = sim.transcript.lock().await;
         transcript.push(Message::User { content: prompt.text() });
         let request = ModelRequest { messages: &transcript, tools: &[], deadline: None };
-        let started = std::time::Instant::now();
-        let result = sim.model.respond(&request).await;
-        let latency_ms = started.elapsed().as_secs_f64() * 1e3;
-        let sampling = sim.model.sampling();
-        let digest = request_digest(sim.model.as_ref(), &sampling, &request);
-        recorder.emit(&model_call_event(sim.model.name(), step, digest, sampling, &result, latency_ms));
+        let caller = Caller::Actor(Actor::User);
+        let (result, event) = respond_logged(sim.model.as_ref(), sim.model.name(), &request, step, caller).await;
+        recorder.emit(&event);
         let response = result.map_err(|e| UserFault(format!("`{}`: {}: {}", sim.model.name(), e.cause, e.message)))?;
         {
             let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
@@ -271,62 +268,6 @@ fn system_prompt(persona: &str, instructions: &str, input: &str, stop: &str, con
         ));
     }
     text
-}
-
-/// The `model_call` event of one of the user's calls, answered or not.
-fn model_call_event(
-    model: &str,
-    step: u32,
-    request_digest: String,
-    sampling: serde_json::Map<String, Value>,
-    result: &Result<ModelResponse, crate::model::ModelError>,
-    latency_ms: f64,
-) -> Event {
-    let (response, usage, attempts, cache_hit, cost_usd, error, cause, exchange) = match result {
-        Ok(r) => (
-            serde_json::to_value(r.recorded()).unwrap_or_default(),
-            r.usage,
-            r.attempts,
-            r.cache_hit,
-            r.cost_usd,
-            None,
-            None,
-            r.exchange.clone(),
-        ),
-        Err(e) => (
-            Value::Null,
-            Usage::default(),
-            e.attempts,
-            false,
-            None,
-            Some(e.message.clone()),
-            Some(e.cause.clone()),
-            e.exchange.clone(),
-        ),
-    };
-    let (url, request, raw_response) = match exchange {
-        Some(x) => (Some(x.url), Some(x.request), Some(x.response)),
-        None => (None, None, None),
-    };
-    Event::ModelCall {
-        model: model.to_owned(),
-        step,
-        request_digest,
-        sampling,
-        response,
-        usage,
-        latency_ms,
-        attempts,
-        cache_hit,
-        cost_usd,
-        error,
-        cause,
-        url,
-        request,
-        raw_response,
-        scorer: None,
-        actor: Actor::User,
-    }
 }
 
 #[derive(Deserialize)]
@@ -433,18 +374,8 @@ mod tests {
         let mock: Vec<MockTurn> =
             mock.iter().map(|t| MockTurn { text: Some(Text((*t).into())), tool_calls: Vec::new() }).collect();
         Task {
-            id: "t".into(),
-            input: "Book a table.".into(),
-            target: None,
-            files: Default::default(),
-            metadata: Default::default(),
-            scorers: Vec::new(),
-            mock: Arc::from(Vec::new()),
-            mock_subagents: Default::default(),
-            answers: Vec::new(),
             user: Some(Arc::new(UserSpec { kind, conversation: true, stop: "###STOP###".into(), mock: mock.into() })),
-            memory: Default::default(),
-            digest: String::new(),
+            ..Task::new("t", "Book a table.")
         }
     }
 

@@ -11,20 +11,7 @@ use crate::contract::{Observation, ToolCall};
 use crate::environment::Environment;
 
 fn task(files: &[(&str, &str)]) -> Task {
-    Task {
-        id: "t".into(),
-        input: "write".into(),
-        target: None,
-        files: files.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
-        metadata: Default::default(),
-        scorers: Vec::new(),
-        mock: Arc::from(Vec::new()),
-        mock_subagents: Default::default(),
-        answers: Vec::new(),
-        memory: Default::default(),
-        user: None,
-        digest: String::new(),
-    }
+    Task { files: files.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(), ..Task::new("t", "write") }
 }
 
 async fn room(style: Style, files: &[(&str, &str)]) -> Environment {

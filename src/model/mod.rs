@@ -159,6 +159,81 @@ pub fn digest(request: &CanonicalRequest) -> String {
 
 /// The digest of `request` as `model` would send it, without copying the transcript: the
 /// same bytes as [`CanonicalRequest`] serialises to.
+/// Who made a model call, as its `model_call` event says: an actor of the episode (the
+/// agents, the user), or a scorer (a grader's calls are nobody's in the episode).
+#[derive(Debug, Clone)]
+pub enum Caller {
+    Actor(crate::contract::Actor),
+    Scorer(String),
+}
+
+/// Asks `model` and makes the `model_call` event of the call, answered or not, logged under
+/// `name` at `step`: the one way the agents, the graders and a simulated user record what
+/// they asked and what came back.
+pub async fn respond_logged(
+    model: &dyn LanguageModel,
+    name: &str,
+    request: &ModelRequest<'_>,
+    step: u32,
+    caller: Caller,
+) -> (Result<ModelResponse, ModelError>, crate::log::Event) {
+    let started = std::time::Instant::now();
+    let result = model.respond(request).await;
+    let latency_ms = started.elapsed().as_secs_f64() * 1e3;
+    let sampling = model.sampling();
+    let request_digest = request_digest(model, &sampling, request);
+    let (response, usage, attempts, cache_hit, cost_usd, error, cause, exchange) = match &result {
+        Ok(r) => (
+            serde_json::to_value(r.recorded()).unwrap_or_default(),
+            r.usage,
+            r.attempts,
+            r.cache_hit,
+            r.cost_usd,
+            None,
+            None,
+            r.exchange.clone(),
+        ),
+        Err(e) => (
+            Value::Null,
+            Usage::default(),
+            e.attempts,
+            false,
+            None,
+            Some(e.message.clone()),
+            Some(e.cause.clone()),
+            e.exchange.clone(),
+        ),
+    };
+    let (url, request_body, raw_response) = match exchange {
+        Some(x) => (Some(x.url), Some(x.request), Some(x.response)),
+        None => (None, None, None),
+    };
+    let (actor, scorer) = match caller {
+        Caller::Actor(actor) => (actor, None),
+        Caller::Scorer(scorer) => (crate::contract::Actor::default(), Some(scorer)),
+    };
+    let event = crate::log::Event::ModelCall {
+        model: name.to_owned(),
+        step,
+        request_digest,
+        sampling,
+        response,
+        usage,
+        latency_ms,
+        attempts,
+        cache_hit,
+        cost_usd,
+        error,
+        cause,
+        url,
+        request: request_body,
+        raw_response,
+        scorer,
+        actor,
+    };
+    (result, event)
+}
+
 pub fn request_digest(model: &dyn LanguageModel, sampling: &Map<String, Value>, request: &ModelRequest<'_>) -> String {
     #[derive(Serialize)]
     struct View<'a> {

@@ -9,8 +9,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::config::template;
-use crate::contract::Actor;
-use crate::log::{Event, Usage};
+use crate::log::Usage;
 use crate::model::{LanguageModel, Message, ModelError, ModelRequest, ModelResponse};
 
 /// The default prompt of `llm_rubric`.
@@ -169,57 +168,10 @@ impl LanguageModel for Logged {
     }
 
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let started = std::time::Instant::now();
-        let result = self.inner.respond(request).await;
-        let latency_ms = started.elapsed().as_secs_f64() * 1e3;
-        let sampling = self.inner.sampling();
-        let request_digest = crate::model::request_digest(self.inner.as_ref(), &sampling, request);
-        let (response, usage, attempts, cache_hit, cost_usd, error, cause, exchange) = match &result {
-            Ok(r) => (
-                serde_json::to_value(r.recorded()).unwrap_or_default(),
-                r.usage,
-                r.attempts,
-                r.cache_hit,
-                r.cost_usd,
-                None,
-                None,
-                r.exchange.clone(),
-            ),
-            Err(e) => (
-                Value::Null,
-                Usage::default(),
-                e.attempts,
-                false,
-                None,
-                Some(e.message.clone()),
-                Some(e.cause.clone()),
-                e.exchange.clone(),
-            ),
-        };
-        let (url, request_body, raw_response) = match exchange {
-            Some(x) => (Some(x.url), Some(x.request), Some(x.response)),
-            None => (None, None, None),
-        };
-        self.recorder.emit(&Event::ModelCall {
-            model: self.inner.name().to_owned(),
-            step: self.step,
-            request_digest,
-            sampling,
-            response,
-            usage,
-            latency_ms,
-            attempts,
-            cache_hit,
-            cost_usd,
-            error,
-            cause,
-            url,
-            request: request_body,
-            raw_response,
-            scorer: Some(self.scorer.clone()),
-            // No actor of the episode: `scorer` says whose call this is.
-            actor: Actor::default(),
-        });
+        let caller = crate::model::Caller::Scorer(self.scorer.clone());
+        let (result, event) =
+            crate::model::respond_logged(self.inner.as_ref(), self.inner.name(), request, self.step, caller).await;
+        self.recorder.emit(&event);
         result
     }
 }

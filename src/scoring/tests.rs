@@ -1,7 +1,5 @@
 //! Each scorer with cases that pass and cases that fail.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -49,20 +47,7 @@ impl World for FakeWorld {
 const REPORT: &str = "Draft.\n\n# Report\n\nRevenue grew 12 percent.\n\n## Next Steps\n\nHire two engineers.\n";
 
 fn task() -> Task {
-    Task {
-        id: "t".into(),
-        input: "q".into(),
-        target: Some("3".into()),
-        files: Default::default(),
-        metadata: Default::default(),
-        scorers: Vec::new(),
-        mock: Arc::from(Vec::new()),
-        mock_subagents: Default::default(),
-        answers: Vec::new(),
-        user: None,
-        memory: Default::default(),
-        digest: String::new(),
-    }
+    Task { target: Some("3".into()), ..Task::new("t", "q") }
 }
 
 fn ending(answer: Option<&str>, calls: &[(&str, Value)]) -> Ending {
