@@ -8,7 +8,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio_util::sync::CancellationToken;
 
-use runner::batch::{self, run_episode};
+use runner::batch::{self, Grounds, run_episode};
 use runner::environment::sandbox::SandboxMode;
 use runner::log::{EventLog, Outcome};
 use runner::model::config::ModelConfig;
@@ -36,10 +36,8 @@ fn bench_episode(c: &mut Criterion, suite: &str, name: &str, steps: u32) {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let stop = CancellationToken::new();
     let graders = runner::scoring::Graders::default();
-    let episode = || {
-        let run = run_episode(spec.clone(), None, &log, &graders, dir.path(), dir.path(), SandboxMode::On, &stop);
-        runtime.block_on(run)
-    };
+    let grounds = Grounds { work_root: dir.path().into(), run_dir: dir.path().into(), sandbox: SandboxMode::On };
+    let episode = || runtime.block_on(run_episode(spec.clone(), None, &log, &graders, &grounds, &stop));
 
     let report = episode();
     assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{report:?}");

@@ -23,14 +23,21 @@ use crate::model::LanguageModel;
 use crate::scoring::{self, Finished, Graders};
 use crate::suite::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Suite};
 
+/// Where a run's episodes run: its scratch folder (removed with the run), its own folder
+/// (`results/<run-id>`, kept), and the sandbox the command line asked for.
+#[derive(Debug, Clone)]
+pub struct Grounds {
+    pub work_root: std::path::PathBuf,
+    pub run_dir: std::path::PathBuf,
+    pub sandbox: SandboxMode,
+}
+
 pub async fn run_episode(
     spec: EpisodeSpec,
     mut memory: Option<Slot>,
     log: &EventLog,
     graders: &Graders,
-    work_root: &std::path::Path,
-    run_dir: &std::path::Path,
-    sandbox: SandboxMode,
+    grounds: &Grounds,
     stop: &CancellationToken,
 ) -> EpisodeReport {
     let suite = &spec.suite;
@@ -54,10 +61,10 @@ pub async fn run_episode(
     let mut loop_ms = None;
     let mut user_spent = None;
     let context = SetupContext {
-        sandbox: super::sandbox_mode(suite, sandbox),
+        sandbox: super::sandbox_mode(suite, grounds.sandbox),
         user_model: user_model(&spec, task, graders),
-        run_dir: Some(run_dir),
-        ..SetupContext::new(work_root, &spec.id)
+        run_dir: Some(&grounds.run_dir),
+        ..SetupContext::new(&grounds.work_root, &spec.id)
     };
     let stores = suite.agent.memory.as_ref().map(|config| {
         let initial = match &kept {

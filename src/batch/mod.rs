@@ -22,7 +22,7 @@ use crate::log::{Event, EventLog, Outcome, Subscription, Termination};
 use crate::model::Backend;
 use crate::suite::Suite;
 
-pub use episode::run_episode;
+pub use episode::{Grounds, run_episode};
 
 /// One episode to run: `(task, model, epoch)`.
 #[derive(Clone)]
@@ -256,8 +256,8 @@ pub async fn run(
     let log = log.with_subscribers(subscribers);
     let started = std::time::Instant::now();
     let scratch = Scratch::create(&dir).map_err(RunError::Log)?;
-    let work_root: Arc<Path> = Arc::from(scratch.0.as_path());
-    let run_dir: Arc<Path> = Arc::from(dir.as_path());
+    let grounds =
+        Arc::new(Grounds { work_root: scratch.0.clone(), run_dir: dir.to_path_buf(), sandbox: options.sandbox });
 
     let mut tally = Tally::default();
     let mut aborted = None;
@@ -274,12 +274,8 @@ pub async fn run(
                 let log = log.clone();
                 let stop = stop.clone();
                 let graders = options.graders.clone();
-                let work_root = work_root.clone();
-                let run_dir = run_dir.clone();
-                let sandbox = options.sandbox;
-                tokio::spawn(async move {
-                    run_episode(spec, memory, &log, &graders, &work_root, &run_dir, sandbox, &stop).await
-                })
+                let grounds = grounds.clone();
+                tokio::spawn(async move { run_episode(spec, memory, &log, &graders, &grounds, &stop).await })
             })
             .buffer_unordered(options.jobs.max(1));
         while let Some(joined) = running.next().await {
