@@ -319,7 +319,8 @@ impl EnvironmentKind for Mcp {
                 }
             }
         }
-        Ok(Box::new(McpWorld { spec, servers, folder: Some(folder), work }))
+        let cap = definition.limits.output_cap_bytes;
+        Ok(Box::new(McpWorld { spec, servers, folder: Some(folder), work, cap }))
     }
 
     async fn discover(
@@ -770,6 +771,20 @@ fn outcome(mut result: Value) -> Result<Value, ToolFailure> {
     Err(failure)
 }
 
+/// Cuts the text blocks of a result so that together they hold at most `cap` bytes, each
+/// cut block ending with a visible marker; images and other blocks pass as they are.
+fn cap_text(result: &mut Value, cap: usize) {
+    let mut left = cap;
+    let blocks = result.get_mut("content").and_then(Value::as_array_mut).into_iter().flatten();
+    for text in blocks.filter_map(|block| block.get_mut("text")) {
+        if let Value::String(s) = text {
+            let (kept, cut) = super::web::page::cut(s, left);
+            left = left.saturating_sub(if cut { left } else { s.len() });
+            *s = kept;
+        }
+    }
+}
+
 /// One episode's servers.
 pub struct McpWorld {
     spec: Arc<McpSpec>,
@@ -777,6 +792,8 @@ pub struct McpWorld {
     servers: Vec<Arc<Server>>,
     folder: Option<tempfile::TempDir>,
     work: PathBuf,
+    /// The most bytes of text a result's blocks may hold, all together (`output_cap_bytes`).
+    cap: usize,
 }
 
 #[async_trait]
@@ -788,7 +805,16 @@ impl World for McpWorld {
         let Some(server) = self.servers.get(index) else {
             return Err(ToolFailure::new(ErrorType::ToolNotFound, format!("no server offers `{name}`")));
         };
-        server.call(&tool, arguments).await
+        let mut result = server.call(&tool, arguments).await;
+        match &mut result {
+            Ok(value) => cap_text(value, self.cap),
+            Err(failure) => {
+                if let Some(partial) = failure.partial.as_mut() {
+                    cap_text(partial, self.cap);
+                }
+            }
+        }
+        result
     }
 
     fn describe(&self) -> Map<String, Value> {
@@ -820,6 +846,16 @@ mod tests {
     #[test]
     fn content_blocks_are_the_result_and_is_error_a_failure() {
         let ok = outcome(json!({"content": [{"type": "text", "text": "hi"}], "isError": false})).unwrap();
+        let mut long = json!({"content": [
+            {"type": "text", "text": "abcdef"},
+            {"type": "image", "data": "AAAA", "mimeType": "image/png"},
+            {"type": "text", "text": "ghij"}
+        ]});
+        cap_text(&mut long, 8);
+        // 6 bytes of the first block fit; the second text block gets the 2 left, and a marker.
+        assert_eq!(long["content"][0]["text"], "abcdef");
+        assert_eq!(long["content"][1]["data"], "AAAA");
+        assert_eq!(long["content"][2]["text"], "gh\n[... content truncated: showing 2 of 4 bytes ...]");
         assert_eq!(ok, json!({"content": [{"type": "text", "text": "hi"}]}));
         let failed = outcome(json!({"content": [{"type": "text", "text": "bad input"}], "isError": true})).unwrap_err();
         assert_eq!(failed.kind, ErrorType::ExecutionError);
