@@ -503,6 +503,9 @@ pub struct Server {
     /// A stdio server's process tree (killed when dropped).
     process: Option<tokio::sync::Mutex<Process>>,
     stderr: Arc<Mutex<Tail>>,
+    /// Turns true when its stderr has been read to its end (the server and whatever else held
+    /// the pipe are gone); a server over HTTP has none.
+    stderr_read: Option<tokio::sync::watch::Receiver<bool>>,
     /// The sandbox it runs in, kept for the cgroup's final kill.
     sandbox: Option<Arc<Confinement>>,
 }
@@ -555,7 +558,14 @@ impl Server {
                     ));
                 }
             };
-            return Ok(Server { name, client, process: None, stderr: Default::default(), sandbox: None });
+            return Ok(Server {
+                name,
+                client,
+                process: None,
+                stderr: Default::default(),
+                stderr_read: None,
+                sandbox: None,
+            });
         }
         let Some(command) = &spec.command else { return Err(format!("server `{name}` has no command")) };
         let program = resolve_command(command, base).map_err(|e| format!("server `{name}`: {e}"))?;
@@ -610,6 +620,7 @@ impl Server {
         };
         let tail = Arc::new(Mutex::new(Tail::default()));
         let keep = tail.clone();
+        let (read_to_end, stderr_read) = tokio::sync::watch::channel(false);
         tokio::spawn(async move {
             let mut buf = [0u8; 4096];
             while let Ok(n) = stderr.read(&mut buf).await {
@@ -621,6 +632,7 @@ impl Server {
                 let over = tail.0.len().saturating_sub(STDERR_TAIL);
                 tail.0.drain(..over);
             }
+            let _ = read_to_end.send(true);
         });
         let serving = tokio::time::timeout(timeout, ().serve((stdout, stdin))).await;
         let why = match serving {
@@ -630,6 +642,7 @@ impl Server {
                     client,
                     process: Some(tokio::sync::Mutex::new(Process { supervised, status: None })),
                     stderr: tail,
+                    stderr_read: Some(stderr_read),
                     sandbox: Some(sandbox),
                 });
             }
@@ -640,7 +653,7 @@ impl Server {
         supervised.tree.kill();
         sandbox.kill_all();
         // Whatever it said before it stopped.
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        last_words(Some(stderr_read)).await;
         let exited = status.map(|s| format!(", {}", describe_exit(s))).unwrap_or_default();
         let said = Tail::text(&tail);
         let said = if said.is_empty() { "nothing on stderr".to_owned() } else { format!("its stderr ended: {said}") };
@@ -697,6 +710,7 @@ impl Server {
                     return Err(ToolFailure::new(ErrorType::ExecutionError, format!("`{tool}` failed: {error}")));
                 }
                 let exit = status.map(|s| format!(" ({})", describe_exit(s))).unwrap_or_default();
+                last_words(self.stderr_read.clone()).await;
                 let said = Tail::text(&self.stderr);
                 let said = if said.is_empty() { String::new() } else { format!("; its stderr ended: {said}") };
                 let message = format!("server `{}` stopped during `{tool}`{exit}: {error}{said}", self.name);
@@ -738,6 +752,15 @@ impl Drop for Server {
         if let Some(process) = &mut self.process {
             process.get_mut().supervised.tree.kill();
         }
+    }
+}
+
+/// Waits, a little at most, until a stopped server's stderr has been read to its end, so that
+/// its tail holds what it said last (a pipe kept open by a process it left behind is not
+/// waited for long).
+async fn last_words(stderr_read: Option<tokio::sync::watch::Receiver<bool>>) {
+    if let Some(mut read) = stderr_read {
+        let _ = tokio::time::timeout(Duration::from_millis(500), read.wait_for(|done| *done)).await;
     }
 }
 
