@@ -390,6 +390,50 @@ impl Definition {
         let Some((offered, system_addition)) = kind.discover(self, self.sandbox_mode(sandbox)).await? else {
             return Ok(self.clone());
         };
+        Ok(Arc::new(Definition {
+            undiscovered: false,
+            system_addition,
+            ..self.with_tools(offered, self.expose.clone())?
+        }))
+    }
+
+    /// This definition offering only `names` of its tools (and the final answer): a suite's
+    /// `tools:`. A name it does not offer is an error that lists those it does; for tools
+    /// not yet discovered, the names are what discovery will keep.
+    pub fn narrowed(self: &Arc<Self>, names: &[String]) -> Result<Arc<Self>, String> {
+        let offers = |name: &str| match (&self.expose, self.undiscovered) {
+            (Some(listed), true) => listed.iter().any(|t| t == name),
+            (None, true) => true,
+            (_, false) => self.tool(name).is_some(),
+        };
+        if let Some(unknown) = names.iter().find(|n| !offers(n)) {
+            let known: Vec<&str> = match (&self.expose, self.undiscovered) {
+                (Some(listed), true) => listed.iter().map(String::as_str).collect(),
+                _ => self.specs.iter().map(|s| s.name.as_str()).filter(|n| *n != FINAL_TOOL).collect(),
+            };
+            return Err(format!(
+                "environment `{}` offers no tool `{unknown}`; it offers: {}",
+                self.name,
+                known.join(", ")
+            ));
+        }
+        let keep = |name: &str| name == FINAL_TOOL || names.iter().any(|n| n == name);
+        let offered = self
+            .tools
+            .iter()
+            .filter(|t| keep(&t.spec.name))
+            .map(|t| ToolDecl { spec: t.spec.clone(), script_safe: t.script_safe })
+            .collect();
+        let expose = if self.undiscovered { Some(names.to_vec()) } else { self.expose.clone() };
+        Ok(Arc::new(Definition {
+            undiscovered: self.undiscovered,
+            system_addition: self.system_addition.clone(),
+            ..self.with_tools(offered, expose)?
+        }))
+    }
+
+    /// A copy of this definition (settings, rules, sandbox) with `offered` as its tools.
+    fn with_tools(&self, offered: Vec<ToolDecl>, expose: Option<Vec<String>>) -> Result<Self, String> {
         let fresh = Self::new(
             self.name.clone(),
             self.kind,
@@ -399,7 +443,7 @@ impl Definition {
             self.files.clone(),
             offered,
         )?;
-        Ok(Arc::new(Definition {
+        Ok(Definition {
             sandbox: self.sandbox.clone(),
             scripts: self.scripts.clone(),
             permissions: self.permissions.clone(),
@@ -407,11 +451,9 @@ impl Definition {
             style: self.style.clone(),
             web: self.web.clone(),
             mcp: self.mcp.clone(),
-            expose: self.expose.clone(),
-            undiscovered: false,
-            system_addition,
+            expose,
             ..fresh
-        }))
+        })
     }
 
     /// Whether the worlds' processes run sandboxed, and who turned the sandbox off: the

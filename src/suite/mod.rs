@@ -134,6 +134,8 @@ struct SuiteFile {
     #[serde(default)]
     description: String,
     environment: String,
+    /// The environment's tools this suite offers the agent, when not all of them.
+    tools: Option<Vec<String>>,
     /// `off` runs the environment's processes unconfined.
     sandbox: Option<Value>,
     /// Ordered rules, each `- TOOL[(ARGUMENT)]: allow | deny | ask`; checked before the
@@ -340,6 +342,10 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         memory.check().map_err(|(field, e)| source.error(&format!("agent.memory.{field}"), e))?;
     }
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
+    let environment = match &file.tools {
+        Some(names) => environment.narrowed(names).map_err(|e| source.error("tools", e))?,
+        None => environment,
+    };
     let sandbox = match &file.sandbox {
         None => SandboxMode::On,
         Some(Value::String(s)) if s == "off" => SandboxMode::Off("the suite"),

@@ -1,6 +1,6 @@
 //! `runner eval` and `runner validate` on the example suites and on small suites.
 
-use crate::{Sandbox, of_type};
+use crate::{Sandbox, of_type, tool_observations};
 use std::path::Path;
 
 fn repo() -> &'static Path {
@@ -250,4 +250,31 @@ fn ctrl_c_cancels_episodes_flushes_the_log_and_exits_130() {
     let last = events.last().unwrap();
     assert_eq!(last["type"], "run_finished");
     assert_eq!(last["interrupted"], true);
+}
+
+#[test]
+fn a_suites_tools_narrow_what_its_environment_offers() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        r#"suite: s
+environment: kv
+tools: [kv_get]
+scorers: [{equals: done}]
+tasks:
+  - id: a
+    input: go
+    mock:
+      - tool_calls: [{name: kv_get, arguments: {key: k}}, {name: kv_set, arguments: {key: k, value: v}}]
+      - tool_calls: [{name: final_answer, arguments: {answer: done}}]
+"#,
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let obs = tool_observations(&events);
+    // kv_get is offered (a missing key is its own answer, not an unknown tool); kv_set,
+    // which kv offers but the suite does not, is an unknown tool here.
+    assert_ne!(obs[0]["error"]["type"], "ToolNotFound", "{}", obs[0]);
+    assert_eq!(obs[1]["error"]["type"], "ToolNotFound", "{}", obs[1]);
 }
