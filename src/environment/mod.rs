@@ -156,23 +156,9 @@ impl Environment {
         }
     }
 
-    /// Checks a user tool's arguments against its schema.
+    /// Checks a user tool's arguments against its schema, as `check` does the world's.
     fn check_user_tool(&self, call: &ToolCall) -> Result<(), ToolError> {
-        let spec = user::tool_specs()
-            .into_iter()
-            .chain([crate::agent::plan::exit_spec()])
-            .find(|s| s.name == call.name)
-            .ok_or_else(|| ToolError::new(ErrorType::ToolNotFound, format!("no tool named `{}`", call.name)))?;
-        let valid = jsonschema::validator_for(&spec.parameters)
-            .map_err(|e| ToolError::new(ErrorType::ExecutionError, format!("the schema of `{}`: {e}", call.name)))?;
-        if let Err(e) = valid.validate(&call.arguments) {
-            return Err(ToolError::new(
-                ErrorType::ValidationError,
-                format!("invalid arguments for `{}`: {e}", call.name),
-            )
-            .suggest(format!("call `{}` with arguments that match its parameters schema", call.name)));
-        }
-        Ok(())
+        self.check_against(user::exposed(&call.name), call)
     }
 
     /// Whether `call` is one the user answers here: `exit_plan_mode` always, `ask_user`
@@ -327,7 +313,12 @@ impl Environment {
     /// Checks that `call` names a tool of the environment and that its arguments fit the
     /// tool's schema; if not, the error that says so.
     fn check(&self, call: &ToolCall) -> Result<(), ToolError> {
-        let Some(tool) = self.definition.tool(&call.name) else {
+        self.check_against(self.definition.tool(&call.name), call)
+    }
+
+    /// Checks `call` against `tool`, the tool it names (`None` when there is none).
+    fn check_against(&self, tool: Option<&definition::ExposedTool>, call: &ToolCall) -> Result<(), ToolError> {
+        let Some(tool) = tool else {
             let names: Vec<&str> = self.definition.specs.iter().map(|t| t.name.as_str()).collect();
             let error = ToolError::new(ErrorType::ToolNotFound, format!("no tool named `{}`", call.name))
                 .suggest(format!("call one of: {}", names.join(", ")));

@@ -55,6 +55,23 @@ pub fn tool_specs() -> Vec<ToolSpec> {
     ]
 }
 
+/// The user's tools (`exit_plan_mode` included) with their argument validators, compiled
+/// once for the process.
+pub fn exposed(name: &str) -> Option<&'static super::definition::ExposedTool> {
+    static TOOLS: std::sync::LazyLock<Vec<super::definition::ExposedTool>> = std::sync::LazyLock::new(|| {
+        tool_specs()
+            .into_iter()
+            .chain([crate::agent::plan::exit_spec()])
+            .map(|spec| {
+                let validator = jsonschema::validator_for(&spec.parameters)
+                    .unwrap_or_else(|e| panic!("built-in tool schema of `{}` is invalid: {e}", spec.name));
+                super::definition::ExposedTool { spec, script_safe: false, validator }
+            })
+            .collect()
+    });
+    TOOLS.iter().find(|t| t.spec.name == name)
+}
+
 /// Whether `name` is a tool the user answers (`exit_plan_mode` included).
 pub fn is_user_tool(name: &str) -> bool {
     matches!(name, ASK_USER | CLARIFY | EXIT_PLAN_MODE)
