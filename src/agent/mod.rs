@@ -96,6 +96,21 @@ pub struct AgentFault {
     pub message: String,
 }
 
+impl AgentFault {
+    /// The fault a call's observation carries when the call failed for a cause that is
+    /// nobody's answer (the runner's resources, the user): `FAULT_INFO` in its `info`.
+    pub fn of_call(call: &ToolCall, obs: &Observation) -> Option<AgentFault> {
+        let error = obs.error.as_ref()?;
+        let cause = obs.info.get(crate::contract::FAULT_INFO).and_then(|c| c.as_str())?;
+        let message = if cause == crate::log::UnscoredCause::UserError.as_str() {
+            format!("`{}` failed: {}", call.name, error.message)
+        } else {
+            format!("`{}` failed for want of the runner's resources: {}", call.name, error.message)
+        };
+        Some(AgentFault { cause: crate::log::UnscoredCause::from_name(cause), message })
+    }
+}
+
 #[async_trait]
 pub trait Agent: Send {
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault>;

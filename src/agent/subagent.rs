@@ -17,8 +17,8 @@ use futures::future::join_all;
 use serde_json::{Value, json};
 
 use super::{Agent, AgentFault, Budget, ToolCallingAgent, Turn};
-use crate::contract::{Actor, ErrorType, FAULT_INFO, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
-use crate::log::{Event, Termination, UnscoredCause, Usage};
+use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
+use crate::log::{Event, Termination, Usage};
 use crate::model::LanguageModel;
 use crate::model::limiter::Deadline;
 
@@ -386,10 +386,8 @@ async fn run_child(child: &mut Child, parent: &Turn<'_>) -> Result<ChildEnd, Age
         for (call, obs) in proposal.calls.iter().zip(&observed) {
             if let Some(error) = &obs.error {
                 tree.failed(&call.call_id, error);
-                if let Some(cause) = obs.info.get(FAULT_INFO).and_then(Value::as_str) {
-                    let message =
-                        format!("`{}` failed for want of the runner's resources: {}", call.name, error.message);
-                    return Err(AgentFault { cause: UnscoredCause::from_name(cause), message });
+                if let Some(fault) = AgentFault::of_call(call, obs) {
+                    return Err(fault);
                 }
                 continue;
             }
@@ -400,11 +398,7 @@ async fn run_child(child: &mut Child, parent: &Turn<'_>) -> Result<ChildEnd, Age
                 child.written.push(path.to_owned());
             }
             if obs.done && call.name == FINAL_TOOL && answer.is_none() {
-                answer = Some(match obs.tool_result.as_ref().and_then(|r| r.get("answer")) {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(other) => other.to_string(),
-                    None => String::new(),
-                });
+                answer = Some(obs.answer_text());
             }
         }
         if let Some(answer) = answer {

@@ -167,6 +167,15 @@ pub struct Observation {
 }
 
 impl Observation {
+    /// The answer of a `final_answer` call's observation, as text (empty when it has none).
+    pub fn answer_text(&self) -> String {
+        match self.tool_result.as_ref().and_then(|r| r.get("answer")) {
+            Some(Value::String(s)) => s.clone(),
+            Some(other) => other.to_string(),
+            None => String::new(),
+        }
+    }
+
     pub fn of_result(call_id: &str, result: Value) -> Self {
         Observation {
             call_id: Some(call_id.to_owned()),

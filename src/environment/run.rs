@@ -299,22 +299,13 @@ impl Environment {
                 recorder.emit(&Event::Observation { step, observation: obs.clone() });
                 if let Some(error) = &obs.error {
                     trajectory.errors.push(CallError { call_id: calls[i].call_id.clone(), error: error.clone() });
-                    if let Some(cause) = obs.info.get(super::FAULT_INFO).and_then(|c| c.as_str()) {
-                        let message = if cause == UnscoredCause::UserError.as_str() {
-                            format!("`{}` failed: {}", calls[i].name, error.message)
-                        } else {
-                            format!("`{}` failed for want of the runner's resources: {}", calls[i].name, error.message)
-                        };
-                        fault = Some(AgentFault { cause: UnscoredCause::from_name(cause), message });
+                    if let Some(call_fault) = AgentFault::of_call(&calls[i], &obs) {
+                        fault = Some(call_fault);
                     }
                 }
                 let is_final = obs.done && calls[i].name == FINAL_TOOL;
                 if is_final {
-                    let text = match obs.tool_result.as_ref().and_then(|r| r.get("answer")) {
-                        Some(serde_json::Value::String(s)) => s.clone(),
-                        Some(other) => other.to_string(),
-                        None => String::new(),
-                    };
+                    let text = obs.answer_text();
                     recorder.emit(&Event::Final { step, call_id: calls[i].call_id.clone(), answer: text.clone() });
                     answer = Some(text);
                 }
