@@ -35,9 +35,9 @@ fn bench_episode(c: &mut Criterion, suite: &str, name: &str, steps: u32) {
     let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "bench").expect("event log");
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let stop = CancellationToken::new();
-    let graders = runner::scoring::Graders::default();
+    let roster = runner::batch::Roster::default();
     let grounds = Grounds { work_root: dir.path().into(), run_dir: dir.path().into(), sandbox: SandboxMode::On };
-    let episode = || runtime.block_on(run_episode(spec.clone(), None, &log, &graders, &grounds, &stop));
+    let episode = || runtime.block_on(run_episode(spec.clone(), None, &log, &roster, &grounds, &stop));
 
     let report = episode();
     assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{report:?}");

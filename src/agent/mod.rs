@@ -2,11 +2,13 @@
 //! proposes tool calls. It never executes a tool: the environment does. [`AgentKind`] is
 //! the list of kinds a suite can name.
 
+mod kind;
 pub mod memory;
 pub mod plan;
 mod subagent;
 mod tool_calling;
 
+pub use kind::{AgentKind, AgentParts};
 pub use subagent::{DELEGATE_TOOL, EpisodeTree, ModelFor, SubagentCalls, Subagents, delegate_spec};
 pub use tool_calling::ToolCallingAgent;
 
@@ -114,68 +116,4 @@ impl AgentFault {
 #[async_trait]
 pub trait Agent: Send {
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault>;
-}
-
-/// The kinds of agent a suite can name with `agent: {kind: …}`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum AgentKind {
-    /// The model proposes tool calls and the agent passes them on: [`ToolCallingAgent`].
-    #[default]
-    ToolCalling,
-}
-
-impl AgentKind {
-    pub const ALL: [AgentKind; 1] = [AgentKind::ToolCalling];
-
-    /// Kinds that `DESIGN.md` names but that are not built yet: refused as such, not as
-    /// unknown, so that a suite written for them says what it is waiting for.
-    pub const NOT_YET: [&str; 3] = ["memory", "external", "oracle"];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            AgentKind::ToolCalling => "tool_calling",
-        }
-    }
-
-    pub fn parse(name: &str) -> Result<AgentKind, String> {
-        if let Some(kind) = Self::ALL.into_iter().find(|k| k.name() == name) {
-            return Ok(kind);
-        }
-        let known: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
-        if Self::NOT_YET.contains(&name) {
-            Err(format!("agent kind `{name}` is not available yet; the available kinds are: {}", known.join(", ")))
-        } else {
-            Err(format!("unknown agent kind `{name}`, expected one of: {}", known.join(", ")))
-        }
-    }
-}
-
-impl serde::Serialize for AgentKind {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.name())
-    }
-}
-
-impl<'de> serde::Deserialize<'de> for AgentKind {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(deserializer)?;
-        AgentKind::parse(&name).map_err(serde::de::Error::custom)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_kind_is_known_not_yet_available_or_unknown() {
-        assert_eq!(AgentKind::parse("tool_calling"), Ok(AgentKind::ToolCalling));
-        for kind in AgentKind::ALL {
-            assert_eq!(AgentKind::parse(kind.name()), Ok(kind));
-        }
-        let err = AgentKind::parse("oracle").unwrap_err();
-        assert!(err.contains("`oracle` is not available yet") && err.ends_with(": tool_calling"), "{err}");
-        let err = AgentKind::parse("toolcalling").unwrap_err();
-        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling");
-    }
 }

@@ -5,22 +5,21 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use super::cast::{Cast, Roster};
 use super::memory::Slot;
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::memory::{SharedStores, Stores};
-use crate::agent::{Agent, AgentKind, ModelFor, Subagents, ToolCallingAgent};
+use crate::agent::{Agent, AgentParts, Subagents};
 use crate::config::template;
 use std::sync::Arc;
 
-use crate::domain::{Task, UserKind};
+use crate::domain::Task;
 use crate::environment::World;
 use crate::environment::sandbox::SandboxMode;
 use crate::environment::{Ending, Environment, EpisodeLimits, SetupContext};
 use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
-use crate::model::Backend;
-use crate::model::LanguageModel;
-use crate::scoring::{self, Finished, Graders};
+use crate::scoring::{self, Finished};
 use crate::suite::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Suite};
 
 /// Where a run's episodes run: its scratch folder (removed with the run), its own folder
@@ -36,7 +35,7 @@ pub async fn run_episode(
     spec: EpisodeSpec,
     mut memory: Option<Slot>,
     log: &EventLog,
-    graders: &Graders,
+    roster: &Roster,
     grounds: &Grounds,
     stop: &CancellationToken,
 ) -> EpisodeReport {
@@ -58,11 +57,12 @@ pub async fn run_episode(
         environment: suite.environment.name.clone(),
     });
 
+    let cast = Cast::of(&spec, roster);
     let mut loop_ms = None;
     let mut user_spent = None;
     let context = SetupContext {
         sandbox: super::sandbox_mode(suite, grounds.sandbox),
-        user_model: user_model(&spec, task, graders),
+        user_model: cast.user.clone(),
         run_dir: Some(&grounds.run_dir),
         ..SetupContext::new(&grounds.work_root, &spec.id)
     };
@@ -87,15 +87,13 @@ pub async fn run_episode(
         }
         Ok(env) => {
             let env = env.with_permissions(suite.permissions.clone());
-            let mut agent = agent_for(&spec, suite, task, stores.clone());
+            let mut agent = agent_for(&cast, suite, task, stores.clone());
             let ending = env.run(agent.as_mut(), task, &limits(suite), &recorder, stop).await;
             user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
             loop_ms = Some(wall_s * 1e3);
             // Scored against the final world, before it is torn down.
-            let outcome =
-                outcome_of(&ending, (&spec.id, &spec.model), suite, task, env.world(), graders, wall_s, &recorder)
-                    .await;
+            let outcome = outcome_of(&ending, (&spec.id, &cast), suite, task, env.world(), wall_s, &recorder).await;
             env.teardown().await;
             (ending, outcome)
         }
@@ -140,68 +138,49 @@ pub async fn run_episode(
     }
 }
 
-/// Builds the episode's agent: one arm per kind a suite can name.
-fn agent_for(spec: &EpisodeSpec, suite: &Suite, task: &Task, memory: Option<SharedStores>) -> Box<dyn Agent> {
+/// Builds the episode's agent, of the kind the suite names, played by the cast's model.
+fn agent_for(cast: &Cast<'_>, suite: &Suite, task: &Task, memory: Option<SharedStores>) -> Box<dyn Agent> {
+    suite.agent.kind.build(AgentParts {
+        model: cast.agent.clone(),
+        model_name: cast.under_test.name().to_owned(),
+        system: system_prompt(suite, task),
+        require_final_answer: suite.agent.require_final_answer,
+        memory,
+        plan_mode: suite.agent.plan_mode,
+        conversation: task.user.as_ref().is_some_and(|u| u.conversation),
+        subagents: subagents_for(cast, suite, task),
+    })
+}
+
+/// The suite's system prompt rendered for the task, then what the environment adds (an
+/// MCP server's prompts).
+fn system_prompt(suite: &Suite, task: &Task) -> Option<String> {
     // Every template was rendered against every task when the suite loaded.
     let system = suite.agent.system.as_deref().map(|s| {
         template::render(s, &task.template_context())
             .unwrap_or_else(|e| format!("(the system prompt failed to render: {e})"))
     });
-    // What the environment adds (an MCP server's prompts), after the suite's own.
-    let system = match (system, suite.environment.system_addition.trim()) {
+    match (system, suite.environment.system_addition.trim()) {
         (system, "") => system,
         (Some(own), added) => Some(format!("{own}\n\n{added}")),
         (None, added) => Some(added.to_owned()),
-    };
-    match suite.agent.kind {
-        AgentKind::ToolCalling => {
-            let model = spec.model.for_episode(task, &spec.id);
-            let mut agent = ToolCallingAgent::new(model, spec.model.name(), system, suite.agent.require_final_answer);
-            if let Some(stores) = memory {
-                agent = agent.with_memory(stores);
-            }
-            if suite.agent.plan_mode {
-                agent = agent.with_plan_mode();
-            }
-            if task.user.as_ref().is_some_and(|u| u.conversation) {
-                agent = agent.in_conversation();
-            }
-            if let Some(subagents) = subagents_for(spec, suite, task) {
-                agent = agent.with_subagents(subagents);
-            }
-            Box::new(agent)
-        }
     }
 }
 
 /// The suite's subagents for one episode, when it has them: their prompt rendered for the
-/// task, and each child's model from the episode's backend (under `mock`, its own script).
-fn subagents_for(spec: &EpisodeSpec, suite: &Suite, task: &Task) -> Option<Arc<Subagents>> {
+/// task, and each child's model as the cast gives it.
+fn subagents_for(cast: &Cast<'_>, suite: &Suite, task: &Task) -> Option<Arc<Subagents>> {
     let template = suite.agent.subagent.as_deref()?;
     let system = template::render(template, &task.template_context())
         .unwrap_or_else(|e| format!("(the subagent prompt failed to render: {e})"));
-    let (backend, task_for_models, episode_id) = (spec.model.clone(), Arc::new(task.clone()), spec.id.clone());
-    let models: ModelFor = Arc::new(move |actor| backend.for_subagent(&task_for_models, &episode_id, actor));
     Some(Arc::new(Subagents {
         system,
         max_children: suite.agent.max_children.unwrap_or(DEFAULT_MAX_CHILDREN),
         max_depth: suite.agent.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
-        models,
-        model_name: spec.model.name().to_owned(),
+        models: cast.subagents.clone(),
+        model_name: cast.under_test.name().to_owned(),
         require_final_answer: suite.agent.require_final_answer,
     }))
-}
-
-/// The model that plays the task's simulated user on this episode: `mock` (its `mock_user:`
-/// turns) when the model under test is `mock`, else the user's own model; served from the
-/// recording when the model under test replays one that holds its calls, else by the run's
-/// backend of that name. `None` when the task has no simulated user, or its model is not open.
-fn user_model(spec: &EpisodeSpec, task: &Task, graders: &Graders) -> Option<Arc<dyn LanguageModel>> {
-    let UserKind::Simulated { model, .. } = &task.user.as_ref()?.kind else { return None };
-    let played_by = crate::scoring::user_played_by(spec.model.name(), model);
-    spec.model
-        .recorded_user(played_by, task, &spec.id)
-        .or_else(|| graders.user_backend(played_by).map(|backend| backend.as_user(task, &spec.id)))
 }
 
 fn limits(suite: &Suite) -> EpisodeLimits {
@@ -214,14 +193,12 @@ fn limits(suite: &Suite) -> EpisodeLimits {
 }
 
 /// Unscored when nobody answered, cancelled when the run was stopped, scored otherwise.
-#[allow(clippy::too_many_arguments)]
 async fn outcome_of(
     ending: &Ending,
-    (episode_id, under_test): (&str, &Backend),
+    (episode_id, cast): (&str, &Cast<'_>),
     suite: &Suite,
     task: &Task,
     world: &dyn World,
-    graders: &Graders,
     wall_s: f64,
     recorder: &Recorder,
 ) -> Outcome {
@@ -234,7 +211,7 @@ async fn outcome_of(
     let finished = Finished {
         task,
         episode_id,
-        under_test: Some(under_test),
+        under_test: Some(&cast.under_test),
         recorder: Some(recorder),
         ending,
         wall_s,
@@ -242,7 +219,7 @@ async fn outcome_of(
         suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
         world_limit: Duration::from_secs_f64(suite.limits.time_s),
     };
-    let scores = match scoring::score(&suite.scorers, &task.scorers, &finished, world, graders).await {
+    let scores = match scoring::score(&suite.scorers, &task.scorers, &finished, world, cast.graders).await {
         Ok(scores) => scores,
         Err(fault) => {
             // The verdicts the other scorers gave stand in the log (a regrade carries over

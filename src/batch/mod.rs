@@ -1,6 +1,7 @@
 //! Batch runs: suites × models × epochs into episodes, run with bounded concurrency as a
 //! stream (memory stays flat in the number of episodes), every step logged.
 
+pub mod cast;
 mod episode;
 pub mod memory;
 pub mod merge;
@@ -22,6 +23,7 @@ use crate::log::{Event, EventLog, Outcome, Subscription, Termination};
 use crate::model::Backend;
 use crate::suite::Suite;
 
+pub use cast::Roster;
 pub use episode::{Grounds, run_episode};
 
 /// One episode to run: `(task, model, epoch)`.
@@ -105,7 +107,8 @@ pub struct RunOptions {
     pub out_dir: PathBuf,
     pub run_id: Option<String>,
     pub command_line: Vec<String>,
-    pub graders: Arc<crate::scoring::Graders>,
+    /// The graders and the simulated users' models.
+    pub roster: Arc<Roster>,
     /// `(i, n)`: run only the episodes of shard i (from 1) of n.
     pub shard: Option<(u64, u64)>,
     /// Continue this run instead of starting a new one.
@@ -273,9 +276,9 @@ pub async fn run(
                 let memory = task_memory.slot(&spec);
                 let log = log.clone();
                 let stop = stop.clone();
-                let graders = options.graders.clone();
+                let roster = options.roster.clone();
                 let grounds = grounds.clone();
-                tokio::spawn(async move { run_episode(spec, memory, &log, &graders, &grounds, &stop).await })
+                tokio::spawn(async move { run_episode(spec, memory, &log, &roster, &grounds, &stop).await })
             })
             .buffer_unordered(options.jobs.max(1));
         while let Some(joined) = running.next().await {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::flags::{EvalArgs, GateArgs, Switch};
 use super::{CliError, Exit};
-use crate::batch::{self, RunOptions};
+use crate::batch::{self, Roster, RunOptions};
 use crate::environment::sandbox::SandboxMode;
 use crate::log::projection::Projection;
 use crate::model::cache::CacheOptions;
@@ -40,11 +40,10 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
             return Err(CliError::usage(message));
         }
     }
-    // The graders are recorded and cached like the models under test, and replayed with them.
+    // The graders are recorded and cached like the models under test, and replayed with them;
+    // the models that play simulated users are opened beside them, the same way.
     let graders = graders(&suites, args.grader.clone(), &config, options.clone(), &models)?;
-    // The models that play simulated users are opened beside the graders, the same way.
-    let graders =
-        Arc::new(graders.with_users(user_models(&suites), &config, options, &models).map_err(CliError::usage)?);
+    let roster = Roster::open(graders, &suites, &config, options, &models).map_err(CliError::usage)?;
     // The clients hold their keys now; the commands the worlds run must not find them.
     crate::log::secrets::withdraw_from_environment(config.key_vars());
     let resume = match &args.resume {
@@ -62,7 +61,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         out_dir: args.out.clone(),
         run_id: args.run_id.clone(),
         command_line: std::env::args().collect(),
-        graders,
+        roster: Arc::new(roster),
         shard: args.shard,
         resume,
         sandbox: match args.sandbox {
@@ -193,19 +192,6 @@ pub fn graders(
         }
     }
     Graders::open(names, forced, config, options, under_test).map_err(CliError::usage)
-}
-
-/// The models the suites' simulated users are played by.
-fn user_models(suites: &[Arc<Suite>]) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
-    for task in suites.iter().flat_map(|s| &s.tasks) {
-        if let Some(crate::domain::UserKind::Simulated { model, .. }) = task.user.as_ref().map(|u| &u.kind)
-            && !names.contains(model)
-        {
-            names.push(model.clone());
-        }
-    }
-    names
 }
 
 /// Checks the gate flags before anything runs, and reads the baseline run (a bad baseline

@@ -10,6 +10,7 @@ pub mod limiter;
 pub mod mock;
 pub mod openai;
 pub mod replay;
+pub mod role;
 
 use std::sync::Arc;
 
@@ -19,11 +20,11 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::contract::ToolSpec;
-use crate::domain::Task;
 use crate::log::{UnscoredCause, Usage};
-use cache::{CacheOptions, Cached};
+use cache::CacheOptions;
 use config::ModelConfig;
-use replay::{CanonicalRequest, CassetteWriter, Recording, Replay};
+use replay::{CanonicalRequest, CassetteWriter, Replay};
+pub use role::{Role, lend_beside, open_beside};
 
 /// One message of a transcript, in a provider-neutral shape.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -157,8 +158,6 @@ pub fn digest(request: &CanonicalRequest) -> String {
     hex::encode(Sha256::digest(serde_json::to_vec(request).unwrap_or_default()))
 }
 
-/// The digest of `request` as `model` would send it, without copying the transcript: the
-/// same bytes as [`CanonicalRequest`] serialises to.
 /// Who made a model call, as its `model_call` event says: an actor of the episode (the
 /// agents, the user), or a scorer (a grader's calls are nobody's in the episode).
 #[derive(Debug, Clone)]
@@ -234,6 +233,8 @@ pub async fn respond_logged(
     (result, event)
 }
 
+/// The digest of `request` as `model` would send it, without copying the transcript: the
+/// same bytes as [`CanonicalRequest`] serialises to.
 pub fn request_digest(model: &dyn LanguageModel, sampling: &Map<String, Value>, request: &ModelRequest<'_>) -> String {
     #[derive(Serialize)]
     struct View<'a> {
@@ -273,7 +274,8 @@ enum Source {
     Replay(Arc<Replay>),
 }
 
-/// One `--model` of a run: opened once, lent to each episode.
+/// One model of a run (a `--model`, a grader, a simulated user's): opened once, lent to
+/// each episode by role ([`Role`], `role.rs`).
 pub struct Backend {
     name: String,
     source: Source,
@@ -310,131 +312,6 @@ impl Backend {
     /// episodes have the same ids as the recorded run's.
     pub fn name(&self) -> &str {
         &self.name
-    }
-
-    /// The model one episode of `task` talks to.
-    pub fn for_episode(&self, task: &Task, episode_id: &str) -> Arc<dyn LanguageModel> {
-        let model: Arc<dyn LanguageModel> = match &self.source {
-            Source::Mock => Arc::new(mock::MockModel::new(task.mock.clone()).with_delay(self.options.mock_delay_ms)),
-            Source::Http(m) => m.clone(),
-            Source::Replay(r) => r.episode(None, episode_id, &task.id),
-        };
-        self.wrap(model, episode_id, None)
-    }
-
-    /// The model a subagent (`actor`) of one episode of `task` talks to: the same model
-    /// as the main agent's, or under `mock`, the subagent's own script (`mock_subagents:`).
-    pub fn for_subagent(
-        &self,
-        task: &Task,
-        episode_id: &str,
-        actor: &crate::contract::Actor,
-    ) -> Arc<dyn LanguageModel> {
-        let model: Arc<dyn LanguageModel> = match &self.source {
-            Source::Mock => {
-                let script = task.mock_subagents.get(&actor.to_string()).cloned().unwrap_or_else(|| Vec::new().into());
-                Arc::new(mock::MockModel::new(script).with_delay(self.options.mock_delay_ms))
-            }
-            Source::Http(m) => m.clone(),
-            Source::Replay(r) => r.episode(None, episode_id, &task.id),
-        };
-        self.wrap(model, episode_id, None)
-    }
-
-    /// This backend as the grader of `scorer` on one episode: its calls are cached and
-    /// recorded like an agent's, marked with the scorer.
-    pub fn as_grader(&self, task: &Task, episode_id: &str, scorer: &str) -> Arc<dyn LanguageModel> {
-        let model: Arc<dyn LanguageModel> = match &self.source {
-            Source::Mock => Arc::new(mock::MockModel::new(Vec::new().into())),
-            Source::Http(m) => m.clone(),
-            Source::Replay(r) => r.episode(None, episode_id, &task.id),
-        };
-        self.wrap(model, episode_id, Some(scorer))
-    }
-
-    /// This backend as the simulated user of one episode of `task`: `mock` plays the task's
-    /// `mock_user:` turns. Its calls are cached and recorded as the user's.
-    pub fn as_user(&self, task: &Task, episode_id: &str) -> Arc<dyn LanguageModel> {
-        let model: Arc<dyn LanguageModel> = match &self.source {
-            Source::Mock => {
-                let turns = task.user.as_ref().map_or_else(|| Vec::new().into(), |u| u.mock.clone());
-                Arc::new(mock::MockModel::new(turns))
-            }
-            Source::Http(m) => m.clone(),
-            Source::Replay(r) => r.episode(None, episode_id, &task.id),
-        };
-        self.wrap_user(model, episode_id)
-    }
-
-    /// When this backend replays a recording that holds a simulated user's calls of
-    /// `model`: that user, as it answered on one episode.
-    pub fn recorded_user(&self, model: &str, task: &Task, episode_id: &str) -> Option<Arc<dyn LanguageModel>> {
-        match &self.source {
-            Source::Replay(r) if r.records_grader(model) => {
-                Some(self.wrap_user(r.episode(Some(model), episode_id, &task.id), episode_id))
-            }
-            _ => None,
-        }
-    }
-
-    fn wrap_user(&self, mut model: Arc<dyn LanguageModel>, episode_id: &str) -> Arc<dyn LanguageModel> {
-        if let (Some(options), false) = (&self.options.cache, matches!(self.source, Source::Replay(_) | Source::Mock)) {
-            model = Arc::new(Cached::new(model, options.clone()));
-        }
-        if let Some(cassette) = &self.options.record {
-            model = Arc::new(Recording {
-                inner: model,
-                cassette: cassette.clone(),
-                episode_id: episode_id.to_owned(),
-                scorer: None,
-                actor: crate::contract::Actor::User,
-            });
-        }
-        model
-    }
-
-    /// When this backend replays a recording that holds the calls of the grader `model`:
-    /// that grader, as it answered on one episode, so that a replay needs no grader.
-    pub fn recorded_grader(
-        &self,
-        model: &str,
-        task: &Task,
-        episode_id: &str,
-        scorer: &str,
-    ) -> Option<Arc<dyn LanguageModel>> {
-        match &self.source {
-            Source::Replay(r) if r.records_grader(model) => {
-                Some(self.wrap(r.episode(Some(model), episode_id, &task.id), episode_id, Some(scorer)))
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether this backend replays a recording that holds the calls of the grader `model`.
-    pub fn replays_grader(&self, model: &str) -> bool {
-        matches!(&self.source, Source::Replay(r) if r.records_grader(model))
-    }
-
-    /// The cache (never in front of a replay) and the cassette, as the run asked.
-    fn wrap(
-        &self,
-        mut model: Arc<dyn LanguageModel>,
-        episode_id: &str,
-        scorer: Option<&str>,
-    ) -> Arc<dyn LanguageModel> {
-        if let (Some(options), false) = (&self.options.cache, matches!(self.source, Source::Replay(_))) {
-            model = Arc::new(Cached::new(model, options.clone()));
-        }
-        if let Some(cassette) = &self.options.record {
-            model = Arc::new(Recording {
-                inner: model,
-                cassette: cassette.clone(),
-                episode_id: episode_id.to_owned(),
-                scorer: scorer.map(String::from),
-                actor: crate::contract::Actor::Main,
-            });
-        }
-        model
     }
 
     /// Why the run should stop early: the backend is misconfigured (every call refused).

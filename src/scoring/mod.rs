@@ -19,7 +19,7 @@ use crate::domain::{MockTurn, Task};
 use crate::environment::{Ending, ReadBack, ToolFailure, World};
 use crate::log::UnscoredCause;
 use crate::model::config::ModelConfig;
-use crate::model::{Backend, BackendOptions, LanguageModel};
+use crate::model::{Backend, BackendOptions, LanguageModel, Role, lend_beside, open_beside};
 pub use spec::{ArgMatch, Budget, Check, ExpectedCall, GraderKind, JsonCheck, ScorerSpec, TextOp};
 
 /// One scorer's verdict on one episode.
@@ -103,8 +103,6 @@ pub struct Graders {
     /// `--grader`: overrides the suite's and the scorer's choice.
     pub forced: Option<String>,
     backends: HashMap<String, Arc<Backend>>,
-    /// The models that play the suites' simulated users, by name (`mock` included).
-    users: HashMap<String, Arc<Backend>>,
 }
 
 impl Graders {
@@ -120,49 +118,16 @@ impl Graders {
     ) -> Result<Self, String> {
         let mut backends = HashMap::new();
         for name in names.into_iter().chain(forced.clone()) {
-            let replayed = !under_test.is_empty() && under_test.iter().all(|m| m.replays_grader(&name));
-            if name != "mock" && !replayed && !backends.contains_key(&name) {
-                let backend = Backend::open(&name, config, options.clone()).map_err(|e| format!("grader: {e}"))?;
+            if name == "mock" || backends.contains_key(&name) {
+                continue;
+            }
+            if let Some(backend) =
+                open_beside(&name, config, options.clone(), under_test).map_err(|e| format!("grader: {e}"))?
+            {
                 backends.insert(name, Arc::new(backend));
             }
         }
-        Ok(Graders { forced, backends, users: HashMap::new() })
-    }
-
-    /// Opens the models that play simulated users (the suites' user models, as
-    /// [`user_played_by`] picks them for each model under test), cached and recorded as
-    /// `options` ask; one whose calls every model under test replays is not opened. They
-    /// sit beside the graders: models of the run that are not under test.
-    pub fn with_users(
-        mut self,
-        names: impl IntoIterator<Item = String>,
-        config: &ModelConfig,
-        options: BackendOptions,
-        under_test: &[Arc<Backend>],
-    ) -> Result<Self, String> {
-        let mut played: Vec<String> = Vec::new();
-        for name in names {
-            for m in under_test {
-                let by = user_played_by(m.name(), &name).to_owned();
-                if !played.contains(&by) {
-                    played.push(by);
-                }
-            }
-        }
-        for name in played {
-            let replayed = !under_test.is_empty() && under_test.iter().all(|m| m.replays_grader(&name));
-            if !replayed && !self.users.contains_key(&name) {
-                let backend =
-                    Backend::open(&name, config, options.clone()).map_err(|e| format!("simulated user: {e}"))?;
-                self.users.insert(name, Arc::new(backend));
-            }
-        }
-        Ok(self)
-    }
-
-    /// The opened backend of a simulated user's model.
-    pub fn user_backend(&self, name: &str) -> Option<&Arc<Backend>> {
-        self.users.get(name)
+        Ok(Graders { forced, backends })
     }
 
     /// The grader `name` for one scorer on one episode: scripted turns for `mock`, the
@@ -179,19 +144,10 @@ impl Graders {
                 mock.iter().map(|t| MockTurn { text: Some(Text(t.clone())), tool_calls: Vec::new() }).collect();
             return Some(Arc::new(crate::model::mock::MockModel::new(turns.into())));
         }
-        let (task, id) = (episode.task, episode.episode_id);
-        episode
-            .under_test
-            .and_then(|m| m.recorded_grader(name, task, id, scorer))
-            .or_else(|| self.backends.get(name).map(|b| b.as_grader(task, id, scorer)))
+        let role = Role::Grader { scorer };
+        let opened = self.backends.get(name).map(|b| &**b);
+        lend_beside(name, role, episode.under_test, opened, episode.task, episode.episode_id)
     }
-}
-
-/// The model that plays a simulated user whose model is `user_model` when the model under
-/// test is `under_test`: `mock` (the task's `mock_user:` turns) under `--model mock`, so that
-/// a suite runs offline whatever its user's model; the user's own model otherwise.
-pub fn user_played_by<'a>(under_test: &str, user_model: &'a str) -> &'a str {
-    if under_test == "mock" { "mock" } else { user_model }
 }
 
 /// What the agent told the user: its conversation replies, the questions of `ask_user` and

@@ -1,0 +1,116 @@
+//! Kinds of agent, in one explicit list: [`AgentKind::ALL`]. A suite's `agent: {kind: …}` is
+//! looked up here, and each kind builds its agent for an episode from the same
+//! [`AgentParts`]. Adding a kind is adding a variant, its name and its `build` arm here.
+
+use std::sync::Arc;
+
+use super::memory::SharedStores;
+use super::{Agent, Subagents, ToolCallingAgent};
+use crate::model::LanguageModel;
+
+/// The kinds of agent a suite can name with `agent: {kind: …}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum AgentKind {
+    /// The model proposes tool calls and the agent passes them on: [`ToolCallingAgent`].
+    #[default]
+    ToolCalling,
+}
+
+/// What an agent of any kind is built from, for one episode: the model the episode's cast
+/// gave it and the suite's settings, already decided (a kind takes what it needs).
+pub struct AgentParts {
+    /// The main agent's model.
+    pub model: Arc<dyn LanguageModel>,
+    /// The model's name, as the agent reports it.
+    pub model_name: String,
+    /// The system prompt, rendered for the task.
+    pub system: Option<String>,
+    pub require_final_answer: bool,
+    /// The bounded memory's stores, when the suite gives the agent a memory.
+    pub memory: Option<SharedStores>,
+    pub plan_mode: bool,
+    /// The task's user opens the episode and the agent talks with it.
+    pub conversation: bool,
+    /// The suite's subagents, when it has them.
+    pub subagents: Option<Arc<Subagents>>,
+}
+
+impl AgentKind {
+    pub const ALL: [AgentKind; 1] = [AgentKind::ToolCalling];
+
+    /// Kinds that `DESIGN.md` names but that are not built yet: refused as such, not as
+    /// unknown, so that a suite written for them says what it is waiting for.
+    pub const NOT_YET: [&str; 3] = ["memory", "external", "oracle"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AgentKind::ToolCalling => "tool_calling",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<AgentKind, String> {
+        if let Some(kind) = Self::ALL.into_iter().find(|k| k.name() == name) {
+            return Ok(kind);
+        }
+        let known: Vec<&str> = Self::ALL.iter().map(|k| k.name()).collect();
+        if Self::NOT_YET.contains(&name) {
+            Err(format!("agent kind `{name}` is not available yet; the available kinds are: {}", known.join(", ")))
+        } else {
+            Err(format!("unknown agent kind `{name}`, expected one of: {}", known.join(", ")))
+        }
+    }
+
+    /// This kind's agent for one episode.
+    pub fn build(self, parts: AgentParts) -> Box<dyn Agent> {
+        match self {
+            AgentKind::ToolCalling => Box::new(tool_calling(parts)),
+        }
+    }
+}
+
+fn tool_calling(parts: AgentParts) -> ToolCallingAgent {
+    let mut agent = ToolCallingAgent::new(parts.model, &parts.model_name, parts.system, parts.require_final_answer);
+    if let Some(stores) = parts.memory {
+        agent = agent.with_memory(stores);
+    }
+    if parts.plan_mode {
+        agent = agent.with_plan_mode();
+    }
+    if parts.conversation {
+        agent = agent.in_conversation();
+    }
+    if let Some(subagents) = parts.subagents {
+        agent = agent.with_subagents(subagents);
+    }
+    agent
+}
+
+impl serde::Serialize for AgentKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for AgentKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        AgentKind::parse(&name).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_is_known_not_yet_available_or_unknown() {
+        assert_eq!(AgentKind::parse("tool_calling"), Ok(AgentKind::ToolCalling));
+        for kind in AgentKind::ALL {
+            assert_eq!(AgentKind::parse(kind.name()), Ok(kind));
+        }
+        let err = AgentKind::parse("oracle").unwrap_err();
+        assert!(err.contains("`oracle` is not available yet") && err.ends_with(": tool_calling"), "{err}");
+        let err = AgentKind::parse("toolcalling").unwrap_err();
+        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling");
+    }
+}

@@ -1,0 +1,122 @@
+//! Who plays each part of an episode: the agent and its subagents (the model under test),
+//! the task's simulated user, the graders. The run opens its models once ([`Roster`]);
+//! each episode's [`Cast`] is decided here, once, from them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::EpisodeSpec;
+use crate::agent::ModelFor;
+use crate::contract::Actor;
+use crate::domain::UserKind;
+use crate::model::config::ModelConfig;
+use crate::model::{Backend, BackendOptions, LanguageModel, Role, lend_beside, open_beside};
+use crate::scoring::Graders;
+use crate::suite::Suite;
+
+/// The models a run opened besides those under test: the graders, and the models that play
+/// the suites' simulated users.
+#[derive(Default)]
+pub struct Roster {
+    pub graders: Graders,
+    /// The backends that play simulated users, by model name (`mock` included).
+    users: HashMap<String, Arc<Backend>>,
+}
+
+impl Roster {
+    /// The run's graders, and beside them the models that play the suites' simulated users
+    /// (as [`user_played_by`] picks them for each model under test), cached and recorded
+    /// as `options` ask; one whose calls every model under test replays is not opened.
+    pub fn open(
+        graders: Graders,
+        suites: &[Arc<Suite>],
+        config: &ModelConfig,
+        options: BackendOptions,
+        under_test: &[Arc<Backend>],
+    ) -> Result<Self, String> {
+        let mut users = HashMap::new();
+        for name in played_users(suites, under_test) {
+            if users.contains_key(&name) {
+                continue;
+            }
+            if let Some(backend) =
+                open_beside(&name, config, options.clone(), under_test).map_err(|e| format!("simulated user: {e}"))?
+            {
+                users.insert(name, Arc::new(backend));
+            }
+        }
+        Ok(Roster { graders, users })
+    }
+}
+
+/// The models that play the suites' simulated users under the models under test, each once.
+fn played_users(suites: &[Arc<Suite>], under_test: &[Arc<Backend>]) -> Vec<String> {
+    let mut named: Vec<&str> = Vec::new();
+    for task in suites.iter().flat_map(|s| &s.tasks) {
+        if let Some(UserKind::Simulated { model, .. }) = task.user.as_ref().map(|u| &u.kind)
+            && !named.contains(&model.as_str())
+        {
+            named.push(model);
+        }
+    }
+    let mut played: Vec<String> = Vec::new();
+    for name in named {
+        for m in under_test {
+            let by = user_played_by(m.name(), name).to_owned();
+            if !played.contains(&by) {
+                played.push(by);
+            }
+        }
+    }
+    played
+}
+
+/// The model that plays a simulated user whose model is `user_model` when the model under
+/// test is `under_test`: `mock` (the task's `mock_user:` turns) under `--model mock`, so that
+/// a suite runs offline whatever its user's model; the user's own model otherwise.
+pub fn user_played_by<'a>(under_test: &str, user_model: &'a str) -> &'a str {
+    if under_test == "mock" { "mock" } else { user_model }
+}
+
+/// Who plays each part of one episode.
+pub struct Cast<'a> {
+    /// The model under test.
+    pub under_test: Arc<Backend>,
+    /// The main agent's model: the model under test, lent to this episode.
+    pub agent: Arc<dyn LanguageModel>,
+    /// Each subagent's model, by actor: the model under test (under `mock`, the subagent's
+    /// own `mock_subagents:` script).
+    pub subagents: ModelFor,
+    /// The task's simulated user, when it has one whose model is open.
+    pub user: Option<Arc<dyn LanguageModel>>,
+    /// The graders; a replay of the model under test serves the calls it recorded of them.
+    pub graders: &'a Graders,
+}
+
+impl<'a> Cast<'a> {
+    pub fn of(spec: &EpisodeSpec, roster: &'a Roster) -> Self {
+        let task = &spec.suite.tasks[spec.task];
+        let (backend, suite, index, episode_id) = (spec.model.clone(), spec.suite.clone(), spec.task, spec.id.clone());
+        let subagents: ModelFor =
+            Arc::new(move |actor| backend.lend(Role::Agent(actor), &suite.tasks[index], &episode_id));
+        Cast {
+            under_test: spec.model.clone(),
+            agent: spec.model.lend(Role::Agent(&Actor::Main), task, &spec.id),
+            subagents,
+            user: user_model(spec, roster),
+            graders: &roster.graders,
+        }
+    }
+}
+
+/// The model that plays the task's simulated user on this episode: `mock` (its `mock_user:`
+/// turns) when the model under test is `mock`, else the user's own model; served from the
+/// recording when the model under test replays one that holds its calls, else by the run's
+/// backend of that name. `None` when the task has no simulated user, or its model is not open.
+fn user_model(spec: &EpisodeSpec, roster: &Roster) -> Option<Arc<dyn LanguageModel>> {
+    let task = &spec.suite.tasks[spec.task];
+    let UserKind::Simulated { model, .. } = &task.user.as_ref()?.kind else { return None };
+    let played_by = user_played_by(spec.model.name(), model);
+    let opened = roster.users.get(played_by).map(|b| &**b);
+    lend_beside(played_by, Role::User, Some(&spec.model), opened, task, &spec.id)
+}
