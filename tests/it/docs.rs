@@ -36,18 +36,42 @@ fn unnamed<'a>(text: &str, wanted: impl IntoIterator<Item = &'a str>) -> Vec<&'a
     wanted.into_iter().filter(|name| !names(text, name)).collect()
 }
 
-/// The targets of the Markdown links in `text` that point at another file of the book (no
-/// scheme, no mail), without their `#anchor`.
-fn local_links(text: &str) -> Vec<String> {
+/// The Markdown links in `text` that point into the book (no scheme, no mail), each as its
+/// file (empty for the page itself) and its anchor (empty for none).
+fn local_links(text: &str) -> Vec<(String, String)> {
     text.match_indices("](")
         .filter_map(|(at, _)| {
             let rest = &text[at + 2..];
             let target = &rest[..rest.find(')')?];
-            let file = target.split('#').next().unwrap_or_default();
             let external = target.contains("://") || target.starts_with("mailto:");
-            (!external && !file.is_empty()).then(|| file.to_string())
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            (!external && !target.is_empty()).then(|| (file.to_string(), anchor.to_string()))
         })
         .collect()
+}
+
+/// The anchors of a page's headings, as mdBook makes them: lower case, spaces to `-`, only
+/// letters, digits, `-` and `_` kept (`` ## `runner.yaml` `` is `#runneryaml`).
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut in_code = false;
+    let mut anchors = BTreeSet::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.starts_with('#') {
+            let heading = line.trim_start_matches('#').trim();
+            let anchor = heading
+                .chars()
+                .filter_map(|c| match c {
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c.to_ascii_lowercase()),
+                    c if c.is_whitespace() => Some('-'),
+                    _ => None,
+                })
+                .collect();
+            anchors.insert(anchor);
+        }
+    }
+    anchors
 }
 
 /// Every `.md` file under `dir`, as a path relative to it with `/` separators.
@@ -73,7 +97,7 @@ fn pages_under(dir: &Path) -> BTreeSet<String> {
 #[test]
 fn every_page_is_in_the_summary_and_every_summary_link_exists() {
     let summary = read(&book().join("SUMMARY.md"));
-    let linked: BTreeSet<String> = local_links(&summary).into_iter().collect();
+    let linked: BTreeSet<String> = local_links(&summary).into_iter().map(|(file, _)| file).collect();
     let mut pages = pages_under(&book());
     pages.remove("SUMMARY.md");
 
@@ -142,8 +166,18 @@ fn links_between_pages_resolve() {
     pages.push(root().join("README.md"));
     for page in pages {
         let folder = page.parent().expect("a page in a folder");
-        for link in local_links(&read(&page)) {
-            assert!(folder.join(&link).exists(), "{} links to `{link}`, which does not exist", page.display());
+        for (file, anchor) in local_links(&read(&page)) {
+            let target = if file.is_empty() { page.clone() } else { folder.join(&file) };
+            assert!(target.exists(), "{} links to `{file}`, which does not exist", page.display());
+            let is_page = target.extension().is_some_and(|e| e == "md");
+            if !anchor.is_empty() && is_page {
+                assert!(
+                    anchors(&read(&target)).contains(&anchor),
+                    "{} links to `{file}#{anchor}`, a heading {} does not have",
+                    page.display(),
+                    target.display()
+                );
+            }
         }
     }
 }
@@ -156,7 +190,16 @@ fn a_name_counts_only_whole_and_in_backquotes() {
 }
 
 #[test]
-fn links_to_other_sites_and_anchors_alone_are_not_pages() {
+fn links_to_other_sites_are_not_the_books() {
     let text = "[a](a.md) [b](sub/b.md#part) [c](#here) [d](https://example.org/d.md) [e](mailto:x@y)";
-    assert_eq!(local_links(text), ["a.md", "sub/b.md"]);
+    let links = local_links(text);
+    let links: Vec<(&str, &str)> = links.iter().map(|(f, a)| (f.as_str(), a.as_str())).collect();
+    assert_eq!(links, [("a.md", ""), ("sub/b.md", "part"), ("", "here")]);
+}
+
+#[test]
+fn anchors_are_made_from_headings_as_mdbook_makes_them() {
+    let text = "# Models\n\n```sh\n# a comment\n```\n\n## `runner.yaml`\n### Gates and reports: `eval`, `merge`\n";
+    let expected = ["gates-and-reports-eval-merge", "models", "runneryaml"];
+    assert_eq!(anchors(text), expected.into_iter().map(String::from).collect::<BTreeSet<_>>());
 }
