@@ -3,7 +3,7 @@
 //! [`CliError`], printed and turned into an exit code in one place, [`main`].
 
 mod commands;
-mod flags;
+pub mod flags;
 mod resolve;
 
 use std::fmt::Display;

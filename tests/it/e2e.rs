@@ -5,7 +5,7 @@
 use crate::{Sandbox, of_type};
 
 #[test]
-#[ignore = "needs a real model server in RUNNER_LLAMA_URL (see README: Testing against a real model)"]
+#[ignore = "needs a real model server in RUNNER_LLAMA_URL (see docs/src/contributing.md: Testing against a real model)"]
 fn e2e_llama_server_speaks_to_runner() {
     // Asked for by name but given no server: that is a failure, not a pass.
     let Ok(url) = std::env::var("RUNNER_LLAMA_URL") else {
