@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::contract::{ErrorType, ToolError};
-use crate::environment::{CallError, ReadBack, ToolFailure, Trajectory};
+use crate::environment::{CallError, FileWorld, ReadBack, ToolFailure, Trajectory};
 use crate::log::{Termination, Usage};
 
 /// How long a scorer of the final world may take, in these tests.
@@ -21,6 +21,13 @@ impl World for FakeWorld {
         Ok(Value::Null)
     }
 
+    fn files(&self) -> Option<&dyn FileWorld> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl FileWorld for FakeWorld {
     async fn read_back(&self, path: &str, _: usize) -> Result<ReadBack, ToolFailure> {
         match path {
             "out.txt" => Ok(ReadBack { text: "hello world\n".into(), size: 12 }),
