@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::contract::{ErrorType, ToolError};
+use crate::contract::{ErrorType, ToolCall, ToolError};
 use crate::environment::{CallError, FileWorld, ReadBack, ToolFailure, Trajectory};
 use crate::log::{Termination, Usage};
 
@@ -282,7 +282,7 @@ fn the_grader_sees_each_call_with_its_arguments_and_error() {
     let ending =
         ending(Some("3"), &[("read_file", json!({"path": "a.txt"})), ("run_command", json!({"command": "ls"}))]);
     let finished = finished(&task, &ending, 1.0);
-    let text = compact_for_tests(&finished);
+    let text = checks::graded::compact_trajectory(&finished);
     assert!(text.contains(r#"- read_file({"path":"a.txt"}) -> ExecutionError: no such file"#), "{text}");
     assert!(text.contains(r#"- run_command({"command":"ls"})"#) && !text.contains("ls\"}) ->"), "{text}");
     assert!(text.contains("1 tool errors"), "{text}");
