@@ -247,6 +247,26 @@ impl Options {
         }
     }
 
+    /// The scorer's argument as a text (a number or a boolean is written out).
+    fn text(&self, v: Value) -> Result<String, String> {
+        match v {
+            Value::String(s) => Ok(s),
+            Value::Number(n) => Ok(n.to_string()),
+            Value::Bool(b) => Ok(b.to_string()),
+            other => Err(format!("`{}` takes a text, not {other}", self.scorer)),
+        }
+    }
+
+    /// The scorer's argument as a number of at least 0.
+    fn at_least_zero(&self, v: &Value) -> Result<f64, String> {
+        let name = &self.scorer;
+        match number_of(v) {
+            Ok(x) if x >= 0.0 => Ok(x),
+            Ok(_) => Err(format!("`{name}` takes a number of at least 0, not {v}")),
+            Err(e) => Err(format!("`{name}` takes a number of at least 0: {e}")),
+        }
+    }
+
     fn finish(self) -> Result<(), String> {
         match self.map.keys().next() {
             None => Ok(()),
@@ -279,215 +299,252 @@ fn number_of(v: &Value) -> Result<f64, String> {
 }
 
 fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
-    let named: Vec<String> = map.keys().filter(|k| SCORERS.contains(&k.as_str())).cloned().collect();
-    let name = match named.as_slice() {
-        [one] => one.clone(),
-        [] => {
-            let found: Vec<&str> = map.keys().map(String::as_str).collect();
-            return Err(format!("a scorer needs one of: {} (found {})", SCORERS.join(", "), found.join(", ")));
-        }
-        [a, b, ..] => return Err(format!("one scorer per item: `{a}` and `{b}` are two")),
-    };
+    let name = scorer_key(&map)?;
     let arg = map.remove(&name).unwrap_or(Value::Null);
     let mut o = Options { scorer: name.clone(), map, allowed: Vec::new() };
     let weight: f64 = o.take_number("weight")?.unwrap_or(1.0);
     // The checks of a text take it from the final answer, or from the world with `from:`.
-    let reads_text = matches!(
-        name.as_str(),
-        "includes" | "not_includes" | "equals" | "not_equals" | "regex" | "not_regex" | "numeric" | "json"
-    ) || name == "llm_rubric"
-        || name == "model_graded_qa";
-    let from: Option<String> = if reads_text { o.take("from")? } else { None };
+    let from: Option<String> = if reads_text(&name) { o.take("from")? } else { None };
     if from.as_deref().is_some_and(|f| f.trim().is_empty()) {
         return Err(format!("`from` of `{name}` names a file or document, not an empty text"));
     }
     if !(weight.is_finite() && weight >= 0.0) {
         return Err(format!("the weight of `{name}` must be a number of at least 0"));
     }
-    let text = |v: Value| -> Result<String, String> {
-        match v {
-            Value::String(s) => Ok(s),
-            Value::Number(n) => Ok(n.to_string()),
-            Value::Bool(b) => Ok(b.to_string()),
-            other => Err(format!("`{name}` takes a text, not {other}")),
-        }
-    };
-    let number = |v: &Value| -> Result<f64, String> {
-        match number_of(v) {
-            Ok(x) if x >= 0.0 => Ok(x),
-            Ok(_) => Err(format!("`{name}` takes a number of at least 0, not {v}")),
-            Err(e) => Err(format!("`{name}` takes a number of at least 0: {e}")),
-        }
-    };
     let check = match name.as_str() {
-        "includes" | "not_includes" | "equals" | "not_equals" | "regex" | "not_regex" => {
-            let op = match name.trim_start_matches("not_") {
-                "includes" => TextOp::Includes,
-                "equals" => TextOp::Equals,
-                _ => TextOp::Regex,
-            };
-            let ignore_case = o.take("ignore_case")?.unwrap_or(false);
-            Check::Text { op, expected: text(arg)?, negate: name.starts_with("not_"), ignore_case }
-        }
-        "numeric" => {
-            let tolerance: f64 = o.take_number("tolerance")?.unwrap_or(0.0);
-            if !(tolerance.is_finite() && tolerance >= 0.0) {
-                return Err(format!("the tolerance of `numeric` must be a number of at least 0, not {tolerance}"));
-            }
-            Check::Numeric { expected: text(arg)?, tolerance }
-        }
-        "json" => Check::Json(match arg {
-            Value::String(s) if s == "valid" => JsonCheck::Valid,
-            Value::Object(mut m) => match (m.remove("schema"), m.remove("path"), m.remove("equals")) {
-                (Some(schema), None, None) if m.is_empty() => JsonCheck::Schema(schema),
-                (None, Some(Value::String(path)), Some(value)) if m.is_empty() => JsonCheck::PathEquals { path, value },
-                _ => return Err("`json` takes `valid`, `{schema: …}` or `{path: /a/b, equals: …}`".into()),
-            },
-            _ => return Err("`json` takes `valid`, `{schema: …}` or `{path: /a/b, equals: …}`".into()),
-        }),
-        "tool_called" | "tool_not_called" => {
-            let actor = o.take::<String>("actor")?.map(|a| ActorFilter::parse(&a)).transpose()?;
-            Check::ToolCalled { name: text(arg)?, negate: name == "tool_not_called", actor }
-        }
-        "tool_sequence" => {
-            let Value::Array(items) = arg else {
-                return Err("`tool_sequence` takes a list of calls: [{name: …, arguments: {…}}]".into());
-            };
-            let calls = items
-                .into_iter()
-                .map(|item| match item {
-                    Value::String(name) => Ok(ExpectedCall { name, arguments: None }),
-                    Value::Object(mut m) => {
-                        let call_name = match m.remove("name") {
-                            Some(Value::String(n)) => n,
-                            _ => return Err("each call of `tool_sequence` needs a `name`".to_string()),
-                        };
-                        let arguments = m.remove("arguments");
-                        match m.keys().next() {
-                            Some(k) => Err(format!("`{k}` is not a field of a `tool_sequence` call (name, arguments)")),
-                            None => Ok(ExpectedCall { name: call_name, arguments }),
-                        }
-                    }
-                    other => Err(format!("a `tool_sequence` call is a name or {{name, arguments}}, not {other}")),
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            if calls.is_empty() {
-                return Err("`tool_sequence` needs at least one call".into());
-            }
-            let ordered = match o.take::<String>("order")?.as_deref() {
-                None | Some("ordered") => true,
-                Some("unordered") => false,
-                Some(other) => return Err(format!("`order` is `ordered` or `unordered`, not `{other}`")),
-            };
-            let arguments = o.take("arguments")?.unwrap_or(ArgMatch::Subset);
-            if arguments == ArgMatch::Pattern {
-                for call in &calls {
-                    for pattern in call
-                        .arguments
-                        .iter()
-                        .flat_map(|a| a.as_object())
-                        .flat_map(|m| m.values())
-                        .filter_map(Value::as_str)
-                    {
-                        regex::Regex::new(pattern)
-                            .map_err(|e| format!("`{pattern}` in `tool_sequence` is not a valid regex: {e}"))?;
-                    }
-                }
-            }
-            let partial = o.take("partial")?.unwrap_or(false);
-            let actor = o.take::<String>("actor")?.map(|a| ActorFilter::parse(&a)).transpose()?;
-            Check::ToolSequence { calls, ordered, arguments, partial, actor }
-        }
-        "max_steps" | "max_tool_errors" | "max_tokens" | "max_cost" | "max_latency" => {
-            let what = match name.as_str() {
-                "max_steps" => Budget::Steps,
-                "max_tool_errors" => Budget::ToolErrors,
-                "max_tokens" => Budget::Tokens,
-                "max_cost" => Budget::CostUsd,
-                _ => Budget::LatencyS,
-            };
-            Check::Budget { what, max: number(&arg)? }
-        }
-        "communicated" => {
-            let ignore_case = o.take("ignore_case")?.unwrap_or(false);
-            Check::Communicated { expected: text(arg)?, ignore_case }
-        }
-        "file_exists" => Check::FileExists { path: text(arg)? },
-        "file_contains" => {
-            let Value::Object(mut m) = arg else {
-                return Err("`file_contains` takes {path: …, text: …} or {path: …, regex: …}".into());
-            };
-            let path = match m.remove("path") {
-                Some(Value::String(p)) => p,
-                _ => return Err("`file_contains` needs a `path`".into()),
-            };
-            let (expected, regex) = match (m.remove("text"), m.remove("regex")) {
-                (Some(t), None) => (text(t)?, false),
-                (None, Some(r)) => (text(r)?, true),
-                _ => return Err("`file_contains` needs one of `text` or `regex`".into()),
-            };
-            if let Some(k) = m.keys().next() {
-                return Err(format!("`{k}` is not a field of `file_contains` (path, text, regex)"));
-            }
-            Check::FileContains { path, text: expected, regex }
-        }
-        "document" => {
-            let path = text(arg)?;
-            let sections: Vec<String> = o.take("sections")?.unwrap_or_default();
-            let min_words = o.take("min_words")?;
-            let max_words = o.take("max_words")?;
-            let max_section_words = o.take("max_section_words")?;
-            if sections.is_empty() && min_words.is_none() && max_words.is_none() && max_section_words.is_none() {
-                return Err(
-                    "`document` needs something to check: `sections`, `min_words`, `max_words` or `max_section_words`"
-                        .into(),
-                );
-            }
-            Check::Document { path, sections, min_words, max_words, max_section_words }
-        }
-        "check" => {
-            let timeout_s = o.take_number("timeout_s")?.unwrap_or(30.0);
-            if !(0.001..=MAX_CHECK_S).contains(&timeout_s) {
-                return Err(format!(
-                    "the `timeout_s` of `check` must be a number of seconds from 0.001 to {MAX_CHECK_S}, not {timeout_s}"
-                ));
-            }
-            Check::Command { command: text(arg)?, timeout_s }
-        }
-        _ => {
-            let kind = if name == "llm_rubric" { GraderKind::Rubric } else { GraderKind::Qa };
-            let criteria = match (kind, arg) {
-                (GraderKind::Rubric, v) => Some(text(v)?),
-                (GraderKind::Qa, Value::Null | Value::Bool(true)) => None,
-                (GraderKind::Qa, Value::Object(m)) if m.is_empty() => None,
-                (GraderKind::Qa, other) => {
-                    return Err(format!(
-                        "`model_graded_qa` takes no argument (write `model_graded_qa: true`), not {other}"
-                    ));
-                }
-            };
-            let samples = o.take_number("samples")?.unwrap_or(1.0);
-            if !(samples >= 1.0 && samples <= f64::from(u32::MAX) && samples.fract() == 0.0) {
-                return Err(format!("`samples` must be a whole number of at least 1, not {samples}"));
-            }
-            let samples = samples as u32;
-            let threshold: f64 = o.take_number("threshold")?.unwrap_or(0.5);
-            if !(0.0..=1.0).contains(&threshold) {
-                return Err("`threshold` must be between 0 and 1".into());
-            }
-            Check::Grader {
-                kind,
-                criteria,
-                model: o.take("model")?,
-                template: o.take("template")?,
-                samples,
-                threshold,
-                mock: o.take("mock")?.unwrap_or_default(),
-            }
-        }
+        "includes" | "not_includes" | "equals" | "not_equals" | "regex" | "not_regex" => text(arg, &mut o)?,
+        "numeric" => numeric(arg, &mut o)?,
+        "json" => json(arg)?,
+        "tool_called" | "tool_not_called" => tool_called(arg, &mut o)?,
+        "tool_sequence" => tool_sequence(arg, &mut o)?,
+        "max_steps" | "max_tool_errors" | "max_tokens" | "max_cost" | "max_latency" => budget(arg, &o)?,
+        "communicated" => communicated(arg, &mut o)?,
+        "file_exists" => Check::FileExists { path: o.text(arg)? },
+        "file_contains" => file_contains(arg, &o)?,
+        "document" => document(arg, &mut o)?,
+        "check" => command(arg, &mut o)?,
+        _ => grader(arg, &mut o)?,
     };
     o.finish()?;
     Ok(ScorerSpec { name, check, weight, from })
+}
+
+/// The one key of a scorer's mapping that names it.
+fn scorer_key(map: &Map<String, Value>) -> Result<String, String> {
+    let named: Vec<&String> = map.keys().filter(|k| SCORERS.contains(&k.as_str())).collect();
+    match named.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => {
+            let found: Vec<&str> = map.keys().map(String::as_str).collect();
+            Err(format!("a scorer needs one of: {} (found {})", SCORERS.join(", "), found.join(", ")))
+        }
+        [a, b, ..] => Err(format!("one scorer per item: `{a}` and `{b}` are two")),
+    }
+}
+
+/// Whether a scorer checks a text (the final answer, or `from:` a text of the world).
+fn reads_text(name: &str) -> bool {
+    matches!(
+        name,
+        "includes"
+            | "not_includes"
+            | "equals"
+            | "not_equals"
+            | "regex"
+            | "not_regex"
+            | "numeric"
+            | "json"
+            | "llm_rubric"
+            | "model_graded_qa"
+    )
+}
+
+/// `includes`, `equals`, `regex` and their `not_` forms, with `ignore_case`.
+fn text(arg: Value, o: &mut Options) -> Result<Check, String> {
+    let op = match o.scorer.trim_start_matches("not_") {
+        "includes" => TextOp::Includes,
+        "equals" => TextOp::Equals,
+        _ => TextOp::Regex,
+    };
+    let ignore_case = o.take("ignore_case")?.unwrap_or(false);
+    Ok(Check::Text { op, expected: o.text(arg)?, negate: o.scorer.starts_with("not_"), ignore_case })
+}
+
+/// `numeric`, with a `tolerance` of at least 0.
+fn numeric(arg: Value, o: &mut Options) -> Result<Check, String> {
+    let tolerance: f64 = o.take_number("tolerance")?.unwrap_or(0.0);
+    if !(tolerance.is_finite() && tolerance >= 0.0) {
+        return Err(format!("the tolerance of `numeric` must be a number of at least 0, not {tolerance}"));
+    }
+    Ok(Check::Numeric { expected: o.text(arg)?, tolerance })
+}
+
+/// `json: valid`, `json: {schema: …}` or `json: {path: …, equals: …}`.
+fn json(arg: Value) -> Result<Check, String> {
+    const TAKES: &str = "`json` takes `valid`, `{schema: …}` or `{path: /a/b, equals: …}`";
+    Ok(Check::Json(match arg {
+        Value::String(s) if s == "valid" => JsonCheck::Valid,
+        Value::Object(mut m) => match (m.remove("schema"), m.remove("path"), m.remove("equals")) {
+            (Some(schema), None, None) if m.is_empty() => JsonCheck::Schema(schema),
+            (None, Some(Value::String(path)), Some(value)) if m.is_empty() => JsonCheck::PathEquals { path, value },
+            _ => return Err(TAKES.into()),
+        },
+        _ => return Err(TAKES.into()),
+    }))
+}
+
+/// `tool_called` and `tool_not_called`, with `actor`.
+fn tool_called(arg: Value, o: &mut Options) -> Result<Check, String> {
+    let actor = o.take::<String>("actor")?.map(|a| ActorFilter::parse(&a)).transpose()?;
+    Ok(Check::ToolCalled { name: o.text(arg)?, negate: o.scorer == "tool_not_called", actor })
+}
+
+/// `tool_sequence`: a list of calls (names, or `{name, arguments}`), with `order`,
+/// `arguments` (patterns are checked here), `partial` and `actor`.
+fn tool_sequence(arg: Value, o: &mut Options) -> Result<Check, String> {
+    let Value::Array(items) = arg else {
+        return Err("`tool_sequence` takes a list of calls: [{name: …, arguments: {…}}]".into());
+    };
+    let calls = items.into_iter().map(expected_call).collect::<Result<Vec<_>, _>>()?;
+    if calls.is_empty() {
+        return Err("`tool_sequence` needs at least one call".into());
+    }
+    let ordered = match o.take::<String>("order")?.as_deref() {
+        None | Some("ordered") => true,
+        Some("unordered") => false,
+        Some(other) => return Err(format!("`order` is `ordered` or `unordered`, not `{other}`")),
+    };
+    let arguments = o.take("arguments")?.unwrap_or(ArgMatch::Subset);
+    if arguments == ArgMatch::Pattern {
+        for call in &calls {
+            for pattern in
+                call.arguments.iter().flat_map(|a| a.as_object()).flat_map(|m| m.values()).filter_map(Value::as_str)
+            {
+                regex::Regex::new(pattern)
+                    .map_err(|e| format!("`{pattern}` in `tool_sequence` is not a valid regex: {e}"))?;
+            }
+        }
+    }
+    let partial = o.take("partial")?.unwrap_or(false);
+    let actor = o.take::<String>("actor")?.map(|a| ActorFilter::parse(&a)).transpose()?;
+    Ok(Check::ToolSequence { calls, ordered, arguments, partial, actor })
+}
+
+/// One call of a `tool_sequence`: a name, or `{name, arguments}`.
+fn expected_call(item: Value) -> Result<ExpectedCall, String> {
+    match item {
+        Value::String(name) => Ok(ExpectedCall { name, arguments: None }),
+        Value::Object(mut m) => {
+            let call_name = match m.remove("name") {
+                Some(Value::String(n)) => n,
+                _ => return Err("each call of `tool_sequence` needs a `name`".to_string()),
+            };
+            let arguments = m.remove("arguments");
+            match m.keys().next() {
+                Some(k) => Err(format!("`{k}` is not a field of a `tool_sequence` call (name, arguments)")),
+                None => Ok(ExpectedCall { name: call_name, arguments }),
+            }
+        }
+        other => Err(format!("a `tool_sequence` call is a name or {{name, arguments}}, not {other}")),
+    }
+}
+
+/// `max_steps`, `max_tool_errors`, `max_tokens`, `max_cost`, `max_latency`: a number of at
+/// least 0.
+fn budget(arg: Value, o: &Options) -> Result<Check, String> {
+    let what = match o.scorer.as_str() {
+        "max_steps" => Budget::Steps,
+        "max_tool_errors" => Budget::ToolErrors,
+        "max_tokens" => Budget::Tokens,
+        "max_cost" => Budget::CostUsd,
+        _ => Budget::LatencyS,
+    };
+    Ok(Check::Budget { what, max: o.at_least_zero(&arg)? })
+}
+
+/// `communicated`, with `ignore_case`.
+fn communicated(arg: Value, o: &mut Options) -> Result<Check, String> {
+    let ignore_case = o.take("ignore_case")?.unwrap_or(false);
+    Ok(Check::Communicated { expected: o.text(arg)?, ignore_case })
+}
+
+/// `file_contains: {path: …, text: …}` or `{path: …, regex: …}`.
+fn file_contains(arg: Value, o: &Options) -> Result<Check, String> {
+    let Value::Object(mut m) = arg else {
+        return Err("`file_contains` takes {path: …, text: …} or {path: …, regex: …}".into());
+    };
+    let path = match m.remove("path") {
+        Some(Value::String(p)) => p,
+        _ => return Err("`file_contains` needs a `path`".into()),
+    };
+    let (expected, regex) = match (m.remove("text"), m.remove("regex")) {
+        (Some(t), None) => (o.text(t)?, false),
+        (None, Some(r)) => (o.text(r)?, true),
+        _ => return Err("`file_contains` needs one of `text` or `regex`".into()),
+    };
+    if let Some(k) = m.keys().next() {
+        return Err(format!("`{k}` is not a field of `file_contains` (path, text, regex)"));
+    }
+    Ok(Check::FileContains { path, text: expected, regex })
+}
+
+/// `document`, with at least one of `sections`, `min_words`, `max_words`,
+/// `max_section_words`.
+fn document(arg: Value, o: &mut Options) -> Result<Check, String> {
+    let path = o.text(arg)?;
+    let sections: Vec<String> = o.take("sections")?.unwrap_or_default();
+    let min_words = o.take("min_words")?;
+    let max_words = o.take("max_words")?;
+    let max_section_words = o.take("max_section_words")?;
+    if sections.is_empty() && min_words.is_none() && max_words.is_none() && max_section_words.is_none() {
+        return Err(
+            "`document` needs something to check: `sections`, `min_words`, `max_words` or `max_section_words`".into()
+        );
+    }
+    Ok(Check::Document { path, sections, min_words, max_words, max_section_words })
+}
+
+/// `check`: a command, with a `timeout_s` of at most thirty days.
+fn command(arg: Value, o: &mut Options) -> Result<Check, String> {
+    let timeout_s = o.take_number("timeout_s")?.unwrap_or(30.0);
+    if !(0.001..=MAX_CHECK_S).contains(&timeout_s) {
+        return Err(format!(
+            "the `timeout_s` of `check` must be a number of seconds from 0.001 to {MAX_CHECK_S}, not {timeout_s}"
+        ));
+    }
+    Ok(Check::Command { command: o.text(arg)?, timeout_s })
+}
+
+/// `llm_rubric` (criteria) and `model_graded_qa` (no argument), with `samples`,
+/// `threshold`, `model`, `template` and `mock`.
+fn grader(arg: Value, o: &mut Options) -> Result<Check, String> {
+    let kind = if o.scorer == "llm_rubric" { GraderKind::Rubric } else { GraderKind::Qa };
+    let criteria = match (kind, arg) {
+        (GraderKind::Rubric, v) => Some(o.text(v)?),
+        (GraderKind::Qa, Value::Null | Value::Bool(true)) => None,
+        (GraderKind::Qa, Value::Object(m)) if m.is_empty() => None,
+        (GraderKind::Qa, other) => {
+            return Err(format!("`model_graded_qa` takes no argument (write `model_graded_qa: true`), not {other}"));
+        }
+    };
+    let samples = o.take_number("samples")?.unwrap_or(1.0);
+    if !(samples >= 1.0 && samples <= f64::from(u32::MAX) && samples.fract() == 0.0) {
+        return Err(format!("`samples` must be a whole number of at least 1, not {samples}"));
+    }
+    let samples = samples as u32;
+    let threshold: f64 = o.take_number("threshold")?.unwrap_or(0.5);
+    if !(0.0..=1.0).contains(&threshold) {
+        return Err("`threshold` must be between 0 and 1".into());
+    }
+    Ok(Check::Grader {
+        kind,
+        criteria,
+        model: o.take("model")?,
+        template: o.take("template")?,
+        samples,
+        threshold,
+        mock: o.take("mock")?.unwrap_or_default(),
+    })
 }
 
 impl ScorerSpec {

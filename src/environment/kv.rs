@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::definition::Definition;
 use super::kind::{EnvironmentKind, SetupContext};
 use super::tool::{self, Tool, ToolDecl};
-use super::{ReadBack, SetupError, ToolFailure, World, decode_arguments};
+use super::{FileWorld, ReadBack, SetupError, ToolFailure, World, decode_arguments};
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
 
@@ -245,6 +245,13 @@ impl World for KvWorld {
         tool::call(TOOLS, Kv.name(), self, actor, name, arguments).await
     }
 
+    fn files(&self) -> Option<&dyn FileWorld> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl FileWorld for KvWorld {
     async fn read_back(&self, key: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
         let value = self.with_store(|s| s.get(key).cloned());
         let value =

@@ -3,6 +3,7 @@
 
 mod checkpoint;
 pub mod definition;
+mod file_world;
 mod folder;
 pub mod kind;
 mod kv;
@@ -39,6 +40,7 @@ use definition::{Definition, validate_arguments};
 use permission::{Action, Permissions};
 use user::{Answered, Prompt, User};
 
+pub use file_world::{FileWorld, ReadBack};
 pub use kind::{EnvironmentKind, KINDS, RunStore, SetupContext};
 pub use run::{CallError, Ending, EpisodeLimits, Trajectory};
 pub use tool::{Tool, ToolDecl};
@@ -115,18 +117,10 @@ pub trait World: Send + Sync {
         Map::new()
     }
 
-    /// For scorers of the final world: the start of a file (or a key's value, in `kv`),
-    /// at most `cap` bytes of it. A file that is not a regular file is refused.
-    async fn read_back(&self, path: &str, _cap: usize) -> Result<ReadBack, ToolFailure> {
-        Err(ToolFailure::new(
-            ErrorType::ExecutionError,
-            format!("`{path}` does not exist: this environment has no files"),
-        ))
-    }
-
-    /// For `check:` scorers: runs a shell command in the final world; its exit code and output.
-    async fn run_check(&self, _command: &str, _timeout_s: f64) -> Result<(i32, String), ToolFailure> {
-        Err(ToolFailure::new(ErrorType::ExecutionError, "this environment cannot run commands"))
+    /// The world's files, for scorers of the final state; a world without files has none
+    /// (`file_world.rs`).
+    fn files(&self) -> Option<&dyn FileWorld> {
+        None
     }
 }
 
@@ -178,22 +172,6 @@ impl WorldModelView for Environment {
 
     async fn act(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation {
         Environment::act(self, call, step, recorder).await
-    }
-}
-
-/// What a scorer reads back from the final world.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReadBack {
-    /// The text, cut to the cap asked for.
-    pub text: String,
-    /// The size of the whole file, in bytes.
-    pub size: u64,
-}
-
-impl ReadBack {
-    /// Whether `text` holds less than the whole file.
-    pub fn is_cut(&self) -> bool {
-        self.size > self.text.len() as u64
     }
 }
 

@@ -20,7 +20,7 @@ use super::folder::EpisodeFolder;
 use super::kind::{EnvironmentKind, SetupContext};
 use super::sandbox::Confinement;
 use super::tool::{self, Tool, ToolDecl};
-use super::{ReadBack, SetupError, ToolFailure, World, decode_arguments};
+use super::{FileWorld, ReadBack, SetupError, ToolFailure, World, decode_arguments};
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
 
@@ -386,6 +386,10 @@ impl World for PythonWorld {
         tool::call(TOOLS, Python.name(), self, actor, name, arguments).await
     }
 
+    fn files(&self) -> Option<&dyn FileWorld> {
+        Some(self)
+    }
+
     fn describe(&self) -> Map<String, Value> {
         let mut info = Map::new();
         info.insert("cwd".into(), Value::String(self.root.display().to_string()));
@@ -395,6 +399,17 @@ impl World for PythonWorld {
         info
     }
 
+    async fn teardown(&mut self) {
+        if let Some(mut session) = self.state.get_mut().session.take() {
+            session.kill().await;
+        }
+        self.sandbox.kill_all();
+        self.dir.remove().await;
+    }
+}
+
+#[async_trait]
+impl FileWorld for PythonWorld {
     /// A file the session left in its working directory; plain paths only, no links.
     async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
         use tokio::io::AsyncReadExt;
@@ -424,14 +439,6 @@ impl World for PythonWorld {
         file.take(cap as u64).read_to_end(&mut kept).await.map_err(|e| ToolFailure::io(&format!("`{path}`"), e))?;
         let text = String::from_utf8_lossy(&kept).into_owned();
         Ok(ReadBack { text, size: meta.len() })
-    }
-
-    async fn teardown(&mut self) {
-        if let Some(mut session) = self.state.get_mut().session.take() {
-            session.kill().await;
-        }
-        self.sandbox.kill_all();
-        self.dir.remove().await;
     }
 }
 

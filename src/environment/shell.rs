@@ -30,7 +30,7 @@ use super::process::{Captured, read_capped};
 use super::sandbox::Confinement;
 use super::tool::{self, Tool, ToolDecl};
 use super::world_model::WorldModels;
-use super::{ReadBack, SetupError, ToolFailure, World, decode_arguments, process, resources};
+use super::{FileWorld, ReadBack, SetupError, ToolFailure, World, decode_arguments, process, resources};
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
 
@@ -452,10 +452,33 @@ impl World for ShellWorld {
         tool::call(TOOLS, Shell.name(), self, actor, name, arguments).await
     }
 
+    fn files(&self) -> Option<&dyn FileWorld> {
+        Some(self)
+    }
+
     async fn changed_files(&self, actor: &Actor) -> Vec<String> {
         self.changed_for(actor).await
     }
 
+    fn describe(&self) -> Map<String, Value> {
+        let mut info = Map::new();
+        info.insert("cwd".into(), Value::String(self.root.display().to_string()));
+        info.insert("sandbox".into(), self.sandbox.enforced().clone());
+        info
+    }
+
+    async fn teardown(&mut self) {
+        // Every process a command started died with the command (`process.rs`); what is
+        // left is the folder. It is removed off the runtime's threads, as it may hold many
+        // files; dropping `dir` then finds nothing, or retries what failed here.
+        self.sandbox.kill_all();
+        self.dir.remove().await;
+        self.checkpoints.teardown().await;
+    }
+}
+
+#[async_trait]
+impl FileWorld for ShellWorld {
     async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
         let (file, size) = self.open_regular(path, tokio::fs::OpenOptions::new().read(true), 0).await?;
         let read = read_start(file, size, cap).await?;
@@ -484,22 +507,6 @@ impl World for ShellWorld {
         let text =
             format!("{}{}", out["stdout"].as_str().unwrap_or_default(), out["stderr"].as_str().unwrap_or_default());
         Ok((code, text))
-    }
-
-    fn describe(&self) -> Map<String, Value> {
-        let mut info = Map::new();
-        info.insert("cwd".into(), Value::String(self.root.display().to_string()));
-        info.insert("sandbox".into(), self.sandbox.enforced().clone());
-        info
-    }
-
-    async fn teardown(&mut self) {
-        // Every process a command started died with the command (`process.rs`); what is
-        // left is the folder. It is removed off the runtime's threads, as it may hold many
-        // files; dropping `dir` then finds nothing, or retries what failed here.
-        self.sandbox.kill_all();
-        self.dir.remove().await;
-        self.checkpoints.teardown().await;
     }
 }
 

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 use super::definition::Definition;
 use super::kind::{EnvironmentKind, SetupContext};
 use super::tool::{self, Tool, ToolDecl};
-use super::{ReadBack, SetupError, ToolFailure, World, decode_arguments};
+use super::{FileWorld, ReadBack, SetupError, ToolFailure, World, decode_arguments};
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
 use crate::domain::document::{Document, Section, word_count};
@@ -564,6 +564,10 @@ impl World for Room {
         tool::call(TOOLS, Writing.name(), self, actor, name, arguments).await
     }
 
+    fn files(&self) -> Option<&dyn FileWorld> {
+        Some(self)
+    }
+
     fn describe(&self) -> Map<String, Value> {
         let mut info = self.observe();
         let documents: Vec<String> = self.with_state(|s| s.documents.keys().cloned().collect());
@@ -583,7 +587,10 @@ impl World for Room {
             info
         })
     }
+}
 
+#[async_trait]
+impl FileWorld for Room {
     /// `doc:ID`: the document's current Markdown; `ID.md` or `ID.html`: its latest export.
     async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
         let text = self.with_state(|state| {

@@ -4,8 +4,8 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::contract::{ErrorType, ToolError};
-use crate::environment::{CallError, ReadBack, ToolFailure, Trajectory};
+use crate::contract::{ErrorType, ToolCall, ToolError};
+use crate::environment::{CallError, FileWorld, ReadBack, ToolFailure, Trajectory};
 use crate::log::{Termination, Usage};
 
 /// How long a scorer of the final world may take, in these tests.
@@ -21,6 +21,13 @@ impl World for FakeWorld {
         Ok(Value::Null)
     }
 
+    fn files(&self) -> Option<&dyn FileWorld> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl FileWorld for FakeWorld {
     async fn read_back(&self, path: &str, _: usize) -> Result<ReadBack, ToolFailure> {
         match path {
             "out.txt" => Ok(ReadBack { text: "hello world\n".into(), size: 12 }),
@@ -84,22 +91,24 @@ fn finished<'a>(task: &'a Task, ending: &'a Ending, wall_s: f64) -> Finished<'a>
     }
 }
 
-/// The fault that scoring `scorer` on `ending` gives instead of scores.
-fn fault_of(scorer: Value, ending: &Ending) -> crate::scoring::ScoringFault {
+/// Scores one scorer, written as YAML would decode it, against an episode that ended as
+/// `ending` in `world`: its score, or the fault it gives instead.
+fn score_in(world: &dyn World, scorer: Value, ending: &Ending, wall_s: f64) -> Result<Score, ScoringFault> {
     let spec: ScorerSpec = serde_json::from_value(scorer).unwrap();
     let task = task();
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    runtime.block_on(score(&[spec], &[], &finished(&task, ending, 1.0), &FakeWorld, &Graders::default())).unwrap_err()
+    let scored = runtime.block_on(score(&[spec], &[], &finished(&task, ending, wall_s), world, &Graders::default()));
+    scored.map(|mut scores| scores.remove(0))
 }
 
-/// Scores one scorer, written as YAML would decode it, against an episode.
+/// The fault that scoring `scorer` on `ending` gives instead of scores.
+fn fault_of(scorer: Value, ending: &Ending) -> ScoringFault {
+    score_in(&FakeWorld, scorer, ending, 1.0).unwrap_err()
+}
+
+/// Scores one scorer against an episode with this answer and these calls.
 fn check_with(scorer: Value, answer: Option<&str>, calls: &[(&str, Value)]) -> Score {
-    let spec: ScorerSpec = serde_json::from_value(scorer).unwrap();
-    let task = task();
-    let ending = ending(answer, calls);
-    let finished = finished(&task, &ending, 12.0);
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    runtime.block_on(score(&[spec], &[], &finished, &FakeWorld, &Graders::default())).unwrap().remove(0)
+    score_in(&FakeWorld, scorer, &ending(answer, calls), 12.0).unwrap()
 }
 
 fn check(scorer: Value, answer: Option<&str>) -> Score {
@@ -275,7 +284,7 @@ fn the_grader_sees_each_call_with_its_arguments_and_error() {
     let ending =
         ending(Some("3"), &[("read_file", json!({"path": "a.txt"})), ("run_command", json!({"command": "ls"}))]);
     let finished = finished(&task, &ending, 1.0);
-    let text = compact_for_tests(&finished);
+    let text = checks::graded::compact_trajectory(&finished);
     assert!(text.contains(r#"- read_file({"path":"a.txt"}) -> ExecutionError: no such file"#), "{text}");
     assert!(text.contains(r#"- run_command({"command":"ls"})"#) && !text.contains("ls\"}) ->"), "{text}");
     assert!(text.contains("1 tool errors"), "{text}");
@@ -310,17 +319,11 @@ fn a_grader_is_not_asked_about_an_episode_without_a_final_answer() {
 #[test]
 fn trajectory_scorers_can_look_at_one_agent_or_the_subagents() {
     use crate::contract::Actor;
-    let spec = |v: Value| -> ScorerSpec { serde_json::from_value(v).unwrap() };
     let mut ending =
         ending(Some("done"), &[("read_file", json!({})), ("write_file", json!({})), ("run_command", json!({}))]);
     ending.trajectory.calls[1].actor = Actor::Subagent(vec![1]);
     ending.trajectory.calls[2].actor = Actor::Subagent(vec![1, 2]);
-    let task = task();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
-    let score_of = |v: Value| {
-        let finished = finished(&task, &ending, 1.0);
-        runtime.block_on(score(&[spec(v)], &[], &finished, &FakeWorld, &Graders::default())).unwrap().remove(0)
-    };
+    let score_of = |v: Value| score_in(&FakeWorld, v, &ending, 1.0).unwrap();
     // write_file was called, but only by main.1.
     assert!(score_of(json!({"tool_called": "write_file"})).passed);
     assert!(score_of(json!({"tool_called": "write_file", "actor": "main.1"})).passed);
@@ -378,4 +381,28 @@ fn from_and_document_are_refused_where_they_do_not_belong() {
     assert!(bad(json!({"tool_called": "x", "from": "doc:r"})).contains("`from` is not an option of `tool_called`"));
     assert!(bad(json!({"document": "doc:r"})).contains("`document` needs something to check"));
     assert!(bad(json!({"document": "doc:r", "min_words": -1})).contains("`min_words` of `document`"));
+}
+
+/// A world without files, as `web` or `mcp` is.
+struct NoFiles;
+
+#[async_trait]
+impl World for NoFiles {
+    async fn call(&self, _: &crate::contract::Actor, _: &str, _: Value) -> Result<Value, ToolFailure> {
+        Ok(Value::Null)
+    }
+}
+
+#[test]
+fn a_world_without_files_fails_its_file_scorers_and_says_why() {
+    let ending = ending(Some("x"), &[]);
+    let score_of = |v: Value| score_in(&NoFiles, v, &ending, 1.0).unwrap();
+    let exists = score_of(json!({"file_exists": "out.txt"}));
+    assert!(!exists.passed);
+    assert_eq!(exists.explanation, "`out.txt` does not exist: this environment has no files");
+    let ran = score_of(json!({"check": "exit 0"}));
+    assert!(!ran.passed);
+    assert_eq!(ran.explanation, "`exit 0` could not run: this environment cannot run commands");
+    let from = score_of(json!({"includes": "x", "from": "doc:r"}));
+    assert!(!from.passed && from.explanation.contains("this environment has no files"), "{}", from.explanation);
 }

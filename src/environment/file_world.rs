@@ -1,0 +1,65 @@
+//! The final world's files, as scorers read them: a view that only kinds with files (or
+//! texts read like files: `kv` keys, a writing room's documents) implement.
+
+use async_trait::async_trait;
+
+use super::{ToolFailure, World};
+use crate::contract::ErrorType;
+
+/// The files of a world, for scorers of the final state (`file_exists`, `file_contains`,
+/// `document`, `from:`, `check:`). A kind with files hands it out through [`World::files`].
+#[async_trait]
+pub trait FileWorld: Send + Sync {
+    /// The start of a file (or a key's value, in `kv`), at most `cap` bytes of it. A file
+    /// that is not a regular file is refused.
+    async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure>;
+
+    /// For `check:` scorers: runs a shell command in the final world; its exit code and
+    /// output. Most worlds with files cannot.
+    async fn run_check(&self, _command: &str, _timeout_s: f64) -> Result<(i32, String), ToolFailure> {
+        Err(cannot_run_commands())
+    }
+}
+
+/// What a scorer reads back from the final world.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadBack {
+    /// The text, cut to the cap asked for.
+    pub text: String,
+    /// The size of the whole file, in bytes.
+    pub size: u64,
+}
+
+impl ReadBack {
+    /// Whether `text` holds less than the whole file.
+    pub fn is_cut(&self) -> bool {
+        self.size > self.text.len() as u64
+    }
+}
+
+/// Any world, asked for its files: a world without them has none to read and no commands
+/// to run, and says so.
+impl dyn World + '_ {
+    /// The start of a file of the final world, at most `cap` bytes of it.
+    pub async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
+        match self.files() {
+            Some(files) => files.read_back(path, cap).await,
+            None => Err(ToolFailure::new(
+                ErrorType::ExecutionError,
+                format!("`{path}` does not exist: this environment has no files"),
+            )),
+        }
+    }
+
+    /// Runs a `check:` command in the final world; its exit code and output.
+    pub async fn run_check(&self, command: &str, timeout_s: f64) -> Result<(i32, String), ToolFailure> {
+        match self.files() {
+            Some(files) => files.run_check(command, timeout_s).await,
+            None => Err(cannot_run_commands()),
+        }
+    }
+}
+
+fn cannot_run_commands() -> ToolFailure {
+    ToolFailure::new(ErrorType::ExecutionError, "this environment cannot run commands")
+}

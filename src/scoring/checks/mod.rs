@@ -1,0 +1,125 @@
+//! The checks a scorer can make, one file each, and what they share: the scene they look
+//! at (the finished episode, the task's template values, the final world), the text a check
+//! of text reads, and the verdict they give. `scoring::apply` matches a scorer to its check.
+
+pub(crate) mod budget;
+pub(crate) mod command;
+pub(crate) mod communicated;
+pub(crate) mod document;
+pub(crate) mod file;
+pub(crate) mod graded;
+pub(crate) mod json;
+pub(crate) mod numeric;
+pub(crate) mod text;
+pub(crate) mod tool_called;
+pub(crate) mod tool_sequence;
+
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
+
+use super::{Finished, ScoringFault};
+use crate::config::template;
+use crate::environment::{ReadBack, ToolFailure, World};
+
+/// How much of a file `file_contains` searches: the start of a larger file only.
+pub const FILE_SCAN_CAP: usize = 16 << 20;
+
+/// A check's verdict: whether it passed, its value, its explanation and, for graders, the
+/// grader's provenance.
+pub(crate) type Verdict = (bool, f64, String, Option<Value>);
+
+/// A verdict worth 1 or 0.
+pub(crate) fn verdict(passed: bool, explanation: String) -> Verdict {
+    (passed, if passed { 1.0 } else { 0.0 }, explanation, None)
+}
+
+/// What a check looks at: the finished episode, the task's template values and the final
+/// world.
+pub(crate) struct Scene<'a> {
+    pub episode: &'a Finished<'a>,
+    pub context: &'a Map<String, Value>,
+    pub world: &'a dyn World,
+}
+
+impl Scene<'_> {
+    /// A scorer's text rendered with the task's values; a template that fails is the
+    /// scorer's failing verdict.
+    pub fn render(&self, text: &str) -> Result<String, Verdict> {
+        template::render(text, self.context).map_err(|e| verdict(false, format!("the scorer's template failed: {e}")))
+    }
+
+    /// A file of the final world, read within the episode's time limit; or why it could
+    /// not be (the scorer fails); or a fault of the runner (the episode is unscored).
+    pub async fn read_back(&self, path: &str, cap: usize) -> Result<Result<ReadBack, String>, ScoringFault> {
+        let limit = self.episode.world_limit;
+        match tokio::time::timeout(limit, self.world.read_back(path, cap)).await {
+            Ok(Ok(file)) => Ok(Ok(file)),
+            Ok(Err(failure)) => {
+                world_fault(&failure)?;
+                Ok(Err(failure.message))
+            }
+            Err(_) => Ok(Err(format!("`{path}` could not be read within {}s", limit.as_secs_f64()))),
+        }
+    }
+}
+
+/// A scorer's failure to look at the world that is the runner's fault, not the agent's.
+pub(crate) fn world_fault(failure: &ToolFailure) -> Result<(), ScoringFault> {
+    match &failure.fault {
+        Some(cause) => Err(ScoringFault { cause: cause.clone(), message: failure.message.clone(), scores: Vec::new() }),
+        None => Ok(()),
+    }
+}
+
+/// The text a check of text reads: the final answer, or with `from:` a text of the world.
+pub(crate) struct Answer<'a> {
+    text: Option<Cow<'a, str>>,
+    from: Option<&'a str>,
+    episode: &'a Finished<'a>,
+}
+
+impl<'a> Answer<'a> {
+    /// Reads the text: the final answer, or the world's text at `from` (one that cannot be
+    /// read is the scorer's failing verdict).
+    pub async fn read(from: Option<&'a str>, scene: &Scene<'a>) -> Result<Result<Self, Verdict>, ScoringFault> {
+        let episode = scene.episode;
+        let text = match from {
+            None => episode.ending.final_answer.as_deref().map(Cow::Borrowed),
+            Some(path) => match scene.read_back(path, FILE_SCAN_CAP).await? {
+                Ok(file) => Some(Cow::Owned(file.text)),
+                Err(why) => return Ok(Err(verdict(false, why))),
+            },
+        };
+        Ok(Ok(Answer { text, from, episode }))
+    }
+
+    /// The text, when there is one.
+    pub fn text(&self) -> Option<&str> {
+        self.text.as_deref()
+    }
+
+    /// The verdict on an episode without a final answer.
+    pub fn missing(&self) -> Verdict {
+        verdict(false, format!("no final answer (the episode ended by {})", self.episode.ending.termination.as_str()))
+    }
+
+    /// The text as an explanation names it: the answer, quoted, or the world's path.
+    pub fn subject(&self, text: &str) -> String {
+        match self.from {
+            None => format!("the answer {}", quote(text)),
+            Some(path) => format!("`{path}`"),
+        }
+    }
+}
+
+/// The answer as explanations show it: quoted, and cut when long.
+pub(crate) fn quote(answer: &str) -> String {
+    const MAX: usize = 200;
+    if answer.chars().count() <= MAX {
+        format!("{answer:?}")
+    } else {
+        let cut: String = answer.chars().take(MAX).collect();
+        format!("{cut:?}…")
+    }
+}
