@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use crate::domain::{Task, UserKind};
 use crate::environment::World;
-use crate::environment::sandbox::SandboxMode;
 use crate::environment::{Ending, Environment, EpisodeLimits, SetupContext};
 use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::model::Backend;
 use crate::model::LanguageModel;
+use crate::sandbox::SandboxMode;
 use crate::scoring::{self, Finished, Graders};
 use crate::suite::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Suite};
 

@@ -5,10 +5,11 @@
 use std::path::{Path, PathBuf};
 
 /// From the wire formats at the bottom to the command line at the top.
-const ORDER: [&str; 12] = [
+const ORDER: [&str; 13] = [
     "contract",
     "domain",
     "config",
+    "sandbox",
     "log",
     "model",
     "agent",
