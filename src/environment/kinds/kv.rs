@@ -12,10 +12,8 @@ use serde_json::{Value, json};
 use super::EnvironmentKind;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
-use crate::environment::Definition;
-use crate::environment::SetupContext;
 use crate::environment::tool::{self, Tool, ToolDecl};
-use crate::environment::{ReadBack, SetupError, ToolFailure, World, decode_arguments};
+use crate::environment::{Definition, ReadBack, SetupContext, SetupError, ToolFailure, World, decode_arguments};
 
 /// The kind `kv`.
 pub struct Kv;

@@ -19,10 +19,10 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::kind::SetupContext;
+use super::tool::ToolDecl;
 use super::{Definition, SetupError, World};
 use crate::config::decode::{ConfigError, Source};
 use crate::domain::Task;
-use crate::environment::tool::ToolDecl;
 use crate::sandbox::SandboxMode;
 use kv::Kv;
 use mcp::{Mcp, McpSpec};

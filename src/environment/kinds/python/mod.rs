@@ -19,11 +19,11 @@ use super::{EnvironmentKind, KindKeys, KindSettings};
 use crate::config::decode::ConfigError;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
-use crate::environment::SetupContext;
 use crate::environment::folder::EpisodeFolder;
 use crate::environment::tool::{self, Tool, ToolDecl};
-use crate::environment::{Definition, EnvLimits};
-use crate::environment::{ReadBack, SetupError, ToolFailure, World, decode_arguments};
+use crate::environment::{
+    Definition, EnvLimits, ReadBack, SetupContext, SetupError, ToolFailure, World, decode_arguments,
+};
 use crate::sandbox::Confinement;
 
 mod session;

@@ -25,11 +25,11 @@ use tokio::process::Command;
 use super::EnvironmentKind;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
-use crate::environment::SetupContext;
 use crate::environment::folder::EpisodeFolder;
 use crate::environment::tool::{self, Tool, ToolDecl};
-use crate::environment::{Definition, EnvLimits};
-use crate::environment::{ReadBack, SetupError, ToolFailure, World, decode_arguments};
+use crate::environment::{
+    Definition, EnvLimits, ReadBack, SetupContext, SetupError, ToolFailure, World, decode_arguments,
+};
 use crate::sandbox::Confinement;
 use crate::sandbox::process::{self, Captured, read_capped};
 use crate::sandbox::resources;

@@ -16,10 +16,8 @@ use crate::config::decode::ConfigError;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
 use crate::domain::document::{Document, Section, word_count};
-use crate::environment::Definition;
-use crate::environment::SetupContext;
 use crate::environment::tool::{self, Tool, ToolDecl};
-use crate::environment::{ReadBack, SetupError, ToolFailure, World, decode_arguments};
+use crate::environment::{Definition, ReadBack, SetupContext, SetupError, ToolFailure, World, decode_arguments};
 
 /// The kind `writing_room`.
 pub struct Writing;
