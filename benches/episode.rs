@@ -9,10 +9,10 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use tokio_util::sync::CancellationToken;
 
 use runner::batch::{self, Grounds, run_episode};
-use runner::environment::sandbox::SandboxMode;
 use runner::log::{EventLog, Outcome};
 use runner::model::config::ModelConfig;
 use runner::model::{Backend, BackendOptions};
+use runner::sandbox::SandboxMode;
 
 fn whole_episode(c: &mut Criterion) {
     bench_episode(c, "kv-episode.yaml", "episode/kv 4 turns 3 tools", 4);

@@ -14,8 +14,8 @@ use serde_json::json;
 use runner::contract::{Actor, ToolCall};
 use runner::domain::Task;
 use runner::environment::definition::Definition;
-use runner::environment::sandbox::SandboxMode;
 use runner::environment::{Environment, SetupContext};
+use runner::sandbox::SandboxMode;
 
 fn task() -> Task {
     Task::new("bench", "go")

@@ -9,9 +9,9 @@ use serde_json::json;
 use runner::contract::{Actor, ToolCall};
 use runner::domain::Task;
 use runner::environment::definition::Definition;
-use runner::environment::sandbox::SandboxMode;
-use runner::environment::{Environment, SetupContext, kind};
+use runner::environment::{Environment, SetupContext, kinds};
 use runner::log::EventLog;
+use runner::sandbox::SandboxMode;
 
 fn task() -> Task {
     Task::new("bench", "go")
@@ -19,7 +19,7 @@ fn task() -> Task {
 
 fn sandbox(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    let shell = kind::find("shell").expect("the shell kind");
+    let shell = kinds::find("shell").expect("the shell kind");
     let definition = Arc::new(Definition::builtin(shell));
     let task = task();
     let dir = tempfile::tempdir().expect("temp dir");

@@ -7,8 +7,8 @@ use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 
-use runner::environment::web::corpus::Corpus;
-use runner::environment::web::page::{Format, Page};
+use runner::environment::kinds::web::corpus::Corpus;
+use runner::environment::kinds::web::page::{Format, Page};
 
 const PAGES: usize = 10_000;
 const WORDS_PER_PAGE: usize = 300;

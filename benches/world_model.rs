@@ -12,8 +12,8 @@ use runner::agent::WorldModelView;
 use runner::contract::{Actor, ToolCall};
 use runner::domain::Task;
 use runner::environment::definition::Definition;
-use runner::environment::world_model::{WorldModel, digest_of};
-use runner::environment::{Environment, SetupContext, kind};
+use runner::environment::kinds::shell::world_model::{WorldModel, digest_of};
+use runner::environment::{Environment, SetupContext, kinds};
 use runner::log::EventLog;
 
 const FILES: usize = 100;
@@ -26,7 +26,7 @@ fn task() -> Task {
 
 fn changed_files(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
-    let definition = Arc::new(Definition::builtin(kind::find("shell").expect("the shell kind")));
+    let definition = Arc::new(Definition::builtin(kinds::find("shell").expect("the shell kind")));
     let dir = tempfile::tempdir().expect("temp dir");
     let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "bench").expect("event log");
     let recorder = log.recorder("ep_bench");

@@ -11,5 +11,6 @@ pub mod environment;
 pub mod log;
 pub mod model;
 pub mod report;
+pub mod sandbox;
 pub mod scoring;
 pub mod suite;

@@ -15,10 +15,10 @@ use std::sync::Arc;
 
 use crate::domain::Task;
 use crate::environment::World;
-use crate::environment::sandbox::SandboxMode;
 use crate::environment::{Ending, Environment, EpisodeLimits, SetupContext};
 use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
+use crate::sandbox::SandboxMode;
 use crate::scoring::{self, Finished};
 use crate::suite::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Suite};
 

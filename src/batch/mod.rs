@@ -8,7 +8,7 @@ pub mod merge;
 pub mod regrade;
 pub mod resume;
 
-use crate::environment::sandbox::SandboxMode;
+use crate::sandbox::SandboxMode;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

@@ -66,7 +66,7 @@ pub fn validate(paths: &[PathBuf]) -> Result<Exit, CliError> {
 /// An MCP environment's servers are started once to list theirs.
 pub fn tools(environment: &str, sandbox: Switch) -> Result<Exit, CliError> {
     use crate::environment::definition::Definition;
-    use crate::environment::sandbox::SandboxMode;
+    use crate::sandbox::SandboxMode;
     // Looked up as a suite in the current folder would: environments/NAME.yaml, a path, a kind.
     let definition = Definition::resolve(environment, Path::new("./tools")).map_err(CliError::usage)?;
     let mode = match sandbox {

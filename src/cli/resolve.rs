@@ -7,12 +7,12 @@ use std::sync::Arc;
 use super::flags::{EvalArgs, GateArgs, Switch};
 use super::{CliError, Exit};
 use crate::batch::{self, Roster, RunOptions};
-use crate::environment::sandbox::SandboxMode;
 use crate::log::projection::Projection;
 use crate::model::cache::CacheOptions;
 use crate::model::config::ModelConfig;
 use crate::model::replay::CassetteWriter;
 use crate::model::{Backend, BackendOptions};
+use crate::sandbox::SandboxMode;
 use crate::scoring::{Check, Graders, grader_model};
 use crate::suite::{self, Suite};
 
@@ -53,7 +53,10 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         }
         None => None,
     };
-    let jobs = crate::environment::resources::fit_jobs(args.jobs.max(1), suites.iter().map(|s| &*s.environment));
+    let jobs = crate::sandbox::resources::fit_jobs(
+        args.jobs.max(1),
+        suites.iter().map(|s| s.environment.open_files_per_episode()),
+    );
     let options = RunOptions {
         models,
         epochs: args.epochs,

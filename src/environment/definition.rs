@@ -1,26 +1,25 @@
 //! Environment definitions: a built-in kind, the subset of its tools to expose, its limits
 //! and its fixture files. Loaded from `environments/NAME.yaml` or taken from the built-ins.
+//! The file's common keys are decoded here; the rest are its kind's, handed to the kind
+//! (`EnvironmentKind::decode_settings`) after one check that the kind takes them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::config::decode::{ConfigError, Source, check_seconds};
 use crate::contract::{FINAL_TOOL, ToolSpec};
 use crate::domain::MAX_EPISODE_S;
 use crate::domain::text::Text;
 
-use super::kind::{self, EnvironmentKind};
-use super::mcp::McpSpec;
+use super::kinds::{self, EnvironmentKind, KindKeys, KindSettings};
 use super::permission::{self, Permissions};
-use super::sandbox::{Confinement, SandboxMode, SandboxSpec};
 use super::script::{self, ScriptSettings};
 use super::tool::{self, ToolDecl};
-use super::web::WebSetup;
-use super::writing::{self, Style};
+use crate::sandbox::{Confinement, SandboxMode, SandboxSpec};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -49,11 +48,16 @@ impl Default for EnvLimits {
     }
 }
 
+/// The keys every environment file may give, whatever its kind.
+const COMMON_KEYS: [&str; 9] =
+    ["name", "kind", "description", "tools", "limits", "files", "sandbox", "execute_code", "permissions"];
+
+/// An environment file's common keys ([`COMMON_KEYS`]); its kind's own are its kind's.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DefinitionFile {
     name: Option<String>,
-    /// A name in [`kind::KINDS`].
+    /// A name in [`kinds::KINDS`].
     kind: String,
     #[serde(default)]
     description: String,
@@ -69,20 +73,6 @@ struct DefinitionFile {
     /// Ordered rules, each `- TOOL[(ARGUMENT)]: allow | deny | ask` (`permission.rs`).
     #[serde(default)]
     permissions: Value,
-    /// The interpreter of a kind that runs one (`python`): a path, or a name on `PATH`.
-    python: Option<PathBuf>,
-    /// The style rules of a `writing_room` ([`Style`]).
-    style: Option<Value>,
-    /// A `writing_room`'s initial documents: id → a Markdown file, relative to this file.
-    #[serde(default)]
-    documents: BTreeMap<String, PathBuf>,
-    /// `mcp`: the servers (`mcp.rs`), the prompts added to the system prompt, and whether
-    /// a suite over it is skipped when a server is not installed.
-    servers: Option<Value>,
-    prompts: Option<Value>,
-    optional: Option<bool>,
-    /// What a `web` kind browses: a corpus or live HTTP (`web.rs`).
-    web: Option<Value>,
 }
 
 /// A resolved environment definition, shared by every episode that uses it.
@@ -105,13 +95,8 @@ pub struct Definition {
     pub scripts: Option<ScriptSettings>,
     /// Which calls run, are refused, or are asked about; a suite's own rules come first.
     pub permissions: Arc<Permissions>,
-    /// The interpreter its worlds run (`python:`), when the file names one; a relative path
-    /// is already resolved against the file's folder.
-    pub python: Option<PathBuf>,
-    /// The style rules of a `writing_room`'s documents (`style:`); none by default.
-    pub style: Style,
-    /// `mcp`: its servers, prompts and run-wide servers.
-    pub mcp: Option<Arc<McpSpec>>,
+    /// What the file says under its kind's own keys.
+    pub settings: KindSettings,
     /// The tools the file lists (`tools:`), for a kind whose tools are discovered.
     pub expose: Option<Vec<String>>,
     /// Set until the kind's tools are discovered (`Definition::discovered`): `tools` then
@@ -119,8 +104,6 @@ pub struct Definition {
     pub undiscovered: bool,
     /// Text the discovery found for the agent's system prompt (MCP prompts), appended to it.
     pub system_addition: String,
-    /// What the worlds of a `web` definition browse, read (and a corpus indexed) once.
-    pub web: Option<Arc<WebSetup>>,
 }
 
 pub struct ExposedTool {
@@ -143,8 +126,17 @@ impl Definition {
     /// A kind's own definition: all its tools, the default limits, no files.
     pub fn builtin(kind: &'static dyn EnvironmentKind) -> Self {
         let tools = kind.tools();
-        Self::new(kind.name().to_owned(), Some(kind), String::new(), None, EnvLimits::default(), BTreeMap::new(), tools)
-            .unwrap_or_else(|e| panic!("built-in tool schema is invalid: {e}"))
+        let definition = Self::new(
+            kind.name().to_owned(),
+            Some(kind),
+            String::new(),
+            None,
+            EnvLimits::default(),
+            BTreeMap::new(),
+            tools,
+        )
+        .unwrap_or_else(|e| panic!("built-in tool schema is invalid: {e}"));
+        Definition { settings: kind.builtin_settings(), ..definition }
     }
 
     /// A definition for a world written in code: its tools (with `final_answer` added) and limits.
@@ -188,49 +180,42 @@ impl Definition {
             sandbox,
             permissions,
             scripts: None,
-            python: None,
-            style: Style::default(),
-            mcp: None,
+            settings: KindSettings::Plain,
             expose: None,
             undiscovered: false,
             system_addition: String::new(),
-            web: None,
         })
     }
 
     /// Loads `environments/NAME.yaml`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let (source, _) = Source::read(path)?;
-        let file: DefinitionFile = source.decode("", &source.value)?;
-        let Some(kind) = kind::find(&file.kind) else {
+        let no_keys = Map::new();
+        let keys = source.value.as_object().unwrap_or(&no_keys);
+        let file: DefinitionFile = match &source.value {
+            Value::Object(_) => {
+                let common = keys.iter().filter(|(k, _)| COMMON_KEYS.contains(&k.as_str()));
+                source.decode("", &Value::Object(common.map(|(k, v)| (k.clone(), v.clone())).collect()))?
+            }
+            other => source.decode("", other)?,
+        };
+        let Some(kind) = kinds::find(&file.kind) else {
             let message =
-                format!("unknown environment kind `{}`, expected one of: {}", file.kind, kind::names().join(", "));
+                format!("unknown environment kind `{}`, expected one of: {}", file.kind, kinds::names().join(", "));
             return Err(source.error("kind", message));
         };
-        let all = kind.tools();
-        let mcp = if kind.name() == "mcp" {
-            Some(Arc::new(McpSpec::decode(&source, file.servers.as_ref(), file.prompts.as_ref(), file.optional)?))
-        } else {
-            for (field, given) in [
-                ("servers", file.servers.is_some()),
-                ("prompts", file.prompts.is_some()),
-                ("optional", file.optional.is_some()),
-            ] {
-                if given {
-                    let message = format!("only the `mcp` kind takes `{field}:`; kind `{}` does not", kind.name());
-                    return Err(source.error(field, message));
-                }
-            }
-            None
-        };
-        if mcp.is_some() && file.execute_code.is_some() {
-            return Err(source.error("execute_code", "the `mcp` kind does not offer `execute_code`"));
+        let settings = kind.decode_settings(&kind_keys(&source, path, keys, kind)?)?;
+        let discovers = kind.discovers_tools();
+        if discovers && file.execute_code.is_some() {
+            let message = format!("the `{}` kind does not offer `execute_code`", kind.name());
+            return Err(source.error("execute_code", message));
         }
+        let all = kind.tools();
         // Discovered tools are checked when they are discovered, at the run's start.
-        let expose = if mcp.is_some() { file.tools.clone() } else { None };
+        let expose = if discovers { file.tools.clone() } else { None };
         let mut offered = match &file.tools {
             None => all,
-            Some(_) if mcp.is_some() => all,
+            Some(_) if discovers => all,
             Some(names) => {
                 let mut chosen = Vec::new();
                 for (i, name) in names.iter().enumerate() {
@@ -318,67 +303,17 @@ impl Definition {
         names.extend(expose.iter().flatten().map(String::as_str));
         let permissions = permission::parse_rules(&file.permissions, &format!("environment `{name}`"), &names)
             .map_err(|(at, e)| source.error(&at, e))?;
-        let python = match file.python {
-            Some(_) if kind.name() != "python" => {
-                let message =
-                    format!("only the `python` kind runs an interpreter; kind `{}` takes no `python:`", kind.name());
-                return Err(source.error("python", message));
-            }
-            // A bare name is looked up on PATH; `./python3` or `bin/python3` is the file's.
-            Some(p) if p.is_relative() && p.components().count() > 1 => {
-                Some(path.parent().unwrap_or(Path::new(".")).join(p))
-            }
-            other => other,
-        };
-        let writing_only = |field: &str| {
-            let message = format!("only the `writing_room` kind has `{field}:`; kind `{}` takes none", kind.name());
-            Err(source.error(field, message))
-        };
-        let style = match &file.style {
-            None => Style::default(),
-            Some(_) if kind.name() != writing::Writing.name() => return writing_only("style"),
-            Some(value) => {
-                let style: Style = source.decode("style", value)?;
-                style.check().map_err(|(at, e)| source.error(at, e))?;
-                style
-            }
-        };
-        if !file.documents.is_empty() && kind.name() != writing::Writing.name() {
-            return writing_only("documents");
-        }
-        let web = match &file.web {
-            Some(_) if kind.name() != "web" => {
-                let message = format!("only the `web` kind browses; kind `{}` takes no `web:`", kind.name());
-                return Err(source.error("web", message));
-            }
-            Some(value) => Some(Arc::new(WebSetup::load(&source, value)?)),
-            None => None,
-        };
-        let mut files: BTreeMap<String, String> = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
-        for (id, doc_path) in &file.documents {
-            let at = format!("documents.{id}");
-            if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
-                return Err(source.error(&at, "a document id is letters, digits, `_`, `-` and `.`"));
-            }
-            let full = path.parent().unwrap_or(Path::new(".")).join(doc_path);
-            let text = std::fs::read_to_string(&full)
-                .map_err(|e| source.error(&at, format!("failed to read {}: {e}", full.display())))?;
-            files.insert(format!("{id}.md"), text);
-        }
+        let files: BTreeMap<String, String> = file.files.into_iter().map(|(k, v)| (k, v.0)).collect();
         let definition =
             Self::new(name, Some(kind), file.description, Some(path.to_owned()), file.limits, files, offered)
                 .map_err(|e| ConfigError::whole(path, e))?;
-        let undiscovered = mcp.is_some();
         Ok(Definition {
             permissions: Arc::new(permissions),
             sandbox,
             scripts,
-            python,
-            style,
-            web,
-            mcp,
+            settings,
             expose,
-            undiscovered,
+            undiscovered: discovers,
             ..definition
         })
     }
@@ -447,13 +382,15 @@ impl Definition {
             sandbox: self.sandbox.clone(),
             scripts: self.scripts.clone(),
             permissions: self.permissions.clone(),
-            python: self.python.clone(),
-            style: self.style.clone(),
-            web: self.web.clone(),
-            mcp: self.mcp.clone(),
+            settings: self.settings.clone(),
             expose,
             ..fresh
         })
+    }
+
+    /// Open files one episode of this definition may hold at once: its running tool calls'.
+    pub fn open_files_per_episode(&self) -> u64 {
+        self.limits.max_concurrency as u64 * self.kind.map_or(0, |k| k.open_files_per_call())
     }
 
     /// Whether the worlds' processes run sandboxed, and who turned the sandbox off: the
@@ -474,7 +411,7 @@ impl Definition {
             return Ok(None);
         }
         let spec = self.sandbox.clone().unwrap_or_default();
-        super::sandbox::check(&spec, self.sandbox_mode(mode)).map(Some)
+        crate::sandbox::check(&spec, self.sandbox_mode(mode)).map(Some)
     }
 
     /// The sandbox of one world of this definition, over its own folders (`writable`) and
@@ -503,15 +440,15 @@ impl Definition {
                 return Self::load(&path).map(Arc::new).map_err(|e| e.to_string());
             }
         }
-        match kind::find(name) {
-            Some(kind) if kind.name() == "mcp" => Err(format!(
-                "the `mcp` kind needs its servers listed: write environments/{name}.yaml with `kind: mcp` and `servers:`"
-            )),
-            Some(kind) => Ok(Arc::new(Self::builtin(kind))),
+        match kinds::find(name) {
+            Some(kind) => match kind.needs_a_file(name) {
+                Some(why) => Err(why),
+                None => Ok(Arc::new(Self::builtin(kind))),
+            },
             None => Err(format!(
                 "unknown environment `{name}`: no environments/{name}.yaml beside the suite or in the current \
                  directory, and not a built-in ({})",
-                kind::names().join(", ")
+                kinds::names().join(", ")
             )),
         }
     }
@@ -519,6 +456,33 @@ impl Definition {
     pub fn tool(&self, name: &str) -> Option<&ExposedTool> {
         self.tools.iter().find(|t| t.spec.name == name)
     }
+}
+
+/// The keys of an environment file beyond the common ones, for its kind to decode: a key
+/// of another kind, or of none, is refused here, alike for every kind.
+fn kind_keys<'a>(
+    source: &'a Source,
+    path: &'a Path,
+    keys: &'a Map<String, Value>,
+    kind: &dyn EnvironmentKind,
+) -> Result<KindKeys<'a>, ConfigError> {
+    let mut given = BTreeMap::new();
+    // A key given no value is a key not given, as for the common keys.
+    for (key, value) in keys.iter().filter(|(k, v)| !COMMON_KEYS.contains(&k.as_str()) && !v.is_null()) {
+        if kind.keys().contains(&key.as_str()) {
+            given.insert(key.as_str(), value);
+            continue;
+        }
+        let message = match kinds::owner_of(key) {
+            Some(owner) => owner.refuse_key(key, kind.name()),
+            None => {
+                let known: Vec<String> = COMMON_KEYS.iter().chain(kind.keys()).map(|k| format!("`{k}`")).collect();
+                format!("unknown field `{key}`, expected one of {}", known.join(", "))
+            }
+        };
+        return Err(source.error(key, message));
+    }
+    Ok(KindKeys { source, path, given })
 }
 
 fn candidate_dirs(suite_dir: &Path) -> Vec<PathBuf> {
@@ -550,7 +514,7 @@ mod tests {
     /// Every built-in tool spec is a valid JSON Schema and survives a JSON round trip.
     #[test]
     fn builtin_tool_specs_are_valid_json_schema() {
-        for kind in kind::KINDS {
+        for kind in kinds::KINDS {
             for ToolDecl { spec, .. } in kind.tools() {
                 if let Err(e) = jsonschema::meta::validate(&spec.parameters) {
                     panic!("{}::{} has an invalid schema: {e}", kind.name(), spec.name);
@@ -566,7 +530,7 @@ mod tests {
 
     #[test]
     fn the_tools_that_only_look_are_marked_read_only() {
-        let read_only: Vec<String> = kind::KINDS
+        let read_only: Vec<String> = kinds::KINDS
             .iter()
             .flat_map(|k| k.tools())
             .map(|t| t.spec)
@@ -589,7 +553,7 @@ mod tests {
                 "read_doc"
             ]
         );
-        let unmarked: Vec<String> = kind::KINDS
+        let unmarked: Vec<String> = kinds::KINDS
             .iter()
             .flat_map(|k| k.tools())
             .map(|t| t.spec)
@@ -601,14 +565,14 @@ mod tests {
 
     #[test]
     fn every_kind_offers_final_answer() {
-        for kind in kind::KINDS {
+        for kind in kinds::KINDS {
             assert!(kind.tools().iter().any(|t| t.spec.name == FINAL_TOOL), "{} lacks final_answer", kind.name());
         }
     }
 
     #[test]
     fn arguments_are_checked_against_the_schema() {
-        let def = Definition::builtin(kind::find("shell").unwrap());
+        let def = Definition::builtin(kinds::find("shell").unwrap());
         let tool = def.tool("run_command").unwrap();
         assert!(validate_arguments(tool, &serde_json::json!({"command": "ls"})).is_ok());
         let err = validate_arguments(tool, &serde_json::json!({"command": 3})).unwrap_err();
@@ -632,18 +596,6 @@ mod tests {
             err.message.contains("unknown environment kind `docker`, expected one of: shell, kv, python, web"),
             "{err}"
         );
-    }
-
-    #[test]
-    fn an_interpreter_is_taken_by_the_python_kind_only_and_a_relative_one_is_the_files() {
-        let err = load_text("kind: shell\npython: /usr/bin/python3\n").unwrap_err();
-        assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
-        assert!(err.message.contains("kind `shell` takes no `python:`"), "{err}");
-        let def = load_text("kind: python\npython: venv/bin/python3\n").unwrap();
-        let python = def.python.unwrap();
-        assert!(python.is_absolute() && python.ends_with("venv/bin/python3"), "{}", python.display());
-        let def = load_text("kind: python\npython: python3.11\n").unwrap();
-        assert_eq!(def.python.unwrap(), Path::new("python3.11"), "a bare name is looked up on PATH");
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! `HOME`), seeded with the definition's and the task's `files:`, and `tmp/`, the
 //! processes' `TMPDIR`. Both are what the sandbox lets a world's processes write.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::definition::Definition;
 use crate::domain::Task;
 
 pub struct EpisodeFolder {
@@ -15,8 +15,9 @@ pub struct EpisodeFolder {
 }
 
 impl EpisodeFolder {
-    /// Makes `runner-episode-XXXX/{work,tmp}` in `work_root` and writes the files.
-    pub fn create(definition: &Definition, task: &Task, work_root: &Path) -> Result<Self, String> {
+    /// Makes `runner-episode-XXXX/{work,tmp}` in `work_root` and writes the files: the
+    /// definition's `files`, then the task's.
+    pub fn create(files: &BTreeMap<String, String>, task: &Task, work_root: &Path) -> Result<Self, String> {
         let made = |what: &str| {
             let what = what.to_owned();
             move |e: std::io::Error| format!("failed to create {what}: {e}")
@@ -29,7 +30,7 @@ impl EpisodeFolder {
         let (work, tmp) = (base.join("work"), base.join("tmp"));
         std::fs::create_dir(&work).map_err(made("the working directory"))?;
         std::fs::create_dir(&tmp).map_err(made("the temp dir"))?;
-        for (name, content) in definition.files.iter().chain(&task.files) {
+        for (name, content) in files.iter().chain(&task.files) {
             if !crate::domain::is_relative_inside(name) {
                 return Err(format!("file `{name}` would land outside the working directory"));
             }

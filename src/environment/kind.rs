@@ -1,80 +1,14 @@
-//! Kinds of environment, in one explicit table: [`KINDS`]. A kind is a value that names
-//! itself, offers its tools, and sets up a fresh world for each episode. A suite's
-//! `environment:` and an environment file's `kind:` are looked up here, and nowhere else.
+//! What a kind of environment is given to set up a world ([`SetupContext`]), and the
+//! state the episodes of a run share ([`RunStore`]). The kinds themselves are in `kinds/`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use serde_json::Value;
 
-use super::definition::Definition;
-use super::kv::Kv;
-use super::mcp::Mcp;
-use super::python::Python;
-use super::sandbox::SandboxMode;
-use super::shell::Shell;
-use super::tool::ToolDecl;
-use super::web::Web;
-use super::writing::Writing;
-use super::{SetupError, World};
-use crate::domain::Task;
 use crate::model::Backend;
-
-/// Every kind of environment there is. Adding a kind is adding it here.
-pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python, &Web, &Writing, &Mcp];
-
-/// The kind named `name`.
-pub fn find(name: &str) -> Option<&'static dyn EnvironmentKind> {
-    KINDS.iter().copied().find(|k| k.name() == name)
-}
-
-/// The names of all kinds, for messages that list them.
-pub fn names() -> Vec<&'static str> {
-    KINDS.iter().map(|k| k.name()).collect()
-}
-
-/// A kind of environment: its name, its tools, and how a world of it starts.
-#[async_trait]
-pub trait EnvironmentKind: Send + Sync {
-    /// The name suites and environment files use (`shell`).
-    fn name(&self) -> &'static str;
-
-    /// Every tool the kind can offer, `final_answer` included, in the order shown to models.
-    fn tools(&self) -> Vec<ToolDecl>;
-
-    /// A fresh world for one episode of `task`. A failure makes the episode unscored
-    /// (`environment_error`).
-    async fn setup(
-        &self,
-        definition: &Definition,
-        task: &Task,
-        context: &SetupContext<'_>,
-    ) -> Result<Box<dyn World>, SetupError>;
-
-    /// Open files one running tool call may hold, so that `-j` can be fitted to the
-    /// process's limit. Zero for worlds that open none.
-    fn open_files_per_call(&self) -> u64 {
-        0
-    }
-
-    /// Tools known only once a world runs (MCP servers' tools): started once when the run
-    /// starts, the tools to expose (`final_answer` included) and text for the agent's
-    /// system prompt. `None` for a kind whose tools are `tools()`.
-    async fn discover(
-        &self,
-        _definition: &Definition,
-        _sandbox: SandboxMode,
-    ) -> Result<Option<(Vec<ToolDecl>, String)>, String> {
-        Ok(None)
-    }
-
-    /// Whether its worlds start processes, which then run in the sandbox (`sandbox.rs`).
-    fn sandboxed(&self) -> bool {
-        false
-    }
-}
+use crate::sandbox::SandboxMode;
 
 /// What a kind may use to set up a world, besides its definition and the task.
 pub struct SetupContext<'a> {
@@ -139,7 +73,3 @@ impl RunStore {
         f(&mut guard)
     }
 }
-
-#[cfg(test)]
-#[path = "kind_tests.rs"]
-mod tests;

@@ -1,26 +1,17 @@
 //! Environments own tools and state, and run the episode's control loop: they execute the
 //! agent's calls and report back. They never decide.
 
-mod checkpoint;
 pub mod definition;
 mod file_world;
 mod folder;
+mod interpreter;
 pub mod kind;
-mod kv;
-pub mod mcp;
+pub mod kinds;
 pub mod permission;
-mod process;
-mod python;
-pub mod resources;
 mod run;
-pub mod sandbox;
 pub mod script;
-mod shell;
 pub mod tool;
 pub mod user;
-pub mod web;
-pub mod world_model;
-mod writing;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -36,12 +27,14 @@ use crate::agent::WorldModelView;
 use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::domain::Task;
 use crate::log::{Event, PermissionDecision, Recorder};
-use definition::{Definition, validate_arguments};
+use definition::validate_arguments;
 use permission::{Action, Permissions};
 use user::{Answered, Prompt, User};
 
+pub use definition::{Definition, EnvLimits};
 pub use file_world::{FileWorld, ReadBack};
-pub use kind::{EnvironmentKind, KINDS, RunStore, SetupContext};
+pub use kind::{RunStore, SetupContext};
+pub use kinds::{EnvironmentKind, KINDS, KindSettings};
 pub use run::{CallError, Ending, EpisodeLimits, Trajectory};
 pub use tool::{Tool, ToolDecl};
 
@@ -68,7 +61,7 @@ impl ToolFailure {
     pub fn io(what: &str, e: std::io::Error) -> Self {
         let message = if what.is_empty() { e.to_string() } else { format!("{what}: {e}") };
         let failure = ToolFailure::new(ErrorType::ExecutionError, message);
-        if resources::is_exhaustion(&e) {
+        if crate::sandbox::resources::is_exhaustion(&e) {
             ToolFailure { fault: Some(crate::log::UnscoredCause::ResourceExhausted), ..failure }
         } else {
             failure
@@ -97,7 +90,7 @@ pub trait World: Send + Sync {
     async fn call(&self, actor: &Actor, name: &str, arguments: Value) -> Result<Value, ToolFailure>;
 
     /// The files `actor` read or wrote that changed since, each named once per change
-    /// (`world_model.rs`). A world without files has none.
+    /// (`kinds/shell/world_model.rs`). A world without files has none.
     async fn changed_files(&self, _actor: &Actor) -> Vec<String> {
         Vec::new()
     }
@@ -213,7 +206,14 @@ impl Environment {
         let world = kind.setup(&definition, task, context).await?;
         let scripts = match &definition.scripts {
             Some(settings) => {
-                Some(script::ScriptHost::create(&definition, settings, context.work_root, context.sandbox).await?)
+                let confine = |writable: &[&std::path::Path], readable: &[std::path::PathBuf]| {
+                    definition.confinement(context.sandbox, writable, readable)
+                };
+                let concurrency = definition.limits.max_concurrency;
+                Some(
+                    script::ScriptHost::create(&definition.name, settings, concurrency, context.work_root, confine)
+                        .await?,
+                )
             }
             None => None,
         };

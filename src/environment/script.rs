@@ -21,13 +21,12 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::Command;
 
-use super::definition::Definition;
-use super::process::{self, Captured, SAFE_PATH, read_capped};
-use super::sandbox::{Confinement, SandboxMode};
 use super::tool::ToolDecl;
 use super::{Environment, SetupError};
 use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::log::{Event, Recorder};
+use crate::sandbox::Confinement;
+use crate::sandbox::process::{self, Captured, SAFE_PATH, read_capped};
 
 /// The tool's name.
 pub const SCRIPT_TOOL: &str = "execute_code";
@@ -203,17 +202,20 @@ pub struct ScriptHost {
 }
 
 impl ScriptHost {
-    /// Prepares scripts for one episode of `definition`, in a folder of `work_root`: finds
-    /// the interpreter as the `python` kind does (`settings.python`, else `python3` on
-    /// `PATH`, a shim resolved to the real interpreter) and lets the sandbox read it.
+    /// Prepares scripts for one episode of the environment `name`, in a folder of
+    /// `work_root`: finds the interpreter as the `python` kind does (`interpreter.rs`:
+    /// `settings.python`, else `python3` on `PATH`, a shim resolved to the real
+    /// interpreter) and has `confine` make the sandbox over that folder, reading it. At
+    /// most `max_concurrency` inner calls run at once.
     pub async fn create(
-        definition: &Definition,
+        name: &str,
         settings: &ScriptSettings,
+        max_concurrency: usize,
         work_root: &Path,
-        mode: SandboxMode,
+        confine: impl FnOnce(&[&Path], &[PathBuf]) -> Result<Arc<Confinement>, String>,
     ) -> Result<Self, SetupError> {
-        let fail = |message: String| SetupError { name: definition.name.clone(), message };
-        let interpreter = super::python::find_interpreter(settings.python.as_deref())
+        let fail = |message: String| SetupError { name: name.to_owned(), message };
+        let interpreter = super::interpreter::find(settings.python.as_deref())
             .await
             .map_err(|e| fail(format!("execute_code needs a Python 3 interpreter: {e}")))?;
         let dir = tempfile::Builder::new()
@@ -222,9 +224,9 @@ impl ScriptHost {
             .map_err(|e| fail(format!("failed to create the scripts' folder: {e}")))?;
         let real =
             dir.path().canonicalize().map_err(|e| fail(format!("failed to resolve the scripts' folder: {e}")))?;
-        let sandbox = definition.confinement(mode, &[&real], &interpreter.readable).map_err(fail)?;
+        let sandbox = confine(&[&real], &interpreter.readable).map_err(fail)?;
         let python = interpreter.executable.clone();
-        let slots = tokio::sync::Semaphore::new(definition.limits.max_concurrency);
+        let slots = tokio::sync::Semaphore::new(max_concurrency);
         Ok(ScriptHost { settings: settings.clone(), slots, python, dir, sandbox, next: AtomicU32::new(0) })
     }
 }

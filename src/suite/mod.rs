@@ -24,7 +24,7 @@ use crate::agent::AgentKind;
 use crate::agent::memory::{MemoryConfig, Stores};
 use crate::environment::definition::Definition;
 use crate::environment::permission::{self, Permissions};
-use crate::environment::sandbox::SandboxMode;
+use crate::sandbox::SandboxMode;
 use crate::scoring::{Check, GraderKind, JsonCheck, TextOp};
 use decode::{ConfigError, Source};
 use text::Text;
@@ -700,7 +700,9 @@ pub async fn discover_tools(
             continue;
         }
         let env = &suite.environment;
-        if let Some((server, command)) = env.mcp.as_ref().filter(|m| m.optional).and_then(|m| m.missing_command()) {
+        if let Some((server, command)) =
+            crate::environment::kinds::mcp::spec_of(env).filter(|m| m.optional).and_then(|m| m.missing_command())
+        {
             notes.push(format!(
                 "{}: skipped suite `{}`: environment `{}` is optional and its server `{server}` needs `{command}`, \
                  which is not installed",

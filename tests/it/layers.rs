@@ -1,14 +1,16 @@
 //! The layers of `src/`: each top-level module imports only the modules to its left in
-//! [`ORDER`] (ARCHITECTURE.md states it as an invariant). An upward edge is named with its
+//! [`ORDER`] (ARCHITECTURE.md states it as an invariant), and inside `environment` the core
+//! names no kind: only `environment/kinds/` does. An offending import is named with its
 //! file and line, so a change that adds one fails here, not in a later refactor.
 
 use std::path::{Path, PathBuf};
 
 /// From the wire formats at the bottom to the command line at the top.
-const ORDER: [&str; 12] = [
+const ORDER: [&str; 13] = [
     "contract",
     "domain",
     "config",
+    "sandbox",
     "log",
     "model",
     "agent",
@@ -23,11 +25,17 @@ const ORDER: [&str; 12] = [
 /// Every `crate::NAME` a line of code names (in `use` lines, `use crate::{a, b}` groups,
 /// and paths in code), comments left out.
 fn modules_named(line: &str) -> Vec<&str> {
+    names_after(line, "crate::")
+}
+
+/// Every `NAME` that follows `prefix` (`crate::`, `kinds::`) in a line of code, alone or in
+/// a `{a, b}` group, comments left out.
+fn names_after<'a>(line: &'a str, prefix: &str) -> Vec<&'a str> {
     let code = line.split("//").next().unwrap_or("");
     let mut names = Vec::new();
     let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
+    while let Some(at) = rest.find(prefix) {
+        rest = &rest[at + prefix.len()..];
         if let Some(group) = rest.strip_prefix('{') {
             // The first segment of each item at the group's own depth.
             let mut depth = 0;
@@ -40,14 +48,14 @@ fn modules_named(line: &str) -> Vec<&str> {
                     ',' if depth == 0 => item_start = true,
                     c if item_start && !c.is_whitespace() => {
                         item_start = false;
-                        let end = group[i..].find(|c: char| !(c.is_ascii_lowercase() || c == '_')).unwrap_or(0);
+                        let end = group[i..].find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(0);
                         names.push(&group[i..i + end]);
                     }
                     _ => {}
                 }
             }
         } else {
-            let end = rest.find(|c: char| !(c.is_ascii_lowercase() || c == '_')).unwrap_or(rest.len());
+            let end = rest.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(rest.len());
             names.push(&rest[..end]);
         }
     }
@@ -104,6 +112,56 @@ fn every_module_imports_only_the_layers_below_it() {
     assert!(edges.is_empty(), "imports that go up the layers:\n{}", edges.join("\n"));
 }
 
+/// The kinds of environment: each file and folder of `src/environment/kinds/` but the list
+/// itself (`mod.rs`) and its tests.
+fn environment_kinds(kinds: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(kinds)
+        .unwrap_or_else(|e| panic!("read {}: {e}", kinds.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().trim_end_matches(".rs").to_owned())
+        .filter(|name| name != "mod" && name != "tests")
+        .collect();
+    names.sort();
+    names
+}
+
+/// `file:line: names kind` for each line of the environment's core (every file of
+/// `src/environment/` outside `kinds/`) that names a kind's module; the list's own items
+/// (`kinds::KINDS`, `kinds::find`, `KindSettings`, …) are the core's to use.
+fn kinds_named_by_the_core(src: &Path) -> Vec<String> {
+    let environment = src.join("environment");
+    let kinds_dir = environment.join("kinds");
+    let kinds = environment_kinds(&kinds_dir);
+    let mut files = Vec::new();
+    rust_files(&environment, &mut files);
+    files.retain(|f| !f.starts_with(&kinds_dir));
+    files.sort();
+    let mut found = Vec::new();
+    for file in files {
+        let relative = file.strip_prefix(src).unwrap_or(&file);
+        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+        for (n, line) in text.lines().enumerate() {
+            for name in names_after(line, "kinds::") {
+                if kinds.iter().any(|k| k == name) {
+                    found.push(format!("src/{}:{}: names kind `{name}`: {}", relative.display(), n + 1, line.trim()));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_environment_core_names_no_kind() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let kinds = environment_kinds(&src.join("environment/kinds"));
+    for kind in ["shell", "kv", "python", "web", "writing", "mcp"] {
+        assert!(kinds.iter().any(|k| k == kind), "no kind `{kind}` under src/environment/kinds/: {kinds:?}");
+    }
+    let found = kinds_named_by_the_core(&src);
+    assert!(found.is_empty(), "the environment's core names a kind; only kinds/ may:\n{}", found.join("\n"));
+}
+
 #[test]
 fn the_layer_check_sees_every_form_of_import() {
     assert_eq!(modules_named("use crate::report::table::Projection;"), ["report"]);
@@ -111,4 +169,6 @@ fn the_layer_check_sees_every_form_of_import() {
     assert_eq!(modules_named("use crate::{log::{Event, Outcome}, report::Summary};"), ["log", "report"]);
     assert_eq!(modules_named("    let x = crate::batch::suite_info(s); // crate::cli"), ["batch"]);
     assert!(modules_named("// use crate::cli::main;").is_empty());
+    assert_eq!(names_after("use super::kinds::{self, shell::Shell, KINDS};", "kinds::"), ["self", "shell", "KINDS"]);
+    assert_eq!(names_after("let w = crate::environment::kinds::web::page::cut(s);", "kinds::"), ["web"]);
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::contract::{Actor, ErrorType, FINAL_TOOL, ToolCall};
 use crate::environment::tool::{self, Tool};
-use crate::environment::{Environment, ToolFailure, kv, python, shell, web};
+use crate::environment::{Environment, RunStore, ToolFailure};
 
 fn task() -> Task {
     Task { files: [("notes.txt".to_owned(), "hello".to_owned())].into(), ..Task::new("t", "do it") }

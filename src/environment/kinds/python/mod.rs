@@ -15,26 +15,32 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::definition::{Definition, EnvLimits};
-use super::folder::EpisodeFolder;
-use super::kind::{EnvironmentKind, SetupContext};
-use super::sandbox::Confinement;
-use super::tool::{self, Tool, ToolDecl};
-use super::{FileWorld, ReadBack, SetupError, ToolFailure, World, decode_arguments};
+use super::{EnvironmentKind, KindKeys, KindSettings};
+use crate::config::decode::ConfigError;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
+use crate::environment::folder::EpisodeFolder;
+use crate::environment::tool::{self, Tool, ToolDecl};
+use crate::environment::{
+    Definition, EnvLimits, FileWorld, ReadBack, SetupContext, SetupError, ToolFailure, World, decode_arguments,
+};
+use crate::sandbox::Confinement;
 
-#[path = "python_session.rs"]
 mod session;
 
-use session::{Folders, Interpreter, Session};
+use crate::environment::interpreter::{self, Interpreter};
+use session::{Folders, Session};
 
 /// The interpreter a world (or `execute_code`) runs: `configured`, else `python3` on `PATH`.
-pub(crate) async fn find_interpreter(configured: Option<&std::path::Path>) -> Result<Arc<Interpreter>, String> {
-    session::find(configured).await
+/// The interpreter `definition` names (`python:`), if it names one.
+fn interpreter_of(definition: &Definition) -> Option<&std::path::Path> {
+    match &definition.settings {
+        KindSettings::Python { interpreter } => interpreter.as_deref(),
+        _ => None,
+    }
 }
 
-use super::process::SAFE_PATH;
+use crate::sandbox::process::SAFE_PATH;
 
 const STATE_LOST: &str = "the session's state (variables, functions, imports) was lost";
 
@@ -49,6 +55,31 @@ impl EnvironmentKind for Python {
 
     fn tools(&self) -> Vec<ToolDecl> {
         tool::offer(TOOLS)
+    }
+
+    /// `python:`, the interpreter: a path, or a name on `PATH`.
+    fn keys(&self) -> &'static [&'static str] {
+        &["python"]
+    }
+
+    fn decode_settings(&self, keys: &KindKeys<'_>) -> Result<KindSettings, ConfigError> {
+        let interpreter = match keys.get("python") {
+            None => None,
+            // A bare name is looked up on PATH; `./python3` or `bin/python3` is the file's.
+            Some(value) => match keys.source.decode::<PathBuf>("python", value)? {
+                p if p.is_relative() && p.components().count() > 1 => Some(keys.folder().join(p)),
+                p => Some(p),
+            },
+        };
+        Ok(KindSettings::Python { interpreter })
+    }
+
+    fn builtin_settings(&self) -> KindSettings {
+        KindSettings::Python { interpreter: None }
+    }
+
+    fn refuse_key(&self, key: &str, other: &str) -> String {
+        format!("only the `python` kind runs an interpreter; kind `{other}` takes no `{key}:`")
     }
 
     async fn setup(
@@ -245,8 +276,8 @@ struct State {
 
 impl PythonWorld {
     pub async fn create(definition: &Definition, task: &Task, context: &SetupContext<'_>) -> Result<Self, String> {
-        let interpreter = session::find(definition.python.as_deref()).await?;
-        let dir = EpisodeFolder::create(definition, task, context.work_root)?;
+        let interpreter = interpreter::find(interpreter_of(definition)).await?;
+        let dir = EpisodeFolder::create(&definition.files, task, context.work_root)?;
         let (root, tmp) = (dir.work.clone(), dir.tmp.clone());
         let sandbox = definition.confinement(context.sandbox, &[&root, &tmp], &interpreter.readable)?;
         let folders = Folders { work: &root, tmp: &tmp };
@@ -443,5 +474,4 @@ impl FileWorld for PythonWorld {
 }
 
 #[cfg(test)]
-#[path = "python_tests.rs"]
 mod tests;

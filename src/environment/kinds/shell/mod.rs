@@ -1,9 +1,9 @@
 //! `shell`: a fresh temporary working directory per episode, seeded with fixture and task
 //! files, and tools to run commands and read and write files inside it.
 //!
-//! Every command runs in the world's sandbox (`sandbox.rs`: files beneath the episode's
+//! Every command runs in the world's sandbox (`src/sandbox/`: files beneath the episode's
 //! own folders, no network, limits, no privileges) with a clean environment (none of the
-//! runner's variables, so no API keys), under a keeper process (`process.rs`): when a
+//! runner's variables, so no API keys), under a keeper process (`sandbox/process.rs`): when a
 //! command ends, times out or is cancelled, every process it started is killed, also those
 //! that left its group or session.
 //!
@@ -22,22 +22,26 @@ use serde_json::{Map, Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
-use super::checkpoint::Checkpoints;
-use super::definition::{Definition, EnvLimits};
-use super::folder::EpisodeFolder;
-use super::kind::{EnvironmentKind, SetupContext};
-use super::process::{Captured, read_capped};
-use super::sandbox::Confinement;
-use super::tool::{self, Tool, ToolDecl};
-use super::world_model::WorldModels;
-use super::{FileWorld, ReadBack, SetupError, ToolFailure, World, decode_arguments, process, resources};
+use super::EnvironmentKind;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
+use crate::environment::folder::EpisodeFolder;
+use crate::environment::tool::{self, Tool, ToolDecl};
+use crate::environment::{
+    Definition, EnvLimits, FileWorld, ReadBack, SetupContext, SetupError, ToolFailure, World, decode_arguments,
+};
+use crate::sandbox::Confinement;
+use crate::sandbox::process::{self, Captured, read_capped};
+use crate::sandbox::resources;
 
-#[path = "shell_files.rs"]
+mod checkpoint;
 mod files;
+pub mod world_model;
 
-use super::process::SAFE_PATH;
+use checkpoint::Checkpoints;
+use world_model::WorldModels;
+
+use crate::sandbox::process::SAFE_PATH;
 
 /// The kind `shell`.
 pub struct Shell;
@@ -213,7 +217,7 @@ pub struct ShellWorld {
 
 impl ShellWorld {
     pub fn create(definition: &Definition, task: &Task, context: &SetupContext<'_>) -> Result<Self, String> {
-        let dir = EpisodeFolder::create(definition, task, context.work_root)?;
+        let dir = EpisodeFolder::create(&definition.files, task, context.work_root)?;
         let (root, tmp) = (dir.work.clone(), dir.tmp.clone());
         let sandbox = definition.confinement(context.sandbox, &[&root, &tmp], &[])?;
         let checkpoints = Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes);
@@ -468,7 +472,7 @@ impl World for ShellWorld {
     }
 
     async fn teardown(&mut self) {
-        // Every process a command started died with the command (`process.rs`); what is
+        // Every process a command started died with the command (`sandbox/process.rs`); what is
         // left is the folder. It is removed off the runtime's threads, as it may hold many
         // files; dropping `dir` then finds nothing, or retries what failed here.
         self.sandbox.kill_all();
@@ -540,5 +544,4 @@ async fn read_start(file: tokio::fs::File, size: u64, cap: usize) -> Result<Capt
 }
 
 #[cfg(test)]
-#[path = "shell_tests.rs"]
 mod tests;

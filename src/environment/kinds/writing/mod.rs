@@ -11,13 +11,15 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::definition::Definition;
-use super::kind::{EnvironmentKind, SetupContext};
-use super::tool::{self, Tool, ToolDecl};
-use super::{FileWorld, ReadBack, SetupError, ToolFailure, World, decode_arguments};
+use super::{EnvironmentKind, KindKeys, KindSettings};
+use crate::config::decode::ConfigError;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
 use crate::domain::document::{Document, Section, word_count};
+use crate::environment::tool::{self, Tool, ToolDecl};
+use crate::environment::{
+    Definition, FileWorld, ReadBack, SetupContext, SetupError, ToolFailure, World, decode_arguments,
+};
 
 /// The kind `writing_room`.
 pub struct Writing;
@@ -33,6 +35,48 @@ impl EnvironmentKind for Writing {
 
     fn tools(&self) -> Vec<ToolDecl> {
         tool::offer(TOOLS)
+    }
+
+    /// `style:`, the style rules ([`Style`]), and `documents:`, the initial documents: id →
+    /// a Markdown file, relative to the environment file.
+    fn keys(&self) -> &'static [&'static str] {
+        &["style", "documents"]
+    }
+
+    fn decode_settings(&self, keys: &KindKeys<'_>) -> Result<KindSettings, ConfigError> {
+        let source = keys.source;
+        let style = match keys.get("style") {
+            None => Style::default(),
+            Some(value) => {
+                let style: Style = source.decode("style", value)?;
+                style.check().map_err(|(at, e)| source.error(at, e))?;
+                style
+            }
+        };
+        let listed: BTreeMap<String, std::path::PathBuf> = match keys.get("documents") {
+            None => BTreeMap::new(),
+            Some(value) => source.decode("documents", value)?,
+        };
+        let mut documents = BTreeMap::new();
+        for (id, doc_path) in &listed {
+            let at = format!("documents.{id}");
+            if id.is_empty() || !id.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c)) {
+                return Err(source.error(&at, "a document id is letters, digits, `_`, `-` and `.`"));
+            }
+            let full = keys.folder().join(doc_path);
+            let text = std::fs::read_to_string(&full)
+                .map_err(|e| source.error(&at, format!("failed to read {}: {e}", full.display())))?;
+            documents.insert(format!("{id}.md"), text);
+        }
+        Ok(KindSettings::Writing { style, documents })
+    }
+
+    fn builtin_settings(&self) -> KindSettings {
+        KindSettings::Writing { style: Style::default(), documents: BTreeMap::new() }
+    }
+
+    fn refuse_key(&self, key: &str, other: &str) -> String {
+        format!("only the `writing_room` kind has `{key}:`; kind `{other}` takes none")
     }
 
     async fn setup(
@@ -100,17 +144,22 @@ pub struct Room {
 }
 
 impl Room {
-    /// The definition's and then the task's files, each a document named after the file
-    /// without its `.md`.
+    /// The definition's files and documents (`documents:`), and then the task's files, each
+    /// a document named after the file without its `.md`.
     pub fn create(definition: &Definition, task: &Task) -> Self {
+        let (style, listed) = match &definition.settings {
+            KindSettings::Writing { style, documents } => (style.clone(), Some(documents)),
+            _ => (Style::default(), None),
+        };
         let documents = definition
             .files
             .iter()
+            .chain(listed.into_iter().flatten())
             .chain(&task.files)
             .map(|(name, text)| (doc_id_of(name).to_owned(), Document::parse_markdown(text)))
             .collect();
         let state = State { documents, exports: BTreeMap::new(), cursor: Cursor::default() };
-        Room { state: Mutex::new(state), style: definition.style.clone() }
+        Room { state: Mutex::new(state), style }
     }
 
     fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
@@ -616,5 +665,4 @@ impl FileWorld for Room {
 }
 
 #[cfg(test)]
-#[path = "writing_tests.rs"]
 mod tests;

@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::environment::definition::Definition;
+use crate::environment::Definition;
 
 fn task() -> Task {
     Task { files: [("data.txt".to_owned(), "1 2 3\n".to_owned())].into(), ..Task::new("t", "go") }
@@ -12,7 +12,7 @@ fn task() -> Task {
 
 /// A world in a fresh folder, or `None` (with a message) when this machine has no Python.
 async fn world() -> Option<(tempfile::TempDir, PythonWorld)> {
-    if let Err(e) = session::find(None).await {
+    if let Err(e) = interpreter::find(None).await {
         eprintln!("skipped: no usable python3 on this machine: {e}");
         return None;
     }
@@ -184,7 +184,7 @@ async fn the_session_runs_in_the_sandbox() {
 
 #[tokio::test]
 async fn the_interpreter_found_is_a_real_binary_not_a_shim() {
-    let Ok(found) = session::find(None).await else {
+    let Ok(found) = interpreter::find(None).await else {
         eprintln!("skipped: no usable python3 on this machine");
         return;
     };
@@ -196,7 +196,7 @@ async fn the_interpreter_found_is_a_real_binary_not_a_shim() {
 async fn a_missing_interpreter_fails_the_setup_naming_the_field() {
     let dir = tempfile::tempdir().unwrap();
     let mut definition = Definition::builtin(&Python);
-    definition.python = Some("/nonexistent/python3".into());
+    definition.settings = KindSettings::Python { interpreter: Some("/nonexistent/python3".into()) };
     let setup = Python.setup(&definition, &task(), &SetupContext::new(dir.path(), "ep_test")).await;
     let Err(err) = setup else { panic!("a missing interpreter set up a world") };
     assert!(err.message.contains("`/nonexistent/python3` (the environment file's `python:`) does not exist"), "{err}");
@@ -214,4 +214,23 @@ async fn a_call_dropped_mid_way_kills_its_interpreter_and_the_next_call_says_so(
     assert_eq!(next["value"], false, "{next}");
     assert!(next["note"].as_str().unwrap().contains("previous call was cancelled"), "{next}");
     assert!(ok(&w, "eval", json!({"code": "1"})).await.get("note").is_none(), "the note is given once");
+}
+
+fn load_text(text: &str) -> Result<Definition, crate::config::decode::ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("box.yaml");
+    std::fs::write(&path, text).unwrap();
+    Definition::load(&path)
+}
+
+#[test]
+fn an_interpreter_is_taken_by_the_python_kind_only_and_a_relative_one_is_the_files() {
+    let err = load_text("kind: shell\npython: /usr/bin/python3\n").unwrap_err();
+    assert_eq!(err.position.map(|p| p.line), Some(2), "{err}");
+    assert!(err.message.contains("kind `shell` takes no `python:`"), "{err}");
+    let def = load_text("kind: python\npython: venv/bin/python3\n").unwrap();
+    let python = interpreter_of(&def).unwrap();
+    assert!(python.is_absolute() && python.ends_with("venv/bin/python3"), "{}", python.display());
+    let def = load_text("kind: python\npython: python3.11\n").unwrap();
+    assert_eq!(interpreter_of(&def).unwrap(), std::path::Path::new("python3.11"), "a bare name is looked up on PATH");
 }

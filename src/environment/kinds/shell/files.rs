@@ -19,11 +19,11 @@ use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 use tokio::io::AsyncReadExt;
 
-use super::super::world_model::{Digest, WorldModel, digest_of};
-use super::super::{ToolFailure, decode_arguments};
+use super::world_model::{Digest, WorldModel, digest_of};
 use super::{ShellWorld, io_failure};
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::environment::tool::Tool;
+use crate::environment::{ToolFailure, decode_arguments};
 
 /// Files up to this size are hashed whole; a larger one is known by its size, modification
 /// time and inode, and read only up to here.

@@ -18,7 +18,7 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::process::{Child, Command};
 
-use super::sandbox::Confinement;
+use super::confinement::Confinement;
 
 /// The `PATH` commands get: the system's programs only.
 pub const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";

@@ -6,8 +6,6 @@
 use std::io;
 use std::sync::OnceLock;
 
-use super::definition::Definition;
-
 /// Descriptors one running shell tool call may hold at once: a command's stdout, stderr and
 /// status pipes, and those open for a moment while it starts.
 pub(crate) const FDS_PER_CALL: u64 = 8;
@@ -31,13 +29,10 @@ pub fn starting_open_files_limit() -> Option<libc::rlimit> {
 
 /// Raises the soft limit of open files to the hard limit, and returns how many episodes may
 /// run at once so that their commands fit in it: `jobs`, or fewer, with a note on stderr.
-pub fn fit_jobs<'a>(jobs: usize, definitions: impl IntoIterator<Item = &'a Definition>) -> usize {
+/// `per_episode` holds the open files one episode of each environment may hold at once.
+pub fn fit_jobs(jobs: usize, per_episode: impl IntoIterator<Item = u64>) -> usize {
     let limit = raise_open_files_limit();
-    let per_episode = definitions
-        .into_iter()
-        .map(|d| d.limits.max_concurrency as u64 * d.kind.map_or(0, |k| k.open_files_per_call()))
-        .max()
-        .unwrap_or(0);
+    let per_episode = per_episode.into_iter().max().unwrap_or(0);
     let Some(limit) = limit.filter(|_| per_episode > 0) else { return jobs };
     let open = std::fs::read_dir("/proc/self/fd").map(|d| d.count() as u64).unwrap_or(16);
     let reserved = FDS_RESERVED.min(limit / 4);

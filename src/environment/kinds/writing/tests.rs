@@ -16,7 +16,8 @@ fn task(files: &[(&str, &str)]) -> Task {
 
 async fn room(style: Style, files: &[(&str, &str)]) -> Environment {
     let definition = Definition::builtin(&Writing);
-    let definition = Arc::new(Definition { style, ..definition });
+    let settings = KindSettings::Writing { style, documents: Default::default() };
+    let definition = Arc::new(Definition { settings, ..definition });
     let dir = std::env::temp_dir();
     Environment::setup(definition, &task(files), &SetupContext::new(&dir, "ep_w")).await.unwrap()
 }

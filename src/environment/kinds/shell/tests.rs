@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use super::*;
-use crate::environment::definition::Definition;
+use crate::environment::Definition;
 
 /// A world over a fresh directory holding `files`, with output capped at `cap` bytes.
 fn world_with(files: &[(&str, &str)], cap: usize) -> (tempfile::TempDir, ShellWorld) {

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::ToolFailure;
 use crate::contract::ErrorType;
+use crate::environment::ToolFailure;
 
 /// How many paths a result lists, of each kind; the counts are always whole.
 const LISTED: usize = 20;

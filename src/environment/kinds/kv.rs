@@ -9,12 +9,13 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::definition::Definition;
-use super::kind::{EnvironmentKind, SetupContext};
-use super::tool::{self, Tool, ToolDecl};
-use super::{FileWorld, ReadBack, SetupError, ToolFailure, World, decode_arguments};
+use super::EnvironmentKind;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
+use crate::environment::tool::{self, Tool, ToolDecl};
+use crate::environment::{
+    Definition, FileWorld, ReadBack, SetupContext, SetupError, ToolFailure, World, decode_arguments,
+};
 
 /// The kind `kv`.
 pub struct Kv;

@@ -384,5 +384,4 @@ impl Ending {
 }
 
 #[cfg(test)]
-#[path = "run_tests.rs"]
 mod tests;

@@ -29,16 +29,15 @@ use serde_json::{Map, Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::process::Command;
 
-use super::definition::Definition;
-use super::kind::{EnvironmentKind, SetupContext};
-use super::process::{self, SAFE_PATH, Supervised};
-use super::sandbox::{Confinement, SandboxMode};
-use super::tool::{self, ToolDecl};
-use super::{SetupError, ToolFailure, World};
+use super::{EnvironmentKind, KindKeys, KindSettings};
 use crate::config::decode::{ConfigError, Source, check_seconds};
 use crate::contract::{Actor, ErrorType, FINAL_TOOL, ToolAnnotations, ToolSpec};
 use crate::domain::{MAX_EPISODE_S, Task};
+use crate::environment::tool::{self, ToolDecl};
+use crate::environment::{Definition, SetupContext, SetupError, ToolFailure, World};
 use crate::log::UnscoredCause;
+use crate::sandbox::process::{self, SAFE_PATH, Supervised};
+use crate::sandbox::{Confinement, SandboxMode};
 
 /// The separator of a server's name and its tool's when there are several servers.
 pub const SEPARATOR: &str = "__";
@@ -240,6 +239,14 @@ impl McpSpec {
     }
 }
 
+/// The servers `definition` lists, if it is an `mcp` definition that lists them.
+pub fn spec_of(definition: &Definition) -> Option<Arc<McpSpec>> {
+    match &definition.settings {
+        KindSettings::Mcp(spec) => spec.clone(),
+        _ => None,
+    }
+}
+
 #[async_trait]
 impl EnvironmentKind for Mcp {
     fn name(&self) -> &'static str {
@@ -251,6 +258,36 @@ impl EnvironmentKind for Mcp {
         vec![tool::final_answer()]
     }
 
+    /// `servers:`, the prompts added to the system prompt (`prompts:`), and whether a suite
+    /// over it is skipped when a server is not installed (`optional:`).
+    fn keys(&self) -> &'static [&'static str] {
+        &["servers", "prompts", "optional"]
+    }
+
+    fn decode_settings(&self, keys: &KindKeys<'_>) -> Result<KindSettings, ConfigError> {
+        let optional = keys.get("optional").map(|v| keys.source.decode::<bool>("optional", v)).transpose()?;
+        let spec = McpSpec::decode(keys.source, keys.get("servers"), keys.get("prompts"), optional)?;
+        Ok(KindSettings::Mcp(Some(Arc::new(spec))))
+    }
+
+    fn builtin_settings(&self) -> KindSettings {
+        KindSettings::Mcp(None)
+    }
+
+    fn needs_a_file(&self, name: &str) -> Option<String> {
+        Some(format!(
+            "the `mcp` kind needs its servers listed: write environments/{name}.yaml with `kind: mcp` and `servers:`"
+        ))
+    }
+
+    fn refuse_key(&self, key: &str, other: &str) -> String {
+        format!("only the `mcp` kind takes `{key}:`; kind `{other}` does not")
+    }
+
+    fn discovers_tools(&self) -> bool {
+        true
+    }
+
     async fn setup(
         &self,
         definition: &Definition,
@@ -258,7 +295,7 @@ impl EnvironmentKind for Mcp {
         context: &SetupContext<'_>,
     ) -> Result<Box<dyn World>, SetupError> {
         let failed = |message: String| SetupError { name: definition.name.clone(), message };
-        let Some(spec) = definition.mcp.clone() else {
+        let Some(spec) = spec_of(definition) else {
             return Err(failed("an `mcp` environment needs `servers:`".into()));
         };
         let folder = tempfile::Builder::new()
@@ -328,7 +365,7 @@ impl EnvironmentKind for Mcp {
         definition: &Definition,
         sandbox: SandboxMode,
     ) -> Result<Option<(Vec<ToolDecl>, String)>, String> {
-        let Some(spec) = definition.mcp.clone() else {
+        let Some(spec) = spec_of(definition) else {
             return Err("an `mcp` environment needs `servers:`".into());
         };
         let folder = tempfile::Builder::new()
@@ -950,7 +987,7 @@ mod tests {
         assert!(def.undiscovered);
         assert_eq!(def.specs.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), [FINAL_TOOL]);
         assert_eq!(def.expose, Some(vec!["echo".to_owned()]));
-        let spec = def.mcp.as_ref().unwrap();
+        let spec = spec_of(&def).unwrap();
         assert_eq!(spec.servers[0].scope, Scope::Episode);
         assert_eq!(spec.route("echo"), Some((0, "echo".to_owned())), "one server: names are kept");
     }
@@ -958,7 +995,7 @@ mod tests {
     #[test]
     fn with_several_servers_names_are_prefixed_and_routed_back() {
         let def = load("kind: mcp\nservers: [{name: a, command: node}, {name: b-2, url: \"http://h/mcp\"}]\n").unwrap();
-        let spec = def.mcp.as_ref().unwrap();
+        let spec = spec_of(&def).unwrap();
         assert_eq!(spec.exposed_name("b-2", "get__x"), "b-2__get__x");
         assert_eq!(spec.route("b-2__get__x"), Some((1, "get__x".to_owned())));
         assert_eq!(spec.route("c__x"), None);

@@ -18,14 +18,13 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::definition::Definition;
-use super::kind::{EnvironmentKind, SetupContext};
-use super::tool::{self, Tool, ToolDecl};
-use super::{SetupError, ToolFailure, World, decode_arguments};
+use super::{EnvironmentKind, KindKeys, KindSettings};
 use crate::config::decode::{ConfigError, Source, check_seconds};
 use crate::config::yaml::Position;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::{MAX_EPISODE_S, Task};
+use crate::environment::tool::{self, Tool, ToolDecl};
+use crate::environment::{Definition, SetupContext, SetupError, ToolFailure, World, decode_arguments};
 use cache::{KeyLocks, PageCache};
 use corpus::Corpus;
 use live::{FetchError, Live, LiveSettings};
@@ -49,6 +48,24 @@ impl EnvironmentKind for Web {
         tool::offer(TOOLS)
     }
 
+    /// `web:`, what it browses: a corpus or live HTTP ([`WebSetup`]).
+    fn keys(&self) -> &'static [&'static str] {
+        &["web"]
+    }
+
+    fn decode_settings(&self, keys: &KindKeys<'_>) -> Result<KindSettings, ConfigError> {
+        let setup = keys.get("web").map(|value| WebSetup::load(keys.source, value)).transpose()?;
+        Ok(KindSettings::Web(setup.map(Arc::new)))
+    }
+
+    fn builtin_settings(&self) -> KindSettings {
+        KindSettings::Web(None)
+    }
+
+    fn refuse_key(&self, key: &str, other: &str) -> String {
+        format!("only the `web` kind browses; kind `{other}` takes no `{key}:`")
+    }
+
     async fn setup(
         &self,
         definition: &Definition,
@@ -56,7 +73,7 @@ impl EnvironmentKind for Web {
         context: &SetupContext<'_>,
     ) -> Result<Box<dyn World>, SetupError> {
         let failed = |message: String| SetupError { name: definition.name.clone(), message };
-        let Some(setup) = definition.web.clone() else {
+        let KindSettings::Web(Some(setup)) = &definition.settings else {
             return Err(failed(
                 "a `web` environment needs a file that says what to browse: `web: {corpus: …}` or `web: {live: …}`"
                     .into(),
@@ -453,5 +470,4 @@ impl World for WebWorld {
 }
 
 #[cfg(test)]
-#[path = "web_tests.rs"]
 mod tests;

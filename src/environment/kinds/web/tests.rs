@@ -3,7 +3,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::environment::definition::Definition;
+use crate::environment::Definition;
 
 /// A web definition over a three-page folder corpus, with `budget` requests and `cap`.
 fn world(budget: u32, cap: usize) -> (tempfile::TempDir, Box<dyn World>) {
@@ -125,7 +125,7 @@ fn web_settings_are_checked_at_their_line() {
         assert!(err.message.contains(message), "{text}: {err}");
     }
     let def = load("kind: web\nweb:\n  corpus: c.jsonl\n").unwrap();
-    assert!(def.web.is_some());
+    assert!(matches!(def.settings, KindSettings::Web(Some(_))));
 }
 
 #[tokio::test]
