@@ -38,7 +38,6 @@ use super::{SetupError, ToolFailure, World};
 use crate::config::decode::{ConfigError, Source, check_seconds};
 use crate::contract::{Actor, ErrorType, FINAL_TOOL, ToolAnnotations, ToolSpec};
 use crate::domain::{MAX_EPISODE_S, Task};
-use crate::log::UnscoredCause;
 
 /// The separator of a server's name and its tool's when there are several servers.
 pub const SEPARATOR: &str = "__";
@@ -715,7 +714,7 @@ impl Server {
                 let said = if said.is_empty() { String::new() } else { format!("; its stderr ended: {said}") };
                 let message = format!("server `{}` stopped during `{tool}`{exit}: {error}{said}", self.name);
                 let mut failure = ToolFailure::new(ErrorType::ExecutionError, message);
-                failure.fault = Some(UnscoredCause::EnvironmentError);
+                failure.fault = Some(crate::contract::CallFault::EnvironmentFailed);
                 Err(failure)
             }
         }
