@@ -617,3 +617,113 @@ async fn a_user_who_never_answers_is_cut_by_the_time_limit_in_a_conversation_and
     assert_eq!(observed[0].error.as_ref().map(|e| e.kind), Some(ErrorType::Cancelled));
     assert_eq!(observed[0].info.get("started"), Some(&json!(false)));
 }
+
+/// A mock turn that makes `calls`.
+fn mock_turn(calls: Vec<(&str, Value)>) -> crate::domain::MockTurn {
+    let tool_calls = calls
+        .into_iter()
+        .map(|(name, arguments)| crate::domain::MockCall { name: name.into(), arguments, id: None })
+        .collect();
+    crate::domain::MockTurn { text: None, tool_calls }
+}
+
+/// A main agent that delegates one task (with `tools`, a list or null for all of its own)
+/// and then answers; its child plays `child`.
+fn delegating(child: Vec<crate::domain::MockTurn>, tools: Value) -> crate::agent::ToolCallingAgent {
+    use crate::agent::{ModelFor, Subagents, ToolCallingAgent};
+    use crate::model::{LanguageModel, mock::MockModel};
+    let main = vec![
+        mock_turn(vec![(crate::contract::DELEGATE_TOOL, json!({"goal": "g", "tools": tools}))]),
+        mock_turn(vec![("final_answer", json!({"answer": "done"}))]),
+    ];
+    let child: Arc<[crate::domain::MockTurn]> = child.into();
+    let models: ModelFor = Arc::new(move |_| Arc::new(MockModel::new(child.clone())) as Arc<dyn LanguageModel>);
+    let subagents = Subagents {
+        system: "help".into(),
+        max_children: 3,
+        max_depth: 1,
+        models,
+        model_name: "mock".into(),
+        require_final_answer: true,
+    };
+    ToolCallingAgent::new(Arc::new(MockModel::new(main.into())), "mock", None, true).with_subagents(Arc::new(subagents))
+}
+
+/// Runs `agent` in `environment` within `budget`: how it ended, and the events.
+async fn run_agent(environment: &Environment, agent: &mut dyn Agent, budget: EpisodeBudget) -> (Ending, Vec<Event>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.jsonl");
+    let (log, writer) = EventLog::create(&path, "test-run").unwrap();
+    let recorder = log.recorder("ep_test");
+    let ending = environment.run(agent, &task(), &budget, &recorder).await;
+    drop((recorder, log));
+    writer.close().unwrap();
+    (ending, read_events(&path).unwrap().events.iter().map(|e| e.event().unwrap()).collect())
+}
+
+fn observation_of(events: &[Event], call_id: &str) -> Observation {
+    let found = logged_observations(events).into_iter().find(|o| o.call_id.as_deref() == Some(call_id));
+    found.unwrap_or_else(|| panic!("no observation of {call_id}: {events:?}"))
+}
+
+#[tokio::test]
+async fn a_subagent_takes_its_turns_in_the_loop_and_its_calls_count_for_the_episode() {
+    let (environment, clock) = env(4, 10.0);
+    let child =
+        vec![mock_turn(vec![("sleep", json!({"ms": 1}))]), mock_turn(vec![("final_answer", json!({"answer": "x"}))])];
+    let mut agent = delegating(child, Value::Null);
+    let (ending, events) = run_agent(&environment, &mut agent, limits(10)).await;
+    assert_eq!(ending.termination, Termination::FinalAnswer);
+    assert_eq!(clock.spans.lock().unwrap().len(), 1, "the child's sleep ran");
+    assert_eq!(ending.steps, 4, "two turns of main and two of its child");
+    let ids: Vec<&str> = ending.trajectory.calls.iter().map(|c| c.call_id.as_str()).collect();
+    assert_eq!(ids, ["main_1_c_1", "main_1_c_2", "c_2"], "the child's calls come before its parent's next");
+    let finals = events.iter().filter(|e| matches!(e, Event::Final { .. })).count();
+    assert_eq!(finals, 1, "only the main agent's final answer is the episode's");
+}
+
+#[tokio::test]
+async fn a_subagents_call_of_a_tool_it_was_not_given_never_reaches_the_world() {
+    let (environment, clock) = env(4, 10.0);
+    let child =
+        vec![mock_turn(vec![("sleep", json!({"ms": 1}))]), mock_turn(vec![("final_answer", json!({"answer": "x"}))])];
+    let mut agent = delegating(child, json!([]));
+    let (ending, events) = run_agent(&environment, &mut agent, limits(10)).await;
+    assert_eq!(ending.termination, Termination::FinalAnswer);
+    assert!(clock.spans.lock().unwrap().is_empty(), "the child's sleep ran");
+    let refused = observation_of(&events, "main_1_c_1").error.unwrap();
+    assert_eq!(refused.kind, ErrorType::ToolNotFound);
+    assert_eq!(refused.message, "`sleep` was not given to you");
+    assert!(!events.iter().any(|e| matches!(e, Event::Permission { .. })), "the rules never saw it");
+}
+
+#[tokio::test]
+async fn a_subagents_call_in_flight_at_the_deadline_is_logged_as_cancelled() {
+    let (environment, clock) = env(4, 10.0);
+    let mut agent = delegating(vec![mock_turn(vec![("hang", json!({"tag": "child"}))])], Value::Null);
+    let (ending, events) =
+        run_agent(&environment, &mut agent, EpisodeBudget::new(10, Duration::from_millis(200))).await;
+    assert_eq!(ending.termination, Termination::TimeLimit);
+    assert_eq!(*clock.dropped.lock().unwrap(), ["child"]);
+    let cancelled = observation_of(&events, "main_1_c_1");
+    assert_eq!(cancelled.error.unwrap().kind, ErrorType::Cancelled);
+    assert_eq!(cancelled.info["started"], true);
+}
+
+#[tokio::test]
+async fn a_subagents_call_in_flight_when_the_run_stops_is_logged_as_cancelled() {
+    let (environment, clock) = env(4, 10.0);
+    let stop = CancellationToken::new();
+    let trigger = stop.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        trigger.cancel();
+    });
+    let mut agent = delegating(vec![mock_turn(vec![("hang", json!({"tag": "child"}))])], Value::Null);
+    let (ending, events) = run_agent(&environment, &mut agent, limits(10).stopped_by(stop)).await;
+    assert_eq!(ending.termination, Termination::UserStop);
+    assert_eq!(*clock.dropped.lock().unwrap(), ["child"]);
+    let cancelled = observation_of(&events, "main_1_c_1");
+    assert_eq!(cancelled.error.unwrap().kind, ErrorType::Cancelled);
+    assert_eq!(cancelled.info["started"], true);
+}
