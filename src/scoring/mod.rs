@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::config::template;
-use crate::contract::{FINAL_TOOL, ToolCall};
+use crate::contract::{ASK_USER, CLARIFY, EXIT_PLAN_MODE, FINAL_TOOL, ToolCall};
 use crate::domain::document::Document;
 use crate::domain::text::Text;
 use crate::domain::{MockTurn, Task};
@@ -200,8 +200,8 @@ pub fn told_user(trajectory: &crate::environment::Trajectory) -> Vec<String> {
     let asked = trajectory.calls.iter().filter_map(|call| {
         let field = |name: &str| call.arguments.get(name).and_then(Value::as_str).map(str::to_owned);
         match call.name.as_str() {
-            "ask_user" => field("question"),
-            "clarify" => {
+            ASK_USER => field("question"),
+            CLARIFY => {
                 let choices: Vec<&str> = call
                     .arguments
                     .get("choices")
@@ -210,7 +210,7 @@ pub fn told_user(trajectory: &crate::environment::Trajectory) -> Vec<String> {
                     .unwrap_or_default();
                 field("question").map(|q| format!("{q} ({})", choices.join(" / ")))
             }
-            "exit_plan_mode" => field("plan"),
+            EXIT_PLAN_MODE => field("plan"),
             _ => None,
         }
     });
