@@ -9,10 +9,7 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::contract::{ErrorType, ToolError, ToolSpec};
-
-/// The name the model calls the tool by.
-pub const MEMORY_TOOL: &str = "memory";
+use crate::contract::{ErrorType, MEMORY_TOOL, ToolError, ToolSpec};
 
 /// What separates entries when a store is shown (and counted).
 pub const SEPARATOR: &str = "\n§\n";

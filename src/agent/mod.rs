@@ -2,21 +2,22 @@
 //! proposes tool calls. It never executes a tool: the environment does. [`AgentKind`] is
 //! the list of kinds a suite can name.
 
+mod budget;
 mod kind;
 pub mod memory;
 pub mod plan;
 mod subagent;
 mod tool_calling;
 
+pub use budget::{Budget, CallError, EpisodeBudget, Trajectory};
 pub use kind::{AgentKind, AgentParts};
-pub use subagent::{DELEGATE_TOOL, EpisodeTree, ModelFor, SubagentCalls, Subagents, delegate_spec};
+pub use subagent::{ModelFor, Subagents, delegate_spec};
 pub use tool_calling::ToolCallingAgent;
 
 use async_trait::async_trait;
 
-use crate::contract::{Actor, Observation, ToolCall, ToolSpec};
-use crate::log::{Recorder, Usage};
-use crate::model::limiter::Deadline;
+use crate::contract::{Actor, CallFault, Observation, ToolCall, ToolSpec};
+use crate::log::{Recorder, Termination, UnscoredCause, Usage};
 
 /// What the environment lends the agent for one decision.
 pub struct Turn<'a> {
@@ -28,10 +29,10 @@ pub struct Turn<'a> {
     /// Where the agent logs its model calls.
     pub recorder: &'a Recorder,
     /// What the world can tell the agent about the files it knows, and where a
-    /// subagent's calls are run.
+    /// subagent's turns are run.
     pub world: &'a dyn WorldModelView,
     /// The episode's limits and what the whole tree of agents has spent of them.
-    pub tree: &'a EpisodeTree,
+    pub episode: &'a EpisodeBudget,
 }
 
 /// The world as an agent may ask it about itself between turns: which of the files an
@@ -43,13 +44,21 @@ pub trait WorldModelView: Send + Sync {
     /// once per change (see `environment::world_model`).
     async fn changed_files(&self, actor: &Actor) -> Vec<String>;
 
-    /// Runs a subagent's call as the episode's loop runs the main agent's: checked by the
-    /// permission rules (a `permission` event), then executed by the world. The loop of a
-    /// subagent is the agent's code; running its calls is the environment's.
-    async fn act(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation;
+    /// Runs a subagent's turns through the episode's one loop, as the main agent's are run:
+    /// `agent` starts from `goal`, may use only `tools`, and spends from `episode`. Who
+    /// starts, with what goal and which tools, and what its ending means are the parent
+    /// agent's code; running the child's turns and calls is the environment's.
+    async fn run_subagent(
+        &self,
+        agent: &mut dyn Agent,
+        goal: &str,
+        tools: &[ToolSpec],
+        episode: &EpisodeBudget,
+        recorder: &Recorder,
+    ) -> ActorEnding;
 }
 
-/// A world without files and without tools: nothing ever changes, and no call runs.
+/// A world without files and without tools: nothing ever changes, and no subagent runs.
 pub struct NoFiles;
 
 #[async_trait]
@@ -58,21 +67,36 @@ impl WorldModelView for NoFiles {
         Vec::new()
     }
 
-    async fn act(&self, call: &ToolCall, _step: u32, _recorder: &Recorder) -> Observation {
-        let error =
-            crate::contract::ToolError::new(crate::contract::ErrorType::ToolNotFound, "this world has no tools");
-        Observation::of_error(&call.call_id, error)
+    async fn run_subagent(
+        &self,
+        _agent: &mut dyn Agent,
+        _goal: &str,
+        _tools: &[ToolSpec],
+        _episode: &EpisodeBudget,
+        _recorder: &Recorder,
+    ) -> ActorEnding {
+        ActorEnding::new(Termination::EnvironmentError)
     }
 }
 
-/// What is left of the episode's limits when a turn starts.
+/// How one actor's turns in the episode's loop ended.
 #[derive(Debug, Clone)]
-pub struct Budget {
-    /// The number of this turn, from 1.
+pub struct ActorEnding {
+    pub termination: Termination,
+    /// Its final answer; in a conversation, its last words to the user.
+    pub answer: Option<String>,
+    /// Set when its turns ended on a fault that is nobody's answer.
+    pub fault: Option<AgentFault>,
+    /// The step of its last turn.
     pub step: u32,
-    pub steps_left: u32,
-    pub deadline: Deadline,
-    pub tokens_left: Option<u64>,
+    /// Its calls that succeeded, in the order of the calls of each turn.
+    pub succeeded: Vec<ToolCall>,
+}
+
+impl ActorEnding {
+    pub fn new(termination: Termination) -> Self {
+        ActorEnding { termination, answer: None, fault: None, step: 0, succeeded: Vec::new() }
+    }
 }
 
 /// The agent's decision: calls for the environment to run (possibly none).
@@ -80,7 +104,7 @@ pub struct Budget {
 pub struct Proposal {
     pub calls: Vec<ToolCall>,
     /// What the turn's model calls used, for the loop to count against the episode's
-    /// limits. An agent that counted them in [`EpisodeTree`] itself (before it started
+    /// limits. An agent that counted them in [`EpisodeBudget`] itself (before it started
     /// subagents, which spend from the same budget) returns nothing here.
     pub usage: Usage,
     /// What the turn's model calls cost; `None` when a call had no price.
@@ -94,22 +118,34 @@ pub struct Proposal {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{cause}: {message}")]
 pub struct AgentFault {
-    pub cause: crate::log::UnscoredCause,
+    pub cause: UnscoredCause,
     pub message: String,
 }
 
 impl AgentFault {
     /// The fault a call's observation carries when the call failed for a cause that is
-    /// nobody's answer (the runner's resources, the user): `FAULT_INFO` in its `info`.
+    /// nobody's answer (the runner's resources, the user).
     pub fn of_call(call: &ToolCall, obs: &Observation) -> Option<AgentFault> {
         let error = obs.error.as_ref()?;
-        let cause = obs.info.get(crate::contract::FAULT_INFO).and_then(|c| c.as_str())?;
-        let message = if cause == crate::log::UnscoredCause::UserError.as_str() {
-            format!("`{}` failed: {}", call.name, error.message)
-        } else {
-            format!("`{}` failed for want of the runner's resources: {}", call.name, error.message)
+        let fault = obs.fault?;
+        let message = match fault {
+            CallFault::UserFailed => format!("`{}` failed: {}", call.name, error.message),
+            CallFault::ResourceExhausted | CallFault::EnvironmentFailed => {
+                format!("`{}` failed for want of the runner's resources: {}", call.name, error.message)
+            }
         };
-        Some(AgentFault { cause: crate::log::UnscoredCause::from_name(cause), message })
+        Some(AgentFault { cause: fault.into(), message })
+    }
+}
+
+/// The cause an episode is unscored with when a call's fault ends it.
+impl From<CallFault> for UnscoredCause {
+    fn from(fault: CallFault) -> Self {
+        match fault {
+            CallFault::ResourceExhausted => UnscoredCause::ResourceExhausted,
+            CallFault::EnvironmentFailed => UnscoredCause::EnvironmentError,
+            CallFault::UserFailed => UnscoredCause::UserError,
+        }
     }
 }
 

@@ -6,10 +6,7 @@
 
 use serde_json::{Value, json};
 
-use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolError, ToolSpec};
-
-pub const ENTER_PLAN_MODE: &str = "enter_plan_mode";
-pub const EXIT_PLAN_MODE: &str = "exit_plan_mode";
+use crate::contract::{ENTER_PLAN_MODE, EXIT_PLAN_MODE, ErrorType, FINAL_TOOL, Observation, ToolError, ToolSpec};
 
 /// What the model is told when plan mode begins, once.
 pub const PLAN_MODE_REMINDER: &str = "Plan mode is on: you may only use tools that read (the others are refused). \

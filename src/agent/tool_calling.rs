@@ -1,6 +1,6 @@
 //! The default agent (`kind: tool_calling`): the model proposes tool calls, the agent
 //! passes the world's tools on to the environment and handles its own. Every decision it
-//! makes is in `propose`, top to bottom.
+//! makes is visible from `propose`: a list of named steps, run in order, no hooks.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -9,11 +9,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::memory::{self, MEMORY_TOOL, SharedStores};
-use super::plan::{self, PlanMode};
-use super::subagent::{DELEGATE_TOOL, Subagents, delegate_spec};
+use super::memory::{self, SharedStores};
+use super::plan::PlanMode;
+use super::subagent::{Subagents, delegate_spec};
 use super::{Agent, AgentFault, Proposal, Turn};
-use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
+use crate::contract::{
+    Actor, DELEGATE_TOOL, ENTER_PLAN_MODE, EXIT_PLAN_MODE, FINAL_TOOL, MEMORY_TOOL, Observation, ToolCall, ToolError,
+    ToolSpec,
+};
 use crate::log::{ActionClass, Event, Usage};
 use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
 
@@ -133,7 +136,7 @@ impl ToolCallingAgent {
                 step: turn.budget.step,
                 actor: self.actor.clone(),
                 call_id,
-                name: plan::EXIT_PLAN_MODE.into(),
+                name: EXIT_PLAN_MODE.into(),
                 class: ActionClass::Hybrid,
                 arguments,
                 result,
@@ -263,128 +266,171 @@ impl ToolCallingAgent {
 
 #[async_trait]
 impl Agent for ToolCallingAgent {
+    /// One decision, as the steps it takes, in order.
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault> {
         self.perceive(turn.observations);
         self.read_plan_answers(&turn);
-
-        // Files this agent knows may have changed under it: it says so to the model, once
-        // per change, before asking it (a write of such a file is refused until it is read).
-        let changed = turn.world.changed_files(&self.actor).await;
-        if !changed.is_empty() {
-            let text = stale_files_reminder(&changed);
-            self.transcript.push(Message::User { content: text.clone() });
-            turn.recorder.emit(&Event::Reminder {
-                step: turn.budget.step,
-                actor: self.actor.clone(),
-                kind: "stale_files".into(),
-                paths: changed,
-                text,
-            });
-        }
-
+        self.remind_of_changed_files(&turn).await;
         self.remind_of_plan_mode(&turn);
-
         let response = self.ask_model(&turn).await?;
-        let (usage, cost_usd) = (response.usage, response.cost_usd);
-
-        let mut proposed_calls = Vec::with_capacity(response.tool_calls.len());
-        for proposed in response.tool_calls {
-            let call_id = self.name_call(proposed.id.as_deref(), &proposed.name);
-            proposed_calls.push(self.call(call_id, proposed.name, proposed.arguments));
+        let mut spent = Spent { usage: response.usage, cost_usd: response.cost_usd };
+        let calls = self.take_calls(&response);
+        let mut sorted = self.sort(&turn, calls);
+        if !sorted.delegations.is_empty() {
+            let delegations = std::mem::take(&mut sorted.delegations);
+            spent = self.delegate_now(&turn, delegations, spent).await?;
         }
-        self.transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: proposed_calls.clone() });
+        Ok(self.answer(sorted, response.text, spent))
+    }
+}
 
-        // The one place where each call is sorted: the world's calls go back to the loop,
-        // the agent's own are handled here and never reach the environment.
-        let mut calls = Vec::with_capacity(proposed_calls.len());
-        let mut delegations = Vec::new();
-        let mut answered_own = false;
-        for call in proposed_calls {
+/// What a turn's model calls used and cost, for the loop to count.
+struct Spent {
+    usage: Usage,
+    cost_usd: Option<f64>,
+}
+
+/// A turn's calls, sorted by who handles them.
+struct Sorted {
+    /// The calls for the world (the final answer among them), in the order they were made.
+    world: Vec<ToolCall>,
+    /// `delegate_task` calls: subagents for the agent to start.
+    delegations: Vec<ToolCall>,
+    /// Whether the agent handles any call itself: that is a turn's work too, and the model
+    /// goes on next turn.
+    handled_own: bool,
+}
+
+impl ToolCallingAgent {
+    /// Files this agent knows may have changed under it: it says so to the model, once per
+    /// change, before asking it (a write of such a file is refused until it is read).
+    async fn remind_of_changed_files(&mut self, turn: &Turn<'_>) {
+        let changed = turn.world.changed_files(&self.actor).await;
+        if changed.is_empty() {
+            return;
+        }
+        let text = stale_files_reminder(&changed);
+        self.transcript.push(Message::User { content: text.clone() });
+        turn.recorder.emit(&Event::Reminder {
+            step: turn.budget.step,
+            actor: self.actor.clone(),
+            kind: "stale_files".into(),
+            paths: changed,
+            text,
+        });
+    }
+
+    /// The calls of the model's response, each with an id unique in the episode, and the
+    /// response in the transcript.
+    fn take_calls(&mut self, response: &ModelResponse) -> Vec<ToolCall> {
+        let mut calls = Vec::with_capacity(response.tool_calls.len());
+        for proposed in &response.tool_calls {
+            let call_id = self.name_call(proposed.id.as_deref(), &proposed.name);
+            calls.push(self.call(call_id, proposed.name.clone(), proposed.arguments.clone()));
+        }
+        self.transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: calls.clone() });
+        calls
+    }
+
+    /// The one place where each call is sorted: the world's calls go back to the loop, the
+    /// agent's own are handled here and never reach the environment.
+    fn sort(&mut self, turn: &Turn<'_>, calls: Vec<ToolCall>) -> Sorted {
+        let mut sorted = Sorted { world: Vec::with_capacity(calls.len()), delegations: Vec::new(), handled_own: false };
+        for call in calls {
             match Handling::of(&call.name) {
                 Handling::Physical => match self.plan.as_ref().and_then(|p| p.refusal(&call.name, turn.tools)) {
                     // Plan mode: a call that does more than read never reaches the world.
                     Some(refusal) => {
-                        self.answer_own(&turn, &call, ActionClass::Cognitive, Err(refusal));
-                        answered_own = true;
+                        self.answer_own(turn, &call, ActionClass::Cognitive, Err(refusal));
+                        sorted.handled_own = true;
                     }
-                    None => calls.push(call),
+                    None => sorted.world.push(call),
                 },
-                Handling::FinalAnswer => calls.push(call),
+                Handling::FinalAnswer => sorted.world.push(call),
                 // Cognitive: subagents start after the sorting (`subagent.rs`); in plan mode,
                 // where only reading is allowed, a delegation is refused like a write.
-                Handling::Delegate => match self.plan.as_ref().and_then(|p| p.refusal(&call.name, turn.tools)) {
-                    Some(refusal) => {
-                        self.answer_own(&turn, &call, ActionClass::Cognitive, Err(refusal));
-                        answered_own = true;
+                Handling::Delegate => {
+                    match self.plan.as_ref().and_then(|p| p.refusal(&call.name, turn.tools)) {
+                        Some(refusal) => self.answer_own(turn, &call, ActionClass::Cognitive, Err(refusal)),
+                        None => sorted.delegations.push(call),
                     }
-                    None => delegations.push(call),
-                },
+                    sorted.handled_own = true;
+                }
                 // A cognitive action: the agent changes its own memory; the world never sees it.
                 Handling::Memory => match self.memory.clone() {
                     Some(stores) => {
                         let result = stores.lock().unwrap_or_else(|p| p.into_inner()).act(&call.arguments);
-                        self.answer_own(&turn, &call, ActionClass::Cognitive, result);
-                        answered_own = true;
+                        self.answer_own(turn, &call, ActionClass::Cognitive, result);
+                        sorted.handled_own = true;
                     }
-                    None => calls.push(call),
+                    None => sorted.world.push(call),
                 },
                 Handling::EnterPlanMode => match &mut self.plan {
                     Some(plan) => {
                         let result = plan.enter();
-                        self.answer_own(&turn, &call, ActionClass::Cognitive, Ok(result));
-                        answered_own = true;
+                        self.answer_own(turn, &call, ActionClass::Cognitive, Ok(result));
+                        sorted.handled_own = true;
                     }
-                    None => calls.push(call),
+                    None => sorted.world.push(call),
                 },
                 // Hybrid: the world asks the user; `read_plan_answers` reads the answer.
                 Handling::ExitPlanMode => match &mut self.plan {
                     Some(plan) => match plan.exit_refusal() {
                         Some(refusal) => {
-                            self.answer_own(&turn, &call, ActionClass::Cognitive, Err(refusal));
-                            answered_own = true;
+                            self.answer_own(turn, &call, ActionClass::Cognitive, Err(refusal));
+                            sorted.handled_own = true;
                         }
                         None => {
                             plan.exit_sent(&call.call_id, &call.arguments);
-                            calls.push(call);
+                            sorted.world.push(call);
                         }
                     },
-                    None => calls.push(call),
+                    None => sorted.world.push(call),
                 },
             }
         }
-        if !delegations.is_empty() {
-            // This turn's model call counts before the children spend from the same
-            // budget; the loop has nothing left to count for it.
-            turn.tree.spend(usage, cost_usd);
-            // Children run now, at once; their answers enter the transcript before the
-            // world's results, which come with the next turn.
-            self.delegate(&turn, delegations).await?;
-            let spent = Proposal { usage: Usage::default(), cost_usd: cost_usd.map(|_| 0.0), ..Proposal::default() };
-            return Ok(Proposal { calls, ..spent });
-        }
-        // Calls the agent answered itself are a turn's work too: the model goes on next turn.
-        if !calls.is_empty() || answered_own {
-            return Ok(Proposal { calls, usage, cost_usd, ..Proposal::default() });
-        }
+        sorted
+    }
 
-        // No tool calls: either the answer itself, or the agent reminds the model what it
-        // must do, and the turn still counts against the step limit.
-        let text = response.text.unwrap_or_default();
+    /// Starts this turn's subagents and waits for their answers, which enter the transcript
+    /// before the world's results (those come with the next turn). This turn's model call
+    /// counts before the children spend from the same budget; the loop has nothing left to
+    /// count for it.
+    async fn delegate_now(
+        &mut self,
+        turn: &Turn<'_>,
+        delegations: Vec<ToolCall>,
+        spent: Spent,
+    ) -> Result<Spent, AgentFault> {
+        turn.episode.spend(spent.usage, spent.cost_usd);
+        self.delegate(turn, delegations).await?;
+        Ok(Spent { usage: Usage::default(), cost_usd: spent.cost_usd.map(|_| 0.0) })
+    }
+
+    /// The turn's proposal: the world's calls; without any (and nothing handled here), the
+    /// model's text is the answer, or the agent reminds the model what it must do, and the
+    /// turn still counts against the step limit.
+    fn answer(&mut self, sorted: Sorted, text: Option<String>, spent: Spent) -> Proposal {
+        let Spent { usage, cost_usd } = spent;
+        if !sorted.world.is_empty() || sorted.handled_own {
+            return Proposal { calls: sorted.world, usage, cost_usd, to_user: None };
+        }
+        let text = text.unwrap_or_default();
         if text.trim().is_empty() {
             self.transcript.push(Message::User { content: EMPTY_REPLY_REMINDER.into() });
-            return Ok(Proposal { calls: Vec::new(), usage, cost_usd, ..Proposal::default() });
+            return Proposal { calls: Vec::new(), usage, cost_usd, to_user: None };
         }
         // In a conversation, text is said to the user, whose reply comes back next turn.
         if self.conversational {
-            return Ok(Proposal { calls: Vec::new(), usage, cost_usd, to_user: Some(text) });
+            return Proposal { calls: Vec::new(), usage, cost_usd, to_user: Some(text) };
         }
         if self.require_final_answer {
             self.transcript.push(Message::User { content: FINAL_ANSWER_REMINDER.into() });
-            return Ok(Proposal { calls: Vec::new(), usage, cost_usd, ..Proposal::default() });
+            return Proposal { calls: Vec::new(), usage, cost_usd, to_user: None };
         }
         let call_id = self.name_call(None, FINAL_TOOL);
         let call = self.call(call_id, FINAL_TOOL.into(), json!({"answer": text}));
-        Ok(Proposal { calls: vec![call], usage, cost_usd, ..Proposal::default() })
+        Proposal { calls: vec![call], usage, cost_usd, to_user: None }
     }
 }
 
@@ -415,8 +461,8 @@ impl Handling {
         match tool {
             FINAL_TOOL => Handling::FinalAnswer,
             DELEGATE_TOOL => Handling::Delegate,
-            plan::ENTER_PLAN_MODE => Handling::EnterPlanMode,
-            plan::EXIT_PLAN_MODE => Handling::ExitPlanMode,
+            ENTER_PLAN_MODE => Handling::EnterPlanMode,
+            EXIT_PLAN_MODE => Handling::ExitPlanMode,
             MEMORY_TOOL => Handling::Memory,
             _ => Handling::Physical,
         }
@@ -426,11 +472,11 @@ impl Handling {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{EpisodeTree, ModelFor, NoFiles, WorldModelView};
+    use crate::agent::{ActorEnding, EpisodeBudget, ModelFor, NoFiles, WorldModelView};
     use crate::contract::ToolSpec;
+    use crate::contract::{ErrorType, ToolError};
     use crate::domain::{MockCall, MockTurn, text::Text};
-    use crate::log::EventLog;
-    use crate::log::Recorder;
+    use crate::log::{EventLog, Recorder, Termination};
     use crate::model::mock::MockModel;
     use serde_json::Value;
 
@@ -457,14 +503,7 @@ mod tests {
     }
 
     fn first_observation() -> Observation {
-        Observation {
-            call_id: None,
-            done: false,
-            error: None,
-            tool_result: None,
-            messages: vec!["count the lines".into()],
-            info: Default::default(),
-        }
+        Observation::of_messages(vec!["count the lines".into()])
     }
 
     /// Asks the agent once, with a log that goes to a temporary file.
@@ -490,10 +529,9 @@ mod tests {
         let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
         let recorder = log.recorder("ep");
         let tools = tools();
-        let deadline = crate::model::limiter::Deadline::after(std::time::Duration::from_secs(60));
-        let tree = EpisodeTree::new(20, None, None, deadline);
-        let budget = tree.budget(tree.take_step().unwrap());
-        let turn = Turn { observations, tools: &tools, budget, recorder: &recorder, world, tree: &tree };
+        let episode = EpisodeBudget::new(20, std::time::Duration::from_secs(60));
+        let budget = episode.turn(episode.take_step().unwrap());
+        let turn = Turn { observations, tools: &tools, budget, recorder: &recorder, world, episode: &episode };
         let result = agent.propose(turn).await;
         drop((recorder, log));
         writer.close().unwrap();
@@ -583,10 +621,7 @@ mod tests {
         let turns = vec![turn_of(None, &[("run_command", json!({"command": "ls"}), None)]), turn_of(Some("done"), &[])];
         let mut a = agent(turns, false);
         let p = propose(&mut a, &[first_observation()]).await.unwrap();
-        let failed = Observation::of_error(
-            &p.calls[0].call_id,
-            crate::contract::ToolError::new(crate::contract::ErrorType::TimeoutError, "too slow"),
-        );
+        let failed = Observation::of_error(&p.calls[0].call_id, ToolError::new(ErrorType::TimeoutError, "too slow"));
         propose(&mut a, &[failed]).await.unwrap();
         let tool_message = a.transcript().iter().find(|m| matches!(m, Message::Tool { .. })).unwrap();
         let Message::Tool { call_id, name, content, is_error } = tool_message else { unreachable!() };
@@ -605,13 +640,21 @@ mod tests {
             if actor.is_main() { self.0.clone() } else { Vec::new() }
         }
 
-        async fn act(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation {
-            NoFiles.act(call, step, recorder).await
+        async fn run_subagent(
+            &self,
+            agent: &mut dyn Agent,
+            goal: &str,
+            tools: &[ToolSpec],
+            episode: &EpisodeBudget,
+            recorder: &Recorder,
+        ) -> ActorEnding {
+            NoFiles.run_subagent(agent, goal, tools, episode, recorder).await
         }
     }
 
     /// A world that runs every call it gets (the final answer as the environment does) and
-    /// remembers who called what.
+    /// remembers who called what. Its subagents take their turns in a loop as small as these
+    /// tests need; the environment's own loop is tested with the environment.
     #[derive(Default)]
     struct Acting(std::sync::Mutex<Vec<(String, String)>>);
 
@@ -627,7 +670,56 @@ mod tests {
             Vec::new()
         }
 
-        async fn act(&self, call: &ToolCall, _step: u32, _recorder: &Recorder) -> Observation {
+        async fn run_subagent(
+            &self,
+            agent: &mut dyn Agent,
+            goal: &str,
+            tools: &[ToolSpec],
+            episode: &EpisodeBudget,
+            recorder: &Recorder,
+        ) -> ActorEnding {
+            let mut ending = ActorEnding::new(Termination::MaxSteps);
+            let mut observations = vec![Observation::of_messages(vec![goal.to_owned()])];
+            while let Some(step) = episode.take_step() {
+                let turn = Turn {
+                    observations: &observations,
+                    tools,
+                    budget: episode.turn(step),
+                    recorder,
+                    world: self,
+                    episode,
+                };
+                let proposal = match agent.propose(turn).await {
+                    Ok(proposal) => proposal,
+                    Err(fault) => {
+                        ending.fault = Some(fault);
+                        return ending;
+                    }
+                };
+                observations = Vec::new();
+                for call in proposal.calls {
+                    recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
+                    let obs = if tools.iter().any(|t| t.name == call.name) {
+                        self.act(&call)
+                    } else {
+                        let error = ToolError::new(ErrorType::ToolNotFound, format!("`{}` was not given", call.name));
+                        Observation::of_error(&call.call_id, error)
+                    };
+                    recorder.emit(&Event::Observation { step, observation: obs.clone() });
+                    if obs.done {
+                        ending.termination = Termination::FinalAnswer;
+                        ending.answer = Some(obs.answer_text());
+                        return ending;
+                    }
+                    observations.push(obs);
+                }
+            }
+            ending
+        }
+    }
+
+    impl Acting {
+        fn act(&self, call: &ToolCall) -> Observation {
             self.0.lock().unwrap().push((call.actor.to_string(), call.name.clone()));
             if call.name == FINAL_TOOL {
                 let mut obs = Observation::of_result(&call.call_id, json!({"answer": call.arguments["answer"]}));
@@ -859,10 +951,11 @@ mod tests {
         let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
         let recorder = log.recorder("ep");
         let tools = plan_world();
-        let deadline = crate::model::limiter::Deadline::after(std::time::Duration::from_secs(30));
-        let tree = EpisodeTree::new(20, None, None, deadline);
-        let budget = crate::agent::Budget { step, steps_left: 5, deadline: tree.deadline.clone(), tokens_left: None };
-        let turn = Turn { observations, tools: &tools, budget, recorder: &recorder, world: &NoFiles, tree: &tree };
+        let episode = EpisodeBudget::new(20, std::time::Duration::from_secs(30));
+        let budget =
+            crate::agent::Budget { step, steps_left: 5, deadline: episode.deadline.clone(), tokens_left: None };
+        let turn =
+            Turn { observations, tools: &tools, budget, recorder: &recorder, world: &NoFiles, episode: &episode };
         let proposal = agent.propose(turn).await.unwrap();
         drop((recorder, log));
         writer.close().unwrap();

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::domain::Task;
 use crate::environment::World;
-use crate::environment::{Ending, Environment, EpisodeLimits, SetupContext};
+use crate::environment::{Ending, Environment, EpisodeBudget, SetupContext};
 use crate::log::event::INITIAL_SCORING;
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::sandbox::SandboxMode;
@@ -88,7 +88,7 @@ pub async fn run_episode(
         Ok(env) => {
             let env = env.with_permissions(suite.permissions.clone());
             let mut agent = agent_for(&cast, suite, task, stores.clone());
-            let ending = env.run(agent.as_mut(), task, &limits(suite), &recorder, stop).await;
+            let ending = env.run(agent.as_mut(), task, &budget(suite, stop), &recorder).await;
             user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
             loop_ms = Some(wall_s * 1e3);
@@ -183,13 +183,12 @@ fn subagents_for(cast: &Cast<'_>, suite: &Suite, task: &Task) -> Option<Arc<Suba
     }))
 }
 
-fn limits(suite: &Suite) -> EpisodeLimits {
-    EpisodeLimits {
-        max_steps: suite.limits.max_steps,
-        time: Duration::from_secs_f64(suite.limits.time_s),
-        max_tokens: suite.limits.max_tokens,
-        max_cost_usd: suite.limits.max_cost_usd,
-    }
+/// The episode's budget, its clock started now.
+fn budget(suite: &Suite, stop: &CancellationToken) -> EpisodeBudget {
+    EpisodeBudget::new(suite.limits.max_steps, Duration::from_secs_f64(suite.limits.time_s))
+        .with_max_tokens(suite.limits.max_tokens)
+        .with_max_cost_usd(suite.limits.max_cost_usd)
+        .stopped_by(stop.clone())
 }
 
 /// Unscored when nobody answered, cancelled when the run was stopped, scored otherwise.

@@ -164,6 +164,22 @@ pub struct Observation {
     pub messages: Vec<String>,
     #[serde(default)]
     pub info: Map<String, Value>,
+    /// Set when the call failed for a cause that is nobody's answer. It travels beside the
+    /// envelope, never in it: neither the agent nor the log's `observation` sees it.
+    #[serde(skip)]
+    pub fault: Option<CallFault>,
+}
+
+/// Why a call failed for a cause that is nobody's answer: the loop then ends the episode
+/// unscored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallFault {
+    /// The runner ran out of open files, processes or memory (`resource_exhausted`).
+    ResourceExhausted,
+    /// What the world runs on stopped under the call, a server that died (`environment_error`).
+    EnvironmentFailed,
+    /// The task's user could not answer (`user_error`).
+    UserFailed,
 }
 
 impl Observation {
@@ -176,6 +192,19 @@ impl Observation {
         }
     }
 
+    /// An observation of no call: what the environment (or the user) says to the agent.
+    pub fn of_messages(messages: Vec<String>) -> Self {
+        Observation {
+            call_id: None,
+            done: false,
+            error: None,
+            tool_result: None,
+            messages,
+            info: Map::new(),
+            fault: None,
+        }
+    }
+
     pub fn of_result(call_id: &str, result: Value) -> Self {
         Observation {
             call_id: Some(call_id.to_owned()),
@@ -184,6 +213,7 @@ impl Observation {
             tool_result: Some(result),
             messages: Vec::new(),
             info: Map::new(),
+            fault: None,
         }
     }
 
@@ -195,6 +225,7 @@ impl Observation {
             tool_result: None,
             messages: Vec::new(),
             info: Map::new(),
+            fault: None,
         }
     }
 }
@@ -255,9 +286,21 @@ impl ToolError {
 /// The name of the tool that ends an episode.
 pub const FINAL_TOOL: &str = "final_answer";
 
-/// The key of an observation's `info` that names a fault of the runner (its cause): the
-/// episode then ends unscored.
-pub const FAULT_INFO: &str = "fault";
+/// The tools whose names cross layers: the agent handles some itself, the environment's
+/// user answers others, and suites and scorers name them.
+///
+/// The user's question, answered in free text.
+pub const ASK_USER: &str = "ask_user";
+/// The user's multiple-choice question.
+pub const CLARIFY: &str = "clarify";
+/// The agent enters plan mode (cognitive).
+pub const ENTER_PLAN_MODE: &str = "enter_plan_mode";
+/// The agent hands its plan to the user, then reads the answer (hybrid).
+pub const EXIT_PLAN_MODE: &str = "exit_plan_mode";
+/// The agent starts a subagent (cognitive).
+pub const DELEGATE_TOOL: &str = "delegate_task";
+/// The agent's bounded memory (cognitive).
+pub const MEMORY_TOOL: &str = "memory";
 
 #[cfg(test)]
 mod tests {
@@ -276,6 +319,14 @@ mod tests {
         );
         let back: Observation = serde_json::from_value(v).unwrap();
         assert_eq!(back, obs);
+    }
+
+    #[test]
+    fn a_calls_fault_never_reaches_the_envelope() {
+        let mut obs = Observation::of_error("c_1", ToolError::new(ErrorType::ExecutionError, "no files left"));
+        let plain = serde_json::to_value(&obs).unwrap();
+        obs.fault = Some(CallFault::ResourceExhausted);
+        assert_eq!(serde_json::to_value(&obs).unwrap(), plain);
     }
 
     #[test]

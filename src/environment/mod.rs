@@ -23,19 +23,22 @@ use futures::FutureExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
-use crate::agent::WorldModelView;
-use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
+use crate::agent::{ActorEnding, Agent, WorldModelView};
+use crate::contract::{
+    Actor, CallFault, EXIT_PLAN_MODE, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec,
+};
 use crate::domain::Task;
 use crate::log::{Event, PermissionDecision, Recorder};
 use definition::validate_arguments;
 use permission::{Action, Permissions};
 use user::{Answered, Prompt, User};
 
+pub use crate::agent::{CallError, EpisodeBudget, Trajectory};
 pub use definition::{Definition, EnvLimits};
 pub use file_world::{FileWorld, ReadBack};
 pub use kind::{RunStore, SetupContext};
 pub use kinds::{EnvironmentKind, KINDS, KindSettings};
-pub use run::{CallError, Ending, EpisodeLimits, Trajectory};
+pub use run::Ending;
 pub use tool::{Tool, ToolDecl};
 
 /// A tool's failure, raised by the world and normalised by the environment.
@@ -46,9 +49,9 @@ pub struct ToolFailure {
     pub suggested_action: Option<String>,
     /// What the tool produced before it failed (truncated output, say).
     pub partial: Option<Value>,
-    /// Set when the failure is the runner's, not the agent's (it ran out of open files,
-    /// say): the episode then ends unscored with this cause.
-    pub fault: Option<crate::log::UnscoredCause>,
+    /// Set when the failure is nobody's answer (the runner ran out of open files, say):
+    /// the episode then ends unscored.
+    pub fault: Option<CallFault>,
 }
 
 impl ToolFailure {
@@ -62,7 +65,7 @@ impl ToolFailure {
         let message = if what.is_empty() { e.to_string() } else { format!("{what}: {e}") };
         let failure = ToolFailure::new(ErrorType::ExecutionError, message);
         if crate::sandbox::resources::is_exhaustion(&e) {
-            ToolFailure { fault: Some(crate::log::UnscoredCause::ResourceExhausted), ..failure }
+            ToolFailure { fault: Some(CallFault::ResourceExhausted), ..failure }
         } else {
             failure
         }
@@ -73,8 +76,6 @@ impl ToolFailure {
         self
     }
 }
-
-pub(crate) use crate::contract::FAULT_INFO;
 
 /// Decodes a tool's arguments (already checked against its schema) into the tool's type.
 pub(crate) fn decode_arguments<T: serde::de::DeserializeOwned>(arguments: Value) -> Result<T, ToolFailure> {
@@ -121,7 +122,7 @@ pub trait World: Send + Sync {
 /// unscored (`user_error`).
 fn user_fault(call: &ToolCall, fault: user::UserFault) -> Observation {
     let mut obs = Observation::of_error(&call.call_id, ToolError::new(ErrorType::ExecutionError, fault.to_string()));
-    obs.info.insert(FAULT_INFO.into(), Value::String(fault.cause().as_str().into()));
+    obs.fault = Some(CallFault::UserFailed);
     obs
 }
 
@@ -151,7 +152,7 @@ impl Environment {
     /// Whether `call` is one the user answers here: `exit_plan_mode` always, `ask_user`
     /// and `clarify` when the task has a user (elsewhere they are unknown tools).
     fn is_for_user(&self, call: &ToolCall) -> bool {
-        call.name == crate::agent::plan::EXIT_PLAN_MODE
+        call.name == EXIT_PLAN_MODE
             || (self.user.is_declared() && user::is_user_tool(&call.name) && self.definition.tool(&call.name).is_none())
     }
 }
@@ -163,8 +164,15 @@ impl WorldModelView for Environment {
         self.world.changed_files(actor).await
     }
 
-    async fn act(&self, call: &ToolCall, step: u32, recorder: &Recorder) -> Observation {
-        Environment::act(self, call, step, recorder).await
+    async fn run_subagent(
+        &self,
+        agent: &mut dyn Agent,
+        goal: &str,
+        tools: &[ToolSpec],
+        episode: &EpisodeBudget,
+        recorder: &Recorder,
+    ) -> ActorEnding {
+        self.run_child(agent, goal, tools, episode, recorder).await
     }
 }
 
@@ -278,14 +286,7 @@ impl Environment {
         }
         info.insert("environment".into(), Value::String(self.definition.name.clone()));
         info.insert("task_id".into(), Value::String(task.id.clone()));
-        Observation {
-            call_id: None,
-            done: false,
-            error: None,
-            tool_result: None,
-            messages: vec![task.input.clone()],
-            info,
-        }
+        Observation { info, ..Observation::of_messages(vec![task.input.clone()]) }
     }
 
     /// Checks that `call` names a tool of the environment and that its arguments fit the
@@ -384,10 +385,8 @@ impl Environment {
                 error.suggested_action = failure.suggested_action;
                 let mut obs = Observation::of_error(&call.call_id, error);
                 obs.tool_result = failure.partial;
-                if let Some(cause) = failure.fault {
-                    // The loop ends the episode unscored on this: the agent did nothing wrong.
-                    obs.info.insert(FAULT_INFO.into(), Value::String(cause.as_str().into()));
-                }
+                // The loop ends the episode unscored on a fault: the agent did nothing wrong.
+                obs.fault = failure.fault;
                 obs
             }
             Ok(Err(panic)) => {

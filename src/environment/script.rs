@@ -23,7 +23,7 @@ use tokio::process::Command;
 
 use super::tool::ToolDecl;
 use super::{Environment, SetupError};
-use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
+use crate::contract::{CallFault, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::log::{Event, Recorder};
 use crate::sandbox::Confinement;
 use crate::sandbox::process::{self, Captured, SAFE_PATH, read_capped};
@@ -276,12 +276,8 @@ impl Environment {
         let code = call.arguments.get("code").and_then(Value::as_str).unwrap_or_default();
         match self.script(host, call, code, step, recorder).await {
             Ok((result, fault)) => {
-                let mut observation = Observation::of_result(&call.call_id, result);
-                if let Some(cause) = fault {
-                    // An inner call failed for want of the runner's resources: nobody's answer.
-                    observation.info.insert(super::FAULT_INFO.into(), Value::String(cause));
-                }
-                observation
+                // An inner call failed for want of the runner's resources: nobody's answer.
+                Observation { fault, ..Observation::of_result(&call.call_id, result) }
             }
             Err(failure) => Observation::of_error(&call.call_id, failure),
         }
@@ -294,7 +290,7 @@ impl Environment {
         code: &str,
         step: u32,
         recorder: &Recorder,
-    ) -> Result<(Value, Option<String>), ToolError> {
+    ) -> Result<(Value, Option<CallFault>), ToolError> {
         let started = Instant::now();
         let io = |what: &str, e: std::io::Error| ToolError::new(ErrorType::ExecutionError, format!("{what}: {e}"));
         let n = host.next.fetch_add(1, Ordering::Relaxed);
@@ -420,7 +416,7 @@ impl Environment {
         recorder: &Recorder,
         calls_made: &AtomicU32,
         max_calls: u32,
-    ) -> Option<String> {
+    ) -> Option<CallFault> {
         let mut fault = None;
         let (read, mut write) = socket.into_split();
         let mut reader = BufReader::new(read);
@@ -457,8 +453,8 @@ impl Environment {
                     };
                     let observation = self.inner_call(&call, step, recorder).await;
                     calls_made.fetch_add(1, Ordering::Relaxed);
-                    if let Some(cause) = observation.info.get(super::FAULT_INFO).and_then(Value::as_str) {
-                        fault.get_or_insert_with(|| cause.to_owned());
+                    if let Some(cause) = observation.fault {
+                        fault.get_or_insert(cause);
                     }
                     recorder.emit(&Event::InnerCall {
                         step,

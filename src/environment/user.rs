@@ -12,14 +12,10 @@ use std::sync::{Arc, Mutex};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::agent::plan::EXIT_PLAN_MODE;
-use crate::contract::{Actor, ToolAnnotations, ToolCall, ToolSpec};
+use crate::contract::{ASK_USER, Actor, CLARIFY, EXIT_PLAN_MODE, ToolAnnotations, ToolCall, ToolSpec};
 use crate::domain::{Task, UserKind};
 use crate::log::{Recorder, UnscoredCause, Usage};
 use crate::model::{Caller, LanguageModel, Message, ModelRequest, respond_logged};
-
-pub const ASK_USER: &str = "ask_user";
-pub const CLARIFY: &str = "clarify";
 
 /// The tools a task with a `user:` offers, whatever the kind of its environment. They only
 /// ask, so plan mode allows them; no script may call them (`execute_code`): a question to

@@ -5,7 +5,7 @@
 pub mod dataset;
 
 use crate::config::{decode, template, yaml};
-use crate::contract::Actor;
+use crate::contract::{ASK_USER, Actor, CLARIFY, ENTER_PLAN_MODE, EXIT_PLAN_MODE};
 use crate::domain::scorer::ScorerSpec;
 use crate::domain::{
     DEFAULT_SCRIPT_END, DEFAULT_STOP, MAX_EPISODE_S, MockCall, MockTurn, Reducer, Task, UserKind, UserSpec,
@@ -669,7 +669,7 @@ fn check_tool_refs(source: &Source, at: &str, scorers: &[ScorerSpec], env: &Defi
         for name in scorer.tools() {
             // The user's tools and plan mode's are offered by tasks and agents, not environments;
             // tools not yet discovered are checked once they are (`discover_tools`).
-            let elsewhere = ["ask_user", "clarify", "enter_plan_mode", "exit_plan_mode"].contains(&name);
+            let elsewhere = [ASK_USER, CLARIFY, ENTER_PLAN_MODE, EXIT_PLAN_MODE].contains(&name);
             let pending = env.undiscovered && env.expose.as_ref().is_none_or(|e| e.iter().any(|t| t == name));
             if env.tool(name).is_none() && !elsewhere && !pending {
                 let known: Vec<&str> = env.specs.iter().map(|t| t.name.as_str()).collect();

@@ -272,3 +272,75 @@ async fn a_providers_outage_under_a_child_leaves_the_episode_unscored() {
     assert_eq!(end["outcome"]["cause"], "provider_error");
     assert!(end["outcome"]["message"].as_str().unwrap().starts_with("subagent main.1: "), "{end}");
 }
+
+/// The observation the log holds for `call_id`, which must have one.
+fn observation_of<'a>(events: &'a [Value], call_id: &str) -> &'a Value {
+    let found = events.iter().find(|e| e["type"] == "observation" && e["observation"]["call_id"] == call_id);
+    &found.unwrap_or_else(|| panic!("no observation of {call_id} in the log: {events:#?}"))["observation"]
+}
+
+/// A task whose child runs `command` and would answer after it.
+fn a_child_runs(command: &str) -> String {
+    format!(
+        "  - id: t\n    input: go\n    mock:\n      - tool_calls: [{{name: delegate_task, arguments: {{goal: wait}}}}]\n      - text: ok\n    mock_subagents:\n      main.1:\n        - tool_calls: [{{name: run_command, arguments: {{command: {command:?}}}}}]\n        - tool_calls: [{{name: final_answer, arguments: {{answer: done}}}}]\n"
+    )
+}
+
+#[test]
+fn a_childs_call_running_at_the_deadline_is_logged_as_cancelled() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite("{max_steps: 10, time_s: 1}", "help", &a_child_runs("sleep 20")));
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "the suite has no gate: {run:?}");
+    let events = sb.events();
+    let obs = observation_of(&events, "main_1_c_1");
+    assert_eq!(obs["error"]["type"], "Cancelled", "{obs}");
+    assert_eq!(obs["info"]["started"], true, "{obs}");
+    let end = &of_type(&events, "episode_finished")[0];
+    assert_eq!(end["termination"], "time_limit", "{end}");
+    let delegated = &of_type(&events, "agent_action")[0];
+    assert_eq!(delegated["error"]["type"], "Cancelled", "{delegated}");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_childs_call_running_at_ctrl_c_is_logged_as_cancelled() {
+    let sb = Sandbox::new();
+    // The child's command marks its start in the test's folder, which the sandbox lets it write.
+    sb.write(
+        "environments/slow.yaml",
+        &format!(
+            "kind: shell\nlimits: {{command_timeout_s: 60, tool_timeout_s: 60}}\nsandbox: {{write_paths: [{}]}}\n",
+            sb.path().display()
+        ),
+    );
+    let mark = sb.path().join("started");
+    let suite =
+        suite("{max_steps: 10, time_s: 60}", "help", &a_child_runs(&format!("touch {}; sleep 50", mark.display())))
+            .replace("environment: shell", "environment: slow");
+    sb.write("s.yaml", &suite);
+    let child = sb
+        .command()
+        .args(["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !mark.exists() {
+        assert!(started.elapsed().as_secs() < 30, "the child never ran its command");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SAFETY: sends SIGINT to the child we spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let run = crate::Run::from(child.wait_with_output().unwrap());
+    assert_eq!(run.code, 130, "{run:?}");
+    let events = sb.events();
+    let obs = observation_of(&events, "main_1_c_1");
+    assert_eq!(obs["error"]["type"], "Cancelled", "{obs}");
+    assert_eq!(obs["info"]["started"], true, "{obs}");
+    let end = &of_type(&events, "episode_finished")[0];
+    assert_eq!(end["termination"], "user_stop", "{end}");
+}

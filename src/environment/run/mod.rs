@@ -1,63 +1,24 @@
-//! The control loop of one episode, owned by the environment: ask the agent, run its calls
-//! concurrently, hand back the observations in call order, until the final tool, a limit,
-//! or a fault.
+//! The control loop of an episode, owned by the environment: one loop for every actor.
+//! The main agent and each subagent take their turns through `run_actor`: ask the agent,
+//! run its calls concurrently, hand back the observations in call order, until the final
+//! tool, a limit, the run's stop, or a fault. The run's stop and the episode's deadline are
+//! met in one place, `wait`.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use tokio::time::{Instant, sleep_until};
-use tokio_util::sync::CancellationToken;
 
 use super::Environment;
-use crate::agent::{Agent, AgentFault, EpisodeTree, SubagentCalls, Turn};
-use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError};
+use crate::agent::{ActorEnding, Agent, AgentFault, EpisodeBudget, Trajectory, Turn};
+use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::domain::Task;
 use crate::log::{Event, Recorder, Termination, UnscoredCause, Usage};
-use crate::model::limiter::Deadline;
 
 /// How long past the episode's deadline the loop waits for an agent to return.
 const PROPOSE_GRACE: Duration = Duration::from_secs(2);
-
-#[derive(Debug, Clone, Copy)]
-pub struct EpisodeLimits {
-    pub max_steps: u32,
-    pub time: Duration,
-    pub max_tokens: Option<u64>,
-    pub max_cost_usd: Option<f64>,
-}
-
-/// What the agent did, as scorers see it.
-#[derive(Debug, Clone, Default)]
-pub struct Trajectory {
-    /// Every dispatched call, in the order the agent proposed them, as the log holds them
-    /// (`action_dispatched`): calls that were cancelled before they ran included.
-    pub calls: Vec<ToolCall>,
-    /// The calls that failed, and how.
-    pub errors: Vec<CallError>,
-    /// In a conversation, the agent's text replies to the user, in order (`said` events).
-    pub told_user: Vec<String>,
-}
-
-/// A failed call, as a grader reads the trajectory.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallError {
-    pub call_id: String,
-    pub error: ToolError,
-}
-
-impl Trajectory {
-    pub fn tool_errors(&self) -> u32 {
-        self.errors.len() as u32
-    }
-
-    /// Adds the calls subagents made (each carries its actor).
-    fn absorb(&mut self, subagents: SubagentCalls) {
-        self.calls.extend(subagents.calls);
-        self.errors.extend(subagents.errors.into_iter().map(|(call_id, error)| CallError { call_id, error }));
-    }
-}
 
 /// How an episode's loop ended.
 #[derive(Debug, Clone)]
@@ -73,146 +34,183 @@ pub struct Ending {
     pub trajectory: Trajectory,
 }
 
-/// The observations of one turn, in call order, and whether the episode ends with it.
-struct Dispatched {
-    observations: Vec<Observation>,
-    answer: Option<String>,
-    stopped: Option<Termination>,
-    /// A fault of the runner during a call: the episode ends unscored.
-    fault: Option<AgentFault>,
+/// Who takes turns in the loop: the episode's main agent, or a subagent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Its final answer is the episode's; in a conversation, it talks with the user.
+    Main,
+    /// It may use only the tools its parent gave it: any other call is refused before it
+    /// reaches the permission rules or the world.
+    Subagent,
+}
+
+/// An actor in the loop: its role and the tools it is offered.
+struct Cast<'a> {
+    role: Role,
+    tools: &'a [ToolSpec],
+}
+
+impl Cast<'_> {
+    /// Why `call` is refused before anything else looks at it, if it is.
+    fn refusal(&self, call: &ToolCall) -> Option<Observation> {
+        if self.role == Role::Main || self.tools.iter().any(|t| t.name == call.name) {
+            return None;
+        }
+        let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
+        let error = ToolError::new(ErrorType::ToolNotFound, format!("`{}` was not given to you", call.name))
+            .suggest(format!("call one of: {}", names.join(", ")));
+        Some(Observation::of_error(&call.call_id, error))
+    }
+}
+
+/// What ended a wait of the loop: the work it waited for, or the run's stop or the deadline.
+enum Waited<T> {
+    Done(T),
+    Ended(Termination),
+}
+
+/// The one place the loop waits: for an agent's decision, the user's reply, the permission
+/// rules or a turn's calls, and always for the run's stop and the deadline (`grace` past it).
+async fn wait<T>(work: impl Future<Output = T>, budget: &EpisodeBudget, grace: Duration) -> Waited<T> {
+    tokio::select! {
+        biased;
+        _ = budget.stop.cancelled() => Waited::Ended(Termination::UserStop),
+        _ = budget.deadline.passed(grace) => Waited::Ended(Termination::TimeLimit),
+        done = work => Waited::Done(done),
+    }
+}
+
+/// What a turn leads to: another turn over these observations, or the actor's end.
+enum Next {
+    Observe(Vec<Observation>),
+    End(Termination),
 }
 
 impl Environment {
-    /// Runs one episode of `task` with `agent` to its end.
-    pub async fn run(
-        &self,
-        agent: &mut dyn Agent,
-        task: &Task,
-        limits: &EpisodeLimits,
-        recorder: &Recorder,
-        stop: &CancellationToken,
-    ) -> Ending {
-        // Time spent waiting for runner's own model slots moves the deadline (not the agent's).
-        let deadline = Deadline::after(limits.time);
-        // The limits the main agent and its subagents share, and what they spent of them.
-        let tree = EpisodeTree::new(limits.max_steps, limits.max_tokens, limits.max_cost_usd, deadline);
-        let mut ending = Ending::new(Termination::MaxSteps);
-        ending.termination = self.drive(agent, task, &tree, recorder, stop, &mut ending).await;
-        ending.steps = tree.steps();
-        ending.usage = tree.usage();
-        ending.cost_usd = tree.cost_usd();
-        ending.trajectory.absorb(tree.take_subagent_calls());
-        ending
-    }
-
-    /// The loop itself: how it ended. Steps, usage and cost are counted in `tree`.
-    async fn drive(
-        &self,
-        agent: &mut dyn Agent,
-        task: &Task,
-        tree: &EpisodeTree,
-        recorder: &Recorder,
-        stop: &CancellationToken,
-        ending: &mut Ending,
-    ) -> Termination {
-        let deadline = &tree.deadline;
+    /// Runs one episode of `task` with `agent` to its end, within `budget`.
+    pub async fn run(&self, agent: &mut dyn Agent, task: &Task, budget: &EpisodeBudget, recorder: &Recorder) -> Ending {
         let first = self.reset(task);
         recorder.emit(&Event::Observation { step: 0, observation: first.clone() });
         if self.user().is_conversation() {
             // The user opens the conversation: the task's input is its first message.
             recorder.emit(&Event::Said { step: 0, actor: Actor::User, text: task.input.clone() });
         }
-        let mut observations = vec![first];
+        let cast = Cast { role: Role::Main, tools: self.tools() };
+        let end = self.run_actor(agent, &cast, first, budget, recorder).await;
+        if let Some(fault) = &end.fault {
+            recorder.emit(&Event::Error { step: end.step, cause: fault.cause.clone(), message: fault.message.clone() });
+        }
+        Ending {
+            termination: end.termination,
+            final_answer: end.answer,
+            steps: budget.steps(),
+            usage: budget.usage(),
+            cost_usd: budget.cost_usd(),
+            fault: end.fault,
+            trajectory: budget.take_trajectory(),
+        }
+    }
 
+    /// Runs a subagent's turns, from its goal, with the tools its parent gave it.
+    pub(super) async fn run_child(
+        &self,
+        agent: &mut dyn Agent,
+        goal: &str,
+        tools: &[ToolSpec],
+        budget: &EpisodeBudget,
+        recorder: &Recorder,
+    ) -> ActorEnding {
+        let first = Observation::of_messages(vec![goal.to_owned()]);
+        self.run_actor(agent, &Cast { role: Role::Subagent, tools }, first, budget, recorder).await
+    }
+
+    /// The driver of the loop, for any actor: a step from the shared budget, the agent
+    /// proposes, its calls run (or its words go to the user), and their observations are
+    /// its next turn's; until its final answer, a limit, the run's stop, or a fault.
+    async fn run_actor(
+        &self,
+        agent: &mut dyn Agent,
+        cast: &Cast<'_>,
+        first: Observation,
+        budget: &EpisodeBudget,
+        recorder: &Recorder,
+    ) -> ActorEnding {
+        let mut end = ActorEnding::new(Termination::MaxSteps);
+        let mut observations = vec![first];
         loop {
-            let Some(step) = tree.take_step() else {
-                return Termination::MaxSteps;
+            if budget.out_of_time() {
+                return end.ended(Termination::TimeLimit);
+            }
+            let Some(step) = budget.take_step() else {
+                return end.ended(Termination::MaxSteps);
             };
+            end.step = step;
             let turn = Turn {
                 observations: &observations,
-                tools: self.tools(),
-                budget: tree.budget(step),
+                tools: cast.tools,
+                budget: budget.turn(step),
                 recorder,
                 world: self,
-                tree,
+                episode: budget,
             };
             // The model learns the deadline and gives up on its own just then, blaming the
             // provider if it was failing; the grace only covers an agent that ignores it.
-            let proposal = tokio::select! {
-                biased;
-                _ = stop.cancelled() => return Termination::UserStop,
-                _ = deadline.passed(PROPOSE_GRACE) => return Termination::TimeLimit,
-                proposal = agent.propose(turn) => proposal,
+            let proposal = match wait(agent.propose(turn), budget, PROPOSE_GRACE).await {
+                Waited::Ended(termination) => return end.ended(termination),
+                Waited::Done(Err(fault)) => return end.failed(Termination::AgentError, fault),
+                Waited::Done(Ok(_)) if budget.out_of_time() => return end.ended(Termination::TimeLimit),
+                Waited::Done(Ok(proposal)) => proposal,
             };
-            // The subagents' calls of this turn come before the calls it proposes.
-            ending.trajectory.absorb(tree.take_subagent_calls());
-            if proposal.is_ok() && Instant::now() >= deadline.at() {
-                return Termination::TimeLimit;
+            budget.spend(proposal.usage, proposal.cost_usd);
+            if let Some(limit) = budget.over_budget() {
+                self.not_run(&proposal.calls, step, limit, budget, recorder);
+                return end.ended(limit);
             }
-            let proposal = match proposal {
-                Ok(proposal) => proposal,
-                Err(fault) => {
-                    recorder.emit(&Event::Error { step, cause: fault.cause.clone(), message: fault.message.clone() });
-                    ending.fault = Some(fault);
-                    return Termination::AgentError;
-                }
+            let next = match proposal.to_user {
+                // In a conversation, a reply without calls goes to the user, who answers it.
+                Some(text) if proposal.calls.is_empty() => self.say(text, step, budget, recorder, &mut end).await,
+                _ => self.dispatch(&proposal.calls, cast, step, budget, recorder, &mut end).await,
             };
-            tree.spend(proposal.usage, proposal.cost_usd);
-            if let Some(limit) = tree.over_budget() {
-                // No call is dropped silently: these are logged, and logged as not run.
-                for call in &proposal.calls {
-                    recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
-                    ending.trajectory.calls.push(call.clone());
-                    let message = format!("not run: the episode reached its {}", limit.as_str().replace('_', " "));
-                    let obs = Observation::of_error(&call.call_id, ToolError::new(ErrorType::Cancelled, message));
-                    recorder.emit(&Event::Observation { step, observation: obs });
-                }
-                return limit;
+            match next {
+                Next::Observe(next) => observations = next,
+                Next::End(termination) => return end.ended(termination),
             }
+        }
+    }
 
-            // In a conversation, a reply without calls goes to the user, who answers it.
-            if let (true, Some(text)) = (proposal.calls.is_empty(), proposal.to_user) {
-                // The agent's last words to the user are the episode's answer.
-                recorder.emit(&Event::Said { step, actor: Actor::Main, text: text.clone() });
-                ending.trajectory.told_user.push(text.clone());
-                ending.final_answer = Some(text.clone());
-                let conversed = tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => return Termination::UserStop,
-                    _ = sleep_until(deadline.at()) => return Termination::TimeLimit,
-                    conversed = self.converse(&text, step, recorder) => conversed,
-                };
-                match conversed {
-                    Ok(Some(reply)) => observations = vec![reply],
-                    Ok(None) => return Termination::UserEnded,
-                    Err(fault) => {
-                        recorder.emit(&Event::Error {
-                            step,
-                            cause: fault.cause.clone(),
-                            message: fault.message.clone(),
-                        });
-                        ending.fault = Some(fault);
-                        return Termination::EnvironmentError;
-                    }
-                }
-                continue;
-            }
+    /// Calls proposed past a limit: none is dropped silently, each is logged, and logged
+    /// as not run.
+    fn not_run(&self, calls: &[ToolCall], step: u32, limit: Termination, budget: &EpisodeBudget, recorder: &Recorder) {
+        let message = format!("not run: the episode reached its {}", limit.as_str().replace('_', " "));
+        for call in calls {
+            recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
+            budget.dispatched(call);
+            let obs = Observation::of_error(&call.call_id, ToolError::new(ErrorType::Cancelled, message.clone()));
+            recorder.emit(&Event::Observation { step, observation: obs });
+        }
+    }
 
-            let turn =
-                self.dispatch(&proposal.calls, step, deadline.at(), stop, recorder, &mut ending.trajectory).await;
-            if let Some(fault) = turn.fault {
-                recorder.emit(&Event::Error { step, cause: fault.cause.clone(), message: fault.message.clone() });
-                ending.fault = Some(fault);
-                return Termination::EnvironmentError;
+    /// The main agent's reply to the user in a conversation: the user's answer is the next
+    /// turn's observation. The agent's last words to the user are the episode's answer.
+    async fn say(
+        &self,
+        text: String,
+        step: u32,
+        budget: &EpisodeBudget,
+        recorder: &Recorder,
+        end: &mut ActorEnding,
+    ) -> Next {
+        recorder.emit(&Event::Said { step, actor: Actor::Main, text: text.clone() });
+        budget.told_user(&text);
+        end.answer = Some(text.clone());
+        match wait(self.converse(&text, step, recorder), budget, Duration::ZERO).await {
+            Waited::Ended(termination) => Next::End(termination),
+            Waited::Done(Ok(Some(reply))) => Next::Observe(vec![reply]),
+            Waited::Done(Ok(None)) => Next::End(Termination::UserEnded),
+            Waited::Done(Err(fault)) => {
+                end.fault = Some(fault);
+                Next::End(Termination::EnvironmentError)
             }
-            if let Some(answer) = turn.answer {
-                ending.final_answer = Some(answer);
-                return Termination::FinalAnswer;
-            }
-            if let Some(reason) = turn.stopped {
-                return reason;
-            }
-            observations = turn.observations;
         }
     }
 
@@ -244,98 +242,150 @@ impl Environment {
     async fn dispatch(
         &self,
         calls: &[ToolCall],
+        cast: &Cast<'_>,
         step: u32,
-        deadline: Instant,
-        stop: &CancellationToken,
+        budget: &EpisodeBudget,
         recorder: &Recorder,
-        trajectory: &mut Trajectory,
-    ) -> Dispatched {
+        end: &mut ActorEnding,
+    ) -> Next {
         for call in calls {
             recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
-            trajectory.calls.push(call.clone());
+            budget.dispatched(call);
         }
+        let mut turn = InFlight::new(calls, step, recorder);
+        let ended = self.await_calls(&mut turn, cast, budget, end).await;
+        let succeeded =
+            turn.slots.iter().zip(calls).filter(|(slot, _)| slot.as_ref().is_some_and(|o| o.error.is_none()));
+        end.succeeded.extend(succeeded.map(|(_, call)| call.clone()));
+        match ended {
+            Some(termination) => Next::End(termination),
+            None => Next::Observe(turn.slots.iter().flatten().cloned().collect()),
+        }
+        // `turn` goes here, and logs the calls that did not finish as cancelled.
+    }
+
+    /// Decides a turn's calls, runs those let through, and takes their observations as they
+    /// come, until all are in (`None`), or the final answer, a fault, the run's stop or the
+    /// deadline ends the actor's turns.
+    async fn await_calls(
+        &self,
+        turn: &mut InFlight<'_>,
+        cast: &Cast<'_>,
+        budget: &EpisodeBudget,
+        end: &mut ActorEnding,
+    ) -> Option<Termination> {
+        let (calls, step, recorder) = (turn.calls, turn.step, turn.recorder);
         // Decided one call after another before any runs, so that the user's answers go to
         // the calls in the order they were made; a refused call never reaches the world.
         // A simulated user answering an `ask` takes time: the run's stop and the deadline
         // still hold (then no call runs).
-        let mut stopped = None;
         let deciding = async {
             let mut refused: Vec<Option<Observation>> = Vec::with_capacity(calls.len());
             for call in calls {
-                refused.push(self.permit(call, step, recorder).await);
+                refused.push(match cast.refusal(call) {
+                    Some(refusal) => Some(refusal),
+                    None => self.permit(call, step, recorder).await,
+                });
             }
             refused
         };
-        let refused = tokio::select! {
-            biased;
-            _ = stop.cancelled() => { stopped = Some(Termination::UserStop); Vec::new() }
-            _ = sleep_until(deadline) => { stopped = Some(Termination::TimeLimit); Vec::new() }
-            refused = deciding => refused,
+        let refused = match wait(deciding, budget, Duration::ZERO).await {
+            Waited::Done(refused) => refused,
+            Waited::Ended(termination) => return Some(termination),
         };
-        let mut slots: Vec<Option<Observation>> = vec![None; calls.len()];
-        let started: Vec<AtomicBool> = calls.iter().map(|_| AtomicBool::new(false)).collect();
-        let mut answer = None;
-        let mut fault = None;
-        {
-            let started = &started;
-            let mut running: FuturesUnordered<_> = calls
-                .iter()
-                .enumerate()
-                .zip(refused)
-                .map(|((i, call), refused)| async move {
-                    match refused {
-                        Some(obs) => (i, obs),
-                        None => (i, self.run_call(call, step, recorder, &started[i]).await),
-                    }
-                })
-                .collect();
-            while !running.is_empty() {
-                let (i, obs) = tokio::select! {
-                    biased;
-                    _ = stop.cancelled() => { stopped = Some(Termination::UserStop); break }
-                    _ = sleep_until(deadline) => { stopped = Some(Termination::TimeLimit); break }
-                    Some(done) = running.next() => done,
-                };
-                recorder.emit(&Event::Observation { step, observation: obs.clone() });
-                if let Some(error) = &obs.error {
-                    trajectory.errors.push(CallError { call_id: calls[i].call_id.clone(), error: error.clone() });
-                    if let Some(call_fault) = AgentFault::of_call(&calls[i], &obs) {
-                        fault = Some(call_fault);
-                    }
+        let started = &turn.started;
+        let mut running: FuturesUnordered<_> = calls
+            .iter()
+            .enumerate()
+            .zip(refused)
+            .map(|((i, call), refused)| async move {
+                match refused {
+                    Some(obs) => (i, obs),
+                    None => (i, self.run_call(call, step, recorder, &started[i]).await),
                 }
-                let is_final = obs.done && calls[i].name == FINAL_TOOL;
-                if is_final {
-                    let text = obs.answer_text();
-                    recorder.emit(&Event::Final { step, call_id: calls[i].call_id.clone(), answer: text.clone() });
-                    answer = Some(text);
-                }
-                slots[i] = Some(obs);
-                if is_final || fault.is_some() {
-                    break;
-                }
-            }
-            // Dropping the futures cancels the calls still in flight.
-        }
-        let observations = slots
-            .into_iter()
-            .zip(calls)
-            .zip(&started)
-            .map(|((slot, call), started)| {
-                slot.unwrap_or_else(|| {
-                    let was_running = started.load(Ordering::Relaxed);
-                    let message = if was_running {
-                        "the episode ended while this call was running: it was stopped, and what it did until then stands"
-                    } else {
-                        "the episode ended before this call started: it did nothing"
-                    };
-                    let mut obs = Observation::of_error(&call.call_id, ToolError::new(ErrorType::Cancelled, message));
-                    obs.info.insert("started".into(), serde_json::Value::Bool(was_running));
-                    recorder.emit(&Event::Observation { step, observation: obs.clone() });
-                    obs
-                })
             })
             .collect();
-        Dispatched { observations, answer, stopped, fault }
+        loop {
+            let (i, obs) = match wait(running.next(), budget, Duration::ZERO).await {
+                Waited::Ended(termination) => return Some(termination),
+                Waited::Done(None) => return None,
+                Waited::Done(Some(done)) => done,
+            };
+            let call = &calls[i];
+            recorder.emit(&Event::Observation { step, observation: obs.clone() });
+            let fault = obs.error.as_ref().and_then(|error| {
+                budget.failed(&call.call_id, error);
+                AgentFault::of_call(call, &obs)
+            });
+            let answer = (obs.done && call.name == FINAL_TOOL).then(|| obs.answer_text());
+            turn.slots[i] = Some(obs);
+            if let Some(fault) = fault {
+                end.fault = Some(fault);
+                return Some(Termination::EnvironmentError);
+            }
+            if let Some(text) = answer {
+                if cast.role == Role::Main {
+                    recorder.emit(&Event::Final { step, call_id: call.call_id.clone(), answer: text.clone() });
+                }
+                end.answer = Some(text);
+                return Some(Termination::FinalAnswer);
+            }
+        }
+    }
+}
+
+/// A turn's calls while they run: which have started, and the observations of those that
+/// finished. However the turn ends (the final answer, a fault, the run's stop, the
+/// deadline, or a parent's turn that is dropped with its subagents' turns in it), the calls
+/// without an observation are logged as cancelled when it goes, as the contract says.
+struct InFlight<'a> {
+    calls: &'a [ToolCall],
+    step: u32,
+    recorder: &'a Recorder,
+    started: Vec<AtomicBool>,
+    slots: Vec<Option<Observation>>,
+}
+
+impl<'a> InFlight<'a> {
+    fn new(calls: &'a [ToolCall], step: u32, recorder: &'a Recorder) -> Self {
+        InFlight {
+            calls,
+            step,
+            recorder,
+            started: calls.iter().map(|_| AtomicBool::new(false)).collect(),
+            slots: vec![None; calls.len()],
+        }
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        for ((slot, call), started) in self.slots.iter().zip(self.calls).zip(&self.started) {
+            if slot.is_some() {
+                continue;
+            }
+            let was_running = started.load(Ordering::Relaxed);
+            let message = if was_running {
+                "the episode ended while this call was running: it was stopped, and what it did until then stands"
+            } else {
+                "the episode ended before this call started: it did nothing"
+            };
+            let mut obs = Observation::of_error(&call.call_id, ToolError::new(ErrorType::Cancelled, message));
+            obs.info.insert("started".into(), serde_json::Value::Bool(was_running));
+            self.recorder.emit(&Event::Observation { step: self.step, observation: obs });
+        }
+    }
+}
+
+impl ActorEnding {
+    fn ended(mut self, termination: Termination) -> Self {
+        self.termination = termination;
+        self
+    }
+
+    fn failed(mut self, termination: Termination, fault: AgentFault) -> Self {
+        self.fault = Some(fault);
+        self.ended(termination)
     }
 }
 
@@ -355,14 +405,7 @@ impl Environment {
         if self.user().says_stop(&reply) {
             return Ok(None);
         }
-        let observation = Observation {
-            call_id: None,
-            done: false,
-            error: None,
-            tool_result: None,
-            messages: vec![reply],
-            info: Default::default(),
-        };
+        let observation = Observation::of_messages(vec![reply]);
         recorder.emit(&Event::Observation { step, observation: observation.clone() });
         Ok(Some(observation))
     }

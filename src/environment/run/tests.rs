@@ -147,30 +147,24 @@ struct Run {
     events: Vec<Event>,
 }
 
-async fn run_with(
-    environment: &Environment,
-    task: &Task,
-    mut agent: ScriptedAgent,
-    limits: EpisodeLimits,
-    stop: CancellationToken,
-) -> Run {
+async fn run_with(environment: &Environment, task: &Task, mut agent: ScriptedAgent, budget: EpisodeBudget) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("events.jsonl");
     let (log, writer) = EventLog::create(&path, "test-run").unwrap();
     let recorder = log.recorder("ep_test");
-    let ending = environment.run(&mut agent, task, &limits, &recorder, &stop).await;
+    let ending = environment.run(&mut agent, task, &budget, &recorder).await;
     drop((recorder, log));
     writer.close().unwrap();
     let events = read_events(&path).unwrap().events.iter().map(|e| e.event().unwrap()).collect();
     Run { ending, agent, events }
 }
 
-fn limits(max_steps: u32) -> EpisodeLimits {
-    EpisodeLimits { max_steps, time: Duration::from_secs(30), max_tokens: None, max_cost_usd: None }
+fn limits(max_steps: u32) -> EpisodeBudget {
+    EpisodeBudget::new(max_steps, Duration::from_secs(30))
 }
 
 async fn run(environment: &Environment, agent: ScriptedAgent, max_steps: u32) -> Run {
-    run_with(environment, &task(), agent, limits(max_steps), CancellationToken::new()).await
+    run_with(environment, &task(), agent, limits(max_steps)).await
 }
 
 fn final_call(id: &str) -> ToolCall {
@@ -274,8 +268,8 @@ async fn max_steps_ends_the_episode() {
 async fn the_episode_time_limit_cancels_what_is_running() {
     let (environment, clock) = env(4, 10.0);
     let agent = ScriptedAgent::new(vec![vec![call("h", "hang", json!({"tag": "h"}))]]);
-    let limits = EpisodeLimits { max_steps: 5, time: Duration::from_millis(100), max_tokens: None, max_cost_usd: None };
-    let r = run_with(&environment, &task(), agent, limits, CancellationToken::new()).await;
+    let limits = EpisodeBudget::new(5, Duration::from_millis(100));
+    let r = run_with(&environment, &task(), agent, limits).await;
     assert_eq!(r.ending.termination, Termination::TimeLimit);
     assert_eq!(*clock.dropped.lock().unwrap(), ["h"]);
     let obs = logged_observations(&r.events);
@@ -300,9 +294,8 @@ async fn the_token_limit_ends_the_episode() {
     let mut agent = ScriptedAgent::new(vec![]);
     agent.repeat = Some(vec![call("s", "sleep", json!({"ms": 0}))]);
     agent.usage_per_turn = 100;
-    let limits =
-        EpisodeLimits { max_steps: 10, time: Duration::from_secs(10), max_tokens: Some(250), max_cost_usd: None };
-    let r = run_with(&environment, &task(), agent, limits, CancellationToken::new()).await;
+    let limits = EpisodeBudget::new(10, Duration::from_secs(10)).with_max_tokens(Some(250));
+    let r = run_with(&environment, &task(), agent, limits).await;
     assert_eq!(r.ending.termination, Termination::TokenLimit);
     assert_eq!(r.ending.steps, 3);
     assert_eq!(r.ending.usage.input_tokens, 300);
@@ -324,7 +317,7 @@ async fn stopping_the_run_cancels_the_episode() {
         trigger.cancel();
     });
     let agent = ScriptedAgent::new(vec![vec![call("h", "hang", json!({"tag": "h"}))]]);
-    let r = run_with(&environment, &task(), agent, limits(5), stop).await;
+    let r = run_with(&environment, &task(), agent, limits(5).stopped_by(stop)).await;
     assert_eq!(r.ending.termination, Termination::UserStop);
     assert_eq!(*clock.dropped.lock().unwrap(), ["h"]);
 }
@@ -490,7 +483,7 @@ async fn a_conversation_goes_on_until_the_user_says_the_stop_word() {
     let environment = env_for(&task);
     let mut agent = ScriptedAgent::new(vec![vec![], vec![], vec![]]);
     agent.talk = ["How many people?".to_string(), "Booked for two at 8.".into(), "never said".into()].into();
-    let r = run_with(&environment, &task, agent, limits(10), CancellationToken::new()).await;
+    let r = run_with(&environment, &task, agent, limits(10)).await;
     assert_eq!(r.ending.termination, Termination::UserEnded);
     assert_eq!(r.ending.steps, 2, "the third turn never came");
     assert_eq!(r.ending.final_answer.as_deref(), Some("Booked for two at 8."), "the agent's last words");
@@ -522,7 +515,7 @@ async fn a_user_that_cannot_answer_makes_the_episode_unscored_as_user_error() {
     let environment = env_for(&task);
     let mut agent = ScriptedAgent::new(vec![vec![], vec![]]);
     agent.talk = ["How many?".to_string(), "When?".into()].into();
-    let r = run_with(&environment, &task, agent, limits(10), CancellationToken::new()).await;
+    let r = run_with(&environment, &task, agent, limits(10)).await;
     assert_eq!(r.ending.termination, Termination::EnvironmentError);
     let fault = r.ending.fault.expect("a fault");
     assert_eq!(fault.cause, crate::log::UnscoredCause::UserError);
@@ -534,7 +527,7 @@ async fn a_failing_user_in_ask_user_is_a_user_error_too() {
     let task = task_with_user(simulated(), false, &[]);
     let environment = env_for(&task);
     let agent = ScriptedAgent::new(vec![vec![call("q", "ask_user", json!({"question": "Which day?"}))]]);
-    let r = run_with(&environment, &task, agent, limits(5), CancellationToken::new()).await;
+    let r = run_with(&environment, &task, agent, limits(5)).await;
     assert_eq!(r.ending.termination, Termination::EnvironmentError);
     assert_eq!(r.ending.fault.map(|f| f.cause), Some(crate::log::UnscoredCause::UserError));
 }
@@ -552,7 +545,7 @@ async fn a_scripted_user_answers_the_user_tools_in_order_then_its_fixed_reply() 
         call("bad", "clarify", json!({"question": "no choices"})),
     ];
     let agent = ScriptedAgent::new(vec![turn, vec![final_call("f")]]);
-    let r = run_with(&environment, &task, agent, limits(5), CancellationToken::new()).await;
+    let r = run_with(&environment, &task, agent, limits(5)).await;
     let results: Vec<Option<Value>> = r.agent.seen[1].iter().map(|o| o.tool_result.clone()).collect();
     assert_eq!(
         results[..3],
@@ -600,16 +593,13 @@ impl crate::model::LanguageModel for Silent {
 #[tokio::test]
 async fn a_user_who_never_answers_is_cut_by_the_time_limit_in_a_conversation_and_in_an_ask() {
     let task = task_with_user(simulated(), true, &[]);
-    let short = EpisodeLimits { time: Duration::from_millis(300), ..limits(5) };
+    let short = || EpisodeBudget::new(5, Duration::from_millis(300));
     let user = || User::of_task(&task, Some(Arc::new(Silent))).unwrap();
 
     let environment = env(4, 5.0).0.with_user(user());
     let mut agent = ScriptedAgent::new(vec![vec![]]);
     agent.talk = ["How many?".to_string()].into();
-    let bounded = tokio::time::timeout(
-        Duration::from_secs(5),
-        run_with(&environment, &task, agent, short, CancellationToken::new()),
-    );
+    let bounded = tokio::time::timeout(Duration::from_secs(5), run_with(&environment, &task, agent, short()));
     let r = bounded.await.expect("the time limit cut the silent user off");
     assert_eq!(r.ending.termination, Termination::TimeLimit);
     assert_eq!(r.ending.trajectory.told_user, ["How many?"], "what was said stands");
@@ -619,14 +609,121 @@ async fn a_user_who_never_answers_is_cut_by_the_time_limit_in_a_conversation_and
     let rules = crate::environment::permission::parse_rules(&json!([{"sleep": "ask"}]), "suite", &tools).unwrap();
     let environment = env(4, 5.0).0.with_user(user()).with_permissions(Arc::new(rules));
     let agent = ScriptedAgent::new(vec![vec![call("s", "sleep", json!({"ms": 1}))]]);
-    let bounded = tokio::time::timeout(
-        Duration::from_secs(5),
-        run_with(&environment, &task, agent, short, CancellationToken::new()),
-    );
+    let bounded = tokio::time::timeout(Duration::from_secs(5), run_with(&environment, &task, agent, short()));
     let r = bounded.await.expect("the time limit cut the silent user off");
     assert_eq!(r.ending.termination, Termination::TimeLimit);
     let observed = logged_observations(&r.events);
     assert_eq!(observed.len(), 1);
     assert_eq!(observed[0].error.as_ref().map(|e| e.kind), Some(ErrorType::Cancelled));
     assert_eq!(observed[0].info.get("started"), Some(&json!(false)));
+}
+
+/// A mock turn that makes `calls`.
+fn mock_turn(calls: Vec<(&str, Value)>) -> crate::domain::MockTurn {
+    let tool_calls = calls
+        .into_iter()
+        .map(|(name, arguments)| crate::domain::MockCall { name: name.into(), arguments, id: None })
+        .collect();
+    crate::domain::MockTurn { text: None, tool_calls }
+}
+
+/// A main agent that delegates one task (with `tools`, a list or null for all of its own)
+/// and then answers; its child plays `child`.
+fn delegating(child: Vec<crate::domain::MockTurn>, tools: Value) -> crate::agent::ToolCallingAgent {
+    use crate::agent::{ModelFor, Subagents, ToolCallingAgent};
+    use crate::model::{LanguageModel, mock::MockModel};
+    let main = vec![
+        mock_turn(vec![(crate::contract::DELEGATE_TOOL, json!({"goal": "g", "tools": tools}))]),
+        mock_turn(vec![("final_answer", json!({"answer": "done"}))]),
+    ];
+    let child: Arc<[crate::domain::MockTurn]> = child.into();
+    let models: ModelFor = Arc::new(move |_| Arc::new(MockModel::new(child.clone())) as Arc<dyn LanguageModel>);
+    let subagents = Subagents {
+        system: "help".into(),
+        max_children: 3,
+        max_depth: 1,
+        models,
+        model_name: "mock".into(),
+        require_final_answer: true,
+    };
+    ToolCallingAgent::new(Arc::new(MockModel::new(main.into())), "mock", None, true).with_subagents(Arc::new(subagents))
+}
+
+/// Runs `agent` in `environment` within `budget`: how it ended, and the events.
+async fn run_agent(environment: &Environment, agent: &mut dyn Agent, budget: EpisodeBudget) -> (Ending, Vec<Event>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("events.jsonl");
+    let (log, writer) = EventLog::create(&path, "test-run").unwrap();
+    let recorder = log.recorder("ep_test");
+    let ending = environment.run(agent, &task(), &budget, &recorder).await;
+    drop((recorder, log));
+    writer.close().unwrap();
+    (ending, read_events(&path).unwrap().events.iter().map(|e| e.event().unwrap()).collect())
+}
+
+fn observation_of(events: &[Event], call_id: &str) -> Observation {
+    let found = logged_observations(events).into_iter().find(|o| o.call_id.as_deref() == Some(call_id));
+    found.unwrap_or_else(|| panic!("no observation of {call_id}: {events:?}"))
+}
+
+#[tokio::test]
+async fn a_subagent_takes_its_turns_in_the_loop_and_its_calls_count_for_the_episode() {
+    let (environment, clock) = env(4, 10.0);
+    let child =
+        vec![mock_turn(vec![("sleep", json!({"ms": 1}))]), mock_turn(vec![("final_answer", json!({"answer": "x"}))])];
+    let mut agent = delegating(child, Value::Null);
+    let (ending, events) = run_agent(&environment, &mut agent, limits(10)).await;
+    assert_eq!(ending.termination, Termination::FinalAnswer);
+    assert_eq!(clock.spans.lock().unwrap().len(), 1, "the child's sleep ran");
+    assert_eq!(ending.steps, 4, "two turns of main and two of its child");
+    let ids: Vec<&str> = ending.trajectory.calls.iter().map(|c| c.call_id.as_str()).collect();
+    assert_eq!(ids, ["main_1_c_1", "main_1_c_2", "c_2"], "the child's calls come before its parent's next");
+    let finals = events.iter().filter(|e| matches!(e, Event::Final { .. })).count();
+    assert_eq!(finals, 1, "only the main agent's final answer is the episode's");
+}
+
+#[tokio::test]
+async fn a_subagents_call_of_a_tool_it_was_not_given_never_reaches_the_world() {
+    let (environment, clock) = env(4, 10.0);
+    let child =
+        vec![mock_turn(vec![("sleep", json!({"ms": 1}))]), mock_turn(vec![("final_answer", json!({"answer": "x"}))])];
+    let mut agent = delegating(child, json!([]));
+    let (ending, events) = run_agent(&environment, &mut agent, limits(10)).await;
+    assert_eq!(ending.termination, Termination::FinalAnswer);
+    assert!(clock.spans.lock().unwrap().is_empty(), "the child's sleep ran");
+    let refused = observation_of(&events, "main_1_c_1").error.unwrap();
+    assert_eq!(refused.kind, ErrorType::ToolNotFound);
+    assert_eq!(refused.message, "`sleep` was not given to you");
+    assert!(!events.iter().any(|e| matches!(e, Event::Permission { .. })), "the rules never saw it");
+}
+
+#[tokio::test]
+async fn a_subagents_call_in_flight_at_the_deadline_is_logged_as_cancelled() {
+    let (environment, clock) = env(4, 10.0);
+    let mut agent = delegating(vec![mock_turn(vec![("hang", json!({"tag": "child"}))])], Value::Null);
+    let (ending, events) =
+        run_agent(&environment, &mut agent, EpisodeBudget::new(10, Duration::from_millis(200))).await;
+    assert_eq!(ending.termination, Termination::TimeLimit);
+    assert_eq!(*clock.dropped.lock().unwrap(), ["child"]);
+    let cancelled = observation_of(&events, "main_1_c_1");
+    assert_eq!(cancelled.error.unwrap().kind, ErrorType::Cancelled);
+    assert_eq!(cancelled.info["started"], true);
+}
+
+#[tokio::test]
+async fn a_subagents_call_in_flight_when_the_run_stops_is_logged_as_cancelled() {
+    let (environment, clock) = env(4, 10.0);
+    let stop = CancellationToken::new();
+    let trigger = stop.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        trigger.cancel();
+    });
+    let mut agent = delegating(vec![mock_turn(vec![("hang", json!({"tag": "child"}))])], Value::Null);
+    let (ending, events) = run_agent(&environment, &mut agent, limits(10).stopped_by(stop)).await;
+    assert_eq!(ending.termination, Termination::UserStop);
+    assert_eq!(*clock.dropped.lock().unwrap(), ["child"]);
+    let cancelled = observation_of(&events, "main_1_c_1");
+    assert_eq!(cancelled.error.unwrap().kind, ErrorType::Cancelled);
+    assert_eq!(cancelled.info["started"], true);
 }

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use super::{Scene, Verdict, quote, verdict};
+use crate::contract::{ASK_USER, CLARIFY, EXIT_PLAN_MODE};
 use crate::environment::Trajectory;
 
 /// What the agent told the user (see [`told_user`]) contains `expected` (a template).
@@ -32,8 +33,8 @@ pub fn told_user(trajectory: &Trajectory) -> Vec<String> {
     let asked = trajectory.calls.iter().filter_map(|call| {
         let field = |name: &str| call.arguments.get(name).and_then(Value::as_str).map(str::to_owned);
         match call.name.as_str() {
-            "ask_user" => field("question"),
-            "clarify" => {
+            ASK_USER => field("question"),
+            CLARIFY => {
                 let choices: Vec<&str> = call
                     .arguments
                     .get("choices")
@@ -42,7 +43,7 @@ pub fn told_user(trajectory: &Trajectory) -> Vec<String> {
                     .unwrap_or_default();
                 field("question").map(|q| format!("{q} ({})", choices.join(" / ")))
             }
-            "exit_plan_mode" => field("plan"),
+            EXIT_PLAN_MODE => field("plan"),
             _ => None,
         }
     });

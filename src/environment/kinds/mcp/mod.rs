@@ -35,7 +35,6 @@ use crate::contract::{Actor, ErrorType, FINAL_TOOL, ToolAnnotations, ToolSpec};
 use crate::domain::{MAX_EPISODE_S, Task};
 use crate::environment::tool::{self, ToolDecl};
 use crate::environment::{Definition, SetupContext, SetupError, ToolFailure, World};
-use crate::log::UnscoredCause;
 use crate::sandbox::process::{self, SAFE_PATH, Supervised};
 use crate::sandbox::{Confinement, SandboxMode};
 
@@ -752,7 +751,7 @@ impl Server {
                 let said = if said.is_empty() { String::new() } else { format!("; its stderr ended: {said}") };
                 let message = format!("server `{}` stopped during `{tool}`{exit}: {error}{said}", self.name);
                 let mut failure = ToolFailure::new(ErrorType::ExecutionError, message);
-                failure.fault = Some(UnscoredCause::EnvironmentError);
+                failure.fault = Some(crate::contract::CallFault::EnvironmentFailed);
                 Err(failure)
             }
         }

@@ -1,0 +1,256 @@
+//! The episode's budget: its limits (steps, time, tokens, cost), the run's stop, and what
+//! the whole tree of agents has spent and done so far. The main agent and every subagent
+//! take their turns against this one value, so that a child's steps, tokens and calls are
+//! the episode's.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::contract::{ToolCall, ToolError};
+use crate::log::{Termination, Usage};
+use crate::model::limiter::Deadline;
+
+/// The limits of one episode and what every agent of it spent of them.
+pub struct EpisodeBudget {
+    pub max_steps: u32,
+    pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<f64>,
+    /// Started with the budget. Time spent waiting for runner's own model slots moves it
+    /// (not the agent's).
+    pub deadline: Deadline,
+    /// The run's stop (Ctrl-C): it ends every actor's turns.
+    pub stop: CancellationToken,
+    steps: AtomicU32,
+    spent: Mutex<Spent>,
+    trajectory: Mutex<Trajectory>,
+}
+
+#[derive(Default)]
+struct Spent {
+    usage: Usage,
+    /// Known only while every model call so far had a price.
+    cost_usd: Option<f64>,
+    any: bool,
+}
+
+/// What the agents did, as scorers see it.
+#[derive(Debug, Clone, Default)]
+pub struct Trajectory {
+    /// Every dispatched call, in the order the agents proposed them, as the log holds them
+    /// (`action_dispatched`): calls that were cancelled before they ran included, and a
+    /// subagent's calls (each carries its actor) before those of the turn that started it.
+    pub calls: Vec<ToolCall>,
+    /// The calls that failed, and how.
+    pub errors: Vec<CallError>,
+    /// In a conversation, the agent's text replies to the user, in order (`said` events).
+    pub told_user: Vec<String>,
+}
+
+/// A failed call, as a grader reads the trajectory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallError {
+    pub call_id: String,
+    pub error: ToolError,
+}
+
+impl Trajectory {
+    pub fn tool_errors(&self) -> u32 {
+        self.errors.len() as u32
+    }
+}
+
+/// What is left of the episode's limits when a turn starts.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    /// The number of this turn, from 1.
+    pub step: u32,
+    pub steps_left: u32,
+    pub deadline: Deadline,
+    pub tokens_left: Option<u64>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every change under these locks is a single push or sum: a panic cannot leave one half-done.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl EpisodeBudget {
+    /// A budget of `max_steps` turns and `time`, whose clock starts now; no token or cost
+    /// limit, and a stop nobody gives.
+    pub fn new(max_steps: u32, time: Duration) -> Self {
+        EpisodeBudget {
+            max_steps,
+            max_tokens: None,
+            max_cost_usd: None,
+            deadline: Deadline::after(time),
+            stop: CancellationToken::new(),
+            steps: AtomicU32::new(0),
+            spent: Mutex::default(),
+            trajectory: Mutex::default(),
+        }
+    }
+
+    pub fn with_max_tokens(mut self, max_tokens: Option<u64>) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    pub fn with_max_cost_usd(mut self, max_cost_usd: Option<f64>) -> Self {
+        self.max_cost_usd = max_cost_usd;
+        self
+    }
+
+    /// Ends every actor's turns when `stop` is cancelled.
+    pub fn stopped_by(mut self, stop: CancellationToken) -> Self {
+        self.stop = stop;
+        self
+    }
+
+    /// Takes the next step of the episode for one agent's turn: its number, or `None` when
+    /// the episode has used all its steps.
+    pub fn take_step(&self) -> Option<u32> {
+        let taken =
+            self.steps.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < self.max_steps).then_some(n + 1));
+        taken.ok().map(|n| n + 1)
+    }
+
+    /// The steps taken so far, by every agent.
+    pub fn steps(&self) -> u32 {
+        self.steps.load(Ordering::SeqCst)
+    }
+
+    /// Whether the episode's time is up, as things stand now.
+    pub fn out_of_time(&self) -> bool {
+        tokio::time::Instant::now() >= self.deadline.at()
+    }
+
+    /// What is left when the turn numbered `step` starts.
+    pub fn turn(&self, step: u32) -> Budget {
+        Budget {
+            step,
+            steps_left: self.max_steps.saturating_sub(self.steps()) + 1,
+            deadline: self.deadline.clone(),
+            tokens_left: self.max_tokens.map(|max| max.saturating_sub(self.usage().total())),
+        }
+    }
+
+    /// Counts one turn's model calls.
+    pub fn spend(&self, usage: Usage, cost_usd: Option<f64>) {
+        let mut spent = lock(&self.spent);
+        spent.usage.add(usage);
+        spent.cost_usd = if spent.any { spent.cost_usd.zip(cost_usd).map(|(a, b)| a + b) } else { cost_usd };
+        spent.any = true;
+    }
+
+    pub fn usage(&self) -> Usage {
+        lock(&self.spent).usage
+    }
+
+    pub fn cost_usd(&self) -> Option<f64> {
+        lock(&self.spent).cost_usd
+    }
+
+    /// The limit the tree has gone past (tokens, then cost), if any.
+    pub fn over_budget(&self) -> Option<Termination> {
+        let spent = lock(&self.spent);
+        if self.max_tokens.is_some_and(|max| spent.usage.total() > max) {
+            Some(Termination::TokenLimit)
+        } else if self.max_cost_usd.zip(spent.cost_usd).is_some_and(|(max, cost)| cost > max) {
+            Some(Termination::CostLimit)
+        } else {
+            None
+        }
+    }
+
+    /// Adds a dispatched call to the episode's trajectory.
+    pub fn dispatched(&self, call: &ToolCall) {
+        lock(&self.trajectory).calls.push(call.clone());
+    }
+
+    /// Adds a failed call to the episode's trajectory.
+    pub fn failed(&self, call_id: &str, error: &ToolError) {
+        lock(&self.trajectory).errors.push(CallError { call_id: call_id.to_owned(), error: error.clone() });
+    }
+
+    /// Adds what the agent said to the user to the episode's trajectory.
+    pub fn told_user(&self, text: &str) {
+        lock(&self.trajectory).told_user.push(text.to_owned());
+    }
+
+    /// What every agent of the episode did.
+    pub fn take_trajectory(&self) -> Trajectory {
+        std::mem::take(&mut *lock(&self.trajectory))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn budget(max_steps: u32, max_tokens: Option<u64>, max_cost_usd: Option<f64>) -> EpisodeBudget {
+        EpisodeBudget::new(max_steps, Duration::from_secs(60))
+            .with_max_tokens(max_tokens)
+            .with_max_cost_usd(max_cost_usd)
+    }
+
+    fn tokens(n: u64) -> Usage {
+        Usage { input_tokens: n, ..Usage::default() }
+    }
+
+    #[test]
+    fn steps_are_numbered_across_the_tree_and_run_out_for_everyone() {
+        let tree = budget(3, None, None);
+        assert_eq!([tree.take_step(), tree.take_step(), tree.take_step()], [Some(1), Some(2), Some(3)]);
+        assert_eq!(tree.take_step(), None);
+        assert_eq!(tree.steps(), 3, "a refused step is not taken");
+    }
+
+    #[test]
+    fn steps_taken_at_once_are_each_taken_once() {
+        let tree = Arc::new(budget(1000, None, None));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let tree = tree.clone();
+                std::thread::spawn(move || (0..300).filter_map(|_| tree.take_step()).collect::<Vec<_>>())
+            })
+            .collect();
+        let mut all: Vec<u32> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        all.sort();
+        assert_eq!(all, (1..=1000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn spending_counts_every_agent_and_the_cost_is_known_only_while_every_call_had_a_price() {
+        let tree = budget(10, Some(100), Some(1.0));
+        tree.spend(tokens(60), Some(0.25));
+        assert_eq!(tree.turn(2).tokens_left, Some(40));
+        assert_eq!(tree.over_budget(), None);
+        tree.spend(tokens(41), Some(0.25));
+        assert_eq!((tree.usage().total(), tree.cost_usd()), (101, Some(0.5)));
+        assert_eq!(tree.over_budget(), Some(Termination::TokenLimit));
+
+        let tree = self::budget(10, None, Some(1.0));
+        tree.spend(tokens(1), Some(0.75));
+        tree.spend(tokens(1), Some(0.5));
+        assert_eq!(tree.over_budget(), Some(Termination::CostLimit));
+        tree.spend(tokens(1), None);
+        assert_eq!(tree.cost_usd(), None, "one call without a price: the cost is unknown");
+        tree.spend(tokens(1), Some(0.1));
+        assert_eq!(tree.cost_usd(), None, "and stays unknown");
+    }
+
+    #[test]
+    fn a_budget_says_what_is_left_when_a_turn_starts() {
+        let tree = budget(5, None, None);
+        let step = tree.take_step().unwrap();
+        let budget = tree.turn(step);
+        assert_eq!((budget.step, budget.steps_left, budget.tokens_left), (1, 5, None));
+        tree.take_step();
+        let step = tree.take_step().unwrap();
+        assert_eq!(tree.turn(step).steps_left, 3, "steps 3, 4 and 5 are left when step 3 starts");
+    }
+}
