@@ -1,4 +1,4 @@
-# The driver of the `python` world's interpreter (see python.rs). It reads one JSON request
+# The driver of the `python` world's interpreter (see mod.rs). It reads one JSON request
 # a line on its standard input and answers each with one JSON line on its standard output;
 # both are moved to private descriptors first, so that the session's code reads nothing
 # and its output (print, subprocesses) lands in two capture files instead.

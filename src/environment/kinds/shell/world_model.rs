@@ -20,7 +20,7 @@ use sha2::{Digest as _, Sha256};
 use crate::contract::Actor;
 
 /// The SHA-256 of a file's content (or, for a file too large to hash, of its size,
-/// modification time and inode: see `shell_files.rs`).
+/// modification time and inode: see `files.rs`).
 pub type Digest = [u8; 32];
 
 pub fn digest_of(bytes: &[u8]) -> Digest {

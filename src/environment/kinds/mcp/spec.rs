@@ -1,0 +1,157 @@
+//! An `mcp` environment file's own keys (`servers:`, `prompts:`, `optional:`), decoded and
+//! checked, the names of tools across several servers, and the servers a run shares.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::server::{PromptRef, Server, ServerSpec, expand_path, is_path_argument, resolve_command};
+use crate::config::decode::{ConfigError, Source, check_seconds};
+use crate::domain::MAX_EPISODE_S;
+
+/// The separator of a server's name and its tool's when there are several servers.
+pub const SEPARATOR: &str = "__";
+
+/// An `mcp` environment file's own keys, decoded and checked.
+#[derive(Debug)]
+pub struct McpSpec {
+    pub servers: Vec<ServerSpec>,
+    /// The prompts added to the agent's system prompt, in order.
+    pub prompts: Vec<PromptRef>,
+    /// Whether a suite over it is skipped (not failed) when a server's command is missing.
+    pub optional: bool,
+    /// The folder of the environment file: relative paths are its.
+    pub base: PathBuf,
+    /// The `scope: run` servers, started by the first episode that needs them, by index.
+    pub(super) shared: Vec<tokio::sync::OnceCell<Arc<Server>>>,
+}
+
+impl McpSpec {
+    /// Decodes `servers:`, `prompts:` and `optional:` of the file `source` (kind `mcp`).
+    pub fn decode(
+        source: &Source,
+        servers: Option<&Value>,
+        prompts: Option<&Value>,
+        optional: Option<bool>,
+    ) -> Result<Self, ConfigError> {
+        let Some(servers_value) = servers else {
+            return Err(source.error("kind", "an `mcp` environment needs `servers:`, a list of MCP servers"));
+        };
+        let servers: Vec<ServerSpec> = source.decode("servers", servers_value)?;
+        if servers.is_empty() {
+            return Err(source.error("servers", "list at least one server"));
+        }
+        for (i, server) in servers.iter().enumerate() {
+            let at = |field: &str| format!("servers[{i}].{field}");
+            let valid_name = !server.name.is_empty()
+                && !server.name.contains(SEPARATOR)
+                && server.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if !valid_name {
+                return Err(source.error(
+                    &at("name"),
+                    format!("`{}`: a server's name is letters, digits, `-` and `_`, without `__`", server.name),
+                ));
+            }
+            if servers[..i].iter().any(|s| s.name == server.name) {
+                return Err(source.error(&at("name"), format!("`{}` names two servers", server.name)));
+            }
+            match (&server.command, &server.url) {
+                (Some(_), Some(_)) => {
+                    return Err(source.error(
+                        &at("url"),
+                        "a server is either `command:` (stdio) or `url:` (streamable HTTP), not both",
+                    ));
+                }
+                (None, None) => {
+                    return Err(source.error(
+                        &format!("servers[{i}]"),
+                        "give the server a `command:` (stdio) or a `url:` (streamable HTTP)",
+                    ));
+                }
+                (Some(command), None) => {
+                    if command.trim().is_empty() {
+                        return Err(source.error(&at("command"), "must not be empty"));
+                    }
+                    if !server.headers.is_empty() {
+                        return Err(source.error(&at("headers"), "only a `url:` server takes headers"));
+                    }
+                }
+                (None, Some(url)) => {
+                    if !(url.starts_with("http://") || url.starts_with("https://")) {
+                        return Err(source.error(&at("url"), format!("`{url}`: expected an http:// or https:// URL")));
+                    }
+                    for field in ["args", "env", "cwd", "read_paths"] {
+                        let given = match field {
+                            "args" => !server.args.is_empty(),
+                            "env" => !server.env.is_empty(),
+                            "cwd" => server.cwd.is_some(),
+                            _ => !server.read_paths.is_empty(),
+                        };
+                        if given {
+                            return Err(source.error(&at(field), "only a stdio (`command:`) server takes this"));
+                        }
+                    }
+                    for (name, value) in &server.headers {
+                        if http::HeaderName::try_from(name.as_str()).is_err()
+                            || http::HeaderValue::try_from(value.as_str()).is_err()
+                        {
+                            return Err(source.error(&at(&format!("headers.{name}")), "not a valid HTTP header"));
+                        }
+                    }
+                }
+            }
+            for name in server.env.keys() {
+                if name.is_empty() || name.contains('=') || name.contains('\0') {
+                    return Err(source.error(&at(&format!("env.{name}")), "not a valid variable name"));
+                }
+            }
+            check_seconds(source, &at("start_timeout_s"), server.start_timeout_s, 0.001, MAX_EPISODE_S)?;
+        }
+        let prompts: Vec<PromptRef> = match prompts {
+            None => Vec::new(),
+            Some(value) => source.decode("prompts", value)?,
+        };
+        for (i, prompt) in prompts.iter().enumerate() {
+            if !servers.iter().any(|s| s.name == prompt.server) {
+                let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+                return Err(source.error(
+                    &format!("prompts[{i}].server"),
+                    format!("no server `{}`, expected one of: {}", prompt.server, names.join(", ")),
+                ));
+            }
+        }
+        let base = source.file.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let shared = servers.iter().map(|_| tokio::sync::OnceCell::new()).collect();
+        Ok(McpSpec { servers, prompts, optional: optional.unwrap_or(false), base, shared })
+    }
+
+    /// The name the agent calls `tool` of `server` by.
+    pub fn exposed_name(&self, server: &str, tool: &str) -> String {
+        if self.servers.len() == 1 { tool.to_owned() } else { format!("{server}{SEPARATOR}{tool}") }
+    }
+
+    /// The server (its index) and the tool's own name behind an exposed name.
+    pub(super) fn route(&self, exposed: &str) -> Option<(usize, String)> {
+        if self.servers.len() == 1 {
+            return Some((0, exposed.to_owned()));
+        }
+        self.servers
+            .iter()
+            .enumerate()
+            .find_map(|(i, s)| exposed.strip_prefix(&format!("{}{SEPARATOR}", s.name)).map(|tool| (i, tool.to_owned())))
+    }
+
+    /// The first stdio server whose program (or a file its arguments name) is not
+    /// installed, and what is missing.
+    pub fn missing_command(&self) -> Option<(String, String)> {
+        self.servers.iter().find_map(|s| {
+            let command = s.command.as_ref()?;
+            if resolve_command(command, &self.base).is_err() {
+                return Some((s.name.clone(), command.clone()));
+            }
+            let missing = s.args.iter().find(|a| is_path_argument(a) && !expand_path(a, &self.base).exists())?;
+            Some((s.name.clone(), missing.clone()))
+        })
+    }
+}
