@@ -36,7 +36,7 @@ pub struct Ending {
 
 /// Who takes turns in the loop: the episode's main agent, or a subagent.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
+enum Rank {
     /// Its final answer is the episode's; in a conversation, it talks with the user.
     Main,
     /// It may use only the tools its parent gave it: any other call is refused before it
@@ -44,16 +44,16 @@ enum Role {
     Subagent,
 }
 
-/// An actor in the loop: its role and the tools it is offered.
-struct Cast<'a> {
-    role: Role,
+/// An actor's seat in the loop: its rank and the tools it is offered.
+struct Seat<'a> {
+    rank: Rank,
     tools: &'a [ToolSpec],
 }
 
-impl Cast<'_> {
+impl Seat<'_> {
     /// Why `call` is refused before anything else looks at it, if it is.
     fn refusal(&self, call: &ToolCall) -> Option<Observation> {
-        if self.role == Role::Main || self.tools.iter().any(|t| t.name == call.name) {
+        if self.rank == Rank::Main || self.tools.iter().any(|t| t.name == call.name) {
             return None;
         }
         let names: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
@@ -95,8 +95,8 @@ impl Environment {
             // The user opens the conversation: the task's input is its first message.
             recorder.emit(&Event::Said { step: 0, actor: Actor::User, text: task.input.clone() });
         }
-        let cast = Cast { role: Role::Main, tools: self.tools() };
-        let end = self.run_actor(agent, &cast, first, budget, recorder).await;
+        let seat = Seat { rank: Rank::Main, tools: self.tools() };
+        let end = self.run_actor(agent, &seat, first, budget, recorder).await;
         if let Some(fault) = &end.fault {
             recorder.emit(&Event::Error { step: end.step, cause: fault.cause.clone(), message: fault.message.clone() });
         }
@@ -121,7 +121,7 @@ impl Environment {
         recorder: &Recorder,
     ) -> ActorEnding {
         let first = Observation::of_messages(vec![goal.to_owned()]);
-        self.run_actor(agent, &Cast { role: Role::Subagent, tools }, first, budget, recorder).await
+        self.run_actor(agent, &Seat { rank: Rank::Subagent, tools }, first, budget, recorder).await
     }
 
     /// The driver of the loop, for any actor: a step from the shared budget, the agent
@@ -130,7 +130,7 @@ impl Environment {
     async fn run_actor(
         &self,
         agent: &mut dyn Agent,
-        cast: &Cast<'_>,
+        seat: &Seat<'_>,
         first: Observation,
         budget: &EpisodeBudget,
         recorder: &Recorder,
@@ -147,7 +147,7 @@ impl Environment {
             end.step = step;
             let turn = Turn {
                 observations: &observations,
-                tools: cast.tools,
+                tools: seat.tools,
                 budget: budget.turn(step),
                 recorder,
                 world: self,
@@ -169,7 +169,7 @@ impl Environment {
             let next = match proposal.to_user {
                 // In a conversation, a reply without calls goes to the user, who answers it.
                 Some(text) if proposal.calls.is_empty() => self.say(text, step, budget, recorder, &mut end).await,
-                _ => self.dispatch(&proposal.calls, cast, step, budget, recorder, &mut end).await,
+                _ => self.dispatch(&proposal.calls, seat, step, budget, recorder, &mut end).await,
             };
             match next {
                 Next::Observe(next) => observations = next,
@@ -242,7 +242,7 @@ impl Environment {
     async fn dispatch(
         &self,
         calls: &[ToolCall],
-        cast: &Cast<'_>,
+        seat: &Seat<'_>,
         step: u32,
         budget: &EpisodeBudget,
         recorder: &Recorder,
@@ -253,7 +253,7 @@ impl Environment {
             budget.dispatched(call);
         }
         let mut turn = InFlight::new(calls, step, recorder);
-        let ended = self.await_calls(&mut turn, cast, budget, end).await;
+        let ended = self.await_calls(&mut turn, seat, budget, end).await;
         let succeeded =
             turn.slots.iter().zip(calls).filter(|(slot, _)| slot.as_ref().is_some_and(|o| o.error.is_none()));
         end.succeeded.extend(succeeded.map(|(_, call)| call.clone()));
@@ -270,7 +270,7 @@ impl Environment {
     async fn await_calls(
         &self,
         turn: &mut InFlight<'_>,
-        cast: &Cast<'_>,
+        seat: &Seat<'_>,
         budget: &EpisodeBudget,
         end: &mut ActorEnding,
     ) -> Option<Termination> {
@@ -282,7 +282,7 @@ impl Environment {
         let deciding = async {
             let mut refused: Vec<Option<Observation>> = Vec::with_capacity(calls.len());
             for call in calls {
-                refused.push(match cast.refusal(call) {
+                refused.push(match seat.refusal(call) {
                     Some(refusal) => Some(refusal),
                     None => self.permit(call, step, recorder).await,
                 });
@@ -324,7 +324,7 @@ impl Environment {
                 return Some(Termination::EnvironmentError);
             }
             if let Some(text) = answer {
-                if cast.role == Role::Main {
+                if seat.rank == Rank::Main {
                     recorder.emit(&Event::Final { step, call_id: call.call_id.clone(), answer: text.clone() });
                 }
                 end.answer = Some(text);
