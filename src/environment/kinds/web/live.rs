@@ -1,7 +1,7 @@
 //! Live pages: real HTTP requests made by the runner process itself, to the hosts of an
 //! allow-list only, with a timeout, a size cap, a user agent, bounded redirects and a
 //! least interval between requests to one host. The search endpoint speaks a small JSON
-//! contract (see README, "The web environment").
+//! contract (see `docs/src/environments/web.md`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
