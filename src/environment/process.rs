@@ -69,6 +69,8 @@ pub fn spawn_passing(
             match libc::fork() {
                 -1 => Err(io::Error::last_os_error()),
                 0 => {
+                    // The runner ignores SIGPIPE; a command gets the default (`yes | head`).
+                    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
                     libc::setpgid(0, 0);
                     if let Some(limit) = &files_limit {
                         libc::setrlimit(libc::RLIMIT_NOFILE, limit);

@@ -25,6 +25,7 @@ mod scripts;
 mod secrets;
 mod shell;
 mod subagents;
+mod survival;
 mod user;
 mod web;
 mod world_hazards;

@@ -1,0 +1,113 @@
+//! The run survives what its episodes do: a child that is gone when the runner writes to
+//! it, a reader of the runner's own output that went away.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::process::Stdio;
+
+use crate::{Run, Sandbox, of_type, tool_observations};
+
+/// Whether a `python3` is on PATH; says so when a test is skipped for want of one.
+fn have_python() -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("python3").is_file()));
+    if !found {
+        eprintln!("skipped: no python3 on PATH");
+    }
+    found
+}
+
+/// The writing end of a pipe whose reader is already gone: every write to it fails with
+/// EPIPE (or raises SIGPIPE).
+fn pipe_without_reader() -> Stdio {
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills `fds` with two new descriptors, owned here from then on.
+    unsafe {
+        assert_eq!(libc::pipe(fds.as_mut_ptr()), 0, "pipe");
+        drop(OwnedFd::from_raw_fd(fds[0]));
+        Stdio::from(OwnedFd::from_raw_fd(fds[1]))
+    }
+}
+
+#[test]
+fn a_python_interpreter_that_ended_between_calls_is_restarted_and_the_run_lives_on() {
+    if !have_python() {
+        return;
+    }
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        r#"suite: py
+environment: python
+scorers: [{includes: done}]
+tasks:
+  - id: t
+    input: go
+    mock:
+      - tool_calls: [{name: exec, arguments: {code: "import signal\nsignal.alarm(1)\n"}}]
+      - tool_calls: [{name: eval, arguments: {code: "6 * 7"}}]
+      - tool_calls: [{name: eval, arguments: {code: "6 * 7"}}]
+      - text: done
+"#,
+    );
+    // The model's delay lets the alarm end the interpreter before the next call is sent.
+    let run = sb.run(&[
+        "eval",
+        "s.yaml",
+        "--model",
+        "mock",
+        "--mock-delay-ms",
+        "1600",
+        "--run-id",
+        "test",
+        "--out",
+        "results",
+    ]);
+    assert_eq!(run.code, 0, "the runner must outlive its interpreter: {run:?}");
+    let events = sb.events();
+    let obs = tool_observations(&events);
+    assert_eq!(obs[1]["error"]["type"], "ExecutionError", "{}", obs[1]);
+    assert!(obs[1]["error"]["message"].as_str().unwrap_or("").contains("state"), "{}", obs[1]);
+    assert_eq!(obs[2]["tool_result"]["value"], 42, "a fresh interpreter answers: {}", obs[2]);
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished[0]["outcome"]["status"], "scored", "{}", finished[0]);
+    assert_eq!(events.last().unwrap()["type"], "run_finished");
+}
+
+#[test]
+fn a_command_piping_into_head_ends_at_once() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        "suite: yes\nenvironment: shell\nscorers: [{includes: ok}]\ntasks:\n  - id: t\n    input: go\n    mock:\n      - tool_calls: [{name: run_command, arguments: {command: \"yes | head -1\"}}]\n      - text: ok\n",
+    );
+    let started = std::time::Instant::now();
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(started.elapsed().as_secs() < 20, "`yes | head -1` did not end at once");
+    let obs = tool_observations(&sb.events())[0].clone();
+    assert_eq!(obs["tool_result"]["exit_code"], 0, "{obs}");
+    assert_eq!(obs["tool_result"]["stdout"].as_str().map(str::trim), Some("y"), "{obs}");
+}
+
+#[test]
+fn a_report_whose_reader_went_away_ends_quietly_and_still_writes_its_files() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        "suite: kv\nenvironment: kv\nscorers: [{equals: ok}]\ntasks:\n  - {id: t, input: q, mock: [{text: ok}]}\n",
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let output = sb
+        .command()
+        .args(["report", "results/test", "--html", "--markdown", "summary.md"])
+        .stdout(pipe_without_reader())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run runner");
+    let report = Run::from(output);
+    assert_eq!(report.code, 0, "{report:?}");
+    assert!(!report.stderr.contains("panicked"), "{report:?}");
+    assert!(sb.path().join("summary.md").is_file(), "the Markdown summary was not written");
+    assert!(sb.path().join("results/test/report.html").is_file(), "the HTML report was not written");
+}
