@@ -111,3 +111,63 @@ fn a_report_whose_reader_went_away_ends_quietly_and_still_writes_its_files() {
     assert!(sb.path().join("summary.md").is_file(), "the Markdown summary was not written");
     assert!(sb.path().join("results/test/report.html").is_file(), "the HTML report was not written");
 }
+
+/// Whether `pid` is a live process (not a zombie about to be reaped).
+fn alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next()).is_some_and(|s| s != "Z" && s != "X")
+}
+
+#[test]
+fn a_process_that_left_its_session_does_not_outlive_a_runner_killed_outright() {
+    let sb = Sandbox::new();
+    let pid_file = sb.path().join("escaped.pid");
+    sb.write(
+        "environments/box.yaml",
+        &format!(
+            "kind: shell\nlimits: {{command_timeout_s: 120, tool_timeout_s: 120}}\nsandbox: {{write_paths: [{}]}}\n",
+            sb.path().display()
+        ),
+    );
+    sb.write(
+        "s.yaml",
+        &format!(
+            "suite: escape\nenvironment: box\nscorers: [{{includes: ok}}]\ntasks:\n  - id: t\n    input: go\n    mock:\n      - tool_calls: [{{name: run_command, arguments: {{command: \"setsid -f sh -c 'echo $$ > {}.tmp; mv {0}.tmp {0}; exec sleep 300'; sleep 300\"}}}}]\n      - text: ok\n",
+            pid_file.display()
+        ),
+    );
+    let mut child = sb
+        .command()
+        .args(["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results", "-q"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn runner");
+    let started = std::time::Instant::now();
+    let pid = loop {
+        if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|p| p.trim().parse::<i32>().ok()) {
+            break pid;
+        }
+        assert!(started.elapsed().as_secs() < 60, "the command did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let cmdline = |pid: i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    while cmdline(pid) != b"sleep\0300\0" {
+        assert!(started.elapsed().as_secs() < 60, "the escaped process did not sleep");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().expect("kill runner");
+    child.wait().expect("reap runner");
+    let killed = std::time::Instant::now();
+    while alive(pid) && killed.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let survived = alive(pid) && cmdline(pid) == b"sleep\0300\0";
+    if survived {
+        // SAFETY: kills the survivor this test made, known by its command line.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+    assert!(!survived, "process {pid}, which left its session, outlived the killed runner");
+}
