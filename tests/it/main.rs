@@ -15,6 +15,7 @@ mod mcp;
 mod memory;
 mod models;
 mod permissions;
+mod provider_refusals;
 mod python_world;
 mod replay;
 mod report;
