@@ -14,6 +14,7 @@ mod log;
 mod mcp;
 mod memory;
 mod models;
+mod permission_paths;
 mod permissions;
 mod provider_refusals;
 mod python_world;
