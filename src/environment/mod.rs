@@ -39,6 +39,7 @@ use definition::{Definition, validate_arguments};
 use permission::{Action, Permissions};
 use user::{Answered, Prompt, User};
 
+pub use folder::remove_tree;
 pub use kind::{EnvironmentKind, KINDS, RunStore, SetupContext};
 pub use run::{CallError, Ending, EpisodeLimits, Trajectory};
 pub use tool::{Tool, ToolDecl};

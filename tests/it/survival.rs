@@ -152,7 +152,7 @@ fn a_process_that_left_its_session_does_not_outlive_a_runner_killed_outright() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     let cmdline = |pid: i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    while cmdline(pid) != b"sleep\0300\0" {
+    while cmdline(pid) != b"sleep\x00300\x00" {
         assert!(started.elapsed().as_secs() < 60, "the escaped process did not sleep");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -162,7 +162,7 @@ fn a_process_that_left_its_session_does_not_outlive_a_runner_killed_outright() {
     while alive(pid) && killed.elapsed().as_secs() < 5 {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let survived = alive(pid) && cmdline(pid) == b"sleep\0300\0";
+    let survived = alive(pid) && cmdline(pid) == b"sleep\x00300\x00";
     if survived {
         // SAFETY: kills the survivor this test made, known by its command line.
         unsafe {
@@ -170,4 +170,49 @@ fn a_process_that_left_its_session_does_not_outlive_a_runner_killed_outright() {
         }
     }
     assert!(!survived, "process {pid}, which left its session, outlived the killed runner");
+}
+
+#[test]
+fn an_episode_that_made_a_very_deep_tree_is_removed_and_the_run_finishes() {
+    if !have_python() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let tmp = sb.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    // Whatever the run leaves is removed by `rm` (iterative) before the test's own folder
+    // is (recursive, in this thread).
+    let _cleanup = RemoveWithRm(tmp.clone());
+    let deep =
+        "python3 -c \\\"import os\\nfor _ in range(20000):\\n    os.mkdir('d'); os.chdir('d')\\nprint('deep')\\\"";
+    sb.write(
+        "s.yaml",
+        &format!(
+            "suite: deep\nenvironment: shell\nscorers: [{{includes: ok}}]\ntasks:\n  - id: t\n    input: go\n    mock:\n      - tool_calls: [{{name: run_command, arguments: {{command: \"{deep}\"}}}}]\n      - text: ok\n"
+        ),
+    );
+    let output = sb
+        .command()
+        .args(["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results"])
+        .env("TMPDIR", &tmp)
+        .output()
+        .expect("run runner");
+    let run = Run::from(output);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let obs = tool_observations(&events);
+    assert_eq!(obs[0]["tool_result"]["stdout"].as_str().map(str::trim), Some("deep"), "{}", obs[0]);
+    assert_eq!(of_type(&events, "episode_finished")[0]["outcome"]["status"], "scored");
+    assert_eq!(events.last().unwrap()["type"], "run_finished", "the run was finished, no --resume needed");
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(left.is_empty(), "the run left folders in $TMPDIR: {left:?}");
+}
+
+/// Removes a folder with `rm -rf` when dropped.
+struct RemoveWithRm(std::path::PathBuf);
+
+impl Drop for RemoveWithRm {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("rm").arg("-rf").arg(&self.0).status();
+    }
 }
