@@ -1,10 +1,10 @@
+//! The `runner` binary: the command line in [`runner::cli`].
+
 fn main() -> std::process::ExitCode {
-    // Like other command-line tools, end quietly when the reader of our output goes away
-    // (`runner report RUN | head`) instead of failing to print.
-    #[cfg(unix)]
-    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    // SIGPIPE stays ignored, as Rust's runtime leaves it: a write to a child that is gone
+    // (an interpreter that ended, a server whose stream broke) is then an error of that
+    // child's world, not the end of the run. Children get the default back before they
+    // start; the command line's own output ends quietly when its reader goes away
+    // (`runner report RUN | head`), see `cli::print_out`.
     runner::cli::main()
 }

@@ -342,7 +342,7 @@ impl Scratch {
             name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
         let hash = hex::encode(Sha256::digest(canonical.as_os_str().as_encoded_bytes()));
         let path = std::env::temp_dir().join(format!("runner-{name}-{}", &hash[..12]));
-        match std::fs::remove_dir_all(&path) {
+        match crate::environment::remove_tree(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
@@ -363,7 +363,7 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        let _ = crate::environment::remove_tree(&self.0);
     }
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::flags::{CompareArgs, EvalArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs, Switch};
-use super::{CliError, Exit, resolve};
+use super::{CliError, Exit, out, outln, resolve};
 use crate::batch::regrade::LoggedRun;
 use crate::batch::{self, RunError};
 use crate::log::Subscription;
@@ -44,7 +44,7 @@ pub fn validate(paths: &[PathBuf]) -> Result<Exit, CliError> {
                     );
                     continue;
                 }
-                println!(
+                outln!(
                     "ok  {}  suite `{}`: {} tasks, environment `{}`",
                     file.display(),
                     s.name,
@@ -81,7 +81,7 @@ pub fn tools(environment: &str, sandbox: Switch) -> Result<Exit, CliError> {
         .block_on(definition.discovered(mode))
         .map_err(|e| CliError::usage(format!("environment `{environment}`: {e}")))?;
     let specs = serde_json::to_string_pretty(&definition.specs).map_err(CliError::usage)?;
-    println!("{specs}");
+    outln!("{specs}");
     if !definition.system_addition.trim().is_empty() {
         eprintln!("added to the system prompt:\n{}", definition.system_addition.trim_end());
     }
@@ -116,8 +116,8 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
     drop(runtime);
     release_free_memory();
     let (summary, index) = summarize(&result.events_path)?;
-    print!("\n{}", summary.render());
-    println!("results: {}", result.dir.display());
+    out!("\n{}", summary.render());
+    outln!("results: {}", result.dir.display());
     write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
     if let Some(reason) = &result.aborted {
         return Err(CliError::usage(format!("stopped early, the model is misconfigured: {reason}")));
@@ -152,15 +152,18 @@ pub fn regrade(args: RegradeArgs) -> Result<Exit, CliError> {
     let (scoring_id, counts) =
         regraded.map_err(|e| CliError::results(format!("failed to append to {}: {e}", run.events_path.display())))?;
     let (summary, index) = summarize(&run.events_path)?;
-    print!("{}", summary.render());
+    out!("{}", summary.render());
     let changed = if counts.changed_tasks > 0 {
         format!("; {} on tasks whose content changed since the run", counts.changed_tasks)
     } else {
         String::new()
     };
-    println!(
+    outln!(
         "scoring `{scoring_id}`: {} episodes re-scored ({} passed, {} unscored), {} skipped{changed}",
-        counts.episodes, counts.passed, counts.unscored, counts.skipped
+        counts.episodes,
+        counts.passed,
+        counts.unscored,
+        counts.skipped
     );
     write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
     judge(&index, &summary, &args.gates, baseline)
@@ -170,8 +173,8 @@ pub fn regrade(args: RegradeArgs) -> Result<Exit, CliError> {
 pub fn report(args: ReportArgs) -> Result<Exit, CliError> {
     let dir = batch::resume::find_logged_run(&args.run, Path::new("results")).map_err(CliError::usage)?;
     let (summary, index) = summarize(&dir.join("events.jsonl"))?;
-    print!("{}", summary.render());
-    println!("tables: {}, {}", dir.join("episodes.csv").display(), dir.join("episodes.parquet").display());
+    out!("{}", summary.render());
+    outln!("tables: {}, {}", dir.join("episodes.csv").display(), dir.join("episodes.parquet").display());
     write_reports(&index, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
     if let Some(html) = &args.html {
         let path = html.clone().unwrap_or_else(|| dir.join("report.html"));
@@ -182,7 +185,7 @@ pub fn report(args: ReportArgs) -> Result<Exit, CliError> {
         crate::report::html::render(&index, args.max_trajectories, &mut out).map_err(failed)?;
         drop(out);
         tmp.persist(&path).map_err(|e| failed(e.error.to_string()))?;
-        println!("report: {}", path.display());
+        outln!("report: {}", path.display());
     }
     Ok(Exit::Passed)
 }
@@ -202,7 +205,7 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
             "nothing to compare: the runs hold fewer than two models with episodes (give two runs, or a run made with several --model)",
         ));
     }
-    print!("{}", comparison.render());
+    out!("{}", comparison.render());
     let write = |path: &Path, bytes: &[u8]| {
         std::fs::write(path, bytes).map_err(|e| CliError::results(format!("failed to write {}: {e}", path.display())))
     };
@@ -216,7 +219,7 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
     let verdicts = gate::compared(&runs, comparison, args.fail_on_regression).map_err(CliError::usage)?;
     // Last, so that a CI log ends with why the command passed or failed.
     for t in &verdicts {
-        println!("{}", t.verdict(args.tolerance, args.alpha));
+        outln!("{}", t.verdict(args.tolerance, args.alpha));
     }
     let regressed = verdicts.iter().any(|t| t.regressed(args.tolerance, args.alpha));
     Ok(if args.fail_on_regression && regressed { Exit::GateFailed } else { Exit::Passed })
@@ -236,8 +239,8 @@ pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
         eprintln!("warning: shard(s) {} missing from the merge", merged.missing_shards.join(", "));
     }
     let (summary, index) = summarize(&merged.events_path)?;
-    print!("{}", summary.render());
-    println!("merged {} runs, {} episodes: {}", dirs.len(), merged.episodes, merged.dir.display());
+    out!("{}", summary.render());
+    outln!("merged {} runs, {} episodes: {}", dirs.len(), merged.episodes, merged.dir.display());
     write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
     judge(&index, &summary, &args.gates, baseline)
 }

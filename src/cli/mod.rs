@@ -7,7 +7,9 @@ pub mod flags;
 mod resolve;
 
 use std::fmt::Display;
+use std::io::Write as _;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 
@@ -87,6 +89,36 @@ fn run(command: Command) -> Result<Exit, CliError> {
         Command::Report(args) => commands::report(args),
         Command::Compare(args) => commands::compare(args),
         Command::Merge(args) => commands::merge(args),
+    }
+}
+
+/// `print!` for what the commands print on stdout, which ends quietly when the reader went
+/// away (`runner report RUN | head`): nothing more is printed, and the command carries on
+/// (its files are still written) and keeps its exit code.
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::cli::print_out(format_args!($($arg)*)) };
+}
+
+/// `println!` for what the commands print on stdout; see [`out!`].
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::cli::print_out(format_args!("{}\n", format_args!($($arg)*))) };
+}
+
+pub(crate) use {out, outln};
+
+/// Writes `text` to stdout, unless a write already failed. A reader that went away is no
+/// failure of the command; any other failure is said once on stderr.
+pub(crate) fn print_out(text: std::fmt::Arguments) {
+    static GONE: AtomicBool = AtomicBool::new(false);
+    if GONE.load(Ordering::Relaxed) {
+        return;
+    }
+    let mut stdout = std::io::stdout().lock();
+    if let Err(e) = stdout.write_fmt(text).and_then(|()| stdout.flush()) {
+        GONE.store(true, Ordering::Relaxed);
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("warning: failed to print to stdout: {e}");
+        }
     }
 }
 

@@ -1,14 +1,21 @@
 //! An episode's folder, for worlds that have files: `work/`, the working directory (and
 //! `HOME`), seeded with the definition's and the task's `files:`, and `tmp/`, the
-//! processes' `TMPDIR`. Both are what the sandbox lets a world's processes write.
+//! processes' `TMPDIR`. Both are what the sandbox lets a world's processes write. Also
+//! [`remove_tree`], which removes such a folder however deep a command made it.
 
 use std::collections::BTreeMap;
+use std::ffi::{CStr, CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use crate::domain::Task;
 
 pub struct EpisodeFolder {
-    dir: tempfile::TempDir,
+    /// `runner-episode-XXXX`, removed with [`remove_tree`] (a command may have made it
+    /// deeper than a recursive removal's stack allows).
+    dir: PathBuf,
     /// The working directory, with symlinks resolved.
     pub work: PathBuf,
     pub tmp: PathBuf,
@@ -27,6 +34,8 @@ impl EpisodeFolder {
             .tempdir_in(work_root)
             .map_err(made("the episode's folder"))?;
         let base = dir.path().canonicalize().map_err(|e| format!("failed to resolve the episode's folder: {e}"))?;
+        // From here on removed by `remove_tree`, when the value is dropped.
+        let mut folder = EpisodeFolder { dir: dir.keep(), work: PathBuf::new(), tmp: PathBuf::new() };
         let (work, tmp) = (base.join("work"), base.join("tmp"));
         std::fs::create_dir(&work).map_err(made("the working directory"))?;
         std::fs::create_dir(&tmp).map_err(made("the temp dir"))?;
@@ -40,12 +49,222 @@ impl EpisodeFolder {
             }
             std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
         }
-        Ok(EpisodeFolder { dir, work, tmp })
+        (folder.work, folder.tmp) = (work, tmp);
+        Ok(folder)
     }
 
     /// Removes the folder, off the runtime's threads (it may hold many files); dropping
-    /// the value then finds nothing, or retries what failed here.
+    /// the value then finds nothing, or retries what failed here. A failure is no failure
+    /// of the episode: what is left is in the run's scratch folder, removed with it.
     pub async fn remove(&self) {
-        let _ = tokio::fs::remove_dir_all(self.dir.path()).await;
+        let dir = self.dir.clone();
+        let _ = tokio::task::spawn_blocking(move || remove_tree(&dir)).await;
+    }
+}
+
+impl Drop for EpisodeFolder {
+    fn drop(&mut self) {
+        let _ = remove_tree(&self.dir);
+    }
+}
+
+/// Removes `path` and everything below it, however deep, without following links: down
+/// one folder at a time by descriptor (never by a path longer than a name), back up by
+/// `..`, checked to be the folder it came down from. Neither the stack nor the open files
+/// grow with the depth (two descriptors at most), and folders a command made unreadable
+/// or unwritable are opened up first. Gone already is done.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        other => other?,
+    };
+    if !meta.is_dir() {
+        return std::fs::remove_file(path);
+    }
+    let top = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let mut current = open_folder(libc::AT_FDCWD, &top)?;
+    /// A folder on the way down: who it is, the folders in it still to remove, and its
+    /// name in the folder above (none for the top).
+    struct Level {
+        id: (u64, u64),
+        pending: Vec<OsString>,
+        name: Option<OsString>,
+    }
+    let mut levels = vec![Level { id: identity(current.as_raw_fd())?, pending: clear(&current)?, name: None }];
+    while let Some(level) = levels.last_mut() {
+        if let Some(name) = level.pending.pop() {
+            let Ok(c_name) = CString::new(name.as_bytes()) else { continue };
+            let child = match open_folder(current.as_raw_fd(), &c_name) {
+                Ok(child) => child,
+                // No longer a folder (or gone): whatever it is now goes as a file.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP | libc::ENOENT)) => {
+                    unlink(current.as_raw_fd(), &c_name, 0)?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let pending = clear(&child)?;
+            levels.push(Level { id: identity(child.as_raw_fd())?, pending, name: Some(name) });
+            current = child;
+        } else {
+            let Some(Level { name: Some(name), .. }) = levels.pop() else { break };
+            let parent = open_folder(current.as_raw_fd(), c"..")?;
+            if levels.last().map(|l| l.id) != Some(identity(parent.as_raw_fd())?) {
+                return Err(io::Error::other("the folder moved while it was being removed"));
+            }
+            let c_name = CString::new(name.into_vec()).map_err(io::Error::other)?;
+            unlink(parent.as_raw_fd(), &c_name, libc::AT_REMOVEDIR)?;
+            current = parent;
+        }
+    }
+    drop(current);
+    std::fs::remove_dir(path)
+}
+
+/// Opens the folder `name` in `at` without following a link, made readable, writable and
+/// searchable by its owner first when it is not (a command may have taken that away).
+fn open_folder(at: RawFd, name: &CStr) -> io::Result<OwnedFd> {
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: openat with a valid descriptor (or AT_FDCWD) and a NUL-terminated name; the
+    // descriptor returned is owned here.
+    let opened = |()| unsafe {
+        let fd = libc::openat(at, name.as_ptr(), flags);
+        if fd < 0 { Err(io::Error::last_os_error()) } else { Ok(OwnedFd::from_raw_fd(fd)) }
+    };
+    let fd = match opened(()) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            // SAFETY: fstatat/fchmodat on a name in a folder this process holds open.
+            unsafe {
+                let mut stat: libc::stat = std::mem::zeroed();
+                if libc::fstatat(at, name.as_ptr(), &mut stat, libc::AT_SYMLINK_NOFOLLOW) != 0
+                    || stat.st_mode & libc::S_IFMT != libc::S_IFDIR
+                {
+                    return Err(e);
+                }
+                libc::fchmodat(at, name.as_ptr(), (stat.st_mode & 0o7777) | 0o700, 0);
+            }
+            opened(())?
+        }
+        other => other?,
+    };
+    // SAFETY: fstat/fchmod on the descriptor just opened.
+    unsafe {
+        let mut stat: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd.as_raw_fd(), &mut stat) == 0 && stat.st_mode & 0o700 != 0o700 {
+            libc::fchmod(fd.as_raw_fd(), (stat.st_mode & 0o7777) | 0o700);
+        }
+    }
+    Ok(fd)
+}
+
+/// The device and inode of an open folder.
+fn identity(fd: RawFd) -> io::Result<(u64, u64)> {
+    // SAFETY: fstat on an open descriptor into a zeroed struct.
+    unsafe {
+        let mut stat: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut stat) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((stat.st_dev as u64, stat.st_ino as u64))
+    }
+}
+
+fn unlink(at: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: unlinkat on a NUL-terminated name in a folder this process holds open.
+    let done = unsafe { libc::unlinkat(at, name.as_ptr(), flags) };
+    match done {
+        0 => Ok(()),
+        _ => match io::Error::last_os_error() {
+            e if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            e => Err(e),
+        },
+    }
+}
+
+/// Removes every entry of the open folder `dir` that is not a folder, and returns the names
+/// of those that are.
+fn clear(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
+    let mut folders = Vec::new();
+    let mut files = Vec::new();
+    // SAFETY: fdopendir takes a duplicate of `dir`, which closedir closes; readdir's entries
+    // are copied out before the next call.
+    unsafe {
+        let copy = libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0);
+        if copy < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let stream = libc::fdopendir(copy);
+        if stream.is_null() {
+            let e = io::Error::last_os_error();
+            libc::close(copy);
+            return Err(e);
+        }
+        loop {
+            let entry = libc::readdir(stream);
+            if entry.is_null() {
+                break;
+            }
+            let name = CStr::from_ptr((*entry).d_name.as_ptr());
+            if matches!(name.to_bytes(), b"." | b"..") {
+                continue;
+            }
+            let is_folder = match (*entry).d_type {
+                libc::DT_DIR => true,
+                libc::DT_UNKNOWN => {
+                    let mut stat: libc::stat = std::mem::zeroed();
+                    libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut stat, libc::AT_SYMLINK_NOFOLLOW) == 0
+                        && stat.st_mode & libc::S_IFMT == libc::S_IFDIR
+                }
+                _ => false,
+            };
+            let name = OsStr::from_bytes(name.to_bytes()).to_os_string();
+            if is_folder { folders.push(name) } else { files.push(name) }
+        }
+        libc::closedir(stream);
+    }
+    for name in files {
+        let Ok(c_name) = CString::new(name.into_vec()) else { continue };
+        unlink(dir.as_raw_fd(), &c_name, 0)?;
+    }
+    Ok(folders)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::remove_tree;
+
+    #[test]
+    fn a_tree_deeper_than_a_path_can_be_long_is_removed() {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let top = tempfile::tempdir().unwrap();
+        let root = top.path().join("deep");
+        std::fs::create_dir(&root).unwrap();
+        // 3,000 levels (6,000 bytes of path, more than PATH_MAX), made one step at a time by
+        // descriptor, with a file at the bottom and an unwritable folder on the way.
+        let mut here = OwnedFd::from(std::fs::File::open(&root).unwrap());
+        for level in 0..3000 {
+            // SAFETY: mkdirat/openat on a folder this test holds open, with literal names.
+            unsafe {
+                assert_eq!(libc::mkdirat(here.as_raw_fd(), c"d".as_ptr(), 0o755), 0);
+                let fd = libc::openat(here.as_raw_fd(), c"d".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY);
+                assert!(fd >= 0);
+                if level == 2990 {
+                    libc::fchmod(here.as_raw_fd(), 0o500);
+                }
+                here = OwnedFd::from_raw_fd(fd);
+            }
+        }
+        // SAFETY: as above.
+        unsafe {
+            let fd = libc::openat(here.as_raw_fd(), c"f".as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
+            assert!(fd >= 0);
+            libc::close(fd);
+        }
+        drop(here);
+        std::fs::write(root.join("a file"), "x").unwrap();
+        std::os::unix::fs::symlink("/", root.join("link")).unwrap();
+        remove_tree(&root).unwrap();
+        assert!(!root.exists(), "the tree is gone");
+        remove_tree(&root).unwrap();
     }
 }

@@ -36,6 +36,7 @@ use user::{Answered, Prompt, User};
 pub use crate::agent::{CallError, EpisodeBudget, Trajectory};
 pub use definition::{Definition, EnvLimits};
 pub use file_world::{FileWorld, ReadBack};
+pub use folder::remove_tree;
 pub use kind::{RunStore, SetupContext};
 pub use kinds::{EnvironmentKind, KINDS, KindSettings};
 pub use run::Ending;
@@ -379,7 +380,12 @@ impl Environment {
         let timeout = Duration::from_secs_f64(self.definition.limits.tool_timeout_s);
         let running = AssertUnwindSafe(self.world.call(&call.actor, &call.name, call.arguments.clone())).catch_unwind();
         let mut obs = match tokio::time::timeout(timeout, running).await {
-            Ok(Ok(Ok(result))) => Observation::of_result(&call.call_id, result),
+            Ok(Ok(Ok(mut result))) => {
+                if call.name == "grep" {
+                    self.permissions.withhold_matches(&mut result);
+                }
+                Observation::of_result(&call.call_id, result)
+            }
             Ok(Ok(Err(failure))) => {
                 let mut error = ToolError::new(failure.kind, failure.message);
                 error.suggested_action = failure.suggested_action;

@@ -5,8 +5,11 @@
 //! A rule is `TOOL[(ARGUMENT)]: allow | deny | ask`, both parts globs over the whole text
 //! (`*` any run of characters, `?` one). The argument glob is matched against the call's
 //! *subject*: the first argument of [`SUBJECT_ARGUMENTS`] it has as a string, or else the
-//! arguments as JSON text. Rules steer an agent that means well; they are no sandbox (a
-//! command can be spelt many ways).
+//! arguments as JSON text. A `path` is matched as written with its `.` parts, empty parts
+//! and `..` steps taken out ([`normalise_path`], lexically), so `./secret.txt` is
+//! `secret.txt`; a `grep` over a folder shows no line of a file the rules keep it from
+//! reading. Rules steer an agent that means well; they are no sandbox (a command can be
+//! spelt many ways, a link can name a file twice).
 
 use serde_json::Value;
 
@@ -80,10 +83,13 @@ impl Rule {
         Ok(Rule { tool: tool.to_owned(), argument, action, origin: origin.to_owned() })
     }
 
-    /// Whether the rule is about `call`.
+    /// Whether the rule is about `call`. A path is compared normalised, on both sides.
     pub fn matches(&self, call: &ToolCall) -> bool {
         glob_matches(&self.tool, &call.name)
-            && self.argument.as_deref().is_none_or(|glob| glob_matches(glob, &subject(&call.arguments)))
+            && self.argument.as_deref().is_none_or(|glob| match path_subject(&call.arguments) {
+                Some(path) => glob_matches(&normalise_path(glob), &normalise_path(path)),
+                None => glob_matches(glob, &subject(&call.arguments)),
+            })
     }
 
     /// The rule as written: `run_command(rm *): deny`.
@@ -101,6 +107,45 @@ pub fn subject(arguments: &Value) -> String {
         .iter()
         .find_map(|name| arguments.get(name).and_then(Value::as_str))
         .map_or_else(|| arguments.to_string(), str::to_owned)
+}
+
+/// The call's subject when it is a path: its `path` argument, unless a `command` comes
+/// first (see [`SUBJECT_ARGUMENTS`]).
+fn path_subject(arguments: &Value) -> Option<&str> {
+    if arguments.get("command").and_then(Value::as_str).is_some() {
+        return None;
+    }
+    arguments.get("path").and_then(Value::as_str)
+}
+
+/// `path` without `.` parts, empty parts or a trailing `/`, each `..` taking back the part
+/// before it; by the text alone, never the file system. `./secret.txt`, `secret.txt/.`,
+/// `.//secret.txt` and `a/../secret.txt` are all `secret.txt`; an empty path is `.`.
+pub fn normalise_path(path: &str) -> String {
+    let absolute = path.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => match parts.last() {
+                Some(&last) if last != ".." => {
+                    parts.pop();
+                }
+                // Above the root is the root.
+                _ if absolute => {}
+                _ => parts.push(".."),
+            },
+            part => parts.push(part),
+        }
+    }
+    let joined = parts.join("/");
+    if absolute {
+        format!("/{joined}")
+    } else if joined.is_empty() {
+        ".".to_owned()
+    } else {
+        joined
+    }
 }
 
 /// Whether `text`, all of it, matches `glob`: `*` is any run of characters (`/` and spaces
@@ -223,6 +268,58 @@ impl Permissions {
         };
         Verdict { decision, decided_by, rule: Some(rule.clone()), answer }
     }
+}
+
+impl Permissions {
+    /// Whether the rules keep the agent from reading the file at `path` (relative to the
+    /// working directory): a rule about that path, the first to match a `read_file` or a
+    /// `grep` of it, does not allow it. Rules about a tool as a whole (`*: deny` after
+    /// `grep: allow`) are not about the file.
+    pub fn withholds(&self, path: &str) -> bool {
+        ["read_file", "grep"].into_iter().any(|tool| {
+            let call = ToolCall::new("", tool, serde_json::json!({"path": path}));
+            self.rule_for(&call).is_some_and(|rule| rule.argument.is_some() && rule.action != Action::Allow)
+        })
+    }
+
+    /// Takes out of a `grep` result (`matches`: `path:line:text` lines) the lines of files
+    /// the rules withhold, and says how many were taken out. A line is taken out when any
+    /// way of reading its path (a name may hold `:12:`) is withheld.
+    pub fn withhold_matches(&self, result: &mut Value) {
+        if self.rules.iter().all(|rule| rule.argument.is_none()) {
+            return;
+        }
+        let Some(text) = result.get("matches").and_then(Value::as_str) else { return };
+        let mut kept = String::with_capacity(text.len());
+        let mut withheld = 0u64;
+        for line in text.split_inclusive('\n') {
+            if match_paths(line).any(|path| self.withholds(path)) {
+                withheld += 1;
+            } else {
+                kept.push_str(line);
+            }
+        }
+        if withheld == 0 {
+            return;
+        }
+        kept.push_str(&format!(
+            "[... {withheld} matching lines in files the permission rules keep from you are not shown ...]\n"
+        ));
+        result["matches"] = Value::String(kept);
+        if let Some(count) = result.get("count").and_then(Value::as_u64) {
+            result["count"] = Value::from(count.saturating_sub(withheld));
+        }
+    }
+}
+
+/// Every prefix of a `path:line:text` line that ends before a `:LINE:`: the paths the line
+/// may be about.
+fn match_paths(line: &str) -> impl Iterator<Item = &str> {
+    line.match_indices(':').filter_map(move |(at, _)| {
+        let rest = &line[at + 1..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        (at > 0 && digits > 0 && rest.as_bytes().get(digits) == Some(&b':')).then(|| &line[..at])
+    })
 }
 
 /// Whether a user's answer approves: it starts with `y`, `allow` or `approve`, in any case.
@@ -367,6 +464,59 @@ mod tests {
         assert_eq!(decide(&p, &write("notes/secrets/key")).0, PermissionDecision::Allow);
         assert_eq!(subject(&json!({"by": 2})), r#"{"by":2}"#);
         assert_eq!(subject(&json!({"path": "a/b", "command": "ls"})), "ls", "command comes first");
+    }
+
+    #[test]
+    fn paths_are_normalised_before_they_are_matched() {
+        for (given, normal) in [
+            ("./secret.txt", "secret.txt"),
+            ("secret.txt/.", "secret.txt"),
+            (".//secret.txt", "secret.txt"),
+            ("secret.txt/", "secret.txt"),
+            ("a/../secret.txt", "secret.txt"),
+            ("a/./b//c/", "a/b/c"),
+            ("../x", "../x"),
+            ("a/../../x", "../x"),
+            ("", "."),
+            ("./", "."),
+            ("/a/./b/../c", "/a/c"),
+            ("/..", "/"),
+        ] {
+            assert_eq!(normalise_path(given), normal, "{given:?}");
+        }
+        let p = rules(json!([{"write_file(secret.txt)": "deny"}, {"read_file(./private/*)": "deny"}]));
+        let call = |tool: &str, path: &str| ToolCall::new("c", tool, json!({"path": path, "content": "x"}));
+        for path in ["secret.txt", "./secret.txt", "secret.txt/.", ".//secret.txt", "x/../secret.txt"] {
+            assert_eq!(decide(&p, &call("write_file", path)).0, PermissionDecision::Deny, "{path}");
+        }
+        assert_eq!(decide(&p, &call("write_file", "secret.txt.bak")).0, PermissionDecision::Allow);
+        assert_eq!(decide(&p, &call("read_file", "private/key")).0, PermissionDecision::Deny);
+        assert_eq!(decide(&p, &call("read_file", "./private//key")).0, PermissionDecision::Deny);
+        // A command is matched as written: it is no path.
+        let p = rules(json!([{"run_command(./x)": "deny"}]));
+        assert_eq!(decide(&p, &command("x")).0, PermissionDecision::Allow);
+    }
+
+    #[test]
+    fn grep_shows_no_line_of_a_file_the_rules_keep_from_reading() {
+        let tools = ["read_file", "grep", FINAL_TOOL];
+        let p = parse_rules(
+            &json!([{"read_file(secret.txt)": "deny"}, {"grep(private/*)": "ask"}, {"*": "allow"}]),
+            "suite",
+            &tools,
+        )
+        .unwrap();
+        let text = "a.txt:1:key\nsecret.txt:3:key=1\nprivate/k:9:key\nb:7:c.txt:2:key\nsecret.txt:2:x:1:y\n";
+        let mut result = json!({"pattern": "key", "matches": text, "count": 5});
+        p.withhold_matches(&mut result);
+        let shown = result["matches"].as_str().unwrap();
+        assert!(shown.starts_with("a.txt:1:key\nb:7:c.txt:2:key\n[... 3 matching lines"), "{shown}");
+        assert_eq!(result["count"], 2);
+        // Rules about tools as a whole say nothing about one file.
+        let p = parse_rules(&json!([{"grep": "allow"}, {"*": "deny"}]), "suite", &tools).unwrap();
+        let mut result = json!({"matches": text, "count": 5});
+        p.withhold_matches(&mut result);
+        assert_eq!(result["matches"], text);
     }
 
     #[test]

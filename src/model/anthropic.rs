@@ -138,6 +138,24 @@ mod tests {
         assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
     }
 
+    /// A `tool_use` block's `input` must be an object: arguments that did not parse (kept
+    /// as the text the model wrote) go back as `{}`.
+    #[test]
+    fn arguments_that_did_not_parse_go_back_as_an_empty_object() {
+        let messages = vec![
+            Message::User { content: "hi".into() },
+            Message::Assistant {
+                content: None,
+                tool_calls: vec![ToolCall::new("t1", "f", json!("{\"a\": 1")), ToolCall::new("t2", "f", json!(7))],
+            },
+        ];
+        let provider = super::super::config::ModelConfig::default().providers["anthropic"].clone();
+        let body = encode("claude-x", &ModelRequest { messages: &messages, tools: &[], deadline: None }, &provider);
+        let blocks = &body["messages"][1]["content"];
+        assert_eq!(blocks[0]["input"], json!({}));
+        assert_eq!(blocks[1]["input"], json!({}));
+    }
+
     #[test]
     fn decodes_tool_use_and_usage() {
         let body = json!({"content": [{"type": "text", "text": "ok"}, {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"x": 2}}],

@@ -2,10 +2,11 @@
 //! faults retried and attributed. 429s, 5xx, timeouts and broken connections are retried
 //! with exponential backoff and jitter (honouring `Retry-After`), then end the episode
 //! unscored (`rate_limited` or `provider_error`); 429s, 503s and timeouts also lower the
-//! model's requests in flight. 400/401/403/404 are configuration errors: not retried, and
-//! when no call of a model has ever succeeded the run stops early. So does a refused
-//! connection before any call succeeded: nothing listens there (a wrong port, a server not
-//! started), and retrying would only delay saying so.
+//! model's requests in flight. 400/401/403/404, and a 5xx that says our request did not
+//! parse, are configuration errors: not retried, and when no call of a model has ever
+//! succeeded the run stops early. So does a refused connection before any call succeeded:
+//! nothing listens there (a wrong port, a server not started), and retrying would only
+//! delay saying so.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -241,6 +242,12 @@ impl HttpModel {
                     ..Failure::transient(UnscoredCause::RateLimited, format!("rate limited (429): {detail}"))
                 }
             }
+            // The same request would be refused again: ours is at fault, not the server.
+            s if s.is_server_error() && refuses_our_request(&detail) => Failure {
+                retryable: false,
+                response,
+                ..Failure::transient(UnscoredCause::ConfigurationError, self.explain(s, &detail))
+            },
             s if s.is_server_error() || s == StatusCode::REQUEST_TIMEOUT || s.as_u16() == 529 => {
                 // Overloaded, unavailable, or timed out behind a gateway: send less at once.
                 if matches!(s.as_u16(), 408 | 503 | 504 | 529) {
@@ -380,6 +387,20 @@ fn retry_after(headers: &HeaderMap, max_s: f64) -> Option<Duration> {
     (!seconds.is_nan()).then(|| Duration::from_secs_f64(seconds.clamp(0.0, max_s)))
 }
 
+/// Whether a server error's message says the server could not parse our request (llama.cpp
+/// answers `500 Failed to parse tool call arguments as JSON`): a deterministic refusal,
+/// which retrying cannot cure.
+fn refuses_our_request(detail: &str) -> bool {
+    let detail = detail.to_ascii_lowercase();
+    // A gateway that could not parse what the server behind it sent is an outage.
+    let theirs = ["upstream", "response"].iter().any(|word| detail.contains(word));
+    let unparsed =
+        ["failed to parse", "could not parse", "cannot parse", "unable to parse", "parse error", "invalid json"]
+            .iter()
+            .any(|phrase| detail.contains(phrase));
+    unparsed && !theirs
+}
+
 /// Whether nothing listened at the address: the OS refused the connection.
 fn is_refused(e: &reqwest::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
@@ -436,6 +457,37 @@ mod tests {
             parallel_tool_calls: false,
         };
         (HttpModel::new("local/tiny", "tiny", provider, None).unwrap(), server)
+    }
+
+    /// A model of a server answering every request with `response`, retrying up to four
+    /// times, and the number of requests it got for one call.
+    async fn attempts_for(response: ResponseTemplate) -> usize {
+        let server = MockServer::start().await;
+        Mock::given(method("POST")).respond_with(response).mount(&server).await;
+        let (model, _unused) = local(ResponseTemplate::new(200), 5.0).await;
+        let provider = Provider {
+            base_url: Some(format!("{}/v1", server.uri())),
+            max_retries: 4,
+            retry_base_s: 0.001,
+            retry_max_s: 0.001,
+            ..model.provider
+        };
+        let model = HttpModel::new("local/tiny", "tiny", provider, None).unwrap();
+        let messages = [super::super::Message::User { content: "hi".into() }];
+        let request = ModelRequest { messages: &messages, tools: &[], deadline: None };
+        assert!(model.respond(&request).await.is_err());
+        server.received_requests().await.unwrap().len()
+    }
+
+    #[tokio::test]
+    async fn a_refusal_of_our_request_is_sent_once_and_an_outage_is_retried() {
+        let bad_request = ResponseTemplate::new(400).set_body_json(serde_json::json!({"error": {"message": "bad"}}));
+        assert_eq!(attempts_for(bad_request).await, 1, "a 400 is not retried");
+        let unparsed = ResponseTemplate::new(500).set_body_json(
+            serde_json::json!({"error": {"code": 500, "message": "Failed to parse tool call arguments as JSON"}}),
+        );
+        assert_eq!(attempts_for(unparsed).await, 1, "a 500 that says our request did not parse is not retried");
+        assert_eq!(attempts_for(ResponseTemplate::new(500)).await, 5, "an outage is retried");
     }
 
     /// Four requests at once, each failing.

@@ -1,7 +1,8 @@
 //! The OpenAI Chat Completions wire format, also spoken by vLLM, llama.cpp, Ollama,
 //! LiteLLM and OpenRouter. Decoding is lenient: missing usage, unknown finish reasons,
 //! extra fields, the legacy `function_call`, and arguments that are not valid JSON (those
-//! reach the environment, which answers with a `ValidationError`).
+//! reach the environment, which answers with a `ValidationError`, and go back to the
+//! provider as `{}`).
 
 use serde_json::{Map, Value, json};
 
@@ -28,10 +29,12 @@ pub fn encode(model: &str, request: &ModelRequest<'_>, provider: &Provider) -> V
                     let calls: Vec<Value> = tool_calls
                         .iter()
                         .map(|c| {
+                            // Arguments that were not a JSON object (cut at `max_tokens`, say)
+                            // go back as `{}`: a server refuses a transcript whose arguments
+                            // it cannot parse. What the model wrote stays in the log.
                             let arguments = match &c.arguments {
-                                // Arguments the model wrote that were not JSON go back as written.
-                                Value::String(raw) => raw.clone(),
-                                other => other.to_string(),
+                                Value::Object(_) => c.arguments.to_string(),
+                                _ => "{}".to_owned(),
                             };
                             json!({"id": c.call_id, "type": "function",
                                    "function": {"name": c.name, "arguments": arguments}})
@@ -158,6 +161,33 @@ mod tests {
         let r = decode(&body).unwrap();
         assert_eq!(r.tool_calls, [ProposedCall { id: None, name: "f".into(), arguments: json!({}) }]);
         assert_eq!(r.usage, Usage::default());
+    }
+
+    /// Regression: a call cut at `max_tokens` came back with its arguments as written, which
+    /// the server then refused to parse (`500 Failed to parse tool call arguments as JSON`).
+    #[test]
+    fn arguments_that_did_not_parse_go_back_as_valid_json() {
+        let body = json!({"choices": [{"message": {"content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\"path\": \"a.t"}},
+            {"id": "call_2", "type": "function", "function": {"name": "g", "arguments": "\"just text\""}},
+            {"id": "call_3", "type": "function", "function": {"name": "h", "arguments": "{\"a\": 1}"}}]}}]});
+        let decoded = decode(&body).unwrap();
+        let tool_calls = decoded
+            .tool_calls
+            .iter()
+            .map(|c| crate::contract::ToolCall::new(c.id.clone().unwrap_or_default(), &c.name, c.arguments.clone()))
+            .collect();
+        let messages = [Message::Assistant { content: None, tool_calls }];
+        let request = ModelRequest { messages: &messages, tools: &[], deadline: None };
+        let config = crate::model::config::ModelConfig::default();
+        let sent = encode("m", &request, &config.providers["openai"]);
+        let arguments: Vec<Value> = sent["messages"][0]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap())
+            .collect();
+        assert_eq!(arguments, [json!({}), json!({}), json!({"a": 1})]);
     }
 
     #[test]

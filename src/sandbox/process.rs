@@ -69,6 +69,8 @@ pub fn spawn_passing(
             match libc::fork() {
                 -1 => Err(io::Error::last_os_error()),
                 0 => {
+                    // The runner ignores SIGPIPE; a command gets the default (`yes | head`).
+                    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
                     libc::setpgid(0, 0);
                     if let Some(limit) = &files_limit {
                         libc::setrlimit(libc::RLIMIT_NOFILE, limit);
@@ -199,13 +201,8 @@ unsafe fn kill_tree_and_exit(shell: libc::pid_t) -> ! {
     // this process's own /proc file into a stack buffer.
     unsafe {
         libc::kill(-shell, libc::SIGKILL);
-        let mut path = *b"/proc/self/task/0000000000/children\0";
-        let digits = &mut path[16..26];
-        let mut pid = libc::getpid() as u32;
-        for d in digits.iter_mut().rev() {
-            *d = b'0' + (pid % 10) as u8;
-            pid /= 10;
-        }
+        let mut buffer = [0u8; 64];
+        let path = children_path(libc::getpid() as u32, &mut buffer);
         for _ in 0..1000 {
             let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
             let mut buf = [0u8; 4096];
@@ -233,6 +230,30 @@ unsafe fn kill_tree_and_exit(shell: libc::pid_t) -> ! {
         }
         libc::_exit(0);
     }
+}
+
+/// `/proc/self/task/PID/children` (NUL-terminated) written into `buffer`, without leading
+/// zeros, which procfs does not accept. It allocates nothing: it runs after a fork.
+fn children_path(pid: u32, buffer: &mut [u8; 64]) -> &[u8] {
+    const HEAD: &[u8] = b"/proc/self/task/";
+    const TAIL: &[u8] = b"/children\0";
+    let mut digits = [0u8; 10];
+    let mut start = digits.len();
+    let mut rest = pid;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let mut len = 0;
+    for part in [HEAD, &digits[start..], TAIL] {
+        buffer[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
+    &buffer[..len]
 }
 
 /// Closes descriptors `first..last` (exclusive of `last`).
@@ -356,5 +377,18 @@ pub async fn read_capped(mut reader: impl tokio::io::AsyncRead + Unpin, cap: usi
             let room = cap - kept.len();
             kept.extend_from_slice(&buf[..n.min(room)]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::children_path;
+
+    #[test]
+    fn the_keepers_children_path_has_no_leading_zeros() {
+        let mut buffer = [0u8; 64];
+        assert_eq!(children_path(19800, &mut buffer), b"/proc/self/task/19800/children\0");
+        assert_eq!(children_path(7, &mut buffer), b"/proc/self/task/7/children\0");
+        assert_eq!(children_path(u32::MAX, &mut buffer), b"/proc/self/task/4294967295/children\0");
     }
 }

@@ -401,10 +401,10 @@ fn remove_tree(path: &Path) -> std::io::Result<Vec<PathBuf>> {
     }
     let mut removed = Vec::new();
     list_entries(path, Path::new(""), 0, &mut removed)?;
-    match fs::remove_dir_all(path) {
+    match crate::environment::remove_tree(path) {
         Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
             open_folders(path, 0)?;
-            fs::remove_dir_all(path)?;
+            crate::environment::remove_tree(path)?;
         }
         other => other?,
     }
