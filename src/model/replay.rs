@@ -4,8 +4,11 @@
 //! regression tests. Each episode gets the responses recorded for it, in the order it got
 //! them, so that a replay reproduces every outcome whatever order episodes run in (identical
 //! requests of several epochs get different answers from a sampling model). The grader's
-//! calls are recorded and served the same way. A request that was never recorded is a loud
-//! miss that names the nearest recorded request of the same episode and the difference.
+//! calls are recorded and served the same way. A call that failed (an outage after retries,
+//! say) is recorded too, and a replay fails it again with the recorded cause, so that an
+//! episode whose recording ended unscored replays unscored for the same reason. A request
+//! that was never recorded is a loud miss that names the nearest recorded request of the
+//! same episode and the difference.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
@@ -39,8 +42,23 @@ pub struct Entry {
     #[serde(default, skip_serializing_if = "Actor::is_main")]
     pub actor: Actor,
     pub request: CanonicalRequest,
-    pub response: ModelResponse,
+    /// What the model answered; absent when the call failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response: Option<ModelResponse>,
+    /// Why the call failed, when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<Failure>,
 }
+
+/// A recorded call that failed: its cause and message, served again on replay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Failure {
+    pub cause: UnscoredCause,
+    pub message: String,
+}
+
+/// What a recorded call gave: a response, or a failure.
+type Recorded = Result<ModelResponse, Failure>;
 
 /// The request as its digest sees it: the same for every backend of one model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -100,20 +118,25 @@ impl LanguageModel for Recording {
     }
 
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let response = self.inner.respond(request).await?;
+        let answered = self.inner.respond(request).await;
         let canonical = canonical_request(self, request);
+        let (response, failure) = match &answered {
+            Ok(response) => (Some(response.recorded()), None),
+            Err(e) => (None, Some(Failure { cause: e.cause.clone(), message: e.message.clone() })),
+        };
         let entry = Entry {
             digest: digest(&canonical),
             episode_id: Some(self.episode_id.clone()),
             scorer: self.scorer.clone(),
             actor: self.actor.clone(),
             request: canonical,
-            response: response.recorded(),
+            response,
+            failure,
         };
         self.cassette
             .append(&entry)
             .map_err(|e| ModelError::new(UnscoredCause::RecordError, format!("failed to write the cassette: {e}")))?;
-        Ok(response)
+        answered
     }
 }
 
@@ -127,8 +150,8 @@ const MISSES_SHOWN: usize = 10;
 #[derive(Default)]
 struct Tape {
     sampling: Map<String, Value>,
-    /// Responses per (episode, digest), served in recorded order.
-    queues: Mutex<HashMap<(String, String), VecDeque<ModelResponse>>>,
+    /// Responses (or failures) per (episode, digest), served in recorded order.
+    queues: Mutex<HashMap<(String, String), VecDeque<Recorded>>>,
     /// How many responses each (episode, digest) had, to tell "used up" from "never recorded".
     recorded: HashMap<(String, String), usize>,
     /// How many calls each episode had.
@@ -139,13 +162,7 @@ struct Tape {
 }
 
 impl Tape {
-    fn push(
-        &mut self,
-        episode: Option<String>,
-        digest: String,
-        request: Option<CanonicalRequest>,
-        response: ModelResponse,
-    ) {
+    fn push(&mut self, episode: Option<String>, digest: String, request: Option<CanonicalRequest>, response: Recorded) {
         let episode = episode.unwrap_or_else(|| ANY_EPISODE.to_owned());
         *self.calls.entry(episode.clone()).or_default() += 1;
         *self.recorded.entry((episode.clone(), digest.clone())).or_default() += 1;
@@ -162,7 +179,7 @@ impl Tape {
 
     /// The next response recorded for this episode and request; an episode that was not
     /// recorded at all takes those of recordings that kept no episodes.
-    fn serve(&self, episode: &str, digest: &str) -> Option<ModelResponse> {
+    fn serve(&self, episode: &str, digest: &str) -> Option<Recorded> {
         let episode = if self.calls.contains_key(episode) { episode } else { ANY_EPISODE };
         let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
         queues.get_mut(&(episode.to_owned(), digest.to_owned())).and_then(VecDeque::pop_front)
@@ -181,7 +198,7 @@ pub struct Replay {
 }
 
 /// One recorded call as read from a cassette or a log.
-struct Recorded {
+struct Call {
     model: String,
     sampling: Map<String, Value>,
     digest: String,
@@ -190,7 +207,30 @@ struct Recorded {
     /// A simulated user's call, which is not the agent's.
     user: bool,
     request: Option<CanonicalRequest>,
-    response: ModelResponse,
+    response: Recorded,
+}
+
+impl Call {
+    /// The tape the call is served from: the agent's (`None`), or its model's.
+    fn tape(&self) -> Option<&str> {
+        (self.scorer.is_some() || self.user).then_some(self.model.as_str())
+    }
+}
+
+/// Keeps a failure only where it ended its episode's calls on its tape. A failure ends the
+/// episode unscored, so calls of the same episode after it belong to a later attempt (a
+/// resumed run): its failure is no part of the outcome the recording shows.
+fn drop_failures_run_again(calls: Vec<Call>) -> Vec<Call> {
+    let mut last: HashMap<(Option<&str>, Option<&str>), usize> = HashMap::new();
+    for (i, call) in calls.iter().enumerate() {
+        last.insert((call.tape(), call.episode.as_deref()), i);
+    }
+    let keep: Vec<bool> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, call)| call.response.is_ok() || last.get(&(call.tape(), call.episode.as_deref())) == Some(&i))
+        .collect();
+    calls.into_iter().zip(keep).filter_map(|(call, keep)| keep.then_some(call)).collect()
 }
 
 impl Replay {
@@ -203,29 +243,39 @@ impl Replay {
             // response, not an episode's latest finish, and no other event.
             for_each_event_of(&events, Some(&["model_call"]), |e: LoggedEvent| {
                 let episode = e.episode_id.clone();
-                if let Some(Event::ModelCall {
+                let Some(Event::ModelCall {
                     model,
                     request_digest,
                     sampling,
                     response,
-                    error: None,
+                    error,
+                    cause,
                     scorer,
                     actor,
                     ..
                 }) = e.event()
-                    && let Ok(response) = serde_json::from_value::<ModelResponse>(response)
-                {
-                    entries.push(Recorded {
-                        model,
-                        sampling,
-                        digest: request_digest,
-                        episode,
-                        scorer,
-                        user: actor == Actor::User,
-                        request: None,
-                        response,
-                    });
-                }
+                else {
+                    return;
+                };
+                let response = match (error, cause) {
+                    (None, _) => match serde_json::from_value::<ModelResponse>(response) {
+                        Ok(response) => Ok(response),
+                        Err(_) => return,
+                    },
+                    (Some(message), cause) => {
+                        Err(Failure { cause: cause.unwrap_or(UnscoredCause::ProviderError), message })
+                    }
+                };
+                entries.push(Call {
+                    model,
+                    sampling,
+                    digest: request_digest,
+                    episode,
+                    scorer,
+                    user: actor == Actor::User,
+                    request: None,
+                    response,
+                });
             })
             .map_err(|e| e.to_string())?;
         } else {
@@ -242,7 +292,18 @@ impl Replay {
                 }
                 let entry: Entry = serde_json::from_str(&line)
                     .map_err(|e| format!("{}:{}: not a cassette entry: {e}", events.display(), i + 1))?;
-                entries.push(Recorded {
+                let response = match (entry.response, entry.failure) {
+                    (Some(response), _) => Ok(response),
+                    (None, Some(failure)) => Err(failure),
+                    (None, None) => {
+                        return Err(format!(
+                            "{}:{}: not a cassette entry: it has neither a response nor a failure",
+                            events.display(),
+                            i + 1
+                        ));
+                    }
+                };
+                entries.push(Call {
                     model: entry.request.model.clone(),
                     sampling: entry.request.sampling.clone(),
                     digest: entry.digest,
@@ -250,10 +311,11 @@ impl Replay {
                     scorer: entry.scorer,
                     user: entry.actor == Actor::User,
                     request: Some(entry.request),
-                    response: entry.response,
+                    response,
                 });
             }
         }
+        let entries = drop_failures_run_again(entries);
         let Some(first) = entries.iter().find(|e| e.scorer.is_none() && !e.user) else {
             return Err(format!("{} holds no recorded model responses", events.display()));
         };
@@ -414,10 +476,17 @@ impl LanguageModel for EpisodeReplay {
         let tape = self.replay.tape(self.grader.as_deref());
         let sampling = self.sampling();
         let key = request_digest(self, &sampling, request);
-        if let Some(mut response) = tape.and_then(|t| t.serve(&self.episode, &key)) {
-            response.cache_hit = true;
-            response.attempts = 1;
-            return Ok(response);
+        match tape.and_then(|t| t.serve(&self.episode, &key)) {
+            Some(Ok(mut response)) => {
+                response.cache_hit = true;
+                response.attempts = 1;
+                return Ok(response);
+            }
+            // The recording ended on this failure: the replay ends the same way, and says so.
+            Some(Err(failure)) => {
+                return Err(ModelError::new(failure.cause, format!("the recorded call failed: {}", failure.message)));
+            }
+            None => {}
         }
         let why = match tape {
             Some(tape) => self.replay.explain_miss(tape, &self.episode, &canonical_request(self, request), &key),
@@ -491,6 +560,32 @@ mod tests {
 
     fn user(text: &str) -> Message {
         Message::User { content: text.into() }
+    }
+
+    fn call(episode: &str, digest: &str, failed: bool) -> Call {
+        let failure = Failure { cause: UnscoredCause::ProviderError, message: "503".into() };
+        Call {
+            model: "m".into(),
+            sampling: Map::new(),
+            digest: digest.into(),
+            episode: Some(episode.into()),
+            scorer: None,
+            user: false,
+            request: None,
+            response: if failed { Err(failure) } else { Ok(ModelResponse::default()) },
+        }
+    }
+
+    #[test]
+    fn a_failure_is_kept_only_where_it_ended_its_episodes_recording() {
+        // Episode a failed, then was run again by a resume that got answers; b ended on its failure.
+        let calls = vec![call("a", "d1", false), call("a", "d2", true), call("b", "d1", true), call("a", "d2", false)];
+        let kept: Vec<(String, bool)> = drop_failures_run_again(calls)
+            .iter()
+            .map(|c| (format!("{}:{}", c.episode.as_deref().unwrap_or(""), c.digest), c.response.is_ok()))
+            .collect();
+        let expected = [("a:d1", true), ("b:d1", false), ("a:d2", true)];
+        assert_eq!(kept, expected.map(|(k, ok)| (k.to_owned(), ok)));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
-use crate::{Run, Sandbox, of_type, tool_observations};
+use crate::{Run, Sandbox, of_type, read_jsonl, tool_observations};
 
 /// Answers with each template in turn, then keeps answering with the last one.
 struct Script {
@@ -567,4 +567,30 @@ async fn a_second_ctrl_c_exits_at_once_while_the_first_waits_for_a_grader() {
     let events = sb.events();
     assert!(of_type(&events, "run_finished").is_empty(), "the run did not end gracefully");
     assert!(of_type(&events, "episode_finished").is_empty(), "the episode was still being scored");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recording_that_ended_in_a_provider_error_replays_to_the_same_outcome_and_says_why() {
+    let sb = sandbox(FAST);
+    let gateway = ResponseTemplate::new(200).set_body_string("<html>gateway</html>");
+    let (server, _) = serve("/v1/chat/completions", vec![gateway]).await;
+    let run = eval(&sb, "openai/gpt-test", &openai_env(&server), &["--record", "tape.jsonl"]).await;
+    assert_eq!(run.code, 3, "{run:?}");
+    drop(server);
+    let finished = |run: &str| {
+        let events = read_jsonl(&sb.path().join(format!("results/{run}/events.jsonl")));
+        of_type(&events, "episode_finished")[0]["outcome"].clone()
+    };
+    let recorded = finished("test");
+    assert_eq!(recorded["cause"], "provider_error", "{recorded}");
+
+    for (source, run) in [("replay:results/test", "from-log"), ("replay:tape.jsonl", "from-cassette")] {
+        let replay =
+            run_with(&sb, &["eval", "s.yaml", "--model", source, "--run-id", run, "--out", "results"], &[]).await;
+        assert_eq!(replay.code, 3, "{source}: {replay:?}");
+        let outcome = finished(run);
+        assert_eq!(outcome["cause"], "provider_error", "{source}: {outcome}");
+        let message = outcome["message"].as_str().unwrap_or_default();
+        assert!(message.contains("the recorded call failed") && message.contains("not JSON"), "{source}: {outcome}");
+    }
 }
