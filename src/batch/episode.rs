@@ -222,14 +222,17 @@ async fn outcome_of(
         Ok(scores) => scores,
         Err(fault) => {
             // The verdicts the other scorers gave stand in the log (a regrade carries over
-            // those about the world); the episode is unscored.
+            // those about the world); the episode is unscored, unless they settle it.
             scoring::log_scores(recorder, INITIAL_SCORING, &fault.scores);
             recorder.emit(&Event::Error {
                 step: ending.steps,
                 cause: fault.cause.clone(),
                 message: fault.message.clone(),
             });
-            return Outcome::Unscored { cause: fault.cause, message: fault.message };
+            return match fault.settled(task_pass_score(suite)) {
+                Some((score, passed)) => Outcome::Scored { score, passed },
+                None => Outcome::Unscored { cause: fault.cause, message: fault.message },
+            };
         }
     };
     scoring::log_scores(recorder, INITIAL_SCORING, &scores);

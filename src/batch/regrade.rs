@@ -218,7 +218,10 @@ pub async fn regrade(
             }
             Err(fault) => {
                 log_scores(&recorder, &scoring_id, &fault.scores);
-                Outcome::Unscored { cause: fault.cause, message: fault.message }
+                match fault.settled(suite.pass_score) {
+                    Some((score, passed)) => Outcome::Scored { score, passed },
+                    None => Outcome::Unscored { cause: fault.cause, message: fault.message },
+                }
             }
         };
         counts.episodes += 1;
@@ -261,14 +264,9 @@ async fn score_again(
             let check = spec.check_value();
             let earlier = (0..record.scores.len()).rev().find(|&i| !used[i] && record.scores[i].1.check == check);
             let Some(i) = earlier else {
-                return Err(ScoringFault {
-                    cause: UnscoredCause::WorldGone,
-                    message: format!(
-                        "`{}` looks at the episode's final world, which is gone, and never checked it",
-                        spec.name
-                    ),
-                    scores,
-                });
+                let message =
+                    format!("`{}` looks at the episode's final world, which is gone, and never checked it", spec.name);
+                return Err(ScoringFault { scores, ..ScoringFault::new(UnscoredCause::WorldGone, message) });
             };
             used[i] = true;
             let mut carried = record.scores[i].1.clone();
@@ -276,7 +274,14 @@ async fn score_again(
             carried.explanation = format!("{} (carried over: the world is gone)", carried.explanation);
             scores.push(carried);
         } else {
-            scores.extend(scoring::score(std::slice::from_ref(spec), &[], episode, &Gone, graders).await?);
+            // The scorers after a fault are not tried: what they would say is unknown.
+            match scoring::score(std::slice::from_ref(spec), &[], episode, &Gone, graders).await {
+                Ok(verdicts) => scores.extend(verdicts),
+                Err(fault) => {
+                    scores.extend(fault.scores);
+                    return Err(ScoringFault { scores, missing_weight: f64::INFINITY, ..fault });
+                }
+            }
         }
     }
     Ok(scores)

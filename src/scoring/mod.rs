@@ -38,7 +38,8 @@ pub struct Score {
 }
 
 /// A scorer that could not reach a verdict (a grader that could not be parsed): the
-/// episode is unscored, never 0.
+/// episode is unscored, never 0 — unless the other scorers' verdicts already settle it
+/// ([`ScoringFault::settled`]).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{cause}: {message}")]
 pub struct ScoringFault {
@@ -47,6 +48,8 @@ pub struct ScoringFault {
     /// The verdicts the other scorers gave: logged, so that a regrade can carry over those
     /// about the final world, which is gone.
     pub scores: Vec<Score>,
+    /// The weight of the scorers that gave no verdict; infinite when some were not tried.
+    pub missing_weight: f64,
 }
 
 /// Logs scores under a scoring id.
@@ -66,8 +69,29 @@ pub fn log_scores(recorder: &crate::log::Recorder, scoring_id: &str, scores: &[S
 }
 
 impl ScoringFault {
+    pub fn new(cause: UnscoredCause, message: impl Into<String>) -> Self {
+        ScoringFault { cause, message: message.into(), scores: Vec::new(), missing_weight: f64::INFINITY }
+    }
+
     fn grader(message: String) -> Self {
-        ScoringFault { cause: UnscoredCause::GraderError, message, scores: Vec::new() }
+        ScoringFault::new(UnscoredCause::GraderError, message)
+    }
+
+    /// The episode's score and verdict when the scorers that gave a verdict settle it
+    /// whatever the others would have said: it failed, because a scorer that counts failed
+    /// (or, with `pass_score`, even full marks from the others could not reach it). `None`
+    /// while the others could still make it pass: the episode is then unscored.
+    pub fn settled(&self, pass_score: Option<f64>) -> Option<(f64, bool)> {
+        let counted = self.scores.iter().filter(|s| s.weight > 0.0);
+        let failed = match pass_score {
+            None => counted.clone().any(|s| !s.passed),
+            Some(threshold) => {
+                let (given, weight) = counted.fold((0.0, 0.0), |(v, w), s| (v + s.weight * s.value, w + s.weight));
+                let best = (given + self.missing_weight) / (weight + self.missing_weight);
+                best < threshold
+            }
+        };
+        failed.then(|| (aggregate(&self.scores, pass_score).0, false))
     }
 }
 
@@ -162,6 +186,7 @@ pub async fn score(
     let context = episode.task.template_context();
     let mut scores = Vec::new();
     let mut fault = None;
+    let mut missing_weight = 0.0;
     for spec in suite_scorers.iter().chain(task_scorers) {
         match apply(spec, episode, &context, world, graders).await {
             Ok((passed, value, explanation, grader)) => scores.push(Score {
@@ -175,12 +200,13 @@ pub async fn score(
             }),
             // The first fault decides; the other scorers still give their verdicts.
             Err(f) => {
+                missing_weight += spec.weight;
                 fault.get_or_insert(f);
             }
         }
     }
     match fault {
-        Some(f) => Err(ScoringFault { scores, ..f }),
+        Some(f) => Err(ScoringFault { scores, missing_weight, ..f }),
         None => Ok(scores),
     }
 }

@@ -273,6 +273,34 @@ fn weights_and_pass_score_decide_the_task() {
 }
 
 #[test]
+fn a_fault_leaves_the_episode_unscored_unless_the_other_verdicts_settle_it() {
+    let s = |value: f64, weight: f64| Score {
+        scorer: "x".into(),
+        value,
+        passed: value >= 1.0,
+        explanation: String::new(),
+        weight,
+        grader: None,
+        check: Value::Null,
+    };
+    let fault = |scores: Vec<Score>, missing_weight: f64| ScoringFault {
+        scores,
+        missing_weight,
+        ..ScoringFault::new(UnscoredCause::GraderError, "no verdict")
+    };
+    // Every scorer must pass, and one that counts failed: failed, whatever the grader says.
+    assert_eq!(fault(vec![s(0.0, 1.0), s(1.0, 1.0)], 1.0).settled(None), Some((0.5, false)));
+    // Only passes and an informational failure: the grader could still decide.
+    assert_eq!(fault(vec![s(1.0, 1.0), s(0.0, 0.0)], 1.0).settled(None), None);
+    // With pass_score 0.8: 0 of weight 3 and a missing weight 1 reach 0.25 at best.
+    assert_eq!(fault(vec![s(0.0, 3.0)], 1.0).settled(Some(0.8)), Some((0.0, false)));
+    // 1 of weight 3 and a missing weight 1 could still reach 1.0.
+    assert_eq!(fault(vec![s(1.0, 3.0)], 1.0).settled(Some(0.8)), None);
+    // Scorers that were never tried could weigh anything.
+    assert_eq!(fault(vec![s(0.0, 3.0)], f64::INFINITY).settled(Some(0.8)), None);
+}
+
+#[test]
 fn a_grader_without_a_model_is_a_fault_not_a_zero() {
     let fault = fault_of(json!({"llm_rubric": "is polite"}), &ending(Some("hi"), &[]));
     assert_eq!(fault.cause, "grader_error");

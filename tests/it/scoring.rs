@@ -111,6 +111,27 @@ fn an_unparseable_or_refusing_grader_leaves_the_episode_unscored_not_zero() {
 }
 
 #[test]
+fn a_grader_that_cannot_answer_leaves_a_failed_verdict_standing() {
+    let sb = Sandbox::new();
+    let unparseable = [r#""I think it is fine.""#; 3].join(", ");
+    let suite = GRADED.replace("MOCK", &unparseable).replace("scorers:\n", "scorers:\n  - equals: Red.\n");
+    sb.write("s.yaml", &suite);
+    let run = sb.eval(&["s.yaml"]);
+    let events = sb.events();
+    let finished = of_type(&events, "episode_finished")[0].clone();
+    assert_eq!(
+        finished["outcome"]["status"], "scored",
+        "the answer failed `equals` whatever the grader says: {finished}"
+    );
+    assert_eq!(finished["outcome"]["passed"], false, "{finished}");
+    assert_ne!(run.code, 3, "no episode is unscored: {run:?}");
+    let scores = of_type(&events, "score");
+    assert!(scores.iter().any(|s| s["scorer"] == "equals" && s["passed"] == false), "{scores:?}");
+    let errors = of_type(&events, "error");
+    assert!(errors.iter().any(|e| e["cause"] == "grader_error"), "the grader's fault is still in the log: {errors:?}");
+}
+
+#[test]
 fn a_grader_scorer_without_a_model_is_refused_before_running() {
     let sb = Sandbox::new();
     sb.write("s.yaml", &GRADED.replace("grader: {model: mock}\n", "").replace("MOCK", "x"));

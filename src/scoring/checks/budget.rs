@@ -21,11 +21,10 @@ pub(crate) fn check(episode: &Finished<'_>, what: Budget, max: f64) -> Result<Ve
         Some(used) if used <= max => verdict(true, format!("{used} {unit}, within {max}")),
         Some(used) => verdict(false, format!("{used} {unit}, over {max}")),
         None => {
-            return Err(ScoringFault {
-                cause: UnscoredCause::CostUnknown,
-                message: "`max_cost` needs the model's price: add it under `prices:` in runner.yaml".into(),
-                scores: Vec::new(),
-            });
+            return Err(ScoringFault::new(
+                UnscoredCause::CostUnknown,
+                "`max_cost` needs the model's price: add it under `prices:` in runner.yaml",
+            ));
         }
     })
 }

@@ -67,9 +67,7 @@ impl Scene<'_> {
 /// A scorer's failure to look at the world that is the runner's fault, not the agent's.
 pub(crate) fn world_fault(failure: &ToolFailure) -> Result<(), ScoringFault> {
     match &failure.fault {
-        Some(cause) => {
-            Err(ScoringFault { cause: (*cause).into(), message: failure.message.clone(), scores: Vec::new() })
-        }
+        Some(cause) => Err(ScoringFault::new((*cause).into(), failure.message.clone())),
         None => Ok(()),
     }
 }
