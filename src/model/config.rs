@@ -44,8 +44,8 @@ pub struct Provider {
     pub retry_max_s: f64,
     /// Merged into every request body: `temperature`, `max_tokens`, `seed`, …
     pub sampling: Map<String, Value>,
-    /// OpenAI API only: send `parallel_tool_calls: true` with tools.
-    pub parallel_tool_calls: bool,
+    /// OpenAI API only: the `parallel_tool_calls` sent with tools; not sent when unset.
+    pub parallel_tool_calls: Option<bool>,
 }
 
 /// USD per million tokens.
@@ -97,7 +97,7 @@ fn provider(
         retry_base_s: 1.0,
         retry_max_s: 60.0,
         sampling: Map::new(),
-        parallel_tool_calls: false,
+        parallel_tool_calls: None,
     }
 }
 
@@ -110,7 +110,7 @@ impl Default for ModelConfig {
             Some("OPENAI_BASE_URL"),
             Some("OPENAI_API_KEY"),
         );
-        openai.parallel_tool_calls = true;
+        openai.parallel_tool_calls = Some(true);
         let mut anthropic = provider(
             "anthropic",
             Api::Anthropic,
@@ -231,7 +231,7 @@ impl ModelConfig {
                 p.sampling.extend(v);
             }
             if let Some(v) = f.parallel_tool_calls {
-                p.parallel_tool_calls = v;
+                p.parallel_tool_calls = Some(v);
             }
             self.providers.insert(name, p);
         }
@@ -246,15 +246,12 @@ impl Provider {
     pub fn resolve_base_url(&self) -> Result<String, String> {
         let from_env =
             self.base_url_env.as_ref().and_then(|var| std::env::var(var).ok()).filter(|v| !v.trim().is_empty());
-        let url = match (from_env, &self.base_url) {
+        let (url, from) = match (from_env, &self.base_url) {
             (Some(url), _) => {
-                if self.name == "ollama" {
-                    ollama_url(&url)
-                } else {
-                    url
-                }
+                let var = self.base_url_env.as_deref().unwrap_or_default();
+                if self.name == "ollama" { (ollama_url(&url), var) } else { (url, var) }
             }
-            (None, Some(url)) => url.clone(),
+            (None, Some(url)) => (url.clone(), "runner.yaml"),
             (None, None) => {
                 let var = self.base_url_env.as_deref().unwrap_or("a base_url");
                 return Err(format!(
@@ -263,7 +260,15 @@ impl Provider {
                 ));
             }
         };
-        Ok(url.trim_end_matches('/').to_owned())
+        let url = url.trim().trim_end_matches('/').to_owned();
+        // Caught here, before a run spends every episode's retries on an address no client takes.
+        match reqwest::Url::parse(&url) {
+            Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.has_host() => Ok(url),
+            _ => Err(format!(
+                "provider `{}`: the base URL `{url}` (from {from}) is not an http(s) URL; write it whole, e.g. `http://127.0.0.1:8080/v1`",
+                self.name
+            )),
+        }
     }
 
     /// The API key, when the provider uses one. `Err` when its variable is unset.
@@ -291,6 +296,18 @@ fn ollama_url(host: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_base_url_without_a_scheme_is_refused_with_where_it_came_from() {
+        let mut provider = provider("local", Api::Openai, None, None, None);
+        for bad in ["localhost:8080/v1", "127.0.0.1:8080", "ftp://box/v1", "http://"] {
+            provider.base_url = Some(bad.into());
+            let error = provider.resolve_base_url().unwrap_err();
+            assert!(error.contains("is not an http(s) URL") && error.contains("runner.yaml"), "{bad}: {error}");
+        }
+        provider.base_url = Some("http://127.0.0.1:8080/v1/".into());
+        assert_eq!(provider.resolve_base_url().unwrap(), "http://127.0.0.1:8080/v1");
+    }
 
     #[test]
     fn ollama_host_becomes_an_api_url() {

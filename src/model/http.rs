@@ -454,7 +454,7 @@ mod tests {
             retry_base_s: 0.01,
             retry_max_s: 0.01,
             sampling: Map::new(),
-            parallel_tool_calls: false,
+            parallel_tool_calls: None,
         };
         (HttpModel::new("local/tiny", "tiny", provider, None).unwrap(), server)
     }

@@ -60,8 +60,8 @@ pub fn encode(model: &str, request: &ModelRequest<'_>, provider: &Provider) -> V
             .collect();
         body.insert("tools".into(), Value::Array(tools));
         body.insert("tool_choice".into(), json!("auto"));
-        if provider.parallel_tool_calls {
-            body.insert("parallel_tool_calls".into(), json!(true));
+        if let Some(parallel) = provider.parallel_tool_calls {
+            body.insert("parallel_tool_calls".into(), json!(parallel));
         }
     }
     for (k, v) in &provider.sampling {
@@ -188,6 +188,27 @@ mod tests {
             .map(|c| serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap())
             .collect();
         assert_eq!(arguments, [json!({}), json!({}), json!({"a": 1})]);
+    }
+
+    /// Regression: `parallel_tool_calls: false` in runner.yaml sent nothing, so a server that
+    /// defaults to parallel calls kept making them.
+    #[test]
+    fn parallel_tool_calls_is_sent_as_configured_and_only_when_configured() {
+        let tools = [crate::contract::ToolSpec {
+            name: "f".into(),
+            description: String::new(),
+            parameters: json!({"type": "object"}),
+            annotations: None,
+        }];
+        let request = ModelRequest { messages: &[], tools: &tools, deadline: None };
+        let config = crate::model::config::ModelConfig::default();
+        let mut provider = config.providers["openai-compatible"].clone();
+        assert_eq!(encode("m", &request, &provider).get("parallel_tool_calls"), None);
+        for setting in [false, true] {
+            provider.parallel_tool_calls = Some(setting);
+            assert_eq!(encode("m", &request, &provider)["parallel_tool_calls"], json!(setting));
+        }
+        assert_eq!(encode("m", &request, &config.providers["openai"])["parallel_tool_calls"], json!(true));
     }
 
     #[test]

@@ -594,3 +594,13 @@ async fn a_recording_that_ended_in_a_provider_error_replays_to_the_same_outcome_
         assert!(message.contains("the recorded call failed") && message.contains("not JSON"), "{source}: {outcome}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_base_url_without_a_scheme_is_refused_before_any_episode_runs() {
+    let sb = sandbox(FAST);
+    let env = [("OPENAI_BASE_URL", "127.0.0.1:9/v1".to_owned()), ("OPENAI_API_KEY", "sk-test-key-123".into())];
+    let run = eval(&sb, "openai/gpt-test", &env, &[]).await;
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("`127.0.0.1:9/v1` (from OPENAI_BASE_URL) is not an http(s) URL"), "{run:?}");
+    assert!(!sb.path().join("results/test").exists(), "nothing ran");
+}
