@@ -158,6 +158,14 @@ fn stats(suite: Option<&str>, g: &GroupStats) -> Value {
 }
 
 /// The page's data: `{…header and tables…, "episodes": […], "trajectories": {…}}`.
+/// The epochs table the terminal prints (pass@1, pass@k, pass^k per suite and model), when
+/// a suite ran its tasks more than once.
+fn epochs(p: &Projection) -> Value {
+    let mut summary = super::summary::Summary::begin(p);
+    p.episodes.iter().for_each(|e| summary.add(e));
+    summary.to_json()["epochs"].take()
+}
+
 fn write_data(
     out: &mut impl Write,
     p: &Projection,
@@ -197,6 +205,7 @@ fn write_data(
         "totals": totals,
         "models": models,
         "suites": suites,
+        "epochs": epochs(p),
         "omitted_trajectories": p.episodes.len().saturating_sub(chosen),
     });
     // The head object, left open for the two big members.

@@ -190,3 +190,26 @@ fn the_html_report_shows_the_tree_of_agents_of_an_episode_with_subagents() {
         "{shown}"
     );
 }
+
+#[test]
+fn the_html_report_has_the_epochs_table_the_terminal_prints() {
+    let sb = Sandbox::new();
+    // Two epochs of one task, both passing.
+    sb.write(
+        "s.yaml",
+        "suite: twice\nenvironment: kv\nepochs: 2\nscorers: [{equals: ok}]\ntasks:\n  - id: t\n    input: Say ok.\n    mock: [{text: ok}]\n",
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("pass^k"), "the terminal prints the epochs table: {run:?}");
+    let report = sb.run(&["report", "results/test", "--html"]);
+    assert_eq!(report.code, 0, "{report:?}");
+    let shown = dom(&sb.path().join("results/test/report.html"), "");
+    let table = &shown[shown.find("id=\"epochs-table\"").expect("the epochs table is shown")..];
+    let row = &table[table.find("data-suite=\"twice\"").expect("a row for the suite")..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    // tasks 1, passed 1, pass@1 1.000, pass@k 1.000, pass^k 1.000, k 2, task score 1.000
+    let cells: Vec<&str> =
+        row.split("<td").skip(1).map(|c| &c[c.find('>').unwrap() + 1..c.find("</td>").unwrap()]).collect();
+    assert_eq!(cells, ["twice", "mock", "1", "1", "1.000", "1.000", "1.000", "2", "1.000"], "{row}");
+}
