@@ -160,10 +160,14 @@ impl McpSpec {
 
 }
 
-/// What `validate` can check of a stdio server without starting it: its program, the files
-/// its arguments name, its `cwd`, and the variables its `env` and arguments take. The
+/// What `validate` can check of a server without starting it: a stdio server's program, the
+/// files its arguments name, its `cwd`, and the variables its `env`, arguments and (for
+/// HTTP) `headers` take. The
 /// error is the field's (under `servers[i].`) and what is wrong.
 fn check_installed(server: &ServerSpec, base: &Path) -> Result<(), (String, String)> {
+    for (name, value) in &server.headers {
+        expand_vars(value).map_err(|e| (format!("headers.{name}"), e))?;
+    }
     let Some(command) = &server.command else { return Ok(()) };
     resolve_command(command, base).map_err(|e| ("command".into(), e))?;
     for (i, arg) in server.args.iter().enumerate() {
