@@ -81,7 +81,10 @@ impl SandboxSpec {
         ];
         for (field, value, min, why) in minimums {
             if let Some(v) = value.filter(|v| *v < min) {
-                return Some((format!("limits.{field}"), format!("must be at least {min} ({why}), got {v}; `null` lifts it")));
+                return Some((
+                    format!("limits.{field}"),
+                    format!("must be at least {min} ({why}), got {v}; `null` lifts it"),
+                ));
             }
         }
         for (i, path) in self.write_paths.iter().enumerate() {

@@ -632,10 +632,8 @@ fn check_actors<'a>(
             return Err(source.error(at, message));
         };
         if actor.depth() > max_depth {
-            let message = format!(
-                "`{key}` is at depth {} and can never run: `agent.max_depth` is {max_depth}",
-                actor.depth()
-            );
+            let message =
+                format!("`{key}` is at depth {} and can never run: `agent.max_depth` is {max_depth}", actor.depth());
             return Err(source.error(at, message));
         }
     }

@@ -90,7 +90,10 @@ fn validate_starts_no_server() {
     let mark = sb.path().join("started");
     sb.write(
         "environments/ev.yaml",
-        &format!("kind: mcp\nservers:\n  - {{name: marks, command: python3, args: [-c, \"open('{}', 'w')\"]}}\n", mark.display()),
+        &format!(
+            "kind: mcp\nservers:\n  - {{name: marks, command: python3, args: [-c, \"open('{}', 'w')\"]}}\n",
+            mark.display()
+        ),
     );
     sb.write("s.yaml", "suite: s\nenvironment: ev\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n");
     let run = sb.run(&["validate", "s.yaml"]);
@@ -100,7 +103,10 @@ fn validate_starts_no_server() {
     sb.write("environments/ev.yaml", "kind: mcp\nservers:\n  - {name: gone, command: /nonexistent/server}\n");
     let run = sb.run(&["validate", "s.yaml"]);
     assert_eq!(run.code, 2, "{run:?}");
-    assert!(run.stderr.contains("environments/ev.yaml:3:") && run.stderr.contains("`/nonexistent/server` does not exist"), "{run:?}");
+    assert!(
+        run.stderr.contains("environments/ev.yaml:3:") && run.stderr.contains("`/nonexistent/server` does not exist"),
+        "{run:?}"
+    );
     assert!(!mark.exists(), "validate started the server");
 }
 
@@ -509,14 +515,16 @@ tasks:
 /// `tools` is the file's `tools:` line, if any.
 fn tools_named(servers: &[(&str, &str)], tools: &str) -> crate::Run {
     let sb = Sandbox::new();
-    let list: String = servers.iter().map(|(name, names)| faulty_server(name, &format!("names, {names}"), "")).collect();
+    let list: String =
+        servers.iter().map(|(name, names)| faulty_server(name, &format!("names, {names}"), "")).collect();
     sb.write("environments/f.yaml", &format!("kind: mcp\n{tools}servers:\n{list}"));
     sb.run(&["tools", "f"])
 }
 
 #[test]
 fn a_tool_named_like_one_of_the_agents_own_actions_is_refused_naming_the_server() {
-    for action in ["memory", "delegate_task", "ask_user", "clarify", "enter_plan_mode", "exit_plan_mode", "final_answer"]
+    for action in
+        ["memory", "delegate_task", "ask_user", "clarify", "enter_plan_mode", "exit_plan_mode", "final_answer"]
     {
         let run = tools_named(&[("notes", &format!("ok, {action}"))], "");
         assert_eq!(run.code, 2, "{run:?}");
@@ -591,16 +599,25 @@ fn relative_paths_are_the_environment_files_when_the_suite_is_given_by_a_relativ
         "kind: mcp\nservers:\n  - {name: f, command: /usr/bin/python3, args: [faulty.py, serve], cwd: servers}\n",
     );
     assert_eq!(sb.run(&["validate", "suites/s.yaml"]).code, 0);
-    sb.write("suites/environments/f.yaml", "kind: mcp\nservers:\n  - {name: f, command: python3, args: [faulty.py, serve]}\n");
+    sb.write(
+        "suites/environments/f.yaml",
+        "kind: mcp\nservers:\n  - {name: f, command: python3, args: [faulty.py, serve]}\n",
+    );
     let run = sb.run(&["validate", "suites/s.yaml"]);
-    assert!(run.code == 2 && run.stderr.contains("servers[0].args[0]") && run.stderr.contains("faulty.py` does not exist"), "{run:?}");
+    assert!(
+        run.code == 2 && run.stderr.contains("servers[0].args[0]") && run.stderr.contains("faulty.py` does not exist"),
+        "{run:?}"
+    );
 }
 
 #[test]
 fn an_optional_environment_whose_program_is_missing_is_still_valid() {
     // Its suites are skipped when they run, not refused.
     let sb = Sandbox::new();
-    sb.write("environments/f.yaml", "kind: mcp\noptional: true\nservers:\n  - {name: f, command: no-such-mcp-server}\n");
+    sb.write(
+        "environments/f.yaml",
+        "kind: mcp\noptional: true\nservers:\n  - {name: f, command: no-such-mcp-server}\n",
+    );
     sb.write("s.yaml", "suite: s\nenvironment: f\nscorers: [{equals: ok}]\ntasks: [{id: a, input: hi}]\n");
     let run = sb.run(&["validate", "s.yaml"]);
     assert_eq!(run.code, 0, "{run:?}");

@@ -157,7 +157,6 @@ impl McpSpec {
             .enumerate()
             .find_map(|(i, s)| exposed.strip_prefix(&format!("{}{SEPARATOR}", s.name)).map(|tool| (i, tool.to_owned())))
     }
-
 }
 
 /// What `validate` can check of a server without starting it: a stdio server's program, the

@@ -61,7 +61,9 @@ impl EnvironmentKind for Web {
     }
 
     fn needs_a_file(&self, name: &str) -> Option<String> {
-        Some(format!("the `web` kind needs to know what to browse: write environments/{name}.yaml with `kind: web` and `web:`, {WHAT_TO_BROWSE}"))
+        Some(format!(
+            "the `web` kind needs to know what to browse: write environments/{name}.yaml with `kind: web` and `web:`, {WHAT_TO_BROWSE}"
+        ))
     }
 
     fn builtin_settings(&self) -> KindSettings {
