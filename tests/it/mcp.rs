@@ -593,6 +593,16 @@ fn relative_paths_are_the_environment_files_when_the_suite_is_given_by_a_relativ
     let events = sb.events();
     let result = &call(&events, 1)["tool_result"];
     assert_eq!(result["content"][0]["text"], "ok", "the server ran and answered: {result}");
+    // The same from another folder, the suite named by a path that climbs out of it.
+    std::fs::create_dir_all(sb.path().join("elsewhere")).expect("mkdir");
+    let output = sb
+        .command()
+        .current_dir(sb.path().join("elsewhere"))
+        .args(["eval", "../suites/s.yaml", "--model", "mock", "--run-id", "again", "--out", "../results"])
+        .output()
+        .expect("run runner");
+    let run = crate::Run::from(output);
+    assert_eq!(run.code, 0, "{run:?}");
     // A bare script name is the server's `cwd`'s, and a missing one is refused by `validate`.
     sb.write(
         "suites/environments/f.yaml",
