@@ -107,7 +107,6 @@ impl Source {
                 && message.starts_with("invalid type: floating point")
                 && let Some(slot) = value_at(value.to_mut(), e.path())
                 && let Some(whole) = slot.as_f64().filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x <= max as f64)
-                && (whole as u64) <= max
             {
                 *slot = Value::Number((whole as u64).into());
                 continue;

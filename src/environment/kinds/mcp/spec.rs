@@ -157,12 +157,24 @@ impl McpSpec {
             .enumerate()
             .find_map(|(i, s)| exposed.strip_prefix(&format!("{}{SEPARATOR}", s.name)).map(|tool| (i, tool.to_owned())))
     }
+
+    /// The first stdio server whose program (or a file its arguments name) is not
+    /// installed, and what is missing.
+    pub fn missing_command(&self) -> Option<(String, String)> {
+        self.servers.iter().find_map(|s| {
+            let command = s.command.as_ref()?;
+            if resolve_command(command, &self.base).is_err() {
+                return Some((s.name.clone(), command.clone()));
+            }
+            let missing = s.args.iter().find(|a| is_path_argument(a) && !argument_path(a, s, &self.base).exists())?;
+            Some((s.name.clone(), missing.clone()))
+        })
+    }
 }
 
 /// What `validate` can check of a server without starting it: a stdio server's program, the
 /// files its arguments name, its `cwd`, and the variables its `env`, arguments and (for
-/// HTTP) `headers` take. The
-/// error is the field's (under `servers[i].`) and what is wrong.
+/// HTTP) `headers` take. The error is the field's (under `servers[i].`) and what is wrong.
 fn check_installed(server: &ServerSpec, base: &Path) -> Result<(), (String, String)> {
     for (name, value) in &server.headers {
         expand_vars(value).map_err(|e| (format!("headers.{name}"), e))?;
@@ -188,19 +200,4 @@ fn check_installed(server: &ServerSpec, base: &Path) -> Result<(), (String, Stri
         expand_vars(value).map_err(|e| (format!("env.{name}"), e))?;
     }
     Ok(())
-}
-
-impl McpSpec {
-    /// The first stdio server whose program (or a file its arguments name) is not
-    /// installed, and what is missing.
-    pub fn missing_command(&self) -> Option<(String, String)> {
-        self.servers.iter().find_map(|s| {
-            let command = s.command.as_ref()?;
-            if resolve_command(command, &self.base).is_err() {
-                return Some((s.name.clone(), command.clone()));
-            }
-            let missing = s.args.iter().find(|a| is_path_argument(a) && !argument_path(a, s, &self.base).exists())?;
-            Some((s.name.clone(), missing.clone()))
-        })
-    }
 }
