@@ -746,6 +746,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_defaults_and_a_shared_folder_are_possible_and_a_system_folder_to_write_is_not() {
+        assert_eq!(SandboxSpec::default().problem(), None);
+        let writes = |path: &str| SandboxSpec { write_paths: vec![PathBuf::from(path)], ..SandboxSpec::default() };
+        assert_eq!(writes("/srv/shared").problem(), None);
+        assert_eq!(writes("/usr2").problem(), None, "a sibling of a system folder is not one");
+        for path in ["/", "/usr", "/usr/local/bin", "/etc/ssh", "/proc"] {
+            let (field, _) = writes(path).problem().unwrap_or_else(|| panic!("{path} should be refused"));
+            assert_eq!(field, "write_paths[0]");
+        }
+        let at_least = ProcessLimits {
+            open_files: Some(MIN_OPEN_FILES),
+            memory_mb: Some(MIN_MEMORY_MB),
+            ..ProcessLimits::default()
+        };
+        assert_eq!(SandboxSpec { limits: at_least, ..SandboxSpec::default() }.problem(), None);
+        let lifted =
+            ProcessLimits { cpu_s: None, memory_mb: None, processes: None, file_size_mb: None, open_files: None };
+        assert_eq!(SandboxSpec { limits: lifted, ..SandboxSpec::default() }.problem(), None);
+    }
+
+    #[test]
     fn a_hidden_path_is_left_out_and_its_siblings_kept() {
         let dir = tempfile::tempdir().unwrap();
         for name in ["a/secret", "a/open", "b"] {
