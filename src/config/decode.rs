@@ -102,6 +102,15 @@ impl Source {
                     }
                 }
             }
+            // `1e2` is read as a float; where a count is expected, a whole one is that count.
+            if let Some(max) = integer_max(&message)
+                && message.starts_with("invalid type: floating point")
+                && let Some(slot) = value_at(value.to_mut(), e.path())
+                && let Some(whole) = slot.as_f64().filter(|x| x.fract() == 0.0 && *x >= 0.0 && *x <= max as f64)
+            {
+                *slot = Value::Number((whole as u64).into());
+                continue;
+            }
             let message = integer_range(&message, written.get(&at).map(String::as_str)).unwrap_or(message);
             // The path ends at the offending key when the error is about an unknown one.
             if let Some(key) = unknown_key(&message)
@@ -130,17 +139,22 @@ fn value_at<'v>(mut value: &'v mut Value, path: &serde_path_to_error::Path) -> O
 /// Says what is wrong with a number given where a count is expected, instead of serde's
 /// `invalid type: floating point ..., expected u32`.
 fn integer_range(message: &str, written: Option<&str>) -> Option<String> {
-    let max = match message.rsplit_once(", expected ")?.1 {
+    let max = integer_max(message)?;
+    let found = message.split('`').nth(1)?;
+    let is_number =
+        message.starts_with("invalid type: floating point") || message.starts_with("invalid value: integer");
+    is_number.then(|| format!("expected a whole number from 0 to {max}, found {}", written.unwrap_or(found)))
+}
+
+/// The largest value of the unsigned type a decoder's error `message` expected.
+fn integer_max(message: &str) -> Option<u64> {
+    Some(match message.rsplit_once(", expected ")?.1 {
         "u8" => u64::from(u8::MAX),
         "u16" => u64::from(u16::MAX),
         "u32" => u64::from(u32::MAX),
         "u64" | "usize" => u64::MAX,
         _ => return None,
-    };
-    let found = message.split('`').nth(1)?;
-    let is_number =
-        message.starts_with("invalid type: floating point") || message.starts_with("invalid value: integer");
-    is_number.then(|| format!("expected a whole number from 0 to {max}, found {}", written.unwrap_or(found)))
+    })
 }
 
 /// Checks a number of seconds: positive, finite, at most `max`.

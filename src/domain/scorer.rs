@@ -501,6 +501,11 @@ fn document(arg: Value, o: &mut Options) -> Result<Check, String> {
             "`document` needs something to check: `sections`, `min_words`, `max_words` or `max_section_words`".into()
         );
     }
+    if let (Some(min), Some(max)) = (min_words, max_words)
+        && min > max
+    {
+        return Err(format!("`document`: min_words ({min}) is more than max_words ({max}): no text could pass"));
+    }
     Ok(Check::Document { path, sections, min_words, max_words, max_section_words })
 }
 

@@ -254,6 +254,10 @@ impl Definition {
             if settings.max_calls == 0 {
                 return Err(source.error("execute_code.max_calls", "must be at least 1"));
             }
+            // A script's printed output is its whole result.
+            if settings.stdout_bytes == 0 {
+                return Err(source.error("execute_code.stdout_bytes", "must be at least 1"));
+            }
             // Offered before the final answer, which stays last.
             let at = offered.iter().position(|t| t.spec.name == FINAL_TOOL).unwrap_or(offered.len());
             offered.insert(at, script::tool_decl(&offered));
@@ -264,6 +268,10 @@ impl Definition {
         // No output at all would hide every result from the agent.
         if file.limits.output_cap_bytes == 0 {
             return Err(source.error("limits.output_cap_bytes", "must be at least 1"));
+        }
+        // No room for checkpoints would fail every `checkpoint` call.
+        if file.limits.checkpoint_bytes == 0 {
+            return Err(source.error("limits.checkpoint_bytes", "must be at least 1"));
         }
         for (field, value) in
             [("tool_timeout_s", file.limits.tool_timeout_s), ("command_timeout_s", file.limits.command_timeout_s)]
@@ -297,6 +305,9 @@ impl Definition {
                         return Err(source.error(&format!("sandbox.{field}[{i}]"), "must be an absolute path"));
                     }
                 }
+            }
+            if let Some((field, message)) = spec.problem() {
+                return Err(source.error(&format!("sandbox.{field}"), message));
             }
         }
         let mut names: Vec<&str> = offered.iter().map(|t| t.spec.name.as_str()).collect();

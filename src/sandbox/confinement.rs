@@ -58,6 +58,55 @@ pub struct SandboxSpec {
     pub limits: ProcessLimits,
 }
 
+/// The fewest open files a command needs: `sh` keeps the descriptors it saves around a
+/// redirection at 10 and above, so `x=$(echo hi | cat)` fails with 11 (measured: dash,
+/// python3 and coreutils all run with 12).
+pub const MIN_OPEN_FILES: u64 = 12;
+
+/// The least address space, in MiB, in which `sh` loads its libraries (measured: it fails
+/// to map libc with 2 and runs with 4).
+pub const MIN_MEMORY_MB: u64 = 4;
+
+impl SandboxSpec {
+    /// What makes these settings impossible, if anything: the field (under `sandbox.`)
+    /// and why. Checked when the environment file is read, so that no episode starts
+    /// under a sandbox in which no command could run.
+    pub fn problem(&self) -> Option<(String, String)> {
+        let l = &self.limits;
+        let minimums = [
+            ("cpu_s", l.cpu_s, 1, "a process with no CPU seconds is killed before it starts"),
+            ("memory_mb", l.memory_mb, MIN_MEMORY_MB, "a shell does not load in less"),
+            ("processes", l.processes, 1, "no command could start"),
+            ("open_files", l.open_files, MIN_OPEN_FILES, "a shell's pipes and redirections need that many"),
+        ];
+        for (field, value, min, why) in minimums {
+            if let Some(v) = value.filter(|v| *v < min) {
+                return Some((
+                    format!("limits.{field}"),
+                    format!("must be at least {min} ({why}), got {v}; `null` lifts it"),
+                ));
+            }
+        }
+        for (i, path) in self.write_paths.iter().enumerate() {
+            let system = SYSTEM_READ.iter().map(Path::new).find(|s| s.starts_with(path) || path.starts_with(s));
+            if let Some(system) = system.filter(|_| path.is_absolute()) {
+                let message = format!(
+                    "`{}` would let every command change the host's `{}`; name a folder of its own",
+                    path.display(),
+                    system.display()
+                );
+                return Some((format!("write_paths[{i}]"), message));
+            }
+        }
+        for (i, path) in self.read_paths.iter().enumerate() {
+            if path.is_absolute() && !path.exists() {
+                return Some((format!("read_paths[{i}]"), format!("`{}` does not exist", path.display())));
+            }
+        }
+        None
+    }
+}
+
 /// Limits of each process a world starts; `null` lifts one.
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -695,6 +744,27 @@ fn pids_cgroup_base() -> io::Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_defaults_and_a_shared_folder_are_possible_and_a_system_folder_to_write_is_not() {
+        assert_eq!(SandboxSpec::default().problem(), None);
+        let writes = |path: &str| SandboxSpec { write_paths: vec![PathBuf::from(path)], ..SandboxSpec::default() };
+        assert_eq!(writes("/srv/shared").problem(), None);
+        assert_eq!(writes("/usr2").problem(), None, "a sibling of a system folder is not one");
+        for path in ["/", "/usr", "/usr/local/bin", "/etc/ssh", "/proc"] {
+            let (field, _) = writes(path).problem().unwrap_or_else(|| panic!("{path} should be refused"));
+            assert_eq!(field, "write_paths[0]");
+        }
+        let at_least = ProcessLimits {
+            open_files: Some(MIN_OPEN_FILES),
+            memory_mb: Some(MIN_MEMORY_MB),
+            ..ProcessLimits::default()
+        };
+        assert_eq!(SandboxSpec { limits: at_least, ..SandboxSpec::default() }.problem(), None);
+        let lifted =
+            ProcessLimits { cpu_s: None, memory_mb: None, processes: None, file_size_mb: None, open_files: None };
+        assert_eq!(SandboxSpec { limits: lifted, ..SandboxSpec::default() }.problem(), None);
+    }
 
     #[test]
     fn a_hidden_path_is_left_out_and_its_siblings_kept() {

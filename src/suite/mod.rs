@@ -337,7 +337,9 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
             return Err(source.error(key, "has no effect without `agent.subagent`, the subagents' system prompt"));
         }
     }
-    check_actors(&source, "mock_subagents", file.mock_subagents.keys())?;
+    // The depth subagents may reach, or `None` when the suite starts none.
+    let reach = file.agent.subagent.as_ref().map(|_| file.agent.max_depth.unwrap_or(DEFAULT_MAX_DEPTH));
+    check_actors(&source, "mock_subagents", file.mock_subagents.keys(), reach)?;
     if let Some(memory) = &file.agent.memory {
         memory.check().map_err(|(field, e)| source.error(&format!("agent.memory.{field}"), e))?;
     }
@@ -403,7 +405,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     let subagent = file.agent.subagent.as_deref().unwrap_or("");
     for (at, raw) in raw_tasks.drain(..) {
         if let Some(scripts) = &raw.mock_subagents {
-            check_actors(&source, &yaml::child(&at, "mock_subagents"), scripts.keys())?;
+            check_actors(&source, &yaml::child(&at, "mock_subagents"), scripts.keys(), reach)?;
         }
         check_tool_refs(&source, &yaml::child(&at, "scorers"), &raw.scorers, &environment)?;
         for name in raw.files.keys() {
@@ -608,15 +610,31 @@ pub(crate) fn build_task(
 }
 
 /// The keys of a `mock_subagents:` mapping name subagents: `main.1`, `main.1.2`, …
-fn check_actors<'a>(source: &Source, at: &str, keys: impl Iterator<Item = &'a String>) -> Result<(), ConfigError> {
+/// Checks that each key of a `mock_subagents` names a subagent that can run: one the
+/// suite starts (`agent.subagent`), no deeper than `reach` (its `max_depth`).
+fn check_actors<'a>(
+    source: &Source,
+    at: &str,
+    keys: impl Iterator<Item = &'a String>,
+    reach: Option<u32>,
+) -> Result<(), ConfigError> {
     for key in keys {
-        match Actor::parse(key) {
-            Ok(Actor::Subagent(_)) => {}
+        let actor = match Actor::parse(key) {
+            Ok(actor @ Actor::Subagent(_)) => actor,
             _ => {
                 let message =
                     format!("`{key}` is not a subagent: the keys are actors `main.1`, `main.2`, `main.1.1`, …");
                 return Err(source.error(at, message));
             }
+        };
+        let Some(max_depth) = reach else {
+            let message = format!("`{key}` can never run: the suite starts no subagents without `agent.subagent`");
+            return Err(source.error(at, message));
+        };
+        if actor.depth() > max_depth {
+            let message =
+                format!("`{key}` is at depth {} and can never run: `agent.max_depth` is {max_depth}", actor.depth());
+            return Err(source.error(at, message));
         }
     }
     Ok(())

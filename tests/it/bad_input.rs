@@ -220,3 +220,16 @@ fn an_explicit_start_of_the_one_yaml_document_is_fine() {
 fn an_agent_of_kind_tool_calling_is_accepted() {
     accepted(&format!("agent: {{kind: tool_calling, system: be brief}}\n{GOOD_HEAD}  - {{id: a, input: hi}}\n"));
 }
+
+#[test]
+fn a_whole_number_written_with_an_exponent_is_accepted_where_a_count_is_expected() {
+    // The manual: "where a number is expected, an unquoted one may be written any YAML way".
+    let out = accepted(
+        "suite: s\nenvironment: kv\nlimits: {max_steps: 1e2, max_tokens: 2.5e4}\nepochs: 1e0\n\
+         scorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n",
+    );
+    assert!(out.contains("suite `s`: 1 tasks"), "{out}");
+    // A fraction is still not a count.
+    let err = error_for(&format!("limits: {{max_steps: 1.5e0}}\n{GOOD_HEAD}  - {{id: a, input: hi}}\n"));
+    assert!(err.contains("tasks/bad.yaml:1:") && err.contains("found 1.5e0"), "{err}");
+}

@@ -86,11 +86,28 @@ fn runner_tools_lists_the_discovered_tools_with_their_annotations() {
 #[test]
 fn validate_starts_no_server() {
     let sb = Sandbox::new();
-    // A server that would fail to start: validate does not notice, because it starts nothing.
-    sb.write("environments/ev.yaml", "kind: mcp\nservers:\n  - {name: gone, command: /nonexistent/server}\n");
+    // A server that would leave a mark if it were started: validate starts nothing.
+    let mark = sb.path().join("started");
+    sb.write(
+        "environments/ev.yaml",
+        &format!(
+            "kind: mcp\nservers:\n  - {{name: marks, command: python3, args: [-c, \"open('{}', 'w')\"]}}\n",
+            mark.display()
+        ),
+    );
     sb.write("s.yaml", "suite: s\nenvironment: ev\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n");
     let run = sb.run(&["validate", "s.yaml"]);
     assert_eq!(run.code, 0, "{run:?}");
+    assert!(!mark.exists(), "validate started the server");
+    // What it can see without starting one, it checks: a program that is not there.
+    sb.write("environments/ev.yaml", "kind: mcp\nservers:\n  - {name: gone, command: /nonexistent/server}\n");
+    let run = sb.run(&["validate", "s.yaml"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(
+        run.stderr.contains("environments/ev.yaml:3:") && run.stderr.contains("`/nonexistent/server` does not exist"),
+        "{run:?}"
+    );
+    assert!(!mark.exists(), "validate started the server");
 }
 
 #[test]
@@ -492,4 +509,126 @@ tasks:
     let system = &recorded[0]["request"]["messages"][0];
     assert_eq!(system["role"], "system", "{system}");
     assert_eq!(system["content"], "Suite's own words.\n\nThis is a simple prompt without arguments.", "{system}");
+}
+
+/// `runner tools f` over servers of the faulty server's `names` mode, each `(server, names)`;
+/// `tools` is the file's `tools:` line, if any.
+fn tools_named(servers: &[(&str, &str)], tools: &str) -> crate::Run {
+    let sb = Sandbox::new();
+    let list: String =
+        servers.iter().map(|(name, names)| faulty_server(name, &format!("names, {names}"), "")).collect();
+    sb.write("environments/f.yaml", &format!("kind: mcp\n{tools}servers:\n{list}"));
+    sb.run(&["tools", "f"])
+}
+
+#[test]
+fn a_tool_named_like_one_of_the_agents_own_actions_is_refused_naming_the_server() {
+    for action in
+        ["memory", "delegate_task", "ask_user", "clarify", "enter_plan_mode", "exit_plan_mode", "final_answer"]
+    {
+        let run = tools_named(&[("notes", &format!("ok, {action}"))], "");
+        assert_eq!(run.code, 2, "{run:?}");
+        assert!(run.stderr.contains(&format!("server `notes` offers a tool named `{action}`")), "{run:?}");
+        assert!(run.stderr.contains("the agent's own actions"), "{run:?}");
+    }
+    // Left out by `tools:`, it is never shown and shadows nothing.
+    let run = tools_named(&[("notes", "ok, memory")], "tools: [ok]\n");
+    assert_eq!(run.code, 0, "{run:?}");
+    // With several servers, its name is the server's: `notes__memory` shadows nothing.
+    let run = tools_named(&[("notes", "memory"), ("other", "ok")], "");
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("\"notes__memory\""), "{run:?}");
+}
+
+#[test]
+fn tool_names_a_provider_would_refuse_are_refused_when_discovered() {
+    let run = tools_named(&[("notes", "ok, \"read note\"")], "");
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("server `notes` offers a tool named `read note`, which providers refuse"), "{run:?}");
+    let run = tools_named(&[("notes", "ok, \"@300\"")], "");
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("which providers refuse") && run.stderr.contains("1 to 64"), "{run:?}");
+    assert!(!run.stderr.contains(&"x".repeat(100)), "the message shows the start of the name: {run:?}");
+    // 64 is the limit, the server's prefix included.
+    assert_eq!(tools_named(&[("notes", "\"@64\"")], "").code, 0);
+    let run = tools_named(&[("notes", "\"@60\""), ("b", "ok")], "");
+    assert!(run.code == 2 && run.stderr.contains("`notes__` included"), "{run:?}");
+    let run = tools_named(&[("notes", "ok, ok")], "");
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("server `notes` offers two tools named `ok`"), "{run:?}");
+}
+
+#[test]
+fn a_server_name_that_would_join_into_anothers_tool_names_is_refused() {
+    // `s_`'s `x` and `s`'s `_x` would both be `s___x`.
+    let sb = Sandbox::new();
+    sb.write(
+        "environments/f.yaml",
+        &format!("kind: mcp\nservers:\n{}{}", faulty_server("s", "names, _x", ""), faulty_server("s_", "names, x", "")),
+    );
+    sb.write("s.yaml", "suite: s\nenvironment: f\nscorers: [{equals: done}]\ntasks: [{id: a, input: hi}]\n");
+    let run = sb.run(&["validate", "s.yaml"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("environments/f.yaml:4:") && run.stderr.contains("`s_`"), "{run:?}");
+}
+
+#[test]
+fn relative_paths_are_the_environment_files_when_the_suite_is_given_by_a_relative_path() {
+    let sb = Sandbox::new();
+    let script = std::fs::read_to_string(FAULTY).expect("read the faulty server");
+    sb.write("suites/environments/servers/faulty.py", &script);
+    sb.write(
+        "suites/environments/f.yaml",
+        "kind: mcp\nservers:\n  - {name: f, command: /usr/bin/python3, args: [./servers/faulty.py, serve], cwd: servers}\n",
+    );
+    sb.write(
+        "suites/s.yaml",
+        "suite: s\nenvironment: f\nscorers: [{equals: ok}]\ntasks:\n  - id: a\n    input: hi\n    mock:\n      \
+         - tool_calls: [{name: ok, arguments: {}}]\n      - text: ok\n",
+    );
+    let validate = sb.run(&["validate", "suites/s.yaml"]);
+    assert_eq!(validate.code, 0, "{validate:?}");
+    let run = sb.eval(&["suites/s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let result = &call(&events, 1)["tool_result"];
+    assert_eq!(result["content"][0]["text"], "ok", "the server ran and answered: {result}");
+    // The same from another folder, the suite named by a path that climbs out of it.
+    std::fs::create_dir_all(sb.path().join("elsewhere")).expect("mkdir");
+    let output = sb
+        .command()
+        .current_dir(sb.path().join("elsewhere"))
+        .args(["eval", "../suites/s.yaml", "--model", "mock", "--run-id", "again", "--out", "../results"])
+        .output()
+        .expect("run runner");
+    let run = crate::Run::from(output);
+    assert_eq!(run.code, 0, "{run:?}");
+    // A bare script name is the server's `cwd`'s, and a missing one is refused by `validate`.
+    sb.write(
+        "suites/environments/f.yaml",
+        "kind: mcp\nservers:\n  - {name: f, command: /usr/bin/python3, args: [faulty.py, serve], cwd: servers}\n",
+    );
+    assert_eq!(sb.run(&["validate", "suites/s.yaml"]).code, 0);
+    sb.write(
+        "suites/environments/f.yaml",
+        "kind: mcp\nservers:\n  - {name: f, command: python3, args: [faulty.py, serve]}\n",
+    );
+    let run = sb.run(&["validate", "suites/s.yaml"]);
+    assert!(
+        run.code == 2 && run.stderr.contains("servers[0].args[0]") && run.stderr.contains("faulty.py` does not exist"),
+        "{run:?}"
+    );
+}
+
+#[test]
+fn an_optional_environment_whose_program_is_missing_is_still_valid() {
+    // Its suites are skipped when they run, not refused.
+    let sb = Sandbox::new();
+    sb.write(
+        "environments/f.yaml",
+        "kind: mcp\noptional: true\nservers:\n  - {name: f, command: no-such-mcp-server}\n",
+    );
+    sb.write("s.yaml", "suite: s\nenvironment: f\nscorers: [{equals: ok}]\ntasks: [{id: a, input: hi}]\n");
+    let run = sb.run(&["validate", "s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
 }

@@ -20,7 +20,10 @@ use serde_json::{Map, Value, json};
 
 use super::{EnvironmentKind, KindKeys, KindSettings};
 use crate::config::decode::ConfigError;
-use crate::contract::{Actor, ErrorType, FINAL_TOOL, ToolAnnotations, ToolSpec};
+use crate::contract::{
+    ASK_USER, Actor, CLARIFY, DELEGATE_TOOL, ENTER_PLAN_MODE, EXIT_PLAN_MODE, ErrorType, FINAL_TOOL, MEMORY_TOOL,
+    ToolAnnotations, ToolSpec,
+};
 use crate::domain::Task;
 use crate::environment::tool::{self, ToolDecl};
 use crate::environment::{Definition, SetupContext, SetupError, ToolFailure, World};
@@ -176,7 +179,7 @@ impl EnvironmentKind for Mcp {
         for server in &spec.servers {
             let running = Server::start(server, definition, &spec.base, &work, sandbox).await?;
             for tool in running.tools().await? {
-                decls.push(decl_of(&spec, &server.name, &tool)?);
+                decls.push((server.name.clone(), decl_of(&spec, &server.name, &tool)?));
             }
             started.push(running);
         }
@@ -192,10 +195,10 @@ impl EnvironmentKind for Mcp {
             Some(names) => {
                 let mut chosen = Vec::new();
                 for name in names {
-                    match decls.iter().find(|d| &d.spec.name == name) {
+                    match decls.iter().find(|(_, d)| &d.spec.name == name) {
                         Some(d) => chosen.push(d.clone()),
                         None => {
-                            let known: Vec<&str> = decls.iter().map(|d| d.spec.name.as_str()).collect();
+                            let known: Vec<&str> = decls.iter().map(|(_, d)| d.spec.name.as_str()).collect();
                             return Err(format!(
                                 "`tools:` lists `{name}`, which no server offers; they offer: {}",
                                 known.join(", ")
@@ -206,7 +209,16 @@ impl EnvironmentKind for Mcp {
                 chosen
             }
         };
-        let mut exposed = exposed;
+        // What the agent is shown must be names a provider takes and that do not shadow
+        // the agent's own; a tool left out by `tools:` is never shown.
+        for (server, decl) in &exposed {
+            let own = spec.route(&decl.spec.name).map_or_else(|| decl.spec.name.clone(), |(_, tool)| tool);
+            check_tool_name(server, &own, &decl.spec.name)?;
+        }
+        if let Some(message) = duplicate(&exposed) {
+            return Err(message);
+        }
+        let mut exposed: Vec<ToolDecl> = exposed.into_iter().map(|(_, d)| d).collect();
         exposed.push(tool::final_answer());
         Ok(Some((exposed, prompt_text)))
     }
@@ -216,15 +228,55 @@ impl EnvironmentKind for Mcp {
     }
 }
 
+/// The agent's own actions: a server's tool by one of these names would shadow it.
+const AGENT_ACTIONS: [&str; 7] =
+    [FINAL_TOOL, MEMORY_TOOL, DELEGATE_TOOL, ASK_USER, CLARIFY, ENTER_PLAN_MODE, EXIT_PLAN_MODE];
+
+/// The longest tool name providers take: OpenAI's and Anthropic's rule is
+/// `^[a-zA-Z0-9_-]{1,64}$`.
+const MAX_TOOL_NAME: usize = 64;
+
+/// Refuses a discovered tool whose name (`exposed`, as the agent would see it) a provider
+/// would refuse, or that would shadow one of the agent's own actions.
+fn check_tool_name(server: &str, name: &str, exposed: &str) -> Result<(), String> {
+    if AGENT_ACTIONS.contains(&exposed) {
+        return Err(format!(
+            "server `{server}` offers a tool named `{exposed}`, which is one of the agent's own actions ({}): \
+             list the tools to keep in `tools:` to leave it out",
+            AGENT_ACTIONS.join(", ")
+        ));
+    }
+    let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    if exposed.is_empty() || exposed.len() > MAX_TOOL_NAME || !exposed.chars().all(valid) {
+        let shown: String = name.chars().take(80).collect();
+        let more = if name.chars().count() > 80 { "…" } else { "" };
+        return Err(format!(
+            "server `{server}` offers a tool named `{shown}{more}`, which providers refuse: a tool's name (here \
+             `{server}{SEPARATOR}` included when there are several servers) is 1 to {MAX_TOOL_NAME} letters, digits, \
+             `_` or `-`"
+        ));
+    }
+    Ok(())
+}
+
+/// The first name that two discovered tools share, and the servers that offer it.
+fn duplicate(decls: &[(String, ToolDecl)]) -> Option<String> {
+    decls.iter().enumerate().find_map(|(i, (server, d))| {
+        let (other, _) = decls[..i].iter().find(|(_, e)| e.spec.name == d.spec.name)?;
+        Some(if other == server {
+            format!("server `{server}` offers two tools named `{}`, which providers refuse", d.spec.name)
+        } else {
+            format!("servers `{other}` and `{server}` both offer a tool named `{}`", d.spec.name)
+        })
+    })
+}
+
 /// A discovered tool (as the server listed it) as the agent is shown it.
 fn decl_of(spec: &McpSpec, server: &str, tool: &Value) -> Result<ToolDecl, String> {
     let Some(name) = tool["name"].as_str() else {
         return Err(format!("server `{server}` listed a tool without a name: {tool}"));
     };
     let exposed = spec.exposed_name(server, name);
-    if exposed == FINAL_TOOL {
-        return Err(format!("server `{server}` offers a tool named `{FINAL_TOOL}`, which is the runner's own"));
-    }
     let description = tool["description"].as_str().or(tool["title"].as_str()).unwrap_or(name).to_owned();
     let mut parameters = tool.get("inputSchema").cloned().unwrap_or_else(|| json!({"type": "object"}));
     // `$schema` pins a draft for validation only; models are shown the schema itself.

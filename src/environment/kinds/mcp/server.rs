@@ -96,9 +96,25 @@ pub(super) fn expand_path(text: &str, base: &Path) -> PathBuf {
     if path.is_absolute() { path } else { base.join(path) }
 }
 
-/// Whether an argument names a file (and so is resolved, and made readable).
+/// Whether an argument names a file (and so is resolved, and made readable): a path, or a
+/// script by its extension (`server.py`).
 pub(super) fn is_path_argument(arg: &str) -> bool {
-    arg.starts_with('/') || arg.starts_with("./") || arg.starts_with("../") || arg.starts_with("~/")
+    arg.starts_with('/') || arg.starts_with("./") || arg.starts_with("../") || arg.starts_with("~/") || is_script(arg)
+}
+
+/// Whether an argument is a bare script name (`server.py`, `dist/index.js`), which is the
+/// server's `cwd`'s when it has one, like a shell would read it, else the file's folder's.
+fn is_script(arg: &str) -> bool {
+    const SCRIPTS: [&str; 6] = [".py", ".js", ".mjs", ".cjs", ".ts", ".rb"];
+    !arg.starts_with('-') && !arg.contains(['=', ':']) && SCRIPTS.iter().any(|e| arg.ends_with(e))
+}
+
+/// The file an argument names (see [`is_path_argument`]), given the file's folder `base`.
+pub(super) fn argument_path(arg: &str, spec: &ServerSpec, base: &Path) -> PathBuf {
+    match &spec.cwd {
+        Some(cwd) if is_script(arg) && !arg.starts_with(['/', '.', '~']) => expand_path(arg, &expand_path(cwd, base)),
+        _ => expand_path(arg, base),
+    }
 }
 
 /// How much of a server's stderr is kept for messages.
@@ -245,8 +261,9 @@ impl Server {
         }
         let mut args = Vec::new();
         for arg in &spec.args {
+            let arg = &expand_vars(arg).map_err(|e| format!("server `{name}`: argument {e}"))?;
             if is_path_argument(arg) {
-                let path = expand_path(arg, base);
+                let path = argument_path(arg, spec, base);
                 if path.exists() {
                     let real = path.canonicalize().unwrap_or(path.clone());
                     readable.push(installation(&real).map_err(|e| format!("server `{name}`: {e}"))?);

@@ -6,7 +6,9 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::server::{PromptRef, Server, ServerSpec, expand_path, is_path_argument, resolve_command};
+use super::server::{
+    PromptRef, Server, ServerSpec, argument_path, expand_path, expand_vars, is_path_argument, resolve_command,
+};
 use crate::config::decode::{ConfigError, Source, check_seconds};
 use crate::domain::MAX_EPISODE_S;
 
@@ -39,6 +41,9 @@ impl McpSpec {
             return Err(source.error("kind", "an `mcp` environment needs `servers:`, a list of MCP servers"));
         };
         let servers: Vec<ServerSpec> = source.decode("servers", servers_value)?;
+        // Absolute, so that it means the same whatever folder a server starts in.
+        let folder = source.file.parent().unwrap_or(Path::new("."));
+        let base = std::path::absolute(folder).unwrap_or_else(|_| folder.to_path_buf());
         if servers.is_empty() {
             return Err(source.error("servers", "list at least one server"));
         }
@@ -107,6 +112,18 @@ impl McpSpec {
                 }
             }
             check_seconds(source, &at("start_timeout_s"), server.start_timeout_s, 0.001, MAX_EPISODE_S)?;
+            // An optional environment's missing server skips its suites when they run.
+            if !optional.unwrap_or(false) {
+                check_installed(server, &base).map_err(|(field, e)| source.error(&at(&field), e))?;
+            }
+            if servers.len() > 1 && server.name.ends_with('_') {
+                let message = format!(
+                    "`{}`: with several servers, tools are named `SERVER{SEPARATOR}TOOL`, and a name that ends with \
+                     `_` would read as another server's (`s_`'s tool `x` and `s`'s tool `_x` are both `s___x`)",
+                    server.name
+                );
+                return Err(source.error(&at("name"), message));
+            }
         }
         let prompts: Vec<PromptRef> = match prompts {
             None => Vec::new(),
@@ -121,7 +138,6 @@ impl McpSpec {
                 ));
             }
         }
-        let base = source.file.parent().unwrap_or(Path::new(".")).to_path_buf();
         let shared = servers.iter().map(|_| tokio::sync::OnceCell::new()).collect();
         Ok(McpSpec { servers, prompts, optional: optional.unwrap_or(false), base, shared })
     }
@@ -150,8 +166,38 @@ impl McpSpec {
             if resolve_command(command, &self.base).is_err() {
                 return Some((s.name.clone(), command.clone()));
             }
-            let missing = s.args.iter().find(|a| is_path_argument(a) && !expand_path(a, &self.base).exists())?;
+            let missing = s.args.iter().find(|a| is_path_argument(a) && !argument_path(a, s, &self.base).exists())?;
             Some((s.name.clone(), missing.clone()))
         })
     }
+}
+
+/// What `validate` can check of a server without starting it: a stdio server's program, the
+/// files its arguments name, its `cwd`, and the variables its `env`, arguments and (for
+/// HTTP) `headers` take. The error is the field's (under `servers[i].`) and what is wrong.
+fn check_installed(server: &ServerSpec, base: &Path) -> Result<(), (String, String)> {
+    for (name, value) in &server.headers {
+        expand_vars(value).map_err(|e| (format!("headers.{name}"), e))?;
+    }
+    let Some(command) = &server.command else { return Ok(()) };
+    resolve_command(command, base).map_err(|e| ("command".into(), e))?;
+    for (i, arg) in server.args.iter().enumerate() {
+        let arg = expand_vars(arg).map_err(|e| (format!("args[{i}]"), e))?;
+        if is_path_argument(&arg) {
+            let path = argument_path(&arg, server, base);
+            if !path.exists() {
+                return Err((format!("args[{i}]"), format!("`{}` does not exist", path.display())));
+            }
+        }
+    }
+    if let Some(cwd) = &server.cwd {
+        let path = expand_path(cwd, base);
+        if !path.is_dir() {
+            return Err(("cwd".into(), format!("`{}` is not a folder", path.display())));
+        }
+    }
+    for (name, value) in &server.env {
+        expand_vars(value).map_err(|e| (format!("env.{name}"), e))?;
+    }
+    Ok(())
 }

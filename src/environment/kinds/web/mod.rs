@@ -54,8 +54,16 @@ impl EnvironmentKind for Web {
     }
 
     fn decode_settings(&self, keys: &KindKeys<'_>) -> Result<KindSettings, ConfigError> {
-        let setup = keys.get("web").map(|value| WebSetup::load(keys.source, value)).transpose()?;
-        Ok(KindSettings::Web(setup.map(Arc::new)))
+        let Some(value) = keys.get("web") else {
+            return Err(keys.source.error("kind", format!("a `web` environment needs `web:`, {WHAT_TO_BROWSE}")));
+        };
+        Ok(KindSettings::Web(Some(Arc::new(WebSetup::load(keys.source, value)?))))
+    }
+
+    fn needs_a_file(&self, name: &str) -> Option<String> {
+        Some(format!(
+            "the `web` kind needs to know what to browse: write environments/{name}.yaml with `kind: web` and `web:`, {WHAT_TO_BROWSE}"
+        ))
     }
 
     fn builtin_settings(&self) -> KindSettings {
@@ -92,6 +100,9 @@ impl EnvironmentKind for Web {
         Ok(Box::new(WebWorld { source, budget, left, cap: definition.limits.output_cap_bytes }))
     }
 }
+
+/// The two ways to say what a `web` environment browses, for messages.
+const WHAT_TO_BROWSE: &str = "`{corpus: FOLDER}` (offline pages) or `{live: {allow: [HOST…]}}` (HTTP)";
 
 /// The `web:` mapping of an environment file.
 #[derive(Debug, Deserialize)]
@@ -137,6 +148,13 @@ impl WebSetup {
         let file: WebFile = source.decode("web", value)?;
         if file.budget == 0 {
             return Err(source.error("web.budget", "must be at least 1"));
+        }
+        match reqwest::Url::parse(&file.base_url) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.host_str().is_some() => {}
+            _ => {
+                let message = format!("`{}` is not an http(s) URL (write `https://{}`)", file.base_url, file.base_url);
+                return Err(source.error("web.base_url", message));
+            }
         }
         let pages = match (file.corpus, file.live) {
             (Some(corpus), None) => {
