@@ -350,6 +350,7 @@ impl Index {
             message,
         };
         let mut buf = Vec::new();
+        let mut causes_seen = std::collections::HashSet::new();
         for e in &self.entries {
             let text =
                 line_at(&file, e.offset, &mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
@@ -379,7 +380,7 @@ impl Index {
                 task_digest: name(e.key.digest),
                 model: name(e.key.model),
                 epoch: e.key.epoch,
-                outcome: compact(outcome),
+                outcome: compact(outcome, &mut causes_seen),
                 termination,
                 steps,
                 tool_calls,
@@ -417,9 +418,13 @@ impl Projection {
     }
 }
 
-/// The table keeps an unscored episode's cause, not its message (the log has it).
-fn compact(outcome: Outcome) -> Outcome {
+/// The table keeps an unscored episode's cause, not its message (the log has it); only the
+/// first row of each cause keeps its message, for the summary to show one per cause.
+fn compact(outcome: Outcome, causes_seen: &mut std::collections::HashSet<super::UnscoredCause>) -> Outcome {
     match outcome {
+        Outcome::Unscored { cause, message } if causes_seen.insert(cause.clone()) => {
+            Outcome::Unscored { cause, message }
+        }
         Outcome::Unscored { cause, .. } => Outcome::Unscored { cause, message: String::new() },
         other => other,
     }

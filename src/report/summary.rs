@@ -96,6 +96,8 @@ pub struct Summary {
     pub torn_last_line: bool,
     /// The regrade whose outcomes the summary shows; `None` for the run's own scoring.
     pub scoring_id: Option<String>,
+    /// For each cause of unscored episodes, the message of the first (in table order).
+    pub first_messages: BTreeMap<UnscoredCause, String>,
 }
 
 impl Summary {
@@ -169,9 +171,12 @@ impl Summary {
         match &e.outcome {
             Outcome::Scored { passed: true, .. } => row.passed += 1,
             Outcome::Scored { passed: false, .. } => row.failed += 1,
-            Outcome::Unscored { cause, .. } => {
+            Outcome::Unscored { cause, message } => {
                 row.unscored += 1;
                 *row.unscored_causes.entry(cause.clone()).or_default() += 1;
+                if !message.is_empty() {
+                    self.first_messages.entry(cause.clone()).or_insert_with(|| message.clone());
+                }
             }
             Outcome::Cancelled => row.cancelled += 1,
         }
@@ -328,6 +333,9 @@ impl Summary {
         if total.unscored > 0 {
             let causes: Vec<String> = total.unscored_causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
             let _ = writeln!(out, "unscored episodes are not failures; causes: {}", causes.join(", "));
+            for (cause, message) in &self.first_messages {
+                let _ = writeln!(out, "  {cause}, the first: {}", first_line(message, 300));
+            }
         }
         if total.unpriced > 0 && total.unpriced < total.episodes {
             let _ = writeln!(out, "cost is a lower bound: {} episodes used a model without a price", total.unpriced);
@@ -344,6 +352,16 @@ impl Summary {
             );
         }
         out
+    }
+}
+
+/// A message as one line of the summary: its first line, cut at `max` characters.
+fn first_line(message: &str, max: usize) -> String {
+    let line = message.lines().next().unwrap_or_default();
+    if line.chars().count() <= max {
+        line.to_owned()
+    } else {
+        format!("{}…", line.chars().take(max).collect::<String>())
     }
 }
 

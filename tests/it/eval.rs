@@ -278,3 +278,18 @@ tasks:
     assert_ne!(obs[0]["error"]["type"], "ToolNotFound", "{}", obs[0]);
     assert_eq!(obs[1]["error"]["type"], "ToolNotFound", "{}", obs[1]);
 }
+
+#[test]
+fn the_summary_shows_the_first_message_of_each_unscored_cause() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        "suite: um\nenvironment: kv\nscorers: [{equals: ok}]\ntasks:\n  - {id: a, input: Say nothing., mock: []}\n  - {id: b, input: Say nothing., mock: []}\n",
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    let shown = "  mock_exhausted, the first: the task's mock script has 0 turns and the agent asked for turn 1\n";
+    assert_eq!(run.stdout.matches(shown).count(), 1, "one line per cause, not per episode: {run:?}");
+    let report = sb.run(&["report", "results/test"]);
+    assert!(report.stdout.contains(shown), "the report says it too: {report:?}");
+}
