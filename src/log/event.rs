@@ -132,11 +132,15 @@ pub enum UnscoredCause {
     WorldGone,
     /// The task's user could not answer (a simulated user's model failed).
     UserError,
+    /// On a `model_call` only: the episode's time ran out while a model that answers (it
+    /// answered earlier in the run) was still answering. Not an outage: the episode ends
+    /// at its time limit (`time_limit`) and is scored as usual.
+    ModelTooSlow,
     Other(String),
 }
 
 impl UnscoredCause {
-    const NAMED: [UnscoredCause; 12] = [
+    const NAMED: [UnscoredCause; 13] = [
         UnscoredCause::ProviderError,
         UnscoredCause::RateLimited,
         UnscoredCause::ConfigurationError,
@@ -149,6 +153,7 @@ impl UnscoredCause {
         UnscoredCause::MockExhausted,
         UnscoredCause::WorldGone,
         UnscoredCause::UserError,
+        UnscoredCause::ModelTooSlow,
     ];
 
     pub fn as_str(&self) -> &str {
@@ -165,6 +170,7 @@ impl UnscoredCause {
             UnscoredCause::MockExhausted => "mock_exhausted",
             UnscoredCause::WorldGone => "world_gone",
             UnscoredCause::UserError => "user_error",
+            UnscoredCause::ModelTooSlow => "model_too_slow",
             UnscoredCause::Other(name) => name,
         }
     }
@@ -253,6 +259,55 @@ pub struct SuiteInfo {
     pub sandbox: Option<Value>,
 }
 
+/// The suites' `limits:` as the command line overrode them for the whole run
+/// (`--time-s`, `--max-steps`, `--max-tokens`, `--time-factor`); all `None` when it did not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LimitOverrides {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Multiplies every episode's time limit (the suite's `time_s`, or `--time-s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_factor: Option<f64>,
+}
+
+impl LimitOverrides {
+    pub fn is_none(&self) -> bool {
+        *self == LimitOverrides::default()
+    }
+
+    /// The flags that give these overrides, as a person would type them; `no limit flags`
+    /// when there are none.
+    pub fn as_flags(&self) -> String {
+        let flags: Vec<String> = [
+            self.time_s.map(|v| format!("--time-s {v}")),
+            self.max_steps.map(|v| format!("--max-steps {v}")),
+            self.max_tokens.map(|v| format!("--max-tokens {v}")),
+            self.time_factor.map(|v| format!("--time-factor {v}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if flags.is_empty() { "no limit flags".into() } else { flags.join(" ") }
+    }
+
+    /// An episode's time limit in seconds, from the suite's.
+    pub fn time_s(&self, suite_time_s: f64) -> f64 {
+        self.time_s.unwrap_or(suite_time_s) * self.time_factor.unwrap_or(1.0)
+    }
+
+    pub fn max_steps(&self, suite_max_steps: u32) -> u32 {
+        self.max_steps.unwrap_or(suite_max_steps)
+    }
+
+    pub fn max_tokens(&self, suite_max_tokens: Option<u64>) -> Option<u64> {
+        self.max_tokens.or(suite_max_tokens)
+    }
+}
+
 /// The fields of [`Event::ModelCall`] that its timing needs, decoded without the request and
 /// response the line also holds (the folds read many per episode). Tested against the event,
 /// so that a renamed field cannot drift.
@@ -295,6 +350,13 @@ pub enum Event {
         /// The runs `runner merge` combined into this one.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         merged_from: Vec<String>,
+        /// The suites' limits as the command line overrode them; absent when it did not.
+        #[serde(default, skip_serializing_if = "LimitOverrides::is_none")]
+        limits: LimitOverrides,
+        /// What a person should know about how the run was set up (a `mock` grader judging
+        /// a real model's answers): printed before the run starts and under its summary.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
     },
     EpisodeStarted {
         suite: String,

@@ -96,6 +96,9 @@ pub struct Summary {
     pub torn_last_line: bool,
     /// The regrade whose outcomes the summary shows; `None` for the run's own scoring.
     pub scoring_id: Option<String>,
+    /// What the run warned about how it was set up (`run_started`), said again under the
+    /// tables. A regrade's scoring is not the run's: its warnings are left out then.
+    pub warnings: Vec<String>,
 }
 
 impl Summary {
@@ -130,6 +133,7 @@ impl Summary {
             unfinished: p.unfinished,
             torn_last_line: p.torn_last_line,
             scoring_id: p.scoring_id.clone(),
+            warnings: if p.scoring_id.is_none() { p.header.warnings.clone() } else { Vec::new() },
             ..Summary::default()
         };
         for s in &p.header.suites {
@@ -342,6 +346,9 @@ impl Summary {
                 self.unfinished,
                 self.run_dir.as_deref().unwrap_or(&self.run_id)
             );
+        }
+        for warning in &self.warnings {
+            let _ = writeln!(out, "warning: {warning}");
         }
         out
     }
