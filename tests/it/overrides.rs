@@ -241,3 +241,17 @@ async fn a_simulated_user_whose_model_cannot_open_is_named_by_file_and_line_and_
     assert_eq!(said.last().unwrap()["text"], "Two at 8. DONE", "{said:?}");
     assert_eq!(finished(&sb)["termination"], "user_ended");
 }
+
+/// A `check:` scorer may take as long as the episode could: the scaled time limit.
+#[test]
+fn a_check_scorer_gets_the_time_limit_the_time_factor_gives() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        "suite: s\nenvironment: shell\nlimits: {time_s: 1}\ntasks:\n  - id: t\n    input: wait\n    scorers: [{check: \"sleep 1.5\"}]\n    mock: [{text: done}]\n",
+    );
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--time-factor", "4"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let score = of_type(&sb.events(), "score")[0].clone();
+    assert_eq!(score["passed"], true, "{score}");
+}
