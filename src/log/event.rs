@@ -615,6 +615,19 @@ mod tests {
     }
 
     #[test]
+    fn limit_overrides_replace_then_scale_and_are_written_only_when_given() {
+        let none = LimitOverrides::default();
+        assert_eq!((none.time_s(60.0), none.max_steps(20), none.max_tokens(Some(9))), (60.0, 20, Some(9)));
+        assert_eq!(none.as_flags(), "no limit flags");
+        let given = LimitOverrides { time_s: Some(10.0), max_steps: Some(3), max_tokens: None, time_factor: Some(2.5) };
+        assert_eq!((given.time_s(60.0), given.max_steps(20), given.max_tokens(Some(9))), (25.0, 3, Some(9)));
+        assert_eq!(given.as_flags(), "--time-s 10 --max-steps 3 --time-factor 2.5");
+        let scaled = LimitOverrides { time_factor: Some(3.0), ..LimitOverrides::default() };
+        assert_eq!(scaled.time_s(60.0), 180.0);
+        assert_eq!(serde_json::to_value(given).unwrap(), json!({"time_s": 10.0, "max_steps": 3, "time_factor": 2.5}));
+    }
+
+    #[test]
     fn causes_sort_by_name() {
         let mut causes =
             [UnscoredCause::RateLimited, UnscoredCause::Other("a_cause".into()), UnscoredCause::GraderError];

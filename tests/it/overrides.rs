@@ -193,6 +193,19 @@ async fn a_slow_answering_model_cut_by_the_deadline_ends_at_the_time_limit_and_i
     assert!(cut["error"].as_str().unwrap().contains("time ran out"), "{cut}");
 }
 
+/// A model that has not answered once cannot be told from a server that hangs: its call cut
+/// by the deadline stays the provider's fault, unscored.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_model_that_never_answered_cut_by_the_deadline_is_still_a_provider_error() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &SUITE.replace("time_s: 60", "time_s: 1"));
+    let _server = serve(&sb, vec![text("4").set_delay(Duration::from_secs(5))]).await;
+    let run = eval(&sb, &[]).await;
+    let finish = finished(&sb);
+    assert_eq!(finish["outcome"]["cause"], "provider_error", "{run:?}");
+    assert_eq!(finish["termination"], "agent_error", "{finish}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_resume_with_other_limit_overrides_is_refused() {
     let sb = Sandbox::new();
@@ -254,4 +267,21 @@ fn a_check_scorer_gets_the_time_limit_the_time_factor_gives() {
     assert_eq!(run.code, 0, "{run:?}");
     let score = of_type(&sb.events(), "score")[0].clone();
     assert_eq!(score["passed"], true, "{score}");
+}
+
+#[test]
+fn shards_run_under_other_limit_flags_do_not_merge() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", SUITE);
+    let shard = |i: &str, extra: &[&str]| {
+        let id = format!("shard{}", &i[..1]);
+        let args = [&["eval", "s.yaml", "--model", "mock", "--run-id", &id, "--shard", i][..], extra].concat();
+        let run = sb.run(&args);
+        assert_eq!(run.code, 0, "{run:?}");
+    };
+    shard("1/2", &["--max-steps", "3"]);
+    shard("2/2", &[]);
+    let run = sb.run(&["merge", "results/shard1", "results/shard2", "--allow-partial"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("--max-steps 3") && run.stderr.contains("same limits"), "{run:?}");
 }
