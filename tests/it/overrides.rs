@@ -96,8 +96,10 @@ async fn a_mock_grader_of_a_real_models_answers_is_named_first_and_in_the_summar
     let sb = Sandbox::new();
     sb.write("s.yaml", GRADED);
     let _server = serve(&sb, vec![text("The capital of France.")]).await;
-    let run = eval(&sb, &[]).await;
+    let run = eval(&sb, &["--markdown", "summary.md"]).await;
     assert_eq!(run.code, 0, "{run:?}");
+    let markdown = std::fs::read_to_string(sb.path().join("summary.md")).unwrap();
+    assert!(markdown.contains("**Warning:**") && markdown.contains("`mock` grader"), "{markdown}");
     let first = run.stderr.lines().find(|l| l.starts_with("warning:")).unwrap_or_default();
     assert!(first.contains("`mock` grader") && first.contains("s.yaml") && first.contains("--grader"), "{run:?}");
     assert!(run.stdout.contains("warning:") && run.stdout.contains("`mock` grader"), "{run:?}");
