@@ -36,7 +36,12 @@ fn bench_episode(c: &mut Criterion, suite: &str, name: &str, steps: u32) {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let stop = CancellationToken::new();
     let roster = runner::batch::Roster::default();
-    let grounds = Grounds { work_root: dir.path().into(), run_dir: dir.path().into(), sandbox: SandboxMode::On };
+    let grounds = Grounds {
+        work_root: dir.path().into(),
+        run_dir: dir.path().into(),
+        sandbox: SandboxMode::On,
+        limits: Default::default(),
+    };
     let episode = || runtime.block_on(run_episode(spec.clone(), None, &log, &roster, &grounds, &stop));
 
     let report = episode();

@@ -21,42 +21,81 @@ pub struct Roster {
     pub graders: Graders,
     /// The backends that play simulated users, by model name (`mock` included).
     users: HashMap<String, Arc<Backend>>,
+    /// `--user-model`: plays every simulated user, over the suites' choice.
+    forced_user: Option<String>,
 }
 
 impl Roster {
     /// The run's graders, and beside them the models that play the suites' simulated users
-    /// (as [`user_played_by`] picks them for each model under test), cached and recorded
-    /// as `options` ask; one whose calls every model under test replays is not opened.
+    /// (as [`user_played_by`] picks them for each model under test, `forced_user` over the
+    /// suites' choice), cached and recorded as `options` ask; one whose calls every model
+    /// under test replays is not opened. A model that cannot be opened is named with the
+    /// first `user:` that asks for it, by file and line.
     pub fn open(
         graders: Graders,
         suites: &[Arc<Suite>],
+        forced_user: Option<String>,
         config: &ModelConfig,
         options: BackendOptions,
         under_test: &[Arc<Backend>],
     ) -> Result<Self, String> {
         let mut users = HashMap::new();
-        for name in played_users(suites, under_test) {
+        for name in played_users(suites, forced_user.as_deref(), under_test) {
             if users.contains_key(&name) {
                 continue;
             }
-            if let Some(backend) =
-                open_beside(&name, config, options.clone(), under_test).map_err(|e| format!("simulated user: {e}"))?
-            {
+            let opened = open_beside(&name, config, options.clone(), under_test).map_err(|e| match &forced_user {
+                Some(_) => format!("--user-model {name}: {e}"),
+                None => user_not_opened(suites, &name, &e),
+            })?;
+            if let Some(backend) = opened {
                 users.insert(name, Arc::new(backend));
             }
         }
-        Ok(Roster { graders, users })
+        Ok(Roster { graders, users, forced_user })
+    }
+
+    /// The model a simulated user asks for: `--user-model` when given, else the task's.
+    fn user_model<'a>(&'a self, task_model: &'a str) -> &'a str {
+        self.forced_user.as_deref().unwrap_or(task_model)
+    }
+}
+
+/// Why the simulated users' model `name` could not be opened, at the first task whose
+/// `user:` names it (its suite file is read again for the line), and what to do.
+fn user_not_opened(suites: &[Arc<Suite>], name: &str, error: &str) -> String {
+    let asking = suites.iter().flat_map(|s| s.tasks.iter().enumerate().map(move |(i, t)| (s, i, t))).filter(
+        |(_, _, t)| matches!(t.user.as_ref().map(|u| &u.kind), Some(UserKind::Simulated { model, .. }) if model == name),
+    );
+    let (mut first, mut others) = (None, 0);
+    for (suite, index, _) in asking {
+        match first {
+            None => first = Some((suite, index)),
+            Some((s, _)) if Arc::ptr_eq(s, suite) => {}
+            Some(_) => others += 1,
+        }
+    }
+    let message = format!(
+        "the simulated user's model `{name}` could not be opened: {error}{}; pass --user-model MODEL to play every simulated user with another (`--user-model mock` plays the tasks' `mock_user:` turns)",
+        if others > 0 { format!(" (other suites ask for it too: {others} tasks)") } else { String::new() }
+    );
+    let Some((suite, index)) = first else { return format!("simulated user: {message}") };
+    let field = format!("tasks[{index}].user.simulated.model");
+    match crate::config::decode::Source::read(&suite.path) {
+        Ok((source, _)) => source.error(&field, message).to_string(),
+        Err(_) => format!("{}: {field}: {message}", suite.path.display()),
     }
 }
 
 /// The models that play the suites' simulated users under the models under test, each once.
-fn played_users(suites: &[Arc<Suite>], under_test: &[Arc<Backend>]) -> Vec<String> {
+fn played_users(suites: &[Arc<Suite>], forced_user: Option<&str>, under_test: &[Arc<Backend>]) -> Vec<String> {
     let mut named: Vec<&str> = Vec::new();
     for task in suites.iter().flat_map(|s| &s.tasks) {
-        if let Some(UserKind::Simulated { model, .. }) = task.user.as_ref().map(|u| &u.kind)
-            && !named.contains(&model.as_str())
-        {
-            named.push(model);
+        if let Some(UserKind::Simulated { model, .. }) = task.user.as_ref().map(|u| &u.kind) {
+            let model = forced_user.unwrap_or(model);
+            if !named.contains(&model) {
+                named.push(model);
+            }
         }
     }
     let mut played: Vec<String> = Vec::new();
@@ -116,7 +155,7 @@ impl<'a> Cast<'a> {
 fn user_model(spec: &EpisodeSpec, roster: &Roster) -> Option<Arc<dyn LanguageModel>> {
     let task = &spec.suite.tasks[spec.task];
     let UserKind::Simulated { model, .. } = &task.user.as_ref()?.kind else { return None };
-    let played_by = user_played_by(spec.model.name(), model);
+    let played_by = user_played_by(spec.model.name(), roster.user_model(model));
     let opened = roster.users.get(played_by).map(|b| &**b);
     lend_beside(played_by, Role::User, Some(&spec.model), opened, task, &spec.id)
 }

@@ -16,19 +16,20 @@ use std::sync::Arc;
 use crate::domain::Task;
 use crate::environment::World;
 use crate::environment::{Ending, Environment, EpisodeBudget, SetupContext};
-use crate::log::event::INITIAL_SCORING;
+use crate::log::event::{INITIAL_SCORING, LimitOverrides};
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::sandbox::SandboxMode;
 use crate::scoring::{self, Finished};
 use crate::suite::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Suite};
 
 /// Where a run's episodes run: its scratch folder (removed with the run), its own folder
-/// (`results/<run-id>`, kept), and the sandbox the command line asked for.
+/// (`results/<run-id>`, kept), and the sandbox and limits the command line asked for.
 #[derive(Debug, Clone)]
 pub struct Grounds {
     pub work_root: std::path::PathBuf,
     pub run_dir: std::path::PathBuf,
     pub sandbox: SandboxMode,
+    pub limits: LimitOverrides,
 }
 
 pub async fn run_episode(
@@ -88,12 +89,14 @@ pub async fn run_episode(
         Ok(env) => {
             let env = env.with_permissions(suite.permissions.clone());
             let mut agent = agent_for(&cast, suite, task, stores.clone());
-            let ending = env.run(agent.as_mut(), task, &budget(suite, stop), &recorder).await;
+            let ending = env.run(agent.as_mut(), task, &budget(suite, &grounds.limits, stop), &recorder).await;
             user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
             loop_ms = Some(wall_s * 1e3);
             // Scored against the final world, before it is torn down.
-            let outcome = outcome_of(&ending, (&spec.id, &cast), suite, task, env.world(), wall_s, &recorder).await;
+            let time_s = grounds.limits.time_s(suite.limits.time_s);
+            let outcome =
+                outcome_of(&ending, (&spec.id, &cast), (suite, time_s), task, env.world(), wall_s, &recorder).await;
             env.teardown().await;
             (ending, outcome)
         }
@@ -183,10 +186,12 @@ fn subagents_for(cast: &Cast<'_>, suite: &Suite, task: &Task) -> Option<Arc<Suba
     }))
 }
 
-/// The episode's budget, its clock started now.
-fn budget(suite: &Suite, stop: &CancellationToken) -> EpisodeBudget {
-    EpisodeBudget::new(suite.limits.max_steps, Duration::from_secs_f64(suite.limits.time_s))
-        .with_max_tokens(suite.limits.max_tokens)
+/// The episode's budget, its clock started now: the suite's limits as the command line
+/// overrode them.
+fn budget(suite: &Suite, overrides: &LimitOverrides, stop: &CancellationToken) -> EpisodeBudget {
+    let time = Duration::from_secs_f64(overrides.time_s(suite.limits.time_s));
+    EpisodeBudget::new(overrides.max_steps(suite.limits.max_steps), time)
+        .with_max_tokens(overrides.max_tokens(suite.limits.max_tokens))
         .with_max_cost_usd(suite.limits.max_cost_usd)
         .stopped_by(stop.clone())
 }
@@ -195,7 +200,7 @@ fn budget(suite: &Suite, stop: &CancellationToken) -> EpisodeBudget {
 async fn outcome_of(
     ending: &Ending,
     (episode_id, cast): (&str, &Cast<'_>),
-    suite: &Suite,
+    (suite, time_s): (&Suite, f64),
     task: &Task,
     world: &dyn World,
     wall_s: f64,
@@ -216,7 +221,7 @@ async fn outcome_of(
         wall_s,
         suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
         suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
-        world_limit: Duration::from_secs_f64(suite.limits.time_s),
+        world_limit: Duration::from_secs_f64(time_s),
     };
     let scores = match scoring::score(&suite.scorers, &task.scorers, &finished, world, cast.graders).await {
         Ok(scores) => scores,

@@ -59,6 +59,13 @@ pub fn merge(
                 first.header.models.join(", ")
             ));
         }
+        if p.header.limits != first.header.limits {
+            return Err(format!(
+                "{b} ran with {}, but {a} with {}: only runs under the same limits merge",
+                p.header.limits.as_flags(),
+                first.header.limits.as_flags()
+            ));
+        }
         let digests = |p: &Projection| {
             let mut v: Vec<(String, String, u32)> =
                 p.header.suites.iter().map(|s| (s.name.clone(), s.digest.clone(), s.epochs)).collect();
@@ -126,6 +133,8 @@ pub fn merge(
         git_revision: first.header.git_revision.clone(),
         shard: None,
         merged_from: projections.iter().map(|p| p.run_id.clone()).collect(),
+        limits: first.header.limits,
+        warnings: first.header.warnings.clone(),
     };
     super::write_run_json(&dir, &run_id, &started).map_err(|e| format!("failed to write run.json: {e}"))?;
     let mut seq = 0u64;

@@ -18,7 +18,7 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use crate::log::event::SuiteInfo;
+use crate::log::event::{LimitOverrides, SuiteInfo};
 use crate::log::{Event, EventLog, Outcome, Subscription, Termination};
 use crate::model::Backend;
 use crate::suite::Suite;
@@ -115,6 +115,11 @@ pub struct RunOptions {
     pub resume: Option<Resume>,
     /// `Off` when the command line turned the sandbox off for every suite.
     pub sandbox: SandboxMode,
+    /// The suites' limits as the command line overrides them.
+    pub limits: LimitOverrides,
+    /// What a person should know about how the run is set up: printed before it starts,
+    /// logged in `run_started`, repeated under the summary.
+    pub warnings: Vec<String>,
 }
 
 impl RunOptions {
@@ -243,6 +248,8 @@ pub async fn run(
                 git_revision: git_revision(suites.first().map(|s| s.path.as_path())),
                 shard: options.shard.map(|(i, n)| format!("{i}/{n}")),
                 merged_from: Vec::new(),
+                limits: options.limits,
+                warnings: options.warnings.clone(),
             };
             // The folder appears with its first event in place, or not at all: a kill at any
             // moment leaves a run that resumes, or none.
@@ -259,8 +266,12 @@ pub async fn run(
     let log = log.with_subscribers(subscribers);
     let started = std::time::Instant::now();
     let scratch = Scratch::create(&dir).map_err(RunError::Log)?;
-    let grounds =
-        Arc::new(Grounds { work_root: scratch.0.clone(), run_dir: dir.to_path_buf(), sandbox: options.sandbox });
+    let grounds = Arc::new(Grounds {
+        work_root: scratch.0.clone(),
+        run_dir: dir.to_path_buf(),
+        sandbox: options.sandbox,
+        limits: options.limits,
+    });
 
     let mut tally = Tally::default();
     let mut aborted = None;

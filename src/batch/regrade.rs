@@ -53,6 +53,8 @@ pub struct LoggedRun {
     pub run_id: String,
     pub events_path: PathBuf,
     pub suites: Vec<SuiteInfo>,
+    /// The limit flags the run was made under: its episodes' time limit was the suites' so scaled.
+    limits: crate::log::event::LimitOverrides,
     last_seq: u64,
     /// How many regrades the run had.
     scorings: usize,
@@ -110,6 +112,7 @@ impl LoggedRun {
             run_id: meta.run_id.clone(),
             events_path,
             suites: meta.header.suites.clone(),
+            limits: meta.header.limits,
             last_seq: meta.last_seq,
             scorings: meta.scorings,
             order,
@@ -208,7 +211,7 @@ pub async fn regrade(
             wall_s: finished.wall_ms / 1e3,
             suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
             suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
-            world_limit: std::time::Duration::from_secs_f64(suite.limits.time_s),
+            world_limit: std::time::Duration::from_secs_f64(run.limits.time_s(suite.limits.time_s)),
         };
         let outcome = match score_again(record, suite, &episode, graders).await {
             Ok(scores) => {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::Resume;
 use crate::log::Outcome;
+use crate::log::event::LimitOverrides;
 use crate::log::projection::Projection;
 use crate::model::Backend;
 use crate::suite::Suite;
@@ -43,15 +44,19 @@ pub fn find_logged_run(run: &Path, out_dir: &Path) -> Result<PathBuf, String> {
     }
 }
 
-/// What to keep of the run in `dir`, after checking that the same suites, models, epochs
-/// and shard are asked for: the same episode ids, so "missing" means what it says.
-pub fn plan(
-    dir: &Path,
-    suites: &[Arc<Suite>],
-    models: &[Arc<Backend>],
-    epochs: Option<u32>,
-    shard: Option<(u64, u64)>,
-) -> Result<Resume, String> {
+/// What a resumption asks for besides its suites: each must be what the run had.
+pub struct Asked<'a> {
+    pub models: &'a [Arc<Backend>],
+    pub epochs: Option<u32>,
+    pub shard: Option<(u64, u64)>,
+    /// The limit flags: episodes run under other limits would not be the run's.
+    pub limits: LimitOverrides,
+}
+
+/// What to keep of the run in `dir`, after checking that the same suites, models, epochs,
+/// shard and limits are asked for: the same episode ids, so "missing" means what it says.
+pub fn plan(dir: &Path, suites: &[Arc<Suite>], asked: &Asked<'_>) -> Result<Resume, String> {
+    let Asked { models, epochs, shard, limits } = *asked;
     let lock = super::lock(dir)?;
     let events = dir.join("events.jsonl");
     let p = Projection::from_log(&events).map_err(|e| e.to_string())?;
@@ -92,6 +97,13 @@ pub fn plan(
     }
     if let Some(missing) = p.header.suites.iter().find(|b| !suites.iter().any(|s| s.name == b.name)) {
         return Err(format!("{shown}: the run also had suite `{}` ({}); name it too", missing.name, missing.path));
+    }
+    if p.header.limits != limits {
+        return Err(format!(
+            "{shown} was run with {}, not {}: resume with the same limits",
+            p.header.limits.as_flags(),
+            limits.as_flags()
+        ));
     }
     let shard_now = shard.map(|(i, n)| format!("{i}/{n}"));
     if p.header.shard != shard_now {

@@ -95,6 +95,9 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
         eprintln!("nothing to run: every suite was skipped");
         return Ok(Exit::Passed);
     }
+    for warning in &options.warnings {
+        eprintln!("warning: {warning}");
+    }
     let runtime = resolve::runtime()?;
     let total = batch::episode_count(&suites, &options);
     if let Some(resume) = &options.resume {

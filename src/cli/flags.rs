@@ -170,6 +170,23 @@ pub struct EvalArgs {
     /// The grader model for LLM-graded scorers, over the suites' and scorers' choice.
     #[arg(long)]
     pub grader: Option<String>,
+    /// The model that plays every task's simulated user, over the suites' `user.simulated.model`
+    /// (`mock` plays the tasks' `mock_user:` turns). Under `--model mock` the user is `mock` anyway.
+    #[arg(long, value_name = "MODEL")]
+    pub user_model: Option<String>,
+    /// Every episode's time limit in seconds, over each suite's `limits.time_s`.
+    #[arg(long, value_name = "S")]
+    pub time_s: Option<f64>,
+    /// Every episode's most turns, over each suite's `limits.max_steps`.
+    #[arg(long, value_name = "N")]
+    pub max_steps: Option<u32>,
+    /// Every episode's most model tokens, over each suite's `limits.max_tokens`.
+    #[arg(long, value_name = "N")]
+    pub max_tokens: Option<u64>,
+    /// Multiplies every episode's time limit (the suite's `time_s`, or --time-s): `3` gives a
+    /// slow local model three times as long.
+    #[arg(long, value_name = "X")]
+    pub time_factor: Option<f64>,
     /// How long cached responses stay fresh, in seconds.
     #[arg(long, default_value_t = 7 * 24 * 3600)]
     pub cache_ttl_s: u64,

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use super::flags::{EvalArgs, GateArgs, Switch};
 use super::{CliError, Exit};
 use crate::batch::{self, Roster, RunOptions};
+use crate::domain::MAX_EPISODE_S;
+use crate::log::event::LimitOverrides;
 use crate::log::projection::Projection;
 use crate::model::cache::CacheOptions;
 use crate::model::config::ModelConfig;
@@ -31,7 +33,19 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     if args.epochs == Some(0) {
         return Err(CliError::usage("--epochs must be at least 1"));
     }
+    let limits = limit_overrides(args)?;
     let suites = discover(suites(&args.paths)?, args.sandbox)?;
+    for suite in &suites {
+        let time_s = limits.time_s(suite.limits.time_s);
+        if time_s > MAX_EPISODE_S {
+            let message = format!(
+                "{}: {} gives its episodes {time_s}s, more than the {MAX_EPISODE_S}s an episode may last",
+                suite.path.display(),
+                limits.as_flags()
+            );
+            return Err(CliError::usage(message));
+        }
+    }
     for suite in &suites {
         let epochs = args.epochs.unwrap_or(suite.epochs);
         if let Some(k) = suite.k_of_n.filter(|k| *k > epochs) {
@@ -42,14 +56,17 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     }
     // The graders are recorded and cached like the models under test, and replayed with them;
     // the models that play simulated users are opened beside them, the same way.
+    let warnings = mock_graded(&suites, args.grader.as_deref(), &models).into_iter().collect();
     let graders = graders(&suites, args.grader.clone(), &config, options.clone(), &models)?;
-    let roster = Roster::open(graders, &suites, &config, options, &models).map_err(CliError::usage)?;
+    let roster =
+        Roster::open(graders, &suites, args.user_model.clone(), &config, options, &models).map_err(CliError::usage)?;
     // The clients hold their keys now; the commands the worlds run must not find them.
     crate::log::secrets::withdraw_from_environment(config.key_vars());
     let resume = match &args.resume {
         Some(run) => {
             let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;
-            Some(batch::resume::plan(&dir, &suites, &models, args.epochs, args.shard).map_err(CliError::usage)?)
+            let asked = batch::resume::Asked { models: &models, epochs: args.epochs, shard: args.shard, limits };
+            Some(batch::resume::plan(&dir, &suites, &asked).map_err(CliError::usage)?)
         }
         None => None,
     };
@@ -71,6 +88,8 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
             Switch::Off => SandboxMode::Off("the command line"),
             Switch::On => SandboxMode::On,
         },
+        limits,
+        warnings,
     };
     // A sandbox this machine cannot enforce is refused before any episode starts.
     let mut refused = Vec::new();
@@ -195,6 +214,69 @@ pub fn graders(
         }
     }
     Graders::open(names, forced, config, options, under_test).map_err(CliError::usage)
+}
+
+/// The limit flags, checked: they override every suite's `limits:`.
+pub fn limit_overrides(args: &EvalArgs) -> Result<LimitOverrides, CliError> {
+    if let Some(s) = args.time_s
+        && !(s.is_finite() && s > 0.0 && s <= MAX_EPISODE_S)
+    {
+        return Err(CliError::usage(format!(
+            "--time-s must be a number of seconds above 0, up to {MAX_EPISODE_S}; got {s}"
+        )));
+    }
+    if let Some(x) = args.time_factor
+        && !(x.is_finite() && x > 0.0)
+    {
+        return Err(CliError::usage(format!(
+            "--time-factor must be a number above 0 (3 gives three times as long); got {x}"
+        )));
+    }
+    if args.max_steps == Some(0) {
+        return Err(CliError::usage("--max-steps must be at least 1"));
+    }
+    if args.max_tokens == Some(0) {
+        return Err(CliError::usage("--max-tokens must be at least 1"));
+    }
+    Ok(LimitOverrides {
+        time_s: args.time_s,
+        max_steps: args.max_steps,
+        max_tokens: args.max_tokens,
+        time_factor: args.time_factor,
+    })
+}
+
+/// A warning when a `mock` grader would judge a real model's answers: its verdicts are the
+/// suite's scripted ones whatever the model answered. A replay of a `mock` run is `mock`.
+pub fn mock_graded(suites: &[Arc<Suite>], forced: Option<&str>, under_test: &[Arc<Backend>]) -> Option<String> {
+    let real: Vec<&str> = under_test.iter().map(|m| m.name()).filter(|name| *name != "mock").collect();
+    if real.is_empty() {
+        return None;
+    }
+    let mut graded: Vec<String> = Vec::new();
+    for suite in suites {
+        let suite_grader = suite.grader.as_ref().map(|g| g.model.as_str());
+        let mut scorers: Vec<&str> = Vec::new();
+        for spec in suite.scorers.iter().chain(suite.tasks.iter().flat_map(|t| &t.scorers)) {
+            let Check::Grader { model, .. } = &spec.check else { continue };
+            if grader_model(forced, model.as_deref(), suite_grader).as_deref() == Some("mock")
+                && !scorers.contains(&spec.name.as_str())
+            {
+                scorers.push(&spec.name);
+            }
+        }
+        if !scorers.is_empty() {
+            graded.push(format!("{} ({})", suite.path.display(), scorers.join(", ")));
+        }
+    }
+    if graded.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "the answers of {} are judged by the `mock` grader in {}: its verdicts are the scorers' scripted `mock:` ones, whatever the model answers; pass --grader MODEL to have them judged",
+        real.join(", "),
+        graded.join("; ")
+    ))
 }
 
 /// Checks the gate flags before anything runs, and reads the baseline run (a bad baseline

@@ -132,11 +132,15 @@ pub enum UnscoredCause {
     WorldGone,
     /// The task's user could not answer (a simulated user's model failed).
     UserError,
+    /// On a `model_call` only: the episode's time ran out while a model that answers (it
+    /// answered earlier in the run) was still answering. Not an outage: the episode ends
+    /// at its time limit (`time_limit`) and is scored as usual.
+    ModelTooSlow,
     Other(String),
 }
 
 impl UnscoredCause {
-    const NAMED: [UnscoredCause; 12] = [
+    const NAMED: [UnscoredCause; 13] = [
         UnscoredCause::ProviderError,
         UnscoredCause::RateLimited,
         UnscoredCause::ConfigurationError,
@@ -149,6 +153,7 @@ impl UnscoredCause {
         UnscoredCause::MockExhausted,
         UnscoredCause::WorldGone,
         UnscoredCause::UserError,
+        UnscoredCause::ModelTooSlow,
     ];
 
     pub fn as_str(&self) -> &str {
@@ -165,6 +170,7 @@ impl UnscoredCause {
             UnscoredCause::MockExhausted => "mock_exhausted",
             UnscoredCause::WorldGone => "world_gone",
             UnscoredCause::UserError => "user_error",
+            UnscoredCause::ModelTooSlow => "model_too_slow",
             UnscoredCause::Other(name) => name,
         }
     }
@@ -253,6 +259,55 @@ pub struct SuiteInfo {
     pub sandbox: Option<Value>,
 }
 
+/// The suites' `limits:` as the command line overrode them for the whole run
+/// (`--time-s`, `--max-steps`, `--max-tokens`, `--time-factor`); all `None` when it did not.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LimitOverrides {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_s: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_steps: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    /// Multiplies every episode's time limit (the suite's `time_s`, or `--time-s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_factor: Option<f64>,
+}
+
+impl LimitOverrides {
+    pub fn is_none(&self) -> bool {
+        *self == LimitOverrides::default()
+    }
+
+    /// The flags that give these overrides, as a person would type them; `no limit flags`
+    /// when there are none.
+    pub fn as_flags(&self) -> String {
+        let flags: Vec<String> = [
+            self.time_s.map(|v| format!("--time-s {v}")),
+            self.max_steps.map(|v| format!("--max-steps {v}")),
+            self.max_tokens.map(|v| format!("--max-tokens {v}")),
+            self.time_factor.map(|v| format!("--time-factor {v}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if flags.is_empty() { "no limit flags".into() } else { flags.join(" ") }
+    }
+
+    /// An episode's time limit in seconds, from the suite's.
+    pub fn time_s(&self, suite_time_s: f64) -> f64 {
+        self.time_s.unwrap_or(suite_time_s) * self.time_factor.unwrap_or(1.0)
+    }
+
+    pub fn max_steps(&self, suite_max_steps: u32) -> u32 {
+        self.max_steps.unwrap_or(suite_max_steps)
+    }
+
+    pub fn max_tokens(&self, suite_max_tokens: Option<u64>) -> Option<u64> {
+        self.max_tokens.or(suite_max_tokens)
+    }
+}
+
 /// The fields of [`Event::ModelCall`] that its timing needs, decoded without the request and
 /// response the line also holds (the folds read many per episode). Tested against the event,
 /// so that a renamed field cannot drift.
@@ -295,6 +350,13 @@ pub enum Event {
         /// The runs `runner merge` combined into this one.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         merged_from: Vec<String>,
+        /// The suites' limits as the command line overrode them; absent when it did not.
+        #[serde(default, skip_serializing_if = "LimitOverrides::is_none")]
+        limits: LimitOverrides,
+        /// What a person should know about how the run was set up (a `mock` grader judging
+        /// a real model's answers): printed before the run starts and under its summary.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
     },
     EpisodeStarted {
         suite: String,
@@ -550,6 +612,19 @@ mod tests {
             let view: ModelCallTiming = serde_json::from_value(serde_json::to_value(&event).unwrap()).unwrap();
             assert_eq!(view, ModelCallTiming { latency_ms: 12.5, scorer, actor: Actor::Main });
         }
+    }
+
+    #[test]
+    fn limit_overrides_replace_then_scale_and_are_written_only_when_given() {
+        let none = LimitOverrides::default();
+        assert_eq!((none.time_s(60.0), none.max_steps(20), none.max_tokens(Some(9))), (60.0, 20, Some(9)));
+        assert_eq!(none.as_flags(), "no limit flags");
+        let given = LimitOverrides { time_s: Some(10.0), max_steps: Some(3), max_tokens: None, time_factor: Some(2.5) };
+        assert_eq!((given.time_s(60.0), given.max_steps(20), given.max_tokens(Some(9))), (25.0, 3, Some(9)));
+        assert_eq!(given.as_flags(), "--time-s 10 --max-steps 3 --time-factor 2.5");
+        let scaled = LimitOverrides { time_factor: Some(3.0), ..LimitOverrides::default() };
+        assert_eq!(scaled.time_s(60.0), 180.0);
+        assert_eq!(serde_json::to_value(given).unwrap(), json!({"time_s": 10.0, "max_steps": 3, "time_factor": 2.5}));
     }
 
     #[test]

@@ -105,6 +105,10 @@ pub struct RunHeader {
     pub suites: Vec<SuiteInfo>,
     pub git_revision: Option<String>,
     pub shard: Option<String>,
+    /// The suites' limits as the command line overrode them.
+    pub limits: crate::log::event::LimitOverrides,
+    /// What the run warned about how it was set up.
+    pub warnings: Vec<String>,
 }
 
 /// A run's log, projected.
@@ -281,10 +285,27 @@ impl Index {
                 }
                 _ => match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
                     // The first header is the run's (a merged run's is the merge's).
-                    Event::RunStarted { runner_version, command_line, models, suites, git_revision, shard, .. }
-                        if p.header.suites.is_empty() =>
-                    {
-                        p.header = RunHeader { runner_version, command_line, models, suites, git_revision, shard };
+                    Event::RunStarted {
+                        runner_version,
+                        command_line,
+                        models,
+                        suites,
+                        git_revision,
+                        shard,
+                        limits,
+                        warnings,
+                        ..
+                    } if p.header.suites.is_empty() => {
+                        p.header = RunHeader {
+                            runner_version,
+                            command_line,
+                            models,
+                            suites,
+                            git_revision,
+                            shard,
+                            limits,
+                            warnings,
+                        };
                     }
                     Event::ScoringStarted { scoring_id, .. } => {
                         p.scoring_id = Some(scoring_id);

@@ -175,6 +175,13 @@ impl HttpModel {
         let (status, headers, bytes) = match tokio::time::timeout(left.map_or(timeout, |l| l.min(timeout)), exchange)
             .await
         {
+            // A model that has answered this run is slow, not down: the episode ran out of
+            // time (scored, as when the time runs out between calls). One that never has
+            // may be down: the provider's fault, unscored.
+            Err(_) if left.is_some_and(|l| l < timeout) && self.successes.load(Ordering::Relaxed) > 0 => {
+                let message = "the model had not finished its answer when the episode's time ran out (it answers, slowly: raise `limits.time_s`, or pass --time-s or --time-factor)".to_owned();
+                return Err(Failure { retryable: false, ..Failure::transient(UnscoredCause::ModelTooSlow, message) });
+            }
             Err(_) if left.is_some_and(|l| l < timeout) => {
                 let message = "no complete response before the episode's time ran out".to_owned();
                 return Err(Failure { retryable: false, ..Failure::transient(UnscoredCause::ProviderError, message) });

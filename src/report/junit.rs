@@ -161,6 +161,9 @@ pub fn markdown(summary: &Summary) -> String {
         let causes: Vec<String> = total.unscored_causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
         let _ = writeln!(out, "\nUnscored (not failures): {}", causes.join(", "));
     }
+    for warning in &summary.warnings {
+        let _ = writeln!(out, "\n> **Warning:** {warning}");
+    }
     out
 }
 

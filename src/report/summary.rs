@@ -98,6 +98,9 @@ pub struct Summary {
     pub scoring_id: Option<String>,
     /// For each cause of unscored episodes, the message of the first (in table order).
     pub first_messages: BTreeMap<UnscoredCause, String>,
+    /// What the run warned about how it was set up (`run_started`), said again under the
+    /// tables. A regrade's scoring is not the run's: its warnings are left out then.
+    pub warnings: Vec<String>,
 }
 
 impl Summary {
@@ -132,6 +135,7 @@ impl Summary {
             unfinished: p.unfinished,
             torn_last_line: p.torn_last_line,
             scoring_id: p.scoring_id.clone(),
+            warnings: if p.scoring_id.is_none() { p.header.warnings.clone() } else { Vec::new() },
             ..Summary::default()
         };
         for s in &p.header.suites {
@@ -350,6 +354,9 @@ impl Summary {
                 self.unfinished,
                 self.run_dir.as_deref().unwrap_or(&self.run_id)
             );
+        }
+        for warning in &self.warnings {
+            let _ = writeln!(out, "warning: {warning}");
         }
         out
     }

@@ -15,6 +15,7 @@ mod log;
 mod mcp;
 mod memory;
 mod models;
+mod overrides;
 mod permission_paths;
 mod permissions;
 mod provider_refusals;

@@ -157,6 +157,11 @@ impl Environment {
             // provider if it was failing; the grace only covers an agent that ignores it.
             let proposal = match wait(agent.propose(turn), budget, PROPOSE_GRACE).await {
                 Waited::Ended(termination) => return end.ended(termination),
+                // A slow model cut by the deadline gave no answer in time: the time limit,
+                // not a fault.
+                Waited::Done(Err(fault)) if fault.cause == UnscoredCause::ModelTooSlow => {
+                    return end.ended(Termination::TimeLimit);
+                }
                 Waited::Done(Err(fault)) => return end.failed(Termination::AgentError, fault),
                 Waited::Done(Ok(_)) if budget.out_of_time() => return end.ended(Termination::TimeLimit),
                 Waited::Done(Ok(proposal)) => proposal,
