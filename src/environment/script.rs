@@ -151,10 +151,14 @@ const MODULE_HEAD: &str = r#""""The environment's tools, as functions. Generated
 import json as _json
 import os as _os
 import socket as _socket
+import threading as _threading
 
 _MISSING = object()
 _sock = _socket.socket(fileno=int(_os.environ.pop("RUNNER_TOOLS_FD", "3")))
 _reader = _sock.makefile("rb")
+# One call at a time on the one connection: a request and its answer are one exchange,
+# whichever thread makes it.
+_lock = _threading.Lock()
 
 
 class ToolError(Exception):
@@ -167,8 +171,10 @@ class ToolError(Exception):
 
 
 def _call(name, arguments):
-    _sock.sendall((_json.dumps({"tool": name, "arguments": arguments}) + "\n").encode())
-    line = _reader.readline()
+    request = (_json.dumps({"tool": name, "arguments": arguments}) + "\n").encode()
+    with _lock:
+        _sock.sendall(request)
+        line = _reader.readline()
     if not line:
         raise ToolError("Cancelled", "the runner closed the tool connection")
     response = _json.loads(line)

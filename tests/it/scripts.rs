@@ -121,3 +121,14 @@ fn a_script_runs_in_the_sandbox_with_capped_output() {
     let output = results[1]["output"].as_str().unwrap();
     assert!(output.len() < 1200 && output.contains("output truncated: showing 1000 of 200001 bytes"), "{output}");
 }
+
+/// Regression: the tool functions shared one socket with no lock, so threads that called
+/// them at once interleaved their requests and answers and the script hung to its timeout.
+#[test]
+fn tool_functions_called_from_many_threads_at_once_each_get_their_own_answer() {
+    let script = "import threading\nresults = {}\ndef work(i):\n    kv_set(f'k{i}', str(i))\n    results[i] = kv_get(f'k{i}')['value']\nthreads = [threading.Thread(target=work, args=(i,)) for i in range(20)]\nfor t in threads: t.start()\nfor t in threads: t.join()\nprint(all(results[i] == str(i) for i in range(20)), len(results))";
+    let (results, _) = run_scripts("{max_calls: 100, timeout_s: 30}", "", &[script]);
+    assert_eq!(results[0]["status"], "success", "{}", results[0]);
+    assert_eq!(results[0]["output"], "True 20\n", "{}", results[0]);
+    assert_eq!(results[0]["tool_calls_made"], 40);
+}
