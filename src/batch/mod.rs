@@ -509,6 +509,17 @@ pub fn sandbox_mode(suite: &Suite, command_line: SandboxMode) -> SandboxMode {
     }
 }
 
+/// A run id given on the command line: the name of one folder under `--out`, so no path.
+pub fn parse_run_id(text: &str) -> Result<String, String> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if text.is_empty() || text.starts_with('.') || !text.chars().all(allowed) {
+        return Err(
+            "a run id names one folder under --out: letters, digits, `.`, `_` and `-`, not starting with `.`".into()
+        );
+    }
+    Ok(text.to_owned())
+}
+
 /// `20261122T053000Z-1a2b`: sortable by time, unique enough for one machine.
 pub fn new_run_id() -> String {
     let now = chrono::Utc::now();
@@ -536,6 +547,16 @@ fn git_revision(near: Option<&Path>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_id_names_one_folder() {
+        for good in ["ci", "2026-11-25_nightly", "v1.2"] {
+            assert_eq!(parse_run_id(good).as_deref(), Ok(good));
+        }
+        for bad in ["../x", "1/2", "a b", "", ".", "..", ".hidden", "x/"] {
+            assert!(parse_run_id(bad).unwrap_err().contains("one folder under --out"), "{bad}");
+        }
+    }
 
     #[test]
     fn a_shard_is_given_or_taken_from_the_job_index() {

@@ -140,7 +140,7 @@ pub struct MergeArgs {
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
     /// Name the merged run's folder instead of using a timestamp.
-    #[arg(long)]
+    #[arg(long, value_parser = batch::parse_run_id)]
     pub run_id: Option<String>,
     /// Merge even when a shard is missing or did not finish (the verdict is then partial).
     #[arg(long)]
@@ -207,7 +207,7 @@ pub struct EvalArgs {
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
     /// Name the run folder instead of using a timestamp.
-    #[arg(long, conflicts_with = "resume")]
+    #[arg(long, conflicts_with = "resume", value_parser = batch::parse_run_id)]
     pub run_id: Option<String>,
     /// Continue an interrupted or partly failed run (its folder, or its id under --out):
     /// scored episodes are kept, unscored and missing ones run again.

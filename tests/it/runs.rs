@@ -596,3 +596,15 @@ fn compare_refuses_to_gate_runs_with_nothing_in_common() {
     assert_eq!(gated.code, 2, "{gated:?}");
     assert!(gated.stderr.contains("cannot judge"), "{gated:?}");
 }
+
+#[test]
+fn a_run_id_that_is_a_path_is_refused_before_anything_runs() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", "suite: r\nenvironment: kv\ntasks:\n  - {id: t, input: hi, mock: [{text: hi}]}\n");
+    for id in ["../x", "1/2"] {
+        let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", id, "--out", "results"]);
+        assert_eq!(run.code, 2, "{run:?}");
+        assert!(run.stderr.contains("--run-id") && run.stderr.contains("one folder under --out"), "{run:?}");
+        assert!(!sb.path().join("x").exists() && !sb.path().join("results").exists(), "nothing was made");
+    }
+}
