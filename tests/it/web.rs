@@ -271,7 +271,8 @@ async fn a_resumed_run_reads_the_pages_its_first_part_cached() {
 async fn a_page_nested_a_hundred_thousand_deep_is_cut_and_the_run_finishes() {
     let server = MockServer::start().await;
     let uri = server.uri();
-    let deep = format!("<title>Deep</title><p>Top text.</p>{}bottom{}", "<div>".repeat(100_000), "</div>".repeat(100_000));
+    let deep =
+        format!("<title>Deep</title><p>Top text.</p>{}bottom{}", "<div>".repeat(100_000), "</div>".repeat(100_000));
     // 1.1 MB: under a cap raised for it, so that the page is read, not refused.
     let environment = live_environment(&server).replace("max_bytes: 100000", "max_bytes: 2000000");
     serve(&server, "/deep", ResponseTemplate::new(200).set_body_raw(deep.into_bytes(), "text/html")).await;

@@ -116,8 +116,13 @@ pub fn bounded(html: &str) -> Option<String> {
 }
 
 enum Tag {
-    Start { name: String, self_closing: bool },
-    End { name: String },
+    Start {
+        name: String,
+        self_closing: bool,
+    },
+    End {
+        name: String,
+    },
     /// A comment, a doctype, or a `<` that starts no tag.
     Other,
 }
@@ -224,12 +229,43 @@ const VOID: &[&str] = &[
 const RAW: &[&str] = &["script", "style", "textarea", "title", "xmp", "iframe", "noembed", "noframes", "plaintext"];
 /// Blocks: each closes an open `<p>`, and its end tag closes what was left open inside it.
 const BLOCKS: &[&str] = &[
-    "address", "article", "aside", "blockquote", "center", "details", "dialog", "dir", "div", "dl", "fieldset",
-    "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hgroup", "main",
-    "menu", "nav", "ol", "p", "pre", "section", "summary", "table", "ul",
+    "address",
+    "article",
+    "aside",
+    "blockquote",
+    "center",
+    "details",
+    "dialog",
+    "dir",
+    "div",
+    "dl",
+    "fieldset",
+    "figcaption",
+    "figure",
+    "footer",
+    "form",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "header",
+    "hgroup",
+    "main",
+    "menu",
+    "nav",
+    "ol",
+    "p",
+    "pre",
+    "section",
+    "summary",
+    "table",
+    "ul",
 ];
 /// Elements an end tag does not reach past.
-const SCOPES: &[&str] = &["table", "td", "th", "caption", "template", "object", "applet", "marquee", "html", "svg", "math"];
+const SCOPES: &[&str] =
+    &["table", "td", "th", "caption", "template", "object", "applet", "marquee", "html", "svg", "math"];
 
 /// The `<title>` of a document, or its first `<h1>`, whitespace collapsed.
 pub fn title_of_html(html: &str) -> Option<String> {
