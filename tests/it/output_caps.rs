@@ -54,3 +54,19 @@ fn kv_get_of_a_fifteen_megabyte_value_is_cut_at_the_cap() {
     let obs = observe(&environment, &files, &[json!({"name": "kv_get", "arguments": {"key": "big"}})]);
     assert_capped(&obs[0], "of 15000000 bytes");
 }
+
+#[test]
+fn the_writing_rooms_read_doc_and_export_of_a_long_document_are_cut_at_the_cap() {
+    let environment = format!("kind: writing_room\nlimits: {{output_cap_bytes: {CAP}}}\n");
+    let text = "word ".repeat(4000);
+    let calls = [
+        json!({"name": "open_doc", "arguments": {"doc_id": "long"}}),
+        json!({"name": "write_section", "arguments": {"doc_id": "long", "heading": "All", "text": text}}),
+        json!({"name": "read_doc", "arguments": {"doc_id": "long"}}),
+        json!({"name": "export", "arguments": {"doc_id": "long", "format": "html"}}),
+    ];
+    let obs = observe(&environment, "", &calls);
+    assert_eq!(obs.len(), 4, "{obs:?}");
+    assert_capped(&obs[2], "[... cut: showing");
+    assert_capped(&obs[3], "[... cut: showing");
+}
