@@ -70,3 +70,13 @@ fn the_writing_rooms_read_doc_and_export_of_a_long_document_are_cut_at_the_cap()
     assert_capped(&obs[2], "[... cut: showing");
     assert_capped(&obs[3], "[... cut: showing");
 }
+
+#[test]
+fn an_mcp_servers_fifteen_megabytes_of_structured_content_are_cut_at_the_cap() {
+    let server = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp/large_server.py");
+    let environment = format!(
+        "kind: mcp\nlimits: {{output_cap_bytes: {CAP}}}\nservers:\n  - {{name: large, command: /usr/bin/python3, args: [\"{server}\"]}}\n"
+    );
+    let obs = observe(&environment, "", &[json!({"name": "large", "arguments": {}})]);
+    assert_capped(&obs[0], "more items cut");
+}
