@@ -265,4 +265,25 @@ mod tests {
         writer.close().unwrap();
         assert_eq!(seen.lock().unwrap().0, [(None, fin)]);
     }
+
+    #[test]
+    fn past_its_budget_an_episode_logs_payloads_cut_and_other_episodes_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let (log, writer) = EventLog::create(&path, "r").unwrap();
+        let big = crate::contract::Observation::of_result("c", serde_json::json!({"text": "x".repeat(1 << 20)}));
+        let loud = log.recorder("loud");
+        for step in 0..20 {
+            loud.emit(&Event::Observation { step, observation: big.clone() });
+        }
+        log.recorder("quiet").emit(&Event::Observation { step: 0, observation: big.clone() });
+        drop((log, loud));
+        writer.close().unwrap();
+        let lines: Vec<String> = std::fs::read_to_string(&path).unwrap().lines().map(str::to_owned).collect();
+        let whole = lines.iter().filter(|l| l.len() > 1 << 20).count();
+        // Eight whole ones take the loud episode past 8 MiB; the quiet episode's is whole.
+        assert_eq!(whole, 9, "{:?}", lines.iter().map(String::len).collect::<Vec<_>>());
+        let cut = &lines[8];
+        assert!(cut.len() < 1000 && cut.contains("[... cut: showing"), "{cut}");
+    }
 }
