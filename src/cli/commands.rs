@@ -116,7 +116,8 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
         RunError::Exists(_) | RunError::Folder { .. } | RunError::Locked(_) => CliError::usage(e),
         _ => CliError::results(e),
     })?;
-    drop(runtime);
+    // A blocking task still running (a stuck read) must not hold the finished run open.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     release_free_memory();
     let (summary, index) = summarize(&result.events_path)?;
     out!("\n{}", summary.render());

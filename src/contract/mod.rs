@@ -4,6 +4,8 @@
 //! These types are serialised exactly as `DESIGN.md` shows them. Fields may be added;
 //! existing ones are never renamed.
 
+pub mod fit;
+
 use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

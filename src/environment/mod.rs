@@ -24,6 +24,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
 use crate::agent::{ActorEnding, Agent, WorldModelView};
+use crate::contract::fit;
 use crate::contract::{
     Actor, CallFault, EXIT_PLAN_MODE, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec,
 };
@@ -415,9 +416,35 @@ impl Environment {
                 .suggest("try a smaller or faster action"),
             ),
         };
+        cap_result(&mut obs, self.definition.limits.output_cap_bytes);
         for (key, value) in self.world.observe() {
             obs.info.entry(key).or_insert(value);
         }
         obs
+    }
+}
+
+/// Room past `output_cap_bytes` for a result's structure and its tools' own markers.
+pub const CAP_SLACK_BYTES: usize = 1024;
+
+/// The one cap every tool's result obeys: serialised, `output_cap_bytes` plus
+/// [`CAP_SLACK_BYTES`]. Past it the result is cut (strings keep their start, lists their
+/// first items, each cut marked) and, unless the tool already failed, the observation
+/// says `OutputTruncated`. Tools that cut their own output finer keep doing so.
+fn cap_result(obs: &mut Observation, cap: usize) {
+    let Some(result) = &obs.tool_result else { return };
+    let limit = cap.saturating_add(CAP_SLACK_BYTES);
+    let (fitted, cut) = fit::fit(result, limit);
+    if !cut {
+        return;
+    }
+    let size = fit::size(result);
+    obs.tool_result = Some(fitted);
+    if obs.error.is_none() {
+        let message = format!("the result was {size} bytes; it was cut to the output cap of {limit} bytes");
+        obs.error = Some(
+            ToolError::new(ErrorType::OutputTruncated, message)
+                .suggest("ask for less at a time: a narrower path, a pattern or a range"),
+        );
     }
 }

@@ -23,6 +23,7 @@ use tokio::process::Command;
 
 use super::tool::ToolDecl;
 use super::{Environment, SetupError};
+use crate::contract::fit::fit;
 use crate::contract::{CallFault, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::log::{Event, Recorder};
 use crate::sandbox::Confinement;
@@ -465,8 +466,8 @@ impl Environment {
                     recorder.emit(&Event::InnerCall {
                         step,
                         parent: parent.call_id.clone(),
-                        call,
-                        observation: observation.clone(),
+                        call: logged_call(call),
+                        observation: logged_observation(&observation),
                     });
                     match observation.error {
                         None => json!({"ok": true, "result": observation.tool_result}),
@@ -494,6 +495,22 @@ impl Environment {
         }
         self.execute(call, &AtomicBool::new(false)).await
     }
+}
+
+/// The most bytes of an inner call's arguments, and of its result, that its `inner_call`
+/// event keeps: a short script can make thousands of calls, and the script gets the whole
+/// result either way.
+pub const INNER_CALL_LOG_BYTES: usize = 1024;
+
+fn logged_call(mut call: ToolCall) -> ToolCall {
+    call.arguments = fit(&call.arguments, INNER_CALL_LOG_BYTES).0;
+    call
+}
+
+fn logged_observation(observation: &Observation) -> Observation {
+    let mut logged = observation.clone();
+    logged.tool_result = logged.tool_result.map(|r| fit(&r, INNER_CALL_LOG_BYTES).0);
+    logged
 }
 
 fn refusal(kind: ErrorType, message: String) -> Value {

@@ -558,6 +558,42 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// This event with its payloads (an observation's result, an inner call's arguments
+    /// and result) cut to about `bytes` each, with markers; `None` for an event that has
+    /// none, or none that large.
+    pub fn with_payloads_cut(&self, bytes: usize) -> Option<Event> {
+        use crate::contract::fit::fit;
+        let cut_result = |observation: &Observation| {
+            let mut observation = observation.clone();
+            let (result, cut) = match &observation.tool_result {
+                Some(result) => fit(result, bytes),
+                None => return (observation, false),
+            };
+            observation.tool_result = Some(result);
+            (observation, cut)
+        };
+        match self {
+            Event::Observation { step, observation } => {
+                let (observation, cut) = cut_result(observation);
+                cut.then_some(Event::Observation { step: *step, observation })
+            }
+            Event::InnerCall { step, parent, call, observation } => {
+                let (observation, cut_observation) = cut_result(observation);
+                let (arguments, cut_arguments) = fit(&call.arguments, bytes);
+                let call = ToolCall { arguments, ..call.clone() };
+                (cut_observation || cut_arguments).then(|| Event::InnerCall {
+                    step: *step,
+                    parent: parent.clone(),
+                    call,
+                    observation,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

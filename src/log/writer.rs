@@ -5,6 +5,7 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -83,6 +84,11 @@ impl EventLog {
 
     /// Appends an event. `episode_id` is `None` for run-level events.
     pub fn emit(&self, episode_id: Option<&Arc<str>>, event: &Event) {
+        self.emit_sized(episode_id, event);
+    }
+
+    /// Appends an event; the bytes of its body.
+    fn emit_sized(&self, episode_id: Option<&Arc<str>>, event: &Event) -> usize {
         let flush =
             matches!(event, Event::EpisodeFinished { .. } | Event::RunFinished { .. } | Event::RunStarted { .. });
         let body = match serde_json::to_vec(event) {
@@ -92,16 +98,18 @@ impl EventLog {
         };
         let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
         // The writer outlives every handle; if it died, its error surfaces at `close`.
+        let size = body.len();
         let _ = self.sender.send(Line { episode_id: episode_id.cloned(), ts, body, flush });
         for s in self.subscribers.iter().filter(|s| (s.wants)(event)) {
             // A subscriber that panicked has shown what it could; the run goes on.
             s.subscriber.lock().unwrap_or_else(PoisonError::into_inner).event(episode_id.map(|id| &**id), event);
         }
+        size
     }
 
     /// A handle that stamps every event with one episode's id.
     pub fn recorder(&self, episode_id: &str) -> Recorder {
-        Recorder { log: self.clone(), episode_id: Arc::from(episode_id) }
+        Recorder { log: self.clone(), episode_id: Arc::from(episode_id), written: Arc::default() }
     }
 }
 
@@ -193,11 +201,23 @@ pub(crate) fn write_line(
 pub struct Recorder {
     log: EventLog,
     episode_id: Arc<str>,
+    /// Bytes this episode has written to the log.
+    written: Arc<AtomicUsize>,
 }
+
+/// The bytes of log an episode may write before the payloads of its observations and
+/// inner calls are cut to [`OVER_BUDGET_PAYLOAD_BYTES`].
+pub const EPISODE_LOG_BUDGET_BYTES: usize = 8 << 20;
+/// What an observation's result or an inner call's arguments and result keep, past the
+/// episode's log budget.
+pub const OVER_BUDGET_PAYLOAD_BYTES: usize = 128;
 
 impl Recorder {
     pub fn emit(&self, event: &Event) {
-        self.log.emit(Some(&self.episode_id), event);
+        let over = self.written.load(Ordering::Relaxed) > EPISODE_LOG_BUDGET_BYTES;
+        let cut = if over { event.with_payloads_cut(OVER_BUDGET_PAYLOAD_BYTES) } else { None };
+        let size = self.log.emit_sized(Some(&self.episode_id), cut.as_ref().unwrap_or(event));
+        self.written.fetch_add(size, Ordering::Relaxed);
     }
 }
 
@@ -244,5 +264,26 @@ mod tests {
         drop(log);
         writer.close().unwrap();
         assert_eq!(seen.lock().unwrap().0, [(None, fin)]);
+    }
+
+    #[test]
+    fn past_its_budget_an_episode_logs_payloads_cut_and_other_episodes_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let (log, writer) = EventLog::create(&path, "r").unwrap();
+        let big = crate::contract::Observation::of_result("c", serde_json::json!({"text": "x".repeat(1 << 20)}));
+        let loud = log.recorder("loud");
+        for step in 0..20 {
+            loud.emit(&Event::Observation { step, observation: big.clone() });
+        }
+        log.recorder("quiet").emit(&Event::Observation { step: 0, observation: big.clone() });
+        drop((log, loud));
+        writer.close().unwrap();
+        let lines: Vec<String> = std::fs::read_to_string(&path).unwrap().lines().map(str::to_owned).collect();
+        let whole = lines.iter().filter(|l| l.len() > 1 << 20).count();
+        // Eight whole ones take the loud episode past 8 MiB; the quiet episode's is whole.
+        assert_eq!(whole, 9, "{:?}", lines.iter().map(String::len).collect::<Vec<_>>());
+        let cut = &lines[8];
+        assert!(cut.len() < 1000 && cut.contains("[... cut: showing"), "{cut}");
     }
 }

@@ -15,6 +15,7 @@ mod log;
 mod mcp;
 mod memory;
 mod models;
+mod output_caps;
 mod overrides;
 mod permission_paths;
 mod permissions;

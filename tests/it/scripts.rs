@@ -132,3 +132,29 @@ fn tool_functions_called_from_many_threads_at_once_each_get_their_own_answer() {
     assert_eq!(results[0]["output"], "True 20\n", "{}", results[0]);
     assert_eq!(results[0]["tool_calls_made"], 40);
 }
+
+#[test]
+fn ten_thousand_inner_calls_with_big_results_keep_the_log_small() {
+    let sb = Sandbox::new();
+    sb.write("environments/kvs.yaml", "kind: kv\nexecute_code: {max_calls: 10000, timeout_s: 600}\n");
+    let code = "for i in range(10000):\n    runner_tools.kv_get(key='big')\nprint('done')";
+    let call = json!({"name": "execute_code", "arguments": {"code": code}});
+    sb.write(
+        "s.yaml",
+        &format!(
+            "suite: scripts\nenvironment: kvs\nlimits: {{max_steps: 5, time_s: 600}}\nscorers: [{{includes: ok}}]\ntasks:\n  - id: t\n    input: go\n    files: {{big: {}}}\n    mock:\n      - tool_calls: [{call}]\n      - text: ok\n",
+            "x".repeat(8000)
+        ),
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    assert_eq!(of_type(&events, "inner_call").len(), 10_000);
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished[0]["outcome"]["passed"], true, "{}", finished[0]);
+    // Whole, the inner calls' results alone would be 80 MB.
+    let size = std::fs::metadata(sb.path().join("results/test/events.jsonl")).map(|m| m.len()).unwrap_or(0);
+    assert!(size < 12 << 20, "the log is {size} bytes");
+    let first = &of_type(&events, "inner_call")[0];
+    assert!(first["observation"]["tool_result"].to_string().contains("[... cut: showing"), "{first}");
+}

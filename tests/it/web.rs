@@ -266,3 +266,33 @@ async fn a_resumed_run_reads_the_pages_its_first_part_cached() {
     let asked = server.received_requests().await.unwrap_or_default();
     assert_eq!(asked.iter().filter(|r| r.url.path() == "/page").count(), 1, "the resume asked the server again");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_page_nested_a_hundred_thousand_deep_is_cut_and_the_run_finishes() {
+    let server = MockServer::start().await;
+    let uri = server.uri();
+    let deep =
+        format!("<title>Deep</title><p>Top text.</p>{}bottom{}", "<div>".repeat(100_000), "</div>".repeat(100_000));
+    // 1.1 MB: under a cap raised for it, so that the page is read, not refused.
+    let environment = live_environment(&server).replace("max_bytes: 100000", "max_bytes: 2000000");
+    serve(&server, "/deep", ResponseTemplate::new(200).set_body_raw(deep.into_bytes(), "text/html")).await;
+    let sb = Sandbox::new();
+    sb.write("environments/site.yaml", &environment);
+    let extract = json!({"name": "extract", "arguments": {"url": format!("{uri}/deep"), "selector": "div"}});
+    sb.write("s.yaml", &suite(&[task("deep", &[fetch(&format!("{uri}/deep")), extract])]));
+    let started = std::time::Instant::now();
+    let run = eval(&sb, &[]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(started.elapsed() < Duration::from_secs(30), "the run took {:?}", started.elapsed());
+    let all = observations(&sb.events());
+    let obs = of_task(&all, "deep");
+    assert_eq!(obs.len(), 2, "{obs:?}");
+    let content = obs[0]["tool_result"]["content"].as_str().unwrap_or_default();
+    assert!(content.contains("Top text."), "{}", obs[0]);
+    assert!(content.contains("nested deeper than"), "the cut is marked: {}", obs[0]);
+    assert_eq!(error_type(&obs[1]), "none", "{}", obs[1]);
+    assert!(obs[1]["tool_result"]["count"].as_u64().unwrap_or(0) > 0, "{}", obs[1]);
+    // The run cached the page it read, and only that.
+    let cached = std::fs::read_dir(sb.path().join("results/test/web-cache")).unwrap().count();
+    assert_eq!(cached, 1, "one page, one cache file");
+}

@@ -13,6 +13,7 @@ pub mod page;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -258,23 +259,62 @@ impl WebWorld {
                     .suggest("search, then fetch a URL from the results")
             }),
             Browsing::Live(live, cache) => {
-                let response = cache.get_or(url, live.get(url)).await.map_err(fetch_failure)?;
+                // A page is kept only once it was read: a page that cannot be read would
+                // otherwise fail again in every episode, and in the run resumed.
+                let mut read = None;
+                let response = cache
+                    .get_or(url, async {
+                        let response = live.get(url).await.map_err(fetch_failure)?;
+                        if response.status < 400 {
+                            read = Some(read_page(&response).await?);
+                        }
+                        Ok::<_, ToolFailure>(response)
+                    })
+                    .await?;
                 if response.status >= 400 {
                     let message = format!("HTTP {}: {url} could not be fetched", response.status);
                     return Err(ToolFailure::new(ErrorType::ExecutionError, message));
                 }
-                let format = format_of_type(&response.content_type).unwrap_or_else(|| sniff(&response.body));
-                off_the_runtime(move || Page::of(&response.url, response.body, format, None)).await
+                match read {
+                    Some(page) => Ok(page),
+                    None => read_page(&response).await,
+                }
             }
         }
     }
 }
 
-/// Runs `parse` (HTML parsing, which takes a while for a large page) on a blocking thread.
+/// The stack of the thread that reads a page: the Markdown converter recurses once per
+/// level of nesting, and [`page::bounded`] keeps the levels few.
+const READER_STACK_BYTES: usize = 256 * 1024 * 1024;
+/// The longest a page may take to read.
+const READ_DEADLINE: Duration = Duration::from_secs(20);
+
+/// `response` read as a page.
+async fn read_page(response: &live::Response) -> Result<Page, ToolFailure> {
+    let format = format_of_type(&response.content_type).unwrap_or_else(|| sniff(&response.body));
+    let (url, body) = (response.url.clone(), response.body.clone());
+    off_the_runtime(move || Page::of(&url, body, format, None)).await
+}
+
+/// Runs `parse` (HTML parsing, which takes a while for a large page) on a thread of its
+/// own with a known large stack. Past the deadline it is not waited for, and nothing waits
+/// for it when the run ends.
 async fn off_the_runtime<T: Send + 'static>(parse: impl FnOnce() -> T + Send + 'static) -> Result<T, ToolFailure> {
-    tokio::task::spawn_blocking(parse)
-        .await
-        .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("failed to read the page: {e}")))
+    let failed = |why: String| ToolFailure::new(ErrorType::ExecutionError, format!("failed to read the page: {why}"));
+    let (send, receive) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("page-reader".into())
+        .stack_size(READER_STACK_BYTES)
+        .spawn(move || {
+            let _ = send.send(parse());
+        })
+        .map_err(|e| failed(format!("no thread to read it on: {e}")))?;
+    match tokio::time::timeout(READ_DEADLINE, receive).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(_)) => Err(failed("the reader crashed".into())),
+        Err(_) => Err(failed(format!("it took longer than {}s (is it nested very deep?)", READ_DEADLINE.as_secs()))),
+    }
 }
 
 /// A body without a content type: HTML when it starts like markup.
