@@ -632,3 +632,30 @@ fn an_optional_environment_whose_program_is_missing_is_still_valid() {
     let run = sb.run(&["validate", "s.yaml"]);
     assert_eq!(run.code, 0, "{run:?}");
 }
+
+/// Regression: after a failed discovery every episode started the servers again and waited
+/// `start_timeout_s` for each, only to fail as discovery had.
+#[test]
+fn after_a_failed_discovery_no_episode_starts_the_servers_again() {
+    let sb = Sandbox::new();
+    sb.write(
+        "environments/f.yaml",
+        &format!("kind: mcp\nservers:\n{}", faulty_server("f", "never-init", ", start_timeout_s: 5")),
+    );
+    sb.write(
+        "s.yaml",
+        "suite: s\nenvironment: f\nscorers: [{includes: x}]\ntasks:\n  - {id: a, input: hi}\n  - {id: b, input: hi}\n  - {id: c, input: hi}\n",
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    let events = sb.events();
+    let ends = finished(&events);
+    assert_eq!(ends.len(), 3);
+    for end in ends {
+        assert_eq!(end["outcome"]["cause"], "environment_error", "{end}");
+        let message = end["outcome"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("not started again") && message.contains("refusing to initialise"), "{message}");
+        // Starting the server again would have waited its 5 s start timeout.
+        assert!(end["wall_ms"].as_f64().unwrap() < 5000.0, "{end}");
+    }
+}

@@ -98,6 +98,11 @@ impl EnvironmentKind for Mcp {
         let Some(spec) = spec_of(definition) else {
             return Err(failed("an `mcp` environment needs `servers:`".into()));
         };
+        if let Some(why) = spec.discovery_failed.get() {
+            return Err(failed(format!(
+                "its tools could not be discovered when the run started, so its servers are not started again: {why}"
+            )));
+        }
         let folder = tempfile::Builder::new()
             .prefix("runner-mcp-")
             .tempdir_in(context.work_root)
@@ -168,64 +173,79 @@ impl EnvironmentKind for Mcp {
         let Some(spec) = spec_of(definition) else {
             return Err("an `mcp` environment needs `servers:`".into());
         };
-        let folder = tempfile::Builder::new()
-            .prefix("runner-mcp-discover-")
-            .tempdir()
-            .map_err(|e| format!("failed to create a folder to start the servers in: {e}"))?;
-        let work = folder.path().canonicalize().map_err(|e| e.to_string())?;
-        let mut decls = Vec::new();
-        let mut prompt_text = String::new();
-        let mut started = Vec::new();
-        for server in &spec.servers {
-            let running = Server::start(server, definition, &spec.base, &work, sandbox).await?;
-            for tool in running.tools().await? {
-                decls.push((server.name.clone(), decl_of(&spec, &server.name, &tool)?));
-            }
-            started.push(running);
+        let discovered = discover_tools(&spec, definition, sandbox).await;
+        if let Err(why) = &discovered {
+            // Kept for the run's episodes, which then start nothing (see `setup`).
+            let _ = spec.discovery_failed.set(why.clone());
         }
-        for prompt in &spec.prompts {
-            let Some(server) = started.iter().find(|s| s.name == prompt.server) else { continue };
-            prompt_text.push_str(&server.prompt(prompt).await?);
-        }
-        for mut server in started {
-            server.stop().await;
-        }
-        let exposed = match &definition.expose {
-            None => decls,
-            Some(names) => {
-                let mut chosen = Vec::new();
-                for name in names {
-                    match decls.iter().find(|(_, d)| &d.spec.name == name) {
-                        Some(d) => chosen.push(d.clone()),
-                        None => {
-                            let known: Vec<&str> = decls.iter().map(|(_, d)| d.spec.name.as_str()).collect();
-                            return Err(format!(
-                                "`tools:` lists `{name}`, which no server offers; they offer: {}",
-                                known.join(", ")
-                            ));
-                        }
-                    }
-                }
-                chosen
-            }
-        };
-        // What the agent is shown must be names a provider takes and that do not shadow
-        // the agent's own; a tool left out by `tools:` is never shown.
-        for (server, decl) in &exposed {
-            let own = spec.route(&decl.spec.name).map_or_else(|| decl.spec.name.clone(), |(_, tool)| tool);
-            check_tool_name(server, &own, &decl.spec.name)?;
-        }
-        if let Some(message) = duplicate(&exposed) {
-            return Err(message);
-        }
-        let mut exposed: Vec<ToolDecl> = exposed.into_iter().map(|(_, d)| d).collect();
-        exposed.push(tool::final_answer());
-        Ok(Some((exposed, prompt_text)))
+        discovered.map(Some)
     }
 
     fn sandboxed(&self) -> bool {
         true
     }
+}
+
+/// Starts each server once, lists its tools (and reads the prompts the file names), stops
+/// them: the tools to expose, checked, with the final answer, and the prompts' text.
+async fn discover_tools(
+    spec: &McpSpec,
+    definition: &Definition,
+    sandbox: SandboxMode,
+) -> Result<(Vec<ToolDecl>, String), String> {
+    let folder = tempfile::Builder::new()
+        .prefix("runner-mcp-discover-")
+        .tempdir()
+        .map_err(|e| format!("failed to create a folder to start the servers in: {e}"))?;
+    let work = folder.path().canonicalize().map_err(|e| e.to_string())?;
+    let mut decls = Vec::new();
+    let mut prompt_text = String::new();
+    let mut started = Vec::new();
+    for server in &spec.servers {
+        let running = Server::start(server, definition, &spec.base, &work, sandbox).await?;
+        for tool in running.tools().await? {
+            decls.push((server.name.clone(), decl_of(&spec, &server.name, &tool)?));
+        }
+        started.push(running);
+    }
+    for prompt in &spec.prompts {
+        let Some(server) = started.iter().find(|s| s.name == prompt.server) else { continue };
+        prompt_text.push_str(&server.prompt(prompt).await?);
+    }
+    for mut server in started {
+        server.stop().await;
+    }
+    let exposed = match &definition.expose {
+        None => decls,
+        Some(names) => {
+            let mut chosen = Vec::new();
+            for name in names {
+                match decls.iter().find(|(_, d)| &d.spec.name == name) {
+                    Some(d) => chosen.push(d.clone()),
+                    None => {
+                        let known: Vec<&str> = decls.iter().map(|(_, d)| d.spec.name.as_str()).collect();
+                        return Err(format!(
+                            "`tools:` lists `{name}`, which no server offers; they offer: {}",
+                            known.join(", ")
+                        ));
+                    }
+                }
+            }
+            chosen
+        }
+    };
+    // What the agent is shown must be names a provider takes and that do not shadow
+    // the agent's own; a tool left out by `tools:` is never shown.
+    for (server, decl) in &exposed {
+        let own = spec.route(&decl.spec.name).map_or_else(|| decl.spec.name.clone(), |(_, tool)| tool);
+        check_tool_name(server, &own, &decl.spec.name)?;
+    }
+    if let Some(message) = duplicate(&exposed) {
+        return Err(message);
+    }
+    let mut exposed: Vec<ToolDecl> = exposed.into_iter().map(|(_, d)| d).collect();
+    exposed.push(tool::final_answer());
+    Ok((exposed, prompt_text))
 }
 
 /// The agent's own actions: a server's tool by one of these names would shadow it.
@@ -413,6 +433,7 @@ mod tests {
             optional: false,
             base: PathBuf::new(),
             shared: Vec::new(),
+            discovery_failed: std::sync::OnceLock::new(),
         };
         let schema = json!({"type": "object"});
         let look =

@@ -27,6 +27,9 @@ pub struct McpSpec {
     pub base: PathBuf,
     /// The `scope: run` servers, started by the first episode that needs them, by index.
     pub(super) shared: Vec<tokio::sync::OnceCell<Arc<Server>>>,
+    /// Why the discovery at the run's start failed, when it did: the episodes then start no
+    /// server (each would only fail again, after waiting its `start_timeout_s`).
+    pub(super) discovery_failed: std::sync::OnceLock<String>,
 }
 
 impl McpSpec {
@@ -139,7 +142,14 @@ impl McpSpec {
             }
         }
         let shared = servers.iter().map(|_| tokio::sync::OnceCell::new()).collect();
-        Ok(McpSpec { servers, prompts, optional: optional.unwrap_or(false), base, shared })
+        Ok(McpSpec {
+            servers,
+            prompts,
+            optional: optional.unwrap_or(false),
+            base,
+            shared,
+            discovery_failed: std::sync::OnceLock::new(),
+        })
     }
 
     /// The name the agent calls `tool` of `server` by.
