@@ -204,7 +204,7 @@ async fn discover_tools(
     for server in &spec.servers {
         let running = Server::start(server, definition, &spec.base, &work, sandbox).await?;
         for tool in running.tools().await? {
-            decls.push((server.name.clone(), decl_of(&spec, &server.name, &tool)?));
+            decls.push((server.name.clone(), decl_of(spec, &server.name, &tool)?));
         }
         started.push(running);
     }
