@@ -155,6 +155,13 @@ impl Deadline {
         Paused { deadline: self }
     }
 
+    /// Whether `passed(grace)` would end at once: no request is waiting for a slot, and the
+    /// time is past `grace` after the deadline.
+    pub fn is_passed(&self, grace: Duration) -> bool {
+        let q = self.queue();
+        q.waiting == 0 && tokio::time::Instant::now() >= self.0.base + q.queued + grace
+    }
+
     /// Waits until `grace` after the deadline, however far waiting for slots moves it.
     pub async fn passed(&self, grace: Duration) {
         loop {

@@ -72,6 +72,18 @@ enum Waited<T> {
 /// The one place the loop waits: for an agent's decision, the user's reply, the permission
 /// rules or a turn's calls, and always for the run's stop and the deadline (`grace` past it).
 async fn wait<T>(work: impl Future<Output = T>, budget: &EpisodeBudget, grace: Duration) -> Waited<T> {
+    // Most waits end at once (a mock model, a call with no rules to ask about): in the same
+    // order as the `select!` below, but without setting up its timers.
+    if budget.stop.is_cancelled() {
+        return Waited::Ended(Termination::UserStop);
+    }
+    if budget.deadline.is_passed(grace) {
+        return Waited::Ended(Termination::TimeLimit);
+    }
+    let mut work = std::pin::pin!(work);
+    if let std::task::Poll::Ready(done) = futures::poll!(work.as_mut()) {
+        return Waited::Done(done);
+    }
     tokio::select! {
         biased;
         _ = budget.stop.cancelled() => Waited::Ended(Termination::UserStop),
