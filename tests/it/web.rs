@@ -296,3 +296,27 @@ async fn a_page_nested_a_hundred_thousand_deep_is_cut_and_the_run_finishes() {
     let cached = std::fs::read_dir(sb.path().join("results/test/web-cache")).unwrap().count();
     assert_eq!(cached, 1, "one page, one cache file");
 }
+
+/// Regression: a redirect the client could not follow (no `Location`, a `300`) came back as
+/// an empty page, as if the fetch had worked.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redirect_that_is_not_followed_is_an_error_not_an_empty_page() {
+    let server = MockServer::start().await;
+    let uri = server.uri();
+    serve(&server, "/moved", ResponseTemplate::new(302)).await;
+    serve(&server, "/choices", ResponseTemplate::new(300).set_body_raw(b"<p>a or b</p>".to_vec(), "text/html")).await;
+    let sb = Sandbox::new();
+    sb.write("environments/site.yaml", &live_environment(&server));
+    let tasks =
+        [task("moved", &[fetch(&format!("{uri}/moved"))]), task("choices", &[fetch(&format!("{uri}/choices"))])];
+    sb.write("s.yaml", &suite(&tasks));
+    let run = eval(&sb, &[]).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let all = observations(&sb.events());
+    for (task, status) in [("moved", "302"), ("choices", "300")] {
+        let obs = of_task(&all, task);
+        assert_eq!(error_type(&obs[0]), "ExecutionError", "{task}: {:?}", obs);
+        let message = obs[0]["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(&format!("HTTP {status}")) && message.contains("not followed"), "{task}: {message}");
+    }
+}

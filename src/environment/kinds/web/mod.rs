@@ -265,14 +265,21 @@ impl WebWorld {
                 let response = cache
                     .get_or(url, async {
                         let response = live.get(url).await.map_err(fetch_failure)?;
-                        if response.status < 400 {
+                        if (200..300).contains(&response.status) {
                             read = Some(read_page(&response).await?);
                         }
                         Ok::<_, ToolFailure>(response)
                     })
                     .await?;
-                if response.status >= 400 {
-                    let message = format!("HTTP {}: {url} could not be fetched", response.status);
+                let status = response.status;
+                if (300..400).contains(&status) {
+                    // Redirects are followed; one that is still here had nowhere to go (no
+                    // `Location`, or a `300` offering choices).
+                    let message = format!("HTTP {status}: {url} answered with a redirect that was not followed");
+                    return Err(ToolFailure::new(ErrorType::ExecutionError, message));
+                }
+                if !(200..300).contains(&status) {
+                    let message = format!("HTTP {status}: {url} could not be fetched");
                     return Err(ToolFailure::new(ErrorType::ExecutionError, message));
                 }
                 match read {
