@@ -659,3 +659,47 @@ fn after_a_failed_discovery_no_episode_starts_the_servers_again() {
         assert!(end["wall_ms"].as_f64().unwrap() < 5000.0, "{end}");
     }
 }
+
+/// A Python whose real interpreter lies under the home folder (pyenv, conda, uv), as the
+/// sandbox hides it: `None` where every `python3` on the PATH is the system's.
+fn python_under_home() -> Option<PathBuf> {
+    let home = PathBuf::from(std::env::var_os("HOME")?).canonicalize().ok()?;
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import sys, os; print(os.path.realpath(sys.executable))"])
+        .output()
+        .ok()?;
+    let real = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    real.starts_with(&home).then_some(real)
+}
+
+/// Regression: a server installed in a virtual environment made from a Python under the
+/// home folder failed with a bare "Permission denied": its entry script's interpreter is a
+/// link into the home folder, which the sandbox hides.
+#[test]
+fn a_server_in_a_venv_of_a_python_under_the_home_folder_starts_in_the_sandbox() {
+    let Some(python) = python_under_home() else {
+        eprintln!("skipped: no python3 under the home folder on this machine");
+        return;
+    };
+    let sb = Sandbox::new();
+    let venv = sb.path().join("venv");
+    let made = std::process::Command::new(&python).args(["-m", "venv", "--without-pip"]).arg(&venv).status().unwrap();
+    assert!(made.success(), "the venv was made");
+    // An entry script as pip writes one: its shebang names the venv's interpreter, a link.
+    let script = venv.join("bin/faulty-server");
+    let body = std::fs::read_to_string(FAULTY).unwrap();
+    std::fs::write(&script, format!("#!{}\n{body}", venv.join("bin/python3").display())).unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(&script).status().unwrap();
+    sb.write(
+        "environments/f.yaml",
+        &format!("kind: mcp\nservers:\n  - {{name: f, command: {}, args: [serve]}}\n", script.display()),
+    );
+    sb.write(
+        "s.yaml",
+        "suite: s\nenvironment: f\nscorers: [{includes: ok}]\ntasks:\n  - id: a\n    input: hi\n    mock:\n      - tool_calls: [{name: ok, arguments: {}}]\n      - text: ok\n",
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    assert_eq!(tool_observations(&events)[0]["tool_result"]["content"][0]["text"], "ok", "{events:?}");
+}

@@ -150,6 +150,23 @@ pub(super) fn installation(path: &Path) -> Result<PathBuf, String> {
     Ok(found)
 }
 
+/// The interpreter a script names on its `#!` line (`#!/usr/bin/env NAME` looked up on the
+/// servers' `PATH`); `None` for a program that is not a script.
+fn shebang_interpreter(program: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program).and_then(|mut f| f.read(&mut head)).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = String::from_utf8_lossy(line.split(|&b| b == b'\n').next()?).into_owned();
+    let mut words = line.split_whitespace();
+    let interpreter = PathBuf::from(words.next()?);
+    if interpreter.file_name().is_some_and(|n| n == "env") {
+        let name = words.find(|w| !w.starts_with('-'))?;
+        return SAFE_PATH.split(':').map(|dir| Path::new(dir).join(name)).find(|p| p.is_file());
+    }
+    Some(interpreter)
+}
+
 /// `${NAME}` in `value` replaced by the runner's variable `NAME`.
 pub(super) fn expand_vars(value: &str) -> Result<String, String> {
     let mut out = String::new();
@@ -259,6 +276,11 @@ impl Server {
         if let Ok(real) = program.canonicalize() {
             readable.push(installation(&real).map_err(|e| format!("server `{name}`: {e}"))?);
         }
+        // A script's interpreter, followed through its links: a virtualenv's `python3` is a
+        // link to the Python it was made from (a pyenv, conda or uv one under the home folder).
+        if let Some(real) = shebang_interpreter(&program).and_then(|i| i.canonicalize().ok()) {
+            readable.push(installation(&real).map_err(|e| format!("server `{name}`: {e}"))?);
+        }
         let mut args = Vec::new();
         for arg in &spec.args {
             let arg = &expand_vars(arg).map_err(|e| format!("server `{name}`: argument {e}"))?;
@@ -298,8 +320,16 @@ impl Server {
         for (k, v) in &spec.env {
             command.env(k, expand_vars(v).map_err(|e| format!("server `{name}`: env `{k}`: {e}"))?);
         }
-        let mut supervised = process::spawn(&mut command, &sandbox)
-            .map_err(|e| format!("server `{name}`: failed to start `{}`: {e}", program.display()))?;
+        let mut supervised = process::spawn(&mut command, &sandbox).map_err(|e| {
+            let mut message = format!("server `{name}`: failed to start `{}`: {e}", program.display());
+            if e.kind() == std::io::ErrorKind::PermissionDenied && sandbox.enforced()["enabled"] == true {
+                message.push_str(
+                    ": the sandbox keeps it (or the interpreter it runs) from being read; add the folder it is \
+                     installed in to the server's `read_paths`",
+                );
+            }
+            message
+        })?;
         let (Some(stdin), Some(stdout), Some(mut stderr)) =
             (supervised.keeper.stdin.take(), supervised.keeper.stdout.take(), supervised.keeper.stderr.take())
         else {
