@@ -130,8 +130,11 @@ impl AgentFault {
         let fault = obs.fault?;
         let message = match fault {
             CallFault::UserFailed => format!("`{}` failed: {}", call.name, error.message),
-            CallFault::ResourceExhausted | CallFault::EnvironmentFailed => {
+            CallFault::ResourceExhausted => {
                 format!("`{}` failed for want of the runner's resources: {}", call.name, error.message)
+            }
+            CallFault::EnvironmentFailed => {
+                format!("`{}` failed: what the environment runs on stopped under it: {}", call.name, error.message)
             }
         };
         Some(AgentFault { cause: fault.into(), message })
@@ -152,4 +155,28 @@ impl From<CallFault> for UnscoredCause {
 #[async_trait]
 pub trait Agent: Send {
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::{ErrorType, ToolError};
+
+    /// Regression: a server that crashed mid-call was reported as a want of the runner's
+    /// resources.
+    #[test]
+    fn a_calls_fault_is_told_by_its_cause() {
+        let call = ToolCall::new("c_1", "crash", serde_json::json!({}));
+        let failed = |fault| {
+            let mut obs = Observation::of_error("c_1", ToolError::new(ErrorType::ExecutionError, "server stopped"));
+            obs.fault = Some(fault);
+            AgentFault::of_call(&call, &obs).map(|f| (f.cause, f.message))
+        };
+        let (cause, message) = failed(CallFault::EnvironmentFailed).unwrap();
+        assert_eq!(cause, UnscoredCause::EnvironmentError);
+        assert!(!message.contains("resources") && message.contains("stopped under it"), "{message}");
+        let (cause, message) = failed(CallFault::ResourceExhausted).unwrap();
+        assert_eq!(cause, UnscoredCause::ResourceExhausted);
+        assert!(message.contains("for want of the runner's resources"), "{message}");
+    }
 }
