@@ -122,6 +122,20 @@ impl Stores {
         Stores { entries: initial, limits: (config.memory_chars, config.user_chars) }
     }
 
+    /// Stores filled with `entries`, each added as the `memory` tool would add it: an entry
+    /// the tool would refuse (a duplicate, one past the limit) is an error naming its store,
+    /// its index and why.
+    pub fn checked(config: &MemoryConfig, entries: &Entries) -> Result<Self, (&'static str, usize, String)> {
+        let mut stores = Stores::new(config, Entries::default());
+        for (name, list) in [("memory", &entries.memory), ("user", &entries.user)] {
+            for (i, entry) in list.iter().enumerate() {
+                let call = serde_json::json!({"action": "add", "target": name, "content": entry});
+                stores.act(&call).map_err(|e| (name, i, e.message))?;
+            }
+        }
+        Ok(stores)
+    }
+
     pub fn shared(self) -> SharedStores {
         Arc::new(Mutex::new(self))
     }

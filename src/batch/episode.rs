@@ -44,7 +44,18 @@ pub async fn run_episode(
     let task = &suite.tasks[spec.task];
     // With `scope: task`, the stores the epoch before left (it waits for that epoch to end).
     let kept = match memory.as_mut() {
-        Some(slot) => slot.open().await,
+        Some(slot) => slot.open().await.and_then(|kept| match (kept, suite.agent.memory.as_ref()) {
+            // Read back, the stores get the checks the suite's own entries got.
+            (Some(entries), Some(config)) => {
+                Stores::checked(config, &entries).map(|_| Some(entries)).map_err(|(store, i, why)| {
+                    format!(
+                        "the task's memory {}: {store}[{i}] is not what the memory tool accepts: {why}",
+                        slot.path().display()
+                    )
+                })
+            }
+            (kept, _) => Ok(kept),
+        }),
         None => Ok(None),
     };
     let started = std::time::Instant::now();

@@ -80,6 +80,11 @@ impl Slot {
         }
     }
 
+    /// The file the stores are kept in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     /// Writes the stores in one step (a temporary file renamed over the old one).
     pub fn save(&self, entries: &Entries) -> Result<(), String> {
         let failed = |e: std::io::Error| format!("failed to write the task's memory {}: {e}", self.path.display());

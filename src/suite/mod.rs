@@ -467,14 +467,9 @@ fn check_memory(
     let Some(config) = config else {
         return Err(source.error(&here, "the task has memory entries, but the suite's agent has no `memory:`"));
     };
-    for (name, list) in [("memory", &entries.memory), ("user", &entries.user)] {
-        let mut adding = Stores::new(config, Default::default());
-        for (i, entry) in list.iter().enumerate() {
-            let call = json!({"action": "add", "target": name, "content": entry});
-            adding.act(&call).map_err(|e| source.error(&yaml::item(&yaml::child(&here, name), i), e.message))?;
-        }
-    }
-    Ok(())
+    Stores::checked(config, entries)
+        .map(|_| ())
+        .map_err(|(name, i, why)| source.error(&yaml::item(&yaml::child(&here, name), i), why))
 }
 
 /// Checks that the templates a task will meet render, and that its id is new.

@@ -121,6 +121,34 @@ fn a_resumed_run_starts_the_epochs_it_runs_again_from_the_memory_in_the_run_fold
     assert_eq!(by_epoch[&3], later_epoch());
 }
 
+/// Regression: the stores read back from the run folder skipped the checks the suite's own
+/// entries get, so a file edited by hand (or by another tool) reached the agent as it was.
+#[test]
+fn memory_read_back_from_the_run_folder_gets_the_suites_checks() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite("task", 2));
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.path().join("results/test/events.jsonl");
+    let text = std::fs::read_to_string(&events).unwrap();
+    let first_end = text.find("\"type\":\"episode_finished\"").unwrap();
+    let end = first_end + text[first_end..].find('\n').unwrap() + 1;
+    std::fs::write(&events, &text[..end]).unwrap();
+    // The kept stores now hold an entry twice, which the memory tool refuses.
+    let dir = sb.path().join("results/test/memory");
+    let file = std::fs::read_dir(&dir).unwrap().flatten().next().unwrap().path();
+    std::fs::write(&file, r#"{"memory": [], "user": ["is called Ada", "is called Ada"]}"#).unwrap();
+
+    let resumed = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "test", "--out", "results"]);
+    assert_eq!(resumed.code, 3, "{resumed:?}");
+    let all = read_jsonl(&events);
+    let finished = of_type(&all, "episode_finished");
+    let outcome = &finished.last().unwrap()["outcome"];
+    assert_eq!(outcome["cause"], "memory_error", "{outcome}");
+    let message = outcome["message"].as_str().unwrap_or_default();
+    assert!(message.contains("user[1] is not what the memory tool accepts"), "{message}");
+}
+
 /// Answers each request with the next response, keeping the requests' bodies.
 struct Script {
     responses: Vec<Value>,
