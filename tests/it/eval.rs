@@ -222,25 +222,7 @@ fn ctrl_c_cancels_episodes_flushes_the_log_and_exits_130() {
         "s.yaml",
         &format!("suite: slow\nenvironment: slow\nscorers: [{{includes: x}}]\ntasks:\n  - id: a\n    input: wait\n    mock:\n      - tool_calls: [{{name: run_command, arguments: {{command: \"touch {}; sleep 50\"}}}}]\n", mark.display()),
     );
-    let child = sb
-        .command()
-        .args(["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    // The command leaves a mark when it runs; wait for it, then interrupt.
-    let started = std::time::Instant::now();
-    while !mark.exists() {
-        assert!(started.elapsed().as_secs() < 30, "the episode never dispatched its command");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    // SAFETY: sends SIGINT to the child we spawned.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
-    let output = child.wait_with_output().unwrap();
-    let run = crate::Run::from(output);
+    let run = sb.eval_interrupted_at(&mark);
     assert_eq!(run.code, 130, "{run:?}");
     let events = sb.events();
     let finished = of_type(&events, "episode_finished");

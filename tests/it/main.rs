@@ -89,6 +89,29 @@ impl Sandbox {
         self.run(&args)
     }
 
+    /// `runner eval s.yaml` with the mock model into `results/test`, interrupted (SIGINT)
+    /// once a command of the run has made the file `mark`.
+    #[cfg(unix)]
+    pub fn eval_interrupted_at(&self, mark: &Path) -> Run {
+        let child = self
+            .command()
+            .args(["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start runner");
+        let started = std::time::Instant::now();
+        while !mark.exists() {
+            assert!(started.elapsed().as_secs() < 30, "no command of the run made {}", mark.display());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        // SAFETY: sends SIGINT to the child we spawned.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGINT);
+        }
+        Run::from(child.wait_with_output().expect("wait for runner"))
+    }
+
     /// The events of the run `eval` made.
     pub fn events(&self) -> Vec<Value> {
         read_jsonl(&self.path().join("results/test/events.jsonl"))
@@ -115,6 +138,16 @@ impl std::fmt::Debug for Run {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "exit {}\n--- stdout\n{}\n--- stderr\n{}", self.code, self.stdout, self.stderr)
     }
+}
+
+/// Whether a `python3` is on PATH; says so when a test is skipped for want of one.
+pub fn have_python() -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("python3").is_file()));
+    if !found {
+        eprintln!("skipped: no python3 on PATH");
+    }
+    found
 }
 
 pub fn read_jsonl(path: &Path) -> Vec<Value> {

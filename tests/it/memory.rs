@@ -60,6 +60,14 @@ fn later_epoch() -> Vec<(String, Value)> {
     ]
 }
 
+/// A crash right after the first episode finished: the log ends there.
+fn cut_after_the_first_finish(events: &std::path::Path) {
+    let text = std::fs::read_to_string(events).unwrap();
+    let first_end = text.find("\"type\":\"episode_finished\"").unwrap();
+    let end = first_end + text[first_end..].find('\n').unwrap() + 1;
+    std::fs::write(events, &text[..end]).unwrap();
+}
+
 fn memory_files(sb: &Sandbox) -> Vec<Value> {
     let dir = sb.path().join("results/test/memory");
     let mut files: Vec<Value> = std::fs::read_dir(&dir)
@@ -105,10 +113,7 @@ fn a_resumed_run_starts_the_epochs_it_runs_again_from_the_memory_in_the_run_fold
     // A crash right after epoch 1 finished: the log ends there. (Epochs 2 and 3 left the
     // stores as epoch 1 did: their add was refused.)
     let events = sb.path().join("results/test/events.jsonl");
-    let text = std::fs::read_to_string(&events).unwrap();
-    let first_end = text.find("\"type\":\"episode_finished\"").unwrap();
-    let end = first_end + text[first_end..].find('\n').unwrap() + 1;
-    std::fs::write(&events, &text[..end]).unwrap();
+    cut_after_the_first_finish(&events);
     assert_eq!(actions_by_epoch(&read_jsonl(&events)).len(), 1);
 
     let resumed = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "test", "--out", "results"]);
@@ -130,10 +135,7 @@ fn memory_read_back_from_the_run_folder_gets_the_suites_checks() {
     let run = sb.eval(&["s.yaml"]);
     assert_eq!(run.code, 0, "{run:?}");
     let events = sb.path().join("results/test/events.jsonl");
-    let text = std::fs::read_to_string(&events).unwrap();
-    let first_end = text.find("\"type\":\"episode_finished\"").unwrap();
-    let end = first_end + text[first_end..].find('\n').unwrap() + 1;
-    std::fs::write(&events, &text[..end]).unwrap();
+    cut_after_the_first_finish(&events);
     // The kept stores now hold an entry twice, which the memory tool refuses.
     let dir = sb.path().join("results/test/memory");
     let file = std::fs::read_dir(&dir).unwrap().flatten().next().unwrap().path();

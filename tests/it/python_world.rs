@@ -1,17 +1,7 @@
 //! The `python` environment through the binary: a session whose state lasts from call to
 //! call, and an interpreter that cannot be found, which is nobody's answer.
 
-use crate::{Sandbox, of_type, tool_observations};
-
-/// Whether a `python3` is on PATH; says so when a test is skipped for want of one.
-fn have_python() -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("python3").is_file()));
-    if !found {
-        eprintln!("skipped: no python3 on PATH");
-    }
-    found
-}
+use crate::{Sandbox, have_python, of_type, tool_observations};
 
 #[test]
 fn a_python_episode_defines_a_function_calls_it_and_its_answer_passes() {

@@ -319,23 +319,7 @@ fn a_childs_call_running_at_ctrl_c_is_logged_as_cancelled() {
         suite("{max_steps: 10, time_s: 60}", "help", &a_child_runs(&format!("touch {}; sleep 50", mark.display())))
             .replace("environment: shell", "environment: slow");
     sb.write("s.yaml", &suite);
-    let child = sb
-        .command()
-        .args(["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = std::time::Instant::now();
-    while !mark.exists() {
-        assert!(started.elapsed().as_secs() < 30, "the child never ran its command");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    // SAFETY: sends SIGINT to the child we spawned.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
-    let run = crate::Run::from(child.wait_with_output().unwrap());
+    let run = sb.eval_interrupted_at(&mark);
     assert_eq!(run.code, 130, "{run:?}");
     let events = sb.events();
     let obs = observation_of(&events, "main_1_c_1");

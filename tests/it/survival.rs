@@ -4,17 +4,7 @@
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::Stdio;
 
-use crate::{Run, Sandbox, of_type, tool_observations};
-
-/// Whether a `python3` is on PATH; says so when a test is skipped for want of one.
-fn have_python() -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("python3").is_file()));
-    if !found {
-        eprintln!("skipped: no python3 on PATH");
-    }
-    found
-}
+use crate::{Run, Sandbox, have_python, of_type, tool_observations};
 
 /// The writing end of a pipe whose reader is already gone: every write to it fails with
 /// EPIPE (or raises SIGPIPE).
