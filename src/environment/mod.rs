@@ -434,11 +434,12 @@ pub const CAP_SLACK_BYTES: usize = 1024;
 fn cap_result(obs: &mut Observation, cap: usize) {
     let Some(result) = &obs.tool_result else { return };
     let limit = cap.saturating_add(CAP_SLACK_BYTES);
-    let (fitted, cut) = fit::fit(result, limit);
-    if !cut {
+    // Measured first: almost every result fits, and `fit` would copy it to say so.
+    let size = fit::size(result);
+    if size <= limit {
         return;
     }
-    let size = fit::size(result);
+    let (fitted, _) = fit::fit(result, limit);
     obs.tool_result = Some(fitted);
     if obs.error.is_none() {
         let message = format!("the result was {size} bytes; it was cut to the output cap of {limit} bytes");
