@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use super::memory::SharedStores;
+use super::oracle::OracleAgent;
 use super::{Agent, Subagents, ToolCallingAgent};
 use crate::model::LanguageModel;
 
@@ -14,6 +15,8 @@ pub enum AgentKind {
     /// The model proposes tool calls and the agent passes them on: [`ToolCallingAgent`].
     #[default]
     ToolCalling,
+    /// No model: the task's reference solution is run in the world: [`OracleAgent`].
+    Oracle,
 }
 
 /// What an agent of any kind is built from, for one episode: the model the episode's cast
@@ -33,18 +36,22 @@ pub struct AgentParts {
     pub conversation: bool,
     /// The suite's subagents, when it has them.
     pub subagents: Option<Arc<Subagents>>,
+    /// The task's id and its reference solution's commands, for the oracle.
+    pub task_id: String,
+    pub solution: Vec<String>,
 }
 
 impl AgentKind {
-    pub const ALL: [AgentKind; 1] = [AgentKind::ToolCalling];
+    pub const ALL: [AgentKind; 2] = [AgentKind::ToolCalling, AgentKind::Oracle];
 
     /// Kinds that `DESIGN.md` names but that are not built yet: refused as such, not as
     /// unknown, so that a suite written for them says what it is waiting for.
-    pub const NOT_YET: [&str; 3] = ["memory", "external", "oracle"];
+    pub const NOT_YET: [&str; 2] = ["memory", "external"];
 
     pub fn name(self) -> &'static str {
         match self {
             AgentKind::ToolCalling => "tool_calling",
+            AgentKind::Oracle => "oracle",
         }
     }
 
@@ -64,6 +71,7 @@ impl AgentKind {
     pub fn build(self, parts: AgentParts) -> Box<dyn Agent> {
         match self {
             AgentKind::ToolCalling => Box::new(tool_calling(parts)),
+            AgentKind::Oracle => Box::new(OracleAgent::new(&parts.task_id, parts.solution)),
         }
     }
 }
@@ -108,9 +116,10 @@ mod tests {
         for kind in AgentKind::ALL {
             assert_eq!(AgentKind::parse(kind.name()), Ok(kind));
         }
-        let err = AgentKind::parse("oracle").unwrap_err();
-        assert!(err.contains("`oracle` is not available yet") && err.ends_with(": tool_calling"), "{err}");
+        assert_eq!(AgentKind::parse("oracle"), Ok(AgentKind::Oracle));
+        let err = AgentKind::parse("external").unwrap_err();
+        assert!(err.contains("`external` is not available yet") && err.ends_with(": tool_calling, oracle"), "{err}");
         let err = AgentKind::parse("toolcalling").unwrap_err();
-        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling");
+        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling, oracle");
     }
 }

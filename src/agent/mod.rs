@@ -5,6 +5,7 @@
 mod budget;
 mod kind;
 pub mod memory;
+mod oracle;
 pub mod plan;
 mod subagent;
 mod tool_calling;

@@ -85,10 +85,12 @@ pub async fn run_episode(
         };
         Stores::new(config, initial).shared()
     });
-    let setup = match &kept {
+    let setup = match (&kept, &task.unavailable) {
         // The runner's own file, not the agent's doing: nothing runs, the episode is unscored.
-        Err(message) => Err((UnscoredCause::Other("memory_error".into()), message.clone())),
-        Ok(_) => Environment::setup(suite.environment.clone(), task, &context)
+        (Err(message), _) => Err((UnscoredCause::Other("memory_error".into()), message.clone())),
+        // A world this host cannot give (a Harbor task's image): nobody's answer.
+        (Ok(_), Some(why)) => Err((UnscoredCause::EnvironmentError, format!("the task cannot run here: {why}"))),
+        (Ok(_), None) => Environment::setup(suite.environment.clone(), task, &context)
             .await
             .map_err(|e| (UnscoredCause::EnvironmentError, e.to_string())),
     };
@@ -163,6 +165,8 @@ fn agent_for(cast: &Cast<'_>, suite: &Suite, task: &Task, memory: Option<SharedS
         plan_mode: suite.agent.plan_mode,
         conversation: task.user.as_ref().is_some_and(|u| u.conversation),
         subagents: subagents_for(cast, suite, task),
+        task_id: task.id.clone(),
+        solution: task.solution.clone(),
     })
 }
 

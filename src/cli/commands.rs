@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::flags::{CompareArgs, EvalArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs, Switch};
 use super::{CliError, Exit, out, outln, resolve};
+use crate::agent::AgentKind;
 use crate::batch::regrade::LoggedRun;
 use crate::batch::{self, RunError};
 use crate::log::Subscription;
@@ -51,6 +52,11 @@ pub fn validate(paths: &[PathBuf]) -> Result<Exit, CliError> {
                     s.tasks.len(),
                     s.environment.name
                 );
+                for task in &s.tasks {
+                    if let Some(why) = &task.unavailable {
+                        outln!("    task `{}` cannot run here, its episodes will be unscored: {why}", task.id);
+                    }
+                }
                 names.push((s.name.clone(), file.clone()));
             }
             Err(e) => {
@@ -130,7 +136,26 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
         eprintln!("interrupted: episodes in flight were cancelled");
         return Ok(Exit::Interrupted);
     }
-    judge(&index, &summary, &args.gates, baseline)
+    let oracle_failed =
+        suites.iter().any(|s| s.agent.kind == AgentKind::Oracle) && !oracle_verdict(&result.events_path)?;
+    match judge(&index, &summary, &args.gates, baseline)? {
+        Exit::Passed if oracle_failed => Ok(Exit::GateFailed),
+        exit => Ok(exit),
+    }
+}
+
+/// Under the oracle, every task must pass: prints which did not and why; whether all did.
+fn oracle_verdict(events: &Path) -> Result<bool, CliError> {
+    let (not_passed, episodes) = crate::report::oracle::verdict(events).map_err(CliError::results)?;
+    if not_passed.is_empty() {
+        outln!("oracle: all {episodes} episode(s) passed with their reference solution");
+        return Ok(true);
+    }
+    outln!("oracle: {} of {episodes} episode(s) did not pass with their reference solution:", not_passed.len());
+    for task in &not_passed {
+        outln!("  {}: {}", task.task, task.why);
+    }
+    Ok(false)
 }
 
 /// `runner regrade`: scores the run again from its log and judges it.

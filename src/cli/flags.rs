@@ -156,8 +156,13 @@ pub struct EvalArgs {
     pub paths: Vec<PathBuf>,
     /// A model: `provider/model` (openai/gpt-4o-mini, anthropic/claude-…, ollama/qwen3,
     /// openai-compatible/NAME), `mock`, or `replay:PATH`. Repeat to compare several.
-    #[arg(long = "model", short = 'm', required = true)]
+    /// Needed unless `--agent oracle`, which calls no model.
+    #[arg(long = "model", short = 'm', required_unless_present = "agent")]
     pub models: Vec<String>,
+    /// The agent kind of every suite, over their `agent.kind`: `oracle` runs each task's
+    /// reference solution and says which tasks do not pass with it.
+    #[arg(long, value_name = "KIND", value_parser = crate::agent::AgentKind::parse)]
+    pub agent: Option<crate::agent::AgentKind>,
     /// The providers and prices file (default: $RUNNER_CONFIG, else ./runner.yaml if present).
     #[arg(long)]
     pub config: Option<PathBuf>,

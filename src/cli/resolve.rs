@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::flags::{EvalArgs, GateArgs, Switch};
 use super::{CliError, Exit};
+use crate::agent::AgentKind;
 use crate::batch::{self, Roster, RunOptions};
 use crate::domain::MAX_EPISODE_S;
 use crate::log::event::LimitOverrides;
@@ -34,7 +35,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         return Err(CliError::usage("--epochs must be at least 1"));
     }
     let limits = limit_overrides(args)?;
-    let suites = discover(suites(&args.paths)?, args.sandbox)?;
+    let suites = discover(with_agent(suites(&args.paths)?, args.agent)?, args.sandbox)?;
     for suite in &suites {
         let time_s = limits.time_s(suite.limits.time_s);
         if time_s > MAX_EPISODE_S {
@@ -128,16 +129,26 @@ pub fn discover(suites: Vec<Arc<Suite>>, sandbox: Switch) -> Result<Vec<Arc<Suit
     Ok(kept)
 }
 
-/// Expands folders into the suite files inside them, in name order.
+/// Expands folders into what they hold, in name order: a Harbor task directory is itself;
+/// another folder gives its suite files and the task directories inside it.
 pub fn suite_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
     let mut files = Vec::new();
     for path in paths {
-        if path.is_dir() {
+        if suite::harbor::is_task_dir(path) {
+            files.push(path.clone());
+        } else if path.is_dir() {
             let mut inside: Vec<PathBuf> = std::fs::read_dir(path)
                 .map_err(|e| CliError::usage(format!("{}: failed to read folder: {e}", path.display())))?
                 .filter_map(|entry| entry.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml") || suite::harbor::is_task_dir(p))
                 .collect();
+            if inside.is_empty() {
+                return Err(CliError::usage(format!(
+                    "{}: holds no suite file (*.yaml) and no task directory (a folder with {})",
+                    path.display(),
+                    suite::harbor::TASK_FILE
+                )));
+            }
             inside.sort();
             files.extend(inside);
         } else if path.exists() {
@@ -150,6 +161,25 @@ pub fn suite_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
         return Err(CliError::usage("no suite files found"));
     }
     Ok(files)
+}
+
+/// The suites with `--agent`'s kind over their own, when it is given.
+fn with_agent(suites: Vec<Arc<Suite>>, kind: Option<AgentKind>) -> Result<Vec<Arc<Suite>>, CliError> {
+    let Some(kind) = kind else {
+        return Ok(suites);
+    };
+    suites
+        .into_iter()
+        .map(|mut suite| match Arc::get_mut(&mut suite) {
+            Some(owned) => {
+                owned.agent.kind = kind;
+                Ok(suite)
+            }
+            None => {
+                Err(CliError::usage(format!("{}: the suite is in use and cannot take --agent", suite.path.display())))
+            }
+        })
+        .collect()
 }
 
 /// Loads every suite the paths name; every error of every file is reported.
@@ -176,7 +206,10 @@ pub fn models(args: &EvalArgs) -> Result<(Vec<Arc<Backend>>, ModelConfig, Backen
     });
     let options = BackendOptions { record, cache, mock_delay_ms: args.mock_delay_ms };
     let mut models: Vec<Arc<Backend>> = Vec::new();
-    for spec in &args.models {
+    // The oracle calls no model; its episodes are named after `mock`, which it never asks.
+    let mock = [String::from("mock")];
+    let specs = if args.models.is_empty() && args.agent.is_some() { &mock[..] } else { &args.models[..] };
+    for spec in specs {
         let backend = Backend::open(spec, &config, options.clone()).map_err(CliError::usage)?;
         if models.iter().any(|m| m.name() == backend.name()) {
             return Err(CliError::usage(format!("--model {} is given more than once (as `{spec}`)", backend.name())));

@@ -3,6 +3,7 @@
 //! model, no environment.
 
 pub mod document;
+pub mod harbor;
 pub mod scorer;
 pub mod text;
 
@@ -44,6 +45,12 @@ pub struct Task {
     pub digest: String,
     /// The entries the agent's bounded memory starts with (`memory:`), when it has one.
     pub memory: MemoryEntries,
+    /// The reference solution, shell commands the `oracle` agent runs in order (`solution:`,
+    /// or a Harbor task's `solution/solve.sh`).
+    pub solution: Vec<String>,
+    /// Why the task cannot run on this host (a Harbor task that needs its image, or a
+    /// program its Dockerfile installs): its episodes are unscored with this reason.
+    pub unavailable: Option<String>,
 }
 
 impl Task {
@@ -63,6 +70,8 @@ impl Task {
             user: None,
             digest: String::new(),
             memory: MemoryEntries::default(),
+            solution: Vec::new(),
+            unavailable: None,
         }
     }
 }

@@ -7,6 +7,8 @@
 //!   weight: 2
 //! ```
 
+use std::collections::BTreeMap;
+
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -133,6 +135,17 @@ pub enum Check {
     Command {
         command: String,
         timeout_s: f64,
+    },
+    /// A Harbor task's verifier: `tests/test.sh`, run in the final world with the task's
+    /// paths mapped into the episode's folder; the reward it writes is the score.
+    Verifier {
+        /// The task's `tests/` folder, copied into the final world before it runs.
+        tests: String,
+        /// The Dockerfile's `WORKDIR`, which stands for the working directory.
+        workdir: String,
+        timeout_s: f64,
+        /// `[verifier] env`: variables the script runs with.
+        env: BTreeMap<String, String>,
     },
     /// An LLM grader.
     Grader {
@@ -568,7 +581,11 @@ impl ScorerSpec {
         self.from.is_some()
             || matches!(
                 self.check,
-                Check::FileExists { .. } | Check::FileContains { .. } | Check::Document { .. } | Check::Command { .. }
+                Check::FileExists { .. }
+                    | Check::FileContains { .. }
+                    | Check::Document { .. }
+                    | Check::Command { .. }
+                    | Check::Verifier { .. }
             )
     }
 

@@ -136,11 +136,13 @@ pub enum UnscoredCause {
     /// answered earlier in the run) was still answering. Not an outage: the episode ends
     /// at its time limit (`time_limit`) and is scored as usual.
     ModelTooSlow,
+    /// A task's verifier (a Harbor task's `tests/test.sh`) crashed or wrote no reward.
+    VerifierError,
     Other(String),
 }
 
 impl UnscoredCause {
-    const NAMED: [UnscoredCause; 13] = [
+    const NAMED: [UnscoredCause; 14] = [
         UnscoredCause::ProviderError,
         UnscoredCause::RateLimited,
         UnscoredCause::ConfigurationError,
@@ -154,6 +156,7 @@ impl UnscoredCause {
         UnscoredCause::WorldGone,
         UnscoredCause::UserError,
         UnscoredCause::ModelTooSlow,
+        UnscoredCause::VerifierError,
     ];
 
     pub fn as_str(&self) -> &str {
@@ -171,6 +174,7 @@ impl UnscoredCause {
             UnscoredCause::WorldGone => "world_gone",
             UnscoredCause::UserError => "user_error",
             UnscoredCause::ModelTooSlow => "model_too_slow",
+            UnscoredCause::VerifierError => "verifier_error",
             UnscoredCause::Other(name) => name,
         }
     }

@@ -5,6 +5,7 @@ pub mod compare;
 pub mod gate;
 pub mod html;
 pub mod junit;
+pub mod oracle;
 pub mod progress;
 pub mod stats;
 pub mod summary;

@@ -261,6 +261,10 @@ async fn apply(
             checks::document::check(&scene, path, sections, *min_words, *max_words, *max_section_words).await?
         }
         Check::Command { command, timeout_s } => checks::command::check(&scene, command, *timeout_s).await?,
+        Check::Verifier { tests, workdir, timeout_s, env } => {
+            let verifier = checks::verifier::Verifier { tests, workdir, timeout_s: *timeout_s, env };
+            checks::verifier::check(world, &verifier).await?
+        }
         Check::Grader { kind, criteria, model, template, samples, threshold, mock } => {
             let asked = checks::graded::Asked {
                 kind: *kind,

@@ -145,6 +145,7 @@ fn map_row(
         conversation: false,
         mock_user: None,
         memory: Default::default(),
+        solution: Vec::new(),
     })
 }
 

@@ -3,6 +3,7 @@
 //! Every mistake is reported with the file, line and column, and what was expected.
 
 pub mod dataset;
+pub mod harbor;
 
 use crate::config::{decode, template, yaml};
 use crate::contract::{ASK_USER, Actor, CLARIFY, ENTER_PLAN_MODE, EXIT_PLAN_MODE};
@@ -196,6 +197,9 @@ pub(crate) struct TaskFile {
     /// The turns `mock` plays as a simulated user: under `--model mock`, or when the user's
     /// model is `mock`.
     pub mock_user: Option<Vec<MockTurn>>,
+    /// The reference solution: shell commands the `oracle` agent runs in order.
+    #[serde(default)]
+    pub solution: Vec<Text>,
 }
 
 /// A task's `user:` as written.
@@ -282,8 +286,11 @@ fn user_spec(
     Ok(Some(Arc::new(UserSpec { kind, conversation, stop, mock })))
 }
 
-/// Loads and validates one suite file.
+/// Loads and validates one suite file, or a Harbor task directory.
 pub fn load(path: &Path) -> Result<Suite, ConfigError> {
+    if path.is_dir() {
+        return harbor::load(path);
+    }
     let (mut source, bytes) = Source::read(path)?;
     // `dataset: data/qa.csv` is short for `dataset: {path: data/qa.csv}`.
     if let Some(Value::String(p)) = source.value.get("dataset") {
@@ -574,6 +581,9 @@ pub(crate) fn build_task(
         user,
         digest,
         memory: raw.memory,
+        // Not part of the digest: like `mock:`, it is how the task is played, not the task.
+        solution: raw.solution.into_iter().map(|c| c.0).collect(),
+        unavailable: None,
     };
     let ctx = task.template_context();
     let render_script = |script: &[MockTurn]| -> Result<Arc<[MockTurn]>, String> {
@@ -772,7 +782,8 @@ pub async fn discover_tools(
     if errors.is_empty() { Ok((kept, notes)) } else { Err(errors) }
 }
 
-/// Loads several suite files; suite names must be unique across them.
+/// Loads several suite files (or Harbor task directories); suite names must be unique
+/// across them.
 pub fn load_all(paths: &[std::path::PathBuf]) -> Result<Vec<Arc<Suite>>, Vec<ConfigError>> {
     let mut suites: Vec<Arc<Suite>> = Vec::new();
     let mut errors = Vec::new();

@@ -2,7 +2,8 @@
 //!
 //! Most cases are data in `tests/fixtures/bad_input/`: a suite `NAME.yaml` (run as
 //! `tasks/bad.yaml`), or a folder `NAME/` copied as it is (with `tasks/bad.yaml` and the
-//! files it needs), and beside it `NAME.expected`, each line of which stderr must contain.
+//! files it needs, or a Harbor task directory `tasks/bad/` instead), and beside it
+//! `NAME.expected`, each line of which stderr must contain.
 //! The tests here are the cases that need more than that.
 
 use std::path::{Path, PathBuf};
@@ -13,14 +14,16 @@ const GOOD_HEAD: &str = "suite: s\nenvironment: kv\nscorers:\n  - includes: x\nt
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/bad_input");
 
-/// Runs `validate` and `eval` on `tasks/bad.yaml`: both must refuse it with exit 2, and
-/// `eval` before it creates a run. Returns what `validate` said on stderr.
+/// Runs `validate` and `eval` on `tasks/bad.yaml` (or the task directory `tasks/bad/`):
+/// both must refuse it with exit 2, and `eval` before it creates a run. Returns what
+/// `validate` said on stderr.
 fn refused(sb: &Sandbox) -> Result<String, String> {
-    let run = sb.run(&["validate", "tasks/bad.yaml"]);
+    let target = if sb.path().join("tasks/bad").is_dir() { "tasks/bad" } else { "tasks/bad.yaml" };
+    let run = sb.run(&["validate", target]);
     if run.code != 2 {
         return Err(format!("validate should exit 2: {run:?}"));
     }
-    let eval = sb.run(&["eval", "tasks/bad.yaml", "--model", "mock", "--out", "r"]);
+    let eval = sb.run(&["eval", target, "--model", "mock", "--out", "r"]);
     if eval.code != 2 {
         return Err(format!("eval should exit 2: {eval:?}"));
     }

@@ -13,6 +13,7 @@ pub(crate) mod numeric;
 pub(crate) mod text;
 pub(crate) mod tool_called;
 pub(crate) mod tool_sequence;
+pub(crate) mod verifier;
 
 use std::borrow::Cow;
 

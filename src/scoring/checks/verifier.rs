@@ -1,0 +1,183 @@
+//! `verifier`: a Harbor task's `tests/test.sh`, run in the final world once the agent is
+//! done; the reward it writes (`/logs/verifier/reward.txt` or `reward.json`) is the score.
+//! A verifier that crashes or writes no reward leaves the episode unscored
+//! (`verifier_error`), never 0.
+//!
+//! Before it runs, the task's `tests/` is copied to `.harbor/tests` in the working
+//! directory (the agent never saw it), anything the agent left under `.harbor` is removed,
+//! and the container's paths in the copied text files are mapped into the episode's folder
+//! (`domain::harbor`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::{Verdict, world_fault};
+use crate::domain::harbor::{HARBOR_DIR, map_paths};
+use crate::environment::{World, remove_tree};
+use crate::log::UnscoredCause;
+use crate::scoring::ScoringFault;
+
+/// How long past its own timeout a verifier may take to be stopped and report.
+const GRACE: Duration = Duration::from_secs(2);
+
+/// The largest reward file read: a number, or a small JSON object.
+const REWARD_CAP: u64 = 64 * 1024;
+
+/// A verifier as the task gives it.
+pub(crate) struct Verifier<'a> {
+    pub tests: &'a str,
+    pub workdir: &'a str,
+    pub timeout_s: f64,
+    pub env: &'a BTreeMap<String, String>,
+}
+
+pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<Verdict, ScoringFault> {
+    let root = working_directory(world).await?;
+    let harbor = root.join(HARBOR_DIR);
+    let prepared = prepare(&harbor, &root, verifier)
+        .map_err(|e| fault(format!("failed to copy the task's tests into the final world: {e}")))?;
+    let script = prepared.join("test.sh");
+    let mut command = String::new();
+    for (name, value) in verifier.env {
+        command.push_str(&format!("export {name}={}; ", shell_quote(value)));
+    }
+    command.push_str(&shell_quote(&script.to_string_lossy()));
+    let bound = Duration::from_secs_f64(verifier.timeout_s) + GRACE;
+    let ran = tokio::time::timeout(bound, world.run_check(&command, verifier.timeout_s)).await;
+    let how = match &ran {
+        Ok(Ok((code, output))) => format!("it exited {code}{}", tail(output)),
+        Ok(Err(failure)) => {
+            world_fault(failure)?;
+            format!("it could not run: {}", failure.message)
+        }
+        Err(_) => format!("it did not end within {}s", verifier.timeout_s),
+    };
+    match read_reward(&harbor.join("logs/verifier")) {
+        Ok(Some((reward, file))) if (0.0..=1.0).contains(&reward) => {
+            let passed = reward >= 1.0;
+            Ok((passed, reward, format!("tests/test.sh wrote reward {reward} to {file} ({how})"), None))
+        }
+        Ok(Some((reward, file))) => {
+            Err(fault(format!("tests/test.sh wrote reward {reward} to {file}, outside 0 to 1 ({how})")))
+        }
+        Ok(None) => {
+            Err(fault(format!("tests/test.sh wrote no reward (/logs/verifier/reward.txt or reward.json): {how}")))
+        }
+        Err(why) => Err(fault(format!("tests/test.sh's reward could not be read: {why} ({how})"))),
+    }
+}
+
+fn fault(message: String) -> ScoringFault {
+    ScoringFault::new(UnscoredCause::VerifierError, message)
+}
+
+/// The final world's working directory, as its own processes see it.
+async fn working_directory(world: &dyn World) -> Result<PathBuf, ScoringFault> {
+    match world.run_check("pwd -P", 10.0).await {
+        Ok((0, out)) if out.trim().starts_with('/') => Ok(PathBuf::from(out.trim())),
+        Ok((code, out)) => {
+            Err(fault(format!("the final world's folder could not be found: exit {code}{}", tail(&out))))
+        }
+        Err(failure) => {
+            world_fault(&failure)?;
+            Err(fault(format!("the verifier needs a world that runs commands: {}", failure.message)))
+        }
+    }
+}
+
+/// Makes `.harbor` anew (`logs/verifier`, `logs/agent`, `tests`) and copies the task's
+/// tests into it, their container paths mapped; the copied `tests` folder.
+fn prepare(harbor: &Path, root: &Path, verifier: &Verifier<'_>) -> std::io::Result<PathBuf> {
+    remove_tree(harbor)?;
+    std::fs::create_dir_all(harbor.join("logs/verifier"))?;
+    std::fs::create_dir_all(harbor.join("logs/agent"))?;
+    let (logs, tests, root_text) = (
+        harbor.join("logs").to_string_lossy().into_owned(),
+        harbor.join("tests").to_string_lossy().into_owned(),
+        root.to_string_lossy().into_owned(),
+    );
+    let mappings = [("/logs", logs.as_str()), ("/tests", tests.as_str()), (verifier.workdir, root_text.as_str())];
+    copy_mapped(Path::new(verifier.tests), &harbor.join("tests"), &mappings)?;
+    Ok(harbor.join("tests"))
+}
+
+/// Copies a folder, each UTF-8 file's text with its paths mapped, other files as they are,
+/// keeping each file's permissions. Links are not followed.
+fn copy_mapped(from: &Path, to: &Path, mappings: &[(&str, &str)]) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        if kind.is_dir() {
+            copy_mapped(&source, &target, mappings)?;
+        } else if kind.is_file() {
+            let bytes = std::fs::read(&source)?;
+            match String::from_utf8(bytes) {
+                Ok(text) => std::fs::write(&target, map_paths(&text, mappings))?,
+                Err(raw) => std::fs::write(&target, raw.into_bytes())?,
+            }
+            std::fs::set_permissions(&target, entry.metadata()?.permissions())?;
+        }
+    }
+    Ok(())
+}
+
+/// The reward in `reward.txt` (a number) or `reward.json` (`{"reward": x}`, or an object
+/// with one number), with the file's name; `None` when neither exists.
+fn read_reward(dir: &Path) -> Result<Option<(f64, &'static str)>, String> {
+    for name in ["reward.txt", "reward.json"] {
+        let path = dir.join(name);
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{name}: {e}")),
+        };
+        if !meta.is_file() {
+            return Err(format!("{name} is not a regular file"));
+        }
+        if meta.len() > REWARD_CAP {
+            return Err(format!("{name} holds {} bytes, more than a reward", meta.len()));
+        }
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{name}: {e}"))?;
+        let reward = if name == "reward.txt" {
+            text.trim().parse::<f64>().map_err(|_| format!("{name} holds {:?}, not a number", cut(text.trim())))?
+        } else {
+            json_reward(&text).map_err(|why| format!("{name}: {why}"))?
+        };
+        if !reward.is_finite() {
+            return Err(format!("{name} holds {reward}, not a finite number"));
+        }
+        return Ok(Some((reward, name)));
+    }
+    Ok(None)
+}
+
+fn json_reward(text: &str) -> Result<f64, String> {
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("invalid JSON: {e}"))?;
+    if let Some(reward) = value.get("reward") {
+        return reward.as_f64().ok_or_else(|| format!("`reward` is {reward}, not a number"));
+    }
+    match value.as_object().map(|o| o.values().filter_map(|v| v.as_f64()).collect::<Vec<_>>()) {
+        Some(numbers) if numbers.len() == 1 => Ok(numbers[0]),
+        _ => Err("expected {\"reward\": NUMBER} or an object with one number".into()),
+    }
+}
+
+fn cut(text: &str) -> String {
+    text.chars().take(80).collect()
+}
+
+/// The last few hundred characters of a command's output, for an explanation.
+fn tail(output: &str) -> String {
+    let kept: String = output.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
+    match kept.trim() {
+        "" => String::new(),
+        text => format!(": {text}"),
+    }
+}
+
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
