@@ -1,0 +1,175 @@
+//! Harbor task directories as suites, their verifier, and the oracle agent.
+
+use std::os::unix::fs::PermissionsExt;
+
+use serde_json::Value;
+
+use crate::{Sandbox, of_type};
+
+const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tasks/harbor");
+
+/// Writes a task directory `tasks/NAME` with this Dockerfile and verifier; the verifier
+/// and the solution are made executable.
+fn task_dir(sb: &Sandbox, name: &str, dockerfile: &str, test_sh: &str, solve_sh: Option<&str>) {
+    sb.write(
+        &format!("tasks/{name}/task.toml"),
+        "version = \"1.0\"\n[verifier]\ntimeout_sec = 20.0\n[agent]\ntimeout_sec = 30.0\n",
+    );
+    sb.write(&format!("tasks/{name}/instruction.md"), "Write /app/out.txt.\n");
+    sb.write(&format!("tasks/{name}/environment/Dockerfile"), dockerfile);
+    let mut scripts = vec![(format!("tasks/{name}/tests/test.sh"), test_sh)];
+    if let Some(solve) = solve_sh {
+        scripts.push((format!("tasks/{name}/solution/solve.sh"), solve));
+    }
+    for (path, text) in scripts {
+        let path = sb.write(&path, text);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+}
+
+fn outcomes(events: &[Value]) -> Vec<(String, Value)> {
+    let started: Vec<(String, String)> = of_type(events, "episode_started")
+        .iter()
+        .map(|e| {
+            (
+                e["episode_id"].as_str().unwrap_or_default().to_owned(),
+                e["task_id"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let mut found: Vec<(String, Value)> = of_type(events, "episode_finished")
+        .iter()
+        .map(|e| {
+            let task =
+                started.iter().find(|(id, _)| *id == e["episode_id"]).map(|(_, t)| t.clone()).unwrap_or_default();
+            (task, e["outcome"].clone())
+        })
+        .collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+#[test]
+fn the_shipped_tasks_pass_under_the_scripted_builtin_agent() {
+    let sb = Sandbox::new();
+    let run = sb.eval(&[SHIPPED]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let found = outcomes(&events);
+    let tasks: Vec<&str> = found.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(tasks, ["count-words", "fix-sum", "greeting-file"]);
+    for (task, outcome) in &found {
+        assert_eq!(outcome["passed"], true, "{task}: {outcome}");
+    }
+    // The verifier's own reward is the score, and the model's turns came from runner.yaml.
+    let scores = of_type(&events, "score");
+    assert_eq!(scores.len(), 3);
+    assert!(scores.iter().all(|s| s["scorer"] == "verifier"), "{scores:?}");
+    assert!(scores.iter().any(|s| s["explanation"].as_str().unwrap_or_default().contains("reward 1 to reward.json")));
+    assert!(!of_type(&events, "model_call").is_empty());
+}
+
+#[test]
+fn the_shipped_tasks_pass_under_the_oracle_without_a_model() {
+    let sb = Sandbox::new();
+    let run = sb.run(&["eval", SHIPPED, "--agent", "oracle", "--run-id", "test", "--out", "results"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("oracle: all 3 episode(s) passed with their reference solution"), "{run:?}");
+    let events = sb.events();
+    assert!(of_type(&events, "model_call").is_empty(), "the oracle asks no model");
+    let commands: Vec<&Value> =
+        of_type(&events, "action_dispatched").into_iter().filter(|e| e["call"]["name"] == "run_command").collect();
+    assert_eq!(commands.len(), 3, "one solve.sh per task");
+}
+
+#[test]
+fn a_task_that_needs_its_image_or_a_missing_program_is_unscored_with_the_reason() {
+    let sb = Sandbox::new();
+    let reward = "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n";
+    task_dir(&sb, "custom-image", "FROM ghcr.io/example/custom-task-image:3\nWORKDIR /app\n", reward, None);
+    let install = "FROM ubuntu:24.04\nRUN apt-get update && apt-get install -y runner-no-such-program\nWORKDIR /app\n";
+    task_dir(&sb, "missing-program", install, reward, None);
+    let run = sb.eval(&["tasks"]);
+    assert_eq!(run.code, 3, "all unscored: {run:?}");
+    let events = sb.events();
+    let found = outcomes(&events);
+    let (_, image) = &found[0];
+    assert_eq!(image["status"], "unscored", "{image}");
+    assert_eq!(image["cause"], "environment_error");
+    let message = image["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("needs its image") && message.contains("ghcr.io/example/custom-task-image:3"),
+        "{message}"
+    );
+    let (_, program) = &found[1];
+    assert_eq!(program["cause"], "environment_error", "{program}");
+    assert!(program["message"].as_str().unwrap_or_default().contains("`runner-no-such-program` is not installed here"));
+    // Nothing ran: no model call, no verifier.
+    assert!(of_type(&events, "model_call").is_empty() && of_type(&events, "score").is_empty());
+    // validate says so too, and still accepts the tasks.
+    let run = sb.run(&["validate", "tasks"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("cannot run here"), "{run:?}");
+}
+
+#[test]
+fn a_verifier_that_writes_no_reward_or_crashes_is_unscored_never_zero() {
+    let sb = Sandbox::new();
+    let base = "FROM ubuntu:24.04\nWORKDIR /app\n";
+    task_dir(&sb, "silent", base, "#!/bin/bash\necho checked\nexit 0\n", None);
+    task_dir(&sb, "crashing", base, "#!/bin/bash\necho 'Traceback: boom' >&2\nexit 3\n", None);
+    // The agent plants a reward where the verifier's goes: it is not taken.
+    for name in ["silent", "crashing"] {
+        let plant = "mock:\n  - tool_calls: [{name: run_command, arguments: {command: \"mkdir -p .harbor/logs/verifier && echo 1 > .harbor/logs/verifier/reward.txt\"}}]\n  - text: done\n";
+        sb.write(&format!("tasks/{name}/runner.yaml"), plant);
+    }
+    let run = sb.eval(&["tasks"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    let found = outcomes(&sb.events());
+    for (task, outcome) in &found {
+        assert_eq!(outcome["status"], "unscored", "{task}: {outcome}");
+        assert_eq!(outcome["cause"], "verifier_error", "{task}: {outcome}");
+        assert!(outcome["message"].as_str().unwrap_or_default().contains("wrote no reward"), "{outcome}");
+    }
+    let crashing = &found.iter().find(|(t, _)| t == "crashing").expect("crashing ran").1;
+    assert!(crashing["message"].as_str().unwrap_or_default().contains("exited 3: Traceback: boom"), "{crashing}");
+}
+
+#[test]
+fn the_oracle_names_the_tasks_whose_solution_does_not_pass() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        "suite: s\nenvironment: shell\nscorers:\n  - check: \"grep -qx 42 answer.txt\"\ntasks:\n  \
+         - {id: right, input: Write 42 to answer.txt., solution: [\"echo 42 > answer.txt\"]}\n  \
+         - {id: wrong, input: Write 42 to answer.txt., solution: [\"echo 41 > answer.txt\"]}\n  \
+         - {id: none, input: Write 42 to answer.txt.}\n",
+    );
+    let args = ["eval", "s.yaml", "--agent", "oracle", "--max-unscored", "1", "--run-id", "test", "--out", "results"];
+    let run = sb.run(&args);
+    assert_eq!(run.code, 1, "a task set that fails under the oracle fails the gate: {run:?}");
+    assert!(run.stdout.contains("oracle: 2 of 3 episode(s) did not pass"), "{run:?}");
+    assert!(run.stdout.contains("s/wrong: failed (score 0.00): check: `grep -qx 42 answer.txt` exited 1"), "{run:?}");
+    assert!(run.stdout.contains("s/none: unscored (no_solution): task `none` has no reference solution"), "{run:?}");
+    assert!(!run.stdout.contains("s/right:"), "{run:?}");
+}
+
+#[test]
+fn the_container_paths_of_a_task_land_in_the_episode_folder() {
+    let sb = Sandbox::new();
+    // A Python verifier beside test.sh, reading /app and writing /logs: both are mapped.
+    let dockerfile = "FROM ubuntu:24.04\nWORKDIR /app\nCOPY seed.txt /app/notes/seed.txt\n";
+    let test_sh = "#!/bin/bash\ncd /app\nsh /tests/check.sh\n";
+    task_dir(&sb, "paths", dockerfile, test_sh, Some("#!/bin/bash\ncat /app/notes/seed.txt > /app/out.txt\n"));
+    sb.write("tasks/paths/environment/seed.txt", "seeded\n");
+    sb.write(
+        "tasks/paths/tests/check.sh",
+        "if grep -qx seeded /app/out.txt; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n",
+    );
+    let run = sb.run(&["eval", "tasks/paths", "--agent", "oracle", "--run-id", "test", "--out", "results"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let started = of_type(&events, "episode_started");
+    assert_eq!(outcomes(&events)[0].1["passed"], true, "{run:?}");
+    assert_eq!(started.len(), 1);
+}
