@@ -19,6 +19,12 @@ pub trait FileWorld: Send + Sync {
     async fn run_check(&self, _command: &str, _timeout_s: f64) -> Result<(i32, String), ToolFailure> {
         Err(cannot_run_commands())
     }
+
+    /// The working directory on the host, for a verifier that copies its tests into the
+    /// final world before it runs them; `None` for worlds whose files are not a folder.
+    fn working_directory(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 /// What a scorer reads back from the final world.

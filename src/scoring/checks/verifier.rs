@@ -33,7 +33,7 @@ pub(crate) struct Verifier<'a> {
 }
 
 pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<Verdict, ScoringFault> {
-    let root = working_directory(world).await?;
+    let root = working_directory(world)?;
     let harbor = root.join(HARBOR_DIR);
     let prepared = prepare(&harbor, &root, verifier)
         .map_err(|e| fault(format!("failed to copy the task's tests into the final world: {e}")))?;
@@ -72,17 +72,11 @@ fn fault(message: String) -> ScoringFault {
     ScoringFault::new(UnscoredCause::VerifierError, message)
 }
 
-/// The final world's working directory, as its own processes see it.
-async fn working_directory(world: &dyn World) -> Result<PathBuf, ScoringFault> {
-    match world.run_check("pwd -P", 10.0).await {
-        Ok((0, out)) if out.trim().starts_with('/') => Ok(PathBuf::from(out.trim())),
-        Ok((code, out)) => {
-            Err(fault(format!("the final world's folder could not be found: exit {code}{}", tail(&out))))
-        }
-        Err(failure) => {
-            world_fault(&failure)?;
-            Err(fault(format!("the verifier needs a world that runs commands: {}", failure.message)))
-        }
+/// The final world's working directory on the host.
+fn working_directory(world: &dyn World) -> Result<PathBuf, ScoringFault> {
+    match world.files().and_then(|files| files.working_directory()) {
+        Some(root) => Ok(root.to_owned()),
+        None => Err(fault("the verifier needs a world whose files are a folder (the `shell` kind)".into())),
     }
 }
 

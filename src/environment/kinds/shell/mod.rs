@@ -483,6 +483,10 @@ impl World for ShellWorld {
 
 #[async_trait]
 impl FileWorld for ShellWorld {
+    fn working_directory(&self) -> Option<&std::path::Path> {
+        Some(&self.root)
+    }
+
     async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
         let (file, size) = self.open_regular(path, tokio::fs::OpenOptions::new().read(true), 0).await?;
         let read = read_start(file, size, cap).await?;
