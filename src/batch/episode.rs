@@ -59,6 +59,8 @@ pub async fn run_episode(
         None => Ok(None),
     };
     let started = std::time::Instant::now();
+    let toolset = suite.toolset_for(&spec.id);
+    let environment = toolset.map_or(&suite.environment, |t| &t.environment);
     let recorder = log.recorder(&spec.id);
     recorder.emit(&Event::EpisodeStarted {
         suite: suite.name.clone(),
@@ -67,6 +69,7 @@ pub async fn run_episode(
         model: spec.model.name().to_owned(),
         epoch: spec.epoch,
         environment: suite.environment.name.clone(),
+        toolset: toolset.map(|t| t.name.clone()),
     });
 
     let cast = Cast::of(&spec, roster);
@@ -90,7 +93,7 @@ pub async fn run_episode(
         (Err(message), _) => Err((UnscoredCause::Other("memory_error".into()), message.clone())),
         // A world this host cannot give (a Harbor task's image): nobody's answer.
         (Ok(_), Some(why)) => Err((UnscoredCause::EnvironmentError, format!("the task cannot run here: {why}"))),
-        (Ok(_), None) => Environment::setup(suite.environment.clone(), task, &context)
+        (Ok(_), None) => Environment::setup(environment.clone(), task, &context)
             .await
             .map_err(|e| (UnscoredCause::EnvironmentError, e.to_string())),
     };

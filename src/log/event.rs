@@ -369,6 +369,9 @@ pub enum Event {
         model: String,
         epoch: u32,
         environment: String,
+        /// The toolset the episode drew, when its suite names `toolsets:`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        toolset: Option<String>,
     },
     ModelCall {
         model: String,

@@ -38,6 +38,8 @@ pub struct EpisodeRow {
     /// Microseconds since the Unix epoch, UTC.
     pub started_us: i64,
     pub finished_us: i64,
+    /// The toolset the episode drew, when its suite names `toolsets:`.
+    pub toolset: Option<Arc<str>>,
 }
 
 impl EpisodeRow {
@@ -140,6 +142,7 @@ struct Open {
     started_us: i64,
     model_calls: u32,
     latency_ms: f64,
+    toolset: Option<u32>,
 }
 
 /// Suite, task id, task digest and model (indexes into the index's names), and epoch: what
@@ -160,6 +163,8 @@ struct Entry {
     started_us: i64,
     latency_ms: f64,
     offset: u64,
+    /// The toolset drawn (an index into the names), when there was one.
+    toolset: Option<u32>,
 }
 
 /// A log read once, keeping of each finished episode only what sorts and locates it
@@ -240,7 +245,7 @@ impl Index {
             }
             match kind {
                 "episode_started" => {
-                    let Event::EpisodeStarted { suite, task_id, task_digest, model, epoch, .. } =
+                    let Event::EpisodeStarted { suite, task_id, task_digest, model, epoch, toolset, .. } =
                         serde_json::from_str(text).map_err(|e| e.to_string())?
                     else {
                         return Err(format!("not an {kind} event"));
@@ -253,7 +258,9 @@ impl Index {
                             model: intern(model),
                             epoch,
                         };
-                        open.insert(id, Open { key, started_us: micros(&head.ts), model_calls: 0, latency_ms: 0.0 });
+                        let toolset = toolset.map(&mut intern);
+                        let started_us = micros(&head.ts);
+                        open.insert(id, Open { key, started_us, model_calls: 0, latency_ms: 0.0, toolset });
                     }
                 }
                 "model_call" => {
@@ -281,6 +288,7 @@ impl Index {
                         started_us: o.started_us,
                         latency_ms: o.latency_ms,
                         offset,
+                        toolset: o.toolset,
                     });
                 }
                 _ => match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
@@ -413,6 +421,7 @@ impl Index {
                 wall_ms,
                 started_us: e.started_us,
                 finished_us: micros(&head.ts),
+                toolset: e.toolset.map(name),
             });
         }
         Ok(())
@@ -470,6 +479,7 @@ mod tests {
             model: "mock".into(),
             epoch: 1,
             environment: "kv".into(),
+            toolset: None,
         }
     }
 

@@ -325,6 +325,9 @@ pub fn groups(runs: &[Projection]) -> Vec<GroupRef<'_>> {
 pub struct Comparison {
     pub groups: Vec<GroupStats>,
     pub pairs: Vec<PairTest>,
+    /// Each group split by the toolset its episodes drew (`model [toolset]`), for runs of
+    /// suites that name `toolsets:`; empty otherwise.
+    pub toolsets: Vec<GroupStats>,
 }
 
 impl Comparison {
@@ -338,50 +341,24 @@ impl Comparison {
                 pairs.push(PairTest::between(&refs[i], &refs[j]));
             }
         }
-        Comparison { groups, pairs }
+        let mut toolsets = Vec::new();
+        for g in &refs {
+            let mut names: Vec<&str> = g.rows.iter().filter_map(|r| r.toolset.as_deref()).collect();
+            names.sort_unstable();
+            names.dedup();
+            for name in names {
+                let rows: Vec<&EpisodeRow> =
+                    g.rows.iter().copied().filter(|r| r.toolset.as_deref() == Some(name)).collect();
+                let label = format!("{} [{name}]", g.label);
+                toolsets.push(GroupStats::of(label, g.run_id.clone(), g.model.clone(), &rows));
+            }
+        }
+        Comparison { groups, pairs, toolsets }
     }
 
     /// The per-model table as rows of cells, the header first.
     fn group_cells(&self) -> Vec<Vec<String>> {
-        let mut lines = vec![
-            [
-                "model",
-                "run",
-                "episodes",
-                "scored",
-                "unscored",
-                "passed",
-                "pass rate",
-                "95% CI",
-                "mean score",
-                "tokens",
-                "cost",
-                "p50 latency",
-                "p95 latency",
-                "mean steps",
-            ]
-            .map(String::from)
-            .to_vec(),
-        ];
-        for g in &self.groups {
-            lines.push(vec![
-                g.label.clone(),
-                g.run_id.clone(),
-                g.episodes.to_string(),
-                g.scored.to_string(),
-                g.unscored.to_string(),
-                g.passed.to_string(),
-                percent(g.pass_rate),
-                g.interval.map_or("-".into(), |(lo, hi)| format!("[{:.1}, {:.1}]", lo * 100.0, hi * 100.0)),
-                g.mean_score.map_or("-".into(), |s| format!("{s:.3}")),
-                g.tokens.to_string(),
-                g.cost_usd.map_or("-".into(), |c| format!("${c:.4}")),
-                g.latency_p50_ms.map_or("-".into(), |l| format!("{l:.0}ms")),
-                g.latency_p95_ms.map_or("-".into(), |l| format!("{l:.0}ms")),
-                format!("{:.1}", g.mean_steps),
-            ]);
-        }
-        lines
+        cells(&self.groups)
     }
 
     fn pair_cells(&self) -> Vec<Vec<String>> {
@@ -425,6 +402,10 @@ impl Comparison {
     /// The comparison for a terminal.
     pub fn render(&self) -> String {
         let mut out = super::summary::table(&self.group_cells());
+        if !self.toolsets.is_empty() {
+            out.push('\n');
+            out.push_str(&super::summary::table(&cells(&self.toolsets)));
+        }
         if !self.pairs.is_empty() {
             out.push('\n');
             out.push_str(&super::summary::table(&self.pair_cells()));
@@ -446,6 +427,10 @@ impl Comparison {
     pub fn markdown(&self) -> String {
         let mut out = String::from("## Comparison\n\n");
         out.push_str(&markdown_table(&self.group_cells()));
+        if !self.toolsets.is_empty() {
+            out.push_str("\n### By toolset\n\n");
+            out.push_str(&markdown_table(&cells(&self.toolsets)));
+        }
         if !self.pairs.is_empty() {
             out.push_str("\n### Paired tests\n\n");
             out.push_str(&markdown_table(&self.pair_cells()));
@@ -554,6 +539,49 @@ impl Comparison {
 
 /// How many flips to name before saying how many more there are.
 const FLIPS_SHOWN: usize = 20;
+
+/// A table of groups as rows of cells, the header first.
+fn cells(groups: &[GroupStats]) -> Vec<Vec<String>> {
+    let mut lines = vec![
+        [
+            "model",
+            "run",
+            "episodes",
+            "scored",
+            "unscored",
+            "passed",
+            "pass rate",
+            "95% CI",
+            "mean score",
+            "tokens",
+            "cost",
+            "p50 latency",
+            "p95 latency",
+            "mean steps",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for g in groups {
+        lines.push(vec![
+            g.label.clone(),
+            g.run_id.clone(),
+            g.episodes.to_string(),
+            g.scored.to_string(),
+            g.unscored.to_string(),
+            g.passed.to_string(),
+            percent(g.pass_rate),
+            g.interval.map_or("-".into(), |(lo, hi)| format!("[{:.1}, {:.1}]", lo * 100.0, hi * 100.0)),
+            g.mean_score.map_or("-".into(), |s| format!("{s:.3}")),
+            g.tokens.to_string(),
+            g.cost_usd.map_or("-".into(), |c| format!("${c:.4}")),
+            g.latency_p50_ms.map_or("-".into(), |l| format!("{l:.0}ms")),
+            g.latency_p95_ms.map_or("-".into(), |l| format!("{l:.0}ms")),
+            format!("{:.1}", g.mean_steps),
+        ]);
+    }
+    lines
+}
 
 fn flip_lines(p: &PairTest, markdown: bool) -> String {
     let mut out = String::new();

@@ -184,6 +184,7 @@ mod tests {
             wall_ms: 1.0,
             started_us: 0,
             finished_us: 0,
+            toolset: None,
         }
     }
 

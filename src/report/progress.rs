@@ -145,6 +145,7 @@ mod tests {
             model: "mock".into(),
             epoch: 1,
             environment: "kv".into(),
+            toolset: None,
         }
     }
 

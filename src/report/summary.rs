@@ -78,6 +78,22 @@ pub struct EpochRow {
     pub below_k_of_n: Vec<String>,
 }
 
+/// One toolset's episodes on one suite and model.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolsetTally {
+    pub episodes: u64,
+    pub passed: u64,
+    pub failed: u64,
+    pub unscored: u64,
+}
+
+impl ToolsetTally {
+    pub fn pass_rate(&self) -> Option<f64> {
+        let scored = self.passed + self.failed;
+        (scored > 0).then(|| self.passed as f64 / scored as f64)
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Summary {
     pub run_id: String,
@@ -89,6 +105,8 @@ pub struct Summary {
     pub suites: HashMap<String, crate::log::event::SuiteInfo>,
     /// By suite, model and task id.
     pub tasks: BTreeMap<(String, String, String), TaskTally>,
+    /// By suite, model and the toolset drawn, for suites that name `toolsets:`.
+    pub toolsets: BTreeMap<(String, String, String), ToolsetTally>,
     pub interrupted: bool,
     pub wall_ms: f64,
     /// Episodes started but never finished (the run was killed).
@@ -119,6 +137,25 @@ impl Summary {
                 format!("{:.3}", r.pass_hat_k),
                 r.k.to_string(),
                 format!("{:.3}", r.score),
+            ]);
+        }
+        table(&lines)
+    }
+
+    /// The table of toolsets: how the episodes that drew each one fared.
+    pub fn render_toolsets(&self) -> String {
+        let header = ["suite", "model", "toolset", "episodes", "passed", "failed", "unscored", "pass rate"];
+        let mut lines: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+        for ((suite, model, toolset), t) in &self.toolsets {
+            lines.push(vec![
+                suite.clone(),
+                model.clone(),
+                toolset.clone(),
+                t.episodes.to_string(),
+                t.passed.to_string(),
+                t.failed.to_string(),
+                t.unscored.to_string(),
+                t.pass_rate().map_or("-".into(), |p| format!("{:.1}%", p * 100.0)),
             ]);
         }
         table(&lines)
@@ -159,6 +196,17 @@ impl Summary {
             let tally = self.tasks.entry(key).or_default();
             tally.scores.push(*score);
             tally.passed += u64::from(*passed);
+        }
+        if let Some(toolset) = &e.toolset {
+            let key = (e.suite.to_string(), e.model.to_string(), toolset.to_string());
+            let tally = self.toolsets.entry(key).or_default();
+            tally.episodes += 1;
+            match &e.outcome {
+                Outcome::Scored { passed: true, .. } => tally.passed += 1,
+                Outcome::Scored { passed: false, .. } => tally.failed += 1,
+                Outcome::Unscored { .. } => tally.unscored += 1,
+                Outcome::Cancelled => {}
+            }
         }
         let row = &mut self.rows[at];
         let at = |us: i64| DateTime::from_timestamp_micros(us).map(|t| t.fixed_offset());
@@ -219,6 +267,10 @@ impl Summary {
             "rows": self.rows.iter().map(row).collect::<Vec<_>>(),
             "total": row(&self.total()),
             "epochs": epochs,
+            "toolsets": self.toolsets.iter().map(|((suite, model, toolset), t)| serde_json::json!({
+                "suite": suite, "model": model, "toolset": toolset, "episodes": t.episodes,
+                "passed": t.passed, "failed": t.failed, "unscored": t.unscored, "pass_rate": t.pass_rate(),
+            })).collect::<Vec<_>>(),
         })
     }
 
@@ -332,6 +384,10 @@ impl Summary {
         if self.has_epochs() {
             out.push('\n');
             out.push_str(&self.render_epochs());
+        }
+        if !self.toolsets.is_empty() {
+            out.push('\n');
+            out.push_str(&self.render_toolsets());
         }
         let total = self.total();
         if total.unscored > 0 {

@@ -220,6 +220,7 @@ pub fn load(dir: &Path) -> Result<Suite, ConfigError> {
         scorers: Vec::new(),
         tasks: vec![task],
         ungraded: Vec::new(),
+        toolsets: Vec::new(),
     })
 }
 

@@ -62,6 +62,38 @@ pub struct Suite {
     /// Grader scorers that name no model in a suite without `grader:`, with where they
     /// are: an error unless `--grader` gives one.
     pub ungraded: Vec<ConfigError>,
+    /// `toolsets:` with their `toolset_distribution:` weights, in name order; each episode
+    /// draws one ([`Suite::toolset_for`]). Empty when the suite names none.
+    pub toolsets: Vec<Toolset>,
+}
+
+/// A named list of the environment's tools an episode may be offered, and its weight.
+#[derive(Debug)]
+pub struct Toolset {
+    pub name: String,
+    pub tools: Vec<String>,
+    pub weight: f64,
+    /// The suite's environment narrowed to these tools.
+    pub environment: Arc<Definition>,
+}
+
+impl Suite {
+    /// The toolset an episode draws, from its id alone: the same in every run and shard.
+    /// `None` when the suite names no toolsets.
+    pub fn toolset_for(&self, episode_id: &str) -> Option<&Toolset> {
+        let total: f64 = self.toolsets.iter().map(|t| t.weight).sum();
+        let digest = Sha256::digest(format!("toolset\0{episode_id}").as_bytes());
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(&digest[..8]);
+        // A point in [0, total), uniform over the ids.
+        let point = (u64::from_be_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64 * total;
+        let mut reached = 0.0;
+        let drawn = self.toolsets.iter().filter(|t| t.weight > 0.0).find(|t| {
+            reached += t.weight;
+            point < reached
+        });
+        drawn.or_else(|| self.toolsets.iter().rfind(|t| t.weight > 0.0))
+    }
 }
 
 /// The suite's `agent:`: which kind of agent plays each episode, and its settings.
@@ -166,6 +198,11 @@ struct SuiteFile {
     #[serde(default)]
     tasks: Vec<TaskFile>,
     dataset: Option<dataset::DatasetSpec>,
+    /// Named lists of the environment's tools; each episode is offered one.
+    #[serde(default)]
+    toolsets: BTreeMap<String, Vec<String>>,
+    /// The weight of each toolset (default: all equal).
+    toolset_distribution: Option<BTreeMap<String, f64>>,
 }
 
 #[derive(Deserialize)]
@@ -367,6 +404,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         }
     };
     check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
+    let toolsets = toolsets(&source, &file.toolsets, file.toolset_distribution.as_ref(), &environment)?;
     let tools: Vec<&str> = environment.specs.iter().map(|t| t.name.as_str()).collect();
     let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
         .map_err(|(at, e)| source.error(&at, e))?
@@ -456,7 +494,53 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         scorers: file.scorers,
         tasks,
         ungraded,
+        toolsets,
     })
+}
+
+/// The suite's toolsets, each with its weight and its narrowed environment; every name and
+/// weight checked.
+fn toolsets(
+    source: &Source,
+    named: &BTreeMap<String, Vec<String>>,
+    distribution: Option<&BTreeMap<String, f64>>,
+    environment: &Arc<Definition>,
+) -> Result<Vec<Toolset>, ConfigError> {
+    if named.is_empty() {
+        return match distribution {
+            Some(_) => Err(source.error("toolset_distribution", "names toolsets, but the suite has no `toolsets:`")),
+            None => Ok(Vec::new()),
+        };
+    }
+    if let Some(weights) = distribution {
+        if let Some(unknown) = weights.keys().find(|name| !named.contains_key(*name)) {
+            let known: Vec<&str> = named.keys().map(String::as_str).collect();
+            let message = format!("no toolset `{unknown}`; `toolsets:` names {}", known.join(", "));
+            return Err(source.error(&yaml::child("toolset_distribution", unknown), message));
+        }
+        for (name, weight) in weights {
+            if !(weight.is_finite() && *weight >= 0.0) {
+                let message = format!("a weight is a number from 0 up, got {weight}");
+                return Err(source.error(&yaml::child("toolset_distribution", name), message));
+            }
+        }
+        if weights.values().sum::<f64>() <= 0.0 {
+            return Err(source.error("toolset_distribution", "at least one weight must be above 0"));
+        }
+    }
+    named
+        .iter()
+        .map(|(name, tools)| {
+            let at = yaml::child("toolsets", name);
+            if tools.is_empty() {
+                return Err(source.error(&at, "a toolset lists at least one tool"));
+            }
+            let narrowed = environment.narrowed(tools).map_err(|e| source.error(&at, e))?;
+            // Left out of the distribution, a toolset is never drawn.
+            let weight = distribution.map_or(1.0, |w| w.get(name).copied().unwrap_or(0.0));
+            Ok(Toolset { name: name.clone(), tools: tools.clone(), weight, environment: narrowed })
+        })
+        .collect()
 }
 
 /// Checks a task's initial memory: the suite gives the agent a memory, and each store's
@@ -773,7 +857,20 @@ pub async fn discover_tools(
             continue;
         }
         match Arc::try_unwrap(suite) {
-            Ok(owned) => kept.push(Arc::new(Suite { environment: discovered, ..owned })),
+            Ok(owned) => {
+                let toolsets: Result<Vec<Toolset>, String> = owned
+                    .toolsets
+                    .iter()
+                    .map(|t| {
+                        let environment = discovered.narrowed(&t.tools)?;
+                        Ok(Toolset { name: t.name.clone(), tools: t.tools.clone(), weight: t.weight, environment })
+                    })
+                    .collect();
+                match toolsets {
+                    Ok(toolsets) => kept.push(Arc::new(Suite { environment: discovered, toolsets, ..owned })),
+                    Err(e) => errors.push(format!("{}: toolsets: {e}", owned.path.display())),
+                }
+            }
             Err(shared) => {
                 errors.push(format!("{}: the suite is in use and cannot be completed", shared.path.display()))
             }

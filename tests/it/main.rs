@@ -32,6 +32,7 @@ mod secrets;
 mod shell;
 mod subagents;
 mod survival;
+mod toolsets;
 mod user;
 mod web;
 mod world_hazards;
