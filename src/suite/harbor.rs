@@ -507,8 +507,7 @@ fn apt_package(package: &str) -> Result<(), String> {
 }
 
 fn pip_packages(words: &[&str]) -> Result<(), String> {
-    let mut words = words.iter();
-    while let Some(word) = words.next() {
+    for word in words {
         match *word {
             "-r" | "--requirement" | "-e" | "--editable" => {
                 return Err(format!("the Dockerfile runs `pip install {word} …`, which runner does not run"));
