@@ -901,3 +901,47 @@ pub fn load_all(paths: &[std::path::PathBuf]) -> Result<Vec<Arc<Suite>>, Vec<Con
     }
     if errors.is_empty() { Ok(suites) } else { Err(errors) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn suite_with(weights: &[(&str, f64)]) -> Suite {
+        let mut suite = plain_suite();
+        let environment = suite.environment.clone();
+        suite.toolsets = weights
+            .iter()
+            .map(|(name, weight)| Toolset {
+                name: (*name).into(),
+                tools: Vec::new(),
+                weight: *weight,
+                environment: environment.clone(),
+            })
+            .collect();
+        suite
+    }
+
+    fn plain_suite() -> Suite {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("s.yaml");
+        std::fs::write(&path, "suite: s\nenvironment: kv\nscorers: [{includes: x}]\ntasks: [{id: a, input: hi}]\n")
+            .unwrap_or_else(|e| panic!("{e}"));
+        load(&path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_draw_follows_the_weights_and_depends_on_the_episode_id_alone() {
+        let suite = suite_with(&[("a", 1.0), ("b", 3.0), ("never", 0.0)]);
+        let mut counts = BTreeMap::<&str, u32>::new();
+        for i in 0..4000 {
+            let id = format!("ep_{i:016x}");
+            let drawn = suite.toolset_for(&id).map(|t| t.name.as_str()).unwrap_or_default();
+            assert_eq!(suite.toolset_for(&id).map(|t| t.name.as_str()), Some(drawn), "the same id draws the same");
+            *counts.entry(drawn).or_default() += 1;
+        }
+        assert!(!counts.contains_key("never"), "{counts:?}");
+        let share_b = f64::from(counts["b"]) / 4000.0;
+        assert!((0.72..0.78).contains(&share_b), "b has 3 of 4 parts of the weight: {counts:?}");
+        assert!(suite_with(&[]).toolset_for("ep_1").is_none());
+    }
+}

@@ -175,3 +175,25 @@ fn tail(output: &str) -> String {
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reward_in(name: &str, text: &str) -> Result<Option<(f64, &'static str)>, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        std::fs::write(dir.path().join(name), text).map_err(|e| e.to_string())?;
+        read_reward(dir.path())
+    }
+
+    #[test]
+    fn a_reward_is_a_number_or_one_number_in_json_and_nothing_else() {
+        assert_eq!(reward_in("reward.txt", " 0.5\n"), Ok(Some((0.5, "reward.txt"))));
+        assert_eq!(reward_in("reward.json", r#"{"reward": 1}"#), Ok(Some((1.0, "reward.json"))));
+        assert_eq!(reward_in("reward.json", r#"{"accuracy": 0.25}"#), Ok(Some((0.25, "reward.json"))));
+        assert!(reward_in("reward.txt", "passed").unwrap_err().contains("not a number"));
+        assert!(reward_in("reward.json", r#"{"a": 1, "b": 0}"#).unwrap_err().contains("one number"));
+        assert!(reward_in("reward.txt", "NaN").unwrap_err().contains("not a finite number"));
+        assert_eq!(reward_in("other.txt", "1"), Ok(None));
+    }
+}
