@@ -21,6 +21,7 @@ mod permission_paths;
 mod permissions;
 mod provider_refusals;
 mod python_world;
+mod races;
 mod replay;
 mod report;
 mod runs;
