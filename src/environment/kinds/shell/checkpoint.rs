@@ -222,7 +222,7 @@ fn measure(work: &Beneath) -> std::io::Result<u64> {
         if entry.kind == Kind::File {
             total = total.saturating_add(entry.size);
         }
-        if entry.kind == Kind::Dir && rel.components().count() > MAX_DEPTH + 1 {
+        if entry.kind == Kind::Dir && rel.components().count() > MAX_DEPTH {
             deep = true;
             return false;
         }
