@@ -410,7 +410,12 @@ impl ShellWorld {
 
     async fn list_dir(&self, path: &str) -> Result<Value, ToolFailure> {
         let relative = self.resolve(path)?;
-        let listed = self.files.dir(&relative, Links::Inside).and_then(|dir| beneath::entries(&dir));
+        // Off the runtime's threads: a folder may hold many entries.
+        let files = self.files.clone();
+        let listed =
+            tokio::task::spawn_blocking(move || files.dir(&relative, Links::Inside).and_then(|d| beneath::entries(&d)))
+                .await
+                .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("the listing failed: {e}")))?;
         let listed = listed.map_err(|e| not_found_or(e, path))?;
         let mut entries = Vec::new();
         for entry in listed {
