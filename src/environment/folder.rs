@@ -74,15 +74,37 @@ impl Drop for EpisodeFolder {
 /// grow with the depth (two descriptors at most), and folders a command made unreadable
 /// or unwritable are opened up first. Gone already is done.
 pub fn remove_tree(path: &Path) -> io::Result<()> {
-    let meta = match std::fs::symlink_metadata(path) {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::other(format!("{} names no entry of a folder", path.display())));
+    };
+    let parent = if parent.as_os_str().is_empty() { Path::new(".") } else { parent };
+    let c_parent = CString::new(parent.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    // SAFETY: open with a NUL-terminated path; the descriptor is owned here.
+    let fd = unsafe { libc::open(c_parent.as_ptr(), flags) };
+    let parent = match fd {
+        // SAFETY: a new descriptor, owned by nothing else.
+        0.. => unsafe { OwnedFd::from_raw_fd(fd) },
+        _ => match io::Error::last_os_error() {
+            e if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            e => return Err(e),
+        },
+    };
+    let c_name = CString::new(name.as_bytes()).map_err(io::Error::other)?;
+    remove_tree_at(parent.as_raw_fd(), &c_name)
+}
+
+/// Removes the entry `name` of the open folder `at` and everything below it, as
+/// [`remove_tree`] does: also while commands run in it, as nothing is looked up by a path.
+pub fn remove_tree_at(at: RawFd, name: &CStr) -> io::Result<()> {
+    let meta = match super::beneath::stat_at(at, name) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         other => other?,
     };
-    if !meta.is_dir() {
-        return std::fs::remove_file(path);
+    if meta.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return unlink(at, name, 0);
     }
-    let top = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
-    let mut current = open_folder(libc::AT_FDCWD, &top)?;
+    let mut current = open_folder(at, name)?;
     /// A folder on the way down: who it is, the folders in it still to remove, and its
     /// name in the folder above (none for the top).
     struct Level {
@@ -90,7 +112,8 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
         pending: Vec<OsString>,
         name: Option<OsString>,
     }
-    let mut levels = vec![Level { id: identity(current.as_raw_fd())?, pending: clear(&current)?, name: None }];
+    let top = identity(current.as_raw_fd())?;
+    let mut levels = vec![Level { id: top, pending: clear(&current)?, name: None }];
     while let Some(level) = levels.last_mut() {
         if let Some(name) = level.pending.pop() {
             let Ok(c_name) = CString::new(name.as_bytes()) else { continue };
@@ -118,7 +141,13 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
         }
     }
     drop(current);
-    std::fs::remove_dir(path)
+    // Still the folder emptied, unless it was moved meanwhile: then that one is left.
+    match super::beneath::stat_at(at, name) {
+        Ok(now) if id_of(&now) == top => unlink(at, name, libc::AT_REMOVEDIR),
+        Ok(_) => Err(io::Error::other("the folder moved while it was being removed")),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Opens the folder `name` in `at` without following a link, made readable, writable and
@@ -133,16 +162,20 @@ fn open_folder(at: RawFd, name: &CStr) -> io::Result<OwnedFd> {
     };
     let fd = match opened(()) {
         Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-            // SAFETY: fstatat/fchmodat on a name in a folder this process holds open.
-            unsafe {
-                let mut stat: libc::stat = std::mem::zeroed();
-                if libc::fstatat(at, name.as_ptr(), &mut stat, libc::AT_SYMLINK_NOFOLLOW) != 0
-                    || stat.st_mode & libc::S_IFMT != libc::S_IFDIR
-                {
+            // Opened as a path only (a link is refused), and opened up by that descriptor:
+            // never what the name leads to a moment later.
+            let path = {
+                let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+                // SAFETY: openat of a NUL-terminated name in a folder held open.
+                let fd = unsafe { libc::openat(at, name.as_ptr(), flags) };
+                if fd < 0 {
                     return Err(e);
                 }
-                libc::fchmodat(at, name.as_ptr(), (stat.st_mode & 0o7777) | 0o700, 0);
-            }
+                // SAFETY: a new descriptor, owned by nothing else.
+                unsafe { OwnedFd::from_raw_fd(fd) }
+            };
+            let stat = super::beneath::fstat(path.as_raw_fd())?;
+            super::beneath::chmod_fd(path.as_raw_fd(), (stat.st_mode & 0o7777) | 0o700)?;
             opened(())?
         }
         other => other?,
@@ -159,14 +192,13 @@ fn open_folder(at: RawFd, name: &CStr) -> io::Result<OwnedFd> {
 
 /// The device and inode of an open folder.
 fn identity(fd: RawFd) -> io::Result<(u64, u64)> {
-    // SAFETY: fstat on an open descriptor into a zeroed struct.
-    unsafe {
-        let mut stat: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut stat) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok((stat.st_dev as u64, stat.st_ino as u64))
-    }
+    super::beneath::fstat(fd).map(|stat| id_of(&stat))
+}
+
+/// The device and inode of what a `stat` describes (their types vary by architecture).
+#[allow(clippy::unnecessary_cast)]
+fn id_of(stat: &libc::stat) -> (u64, u64) {
+    (stat.st_dev as u64, stat.st_ino as u64)
 }
 
 fn unlink(at: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<()> {

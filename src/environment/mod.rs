@@ -1,6 +1,7 @@
 //! Environments own tools and state, and run the episode's control loop: they execute the
 //! agent's calls and report back. They never decide.
 
+mod beneath;
 pub mod definition;
 mod file_world;
 mod folder;
@@ -37,7 +38,7 @@ use user::{Answered, Prompt, User};
 pub use crate::agent::{CallError, EpisodeBudget, Trajectory};
 pub use definition::{Definition, EnvLimits};
 pub use file_world::{FileWorld, ReadBack};
-pub use folder::remove_tree;
+pub use folder::{remove_tree, remove_tree_at};
 pub use kind::{RunStore, SetupContext};
 pub use kinds::{EnvironmentKind, KINDS, KindSettings};
 pub use run::Ending;

@@ -11,6 +11,7 @@
 //! Never offered to scripts: `execute_code` itself, `final_answer`, and every tool the
 //! environment marks as not safe for scripts (those that talk to a user).
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -198,12 +199,23 @@ exec(_code, _scope)
 
 /// What an environment needs to run scripts: a folder for them, the sandbox they run in,
 /// the interpreter.
+///
+/// The folder (`runner-scripts-XXXX`, the runner's alone) holds `code/`, where each script
+/// gets a private folder (mode 0700, made by descriptor) holding its code, which scripts
+/// may read but no process of a world may write, so no script can make the runner write
+/// another's code where it chose; and `tmp/`, the scripts' `HOME` and `TMPDIR`, the one
+/// place they may write.
 pub struct ScriptHost {
     settings: ScriptSettings,
     /// Scripts running at once, at most the environment's `max_concurrency`.
     slots: tokio::sync::Semaphore,
     python: PathBuf,
-    dir: tempfile::TempDir,
+    /// Removed with all it holds when the host is dropped.
+    _dir: tempfile::TempDir,
+    /// `code/`, held open: each script's folder is made in it by descriptor.
+    code_fd: OwnedFd,
+    code: PathBuf,
+    scratch: PathBuf,
     sandbox: Arc<Confinement>,
     next: AtomicU32,
 }
@@ -231,14 +243,59 @@ impl ScriptHost {
             .map_err(|e| fail(format!("failed to create the scripts' folder: {e}")))?;
         let real =
             dir.path().canonicalize().map_err(|e| fail(format!("failed to resolve the scripts' folder: {e}")))?;
-        let sandbox = confine(&[&real], &interpreter.readable).map_err(fail)?;
+        let (code, scratch) = (real.join("code"), real.join("tmp"));
+        let made = |path: &Path| {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(path)
+                .map_err(|e| fail(format!("failed to create {}: {e}", path.display())))
+        };
+        made(&code)?;
+        made(&scratch)?;
+        let code_fd = std::fs::File::open(&code)
+            .map(OwnedFd::from)
+            .map_err(|e| fail(format!("failed to open {}: {e}", code.display())))?;
+        let mut readable = interpreter.readable.clone();
+        readable.push(code.clone());
+        let sandbox = confine(&[&scratch], &readable).map_err(fail)?;
         let python = interpreter.executable.clone();
         let slots = tokio::sync::Semaphore::new(max_concurrency);
-        Ok(ScriptHost { settings: settings.clone(), slots, python, dir, sandbox, next: AtomicU32::new(0) })
+        Ok(ScriptHost {
+            settings: settings.clone(),
+            slots,
+            python,
+            _dir: dir,
+            code_fd,
+            code,
+            scratch,
+            sandbox,
+            next: AtomicU32::new(0),
+        })
     }
 }
 
 impl ScriptHost {
+    /// Makes the private folder `name` of one script in `code/` (mode 0700) and opens it,
+    /// refusing anything but the folder just made.
+    fn private_folder(&self, name: &str) -> std::io::Result<OwnedFd> {
+        let c_name = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+        let at = self.code_fd.as_raw_fd();
+        // SAFETY: mkdirat and openat of one name in a folder held open; the descriptor
+        // returned is owned here.
+        unsafe {
+            if libc::mkdirat(at, c_name.as_ptr(), 0o700) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+            let fd = libc::openat(at, c_name.as_ptr(), flags);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(OwnedFd::from_raw_fd(fd))
+        }
+    }
+
     /// What the scripts' sandbox enforces.
     pub fn sandbox_enforced(&self) -> &Value {
         self.sandbox.enforced()
@@ -301,8 +358,9 @@ impl Environment {
         let started = Instant::now();
         let io = |what: &str, e: std::io::Error| ToolError::new(ErrorType::ExecutionError, format!("{what}: {e}"));
         let n = host.next.fetch_add(1, Ordering::Relaxed);
-        let dir = host.dir.path().join(format!("script-{n}"));
-        std::fs::create_dir(&dir).map_err(|e| io("failed to make the script's folder", e))?;
+        let name = format!("script-{n}");
+        let private = host.private_folder(&name).map_err(|e| io("failed to make the script's folder", e))?;
+        let dir = host.code.join(&name);
         let _cleanup = RemoveOnDrop(dir.clone());
         let callable: Vec<&ToolSpec> = self
             .definition
@@ -311,9 +369,10 @@ impl Environment {
             .filter(|t| callable_from_scripts(&t.spec.name, t.script_safe))
             .map(|t| &t.spec)
             .collect();
-        std::fs::write(dir.join("runner_tools.py"), module_source(&callable))
-            .and_then(|()| std::fs::write(dir.join("script.py"), code))
+        create_in(&private, c"runner_tools.py", &module_source(&callable))
+            .and_then(|()| create_in(&private, c"script.py", code))
             .map_err(|e| io("failed to write the script", e))?;
+        drop(private);
 
         let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| io("failed to make a socket", e))?;
         ours.set_nonblocking(true).map_err(|e| io("failed to make a socket", e))?;
@@ -324,15 +383,14 @@ impl Environment {
             .current_dir(&dir)
             .env_clear()
             .env("PATH", SAFE_PATH)
-            .env("HOME", &dir)
-            .env("TMPDIR", &dir)
+            .env("HOME", &host.scratch)
+            .env("TMPDIR", &host.scratch)
             .env("LANG", "C.UTF-8")
             .env("RUNNER_TOOLS_FD", "3")
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .process_group(0);
-        use std::os::fd::AsRawFd;
         let mut child = process::spawn_passing(&mut command, &host.sandbox, Some(theirs.as_raw_fd()))
             .map_err(|e| io("failed to start the interpreter", e))?;
         drop(theirs);
@@ -526,6 +584,21 @@ fn lost(e: std::io::Error) -> Captured {
 }
 
 /// Removes a script's folder when the script is done, however it ends.
+/// Creates the new file `name` in the folder `at` (never an existing one, never through a
+/// link) and writes `text` to it.
+fn create_in(at: &OwnedFd, name: &std::ffi::CStr, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: openat of one name in a folder held open; the descriptor is owned here.
+    let fd = unsafe { libc::openat(at.as_raw_fd(), name.as_ptr(), flags, 0o600 as libc::c_uint) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor, owned by nothing else.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.write_all(text.as_bytes())
+}
+
 struct RemoveOnDrop(PathBuf);
 
 impl Drop for RemoveOnDrop {

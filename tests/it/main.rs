@@ -22,6 +22,7 @@ mod permission_paths;
 mod permissions;
 mod provider_refusals;
 mod python_world;
+mod races;
 mod replay;
 mod report;
 mod runs;

@@ -443,6 +443,7 @@ impl World for PythonWorld {
 impl FileWorld for PythonWorld {
     /// A file the session left in its working directory; plain paths only, no links.
     async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
+        use crate::environment::beneath::Links;
         use tokio::io::AsyncReadExt;
         let relative = std::path::Path::new(path);
         if !crate::domain::is_relative_inside(path) {
@@ -451,17 +452,17 @@ impl FileWorld for PythonWorld {
                 format!("`{path}` is outside the working directory"),
             ));
         }
-        let full = self.root.join(relative);
-        let real = full.canonicalize().map_err(|e| ToolFailure::io(&format!("`{path}`"), e))?;
-        if real != full {
-            return Err(ToolFailure::new(ErrorType::PermissionError, format!("`{path}` goes through a symbolic link")));
-        }
-        let file = tokio::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-            .open(&full)
-            .await
-            .map_err(|e| ToolFailure::io(&format!("`{path}`"), e))?;
+        // Opened beneath the working directory, through no link at all: the kernel refuses
+        // one at the moment of the open.
+        let file = crate::environment::beneath::Beneath::open(&self.root)
+            .and_then(|root| root.file(relative, libc::O_RDONLY | libc::O_NONBLOCK, 0, Links::None))
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP | libc::EXDEV) => {
+                    ToolFailure::new(ErrorType::PermissionError, format!("`{path}` goes through a symbolic link"))
+                }
+                _ => ToolFailure::io(&format!("`{path}`"), e),
+            })?;
+        let file = tokio::fs::File::from_std(file);
         let meta = file.metadata().await.map_err(|e| ToolFailure::io(&format!("`{path}`"), e))?;
         if !meta.is_file() {
             return Err(ToolFailure::new(ErrorType::PermissionError, format!("`{path}` is not a regular file")));

@@ -8,15 +8,19 @@
 //! back as a new file, never through the old one (it may have hard links elsewhere).
 
 use std::collections::BTreeMap;
-use std::fs;
+use std::ffi::CStr;
+use std::fs::{self, File};
 use std::io::Read;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use crate::contract::ErrorType;
 use crate::environment::ToolFailure;
+use crate::environment::beneath::{self, Beneath, Kind, Links};
 
 /// How many paths a result lists, of each kind; the counts are always whole.
 const LISTED: usize = 20;
@@ -85,8 +89,8 @@ impl Checkpoints {
         Checkpoints { parent: parent.to_owned(), limit, state: tokio::sync::Mutex::new(State::default()) }
     }
 
-    /// Copies the tree at `root` as checkpoint `name`, replacing one of that name.
-    pub async fn take(&self, root: &Path, name: &str) -> Result<Value, ToolFailure> {
+    /// Copies the tree of `work` as checkpoint `name`, replacing one of that name.
+    pub async fn take(&self, work: &Arc<Beneath>, name: &str) -> Result<Value, ToolFailure> {
         check_name(name)?;
         let mut state = self.state.lock().await;
         let used_by_others: u64 = state.taken.iter().filter(|(n, _)| *n != name).map(|(_, s)| s.bytes).sum();
@@ -105,7 +109,7 @@ impl Checkpoints {
         };
         state.made += 1;
         let dir = folder.join(state.made.to_string());
-        let (from, to) = (root.to_owned(), dir.clone());
+        let (from, to) = (work.clone(), dir.clone());
         let copied = tokio::task::spawn_blocking(move || {
             let copied = copy_all(&from, &to, budget);
             if copied.is_err() {
@@ -149,8 +153,8 @@ impl Checkpoints {
         }))
     }
 
-    /// Makes the tree at `root` what it was at checkpoint `name`.
-    pub async fn restore(&self, root: &Path, name: &str) -> Result<Value, ToolFailure> {
+    /// Makes the tree of `work` what it was at checkpoint `name`.
+    pub async fn restore(&self, work: &Arc<Beneath>, name: &str) -> Result<Value, ToolFailure> {
         check_name(name)?;
         let state = self.state.lock().await;
         let Some(snapshot) = state.taken.get(name).cloned() else {
@@ -159,8 +163,8 @@ impl Checkpoints {
             return Err(ToolFailure::new(ErrorType::ExecutionError, format!("no checkpoint named `{name}`"))
                 .suggest(format!("restore one of the checkpoints taken ({listed}), or call checkpoint first")));
         };
-        let root = root.to_owned();
-        let changes = tokio::task::spawn_blocking(move || restore_all(&snapshot, &root))
+        let work = work.clone();
+        let changes = tokio::task::spawn_blocking(move || restore_all(&snapshot, &work))
             .await
             .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("the restore failed: {e}")))?
             .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("restore of `{name}` failed: {e}")))?;
@@ -196,82 +200,107 @@ fn check_name(name: &str) -> Result<(), ToolFailure> {
     Ok(())
 }
 
-/// Copies the tree at `from` into the new folder `to`, refusing when its files hold more
+/// Copies the tree of `work` into the new folder `to`, refusing when its files hold more
 /// than `budget` bytes.
-fn copy_all(from: &Path, to: &Path, budget: u64) -> Result<Copied, CopyError> {
+fn copy_all(work: &Beneath, to: &Path, budget: u64) -> Result<Copied, CopyError> {
     // Measured first, so that a refusal says how much was needed.
-    let needed = measure(from, 0).map_err(|e| CopyError::Io(e.to_string()))?;
+    let needed = measure(work).map_err(|e| CopyError::Io(e.to_string()))?;
     if needed > budget {
         return Err(CopyError::TooLarge { needed });
     }
     let mut copied = Copied::default();
     fs::create_dir(to).map_err(|e| CopyError::Io(format!("failed to make {}: {e}", to.display())))?;
-    copy_tree(from, to, Path::new(""), budget, &mut copied)?;
+    copy_tree(work, to, Path::new(""), budget, &mut copied, 0)?;
     Ok(copied)
 }
 
-/// The bytes of the regular files under `dir`, links not followed.
-fn measure(dir: &Path, depth: usize) -> std::io::Result<u64> {
-    if depth > MAX_DEPTH {
-        return Err(std::io::Error::other(format!("the tree is more than {MAX_DEPTH} folders deep")));
-    }
+/// The bytes of the regular files of `work`, links not followed.
+fn measure(work: &Beneath) -> std::io::Result<u64> {
     let mut total: u64 = 0;
-    for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
-        let meta = fs::symlink_metadata(&path)?;
-        if meta.is_dir() {
-            total = total.saturating_add(measure(&path, depth + 1)?);
-        } else if meta.is_file() {
-            total = total.saturating_add(meta.len());
+    let mut deep = false;
+    work.walk(Path::new(""), usize::MAX, MAX_DEPTH + 2, |rel, entry| {
+        if entry.kind == Kind::File {
+            total = total.saturating_add(entry.size);
         }
+        if entry.kind == Kind::Dir && rel.components().count() > MAX_DEPTH {
+            deep = true;
+            return false;
+        }
+        true
+    })?;
+    if deep {
+        return Err(std::io::Error::other(format!("the tree is more than {MAX_DEPTH} folders deep")));
     }
     Ok(total)
 }
 
-fn copy_tree(from: &Path, to: &Path, rel: &Path, budget: u64, copied: &mut Copied) -> Result<(), CopyError> {
+fn copy_tree(
+    work: &Beneath,
+    to: &Path,
+    rel: &Path,
+    budget: u64,
+    copied: &mut Copied,
+    depth: usize,
+) -> Result<(), CopyError> {
     let io = |what: &Path, e: std::io::Error| CopyError::Io(format!("`{}`: {e}", what.display()));
-    let mut entries: Vec<_> = fs::read_dir(from)
-        .map_err(|e| io(rel, e))?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| io(rel, e))?;
-    entries.sort();
-    for name in entries {
-        let (source, target, rel) = (from.join(&name), to.join(&name), rel.join(&name));
-        let meta = fs::symlink_metadata(&source).map_err(|e| io(&rel, e))?;
-        let kind = meta.file_type();
-        if kind.is_symlink() {
-            let points_to = fs::read_link(&source).map_err(|e| io(&rel, e))?;
-            std::os::unix::fs::symlink(points_to, &target).map_err(|e| io(&rel, e))?;
-            copied.links += 1;
-        } else if kind.is_dir() {
-            fs::create_dir(&target).map_err(|e| io(&rel, e))?;
-            copied.folder_modes.push((rel.clone(), meta.permissions().mode()));
-            copied.folders += 1;
-            copy_tree(&source, &target, &rel, budget, copied)?;
-        } else if kind.is_file() {
-            let left = budget.saturating_sub(copied.bytes);
-            match copy_file(&source, &target, left).map_err(|e| io(&rel, e))? {
-                Some(n) => {
-                    copied.bytes += n;
-                    copied.files += 1;
-                }
-                // It grew past the limit while being copied.
-                None => {
-                    return Err(CopyError::TooLarge { needed: copied.bytes.saturating_add(left).saturating_add(1) });
+    if depth > MAX_DEPTH {
+        return Err(CopyError::Io(format!("the tree is more than {MAX_DEPTH} folders deep")));
+    }
+    let dir = work.dir(rel, Links::None).map_err(|e| io(rel, e))?;
+    let entries = beneath::entries(&dir).map_err(|e| io(rel, e))?;
+    for entry in entries {
+        let (target, rel) = (to.join(&entry.name), rel.join(&entry.name));
+        let name = beneath::c_name(&entry.name).map_err(|e| io(&rel, e))?;
+        match entry.kind {
+            Kind::Link => {
+                let points_to = beneath::read_link_at(dir.as_raw_fd(), &name).map_err(|e| io(&rel, e))?;
+                std::os::unix::fs::symlink(points_to, &target).map_err(|e| io(&rel, e))?;
+                copied.links += 1;
+            }
+            Kind::Dir => {
+                fs::create_dir(&target).map_err(|e| io(&rel, e))?;
+                copied.folder_modes.push((rel.clone(), entry.mode));
+                copied.folders += 1;
+                copy_tree(work, &target, &rel, budget, copied, depth + 1)?;
+            }
+            Kind::File => {
+                let left = budget.saturating_sub(copied.bytes);
+                let from = open_at(dir.as_raw_fd(), &name).map_err(|e| io(&rel, e))?;
+                match copy_file(from, &target, left).map_err(|e| io(&rel, e))? {
+                    Some(n) => {
+                        copied.bytes += n;
+                        copied.files += 1;
+                    }
+                    // It grew past the limit while being copied.
+                    None => {
+                        return Err(CopyError::TooLarge {
+                            needed: copied.bytes.saturating_add(left).saturating_add(1),
+                        });
+                    }
                 }
             }
-        } else {
-            copied.skipped.push(rel.display().to_string());
+            Kind::Other => copied.skipped.push(rel.display().to_string()),
         }
     }
     Ok(())
 }
 
-/// Copies one regular file, keeping its mode, never following a link nor waiting on a
-/// pipe swapped in meanwhile; `None` when it holds more than `cap` bytes.
-fn copy_file(source: &Path, target: &Path, cap: u64) -> std::io::Result<Option<u64>> {
-    let mut from = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(source)?;
+/// Opens the entry `name` of the folder `at` to read it, never following a link nor
+/// waiting on a pipe.
+fn open_at(at: RawFd, name: &CStr) -> std::io::Result<File> {
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: openat of one name in a folder held open; the descriptor is owned here.
+    let fd = unsafe { libc::openat(at, name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor, owned by nothing else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Copies one regular file, keeping its mode, into a new file `target` (of the
+/// checkpoints' own folder); `None` when it holds more than `cap` bytes.
+fn copy_file(mut from: File, target: &Path, cap: u64) -> std::io::Result<Option<u64>> {
     let meta = from.metadata()?;
     if !meta.is_file() {
         return Err(std::io::Error::other("it is no longer a regular file"));
@@ -279,50 +308,88 @@ fn copy_file(source: &Path, target: &Path, cap: u64) -> std::io::Result<Option<u
     let mut to = fs::OpenOptions::new().write(true).create_new(true).mode(meta.permissions().mode()).open(target)?;
     let n = std::io::copy(&mut (&mut from).take(cap.saturating_add(1)), &mut to)?;
     // `mode` on create is cut by the umask: set it as it was.
-    fs::set_permissions(target, meta.permissions())?;
+    to.set_permissions(meta.permissions())?;
     Ok((n <= cap).then_some(n))
 }
 
-/// Makes the tree at `root` the snapshot's again: what is new is removed, what changed or
+/// Writes the snapshot's file `source` as the new entry `name` of the folder `at` of the
+/// working directory, with its mode.
+fn write_back(source: &Path, at: RawFd, name: &CStr) -> std::io::Result<()> {
+    let mut from = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(source)?;
+    let mode = from.metadata()?.permissions().mode();
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: openat of one name in a folder held open; the descriptor is owned here.
+    let fd = unsafe { libc::openat(at, name.as_ptr(), flags, 0o600 as libc::c_uint) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a new descriptor, owned by nothing else.
+    let mut to = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    std::io::copy(&mut from, &mut to)?;
+    to.set_permissions(fs::Permissions::from_mode(mode))
+}
+
+/// Makes the tree of `work` the snapshot's again: what is new is removed, what changed or
 /// went is written back, what is the same is left alone.
-fn restore_all(snapshot: &Snapshot, root: &Path) -> Result<Changes, String> {
+fn restore_all(snapshot: &Snapshot, work: &Beneath) -> Result<Changes, String> {
     let mut changes = Changes::default();
-    sync_tree(&snapshot.dir, root, Path::new(""), &mut changes)?;
+    sync_tree(&snapshot.dir, work, Path::new(""), &mut changes)?;
     // Deepest first: a folder that may not be written is closed only once filled.
     for (rel, mode) in snapshot.folder_modes.iter().rev() {
-        let path = root.join(rel);
-        fs::set_permissions(&path, fs::Permissions::from_mode(*mode))
-            .map_err(|e| format!("`{}`: {e}", rel.display()))?;
+        let io = |e: std::io::Error| format!("`{}`: {e}", rel.display());
+        let folder = work.open_at(rel, libc::O_PATH | libc::O_DIRECTORY, 0, Links::None).map_err(io)?;
+        beneath::chmod_fd(folder.as_raw_fd(), *mode).map_err(io)?;
     }
     Ok(changes)
 }
 
-fn sync_tree(snap: &Path, work: &Path, rel: &Path, changes: &mut Changes) -> Result<(), String> {
-    let io = |what: &Path, e: std::io::Error| format!("`{}`: {e}", what.display());
-    // A folder closed for writing since would keep its entries: open it (its mode is set
-    // back at the end).
-    let mode = fs::symlink_metadata(work).map_err(|e| io(rel, e))?.permissions().mode();
+/// Opens the folder `rel` of `work` (never through a link), made readable, writable and
+/// searchable by its owner first: a folder closed since would keep its entries (its mode
+/// is set back at the end).
+fn open_for_sync(work: &Beneath, rel: &Path) -> std::io::Result<OwnedFd> {
+    let path = work.open_at(rel, libc::O_PATH | libc::O_DIRECTORY, 0, Links::None)?;
+    let mode = beneath::fstat(path.as_raw_fd())?.st_mode & 0o7777;
     if mode & 0o700 != 0o700 {
-        fs::set_permissions(work, fs::Permissions::from_mode(mode | 0o700)).map_err(|e| io(rel, e))?;
+        beneath::chmod_fd(path.as_raw_fd(), mode | 0o700)?;
     }
+    beneath::openat2(
+        path.as_raw_fd(),
+        Path::new("."),
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        0,
+        Links::None,
+    )
+}
+
+fn sync_tree(snap: &Path, work: &Beneath, rel: &Path, changes: &mut Changes) -> Result<(), String> {
+    let io = |what: &Path, e: std::io::Error| format!("`{}`: {e}", what.display());
+    let dir = open_for_sync(work, rel).map_err(|e| io(rel, e))?;
     // What is here and was not then (or was something else then) goes.
-    let mut present: Vec<_> = fs::read_dir(work)
-        .map_err(|e| io(rel, e))?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<Result<_, _>>()
-        .map_err(|e| io(rel, e))?;
-    present.sort();
-    for name in present {
-        let (now, then, rel) = (work.join(&name), snap.join(&name), rel.join(&name));
-        let now_kind = fs::symlink_metadata(&now).map_err(|e| io(&rel, e))?.file_type();
+    let present = beneath::entries(&dir).map_err(|e| io(rel, e))?;
+    for entry in present {
+        let then = snap.join(&entry.name);
+        let rel = rel.join(&entry.name);
         let same_kind = fs::symlink_metadata(&then).is_ok_and(|m| {
             let t = m.file_type();
-            (t.is_dir(), t.is_file(), t.is_symlink()) == (now_kind.is_dir(), now_kind.is_file(), now_kind.is_symlink())
+            let now = entry.kind;
+            (t.is_dir(), t.is_file(), t.is_symlink()) == (now == Kind::Dir, now == Kind::File, now == Kind::Link)
         });
         if !same_kind {
-            changes.removed.extend(remove_tree(&now).map_err(|e| io(&rel, e))?.into_iter().map(|p| {
-                if p.as_os_str().is_empty() { rel.display().to_string() } else { rel.join(p).display().to_string() }
-            }));
+            let name = beneath::c_name(&entry.name).map_err(|e| io(&rel, e))?;
+            if entry.kind == Kind::Dir {
+                let mut gone = Vec::new();
+                let _ = work.walk(&rel, usize::MAX, MAX_DEPTH, |path, e| {
+                    if e.kind != Kind::Dir {
+                        gone.push(path.display().to_string());
+                    }
+                    true
+                });
+                crate::environment::remove_tree_at(dir.as_raw_fd(), &name).map_err(|e| io(&rel, e))?;
+                changes.removed.extend(gone);
+            } else {
+                unlink_at(dir.as_raw_fd(), &name, 0).map_err(|e| io(&rel, e))?;
+                changes.removed.push(rel.display().to_string());
+            }
         }
     }
     // What was then is made so again.
@@ -332,44 +399,70 @@ fn sync_tree(snap: &Path, work: &Path, rel: &Path, changes: &mut Changes) -> Res
         .collect::<Result<_, _>>()
         .map_err(|e| io(rel, e))?;
     then.sort();
+    let mut dir = Some(dir);
     for name in then {
-        let (source, target, rel) = (snap.join(&name), work.join(&name), rel.join(&name));
+        let (source, rel) = (snap.join(&name), rel.join(&name));
+        let c_name = beneath::c_name(&name).map_err(|e| io(&rel, e))?;
+        // The folder is opened again after a sub-folder was synced.
+        let at = match &dir {
+            Some(dir) => dir.as_raw_fd(),
+            None => dir
+                .insert(open_for_sync(work, rel.parent().unwrap_or(Path::new(""))).map_err(|e| io(&rel, e))?)
+                .as_raw_fd(),
+        };
         let kind = fs::symlink_metadata(&source).map_err(|e| io(&rel, e))?.file_type();
-        let exists = fs::symlink_metadata(&target).is_ok();
+        let now = beneath::stat_at(at, &c_name).ok().map(|s| Kind::of(s.st_mode));
         if kind.is_dir() {
-            if !exists {
-                fs::create_dir(&target).map_err(|e| io(&rel, e))?;
+            if now.is_none() {
+                // SAFETY: mkdirat of one name in a folder held open.
+                if unsafe { libc::mkdirat(at, c_name.as_ptr(), 0o700) } != 0 {
+                    return Err(io(&rel, std::io::Error::last_os_error()));
+                }
             }
-            sync_tree(&source, &target, &rel, changes)?;
+            dir = None;
+            sync_tree(&source, work, &rel, changes)?;
             continue;
         }
         let same = if kind.is_symlink() {
-            exists && fs::read_link(&source).ok() == fs::read_link(&target).ok()
+            now == Some(Kind::Link) && fs::read_link(&source).ok() == beneath::read_link_at(at, &c_name).ok()
         } else {
-            exists && same_file_content(&source, &target).map_err(|e| io(&rel, e))?
+            now == Some(Kind::File)
+                && same_file_content(&source, open_at(at, &c_name).map_err(|e| io(&rel, e))?)
+                    .map_err(|e| io(&rel, e))?
         };
         if same {
             changes.unchanged += 1;
             continue;
         }
-        if exists {
-            fs::remove_file(&target).map_err(|e| io(&rel, e))?;
+        if now.is_some() {
+            unlink_at(at, &c_name, 0).map_err(|e| io(&rel, e))?;
         }
         if kind.is_symlink() {
             let points_to = fs::read_link(&source).map_err(|e| io(&rel, e))?;
-            std::os::unix::fs::symlink(points_to, &target).map_err(|e| io(&rel, e))?;
+            let target = beneath::c_path(&points_to).map_err(|e| io(&rel, e))?;
+            // SAFETY: symlinkat of one name in a folder held open.
+            if unsafe { libc::symlinkat(target.as_ptr(), at, c_name.as_ptr()) } != 0 {
+                return Err(io(&rel, std::io::Error::last_os_error()));
+            }
         } else {
-            copy_file(&source, &target, u64::MAX).map_err(|e| io(&rel, e))?;
+            write_back(&source, at, &c_name).map_err(|e| io(&rel, e))?;
         }
         changes.restored.push(rel.display().to_string());
     }
     Ok(())
 }
 
+fn unlink_at(at: RawFd, name: &CStr, flags: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: unlinkat of one name in a folder held open.
+    if unsafe { libc::unlinkat(at, name.as_ptr(), flags) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Whether two regular files have the same mode and bytes (read without following links).
-fn same_file_content(a: &Path, b: &Path) -> std::io::Result<bool> {
-    let open = |p: &Path| fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(p);
-    let (mut a, mut b) = (open(a)?, open(b)?);
+fn same_file_content(a: &Path, mut b: File) -> std::io::Result<bool> {
+    let mut a = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(a)?;
     let (ma, mb) = (a.metadata()?, b.metadata()?);
     if !mb.is_file() || ma.len() != mb.len() || ma.permissions().mode() != mb.permissions().mode() {
         return Ok(false);
@@ -390,54 +483,9 @@ fn same_file_content(a: &Path, b: &Path) -> std::io::Result<bool> {
     }
 }
 
-/// Removes `path` (a folder with all it holds, or one entry), never following a link;
-/// folders closed for writing are opened first. Returns the non-folder entries removed,
-/// relative to `path` (an empty path when `path` itself is one).
-fn remove_tree(path: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let meta = fs::symlink_metadata(path)?;
-    if !meta.is_dir() {
-        fs::remove_file(path)?;
-        return Ok(vec![PathBuf::new()]);
-    }
-    let mut removed = Vec::new();
-    list_entries(path, Path::new(""), 0, &mut removed)?;
-    match crate::environment::remove_tree(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            open_folders(path, 0)?;
-            crate::environment::remove_tree(path)?;
-        }
-        other => other?,
-    }
-    Ok(removed)
-}
-
-/// The non-folder entries under `dir`; a folder too deep to walk is listed itself.
-fn list_entries(dir: &Path, rel: &Path, depth: usize, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    let Ok(entries) = fs::read_dir(dir) else { return Ok(()) };
-    let mut names: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.file_name())).collect();
-    names.sort();
-    for name in names {
-        let path = dir.join(&name);
-        if fs::symlink_metadata(&path)?.is_dir() && depth < MAX_DEPTH {
-            list_entries(&path, &rel.join(&name), depth + 1, out)?;
-        } else {
-            out.push(rel.join(&name));
-        }
-    }
-    Ok(())
-}
-
-/// Gives the owner every right on each folder under `dir` (links not followed).
-fn open_folders(dir: &Path, depth: usize) -> std::io::Result<()> {
-    let mode = fs::symlink_metadata(dir)?.permissions().mode();
-    fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o700))?;
-    for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
-        if fs::symlink_metadata(&path)?.is_dir() && depth < MAX_DEPTH {
-            open_folders(&path, depth + 1)?;
-        }
-    }
-    Ok(())
+/// Removes a folder of the checkpoints' own (no command can reach it).
+fn remove_tree(path: &Path) -> std::io::Result<()> {
+    crate::environment::remove_tree(path)
 }
 
 #[cfg(test)]
@@ -470,6 +518,7 @@ mod tests {
     struct Setup {
         _scratch: tempfile::TempDir,
         root: PathBuf,
+        work: Arc<Beneath>,
         outside: PathBuf,
         checkpoints: Checkpoints,
     }
@@ -486,14 +535,15 @@ mod tests {
         let outside = scratch.path().join("outside.txt");
         fs::write(&outside, "not mine").unwrap();
         let checkpoints = Checkpoints::new(scratch.path(), limit);
-        Setup { _scratch: scratch, root, outside, checkpoints }
+        let work = Arc::new(Beneath::open(&root).unwrap());
+        Setup { _scratch: scratch, root, work, outside, checkpoints }
     }
 
     #[tokio::test]
     async fn restore_brings_back_the_exact_tree_and_says_what_changed() {
         let s = setup(1 << 20);
         let before = tree(&s.root);
-        let taken = s.checkpoints.take(&s.root, "start").await.unwrap();
+        let taken = s.checkpoints.take(&s.work, "start").await.unwrap();
         assert_eq!(
             (taken["files"].clone(), taken["links"].clone(), taken["bytes"].clone()),
             (3.into(), 1.into(), 24.into())
@@ -509,7 +559,7 @@ mod tests {
         fs::set_permissions(s.root.join("src/deep/run.sh"), fs::Permissions::from_mode(0o644)).unwrap();
         assert_ne!(tree(&s.root), before);
 
-        let restored = s.checkpoints.restore(&s.root, "start").await.unwrap();
+        let restored = s.checkpoints.restore(&s.work, "start").await.unwrap();
         assert_eq!(tree(&s.root), before);
         assert_eq!(restored["restored"], 4, "{restored}");
         assert_eq!(restored["removed"], 3, "{restored}");
@@ -519,7 +569,7 @@ mod tests {
         assert_eq!(removed, ["link", "made/x", "new.txt"]);
 
         // A second restore finds nothing to do, and the checkpoint is still there.
-        let again = s.checkpoints.restore(&s.root, "start").await.unwrap();
+        let again = s.checkpoints.restore(&s.work, "start").await.unwrap();
         assert_eq!(
             (again["restored"].clone(), again["removed"].clone(), again["unchanged"].clone()),
             (0.into(), 0.into(), 4.into())
@@ -529,12 +579,12 @@ mod tests {
     #[tokio::test]
     async fn an_unknown_or_malformed_name_is_an_error() {
         let s = setup(1 << 20);
-        let err = s.checkpoints.restore(&s.root, "nope").await.unwrap_err();
+        let err = s.checkpoints.restore(&s.work, "nope").await.unwrap_err();
         assert_eq!(err.kind, ErrorType::ExecutionError);
         assert_eq!(err.message, "no checkpoint named `nope`");
         assert!(err.suggested_action.unwrap().contains("there are none yet"));
         for bad in ["", "a/b", "..", "x\n"] {
-            let err = s.checkpoints.take(&s.root, bad).await.unwrap_err();
+            let err = s.checkpoints.take(&s.work, bad).await.unwrap_err();
             assert_eq!(err.kind, ErrorType::ValidationError, "{bad:?}");
         }
     }
@@ -543,12 +593,12 @@ mod tests {
     async fn checkpoints_over_the_limit_are_refused_and_a_reused_name_frees_its_bytes() {
         // Room for one copy of the 24 bytes of files, not two.
         let s = setup(40);
-        s.checkpoints.take(&s.root, "one").await.unwrap();
-        let err = s.checkpoints.take(&s.root, "two").await.unwrap_err();
+        s.checkpoints.take(&s.work, "one").await.unwrap();
+        let err = s.checkpoints.take(&s.work, "two").await.unwrap_err();
         assert!(err.message.contains("it needs 24 bytes, and 16 of the checkpoint limit of 40 bytes are left (24 bytes used by 1 other checkpoint(s))"), "{}", err.message);
         // Replacing `one` counts only the new copy.
         fs::write(s.root.join("a.txt"), "beta!").unwrap();
-        let taken = s.checkpoints.take(&s.root, "one").await.unwrap();
+        let taken = s.checkpoints.take(&s.work, "one").await.unwrap();
         assert_eq!(taken["bytes_used"], 24);
         assert_eq!(taken["checkpoints"], json!(["one"]));
         // The refused copy left nothing behind: only `one`'s folder remains.
@@ -562,17 +612,17 @@ mod tests {
         let s = setup(1 << 20);
         std::os::unix::fs::symlink(&s.outside, s.root.join("escape")).unwrap();
         std::os::unix::fs::symlink(s.outside.parent().unwrap(), s.root.join("up")).unwrap();
-        let taken = s.checkpoints.take(&s.root, "c").await.unwrap();
+        let taken = s.checkpoints.take(&s.work, "c").await.unwrap();
         assert_eq!(taken["bytes"], 24, "the files behind the links were not copied: {taken}");
         // Changing the link's target and restoring leaves the target alone.
         fs::write(&s.outside, "changed outside").unwrap();
         fs::remove_file(s.root.join("escape")).unwrap();
-        s.checkpoints.restore(&s.root, "c").await.unwrap();
+        s.checkpoints.restore(&s.work, "c").await.unwrap();
         assert_eq!(fs::read_link(s.root.join("escape")).unwrap(), s.outside);
         assert_eq!(fs::read_to_string(&s.outside).unwrap(), "changed outside");
         // A link made since is removed, not what it points to.
         std::os::unix::fs::symlink(&s.outside, s.root.join("later")).unwrap();
-        s.checkpoints.restore(&s.root, "c").await.unwrap();
+        s.checkpoints.restore(&s.work, "c").await.unwrap();
         assert!(fs::symlink_metadata(s.root.join("later")).is_err());
         assert!(s.outside.exists());
     }
@@ -582,7 +632,7 @@ mod tests {
         let s = setup(1 << 20);
         let deep: PathBuf = std::iter::repeat_n("d", MAX_DEPTH + 2).collect();
         fs::create_dir_all(s.root.join(deep)).unwrap();
-        let err = s.checkpoints.take(&s.root, "c").await.unwrap_err();
+        let err = s.checkpoints.take(&s.work, "c").await.unwrap_err();
         assert!(err.message.contains("more than 256 folders deep"), "{}", err.message);
     }
 
@@ -591,10 +641,10 @@ mod tests {
         let s = setup(1 << 20);
         let made = std::process::Command::new("mkfifo").arg(s.root.join("pipe")).status().unwrap();
         assert!(made.success());
-        let taken = s.checkpoints.take(&s.root, "c").await.unwrap();
+        let taken = s.checkpoints.take(&s.work, "c").await.unwrap();
         assert_eq!(taken["skipped"], json!(["pipe"]));
         // Restore takes away what the checkpoint does not hold.
-        let restored = s.checkpoints.restore(&s.root, "c").await.unwrap();
+        let restored = s.checkpoints.restore(&s.work, "c").await.unwrap();
         assert_eq!(restored["removed_paths"], json!(["pipe"]));
     }
 
@@ -603,11 +653,11 @@ mod tests {
         let s = setup(1 << 20);
         fs::set_permissions(s.root.join("src"), fs::Permissions::from_mode(0o555)).unwrap();
         let before = tree(&s.root);
-        s.checkpoints.take(&s.root, "c").await.unwrap();
+        s.checkpoints.take(&s.work, "c").await.unwrap();
         fs::set_permissions(s.root.join("src"), fs::Permissions::from_mode(0o755)).unwrap();
         fs::write(s.root.join("src/extra"), "x").unwrap();
         fs::set_permissions(s.root.join("src"), fs::Permissions::from_mode(0o555)).unwrap();
-        s.checkpoints.restore(&s.root, "c").await.unwrap();
+        s.checkpoints.restore(&s.work, "c").await.unwrap();
         assert_eq!(tree(&s.root), before);
         s.checkpoints.teardown().await;
         fs::set_permissions(s.root.join("src"), fs::Permissions::from_mode(0o755)).unwrap();

@@ -7,7 +7,6 @@
 //! back is capped with a visible marker.
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path};
 
 use async_trait::async_trait;
@@ -22,6 +21,7 @@ use tokio::io::AsyncReadExt;
 use super::world_model::{Digest, WorldModel, digest_of};
 use super::{ShellWorld, io_failure};
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
+use crate::environment::beneath::{Beneath, Kind, Links};
 use crate::environment::tool::Tool;
 use crate::environment::{ToolFailure, decode_arguments};
 
@@ -237,8 +237,7 @@ struct GrepArgs {
 impl ShellWorld {
     /// The name a resolved path is known by: relative to the working directory, with `.`
     /// parts dropped, so that `./a.txt` and `a.txt` are one file.
-    fn key(&self, full: &Path) -> String {
-        let relative = full.strip_prefix(&self.root).unwrap_or(full);
+    fn key(&self, relative: &Path) -> String {
         let parts: Vec<String> = relative
             .components()
             .filter_map(|c| match c {
@@ -252,8 +251,9 @@ impl ShellWorld {
     /// The digest of a file as it is now; `None` when it is gone or cannot be read as a
     /// regular file inside the directory.
     async fn digest_on_disk(&self, key: &str) -> Option<Digest> {
-        let full = self.resolve(key).ok()?;
-        tokio::task::spawn_blocking(move || digest_file(&full)).await.ok().flatten()
+        let relative = self.resolve(key).ok()?;
+        let files = self.files.clone();
+        tokio::task::spawn_blocking(move || digest_file(&files, &relative)).await.ok().flatten()
     }
 
     /// The known files of `actor` that changed since it saw them, each named once per change.
@@ -265,12 +265,13 @@ impl ShellWorld {
             .paths()
             .into_iter()
             .map(|key| {
-                let full = self.resolve(&key).ok();
-                (key, full)
+                let relative = self.resolve(&key).ok();
+                (key, relative)
             })
             .collect();
+        let files = self.files.clone();
         let hashed = tokio::task::spawn_blocking(move || {
-            resolved.into_iter().map(|(key, full)| (key, full.and_then(|f| digest_file(&f)))).collect::<Vec<_>>()
+            resolved.into_iter().map(|(key, rel)| (key, rel.and_then(|r| digest_file(&files, &r)))).collect::<Vec<_>>()
         });
         match hashed.await {
             Ok(now) => model.take_changes(&now),
@@ -281,8 +282,8 @@ impl ShellWorld {
 
     async fn read_lines(&self, actor: &Actor, args: ReadArgs) -> Result<Value, ToolFailure> {
         let path = args.path;
-        let full = self.resolve(&path)?;
-        let (file, size) = self.open_regular(&path, tokio::fs::OpenOptions::new().read(true), 0).await?;
+        let relative = self.resolve(&path)?;
+        let (file, size) = self.open_regular(&path, libc::O_RDONLY, 0).await?;
         let meta = file.metadata().await.map_err(io_failure)?;
         let file = file.into_std().await;
         let window = Window {
@@ -325,7 +326,7 @@ impl ShellWorld {
             .suggest(format!("read from an offset between 1 and {}", total.max(1))));
         }
         let digest = read.digest.unwrap_or_else(|| fingerprint(&meta));
-        self.models.of(actor).note(&self.key(&full), digest);
+        self.models.of(actor).note(&self.key(&relative), digest);
 
         let next = window.offset + read.shown;
         let more = match read.total_lines {
@@ -396,7 +397,7 @@ impl ShellWorld {
             return Err(ToolFailure::new(ErrorType::ValidationError, "old_string and new_string are the same")
                 .suggest("give the text to replace and a different replacement"));
         }
-        let (file, size) = self.open_regular(&path, tokio::fs::OpenOptions::new().read(true), 0).await?;
+        let (file, size) = self.open_regular(&path, libc::O_RDONLY, 0).await?;
         if size > EDIT_CAP {
             return Err(ToolFailure::new(
                 ErrorType::ExecutionError,
@@ -457,10 +458,10 @@ impl ShellWorld {
             .suggest("use a pattern relative to the working directory, e.g. `**/*.txt`"));
         }
         let matcher = glob_matcher(pattern)?;
-        let root = self.root.clone();
+        let files = self.files.clone();
         let walked = tokio::task::spawn_blocking(move || {
             let mut found = Vec::new();
-            let walk = walk_files(&root, &root, |relative| {
+            let walk = walk_files(&files, Path::new(""), |relative| {
                 if matcher.is_match(relative) {
                     found.push(relative.to_string_lossy().into_owned());
                 }
@@ -498,9 +499,9 @@ impl ShellWorld {
                     .suggest("escape special characters with \\, or use a simpler pattern")
             })?;
         let filter = glob.as_deref().map(|g| glob_matcher(g).map(|m| (m, g.contains('/')))).transpose()?;
-        let start = self.resolve(&path)?;
-        let start = start.canonicalize().map_err(|e| super::not_found_or(e, &path))?;
-        let (root, cap) = (self.root.clone(), self.limits.output_cap_bytes);
+        // A link inside on the way is followed here, once: the walk then follows none.
+        let start = self.files.real(&self.resolve(&path)?).map_err(|e| super::not_found_or(e, &path))?;
+        let (files, cap) = (self.files.clone(), self.limits.output_cap_bytes);
         let searched = tokio::task::spawn_blocking(move || {
             let mut found = Found::default();
             let mut searcher = SearcherBuilder::new()
@@ -508,7 +509,7 @@ impl ShellWorld {
                 .line_number(true)
                 .heap_limit(Some(HASH_CAP as usize))
                 .build();
-            let walk = walk_files(&root, &start, |relative| {
+            let walk = walk_files(&files, &start, |relative| {
                 if let Some((m, whole)) = &filter {
                     let name = if *whole { Some(relative.as_os_str()) } else { relative.file_name() };
                     if !name.is_some_and(|n| m.is_match(n)) {
@@ -516,7 +517,7 @@ impl ShellWorld {
                     }
                 }
                 found.files += 1;
-                let Some(file) = open_for_search(&root.join(relative)) else {
+                let Some(file) = open_for_search(&files, relative) else {
                     found.skipped += 1;
                     return true;
                 };
@@ -566,10 +567,10 @@ impl ShellWorld {
 /// The digest of a regular file's content as it is now (of its size, modification time and
 /// inode when it is larger than `HASH_CAP`, or grows past it while it is read); `None` when
 /// it is gone or is not a regular file. Blocking.
-fn digest_file(full: &Path) -> Option<Digest> {
+fn digest_file(files: &Beneath, relative: &Path) -> Option<Digest> {
     use std::io::Read;
     // Non-blocking, so that a named pipe put in a file's place cannot hold the open.
-    let mut file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(full).ok()?;
+    let mut file = files.file(relative, libc::O_RDONLY | libc::O_NONBLOCK, 0, Links::Inside).ok()?;
     let meta = file.metadata().ok()?;
     if !meta.file_type().is_file() {
         return None;
@@ -625,34 +626,19 @@ struct Walk {
 }
 
 /// Visits the regular files under `start` (a folder or one file) in order of their names,
-/// never following a link, and hands each to `visit` by its path relative to `root`, until `visit` says stop.
-fn walk_files(root: &Path, start: &Path, mut visit: impl FnMut(&Path) -> bool) -> Walk {
-    let walker = ignore::WalkBuilder::new(start)
-        .standard_filters(false)
-        .follow_links(false)
-        .sort_by_file_name(|a, b| a.cmp(b))
-        .build();
-    for (seen, entry) in walker.enumerate() {
-        if seen >= MAX_WALK {
-            return Walk { cut: true };
-        }
-        let Ok(entry) = entry else { continue };
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let Ok(relative) = entry.path().strip_prefix(root) else { continue };
-        if !visit(relative) {
-            break;
-        }
-    }
-    Walk { cut: false }
+/// one folder at a time from the working directory's descriptor, never following a link,
+/// and hands each to `visit` by its path relative to the working directory, until `visit`
+/// says stop.
+fn walk_files(files: &Beneath, start: &Path, mut visit: impl FnMut(&Path) -> bool) -> Walk {
+    let walked = files.walk(start, MAX_WALK, usize::MAX, |relative, entry| entry.kind != Kind::File || visit(relative));
+    Walk { cut: walked.unwrap_or(false) }
 }
 
 /// Opens a file for a search without waiting and without following a link swapped in
 /// since the walk saw it; `None` unless it is a regular file.
-fn open_for_search(path: &Path) -> Option<std::fs::File> {
-    let file =
-        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW).open(path).ok()?;
+fn open_for_search(files: &Beneath, relative: &Path) -> Option<std::fs::File> {
+    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW;
+    let file = files.file(relative, flags, 0, Links::None).ok()?;
     let meta = file.metadata().ok()?;
     (meta.is_file() && meta.len() <= HASH_CAP).then_some(file)
 }

@@ -25,6 +25,7 @@ use tokio::process::Command;
 use super::EnvironmentKind;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
+use crate::environment::beneath::{self, Beneath, Kind, Links};
 use crate::environment::folder::EpisodeFolder;
 use crate::environment::tool::{self, Tool, ToolDecl};
 use crate::environment::{
@@ -171,7 +172,7 @@ impl Tool<ShellWorld> for Checkpoint {
     }
 
     async fn call(&self, world: &ShellWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
-        world.checkpoints.take(&world.root, &decode_arguments::<NameArg>(arguments)?.name).await
+        world.checkpoints.take(&world.files, &decode_arguments::<NameArg>(arguments)?.name).await
     }
 }
 
@@ -198,15 +199,17 @@ impl Tool<ShellWorld> for Restore {
     }
 
     async fn call(&self, world: &ShellWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
-        world.checkpoints.restore(&world.root, &decode_arguments::<NameArg>(arguments)?.name).await
+        world.checkpoints.restore(&world.files, &decode_arguments::<NameArg>(arguments)?.name).await
     }
 }
 
 pub struct ShellWorld {
     /// The episode's folder: the working directory `work/` and the commands' `tmp/`.
     dir: EpisodeFolder,
-    /// The working directory, with symlinks resolved, to check that paths stay inside it.
+    /// The working directory, with symlinks resolved.
     root: PathBuf,
+    /// The working directory held open: every file tool resolves its paths from here.
+    files: Arc<Beneath>,
     tmp: PathBuf,
     limits: EnvLimits,
     sandbox: Arc<Confinement>,
@@ -221,7 +224,9 @@ impl ShellWorld {
         let (root, tmp) = (dir.work.clone(), dir.tmp.clone());
         let sandbox = definition.confinement(context.sandbox, &[&root, &tmp], &[])?;
         let checkpoints = Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes);
+        let files = Beneath::open(&root).map_err(|e| format!("failed to open the working directory: {e}"))?;
         Ok(ShellWorld {
+            files: Arc::new(files),
             dir,
             tmp,
             root,
@@ -232,30 +237,23 @@ impl ShellWorld {
         })
     }
 
-    /// Resolves a path the model gave, refusing any that leads outside the working directory.
+    /// The path a model gave, relative to the working directory, refusing one that names a
+    /// place outside it or leads out through a link now. That is said early; what keeps a
+    /// tool inside is that every open resolves the path again beneath the working
+    /// directory's descriptor (`beneath.rs`), where the kernel refuses a link that leads out
+    /// at the moment of the open, whatever a command swapped in since.
     fn resolve(&self, given: &str) -> Result<PathBuf, ToolFailure> {
-        let refuse = || {
-            ToolFailure::new(ErrorType::PermissionError, format!("`{given}` is outside the working directory"))
-                .suggest("use a path relative to the working directory")
-        };
         let path = Path::new(given);
-        let relative = if path.is_absolute() { path.strip_prefix(&self.root).map_err(|_| refuse())? } else { path };
+        let relative =
+            if path.is_absolute() { path.strip_prefix(&self.root).map_err(|_| outside(given))? } else { path };
         if relative.components().any(|c| matches!(c, Component::ParentDir)) {
-            return Err(refuse());
+            return Err(outside(given));
         }
-        // A symlink inside the directory may point out of it, or nowhere yet (a write
-        // would then create its target outside): every link on the way must resolve inside.
-        let mut full = self.root.clone();
-        for part in relative.components() {
-            full.push(part);
-            if std::fs::symlink_metadata(&full).is_ok_and(|m| m.file_type().is_symlink()) {
-                match full.canonicalize() {
-                    Ok(real) if real.starts_with(&self.root) => {}
-                    _ => return Err(refuse()),
-                }
-            }
+        let relative: PathBuf = relative.components().filter(|c| matches!(c, Component::Normal(_))).collect();
+        match self.files.open_at(&relative, libc::O_PATH, 0, Links::Inside) {
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => Err(outside(given)),
+            _ => Ok(relative),
         }
-        Ok(full)
     }
 
     async fn run_command(&self, args: RunCommandArgs) -> Result<Value, ToolFailure> {
@@ -348,15 +346,18 @@ impl ShellWorld {
     async fn open_regular(
         &self,
         path: &str,
-        options: &mut tokio::fs::OpenOptions,
+        access: libc::c_int,
         flags: libc::c_int,
     ) -> Result<(tokio::fs::File, u64), ToolFailure> {
-        let full = self.resolve(path)?;
-        let file =
-            options.custom_flags(flags | libc::O_NONBLOCK).open(&full).await.map_err(|e| match e.raw_os_error() {
+        let relative = self.resolve(path)?;
+        let file = self
+            .files
+            .file(&relative, access | flags | libc::O_NONBLOCK, 0o666, Links::Inside)
+            .map(tokio::fs::File::from_std)
+            .map_err(|e| match e.raw_os_error() {
                 // Opening a named pipe for writing, without a reader, fails so.
                 Some(libc::ENXIO) => not_regular(path, "a named pipe"),
-                // O_NOFOLLOW met a link swapped in after `resolve` checked the path.
+                // O_NOFOLLOW met a link.
                 Some(libc::ELOOP) => ToolFailure::new(
                     ErrorType::PermissionError,
                     format!("`{path}` is a symbolic link; write to its target"),
@@ -382,15 +383,13 @@ impl ShellWorld {
     }
 
     async fn write_file(&self, path: &str, content: &str) -> Result<Value, ToolFailure> {
-        let full = self.resolve(path)?;
-        if let Some(parent) = full.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(io_failure)?;
+        let relative = self.resolve(path)?;
+        if let Some(parent) = relative.parent() {
+            self.files.create_dir_all(parent).map_err(|e| not_found_or(e, path))?;
         }
-        // O_NOFOLLOW: a link swapped in after the check above is refused, not followed.
+        // O_NOFOLLOW: a link in the file's place is refused, not followed.
         // No O_TRUNC: the file is cut only once it is known to be ours alone.
-        let mut options = tokio::fs::OpenOptions::new();
-        options.write(true).create(true);
-        let (mut file, _) = self.open_regular(path, &mut options, libc::O_NOFOLLOW).await?;
+        let (mut file, _) = self.open_regular(path, libc::O_WRONLY | libc::O_CREAT, libc::O_NOFOLLOW).await?;
         // Another hard link to the file may be outside the working directory.
         let links = {
             use std::os::unix::fs::MetadataExt;
@@ -410,19 +409,22 @@ impl ShellWorld {
     }
 
     async fn list_dir(&self, path: &str) -> Result<Value, ToolFailure> {
-        let full = self.resolve(path)?;
-        let mut reader = tokio::fs::read_dir(&full).await.map_err(|e| not_found_or(e, path))?;
+        let relative = self.resolve(path)?;
+        // Off the runtime's threads: a folder may hold many entries.
+        let files = self.files.clone();
+        let listed =
+            tokio::task::spawn_blocking(move || files.dir(&relative, Links::Inside).and_then(|d| beneath::entries(&d)))
+                .await
+                .map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("the listing failed: {e}")))?;
+        let listed = listed.map_err(|e| not_found_or(e, path))?;
         let mut entries = Vec::new();
-        while let Some(entry) = reader.next_entry().await.map_err(io_failure)? {
-            let meta = entry.metadata().await.map_err(io_failure)?;
-            let kind = if meta.is_dir() {
-                "dir"
-            } else if meta.is_file() {
-                "file"
-            } else {
-                "other"
+        for entry in listed {
+            let kind = match entry.kind {
+                Kind::Dir => "dir",
+                Kind::File => "file",
+                _ => "other",
             };
-            entries.push(json!({"name": entry.file_name().to_string_lossy(), "type": kind, "size": meta.len()}));
+            entries.push(json!({"name": entry.name.to_string_lossy(), "type": kind, "size": entry.size}));
         }
         entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
         Ok(json!({"path": path, "entries": entries}))
@@ -488,7 +490,7 @@ impl FileWorld for ShellWorld {
     }
 
     async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {
-        let (file, size) = self.open_regular(path, tokio::fs::OpenOptions::new().read(true), 0).await?;
+        let (file, size) = self.open_regular(path, libc::O_RDONLY, 0).await?;
         let read = read_start(file, size, cap).await?;
         let text = match String::from_utf8(read.kept) {
             Ok(text) => text,
@@ -529,7 +531,17 @@ fn not_regular(path: &str, what: &str) -> ToolFailure {
     )
 }
 
+/// The refusal of a path outside the working directory.
+fn outside(given: &str) -> ToolFailure {
+    ToolFailure::new(ErrorType::PermissionError, format!("`{given}` is outside the working directory"))
+        .suggest("use a path relative to the working directory")
+}
+
 fn not_found_or(e: std::io::Error, path: &str) -> ToolFailure {
+    // The kernel refused a path or a link leading out of the working directory.
+    if e.raw_os_error() == Some(libc::EXDEV) {
+        return outside(path);
+    }
     if e.kind() == std::io::ErrorKind::NotFound {
         ToolFailure::new(ErrorType::ExecutionError, format!("`{path}` does not exist"))
             .suggest("call list_dir to see the files")
