@@ -136,6 +136,31 @@ fn a_verifier_that_writes_no_reward_or_crashes_is_unscored_never_zero() {
 }
 
 #[test]
+fn a_verifier_that_runs_a_program_this_host_lacks_is_unscored_whatever_it_wrote() {
+    // The usual Harbor verifier: install the test tools, run them, write 0 when they fail.
+    // Here the tool is not installed, so its 0 says nothing about the agent's work.
+    let sb = Sandbox::new();
+    let base = "FROM ubuntu:24.04\nWORKDIR /app\n";
+    let test_sh = "#!/bin/bash\nuvx-not-on-this-host --with pytest pytest /tests/test_outputs.py\n\
+                   if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n";
+    task_dir(&sb, "needs-uvx", base, test_sh, Some("#!/bin/bash\necho done > /app/out.txt\n"));
+    // A verifier whose programs are all here is scored as before.
+    let plain = "#!/bin/bash\nif grep -q done /app/out.txt; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n";
+    task_dir(&sb, "plain", base, plain, Some("#!/bin/bash\necho done > /app/out.txt\n"));
+    let run = sb.run(&["eval", "tasks", "--agent", "oracle", "--max-unscored", "1", "--run-id", "test", "--out", "results"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let found = outcomes(&sb.events());
+    let needs = &found.iter().find(|(t, _)| t == "needs-uvx").expect("needs-uvx ran").1;
+    assert_eq!(needs["status"], "unscored", "{needs}");
+    assert_eq!(needs["cause"], "environment_error", "{needs}");
+    let message = needs["message"].as_str().unwrap_or_default();
+    assert!(message.contains("ran `uvx-not-on-this-host`, which this host lacks"), "{message}");
+    let plain = &found.iter().find(|(t, _)| t == "plain").expect("plain ran").1;
+    assert_eq!(plain["status"], "scored", "{plain}");
+    assert_eq!(plain["passed"], true, "{plain}");
+}
+
+#[test]
 fn the_oracle_names_the_tasks_whose_solution_does_not_pass() {
     let sb = Sandbox::new();
     sb.write(

@@ -7,6 +7,13 @@
 //! directory (the agent never saw it), anything the agent left under `.harbor` is removed,
 //! and the container's paths in the copied text files are mapped into the episode's folder
 //! (`domain::harbor`).
+//!
+//! A Harbor verifier often installs its own tools first (`apt-get install curl`, the `uv`
+//! installer, then `uvx pytest`) and writes 0 whenever its test command fails, so a verifier
+//! that could not find a program would turn a host's lack into a failure. Bash calls a
+//! `command_not_found_handle` it finds in `BASH_ENV`: the verifier runs with one that notes
+//! each missing program, and a verifier that missed one leaves the episode unscored
+//! (`environment_error`, naming the programs) whatever reward it wrote.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -38,7 +45,11 @@ pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<
     let prepared = prepare(&harbor, &root, verifier)
         .map_err(|e| fault(format!("failed to copy the task's tests into the final world: {e}")))?;
     let script = prepared.join("test.sh");
-    let mut command = String::new();
+    let missing_list = harbor.join(MISSING_LIST);
+    let bash_env = harbor.join("bash_env.sh");
+    std::fs::write(&bash_env, not_found_handler(&missing_list))
+        .map_err(|e| fault(format!("failed to prepare the verifier's shell: {e}")))?;
+    let mut command = format!("export BASH_ENV={}; ", shell_quote(&bash_env.to_string_lossy()));
     for (name, value) in verifier.env {
         command.push_str(&format!("export {name}={}; ", shell_quote(value)));
     }
@@ -53,6 +64,16 @@ pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<
         }
         Err(_) => format!("it did not end within {}s", verifier.timeout_s),
     };
+    let missing = missing_programs(&missing_list);
+    if !missing.is_empty() {
+        return Err(ScoringFault::new(
+            UnscoredCause::EnvironmentError,
+            format!(
+                "the task cannot be verified here: tests/test.sh ran {}, which this host lacks ({how})",
+                missing.iter().map(|p| format!("`{p}`")).collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
     match read_reward(&harbor.join("logs/verifier")) {
         Ok(Some((reward, file))) if (0.0..=1.0).contains(&reward) => {
             let passed = reward >= 1.0;
@@ -66,6 +87,30 @@ pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<
         }
         Err(why) => Err(fault(format!("tests/test.sh's reward could not be read: {why} ({how})"))),
     }
+}
+
+/// Where the verifier's shell notes the programs it could not find, under `.harbor`.
+const MISSING_LIST: &str = "logs/missing-programs";
+
+/// The `BASH_ENV` script of the verifier's shell: a program bash cannot find is noted in
+/// `list`, then reported as bash would (exit 127).
+fn not_found_handler(list: &Path) -> String {
+    format!(
+        "command_not_found_handle() {{\n  printf '%s\\n' \"$1\" >> {}\n  printf 'bash: %s: command not found\\n' \"$1\" >&2\n  return 127\n}}\n",
+        shell_quote(&list.to_string_lossy())
+    )
+}
+
+/// The distinct programs the verifier's shell could not find, in the order it tried them.
+fn missing_programs(list: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(list) else { return Vec::new() };
+    let mut seen: Vec<String> = Vec::new();
+    for name in text.lines().map(str::trim).filter(|n| !n.is_empty()) {
+        if !seen.iter().any(|s| s == name) {
+            seen.push(cut(name));
+        }
+    }
+    seen
 }
 
 fn fault(message: String) -> ScoringFault {
