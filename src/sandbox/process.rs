@@ -48,6 +48,7 @@ pub fn spawn_passing(
     pass: Option<std::os::fd::RawFd>,
 ) -> io::Result<Supervised> {
     let sandbox = sandbox.clone();
+    sandbox.hand_over();
     let (read, write) = status_pipe()?;
     let report = write.as_raw_fd();
     // The runner raised its own limit of open files; the command gets the one it started with.

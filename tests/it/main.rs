@@ -23,6 +23,7 @@ mod provider_refusals;
 mod python_world;
 mod replay;
 mod report;
+mod root_power;
 mod runs;
 mod sandbox;
 mod scoring;
