@@ -134,3 +134,28 @@ fn as_root_a_command_still_changes_the_metadata_of_its_own_files_and_of_those_th
     assert_eq!(stdout(4), "ran\nmore\n", "{}", obs[4]);
     assert_eq!(stdout(5), "ab\n", "{}", obs[5]);
 }
+
+#[test]
+fn as_root_the_python_world_cannot_change_the_mode_of_a_file_outside_either() {
+    if !is_root() || !crate::have_python() {
+        eprintln!("skipped: runner is not root here, or there is no python");
+        return;
+    }
+    let sb = Sandbox::new();
+    let locked = sb.write("outside/locked", "secret");
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let code = format!("__import__('os').chmod('{}', 0o4777)", locked.display());
+    sb.write(
+        "s.yaml",
+        &format!(
+            "suite: py\nenvironment: python\nscorers: [{{includes: ok}}]\ntasks:\n  - id: t\n    input: go\n    mock:\n      - tool_calls: [{{name: eval, arguments: {}}}]\n      - text: ok\n",
+            json!({ "code": code })
+        ),
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let obs = tool_observations(&sb.events())[0].clone();
+    assert!(obs["error"].to_string().contains("PermissionError"), "{obs}");
+    let mode = std::fs::metadata(&locked).unwrap().mode() & 0o7777;
+    assert_eq!(mode, 0o600, "the python world changed the mode: {obs}");
+}
