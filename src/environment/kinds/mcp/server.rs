@@ -321,6 +321,9 @@ impl Server {
         for (k, v) in &spec.env {
             command.env(k, expand_vars(v).map_err(|e| format!("server `{name}`: env `{k}`: {e}"))?);
         }
+        if !cwd.is_dir() {
+            return Err(format!("server `{name}`: its cwd `{}` is not a folder (any longer)", cwd.display()));
+        }
         let mut supervised = process::spawn(&mut command, &sandbox).map_err(|e| {
             let mut message = format!("server `{name}`: failed to start `{}`: {e}", program.display());
             if e.kind() == std::io::ErrorKind::PermissionDenied && sandbox.enforced()["enabled"] == true {
