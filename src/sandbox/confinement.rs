@@ -30,6 +30,8 @@ use std::sync::{Arc, OnceLock};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::unprivileged::Handover;
+
 /// The system folders a command may read and run from.
 const SYSTEM_READ: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc"];
 
@@ -181,7 +183,7 @@ pub struct Confinement {
     /// The episode's pids cgroup, when the processes limit needs one.
     cgroup: Option<Cgroup>,
     /// The user the processes become, and the folders handed to it (the runner is root).
-    unprivileged: Option<(u32, Vec<PathBuf>)>,
+    unprivileged: Option<Handover>,
     /// What is enforced, as recorded.
     enforced: Value,
 }
@@ -329,7 +331,9 @@ impl Confinement {
                 "none (not root)"
             },
             "user": match &unprivileged {
-                Some((id, _)) => format!("uid and gid {id}, no account, no other groups (the runner is root)"),
+                Some(handover) => {
+                    format!("uid and gid {}, no account, no other groups (the runner is root)", handover.id)
+                }
                 None => "the runner's".to_owned(),
             },
             "limits": {
@@ -360,10 +364,8 @@ impl Confinement {
     /// is root (see `unprivileged.rs`): to be called before each process starts, so that
     /// what the runner wrote there since is the process's own.
     pub fn hand_over(&self) {
-        if let Some((id, folders)) = &self.unprivileged {
-            for folder in folders {
-                super::unprivileged::hand_over(folder, *id);
-            }
+        if let Some(handover) = &self.unprivileged {
+            handover.run();
         }
     }
 
@@ -386,8 +388,8 @@ impl Confinement {
                 check(libc::setrlimit(*resource, limit) as libc::c_long)?;
             }
             check(libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) as libc::c_long)?;
-            if let Some((id, _)) = &self.unprivileged {
-                super::unprivileged::become_user(*id)?;
+            if let Some(handover) = &self.unprivileged {
+                super::unprivileged::become_user(handover.id)?;
             }
             if let Some(ruleset) = &self.ruleset {
                 check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
@@ -405,7 +407,7 @@ impl Confinement {
 
 /// When the runner is root, the user its processes become and the folders they write,
 /// which are handed to that user; `None` otherwise.
-fn unprivileged(support: &Support, writable: &[&Path], off_hint: &str) -> Result<Option<(u32, Vec<PathBuf>)>, String> {
+fn unprivileged(support: &Support, writable: &[&Path], off_hint: &str) -> Result<Option<Handover>, String> {
     if !support.root {
         return Ok(None);
     }
@@ -415,7 +417,7 @@ fn unprivileged(support: &Support, writable: &[&Path], off_hint: &str) -> Result
              65000 to 65500 is free of an account and mapped in this user namespace{off_hint}"
         ));
     };
-    Ok(Some((id, writable.iter().map(|p| p.to_path_buf()).collect())))
+    Ok(Some(Handover::new(id, writable.iter().map(|p| p.to_path_buf()).collect())))
 }
 
 /// A summary of what the sandbox would enforce for `spec` on this machine, without

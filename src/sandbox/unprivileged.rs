@@ -9,7 +9,7 @@
 //! still decides what that is.
 //!
 //! The folders a world may write are handed to that user before each process starts
-//! ([`hand_over`]): what the runner wrote there (the task's files, a `write_file`, a
+//! ([`Handover`]): what the runner wrote there (the task's files, a `write_file`, a
 //! restored checkpoint) becomes the command's own, to change as before.
 
 use std::ffi::CStr;
@@ -17,6 +17,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 /// `CAP_DAC_READ_SEARCH`: read any file and search any folder, whatever its mode.
 const CAP_DAC_READ_SEARCH: u32 = 2;
@@ -25,7 +26,7 @@ const CAP_DAC_READ_SEARCH: u32 = 2;
 /// ids a container's user namespace usually maps, and free of any account on the host.
 const CANDIDATE_IDS: std::ops::RangeInclusive<u32> = 65_000..=65_500;
 
-/// How deep [`hand_over`] looks: what the runner writes lies near the top; a command's own
+/// How deep a [`Handover`] looks: what the runner writes lies near the top; a command's own
 /// deeper folders are its own already.
 const HAND_OVER_DEPTH: usize = 64;
 
@@ -105,13 +106,53 @@ pub(super) struct CapData {
     pub inheritable: u32,
 }
 
+/// The folders a world's processes may write, handed to the user they become before each
+/// process starts.
+pub(super) struct Handover {
+    pub id: u32,
+    folders: Vec<std::path::PathBuf>,
+    /// When the last hand-over that finished began (seconds, the clock file times are
+    /// stamped with); `i64::MIN` before the first.
+    last_began: AtomicI64,
+}
+
+impl Handover {
+    pub fn new(id: u32, folders: Vec<std::path::PathBuf>) -> Self {
+        Handover { id, folders, last_began: AtomicI64::new(i64::MIN) }
+    }
+
+    /// Hands every folder over. A folder whose entries have not changed since the last
+    /// hand-over began (its change time says so) is only looked through for folders: what
+    /// was in it then was handed over then.
+    pub fn run(&self) {
+        let began = coarse_now();
+        let since = self.last_began.load(Ordering::Acquire);
+        let since = (since != i64::MIN).then_some(since);
+        for folder in &self.folders {
+            hand_over(folder, self.id, since);
+        }
+        self.last_began.fetch_max(began, Ordering::AcqRel);
+    }
+}
+
+/// The time in seconds, as the coarse clock that stamps files has it.
+fn coarse_now() -> i64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime only writes the struct given.
+    unsafe {
+        libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now);
+    }
+    now.tv_sec
+}
+
 /// Makes `id` the owner and group of `folder` and of everything beneath it that it does not
-/// own yet. Paths are resolved from a handle of each folder and links are never followed,
-/// so a command that swaps a folder for a link while this runs changes nothing outside; a
-/// file with other names (hard links) is left alone, as are other file systems and what
-/// lies deeper than [`HAND_OVER_DEPTH`]. Errors are skipped: what could not be handed over
-/// stays the runner's, and a command that writes it is refused and says so.
-pub(super) fn hand_over(folder: &Path, id: u32) {
+/// own yet, looking only for folders in those unchanged `since` then. Paths are resolved from
+/// a handle of each folder and links are never followed, so a command that swaps a folder
+/// for a link while this runs changes nothing outside; a file with other names (hard links)
+/// is left alone, as are other file systems and what lies deeper than [`HAND_OVER_DEPTH`].
+/// Errors are skipped: what could not be handed over stays the runner's, and a command that
+/// writes it is refused and says so.
+fn hand_over(folder: &Path, id: u32, since: Option<i64>) {
     let Ok(path) = std::ffi::CString::new(folder.as_os_str().as_bytes()) else { return };
     // SAFETY: a NUL-terminated path; the descriptor returned is owned below.
     let fd =
@@ -128,14 +169,20 @@ pub(super) fn hand_over(folder: &Path, id: u32) {
             libc::fchown(dir.as_raw_fd(), id, id);
         }
     }
-    hand_over_beneath(&dir, top.st_dev, id, 0);
+    hand_over_beneath(&dir, top.st_dev, id, since, 0);
 }
 
-fn hand_over_beneath(dir: &OwnedFd, device: libc::dev_t, id: u32, depth: usize) {
+fn hand_over_beneath(dir: &OwnedFd, device: libc::dev_t, id: u32, since: Option<i64>, depth: usize) {
     if depth >= HAND_OVER_DEPTH {
         return;
     }
-    for name in entries(dir) {
+    let Some(own) = stat_at(dir.as_raw_fd(), c"", libc::AT_EMPTY_PATH) else { return };
+    // A second's margin: the clock that stamps files runs a little behind.
+    let changed = since.is_none_or(|since| own.st_ctime >= since - 1);
+    for (name, kind) in entries(dir) {
+        if !changed && kind != libc::DT_DIR && kind != libc::DT_UNKNOWN {
+            continue;
+        }
         let Some(stat) = stat_at(dir.as_raw_fd(), &name, libc::AT_SYMLINK_NOFOLLOW) else { continue };
         if stat.st_dev != device {
             continue;
@@ -154,7 +201,7 @@ fn hand_over_beneath(dir: &OwnedFd, device: libc::dev_t, id: u32, depth: usize) 
             if fd >= 0 {
                 // SAFETY: a new descriptor, owned from here on.
                 let child = unsafe { OwnedFd::from_raw_fd(fd) };
-                hand_over_beneath(&child, device, id, depth + 1);
+                hand_over_beneath(&child, device, id, since, depth + 1);
             }
         }
     }
@@ -167,8 +214,9 @@ fn stat_at(dir: RawFd, name: &CStr, flags: libc::c_int) -> Option<libc::stat> {
     (unsafe { libc::fstatat(dir, name.as_ptr(), &mut stat, flags) } == 0).then_some(stat)
 }
 
-/// The names in an open folder, less `.` and `..`.
-fn entries(dir: &OwnedFd) -> Vec<std::ffi::CString> {
+/// The names in an open folder, less `.` and `..`, with their types as the folder gives
+/// them (`DT_UNKNOWN` on file systems that do not).
+fn entries(dir: &OwnedFd) -> Vec<(std::ffi::CString, u8)> {
     // SAFETY: a duplicate of an open descriptor, handed to fdopendir, which owns it and
     // closes it in closedir.
     unsafe {
@@ -190,7 +238,7 @@ fn entries(dir: &OwnedFd) -> Vec<std::ffi::CString> {
             }
             let name = CStr::from_ptr((*entry).d_name.as_ptr());
             if name != c"." && name != c".." {
-                names.push(name.to_owned());
+                names.push((name.to_owned(), (*entry).d_type));
             }
         }
         libc::closedir(stream);
@@ -229,7 +277,8 @@ mod tests {
         std::os::unix::fs::symlink(&target, root.join("a/link")).unwrap();
         std::os::unix::fs::symlink(outside.path(), root.join("a/folder_link")).unwrap();
         std::fs::hard_link(&target, root.join("a/hard")).unwrap();
-        hand_over(root, 65_432);
+        let handover = Handover::new(65_432, vec![root.to_path_buf()]);
+        handover.run();
         for path in ["", "a", "a/b", "a/b/file"] {
             let meta = std::fs::symlink_metadata(root.join(path)).unwrap();
             assert_eq!((meta.uid(), meta.gid()), (65_432, 65_432), "{path}");
@@ -237,6 +286,13 @@ mod tests {
         assert_eq!(std::fs::symlink_metadata(root.join("a/link")).unwrap().uid(), 65_432, "the link itself");
         for outside in [&target, &outside.path().to_path_buf()] {
             assert_eq!(std::fs::metadata(outside).unwrap().uid(), 0, "{} was given away", outside.display());
+        }
+        // What the runner writes later, deep down too, is handed over by the next one.
+        std::fs::write(root.join("a/b/later"), "x").unwrap();
+        std::fs::create_dir(root.join("a/b/made")).unwrap();
+        handover.run();
+        for path in ["a/b/later", "a/b/made"] {
+            assert_eq!(std::fs::metadata(root.join(path)).unwrap().uid(), 65_432, "{path}");
         }
     }
 }
