@@ -13,9 +13,10 @@
 //! - **resources** (rlimits, and a pids cgroup when the runner is root, whom the kernel
 //!   exempts from the processes limit): CPU seconds, address space, processes, file size,
 //!   open files; no core dumps.
-//! - **privileges**: `no_new_privs`, and when the runner is root, an empty capability
-//!   bounding set: a root command can then neither raise its limits nor override file
-//!   permissions.
+//! - **privileges**: `no_new_privs`; when the runner is root, each process becomes a user
+//!   of its own that owns nothing on the host, with no capability but reading what Landlock
+//!   lets it read (see `unprivileged.rs`): it can neither raise its limits, override file
+//!   permissions, nor change the mode, owner, times or attributes of a file outside.
 //!
 //! What the kernel cannot enforce is refused when the world is set up, naming what is
 //! missing, unless the suite or the command line turns the sandbox off; what was enforced
@@ -28,6 +29,8 @@ use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+
+use super::unprivileged::Handover;
 
 /// The system folders a command may read and run from.
 const SYSTEM_READ: &[&str] = &["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc"];
@@ -151,6 +154,8 @@ struct Support {
     /// Whether seccomp filters can be installed for this architecture.
     seccomp: bool,
     root: bool,
+    /// The user a root runner's processes become; `None` when there is none free.
+    unprivileged_id: Option<u32>,
 }
 
 fn support() -> &'static Support {
@@ -163,7 +168,8 @@ fn support() -> &'static Support {
         let seccomp = ARCH.is_some() && unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
         // SAFETY: geteuid cannot fail.
         let root = unsafe { libc::geteuid() } == 0;
-        Support { landlock_abi: abi.max(0), seccomp, root }
+        let unprivileged_id = if root { super::unprivileged::free_id() } else { None };
+        Support { landlock_abi: abi.max(0), seccomp, root, unprivileged_id }
     })
 }
 
@@ -176,8 +182,8 @@ pub struct Confinement {
     limits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
     /// The episode's pids cgroup, when the processes limit needs one.
     cgroup: Option<Cgroup>,
-    /// Empty the capability bounding set (the runner is root).
-    drop_capabilities: bool,
+    /// The user the processes become, and the folders handed to it (the runner is root).
+    unprivileged: Option<Handover>,
     /// What is enforced, as recorded.
     enforced: Value,
 }
@@ -196,7 +202,7 @@ impl Confinement {
             filter: None,
             limits: Vec::new(),
             cgroup: None,
-            drop_capabilities: false,
+            unprivileged: None,
             enforced: json!({"enabled": false, "turned_off_by": by}),
         })
     }
@@ -257,6 +263,7 @@ impl Confinement {
         let mut writable = writable.to_vec();
         writable.extend(spec.write_paths.iter().map(PathBuf::as_path));
         let ruleset = ruleset(abi, spec.network, &writable, &read).map_err(|e| format!("the sandbox failed: {e}"))?;
+        let unprivileged = unprivileged(support, &writable, off_hint)?;
 
         let mut limits = vec![(libc::RLIMIT_CORE, rlimit(0, 0))];
         let l = &spec.limits;
@@ -318,7 +325,17 @@ impl Confinement {
             },
             "signals": if scoped { "scoped to the sandbox" } else { "not scoped" },
             "other_processes": "no tracing, signals, limits or priorities of processes outside",
-            "capabilities": if support.root { "none (bounding set emptied)" } else { "none (not root)" },
+            "capabilities": if support.root {
+                "CAP_DAC_READ_SEARCH alone (to read what Landlock allows), bounding set emptied of the rest"
+            } else {
+                "none (not root)"
+            },
+            "user": match &unprivileged {
+                Some(handover) => {
+                    format!("uid and gid {}, no account, no other groups (the runner is root)", handover.id)
+                }
+                None => "the runner's".to_owned(),
+            },
             "limits": {
                 "cpu_s": effective(libc::RLIMIT_CPU, 1),
                 "memory_mb": effective(libc::RLIMIT_AS, 1 << 20),
@@ -327,14 +344,7 @@ impl Confinement {
                 "open_files": effective(libc::RLIMIT_NOFILE, 1),
             },
         });
-        Ok(Arc::new(Confinement {
-            ruleset: Some(ruleset),
-            filter,
-            limits,
-            cgroup,
-            drop_capabilities: support.root,
-            enforced,
-        }))
+        Ok(Arc::new(Confinement { ruleset: Some(ruleset), filter, limits, cgroup, unprivileged, enforced }))
     }
 
     /// What is enforced, for `run.json` and the first observation.
@@ -347,6 +357,15 @@ impl Confinement {
     pub fn kill_all(&self) {
         if let Some(cgroup) = &self.cgroup {
             cgroup.kill_all();
+        }
+    }
+
+    /// Hands the world's writable folders to the user its processes become, when the runner
+    /// is root (see `unprivileged.rs`): to be called before each process starts, so that
+    /// what the runner wrote there since is the process's own.
+    pub fn hand_over(&self) {
+        if let Some(handover) = &self.unprivileged {
+            handover.run();
         }
     }
 
@@ -368,28 +387,10 @@ impl Confinement {
             for (resource, limit) in &self.limits {
                 check(libc::setrlimit(*resource, limit) as libc::c_long)?;
             }
-            if self.drop_capabilities {
-                // Caps past the kernel's last one give EINVAL: that is the end of the set;
-                // any other failure leaves capabilities behind, and the command does not run.
-                for cap in 0..64 {
-                    if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
-                        let e = io::Error::last_os_error();
-                        if e.raw_os_error() == Some(libc::EINVAL) {
-                            break;
-                        }
-                        return Err(e);
-                    }
-                }
-                // The inheritable set too, or root would keep it across exec.
-                let mut header = CapHeader { version: 0x2008_0522, pid: 0 };
-                let mut data = [CapData::default(); 2];
-                check(libc::syscall(libc::SYS_capget, &mut header as *mut CapHeader, data.as_mut_ptr()))?;
-                for d in &mut data {
-                    d.inheritable = 0;
-                }
-                check(libc::syscall(libc::SYS_capset, &mut header as *mut CapHeader, data.as_ptr()))?;
-            }
             check(libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) as libc::c_long)?;
+            if let Some(handover) = &self.unprivileged {
+                super::unprivileged::become_user(handover.id)?;
+            }
             if let Some(ruleset) = &self.ruleset {
                 check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
                 check(libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32))?;
@@ -404,27 +405,27 @@ impl Confinement {
     }
 }
 
+/// When the runner is root, the user its processes become and the folders they write,
+/// which are handed to that user; `None` otherwise.
+fn unprivileged(support: &Support, writable: &[&Path], off_hint: &str) -> Result<Option<Handover>, String> {
+    if !support.root {
+        return Ok(None);
+    }
+    let Some(id) = support.unprivileged_id else {
+        return Err(format!(
+            "the sandbox cannot take root's power from commands: the runner runs as root and none of the user ids \
+             65000 to 65500 is free of an account and mapped in this user namespace{off_hint}"
+        ));
+    };
+    Ok(Some(Handover::new(id, writable.iter().map(|p| p.to_path_buf()).collect())))
+}
+
 /// A summary of what the sandbox would enforce for `spec` on this machine, without
 /// making anything: for `run.json`, and to refuse a run at its start rather than per
 /// episode. Errs as [`Confinement::prepare`] would.
 pub fn check(spec: &SandboxSpec, mode: SandboxMode) -> Result<Value, String> {
     let dir = std::env::temp_dir();
     Confinement::prepare(spec, mode, &[dir.as_path()], &[]).map(|c| c.enforced.clone())
-}
-
-/// `struct __user_cap_header_struct` and `__user_cap_data_struct` (version 3: two of them).
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
 }
 
 fn rlimit(soft: u64, hard: u64) -> libc::rlimit {
@@ -527,7 +528,7 @@ const ARCH: Option<u32> = None;
 
 /// The seccomp program of the sandbox, checked call by call, first match deciding:
 /// system calls of another ABI (x32, i386) fail with ENOSYS; `io_uring_setup` with EPERM
-/// (its operations would bypass this filter); without the network, `socket` of any family
+/// (its operations would bypass this filter), as is `open_by_handle_at`; without the network, `socket` of any family
 /// with EACCES (`socketpair` stays: it reaches nothing outside); and the calls that act on
 /// another process by pid without Landlock seeing them (`prlimit64`, `setpriority`,
 /// `ioprio_set`, the `sched_set*` family) with EPERM unless the pid is 0, the caller
@@ -560,6 +561,9 @@ fn seccomp_filter(network: bool) -> Box<[libc::sock_filter]> {
         program.push(op(RET, 0, 0, ERRNO | errno as u32));
     };
     refuse(libc::SYS_io_uring_setup, libc::EPERM);
+    // With CAP_DAC_READ_SEARCH (a root runner's processes keep it) a file handle would
+    // open a file by its inode, past every path.
+    refuse(libc::SYS_open_by_handle_at, libc::EPERM);
     if !network {
         refuse(libc::SYS_socket, libc::EACCES);
     }
@@ -790,7 +794,7 @@ mod tests {
     }
 
     fn kernel(landlock_abi: i32, seccomp: bool) -> Support {
-        Support { landlock_abi, seccomp, root: false }
+        Support { landlock_abi, seccomp, root: false, unprivileged_id: None }
     }
 
     #[test]

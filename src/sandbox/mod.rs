@@ -1,10 +1,12 @@
 //! Confinement of the processes a world starts, below every environment: the sandbox they
 //! enter between `fork` and `exec` (`confinement.rs`), the keeper that finds and kills all
-//! a command started (`process.rs`), and the runner's own open-files limit (`resources.rs`).
+//! a command started (`process.rs`), the unprivileged user a root runner's processes become
+//! (`unprivileged.rs`), and the runner's own open-files limit (`resources.rs`).
 //! It imports nothing else of the crate.
 
 mod confinement;
 pub mod process;
 pub mod resources;
+mod unprivileged;
 
 pub use confinement::{Confinement, HIDDEN_BY_DEFAULT, ProcessLimits, SandboxMode, SandboxSpec, check};

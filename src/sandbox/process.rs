@@ -47,7 +47,19 @@ pub fn spawn_passing(
     sandbox: &Arc<Confinement>,
     pass: Option<std::os::fd::RawFd>,
 ) -> io::Result<Supervised> {
+    // The child enters it before `exec`, and its failure would read as a missing program.
+    if let Some(dir) = command.as_std().get_current_dir() {
+        let entered = std::fs::metadata(dir)
+            .and_then(|m| if m.is_dir() { Ok(()) } else { Err(io::ErrorKind::NotADirectory.into()) });
+        if let Err(e) = entered {
+            return Err(io::Error::new(
+                e.kind(),
+                format!("its working directory `{}` cannot be entered: {e}", dir.display()),
+            ));
+        }
+    }
     let sandbox = sandbox.clone();
+    sandbox.hand_over();
     let (read, write) = status_pipe()?;
     let report = write.as_raw_fd();
     // The runner raised its own limit of open files; the command gets the one it started with.
@@ -383,6 +395,19 @@ pub async fn read_capped(mut reader: impl tokio::io::AsyncRead + Unpin, cap: usi
 #[cfg(test)]
 mod tests {
     use super::children_path;
+
+    /// Regression: a missing working directory was reported as the program's absence.
+    #[tokio::test]
+    async fn a_missing_working_directory_is_named_not_the_program() {
+        let gone = tempfile::tempdir().unwrap().path().join("gone");
+        let mut command = tokio::process::Command::new("/bin/true");
+        command.current_dir(&gone);
+        let sandbox = super::Confinement::off("a test");
+        let Err(e) = super::spawn(&mut command, &sandbox) else { panic!("started in a missing folder") };
+        let message = e.to_string();
+        assert!(message.contains(&format!("`{}` cannot be entered", gone.display())), "{message}");
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    }
 
     #[test]
     fn the_keepers_children_path_has_no_leading_zeros() {

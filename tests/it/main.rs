@@ -25,6 +25,7 @@ mod python_world;
 mod races;
 mod replay;
 mod report;
+mod root_power;
 mod runs;
 mod sandbox;
 mod scoring;

@@ -80,3 +80,23 @@ fn an_mcp_servers_fifteen_megabytes_of_structured_content_are_cut_at_the_cap() {
     let obs = observe(&environment, "", &[json!({"name": "large", "arguments": {}})]);
     assert_capped(&obs[0], "more items cut");
 }
+
+/// Regression: an answer longer than the MCP client reads of one message (16 MiB) was
+/// dropped while the call waited for it, and reported as "took longer than" its timeout.
+#[test]
+fn an_mcp_servers_fifty_megabyte_answer_is_cut_with_a_marker_and_a_larger_one_says_how_large_it_was() {
+    let server = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp/large_server.py");
+    let environment = format!(
+        "kind: mcp\nlimits: {{output_cap_bytes: {CAP}, tool_timeout_s: 60}}\nservers:\n  - {{name: large, command: /usr/bin/python3, args: [\"{server}\"]}}\n"
+    );
+    let calls = [
+        json!({"name": "text", "arguments": {"bytes": 50_000_000}}),
+        json!({"name": "text", "arguments": {"bytes": 70_000_000}}),
+    ];
+    let obs = observe(&environment, "", &calls);
+    let result = obs[0]["tool_result"].to_string();
+    assert!(result.len() <= LIMIT && result.contains("of 50000000 bytes"), "{}", &result[..300.min(result.len())]);
+    let error = obs[1]["error"]["message"].as_str().unwrap_or_default();
+    assert!(error.contains("answer was 700000") && error.contains("more than the 64 MiB"), "{}", obs[1]);
+    assert_ne!(obs[1]["error"]["type"], "TimeoutError", "{}", obs[1]);
+}

@@ -29,6 +29,7 @@ use crate::environment::tool::{self, ToolDecl};
 use crate::environment::{Definition, SetupContext, SetupError, ToolFailure, World};
 use crate::sandbox::SandboxMode;
 
+mod bounded;
 mod server;
 mod spec;
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use rmcp::model::{CallToolRequestParams, GetPromptRequestParams};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{RoleClient, ServiceExt};
 use serde::Deserialize;
@@ -320,6 +321,9 @@ impl Server {
         for (k, v) in &spec.env {
             command.env(k, expand_vars(v).map_err(|e| format!("server `{name}`: env `{k}`: {e}"))?);
         }
+        if !cwd.is_dir() {
+            return Err(format!("server `{name}`: its cwd `{}` is not a folder (any longer)", cwd.display()));
+        }
         let mut supervised = process::spawn(&mut command, &sandbox).map_err(|e| {
             let mut message = format!("server `{name}`: failed to start `{}`: {e}", program.display());
             if e.kind() == std::io::ErrorKind::PermissionDenied && sandbox.enforced()["enabled"] == true {
@@ -351,7 +355,10 @@ impl Server {
             }
             let _ = read_to_end.send(true);
         });
-        let serving = tokio::time::timeout(timeout, ().serve((stdout, stdin))).await;
+        // rmcp drops a line longer than it reads and waits on: the bound answers instead.
+        let stdout = super::bounded::Bounded::new(stdout, super::bounded::MAX_MESSAGE_BYTES);
+        let transport = AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(usize::MAX);
+        let serving = tokio::time::timeout(timeout, ().serve(transport)).await;
         let why = match serving {
             Ok(Ok(client)) => {
                 return Ok(Server {
