@@ -186,6 +186,32 @@ impl EpisodeBudget {
     }
 }
 
+/// A program's model calls through the gateway spend from the episode's budget as the
+/// built-in agent's turns do: each call one step, refused past a limit.
+impl crate::gateway::Ledger for EpisodeBudget {
+    fn admit(&self) -> Result<u32, Termination> {
+        if self.out_of_time() {
+            return Err(Termination::TimeLimit);
+        }
+        if let Some(limit) = self.over_budget() {
+            return Err(limit);
+        }
+        self.take_step().ok_or(Termination::MaxSteps)
+    }
+
+    fn spend(&self, usage: Usage, cost_usd: Option<f64>) {
+        EpisodeBudget::spend(self, usage, cost_usd);
+    }
+
+    fn deadline(&self) -> &Deadline {
+        &self.deadline
+    }
+
+    fn dispatched(&self, call: &ToolCall) {
+        EpisodeBudget::dispatched(self, call);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
