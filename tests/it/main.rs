@@ -8,6 +8,7 @@ mod docs;
 mod e2e;
 mod eval;
 mod file_tools;
+mod gateway;
 mod layers;
 mod lifecycle;
 mod local_server;
