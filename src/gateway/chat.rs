@@ -42,10 +42,9 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
     if body.get("logprobs").and_then(Value::as_bool) == Some(true) {
         return Err(Refusal::unsupported("logprobs", "the run's model gives no log probabilities"));
     }
-    if let Some(format) = body.get("response_format").filter(|f| !f.is_null()) {
-        if format.get("type").and_then(Value::as_str) != Some("text") {
-            return Err(Refusal::unsupported("response_format", "only `{\"type\": \"text\"}` is supported"));
-        }
+    let format = body.get("response_format").filter(|f| !f.is_null());
+    if format.is_some_and(|f| f.get("type").and_then(Value::as_str) != Some("text")) {
+        return Err(Refusal::unsupported("response_format", "only `{\"type\": \"text\"}` is supported"));
     }
     let mut messages = Vec::new();
     for (i, message) in shape::array(body.get("messages"), "messages")?.iter().enumerate() {

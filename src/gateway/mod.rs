@@ -15,6 +15,7 @@ mod messages;
 mod responses;
 mod shape;
 mod trajectory;
+mod wire;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +32,8 @@ use crate::contract::{Actor, ToolCall};
 use crate::log::{Event, Recorder, Termination, Usage};
 use crate::model::limiter::Deadline;
 use crate::model::{Caller, LanguageModel, ModelError, ModelRequest, respond_logged};
-use shape::{Refusal, Wire};
+use shape::Refusal;
+use wire::Wire;
 
 /// The largest request body the gateway reads.
 const MAX_BODY_BYTES: usize = 32 << 20;

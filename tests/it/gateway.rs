@@ -207,10 +207,9 @@ fn a_recorded_run_replays_offline_with_no_key_and_the_same_outcome() {
     let hits: Vec<bool> = replayed
         .events
         .iter()
-        .filter_map(|e| matches!(e, Event::ModelCall { .. }).then_some(e))
-        .map(|e| match e {
-            Event::ModelCall { cache_hit, .. } => *cache_hit,
-            _ => false,
+        .filter_map(|e| match e {
+            Event::ModelCall { cache_hit, .. } => Some(*cache_hit),
+            _ => None,
         })
         .collect();
     assert_eq!(hits, [true, true], "both calls served by the cassette");
