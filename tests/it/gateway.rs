@@ -320,3 +320,74 @@ fn a_wrong_key_is_refused_with_401_through_the_sdk() {
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(kinds, ["gateway_refused"], "logged, and no model call made");
 }
+
+#[test]
+fn a_program_confined_to_the_gateway_reaches_it_and_no_other_listener() {
+    use runner::sandbox::{Confinement, SandboxMode, SandboxSpec, process};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let python = sdk_python();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/gateway/confined_agent.py"),
+        dir.path().join("agent.py"),
+    )
+    .unwrap();
+    let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "r").unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (output, enforced) = runtime.block_on(async {
+        let other = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let other_port = other.local_addr().unwrap().port();
+        let counted = accepted.clone();
+        tokio::spawn(async move {
+            while other.accept().await.is_ok() {
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let mut task = task();
+        task.mock = vec![MockTurn { text: Some(Text("hi".into())), tool_calls: vec![] }].into();
+        let gateway = Gateway {
+            model: mock().lend(Role::Agent(&Actor::Main), &task, "e1"),
+            model_name: "mock".into(),
+            ledger: Arc::new(EpisodeBudget::new(10, Duration::from_secs(60))),
+            recorder: log.recorder("e1"),
+            derive_trajectory: true,
+        };
+        let handle = gateway.start().await.unwrap();
+        let venv = servers_dir().join("sdk-venv");
+        let sandbox = Confinement::prepare_for_gateway(
+            &SandboxSpec::default(),
+            SandboxMode::On,
+            &[dir.path()],
+            &[venv],
+            handle.port(),
+        )
+        .unwrap();
+        let mut command = tokio::process::Command::new(&python);
+        command
+            .arg("agent.py")
+            .arg(other_port.to_string())
+            .env_clear()
+            .envs(handle.env())
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut started = process::spawn(&mut command, &sandbox).unwrap();
+        let (mut stdout, mut stderr) = (started.keeper.stdout.take().unwrap(), started.keeper.stderr.take().unwrap());
+        let (mut out, mut err) = (String::new(), String::new());
+        use tokio::io::AsyncReadExt;
+        let _ = tokio::join!(stdout.read_to_string(&mut out), stderr.read_to_string(&mut err));
+        started.shell_status().await;
+        ((out, err), sandbox.enforced().clone())
+    });
+    drop(log);
+    writer.close().unwrap();
+    let (out, err) = output;
+    let seen: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|_| panic!("{out}\n{err}"));
+    assert_eq!(seen["answer"], "hi", "the gateway answered: {seen}");
+    assert!(seen["other"].as_str().unwrap().starts_with("refused"), "{seen}");
+    assert!(seen["udp"].as_str().unwrap().starts_with("refused"), "{seen}");
+    assert!(seen["unix"].as_str().unwrap().starts_with("refused"), "{seen}");
+    assert_eq!(accepted.load(Ordering::SeqCst), 0, "the other listener saw no connection");
+    assert!(enforced["network"].as_str().unwrap().contains("the model gateway only"), "{enforced}");
+}
