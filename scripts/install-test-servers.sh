@@ -6,6 +6,9 @@
 #   venv/bin/mcp-server-time                  (PyPI: mcp-server-time, in a venv of Debian's python3)
 #   sdk-venv/bin/python3                      (PyPI: the official `openai` and `anthropic` SDKs,
 #                                              the clients the model gateway's tests speak through)
+#   node_modules/.bin/claude                  (npm: @anthropic-ai/claude-code, a real CLI agent
+#                                              run against the gateway; its test is skipped,
+#                                              saying so, when it would not install)
 # The venv is made from /usr/bin/python3 because the sandbox lets a server read its own
 # installation and the system's folders, not an interpreter under a home folder.
 set -euo pipefail
@@ -14,6 +17,7 @@ everything_version="2026.8.31"
 time_version="2026.10.19"
 openai_version="3.57.0"
 anthropic_version="2.14.0"
+claude_code_version="2.1.197"
 mkdir -p "$dir"
 if [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
     || ! grep -q "\"version\": \"$everything_version\"" "$dir/node_modules/@modelcontextprotocol/server-everything/package.json"; then
@@ -30,4 +34,10 @@ if ! "$dir/sdk-venv/bin/pip" show openai 2>/dev/null | grep -q "^Version: $opena
     "$dir/sdk-venv/bin/pip" install --quiet --disable-pip-version-check \
         "openai==$openai_version" "anthropic==$anthropic_version"
 fi
-echo "test MCP servers and model SDKs in $dir"
+if [ ! -f "$dir/node_modules/@anthropic-ai/claude-code/package.json" ] \
+    || ! grep -q "\"version\": \"$claude_code_version\"" "$dir/node_modules/@anthropic-ai/claude-code/package.json"; then
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+        "@anthropic-ai/claude-code@$claude_code_version" >/dev/null \
+        || echo "Claude Code did not install: its test will be skipped" >&2
+fi
+echo "test MCP servers, model SDKs and Claude Code in $dir"

@@ -23,12 +23,16 @@ const IGNORED: &[&str] = &[
     "thinking",
     "service_tier",
     "context_management",
+    "output_config",
 ];
 
 const TEXT_BLOCKS: &[&str] = &["text"];
 
 pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
     shape::check_fields(body, USED, IGNORED)?;
+    if body.get("output_config").and_then(|c| c.get("format")).is_some_and(|f| !f.is_null()) {
+        return Err(Refusal::unsupported("output_config.format", "structured outputs are not supported"));
+    }
     let mut messages = Vec::new();
     let system = shape::text(body.get("system"), "system", TEXT_BLOCKS)?;
     if !system.is_empty() {

@@ -208,6 +208,10 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Full<Byte
     // An Anthropic client says so in its headers; its errors get Anthropic's shape.
     let anthropic = request.headers().contains_key("anthropic-version") || wire == Some(Wire::Messages);
     let errors = if anthropic { Wire::Messages } else { Wire::Chat };
+    // A client's check that the endpoint is up (`HEAD /`): nothing to refuse or log.
+    if path.is_empty() && matches!(*request.method(), Method::HEAD | Method::GET) {
+        return json_response(StatusCode::OK, json!({"gateway": "runner"}));
+    }
     if let Err(refusal) = authorise(state, &request) {
         return refuse(state, errors, &path, refusal);
     }

@@ -200,9 +200,15 @@ async fn an_unsupported_shape_is_a_400_that_names_the_field() {
         bench.post("/v1/responses", &key, json!({"model": "m", "input": "hi", "previous_response_id": "r"})).await;
     assert_eq!(status, 400);
     assert!(body.contains("previous_response_id"), "{body}");
+    let structured = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                            "output_config": {"format": {"type": "json_schema", "schema": {}}}});
+    assert_eq!(bench.post("/v1/messages", &key, structured).await.0, 400);
+    let effort_only = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                             "output_config": {"effort": "low"}});
+    assert_eq!(bench.post("/v1/messages", &key, effort_only).await.0, 200, "what only tunes the model is let be");
     assert_eq!(
         bench.refusals().into_iter().map(|(_, f)| f.unwrap_or_default()).collect::<Vec<_>>(),
-        ["messages[0].content[1].type", "functions", "tools[0].type", "previous_response_id"]
+        ["messages[0].content[1].type", "functions", "tools[0].type", "previous_response_id", "output_config.format"]
     );
     assert_eq!(bench.handle.ending(), None, "a refused shape does not end the episode");
 }
@@ -309,6 +315,9 @@ async fn models_lists_the_episodes_model_in_the_shape_of_the_client_that_asks() 
         }
         async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
     };
+    let up = bench.client.head(bench.handle.url()).send().await.unwrap();
+    assert_eq!(up.status().as_u16(), 200, "a check that the endpoint is up needs no key");
+    assert!(bench.refusals().is_empty());
     assert_eq!(get(false).await["data"][0]["id"], "mock");
     assert_eq!(get(true).await["data"][0]["type"], "model");
     let env = bench.handle.env();

@@ -391,3 +391,89 @@ fn a_program_confined_to_the_gateway_reaches_it_and_no_other_listener() {
     assert_eq!(accepted.load(Ordering::SeqCst), 0, "the other listener saw no connection");
     assert!(enforced["network"].as_str().unwrap().contains("the model gateway only"), "{enforced}");
 }
+
+/// The Claude Code CLI, when installed (`scripts/install-test-servers.sh` tries to).
+fn claude_code() -> Option<PathBuf> {
+    let claude = servers_dir().join("node_modules/.bin/claude");
+    if !claude.is_file() {
+        eprintln!(
+            "skipped: Claude Code is not installed: no {} — run scripts/install-test-servers.sh",
+            claude.display()
+        );
+        return None;
+    }
+    Some(claude)
+}
+
+#[test]
+fn claude_code_writes_a_file_with_its_own_tool_and_answers_through_the_gateway() {
+    let Some(claude) = claude_code() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let target = work.join("a.txt");
+    let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "r").unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let log = log.with_subscribers(&[Subscription::all(seen.clone())]);
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let output = runtime.block_on(async {
+        let mut task = task();
+        let write = MockCall {
+            name: "Write".into(),
+            arguments: json!({"file_path": target.display().to_string(), "content": "hello"}),
+            id: None,
+        };
+        task.mock = vec![
+            MockTurn { text: None, tool_calls: vec![write] },
+            MockTurn { text: Some(Text("done".into())), tool_calls: vec![] },
+        ]
+        .into();
+        let gateway = Gateway {
+            model: mock().lend(Role::Agent(&Actor::Main), &task, "e1"),
+            model_name: "mock".into(),
+            ledger: Arc::new(EpisodeBudget::new(20, Duration::from_secs(120))),
+            recorder: log.recorder("e1"),
+            derive_trajectory: true,
+        };
+        let handle = gateway.start().await.unwrap();
+        tokio::process::Command::new(&claude)
+            .args(["-p", "Write hello into a.txt, then say done.", "--dangerously-skip-permissions"])
+            .env_clear()
+            .envs(handle.env())
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", dir.path())
+            .env("IS_SANDBOX", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .current_dir(&work)
+            .output()
+            .await
+            .unwrap()
+    });
+    drop(log);
+    writer.close().unwrap();
+    let events = std::mem::take(&mut seen.lock().unwrap().0);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let refused: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::GatewayRefused { status, path, message, .. } => Some(format!("{status} {path}: {message}")),
+            _ => None,
+        })
+        .collect();
+    assert!(output.status.success(), "stdout: {stdout}\nstderr: {stderr}\nrefused: {refused:?}");
+    assert_eq!(stdout.trim(), "done", "stderr: {stderr}\nrefused: {refused:?}");
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "hello");
+    let dispatched: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ActionDispatched { call, .. } => Some(call.name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(dispatched, ["Write"], "the derived trajectory shows Claude Code's own tool call");
+    let observed = events.iter().any(
+        |e| matches!(e, Event::Observation { observation, .. } if observation.call_id.as_deref() == Some("toolu_01_0")),
+    );
+    assert!(observed, "and its result, by call id: {events:?}");
+}
