@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -152,6 +152,20 @@ impl GatewayHandle {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
+    }
+
+    /// `context` (a task's template values) with `gateway`: `openai_base_url`,
+    /// `anthropic_base_url`, `url` and `key`, for a command that takes its endpoint from its
+    /// arguments (`{{ gateway.openai_base_url }}`).
+    pub fn template_context(&self, mut context: Map<String, Value>) -> Map<String, Value> {
+        let gateway = json!({
+            "openai_base_url": self.openai_base_url(),
+            "anthropic_base_url": self.anthropic_base_url(),
+            "url": self.url(),
+            "key": self.key,
+        });
+        context.insert("gateway".into(), gateway);
+        context
     }
 
     /// Why the episode must end, once a request has said so.

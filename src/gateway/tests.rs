@@ -320,6 +320,13 @@ async fn models_lists_the_episodes_model_in_the_shape_of_the_client_that_asks() 
     assert!(bench.refusals().is_empty());
     assert_eq!(get(false).await["data"][0]["id"], "mock");
     assert_eq!(get(true).await["data"][0]["type"], "model");
+    let task = crate::domain::Task::new("t", "write a.txt");
+    let command = "agent --base {{ gateway.openai_base_url }} --key {{ gateway.key }} {{ input }}";
+    let rendered = crate::config::template::render(command, &bench.handle.template_context(task.template_context()));
+    assert_eq!(
+        rendered.unwrap(),
+        format!("agent --base {}/v1 --key {} write a.txt", bench.handle.url(), bench.handle.key())
+    );
     let env = bench.handle.env();
     let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap();
     assert_eq!(var("OPENAI_BASE_URL"), format!("{}/v1", bench.handle.url()));
