@@ -270,6 +270,26 @@ mod tests {
     }
 
     #[test]
+    fn the_gateway_takes_a_step_per_call_and_is_refused_past_each_limit() {
+        use crate::gateway::Ledger;
+        let tree = budget(2, Some(100), None);
+        assert_eq!([tree.admit(), tree.admit()], [Ok(1), Ok(2)]);
+        assert_eq!(tree.admit(), Err(Termination::MaxSteps));
+        let tree = budget(10, Some(100), None);
+        Ledger::spend(&tree, tokens(101), None);
+        assert_eq!(tree.admit(), Err(Termination::TokenLimit));
+        assert_eq!(tree.steps(), 0, "a refused call takes no step");
+        let tree = budget(10, None, Some(0.5));
+        Ledger::spend(&tree, tokens(1), Some(0.75));
+        assert_eq!(tree.admit(), Err(Termination::CostLimit));
+        let tree = EpisodeBudget::new(10, Duration::ZERO);
+        assert_eq!(tree.admit(), Err(Termination::TimeLimit));
+        let tree = budget(10, None, None);
+        Ledger::dispatched(&tree, &ToolCall::new("c", "Write", serde_json::json!({})));
+        assert_eq!(tree.take_trajectory().calls.len(), 1);
+    }
+
+    #[test]
     fn a_budget_says_what_is_left_when_a_turn_starts() {
         let tree = budget(5, None, None);
         let step = tree.take_step().unwrap();
