@@ -197,7 +197,11 @@ impl Drop for GatewayHandle {
 
 async fn serve(listener: TcpListener, state: Arc<State>) {
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let Ok((stream, _)) = listener.accept().await else {
+            // Out of descriptors, say: wait rather than spin; the program's client retries.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            continue;
+        };
         let state = state.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
