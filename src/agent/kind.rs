@@ -14,6 +14,9 @@ pub enum AgentKind {
     /// The model proposes tool calls and the agent passes them on: [`ToolCallingAgent`].
     #[default]
     ToolCalling,
+    /// A command-line agent that owns its loop, its model calls through the gateway:
+    /// [`super::cli::CliAgent`].
+    Cli,
 }
 
 /// What an agent of any kind is built from, for one episode: the model the episode's cast
@@ -33,10 +36,24 @@ pub struct AgentParts {
     pub conversation: bool,
     /// The suite's subagents, when it has them.
     pub subagents: Option<Arc<Subagents>>,
+    /// `cli`: the program to run and where (the world's folder, its sandbox), with the
+    /// episode's budget its gateway spends from.
+    pub program: Option<ProgramParts>,
+}
+
+/// What a `cli` agent is built from besides the common parts.
+pub struct ProgramParts {
+    pub command: Vec<String>,
+    pub answer: super::CliAnswer,
+    /// The task's template values, and its input (also the program's standard input).
+    pub context: serde_json::Map<String, serde_json::Value>,
+    pub input: String,
+    pub room: Option<super::ProgramRoom>,
+    pub episode: Arc<super::EpisodeBudget>,
 }
 
 impl AgentKind {
-    pub const ALL: [AgentKind; 1] = [AgentKind::ToolCalling];
+    pub const ALL: [AgentKind; 2] = [AgentKind::ToolCalling, AgentKind::Cli];
 
     /// Kinds that `DESIGN.md` names but that are not built yet: refused as such, not as
     /// unknown, so that a suite written for them says what it is waiting for.
@@ -45,6 +62,7 @@ impl AgentKind {
     pub fn name(self) -> &'static str {
         match self {
             AgentKind::ToolCalling => "tool_calling",
+            AgentKind::Cli => "cli",
         }
     }
 
@@ -64,6 +82,23 @@ impl AgentKind {
     pub fn build(self, parts: AgentParts) -> Box<dyn Agent> {
         match self {
             AgentKind::ToolCalling => Box::new(tool_calling(parts)),
+            AgentKind::Cli => {
+                let program = parts.program;
+                let (command, answer, context, input, room, episode) = match program {
+                    Some(p) => (p.command, p.answer, p.context, p.input, p.room, Some(p.episode)),
+                    None => (Vec::new(), super::CliAnswer::Stdout, Default::default(), String::new(), None, None),
+                };
+                Box::new(super::cli::CliAgent::new(
+                    parts.model,
+                    parts.model_name,
+                    command,
+                    answer,
+                    context,
+                    input,
+                    room,
+                    episode,
+                ))
+            }
         }
     }
 }
@@ -109,8 +144,8 @@ mod tests {
             assert_eq!(AgentKind::parse(kind.name()), Ok(kind));
         }
         let err = AgentKind::parse("oracle").unwrap_err();
-        assert!(err.contains("`oracle` is not available yet") && err.ends_with(": tool_calling"), "{err}");
+        assert!(err.contains("`oracle` is not available yet") && err.ends_with(": tool_calling, cli"), "{err}");
         let err = AgentKind::parse("toolcalling").unwrap_err();
-        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling");
+        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling, cli");
     }
 }

@@ -176,10 +176,11 @@ impl GatewayHandle {
     /// Waits until a request says the episode must end.
     pub async fn ended(&self) -> Ending {
         let mut ended = self.ended.clone();
-        match ended.wait_for(Option::is_some).await {
-            Ok(ending) => ending.clone().unwrap_or(Ending::Limit(Termination::AgentError)),
+        let ending = ended.wait_for(Option::is_some).await.map(|ending| ending.clone());
+        match ending {
+            Ok(Some(ending)) => ending,
             // The sender lives in the state this handle holds: never dropped first.
-            Err(_) => std::future::pending().await,
+            _ => std::future::pending().await,
         }
     }
 

@@ -482,6 +482,13 @@ pub enum Event {
         call: ToolCall,
         observation: Observation,
     },
+    /// A `cli` agent's program ended: its exit code (none when a signal ended it), how long
+    /// it ran, and the end of its standard error.
+    AgentExited {
+        exit_code: Option<i32>,
+        wall_ms: f64,
+        stderr_tail: String,
+    },
     /// A request the model gateway refused: a wrong or expired key (401), a limit reached
     /// (403), a shape it does not speak (400, `field` names what), the model failing behind
     /// it (502). `path` is the request's path.

@@ -92,6 +92,13 @@ pub struct AgentConfig {
     pub plan_mode: bool,
     /// The bounded memory: the `memory` tool and its stores in the system prompt.
     pub memory: Option<MemoryConfig>,
+    /// `cli` only: the agent's command line, each word a template over the task's fields
+    /// and `gateway` (`{{ input }}`, `{{ gateway.openai_base_url }}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// `cli` only: where its final answer is, `stdout` (the default) or `{file: PATH}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<crate::agent::CliAnswer>,
 }
 
 pub const DEFAULT_MAX_CHILDREN: u32 = 3;
@@ -337,6 +344,8 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
             return Err(source.error(key, "has no effect without `agent.subagent`, the subagents' system prompt"));
         }
     }
+    crate::agent::check_cli(file.agent.kind, &file.agent.command, file.agent.answer.is_some(), path.parent())
+        .map_err(|(field, e)| source.error(field, e))?;
     // The depth subagents may reach, or `None` when the suite starts none.
     let reach = file.agent.subagent.as_ref().map(|_| file.agent.max_depth.unwrap_or(DEFAULT_MAX_DEPTH));
     check_actors(&source, "mock_subagents", file.mock_subagents.keys(), reach)?;

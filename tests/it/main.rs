@@ -4,6 +4,7 @@
 mod bad_input;
 mod batch;
 mod checkpoints;
+mod cli_agent;
 mod docs;
 mod e2e;
 mod eval;
