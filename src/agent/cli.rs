@@ -159,7 +159,7 @@ impl Agent for CliAgent {
             .env_clear()
             .envs(handle.env())
             .env("PATH", SAFE_PATH)
-            .env("HOME", &room.folder)
+            .env("HOME", &room.tmp)
             .env("TMPDIR", &room.tmp)
             .current_dir(&room.folder)
             .stdin(Stdio::piped())

@@ -110,6 +110,8 @@ fn decode_message(message: &Value, at: &str, out: &mut Vec<Message>) -> Result<(
             out.push(Message::User { content: text });
         }
         "user" => {}
+        // Not in Anthropic's documented shape, but Claude Code sends it on some requests.
+        "system" if tool_calls.is_empty() => out.push(Message::System { content: text }),
         "assistant" => out.push(Message::Assistant { content: (!text.is_empty()).then_some(text), tool_calls }),
         other => {
             return Err(Refusal::unsupported(&format!("{at}.role"), &format!("role `{other}` is not supported")));

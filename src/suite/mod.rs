@@ -368,7 +368,11 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
             return Err(source.error("sandbox", message));
         }
     };
-    check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
+    // A `cli` agent's tools are its own, not the environment's: its scorers may name any.
+    let own_tools = file.agent.kind == AgentKind::Cli;
+    if !own_tools {
+        check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
+    }
     let tools: Vec<&str> = environment.specs.iter().map(|t| t.name.as_str()).collect();
     let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
         .map_err(|(at, e)| source.error(&at, e))?
@@ -416,7 +420,9 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         if let Some(scripts) = &raw.mock_subagents {
             check_actors(&source, &yaml::child(&at, "mock_subagents"), scripts.keys(), reach)?;
         }
-        check_tool_refs(&source, &yaml::child(&at, "scorers"), &raw.scorers, &environment)?;
+        if !own_tools {
+            check_tool_refs(&source, &yaml::child(&at, "scorers"), &raw.scorers, &environment)?;
+        }
         for name in raw.files.keys() {
             if !is_relative_inside(name) {
                 return Err(source.error(

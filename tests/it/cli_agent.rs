@@ -109,3 +109,26 @@ fn a_cli_agent_reaches_its_gateway_and_no_other_local_listener() {
     assert_eq!(finals[0]["answer"], "hi refused", "the gateway answered, the other listener was out of reach: {run:?}");
     assert!(other.accept().is_err(), "the other listener saw no connection");
 }
+
+#[test]
+fn a_cli_agent_flooding_its_output_is_capped_with_a_marker() {
+    if !have_python() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let flood = "import sys; sys.stderr.write('e' * 3000000); sys.stdout.write('x' * 3000000)";
+    let suite = format!(
+        "suite: cli\nenvironment: shell\nagent: {{kind: cli, command: [python3, -c, \"{flood}\"]}}\n\
+         tasks:\n  - {{id: t, input: go, scorers: [{{includes: truncated}}], mock: [{{text: x}}]}}\n"
+    );
+    sb.write("s.yaml", &suite);
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let answer = of_type(&events, "final")[0]["answer"].as_str().unwrap().to_owned();
+    assert!(
+        answer.len() < 1_100_000 && answer.ends_with("[... output truncated: showing 1048576 of 3000000 bytes ...]")
+    );
+    let tail = of_type(&events, "agent_exited")[0]["stderr_tail"].as_str().unwrap().to_owned();
+    assert!(tail.len() <= 4096 + 100 && tail.contains("output truncated"), "{}", tail.len());
+}
