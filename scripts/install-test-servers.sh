@@ -4,12 +4,20 @@
 # ~/.cache/runner-test-servers. Idempotent, and quick when they are already there.
 #   node_modules/.bin/mcp-server-everything   (npm: @modelcontextprotocol/server-everything)
 #   venv/bin/mcp-server-time                  (PyPI: mcp-server-time, in a venv of Debian's python3)
+#   sdk-venv/bin/python3                      (PyPI: the official `openai` and `anthropic` SDKs,
+#                                              the clients the model gateway's tests speak through)
+#   node_modules/.bin/claude                  (npm: @anthropic-ai/claude-code, a real CLI agent
+#                                              run against the gateway; its test is skipped,
+#                                              saying so, when it would not install)
 # The venv is made from /usr/bin/python3 because the sandbox lets a server read its own
 # installation and the system's folders, not an interpreter under a home folder.
 set -euo pipefail
 dir="${RUNNER_TEST_SERVERS:-$HOME/.cache/runner-test-servers}"
 everything_version="2026.8.31"
 time_version="2026.10.19"
+openai_version="3.57.0"
+anthropic_version="2.14.0"
+claude_code_version="2.1.197"
 mkdir -p "$dir"
 if [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
     || ! grep -q "\"version\": \"$everything_version\"" "$dir/node_modules/@modelcontextprotocol/server-everything/package.json"; then
@@ -20,4 +28,16 @@ if [ ! -x "$dir/venv/bin/mcp-server-time" ] || ! "$dir/venv/bin/pip" show mcp-se
     [ -x "$dir/venv/bin/python3" ] || /usr/bin/python3 -m venv "$dir/venv"
     "$dir/venv/bin/pip" install --quiet --disable-pip-version-check "mcp-server-time==$time_version"
 fi
-echo "test MCP servers in $dir"
+if ! "$dir/sdk-venv/bin/pip" show openai 2>/dev/null | grep -q "^Version: $openai_version$" \
+    || ! "$dir/sdk-venv/bin/pip" show anthropic 2>/dev/null | grep -q "^Version: $anthropic_version$"; then
+    [ -x "$dir/sdk-venv/bin/python3" ] || /usr/bin/python3 -m venv "$dir/sdk-venv"
+    "$dir/sdk-venv/bin/pip" install --quiet --disable-pip-version-check \
+        "openai==$openai_version" "anthropic==$anthropic_version"
+fi
+if [ ! -f "$dir/node_modules/@anthropic-ai/claude-code/package.json" ] \
+    || ! grep -q "\"version\": \"$claude_code_version\"" "$dir/node_modules/@anthropic-ai/claude-code/package.json"; then
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+        "@anthropic-ai/claude-code@$claude_code_version" >/dev/null \
+        || echo "Claude Code did not install: its test will be skipped" >&2
+fi
+echo "test MCP servers, model SDKs and Claude Code in $dir"

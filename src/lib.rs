@@ -8,6 +8,7 @@ pub mod config;
 pub mod contract;
 pub mod domain;
 pub mod environment;
+pub mod gateway;
 pub mod log;
 pub mod model;
 pub mod report;

@@ -186,6 +186,32 @@ impl EpisodeBudget {
     }
 }
 
+/// A program's model calls through the gateway spend from the episode's budget as the
+/// built-in agent's turns do: each call one step, refused past a limit.
+impl crate::gateway::Ledger for EpisodeBudget {
+    fn admit(&self) -> Result<u32, Termination> {
+        if self.out_of_time() {
+            return Err(Termination::TimeLimit);
+        }
+        if let Some(limit) = self.over_budget() {
+            return Err(limit);
+        }
+        self.take_step().ok_or(Termination::MaxSteps)
+    }
+
+    fn spend(&self, usage: Usage, cost_usd: Option<f64>) {
+        EpisodeBudget::spend(self, usage, cost_usd);
+    }
+
+    fn deadline(&self) -> &Deadline {
+        &self.deadline
+    }
+
+    fn dispatched(&self, call: &ToolCall) {
+        EpisodeBudget::dispatched(self, call);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,6 +267,26 @@ mod tests {
         assert_eq!(tree.cost_usd(), None, "one call without a price: the cost is unknown");
         tree.spend(tokens(1), Some(0.1));
         assert_eq!(tree.cost_usd(), None, "and stays unknown");
+    }
+
+    #[test]
+    fn the_gateway_takes_a_step_per_call_and_is_refused_past_each_limit() {
+        use crate::gateway::Ledger;
+        let tree = budget(2, Some(100), None);
+        assert_eq!([tree.admit(), tree.admit()], [Ok(1), Ok(2)]);
+        assert_eq!(tree.admit(), Err(Termination::MaxSteps));
+        let tree = budget(10, Some(100), None);
+        Ledger::spend(&tree, tokens(101), None);
+        assert_eq!(tree.admit(), Err(Termination::TokenLimit));
+        assert_eq!(tree.steps(), 0, "a refused call takes no step");
+        let tree = budget(10, None, Some(0.5));
+        Ledger::spend(&tree, tokens(1), Some(0.75));
+        assert_eq!(tree.admit(), Err(Termination::CostLimit));
+        let tree = EpisodeBudget::new(10, Duration::ZERO);
+        assert_eq!(tree.admit(), Err(Termination::TimeLimit));
+        let tree = budget(10, None, None);
+        Ledger::dispatched(&tree, &ToolCall::new("c", "Write", serde_json::json!({})));
+        assert_eq!(tree.take_trajectory().calls.len(), 1);
     }
 
     #[test]

@@ -17,6 +17,9 @@ pub enum AgentKind {
     ToolCalling,
     /// No model: the task's reference solution is run in the world: [`OracleAgent`].
     Oracle,
+    /// A command-line agent that owns its loop, its model calls through the gateway:
+    /// [`super::cli::CliAgent`].
+    Cli,
 }
 
 /// What an agent of any kind is built from, for one episode: the model the episode's cast
@@ -39,10 +42,24 @@ pub struct AgentParts {
     /// The task's id and its reference solution's commands, for the oracle.
     pub task_id: String,
     pub solution: Vec<String>,
+    /// `cli`: the program to run and where (the world's folder, its sandbox), with the
+    /// episode's budget its gateway spends from.
+    pub program: Option<ProgramParts>,
+}
+
+/// What a `cli` agent is built from besides the common parts.
+pub struct ProgramParts {
+    pub command: Vec<String>,
+    pub answer: super::CliAnswer,
+    /// The task's template values, and its input (also the program's standard input).
+    pub context: serde_json::Map<String, serde_json::Value>,
+    pub input: String,
+    pub room: Option<super::ProgramRoom>,
+    pub episode: Arc<super::EpisodeBudget>,
 }
 
 impl AgentKind {
-    pub const ALL: [AgentKind; 2] = [AgentKind::ToolCalling, AgentKind::Oracle];
+    pub const ALL: [AgentKind; 3] = [AgentKind::ToolCalling, AgentKind::Oracle, AgentKind::Cli];
 
     /// Kinds that `DESIGN.md` names but that are not built yet: refused as such, not as
     /// unknown, so that a suite written for them says what it is waiting for.
@@ -52,6 +69,7 @@ impl AgentKind {
         match self {
             AgentKind::ToolCalling => "tool_calling",
             AgentKind::Oracle => "oracle",
+            AgentKind::Cli => "cli",
         }
     }
 
@@ -72,6 +90,23 @@ impl AgentKind {
         match self {
             AgentKind::ToolCalling => Box::new(tool_calling(parts)),
             AgentKind::Oracle => Box::new(OracleAgent::new(&parts.task_id, parts.solution)),
+            AgentKind::Cli => {
+                let program = parts.program;
+                let (command, answer, context, input, room, episode) = match program {
+                    Some(p) => (p.command, p.answer, p.context, p.input, p.room, Some(p.episode)),
+                    None => (Vec::new(), super::CliAnswer::Stdout, Default::default(), String::new(), None, None),
+                };
+                Box::new(super::cli::CliAgent::new(
+                    parts.model,
+                    parts.model_name,
+                    command,
+                    answer,
+                    context,
+                    input,
+                    room,
+                    episode,
+                ))
+            }
         }
     }
 }
@@ -118,8 +153,8 @@ mod tests {
         }
         assert_eq!(AgentKind::parse("oracle"), Ok(AgentKind::Oracle));
         let err = AgentKind::parse("external").unwrap_err();
-        assert!(err.contains("`external` is not available yet") && err.ends_with(": tool_calling, oracle"), "{err}");
+        assert!(err.contains("`external` is not available yet") && err.ends_with(": tool_calling, oracle, cli"), "{err}");
         let err = AgentKind::parse("toolcalling").unwrap_err();
-        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling, oracle");
+        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling, oracle, cli");
     }
 }

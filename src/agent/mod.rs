@@ -3,6 +3,7 @@
 //! the list of kinds a suite can name.
 
 mod budget;
+mod cli;
 mod kind;
 pub mod memory;
 mod oracle;
@@ -11,7 +12,8 @@ mod subagent;
 mod tool_calling;
 
 pub use budget::{Budget, CallError, EpisodeBudget, Trajectory};
-pub use kind::{AgentKind, AgentParts};
+pub use cli::{CliAnswer, ProgramRoom, check_cli};
+pub use kind::{AgentKind, AgentParts, ProgramParts};
 pub use subagent::{ModelFor, Subagents, delegate_spec};
 pub use tool_calling::ToolCallingAgent;
 

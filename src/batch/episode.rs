@@ -9,7 +9,7 @@ use super::cast::{Cast, Roster};
 use super::memory::Slot;
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::memory::{SharedStores, Stores};
-use crate::agent::{Agent, AgentParts, Subagents};
+use crate::agent::{Agent, AgentParts, CliAnswer, ProgramParts, ProgramRoom, Subagents};
 use crate::config::template;
 use std::sync::Arc;
 
@@ -104,8 +104,10 @@ pub async fn run_episode(
         }
         Ok(env) => {
             let env = env.with_permissions(suite.permissions.clone());
-            let mut agent = agent_for(&cast, suite, task, stores.clone());
-            let ending = env.run(agent.as_mut(), task, &budget(suite, &grounds.limits, stop), &recorder).await;
+            let budget = Arc::new(budget(suite, &grounds.limits, stop));
+            let program = program_for(suite, task, env.world(), context.sandbox, &budget);
+            let mut agent = agent_for(&cast, suite, task, stores.clone(), program);
+            let ending = env.run(agent.as_mut(), task, &budget, &recorder).await;
             user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
             loop_ms = Some(wall_s * 1e3);
@@ -158,7 +160,41 @@ pub async fn run_episode(
 }
 
 /// Builds the episode's agent, of the kind the suite names, played by the cast's model.
-fn agent_for(cast: &Cast<'_>, suite: &Suite, task: &Task, memory: Option<SharedStores>) -> Box<dyn Agent> {
+/// A `cli` agent's program: its command and answer, the task, and the world's folder it
+/// runs in, confined with the gateway's port as its only network.
+fn program_for(
+    suite: &Suite,
+    task: &Task,
+    world: &dyn World,
+    mode: crate::sandbox::SandboxMode,
+    budget: &Arc<EpisodeBudget>,
+) -> Option<ProgramParts> {
+    if suite.agent.kind != crate::agent::AgentKind::Cli {
+        return None;
+    }
+    let room = world.program_folders().map(|(folder, tmp)| {
+        let definition = suite.environment.clone();
+        let (own, own_tmp) = (folder.clone(), tmp.clone());
+        let confine = move |port| definition.confinement_for_gateway(mode, &[own.as_path(), own_tmp.as_path()], port);
+        ProgramRoom { folder, tmp, confine: Box::new(confine) }
+    });
+    Some(ProgramParts {
+        command: suite.agent.command.clone(),
+        answer: suite.agent.answer.clone().unwrap_or(CliAnswer::Stdout),
+        context: task.template_context(),
+        input: task.input.clone(),
+        room,
+        episode: budget.clone(),
+    })
+}
+
+fn agent_for(
+    cast: &Cast<'_>,
+    suite: &Suite,
+    task: &Task,
+    memory: Option<SharedStores>,
+    program: Option<ProgramParts>,
+) -> Box<dyn Agent> {
     suite.agent.kind.build(AgentParts {
         model: cast.agent.clone(),
         model_name: cast.under_test.name().to_owned(),
@@ -170,6 +206,7 @@ fn agent_for(cast: &Cast<'_>, suite: &Suite, task: &Task, memory: Option<SharedS
         subagents: subagents_for(cast, suite, task),
         task_id: task.id.clone(),
         solution: task.solution.clone(),
+        program,
     })
 }
 

@@ -437,6 +437,18 @@ impl Definition {
         Confinement::prepare(&spec, self.sandbox_mode(mode), writable, readable)
     }
 
+    /// The sandbox of a program agent in one world of this definition: the world's, with
+    /// TCP connections to `gateway_port` alone (`Confinement::prepare_for_gateway`).
+    pub fn confinement_for_gateway(
+        &self,
+        mode: SandboxMode,
+        writable: &[&Path],
+        gateway_port: u16,
+    ) -> Result<std::sync::Arc<Confinement>, String> {
+        let spec = self.sandbox.clone().unwrap_or_default();
+        Confinement::prepare_for_gateway(&spec, self.sandbox_mode(mode), writable, &[], gateway_port)
+    }
+
     /// Finds the environment a suite names: a file in an `environments/` folder beside or
     /// above the suite, a path to a YAML file, or a built-in kind.
     pub fn resolve(name: &str, suite_file: &Path) -> Result<Arc<Self>, String> {

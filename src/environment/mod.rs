@@ -119,6 +119,12 @@ pub trait World: Send + Sync {
     fn files(&self) -> Option<&dyn FileWorld> {
         None
     }
+
+    /// Where a program agent (`cli`) runs: the world's working folder and its `tmp/`. Only
+    /// worlds of files whose commands run in a folder have one.
+    fn program_folders(&self) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+        None
+    }
 }
 
 /// The observation of a call the user could not answer: the loop ends the episode

@@ -489,6 +489,23 @@ pub enum Event {
         call: ToolCall,
         observation: Observation,
     },
+    /// A `cli` agent's program ended: its exit code (none when a signal ended it), how long
+    /// it ran, and the end of its standard error.
+    AgentExited {
+        exit_code: Option<i32>,
+        wall_ms: f64,
+        stderr_tail: String,
+    },
+    /// A request the model gateway refused: a wrong or expired key (401), a limit reached
+    /// (403), a shape it does not speak (400, `field` names what), the model failing behind
+    /// it (502). `path` is the request's path.
+    GatewayRefused {
+        status: u16,
+        path: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        field: Option<String>,
+        message: String,
+    },
     Score {
         /// Which scoring this belongs to: `initial` at run time, a new id per regrade.
         #[serde(default = "initial_scoring")]

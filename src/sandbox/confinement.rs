@@ -219,12 +219,39 @@ impl Confinement {
         Self::prepare_on(support(), spec, mode, writable, readable)
     }
 
+    /// Prepares the sandbox of a program agent whose only network is the model gateway: as
+    /// [`Confinement::prepare`] with `network: false`, except that TCP connections to
+    /// `gateway_port` are let through — Landlock (ABI 4, Linux 6.7) refuses every other TCP
+    /// connect and every bind, and the seccomp filter lets only IPv4 and IPv6 stream sockets
+    /// be made (no UDP, no raw or Unix sockets). Landlock knows ports, not addresses.
+    pub fn prepare_for_gateway(
+        spec: &SandboxSpec,
+        mode: SandboxMode,
+        writable: &[&Path],
+        readable: &[PathBuf],
+        gateway_port: u16,
+    ) -> Result<Arc<Self>, String> {
+        let spec = SandboxSpec { network: false, ..spec.clone() };
+        Self::prepare_with(support(), &spec, mode, writable, readable, Some(gateway_port))
+    }
+
     fn prepare_on(
         support: &Support,
         spec: &SandboxSpec,
         mode: SandboxMode,
         writable: &[&Path],
         readable: &[PathBuf],
+    ) -> Result<Arc<Self>, String> {
+        Self::prepare_with(support, spec, mode, writable, readable, None)
+    }
+
+    fn prepare_with(
+        support: &Support,
+        spec: &SandboxSpec,
+        mode: SandboxMode,
+        writable: &[&Path],
+        readable: &[PathBuf],
+        gateway_port: Option<u16>,
     ) -> Result<Arc<Self>, String> {
         if let SandboxMode::Off(by) = mode {
             return Ok(Self::off(by));
@@ -262,7 +289,9 @@ impl Confinement {
         read.extend(readable.iter().cloned());
         let mut writable = writable.to_vec();
         writable.extend(spec.write_paths.iter().map(PathBuf::as_path));
-        let ruleset = ruleset(abi, spec.network, &writable, &read).map_err(|e| format!("the sandbox failed: {e}"))?;
+        let ruleset = ruleset(abi, spec.network, &writable, &read)
+            .and_then(|r| to_gateway_only(r, abi, gateway_port))
+            .map_err(|e| format!("the sandbox failed: {e}"))?;
         let unprivileged = unprivileged(support, &writable, off_hint)?;
 
         let mut limits = vec![(libc::RLIMIT_CORE, rlimit(0, 0))];
@@ -305,7 +334,10 @@ impl Confinement {
             }
         };
         let limits: Vec<_> = limits.into_iter().map(|(resource, l)| (resource, within_own(resource, l))).collect();
-        let filter = Some(seccomp_filter(spec.network));
+        let filter = Some(match gateway_port {
+            Some(_) => seccomp_filter_with(SocketRule::StreamOnly),
+            None => seccomp_filter(spec.network),
+        });
         // What each limit is once lowered to the runner's own, in the unit of the spec.
         let effective = |resource, unit: u64| {
             limits.iter().find(|(r, _)| *r == resource).map(|(_, l)| {
@@ -318,10 +350,13 @@ impl Confinement {
         let enforced = json!({
             "enabled": true,
             "filesystem": format!("landlock ABI {}", support.landlock_abi),
-            "network": if spec.network {
-                "allowed"
-            } else {
-                "blocked (seccomp: no socket of any family, socketpair only; landlock for TCP)"
+            "network": match gateway_port {
+                Some(port) => format!(
+                    "the model gateway only (landlock: TCP connect to port {port} alone, no bind; seccomp: IPv4/IPv6 \
+                     stream sockets only)"
+                ),
+                None if spec.network => "allowed".to_owned(),
+                None => "blocked (seccomp: no socket of any family, socketpair only; landlock for TCP)".to_owned(),
             },
             "signals": if scoped { "scoped to the sandbox" } else { "not scoped" },
             "other_processes": "no tracing, signals, limits or priorities of processes outside",
@@ -495,6 +530,39 @@ fn ruleset(abi: landlock::ABI, network: bool, writable: &[&Path], readable: &[Pa
     fd.ok_or_else(|| "the kernel made no Landlock ruleset".to_owned())
 }
 
+/// Lets a ruleset that refuses all TCP (`network: false`) connect to `port`, when given: a
+/// Landlock `NetPort` rule (ABI 4) added to the ruleset before any process enters it.
+fn to_gateway_only(ruleset: OwnedFd, abi: landlock::ABI, port: Option<u16>) -> Result<OwnedFd, String> {
+    let Some(port) = port else { return Ok(ruleset) };
+    if (abi as i32) < 4 {
+        return Err("a program agent's network is limited to the model gateway by Landlock ABI 4 (Linux 6.7)".into());
+    }
+    /// `struct landlock_net_port_attr`.
+    #[repr(C)]
+    struct NetPortAttr {
+        allowed_access: u64,
+        port: u64,
+    }
+    const LANDLOCK_RULE_NET_PORT: libc::c_int = 2;
+    const LANDLOCK_ACCESS_NET_CONNECT_TCP: u64 = 1 << 1;
+    let attr = NetPortAttr { allowed_access: LANDLOCK_ACCESS_NET_CONNECT_TCP, port: u64::from(port) };
+    // SAFETY: adds one rule to a ruleset this process made, from an attribute that lives
+    // through the call.
+    let added = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_add_rule,
+            ruleset.as_raw_fd(),
+            LANDLOCK_RULE_NET_PORT,
+            &attr as *const NetPortAttr,
+            0u32,
+        )
+    };
+    if added < 0 {
+        return Err(format!("the gateway's port could not be allowed: {}", io::Error::last_os_error()));
+    }
+    Ok(ruleset)
+}
+
 /// How many threads the current user runs (RLIMIT_NPROC counts them all, of every process).
 fn processes_of_user() -> u64 {
     // SAFETY: getuid cannot fail.
@@ -533,7 +601,22 @@ const ARCH: Option<u32> = None;
 /// another process by pid without Landlock seeing them (`prlimit64`, `setpriority`,
 /// `ioprio_set`, the `sched_set*` family) with EPERM unless the pid is 0, the caller
 /// itself: a command cannot lower the runner's limits or priority.
+/// Which sockets a process may make.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SocketRule {
+    /// Any (`network: true`).
+    Any,
+    /// None: `socket` is refused (socketpair stays).
+    None,
+    /// IPv4 and IPv6 stream sockets alone: a program agent's connection to the gateway.
+    StreamOnly,
+}
+
 fn seccomp_filter(network: bool) -> Box<[libc::sock_filter]> {
+    seccomp_filter_with(if network { SocketRule::Any } else { SocketRule::None })
+}
+
+fn seccomp_filter_with(sockets: SocketRule) -> Box<[libc::sock_filter]> {
     const LD_W_ABS: u16 = 0x20;
     const JEQ: u16 = 0x15;
     const JGE: u16 = 0x35;
@@ -564,8 +647,25 @@ fn seccomp_filter(network: bool) -> Box<[libc::sock_filter]> {
     // With CAP_DAC_READ_SEARCH (a root runner's processes keep it) a file handle would
     // open a file by its inode, past every path.
     refuse(libc::SYS_open_by_handle_at, libc::EPERM);
-    if !network {
-        refuse(libc::SYS_socket, libc::EACCES);
+    match sockets {
+        SocketRule::Any => {}
+        SocketRule::None => refuse(libc::SYS_socket, libc::EACCES),
+        SocketRule::StreamOnly => {
+            const AND_K: u16 = 0x54;
+            const SOCK_TYPE_MASK: u32 = 0xf;
+            program.extend([
+                op(JEQ, 0, 9, libc::SYS_socket as u32),
+                op(LD_W_ABS, 0, 0, arg(0)), // domain
+                op(JEQ, 2, 0, libc::AF_INET as u32),
+                op(JEQ, 1, 0, libc::AF_INET6 as u32),
+                op(RET, 0, 0, ERRNO | libc::EACCES as u32),
+                op(LD_W_ABS, 0, 0, arg(1)), // type, less SOCK_NONBLOCK and SOCK_CLOEXEC
+                op(AND_K, 0, 0, SOCK_TYPE_MASK),
+                op(JEQ, 0, 1, libc::SOCK_STREAM as u32),
+                op(RET, 0, 0, ALLOW),
+                op(RET, 0, 0, ERRNO | libc::EACCES as u32),
+            ]);
+        }
     }
     // A call allowed only on the caller itself: argument `at` (a pid) is 0. Each block ends
     // in a return, so the number in the accumulator does not matter after it.

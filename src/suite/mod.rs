@@ -125,6 +125,13 @@ pub struct AgentConfig {
     pub plan_mode: bool,
     /// The bounded memory: the `memory` tool and its stores in the system prompt.
     pub memory: Option<MemoryConfig>,
+    /// `cli` only: the agent's command line, each word a template over the task's fields
+    /// and `gateway` (`{{ input }}`, `{{ gateway.openai_base_url }}`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// `cli` only: where its final answer is, `stdout` (the default) or `{file: PATH}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<crate::agent::CliAnswer>,
 }
 
 pub const DEFAULT_MAX_CHILDREN: u32 = 3;
@@ -381,6 +388,8 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
             return Err(source.error(key, "has no effect without `agent.subagent`, the subagents' system prompt"));
         }
     }
+    crate::agent::check_cli(file.agent.kind, &file.agent.command, file.agent.answer.is_some(), path.parent())
+        .map_err(|(field, e)| source.error(field, e))?;
     // The depth subagents may reach, or `None` when the suite starts none.
     let reach = file.agent.subagent.as_ref().map(|_| file.agent.max_depth.unwrap_or(DEFAULT_MAX_DEPTH));
     check_actors(&source, "mock_subagents", file.mock_subagents.keys(), reach)?;
@@ -403,7 +412,11 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
             return Err(source.error("sandbox", message));
         }
     };
-    check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
+    // A `cli` agent's tools are its own, not the environment's: its scorers may name any.
+    let own_tools = file.agent.kind == AgentKind::Cli;
+    if !own_tools {
+        check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
+    }
     let toolsets = toolsets(&source, &file.toolsets, file.toolset_distribution.as_ref(), &environment)?;
     let tools: Vec<&str> = environment.specs.iter().map(|t| t.name.as_str()).collect();
     let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
@@ -452,7 +465,9 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         if let Some(scripts) = &raw.mock_subagents {
             check_actors(&source, &yaml::child(&at, "mock_subagents"), scripts.keys(), reach)?;
         }
-        check_tool_refs(&source, &yaml::child(&at, "scorers"), &raw.scorers, &environment)?;
+        if !own_tools {
+            check_tool_refs(&source, &yaml::child(&at, "scorers"), &raw.scorers, &environment)?;
+        }
         for name in raw.files.keys() {
             if !is_relative_inside(name) {
                 return Err(source.error(

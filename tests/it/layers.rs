@@ -6,13 +6,14 @@
 use std::path::{Path, PathBuf};
 
 /// From the wire formats at the bottom to the command line at the top.
-const ORDER: [&str; 13] = [
+const ORDER: [&str; 14] = [
     "contract",
     "domain",
     "config",
     "sandbox",
     "log",
     "model",
+    "gateway",
     "agent",
     "environment",
     "scoring",

@@ -4,10 +4,12 @@
 mod bad_input;
 mod batch;
 mod checkpoints;
+mod cli_agent;
 mod docs;
 mod e2e;
 mod eval;
 mod file_tools;
+mod gateway;
 mod harbor;
 mod layers;
 mod lifecycle;

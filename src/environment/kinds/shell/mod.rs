@@ -458,6 +458,10 @@ impl World for ShellWorld {
         tool::call(TOOLS, Shell.name(), self, actor, name, arguments).await
     }
 
+    fn program_folders(&self) -> Option<(PathBuf, PathBuf)> {
+        Some((self.root.clone(), self.tmp.clone()))
+    }
+
     fn files(&self) -> Option<&dyn FileWorld> {
         Some(self)
     }

@@ -1,0 +1,372 @@
+//! The model gateway: for an episode whose agent is a program, an HTTP server on
+//! 127.0.0.1 that speaks the wire APIs outside agents use — OpenAI Chat Completions
+//! (`chat.rs`), OpenAI Responses (`responses.rs`) and Anthropic Messages (`messages.rs`),
+//! streaming and not, plus `/v1/models` — and answers each request with the episode's
+//! model. Every call is a `model_call` of the episode made by `respond_logged`, taken from
+//! the episode's limits through its [`Ledger`]; cache, cassette and replay are the lent
+//! model's. A request the gateway refuses (a wrong key, a limit reached, a shape it does not
+//! speak) gets the provider's error shape and a `gateway_refused` event.
+//!
+//! Why a server per episode: the key, the limits, the log and the `mock:` script are the
+//! episode's, so nothing needs routing, and the program cannot reach another episode.
+
+mod chat;
+mod messages;
+mod responses;
+mod shape;
+mod trajectory;
+mod wire;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Map, Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::contract::{Actor, ToolCall};
+use crate::log::{Event, Recorder, Termination, Usage};
+use crate::model::limiter::Deadline;
+use crate::model::{Caller, LanguageModel, ModelError, ModelRequest, respond_logged};
+use shape::Refusal;
+use wire::Wire;
+
+/// The largest request body the gateway reads.
+const MAX_BODY_BYTES: usize = 32 << 20;
+
+/// The episode's limits as the gateway spends them. The episode's budget implements it
+/// (`agent/budget.rs`), so that a program's model calls are counted like the built-in agent's.
+pub trait Ledger: Send + Sync {
+    /// Takes the step of one model call: its number, or the limit that refuses it.
+    fn admit(&self) -> Result<u32, Termination>;
+    /// Counts what one call used.
+    fn spend(&self, usage: Usage, cost_usd: Option<f64>);
+    /// When the episode's time runs out: a backend stops waiting then.
+    fn deadline(&self) -> &Deadline;
+    /// Adds a tool call derived from the traffic to the episode's trajectory.
+    fn dispatched(&self, call: &ToolCall);
+}
+
+/// What one episode's gateway answers with and reports to.
+pub struct Gateway {
+    /// The episode's model, as `Backend::lend` gives it (mock script, cache, cassette, replay).
+    pub model: Arc<dyn LanguageModel>,
+    /// Its name, as `model_call` events carry it.
+    pub model_name: String,
+    pub ledger: Arc<dyn Ledger>,
+    pub recorder: Recorder,
+    /// Derive the trajectory from the traffic: the tool calls a response asks for become
+    /// `action_dispatched` events, their results in a later request `observation`s. For a
+    /// program that runs its own tools (`cli`); an `external` agent's tools are the world's.
+    pub derive_trajectory: bool,
+}
+
+/// Why the episode ends, as the gateway saw it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// A request came past a limit (steps, tokens, cost, time): refused, and the episode
+    /// ends as the built-in agent's would.
+    Limit(Termination),
+    /// The model failed behind the gateway (an outage after retries, a replay miss, a mock
+    /// script run out): the episode is unscored with its cause, never the agent's failure.
+    Fault(ModelError),
+}
+
+/// A running gateway. Dropping it stops the server.
+pub struct GatewayHandle {
+    addr: SocketAddr,
+    key: String,
+    state: Arc<State>,
+    ended: watch::Receiver<Option<Ending>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+struct State {
+    key: String,
+    gateway: Gateway,
+    ending: watch::Sender<Option<Ending>>,
+    closed: AtomicBool,
+    /// Model calls go one at a time: a script's turns, and a transcript, have one order.
+    turn: tokio::sync::Mutex<()>,
+    derived: Mutex<trajectory::Derived>,
+}
+
+impl Gateway {
+    /// Starts serving on a free port of 127.0.0.1 with a new random key.
+    pub async fn start(self) -> std::io::Result<GatewayHandle> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let key = format!("rk-{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+        let (ending, ended) = watch::channel(None);
+        let state = Arc::new(State {
+            key: key.clone(),
+            gateway: self,
+            ending,
+            closed: AtomicBool::new(false),
+            turn: tokio::sync::Mutex::new(()),
+            derived: Mutex::default(),
+        });
+        let server = tokio::spawn(serve(listener, state.clone()));
+        Ok(GatewayHandle { addr, key, state, ended, server })
+    }
+}
+
+impl GatewayHandle {
+    /// The root, `http://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// The episode's key; every request must carry it.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// `OPENAI_BASE_URL`: the root with `/v1`, as the OpenAI SDKs expect it.
+    pub fn openai_base_url(&self) -> String {
+        format!("{}/v1", self.url())
+    }
+
+    /// `ANTHROPIC_BASE_URL`: the root; the Anthropic SDKs add `/v1/messages`.
+    pub fn anthropic_base_url(&self) -> String {
+        self.url()
+    }
+
+    /// The variables a program's SDK reads to reach the gateway.
+    pub fn env(&self) -> Vec<(String, String)> {
+        [
+            ("OPENAI_BASE_URL", self.openai_base_url()),
+            ("OPENAI_API_KEY", self.key.clone()),
+            ("ANTHROPIC_BASE_URL", self.anthropic_base_url()),
+            ("ANTHROPIC_API_KEY", self.key.clone()),
+            ("RUNNER_GATEWAY_URL", self.url()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+    }
+
+    /// `context` (a task's template values) with `gateway`: `openai_base_url`,
+    /// `anthropic_base_url`, `url` and `key`, for a command that takes its endpoint from its
+    /// arguments (`{{ gateway.openai_base_url }}`).
+    pub fn template_context(&self, mut context: Map<String, Value>) -> Map<String, Value> {
+        let gateway = json!({
+            "openai_base_url": self.openai_base_url(),
+            "anthropic_base_url": self.anthropic_base_url(),
+            "url": self.url(),
+            "key": self.key,
+        });
+        context.insert("gateway".into(), gateway);
+        context
+    }
+
+    /// Why the episode must end, once a request has said so.
+    pub fn ending(&self) -> Option<Ending> {
+        self.ended.borrow().clone()
+    }
+
+    /// Waits until a request says the episode must end.
+    pub async fn ended(&self) -> Ending {
+        let mut ended = self.ended.clone();
+        let ending = ended.wait_for(Option::is_some).await.map(|ending| ending.clone());
+        match ending {
+            Ok(Some(ending)) => ending,
+            // The sender lives in the state this handle holds: never dropped first.
+            _ => std::future::pending().await,
+        }
+    }
+
+    /// Ends the episode's key: every later request is refused (401) and logged.
+    pub fn close(&self) {
+        self.state.closed.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for GatewayHandle {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+async fn serve(listener: TcpListener, state: Arc<State>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            // Out of descriptors, say: wait rather than spin; the program's client retries.
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            continue;
+        };
+        let state = state.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let state = state.clone();
+                async move { Ok::<_, std::convert::Infallible>(answer(&state, request).await) }
+            });
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+        });
+    }
+}
+
+/// One request, answered.
+async fn answer(state: &State, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let path = request.uri().path().trim_end_matches('/').to_owned();
+    let wire = match path.as_str() {
+        "/v1/chat/completions" | "/chat/completions" => Some(Wire::Chat),
+        "/v1/responses" | "/responses" => Some(Wire::Responses),
+        "/v1/messages" | "/messages" => Some(Wire::Messages),
+        _ => None,
+    };
+    // An Anthropic client says so in its headers; its errors get Anthropic's shape.
+    let anthropic = request.headers().contains_key("anthropic-version") || wire == Some(Wire::Messages);
+    let errors = if anthropic { Wire::Messages } else { Wire::Chat };
+    // A client's check that the endpoint is up (`HEAD /`): nothing to refuse or log.
+    if path.is_empty() && matches!(*request.method(), Method::HEAD | Method::GET) {
+        return json_response(StatusCode::OK, json!({"gateway": "runner"}));
+    }
+    if let Err(refusal) = authorise(state, &request) {
+        return refuse(state, errors, &path, refusal);
+    }
+    match (request.method(), wire) {
+        (&Method::GET, None) if path == "/v1/models" || path == "/models" => {
+            json_response(StatusCode::OK, models(&state.gateway.model_name, anthropic))
+        }
+        (&Method::POST, Some(wire)) => {
+            let body = match Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await {
+                Ok(body) => body.to_bytes(),
+                Err(_) => {
+                    let refusal = Refusal::new(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("the request body could not be read whole (at most {MAX_BODY_BYTES} bytes)"),
+                    );
+                    return refuse(state, wire, &path, refusal);
+                }
+            };
+            match call(state, wire, &body).await {
+                Ok(response) => response,
+                Err(refusal) => refuse(state, wire, &path, refusal),
+            }
+        }
+        _ => {
+            let refusal = Refusal::new(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "the gateway serves POST /v1/chat/completions, /v1/responses, /v1/messages and GET /v1/models, not {} {path}",
+                    request.method()
+                ),
+            );
+            refuse(state, errors, &path, refusal)
+        }
+    }
+}
+
+fn authorise(state: &State, request: &Request<Incoming>) -> Result<(), Refusal> {
+    let headers = request.headers();
+    let bearer =
+        headers.get(http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let api_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+    let given = bearer.or(api_key).map(str::trim);
+    if state.closed.load(Ordering::SeqCst) {
+        return Err(Refusal::unauthorised("the episode has ended: its gateway key no longer answers"));
+    }
+    match given {
+        Some(key) if key == state.key => Ok(()),
+        Some(_) => Err(Refusal::unauthorised("wrong API key: this gateway answers only its episode's key")),
+        None => Err(Refusal::unauthorised(
+            "no API key: send the episode's key as `Authorization: Bearer KEY` or `x-api-key: KEY`",
+        )),
+    }
+}
+
+/// A model call: decoded, admitted by the limits, asked, counted, answered in `wire`'s shape.
+async fn call(state: &State, wire: Wire, body: &[u8]) -> Result<Response<Full<Bytes>>, Refusal> {
+    let body: Value = serde_json::from_slice(body)
+        .map_err(|e| Refusal::bad_request(None, format!("the request body is not JSON: {e}")))?;
+    let asked = wire.decode(&body)?;
+    let gateway = &state.gateway;
+    let _turn = state.turn.lock().await;
+    if let Some(ending) = state.ending.borrow().clone() {
+        return Err(Refusal::ended(&ending));
+    }
+    let step = match gateway.ledger.admit() {
+        Ok(step) => step,
+        Err(termination) => {
+            let ending = Ending::Limit(termination);
+            let refusal = Refusal::ended(&ending);
+            state.ending.send_replace(Some(ending));
+            return Err(refusal);
+        }
+    };
+    if gateway.derive_trajectory {
+        trajectory::lock(&state.derived).observed(&asked.messages, step, &gateway.recorder);
+    }
+    let request =
+        ModelRequest { messages: &asked.messages, tools: &asked.tools, deadline: Some(gateway.ledger.deadline()) };
+    let (result, event) =
+        respond_logged(gateway.model.as_ref(), &gateway.model_name, &request, step, Caller::Actor(Actor::Main)).await;
+    gateway.recorder.emit(&event);
+    let mut response = match result {
+        Ok(response) => response,
+        Err(error) => {
+            let refusal = Refusal::fault(&error);
+            state.ending.send_replace(Some(Ending::Fault(error)));
+            return Err(refusal);
+        }
+    };
+    gateway.ledger.spend(response.usage, response.cost_usd);
+    for (i, call) in response.tool_calls.iter_mut().enumerate() {
+        if call.id.is_none() {
+            call.id = Some(wire.call_id(step, i));
+        }
+    }
+    if gateway.derive_trajectory {
+        trajectory::lock(&state.derived).asked_for(&response.tool_calls, step, gateway);
+    }
+    let reply = wire.encode(&asked, &response, step);
+    let content_type = if asked.stream { "text/event-stream" } else { "application/json" };
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .header(http::header::CACHE_CONTROL, "no-cache")
+        .body(Full::new(Bytes::from(reply)))
+        .unwrap_or_default())
+}
+
+/// A refusal, logged and answered in the shape `wire`'s SDK reads.
+fn refuse(state: &State, wire: Wire, path: &str, refusal: Refusal) -> Response<Full<Bytes>> {
+    state.gateway.recorder.emit(&Event::GatewayRefused {
+        status: refusal.status.as_u16(),
+        path: path.to_owned(),
+        field: refusal.field.clone(),
+        message: refusal.message.clone(),
+    });
+    json_response(refusal.status, wire.error_body(&refusal))
+}
+
+fn json_response(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap_or_default()
+}
+
+/// `/v1/models`: the episode's one model, in the shape of the client that asks.
+fn models(name: &str, anthropic: bool) -> Value {
+    if anthropic {
+        json!({"data": [{"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}],
+               "has_more": false, "first_id": name, "last_id": name})
+    } else {
+        json!({"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "runner"}]})
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,334 @@
+//! The gateway over real HTTP (reqwest as the client) with the `mock` model behind it. The
+//! official SDKs speak to it in `tests/it/gateway.rs`.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::domain::{MockCall, MockTurn, text::Text};
+use crate::log::{EventLog, LogWriter, Subscriber, Subscription};
+use crate::model::mock::MockModel;
+
+#[derive(Default)]
+struct Seen(Vec<Event>);
+
+impl Subscriber for Seen {
+    fn event(&mut self, _: Option<&str>, event: &Event) {
+        self.0.push(event.clone());
+    }
+}
+
+/// Limits of steps only, and the calls it was told of.
+struct Steps {
+    max: u32,
+    taken: AtomicU32,
+    deadline: Deadline,
+    calls: Mutex<Vec<ToolCall>>,
+}
+
+impl Ledger for Steps {
+    fn admit(&self) -> Result<u32, Termination> {
+        let n = self.taken.fetch_add(1, Ordering::SeqCst) + 1;
+        if n > self.max { Err(Termination::MaxSteps) } else { Ok(n) }
+    }
+    fn spend(&self, _: Usage, _: Option<f64>) {}
+    fn deadline(&self) -> &Deadline {
+        &self.deadline
+    }
+    fn dispatched(&self, call: &ToolCall) {
+        self.calls.lock().unwrap().push(call.clone());
+    }
+}
+
+struct Bench {
+    handle: GatewayHandle,
+    seen: Arc<Mutex<Seen>>,
+    ledger: Arc<Steps>,
+    client: reqwest::Client,
+    _log: (tempfile::TempDir, LogWriter),
+}
+
+fn turn(text: Option<&str>, calls: &[(&str, Value)]) -> MockTurn {
+    MockTurn {
+        text: text.map(|t| Text(t.to_owned())),
+        tool_calls: calls
+            .iter()
+            .map(|(name, arguments)| MockCall { name: (*name).to_owned(), arguments: arguments.clone(), id: None })
+            .collect(),
+    }
+}
+
+/// A tool call, then an answer.
+fn two_turns() -> Vec<MockTurn> {
+    vec![turn(None, &[("write_file", json!({"path": "a.txt", "content": "hi"}))]), turn(Some("done"), &[])]
+}
+
+async fn bench(turns: Vec<MockTurn>, max_steps: u32) -> Bench {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "r").unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let log = log.with_subscribers(&[Subscription::all(seen.clone())]);
+    let ledger = Arc::new(Steps {
+        max: max_steps,
+        taken: AtomicU32::new(0),
+        deadline: Deadline::after(Duration::from_secs(60)),
+        calls: Mutex::default(),
+    });
+    let gateway = Gateway {
+        model: Arc::new(MockModel::new(turns.into())),
+        model_name: "mock".into(),
+        ledger: ledger.clone(),
+        recorder: log.recorder("e1"),
+        derive_trajectory: true,
+    };
+    let handle = gateway.start().await.unwrap();
+    Bench { handle, seen, ledger, client: reqwest::Client::new(), _log: (dir, writer) }
+}
+
+impl Bench {
+    async fn post(&self, path: &str, key: &str, body: Value) -> (u16, String) {
+        let response =
+            self.client.post(format!("{}{path}", self.handle.url())).bearer_auth(key).json(&body).send().await.unwrap();
+        (response.status().as_u16(), response.text().await.unwrap())
+    }
+
+    async fn chat(&self, body: Value) -> (u16, Value) {
+        let key = self.handle.key().to_owned();
+        let (status, text) = self.post("/v1/chat/completions", &key, body).await;
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    fn events(&self) -> Vec<Event> {
+        self.seen.lock().unwrap().0.clone()
+    }
+
+    fn refusals(&self) -> Vec<(u16, Option<String>)> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::GatewayRefused { status, field, .. } => Some((status, field)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+fn user(text: &str) -> Value {
+    json!({"model": "gpt-x", "messages": [{"role": "user", "content": text}]})
+}
+
+#[tokio::test]
+async fn a_tool_call_and_its_result_round_trip_and_make_the_derived_trajectory() {
+    let bench = bench(two_turns(), 10).await;
+    let (status, first) = bench.chat(user("write a.txt")).await;
+    assert_eq!(status, 200, "{first}");
+    let call = &first["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["id"], "call_01_0");
+    assert_eq!(call["function"]["name"], "write_file");
+    assert_eq!(
+        serde_json::from_str::<Value>(call["function"]["arguments"].as_str().unwrap()).unwrap()["path"],
+        "a.txt"
+    );
+    assert_eq!(first["choices"][0]["finish_reason"], "tool_calls");
+
+    let mut next = user("write a.txt");
+    let messages = next["messages"].as_array_mut().unwrap();
+    messages.push(first["choices"][0]["message"].clone());
+    messages.push(json!({"role": "tool", "tool_call_id": "call_01_0", "content": "wrote 2 bytes"}));
+    let (status, second) = bench.chat(next).await;
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["choices"][0]["message"]["content"], "done");
+
+    let events = bench.events();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| match e {
+            Event::ModelCall { .. } => "model_call",
+            Event::ActionDispatched { .. } => "action_dispatched",
+            Event::Observation { .. } => "observation",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["model_call", "action_dispatched", "observation", "model_call"]);
+    let Event::ModelCall { request, .. } = &events[3] else { unreachable!() };
+    assert!(request.is_none(), "the mock keeps no wire body");
+    let Event::Observation { step, observation } = &events[2] else { unreachable!() };
+    assert_eq!((step, observation.call_id.as_deref()), (&2, Some("call_01_0")));
+    assert_eq!(observation.tool_result, Some(json!("wrote 2 bytes")));
+    assert_eq!(bench.ledger.calls.lock().unwrap().len(), 1, "the call is in the trajectory");
+}
+
+#[tokio::test]
+async fn a_wrong_missing_or_expired_key_is_refused_with_401_and_logged() {
+    let bench = bench(two_turns(), 10).await;
+    let (status, body) = bench.post("/v1/chat/completions", "rk-wrong", user("hi")).await;
+    assert_eq!(status, 401);
+    assert!(body.contains("invalid_api_key") && body.contains("wrong API key"), "{body}");
+    let response = bench.client.post(format!("{}/v1/messages", bench.handle.url())).body("{}").send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("authentication_error") && body.contains("no API key"), "{body}");
+    bench.handle.close();
+    let (status, body) = bench.chat(user("hi")).await;
+    assert_eq!(status, 401);
+    assert!(body.to_string().contains("the episode has ended"), "{body}");
+    assert_eq!(bench.refusals(), [(401, None), (401, None), (401, None)]);
+    assert!(!bench.events().iter().any(|e| matches!(e, Event::ModelCall { .. })), "no refused call reached the model");
+}
+
+#[tokio::test]
+async fn an_unsupported_shape_is_a_400_that_names_the_field() {
+    let bench = bench(two_turns(), 10).await;
+    let image = json!({"model": "m", "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]});
+    let (status, body) = bench.chat(image).await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "messages[0].content[1].type", "{body}");
+    let (status, body) = bench.chat(json!({"model": "m", "messages": [], "functions": []})).await;
+    assert_eq!(status, 400);
+    assert!(body["error"]["message"].as_str().unwrap().contains("unsupported field `functions`"), "{body}");
+    let key = bench.handle.key().to_owned();
+    let server_tool = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                             "tools": [{"type": "web_search_20250305", "name": "web_search"}]});
+    let (status, body) = bench.post("/v1/messages", &key, server_tool).await;
+    assert_eq!(status, 400);
+    assert!(body.contains("invalid_request_error") && body.contains("tools[0].type"), "{body}");
+    let (status, body) =
+        bench.post("/v1/responses", &key, json!({"model": "m", "input": "hi", "previous_response_id": "r"})).await;
+    assert_eq!(status, 400);
+    assert!(body.contains("previous_response_id"), "{body}");
+    let structured = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                            "output_config": {"format": {"type": "json_schema", "schema": {}}}});
+    assert_eq!(bench.post("/v1/messages", &key, structured).await.0, 400);
+    let effort_only = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
+                             "output_config": {"effort": "low"}});
+    assert_eq!(bench.post("/v1/messages", &key, effort_only).await.0, 200, "what only tunes the model is let be");
+    assert_eq!(
+        bench.refusals().into_iter().map(|(_, f)| f.unwrap_or_default()).collect::<Vec<_>>(),
+        ["messages[0].content[1].type", "functions", "tools[0].type", "previous_response_id", "output_config.format"]
+    );
+    assert_eq!(bench.handle.ending(), None, "a refused shape does not end the episode");
+}
+
+#[tokio::test]
+async fn a_call_past_the_step_limit_is_refused_and_ends_the_episode() {
+    let bench = bench(two_turns(), 1).await;
+    assert_eq!(bench.chat(user("one")).await.0, 200);
+    let (status, body) = bench.chat(user("two")).await;
+    assert_eq!(status, 403);
+    assert!(body["error"]["message"].as_str().unwrap().contains("step limit"), "{body}");
+    assert_eq!(bench.handle.ending(), Some(Ending::Limit(Termination::MaxSteps)));
+    assert_eq!(
+        tokio::time::timeout(Duration::from_secs(1), bench.handle.ended()).await,
+        Ok(Ending::Limit(Termination::MaxSteps))
+    );
+}
+
+#[tokio::test]
+async fn a_model_failing_behind_the_gateway_is_the_episodes_fault_not_the_agents() {
+    let bench = bench(vec![turn(Some("only"), &[])], 10).await;
+    assert_eq!(bench.chat(user("one")).await.0, 200);
+    let (status, body) = bench.chat(user("two")).await;
+    assert_eq!(status, 502, "{body}");
+    let Some(Ending::Fault(error)) = bench.handle.ending() else { panic!("{:?}", bench.handle.ending()) };
+    assert_eq!(error.cause, crate::log::UnscoredCause::MockExhausted);
+    assert_eq!(bench.chat(user("three")).await.0, 502, "the episode stays over");
+    let calls = bench.events().iter().filter(|e| matches!(e, Event::ModelCall { .. })).count();
+    assert_eq!(calls, 2, "the call after the fault never reached the model");
+}
+
+/// The `data:` payloads of a stream, with their `event:` names.
+fn stream_events(text: &str) -> Vec<(Option<String>, String)> {
+    text.split("\n\n")
+        .filter(|block| !block.trim().is_empty())
+        .map(|block| {
+            let event = block.lines().find_map(|l| l.strip_prefix("event: ")).map(str::to_owned);
+            let data = block.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or_default().to_owned();
+            (event, data)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn each_wire_streams_the_events_its_provider_sends() {
+    let turns = vec![
+        turn(Some("thinking"), &[("f", json!({"a": 1}))]),
+        turn(Some("thinking"), &[("f", json!({"a": 1}))]),
+        turn(Some("thinking"), &[("f", json!({"a": 1}))]),
+    ];
+    let bench = bench(turns, 10).await;
+    let key = bench.handle.key().to_owned();
+    let (status, chat) = bench
+        .post(
+            "/v1/chat/completions",
+            &key,
+            json!({"model": "m", "stream": true,
+        "stream_options": {"include_usage": true}, "messages": [{"role": "user", "content": "go"}]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let chat = stream_events(&chat);
+    assert!(chat.iter().all(|(event, _)| event.is_none()), "chat streams carry no event names");
+    assert_eq!(chat.last().unwrap().1, "[DONE]");
+    let usage: Value = serde_json::from_str(&chat[chat.len() - 2].1).unwrap();
+    assert!(usage["usage"]["total_tokens"].is_u64(), "{usage}");
+
+    let (status, messages) = bench
+        .post(
+            "/v1/messages",
+            &key,
+            json!({"model": "m", "max_tokens": 100, "stream": true,
+        "messages": [{"role": "user", "content": "go"}]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let names: Vec<String> = stream_events(&messages).into_iter().map(|(e, _)| e.unwrap_or_default()).collect();
+    let block = ["content_block_start", "content_block_delta", "content_block_stop"];
+    let expected: Vec<&str> = [&["message_start"][..], &block, &block, &["message_delta", "message_stop"]].concat();
+    assert_eq!(names, expected);
+    assert!(messages.contains(r#""partial_json":"{\"a\":1}""#), "{messages}");
+
+    let (status, responses) =
+        bench.post("/v1/responses", &key, json!({"model": "m", "stream": true, "input": "go"})).await;
+    assert_eq!(status, 200);
+    let events = stream_events(&responses);
+    let names: Vec<&str> = events.iter().map(|(e, _)| e.as_deref().unwrap_or_default()).collect();
+    assert_eq!(names.first(), Some(&"response.created"));
+    assert_eq!(names.last(), Some(&"response.completed"));
+    assert!(names.contains(&"response.output_text.delta") && names.contains(&"response.function_call_arguments.done"));
+    for (i, (name, data)) in events.iter().enumerate() {
+        let data: Value = serde_json::from_str(data).unwrap();
+        assert_eq!((data["type"].as_str(), data["sequence_number"].as_u64()), (name.as_deref(), Some(i as u64)));
+    }
+}
+
+#[tokio::test]
+async fn models_lists_the_episodes_model_in_the_shape_of_the_client_that_asks() {
+    let bench = bench(Vec::new(), 10).await;
+    let get = |anthropic: bool| {
+        let mut request = bench.client.get(format!("{}/v1/models", bench.handle.url())).bearer_auth(bench.handle.key());
+        if anthropic {
+            request = request.header("anthropic-version", "2023-06-01");
+        }
+        async move { request.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let up = bench.client.head(bench.handle.url()).send().await.unwrap();
+    assert_eq!(up.status().as_u16(), 200, "a check that the endpoint is up needs no key");
+    assert!(bench.refusals().is_empty());
+    assert_eq!(get(false).await["data"][0]["id"], "mock");
+    assert_eq!(get(true).await["data"][0]["type"], "model");
+    let task = crate::domain::Task::new("t", "write a.txt");
+    let command = "agent --base {{ gateway.openai_base_url }} --key {{ gateway.key }} {{ input }}";
+    let rendered = crate::config::template::render(command, &bench.handle.template_context(task.template_context()));
+    assert_eq!(
+        rendered.unwrap(),
+        format!("agent --base {}/v1 --key {} write a.txt", bench.handle.url(), bench.handle.key())
+    );
+    let env = bench.handle.env();
+    let var = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap();
+    assert_eq!(var("OPENAI_BASE_URL"), format!("{}/v1", bench.handle.url()));
+    assert_eq!(var("ANTHROPIC_API_KEY"), bench.handle.key());
+}

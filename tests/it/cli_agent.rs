@@ -1,0 +1,134 @@
+//! `agent: {kind: cli}` through `runner eval`: a command-line agent that owns its loop runs in
+//! the shell world's folder, in the sandbox, with the model gateway as its only network; its
+//! trajectory is derived from its model traffic.
+
+use crate::{Sandbox, have_python, of_type};
+
+const AGENT: &str = include_str!("../../examples/agents/urllib_cli_agent.py");
+
+/// A suite of one task whose `cli` agent is `command`, with the example agent in its folder.
+fn suite(command: &str, extra_task: &str) -> String {
+    let agent: String = AGENT.lines().map(|l| format!("        {l}\n")).collect();
+    format!(
+        "suite: cli\nenvironment: shell\nagent: {{kind: cli, command: {command}}}\nlimits: {{max_steps: 10, time_s: 60}}\n\
+         tasks:\n  - id: two-step\n    input: Write hello into a.txt, then say done.\n    files:\n      agent.py: |\n{agent}\
+         \x20   scorers:\n      - equals: done\n      - tool_called: write_file\n      - file_contains: {{path: a.txt, text: hello}}\n\
+         \x20   mock:\n      - tool_calls: [{{name: write_file, arguments: {{path: a.txt, content: hello}}}}]\n      - text: done\n{extra_task}"
+    )
+}
+
+#[test]
+fn a_cli_agent_passes_a_two_step_task_with_its_trajectory_derived_from_the_gateway() {
+    if !have_python() {
+        return;
+    }
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite("[python3, agent.py]", ""));
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let dispatched: Vec<&str> =
+        of_type(&events, "action_dispatched").iter().filter_map(|e| e["call"]["name"].as_str()).collect();
+    assert_eq!(dispatched, ["write_file", "final_answer"], "{events:#?}");
+    let observed = of_type(&events, "observation");
+    assert!(
+        observed.iter().any(|o| o["observation"]["call_id"] == "call_02_0"
+            && o["observation"]["tool_result"] == "wrote 5 bytes to a.txt"),
+        "the agent's own result is the call's observation: {observed:#?}"
+    );
+    assert_eq!(of_type(&events, "model_call").len(), 2);
+    let exited = of_type(&events, "agent_exited");
+    assert_eq!(exited[0]["exit_code"], 0, "{exited:?}");
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished[0]["outcome"]["passed"], true, "{finished:?}");
+    assert_eq!(finished[0]["tool_calls"], 2, "the derived call and the final answer");
+}
+
+#[test]
+fn a_cli_command_that_is_not_installed_is_refused() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite("[./missing/agent.py]", ""));
+    let run = sb.run(&["validate", "s.yaml"]);
+    assert_ne!(run.code, 0, "{run:?}");
+    assert!(run.stderr.contains("s.yaml:3") && run.stderr.contains("is not installed"), "{run:?}");
+
+    sb.write("s.yaml", &suite("[no-such-agent-program]", ""));
+    let run = sb.eval(&["s.yaml"]);
+    let events = sb.events();
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished[0]["outcome"]["status"], "unscored", "{run:?}");
+    assert!(finished[0]["outcome"]["message"].as_str().unwrap().contains("`no-such-agent-program` is not installed"));
+}
+
+#[test]
+fn a_cli_agent_that_never_exits_is_killed_at_its_time_limit() {
+    if !have_python() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let suite = "suite: cli\nenvironment: shell\nlimits: {time_s: 1}\n\
+                 agent: {kind: cli, command: [python3, -c, \"import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)\"]}\n\
+                 tasks:\n  - {id: t, input: wait, scorers: [{equals: x}], mock: [{text: x}]}\n";
+    sb.write("s.yaml", suite);
+    let started = std::time::Instant::now();
+    let run = sb.eval(&["s.yaml"]);
+    assert!(started.elapsed().as_secs() < 20, "{run:?}");
+    let events = sb.events();
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished[0]["termination"], "time_limit", "{run:?}");
+    let left = std::process::Command::new("pgrep").args(["-f", "sleep 300"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "its whole tree was killed");
+}
+
+#[test]
+fn a_cli_agent_reaches_its_gateway_and_no_other_local_listener() {
+    if !have_python() {
+        return;
+    }
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = other.local_addr().unwrap().port();
+    other.set_nonblocking(true).unwrap();
+    let probe = format!(
+        "import json, os, socket, urllib.request\n\
+         def reach(port):\n    try:\n        socket.create_connection(('127.0.0.1', port), timeout=3).close(); return 'connected'\n    except OSError as e:\n        return 'refused'\n\
+         r = urllib.request.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', json.dumps({{'model': 'm', 'messages': [{{'role': 'user', 'content': 'hi'}}]}}).encode(), {{'Authorization': 'Bearer ' + os.environ['OPENAI_API_KEY'], 'Content-Type': 'application/json'}})\n\
+         answer = json.load(urllib.request.urlopen(r))['choices'][0]['message']['content']\n\
+         print(answer, reach({port}))\n"
+    );
+    let indented: String = probe.lines().map(|l| format!("        {l}\n")).collect();
+    let suite = format!(
+        "suite: cli\nenvironment: shell\nagent: {{kind: cli, command: [python3, probe.py]}}\n\
+         tasks:\n  - id: t\n    input: go\n    files:\n      probe.py: |\n{indented}\
+         \x20   scorers: [{{equals: \"hi refused\"}}]\n    mock: [{{text: hi}}]\n"
+    );
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite);
+    let run = sb.eval(&["s.yaml"]);
+    let events = sb.events();
+    let finals = of_type(&events, "final");
+    assert_eq!(finals[0]["answer"], "hi refused", "the gateway answered, the other listener was out of reach: {run:?}");
+    assert!(other.accept().is_err(), "the other listener saw no connection");
+}
+
+#[test]
+fn a_cli_agent_flooding_its_output_is_capped_with_a_marker() {
+    if !have_python() {
+        return;
+    }
+    let sb = Sandbox::new();
+    let flood = "import sys; sys.stderr.write('e' * 3000000); sys.stdout.write('x' * 3000000)";
+    let suite = format!(
+        "suite: cli\nenvironment: shell\nagent: {{kind: cli, command: [python3, -c, \"{flood}\"]}}\n\
+         tasks:\n  - {{id: t, input: go, scorers: [{{includes: truncated}}], mock: [{{text: x}}]}}\n"
+    );
+    sb.write("s.yaml", &suite);
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let answer = of_type(&events, "final")[0]["answer"].as_str().unwrap().to_owned();
+    assert!(
+        answer.len() < 1_100_000 && answer.ends_with("[... output truncated: showing 1048576 of 3000000 bytes ...]")
+    );
+    let tail = of_type(&events, "agent_exited")[0]["stderr_tail"].as_str().unwrap().to_owned();
+    assert!(tail.len() <= 4096 + 100 && tail.contains("output truncated"), "{}", tail.len());
+}
