@@ -7,6 +7,7 @@ mod checkpoints;
 mod docs;
 mod e2e;
 mod eval;
+mod export;
 mod file_tools;
 mod harbor;
 mod layers;
