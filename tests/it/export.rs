@@ -185,8 +185,23 @@ fn openai_lines_answer_every_tool_call_by_its_id() {
     export(&sb, &["--format", "openai"]);
     let lines = read_jsonl(&sb.path().join("results/test/export/openai/openai.jsonl"));
     assert_eq!(lines.len(), 3);
-    let mut parallel = false;
+    check_openai(&lines);
+    let parallel = lines
+        .iter()
+        .flat_map(|l| l["messages"].as_array().unwrap())
+        .any(|m| m["tool_calls"].as_array().is_some_and(|c| c.len() == 2));
+    assert!(parallel, "the two-calls turn is one assistant message with two calls");
+    // The conversation ends with the model's final answer.
     for line in &lines {
+        let last = line["messages"].as_array().unwrap().last().unwrap();
+        assert_eq!(last["tool_calls"][0]["function"]["name"], "final_answer", "{line}");
+    }
+}
+
+/// Every `tool` message answers a call a preceding assistant message made, and every call is
+/// answered before the conversation goes on.
+fn check_openai(lines: &[Value]) {
+    for line in lines {
         let messages = line["messages"].as_array().unwrap();
         assert_eq!(messages[0]["role"], "user", "{line}");
         let mut open: Vec<String> = Vec::new();
@@ -203,7 +218,6 @@ fn openai_lines_answer_every_tool_call_by_its_id() {
                             open.push(call["id"].as_str().unwrap().to_owned());
                         }
                     }
-                    parallel |= m["tool_calls"].as_array().is_some_and(|c| c.len() == 2);
                 }
                 "tool" => {
                     let id = m["tool_call_id"].as_str().unwrap();
@@ -216,11 +230,8 @@ fn openai_lines_answer_every_tool_call_by_its_id() {
             }
         }
         assert!(open.is_empty(), "{line}");
-        // The conversation ends with the model's final answer.
-        let last = messages.last().unwrap();
-        assert_eq!(last["tool_calls"][0]["function"]["name"], "final_answer", "{line}");
+        assert_eq!(messages.last().unwrap()["role"], "assistant", "{line}");
     }
-    assert!(parallel, "the two-calls turn is one assistant message with two calls");
 }
 
 #[test]
@@ -229,7 +240,57 @@ fn sharegpt_lines_alternate_and_end_on_the_models_side() {
     export(&sb, &["--format", "sharegpt"]);
     let lines = read_jsonl(&sb.path().join("results/test/export/sharegpt/sharegpt.jsonl"));
     assert_eq!(lines.len(), 3);
-    for line in &lines {
+    check_sharegpt(&lines);
+    let two =
+        lines.iter().find(|l| l["conversations"][0]["value"].as_str().unwrap().contains("a.txt and b.txt")).unwrap();
+    let calls: Value = serde_json::from_str(two["conversations"][1]["value"].as_str().unwrap()).unwrap();
+    assert_eq!(calls.as_array().map(Vec::len), Some(2), "{two}");
+    let results: Value = serde_json::from_str(two["conversations"][2]["value"].as_str().unwrap()).unwrap();
+    assert_eq!(results.as_array().map(Vec::len), Some(2), "{two}");
+}
+
+/// Conversations with the task's user, reminders and plan mode: the user's replies, the
+/// reminders after results and the user's last word keep both formats well formed.
+#[test]
+fn conversations_with_the_user_and_reminders_stay_well_formed() {
+    let sb = Sandbox::new();
+    let out = sb.path().join("results");
+    let run = sb
+        .command()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["eval", "tasks/conversation.yaml", "tasks/user.yaml", "tasks/plan-mode.yaml", "tasks/subagents.yaml"])
+        .args(["--model", "mock", "--run-id", "test", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let run = crate::Run::from(run);
+    assert_eq!(run.code, 0, "{run:?}");
+    export(&sb, &["--format", "openai"]);
+    let openai = read_jsonl(&out.join("test/export/openai/openai.jsonl"));
+    check_openai(&openai);
+    // The user's replies are there, each once.
+    let booking =
+        openai.iter().find(|l| l["messages"][0]["content"].as_str().unwrap().contains("book a table")).unwrap();
+    let users: Vec<&str> = booking["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(users, ["Hi, I'd like to book a table for tonight.", "Two people, at 8pm please."], "{booking}");
+    export(&sb, &["--format", "sharegpt"]);
+    let sharegpt = read_jsonl(&out.join("test/export/sharegpt/sharegpt.jsonl"));
+    assert_eq!(sharegpt.len(), openai.len());
+    check_sharegpt(&sharegpt);
+    let run = export(&sb, &["--format", "atif"]);
+    assert!(run.stdout.contains("skipped 0"), "{run:?}");
+}
+
+/// Past the system message, the model's side and the other alternate, from a human message
+/// to a message of the model.
+fn check_sharegpt(lines: &[Value]) {
+    for line in lines {
         let turns: Vec<&Value> =
             line["conversations"].as_array().unwrap().iter().filter(|m| m["from"] != "system").collect();
         assert_eq!(turns.len() % 2, 0, "{line}");

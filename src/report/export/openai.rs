@@ -2,7 +2,7 @@
 //! "tools": [...]}`, the main agent's conversation as its model saw it — the system prompt,
 //! the input, assistant messages with `tool_calls`, a `tool` message answering each call by
 //! its id, and the final answer (the `final_answer` call, whose own result is left out: the
-//! conversation ends with it).
+//! conversation ends with it). A user's last message the model never answered is left out.
 
 use serde_json::{Value, json};
 
@@ -37,6 +37,10 @@ pub fn line(conversation: &Conversation, main: &Thread) -> Value {
                 }
             }
         }
+    }
+    // The user's last word, which the model never answered, teaches it nothing.
+    while messages.last().is_some_and(|m| m["role"] == "user") {
+        messages.pop();
     }
     let mut line = json!({"messages": messages});
     if let Some(tools) = &main.tools {

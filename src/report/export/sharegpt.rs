@@ -61,7 +61,8 @@ pub fn line(conversation: &Conversation, main: &Thread) -> Value {
             None => Some((from, value)),
         };
     }
-    if let Some((from, value)) = last {
+    // The convention ends on the model's side: what it never answered is left out.
+    if let Some((from, value)) = last.filter(|(from, _)| model_side(from)) {
         conversations.push(json!({"from": from, "value": value}));
     }
     let mut line = json!({"conversations": conversations});
