@@ -203,7 +203,8 @@ fn openai_lines_answer_every_tool_call_by_its_id() {
 fn check_openai(lines: &[Value]) {
     for line in lines {
         let messages = line["messages"].as_array().unwrap();
-        assert_eq!(messages[0]["role"], "user", "{line}");
+        let first = if messages[0]["role"] == "system" { &messages[1] } else { &messages[0] };
+        assert_eq!(first["role"], "user", "{line}");
         let mut open: Vec<String> = Vec::new();
         for m in messages {
             match m["role"].as_str().unwrap() {
@@ -315,4 +316,103 @@ fn an_unknown_run_is_refused_naming_it() {
     let run = sb.run(&["export", "nope", "--format", "atif"]);
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("nope"), "{run:?}");
+}
+
+/// Over HTTP the request bodies are logged: the exports then carry the system prompt, the
+/// tools' definitions, the model's own call ids and the priced cost.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_backends_system_prompt_tools_and_cost_reach_the_exports() {
+    use serde_json::json;
+    use wiremock::matchers::{method, path};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+
+    let server = MockServer::start().await;
+    let calls = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "kv_set", "arguments": "{\"key\": \"x\", \"value\": \"4\"}"}},
+            {"id": "call_b", "type": "function", "function": {"name": "calc", "arguments": "{\"expression\": \"2+2\"}"}}]},
+        "finish_reason": "tool_calls"}], "usage": {"prompt_tokens": 50, "completion_tokens": 9}});
+    let text = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "4"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 2}});
+    let route = || Mock::given(method("POST")).and(path("/v1/chat/completions"));
+    route().respond_with(ResponseTemplate::new(200).set_body_json(calls)).up_to_n_times(1).mount(&server).await;
+    route().respond_with(ResponseTemplate::new(200).set_body_json(text)).mount(&server).await;
+
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        "suite: m\nenvironment: kv\nagent: {system: Be brief.}\nscorers: [{equals: \"4\"}]\ntasks:\n  - {id: t, input: What is 2+2?}\n",
+    );
+    sb.write(
+        "runner.yaml",
+        "providers:\n  openai: {max_retries: 0, timeout_s: 5}\nprices:\n  openai/gpt-test: {input: 1.0, output: 2.0}\n",
+    );
+    let env = [("OPENAI_BASE_URL", format!("{}/v1", server.uri())), ("OPENAI_API_KEY", "sk-test".to_owned())];
+    let args = ["eval", "s.yaml", "--model", "openai/gpt-test", "--run-id", "test", "--out", "results"];
+    let run = crate::models::run_with(&sb, &args, &env).await;
+    assert_eq!(run.code, 0, "{run:?}");
+
+    let sb = std::sync::Arc::new(sb);
+    let exported = {
+        let sb = sb.clone();
+        tokio::task::spawn_blocking(move || {
+            for format in ["openai", "sharegpt", "atif"] {
+                export(&sb, &["--format", format]);
+            }
+        })
+    };
+    exported.await.unwrap();
+    let dir = sb.path().join("results/test/export");
+
+    let line = &read_jsonl(&dir.join("openai/openai.jsonl"))[0];
+    check_openai(std::slice::from_ref(line));
+    let messages = line["messages"].as_array().unwrap();
+    assert_eq!(messages[0], json!({"role": "system", "content": "Be brief."}));
+    assert_eq!(messages[2]["tool_calls"][0]["id"], "call_a");
+    assert_eq!(messages[3]["tool_call_id"], "call_a");
+    assert_eq!(messages[4]["tool_call_id"], "call_b");
+    assert_eq!(messages.last().unwrap(), &json!({"role": "assistant", "content": "4"}));
+    let tools: Vec<&str> =
+        line["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert!(tools.contains(&"calc") && tools.contains(&"kv_set"), "{tools:?}");
+
+    let sharegpt = &read_jsonl(&dir.join("sharegpt/sharegpt.jsonl"))[0];
+    assert_eq!(sharegpt["conversations"][0], json!({"from": "system", "value": "Be brief."}));
+    let tools: Value = serde_json::from_str(sharegpt["tools"].as_str().unwrap()).unwrap();
+    assert!(tools.as_array().unwrap().iter().any(|t| t["name"] == "calc"), "{tools}");
+    assert_eq!(sharegpt["conversations"].as_array().unwrap().last().unwrap(), &json!({"from": "gpt", "value": "4"}));
+
+    let report = read(&dir.join("atif/export.json"));
+    assert_eq!(report["without_system_prompt"], 0, "{report}");
+    let trajectory = read(&dir.join("atif").join(report["files"][0].as_str().unwrap()));
+    assert_eq!(trajectory["steps"][0], json!({"step_id": 1, "source": "system", "message": "Be brief."}));
+    assert_eq!(trajectory["agent"]["tool_definitions"].as_array().map(|t| t.len() >= 2), Some(true));
+    // 50 input at $1/M and 9 output at $2/M, then 20 and 2.
+    let cost = trajectory["final_metrics"]["total_cost_usd"].as_f64().unwrap();
+    assert!((cost - 92.0 / 1e6).abs() < 1e-12, "{cost}");
+    assert_eq!(trajectory["steps"][2]["metrics"]["prompt_tokens"], 50);
+    assert!(trajectory["steps"][2]["metrics"]["cost_usd"].as_f64().is_some(), "{trajectory}");
+}
+
+/// A log cut short (the process was killed) holds an episode that never finished: it is
+/// skipped and counted, never written half.
+#[test]
+fn an_episode_the_log_never_saw_finish_is_skipped_as_unfinished() {
+    let sb = run_suite();
+    let log = sb.path().join("results/test/events.jsonl");
+    let events = read_jsonl(&log);
+    let wrong = events.iter().find(|e| e["type"] == "episode_started" && e["task_id"] == "wrong").unwrap();
+    let id = wrong["episode_id"].clone();
+    let kept: String = events
+        .iter()
+        .filter(|e| !(e["episode_id"] == id && e["type"] == "episode_finished") && e["type"] != "run_finished")
+        .map(|e| format!("{e}\n"))
+        .collect();
+    std::fs::write(&log, kept).unwrap();
+    let run = export(&sb, &["--format", "openai"]);
+    assert!(run.stdout.contains("exported 2 episode(s)"), "{run:?}");
+    assert!(run.stdout.contains("skipped 1: unfinished: the log ends before the episode does"), "{run:?}");
+    let report = read(&sb.path().join("results/test/export/openai/export.json"));
+    let skipped: Vec<&Value> =
+        report["episodes"].as_array().unwrap().iter().filter(|e| e.get("skipped").is_some()).collect();
+    assert_eq!(skipped[0]["episode_id"], id, "{report}");
 }

@@ -191,11 +191,11 @@ impl Fold {
             }
             Event::ActionDispatched { step, call } => {
                 self.call_actors.insert(call.call_id.clone(), call.actor.clone());
-                self.match_call(&call.actor, step, &call.call_id, &call.name, &call.arguments);
+                self.match_call(&call.actor, step, &call.call_id, &call.name);
             }
             Event::AgentAction { step, actor, call_id, name, arguments, result, error, .. } => {
                 self.call_actors.insert(call_id.clone(), actor.clone());
-                self.match_call(&actor, step, &call_id, &name, &arguments);
+                self.match_call(&actor, step, &call_id, &name);
                 let child = (name == DELEGATE_TOOL)
                     .then(|| result["actor"].as_str().and_then(|a| Actor::parse(a).ok()))
                     .flatten();
@@ -223,7 +223,7 @@ impl Fold {
 
     /// Gives the call of `actor`'s turn at `step` the id it was dispatched under: the one the
     /// model proposed when it kept it, else the first unmatched call of that name.
-    fn match_call(&mut self, actor: &Actor, step: u32, id: &str, name: &str, arguments: &Value) {
+    fn match_call(&mut self, actor: &Actor, step: u32, id: &str, name: &str) {
         let thread = self.thread(actor);
         let turn = thread.entries.iter_mut().rev().find_map(|e| match e {
             Entry::Assistant(turn) if turn.step == step => Some(turn),
@@ -232,15 +232,11 @@ impl Fold {
         let Some(turn) = turn else { return };
         let by_id = (0..turn.calls.len()).find(|&i| turn.unmatched[i] && turn.calls[i].id == id);
         let by_name = || (0..turn.calls.len()).find(|&i| turn.unmatched[i] && turn.calls[i].name == name);
-        match by_id.or_else(by_name) {
-            Some(i) => {
-                turn.unmatched[i] = false;
-                turn.calls[i].id = id.to_owned();
-            }
-            None => {
-                turn.calls.push(Call { id: id.to_owned(), name: name.to_owned(), arguments: arguments.clone() });
-                turn.unmatched.push(false);
-            }
+        // A call the model did not propose (the agent's own `final_answer` for a text
+        // answer) is not the model's turn.
+        if let Some(i) = by_id.or_else(by_name) {
+            turn.unmatched[i] = false;
+            turn.calls[i].id = id.to_owned();
         }
     }
 
