@@ -416,3 +416,44 @@ fn an_episode_the_log_never_saw_finish_is_skipped_as_unfinished() {
         report["episodes"].as_array().unwrap().iter().filter(|e| e.get("skipped").is_some()).collect();
     assert_eq!(skipped[0]["episode_id"], id, "{report}");
 }
+
+/// Regression: a resumed run runs an unscored episode again under the same id; the export
+/// is its latest attempt alone, not both attempts' turns run together.
+#[test]
+fn a_resumed_episode_is_exported_from_its_latest_attempt_only() {
+    let sb = Sandbox::new();
+    let suite = "suite: s\nenvironment: kv\nscorers: [{equals: \"4\"}]\ntasks:\n  - id: t\n    input: What is 2 + 2?\n    mock:\n      - tool_calls: [{name: calc, arguments: {expression: \"2+2\"}}]\n";
+    sb.write("s.yaml", suite);
+    let run = sb.eval(&["s.yaml"]);
+    assert!(run.stdout.contains("UNSCORED"), "the mock runs out of turns: {run:?}");
+    let resumed = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "test", "--out", "results"]);
+    assert!(resumed.stdout.contains("UNSCORED"), "{resumed:?}");
+    let starts = sb.events().iter().filter(|e| e["type"] == "episode_started").count();
+    assert_eq!(starts, 2, "the episode ran twice");
+    export(&sb, &["--format", "openai"]);
+    let lines = read_jsonl(&sb.path().join("results/test/export/openai/openai.jsonl"));
+    assert_eq!(lines.len(), 1);
+    let roles: Vec<&str> =
+        lines[0]["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool"], "{}", lines[0]);
+}
+
+/// The oracle runs reference solutions without a model: its episodes have nothing to learn
+/// from, and the export says so rather than writing empty conversations.
+#[test]
+fn episodes_without_model_turns_are_skipped_and_said_so() {
+    let sb = Sandbox::new();
+    let out = sb.path().join("results");
+    let run = sb
+        .command()
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .args(["eval", "tasks/harbor", "--agent", "oracle", "--run-id", "test", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let run = crate::Run::from(run);
+    assert_eq!(run.code, 0, "{run:?}");
+    let run = export(&sb, &["--format", "atif"]);
+    assert!(run.stdout.contains("exported 0 episode(s)"), "{run:?}");
+    assert!(run.stdout.contains("skipped 3: no model turns (an agent without a model)"), "{run:?}");
+}

@@ -8,12 +8,13 @@ pub mod conversation;
 pub mod openai;
 pub mod sharegpt;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
 use crate::log::projection::{EpisodeRow, Projection};
+use crate::log::reader::for_each_event_of;
 use crate::log::{LoggedEvent, for_each_event};
 use conversation::Conversation;
 
@@ -150,16 +151,22 @@ impl Report {
 
 /// Exports the run whose log is `events` as `request` asks; the files and `export.json` are
 /// written under `request.out`.
+///
+/// The log is read three times, holding only what is needed: the table's rows (which
+/// episodes to write), where each episode's latest attempt starts (a resumed run runs an
+/// unscored episode again under the same id), then the events of the episodes written,
+/// each held from its latest start to its finish and written then. Lines and
+/// `export.json` list the episodes in the table's order.
 pub fn export(events: &Path, request: &Request) -> Result<Report, String> {
     let projection = Projection::from_log(events).map_err(|e| e.to_string())?;
-    let mut by_episode: HashMap<String, Vec<LoggedEvent>> = HashMap::new();
+    let mut latest_start: HashMap<String, u64> = HashMap::new();
     let mut started: Vec<String> = Vec::new();
-    for_each_event(events, |event| {
-        let Some(id) = event.episode_id.clone() else { return };
-        if event.kind == "episode_started" && !by_episode.contains_key(&id) {
-            started.push(id.clone());
+    for_each_event_of(events, Some(&["episode_started"]), |event| {
+        if let Some(id) = event.episode_id
+            && latest_start.insert(id.clone(), event.seq).is_none()
+        {
+            started.push(id);
         }
-        by_episode.entry(id).or_default().push(event);
     })
     .map_err(|e| e.to_string())?;
 
@@ -170,44 +177,67 @@ pub fn export(events: &Path, request: &Request) -> Result<Report, String> {
         out: request.out.clone(),
         ..Report::default()
     };
-    let finished: std::collections::HashSet<&str> = projection.episodes.iter().map(|r| &*r.episode_id).collect();
+    let finished: HashSet<&str> = projection.episodes.iter().map(|r| &*r.episode_id).collect();
     for id in started.iter().filter(|id| !finished.contains(id.as_str())) {
-        report.skip(id, "unfinished", "unfinished: the log ends before the episode does".into());
+        report.skip(id, "unfinished", UNFINISHED.into());
     }
-    let mut lines = String::new();
-    for row in &projection.episodes {
+    // The rows to write, by episode id: their place in the table.
+    let mut wanted: HashMap<&str, usize> = HashMap::new();
+    let mut outcomes: Vec<Option<Written>> = vec![None; projection.episodes.len()];
+    for (at, row) in projection.episodes.iter().enumerate() {
         let status = row.status();
-        if let Some(wanted) = request.status
-            && !wanted.admits(status)
-        {
-            report.skip(&row.episode_id, status, format!("{status} (only {} asked)", wanted.flag()));
-            continue;
-        }
-        let events = by_episode.get(&*row.episode_id).map(Vec::as_slice).unwrap_or_default();
-        let conversation = Conversation::fold(events);
-        let Some(main) = conversation.main().filter(|m| m.turns().next().is_some()) else {
-            report.skip(&row.episode_id, status, "no model turns (an agent without a model)".into());
-            continue;
-        };
-        let meta = meta(&projection, row);
-        let mut files = Vec::new();
-        match request.format {
-            Format::Atif => {
-                for (name, document) in atif::trajectories(&meta, &conversation) {
-                    let path = request.out.join(&name);
-                    let bytes = serde_json::to_vec_pretty(&document).unwrap_or_default();
-                    std::fs::write(&path, bytes).map_err(|e| format!("failed to write {}: {e}", path.display()))?;
-                    files.push(name);
-                }
+        match request.status {
+            Some(asked) if !asked.admits(status) => {
+                outcomes[at] = Some(Written::Skipped(format!("{status} (only {} asked)", asked.flag())));
             }
-            Format::Sharegpt => lines += &format!("{}\n", sharegpt::line(&conversation, main)),
-            Format::Openai => lines += &format!("{}\n", openai::line(&conversation, main)),
+            _ => {
+                wanted.insert(&row.episode_id, at);
+            }
         }
-        report.written += 1;
-        report.cut_payloads += usize::from(conversation.cut_payloads);
-        report.without_system_prompt += usize::from(main.system.is_none());
-        report.episodes.push(json!({"episode_id": row.episode_id, "status": status, "files": files}));
-        report.files.extend(files);
+    }
+
+    let mut open: HashMap<String, Vec<LoggedEvent>> = HashMap::new();
+    let mut failure = None;
+    for_each_event(events, |event| {
+        let Some(id) = event.episode_id.as_deref() else { return };
+        let Some(&at) = wanted.get(id) else { return };
+        if outcomes[at].is_some() || latest_start.get(id).is_some_and(|&seq| event.seq < seq) {
+            return;
+        }
+        let done = event.kind == "episode_finished";
+        let id = id.to_owned();
+        open.entry(id.clone()).or_default().push(event);
+        if done {
+            let events = open.remove(&id).unwrap_or_default();
+            let row = &projection.episodes[at];
+            outcomes[at] = Some(match write_episode(&projection, row, &events, request) {
+                Ok(written) => written,
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    Written::Skipped(String::new())
+                }
+            });
+        }
+    })
+    .map_err(|e| e.to_string())?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+
+    let mut lines = String::new();
+    for (row, outcome) in projection.episodes.iter().zip(outcomes) {
+        let status = row.status();
+        match outcome.unwrap_or_else(|| Written::Skipped(UNFINISHED.into())) {
+            Written::Skipped(reason) => report.skip(&row.episode_id, status, reason),
+            Written::Episode { files, line, cut_payloads, without_system_prompt } => {
+                lines += &line;
+                report.written += 1;
+                report.cut_payloads += usize::from(cut_payloads);
+                report.without_system_prompt += usize::from(without_system_prompt);
+                report.episodes.push(json!({"episode_id": row.episode_id, "status": status, "files": files}));
+                report.files.extend(files);
+            }
+        }
     }
     if request.format != Format::Atif {
         let name = format!("{}.jsonl", request.format.as_str());
@@ -219,6 +249,49 @@ pub fn export(events: &Path, request: &Request) -> Result<Report, String> {
     let json = serde_json::to_vec_pretty(&report.to_json()).unwrap_or_default();
     super::write_atomically(&path, &json).map_err(|e| format!("failed to write {}: {e}", path.display()))?;
     Ok(report)
+}
+
+const UNFINISHED: &str = "unfinished: the log ends before the episode does";
+
+/// What became of an episode: skipped (and why), or written (an ATIF export's files, a
+/// JSONL export's line).
+#[derive(Debug, Clone)]
+enum Written {
+    Skipped(String),
+    Episode { files: Vec<String>, line: String, cut_payloads: bool, without_system_prompt: bool },
+}
+
+/// Projects one episode's latest attempt, writing its ATIF files.
+fn write_episode(
+    projection: &Projection,
+    row: &EpisodeRow,
+    events: &[LoggedEvent],
+    request: &Request,
+) -> Result<Written, String> {
+    let conversation = Conversation::fold(events);
+    let Some(main) = conversation.main().filter(|m| m.turns().next().is_some()) else {
+        return Ok(Written::Skipped("no model turns (an agent without a model)".into()));
+    };
+    let mut files = Vec::new();
+    let mut line = String::new();
+    match request.format {
+        Format::Atif => {
+            for (name, document) in atif::trajectories(&meta(projection, row), &conversation) {
+                let path = request.out.join(&name);
+                let bytes = serde_json::to_vec_pretty(&document).unwrap_or_default();
+                std::fs::write(&path, bytes).map_err(|e| format!("failed to write {}: {e}", path.display()))?;
+                files.push(name);
+            }
+        }
+        Format::Sharegpt => line = format!("{}\n", sharegpt::line(&conversation, main)),
+        Format::Openai => line = format!("{}\n", openai::line(&conversation, main)),
+    }
+    Ok(Written::Episode {
+        files,
+        line,
+        cut_payloads: conversation.cut_payloads,
+        without_system_prompt: main.system.is_none(),
+    })
 }
 
 fn meta(projection: &Projection, row: &EpisodeRow) -> EpisodeMeta {
