@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use crate::contract::{Actor, DELEGATE_TOOL, Observation};
+use crate::log::writer::OVER_BUDGET_PAYLOAD_BYTES;
 use crate::log::{Event, LoggedEvent, Usage};
 
 /// One call a model turn proposed, under the id it was dispatched with.
@@ -119,7 +120,16 @@ impl Conversation {
     }
 }
 
-const CUT_MARKER: &str = "[... cut: showing";
+/// Whether `content` holds a payload the log cut past the episode's log budget: its markers
+/// show at most [`OVER_BUDGET_PAYLOAD_BYTES`] kept, where a tool's output cap (what the
+/// model saw cut) keeps far more.
+fn cut_by_the_log(content: &str) -> bool {
+    content.match_indices("[... cut: showing ").any(|(at, marker)| {
+        let rest = &content[at + marker.len()..];
+        let kept = rest.split(' ').next().and_then(|n| n.parse::<usize>().ok());
+        kept.is_some_and(|kept| kept <= OVER_BUDGET_PAYLOAD_BYTES)
+    })
+}
 
 #[derive(Default)]
 struct Fold {
@@ -252,7 +262,7 @@ impl Fold {
                 (None, None) => "null".to_owned(),
                 (Some(error), partial) => json!({"error": error, "tool_result": partial}).to_string(),
             };
-            self.conversation.cut_payloads |= content.contains(CUT_MARKER);
+            self.conversation.cut_payloads |= cut_by_the_log(&content);
             let result = CallResult { content, is_error: observation.error.is_some(), child: None };
             self.conversation.results.insert(call_id.clone(), result);
         }
@@ -310,6 +320,17 @@ fn from_request(request: &Value) -> (Option<String>, Option<Vec<Value>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_payload_cut_by_the_log_is_told_from_one_cut_at_the_output_cap() {
+        use crate::contract::fit::fit;
+        let long = json!({"stdout": "x".repeat(100_000)});
+        let (logged, _) = fit(&long, OVER_BUDGET_PAYLOAD_BYTES);
+        assert!(cut_by_the_log(&logged.to_string()), "{logged}");
+        let (capped, _) = fit(&long, 16 * 1024);
+        assert!(!cut_by_the_log(&capped.to_string()));
+        assert!(!cut_by_the_log("[... cut: showing nothing"));
+    }
 
     #[test]
     fn the_system_prompt_and_tools_are_read_from_either_providers_request() {
