@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::flags::{CompareArgs, EvalArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs, Switch};
+use super::flags::{CompareArgs, EvalArgs, ExportArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs, Switch};
 use super::{CliError, Exit, out, outln, resolve};
 use crate::agent::AgentKind;
 use crate::batch::regrade::LoggedRun;
@@ -252,6 +252,19 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
     }
     let regressed = verdicts.iter().any(|t| t.regressed(args.tolerance, args.alpha));
     Ok(if args.fail_on_regression && regressed { Exit::GateFailed } else { Exit::Passed })
+}
+
+/// `runner export`: the run's episodes in another format, and how complete that is.
+pub fn export(args: ExportArgs) -> Result<Exit, CliError> {
+    use crate::report::export::{Request, Status};
+    let dir = batch::resume::find_logged_run(&args.run, Path::new("results")).map_err(CliError::usage)?;
+    let status = if args.passed_only { Some(Status::Passed) } else { args.outcome };
+    let out = args.out.unwrap_or_else(|| dir.join("export").join(args.format.as_str()));
+    let request = Request { format: args.format, status, out };
+    let report = crate::report::export::export(&dir.join("events.jsonl"), &request).map_err(CliError::results)?;
+    out!("{}", report.render());
+    outln!("export: {}", request.out.join("export.json").display());
+    Ok(Exit::Passed)
 }
 
 /// `runner merge`: the shards into one run, judged as one.

@@ -26,6 +26,9 @@ pub enum Command {
     /// Put backends side by side: pass rates with intervals, cost, latency, the tasks that
     /// flipped, and paired tests on the episodes the runs share.
     Compare(CompareArgs),
+    /// Write a run's episodes as ATIF trajectories, or as ShareGPT or OpenAI-messages JSONL
+    /// for fine-tuning sets; says which episodes were written and which skipped, and why.
+    Export(ExportArgs),
     /// Combine the shards of a run (or runs of the same suites and models on disjoint
     /// episodes) into one run folder.
     Merge(MergeArgs),
@@ -107,6 +110,24 @@ pub struct ReportArgs {
     /// Write the summary as Markdown here.
     #[arg(long)]
     pub markdown: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct ExportArgs {
+    /// The run: its id (a folder in results/), its folder, or its events.jsonl.
+    pub run: PathBuf,
+    /// `atif`: one trajectory file per agent of an episode; `sharegpt`, `openai`: one JSONL line per episode.
+    #[arg(long, value_enum)]
+    pub format: crate::report::export::Format,
+    /// Only the episodes that passed (the same as `--outcome passed`).
+    #[arg(long, conflicts_with = "outcome")]
+    pub passed_only: bool,
+    /// Only the episodes of this status in the episodes table (`scored` is passed or failed).
+    #[arg(long, value_enum, value_name = "O")]
+    pub outcome: Option<crate::report::export::Status>,
+    /// Where to write; by default `RUN/export/FORMAT/`.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 #[derive(Args)]

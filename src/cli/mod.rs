@@ -89,6 +89,7 @@ fn run(command: Command) -> Result<Exit, CliError> {
         Command::Report(args) => commands::report(args),
         Command::Compare(args) => commands::compare(args),
         Command::Merge(args) => commands::merge(args),
+        Command::Export(args) => commands::export(args),
     }
 }
 

@@ -2,6 +2,7 @@
 //! is computed from the event log or from the stream of finished episodes.
 
 pub mod compare;
+pub mod export;
 pub mod gate;
 pub mod html;
 pub mod junit;

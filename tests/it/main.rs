@@ -8,6 +8,7 @@ mod cli_agent;
 mod docs;
 mod e2e;
 mod eval;
+mod export;
 mod file_tools;
 mod gateway;
 mod harbor;
