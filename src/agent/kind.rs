@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::external::{ExternalAgent, ExternalParts};
 use super::memory::SharedStores;
 use super::{Agent, Subagents, ToolCallingAgent};
 use crate::model::LanguageModel;
@@ -14,6 +15,8 @@ pub enum AgentKind {
     /// The model proposes tool calls and the agent passes them on: [`ToolCallingAgent`].
     #[default]
     ToolCalling,
+    /// A program proposes the calls, over the external agent protocol: [`ExternalAgent`].
+    External,
 }
 
 /// What an agent of any kind is built from, for one episode: the model the episode's cast
@@ -33,18 +36,21 @@ pub struct AgentParts {
     pub conversation: bool,
     /// The suite's subagents, when it has them.
     pub subagents: Option<Arc<Subagents>>,
+    /// For an `external` agent: its program and what `start` tells it of the episode.
+    pub external: Option<ExternalParts>,
 }
 
 impl AgentKind {
-    pub const ALL: [AgentKind; 1] = [AgentKind::ToolCalling];
+    pub const ALL: [AgentKind; 2] = [AgentKind::ToolCalling, AgentKind::External];
 
     /// Kinds that `DESIGN.md` names but that are not built yet: refused as such, not as
     /// unknown, so that a suite written for them says what it is waiting for.
-    pub const NOT_YET: [&str; 3] = ["memory", "external", "oracle"];
+    pub const NOT_YET: [&str; 2] = ["memory", "oracle"];
 
     pub fn name(self) -> &'static str {
         match self {
             AgentKind::ToolCalling => "tool_calling",
+            AgentKind::External => "external",
         }
     }
 
@@ -60,10 +66,12 @@ impl AgentKind {
         }
     }
 
-    /// This kind's agent for one episode.
-    pub fn build(self, parts: AgentParts) -> Box<dyn Agent> {
-        match self {
-            AgentKind::ToolCalling => Box::new(tool_calling(parts)),
+    /// This kind's agent for one episode. An `external` agent without its program (a
+    /// suite checks it has one when it loads) is a tool-calling one.
+    pub fn build(self, mut parts: AgentParts) -> Box<dyn Agent> {
+        match (self, parts.external.take()) {
+            (AgentKind::External, Some(external)) => Box::new(ExternalAgent::new(external, parts.system)),
+            _ => Box::new(tool_calling(parts)),
         }
     }
 }
@@ -109,8 +117,8 @@ mod tests {
             assert_eq!(AgentKind::parse(kind.name()), Ok(kind));
         }
         let err = AgentKind::parse("oracle").unwrap_err();
-        assert!(err.contains("`oracle` is not available yet") && err.ends_with(": tool_calling"), "{err}");
+        assert!(err.contains("`oracle` is not available yet") && err.ends_with(": tool_calling, external"), "{err}");
         let err = AgentKind::parse("toolcalling").unwrap_err();
-        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling");
+        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling, external");
     }
 }

@@ -9,6 +9,7 @@ use super::cast::{Cast, Roster};
 use super::memory::Slot;
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::memory::{SharedStores, Stores};
+use crate::agent::external::ExternalParts;
 use crate::agent::{Agent, AgentParts, Subagents};
 use crate::config::template;
 use std::sync::Arc;
@@ -99,7 +100,7 @@ pub async fn run_episode(
         }
         Ok(env) => {
             let env = env.with_permissions(suite.permissions.clone());
-            let mut agent = agent_for(&cast, suite, task, stores.clone());
+            let mut agent = agent_for((&spec.id, &cast), suite, task, stores.clone());
             let ending = env.run(agent.as_mut(), task, &budget(suite, &grounds.limits, stop), &recorder).await;
             user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
@@ -108,6 +109,7 @@ pub async fn run_episode(
             let time_s = grounds.limits.time_s(suite.limits.time_s);
             let outcome =
                 outcome_of(&ending, (&spec.id, &cast), (suite, time_s), task, env.world(), wall_s, &recorder).await;
+            agent.finish(ending.termination, &outcome, &recorder).await;
             env.teardown().await;
             (ending, outcome)
         }
@@ -153,7 +155,12 @@ pub async fn run_episode(
 }
 
 /// Builds the episode's agent, of the kind the suite names, played by the cast's model.
-fn agent_for(cast: &Cast<'_>, suite: &Suite, task: &Task, memory: Option<SharedStores>) -> Box<dyn Agent> {
+fn agent_for(
+    (episode_id, cast): (&str, &Cast<'_>),
+    suite: &Suite,
+    task: &Task,
+    memory: Option<SharedStores>,
+) -> Box<dyn Agent> {
     suite.agent.kind.build(AgentParts {
         model: cast.agent.clone(),
         model_name: cast.under_test.name().to_owned(),
@@ -163,6 +170,11 @@ fn agent_for(cast: &Cast<'_>, suite: &Suite, task: &Task, memory: Option<SharedS
         plan_mode: suite.agent.plan_mode,
         conversation: task.user.as_ref().is_some_and(|u| u.conversation),
         subagents: subagents_for(cast, suite, task),
+        external: suite.agent.program.as_ref().map(|program| ExternalParts {
+            program: program.clone(),
+            episode_id: episode_id.to_owned(),
+            task: serde_json::json!({"id": task.id, "input": task.input, "metadata": task.metadata}),
+        }),
     })
 }
 

@@ -21,6 +21,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::agent::AgentKind;
+use crate::agent::external::Program;
 use crate::agent::memory::{MemoryConfig, Stores};
 use crate::environment::definition::Definition;
 use crate::environment::permission::{self, Permissions};
@@ -92,6 +93,19 @@ pub struct AgentConfig {
     pub plan_mode: bool,
     /// The bounded memory: the `memory` tool and its stores in the system prompt.
     pub memory: Option<MemoryConfig>,
+    /// `external`: the program and its arguments; it runs in the suite file's folder.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// `external`: variables added to the program's otherwise clean environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// `external`: one process serves many episodes, one after another (a `start` each).
+    #[serde(default)]
+    pub reuse: bool,
+    /// `external`: the program, checked when the suite loaded (and, with `reuse`, its idle
+    /// processes).
+    #[serde(skip)]
+    pub program: Option<Arc<Program>>,
 }
 
 pub const DEFAULT_MAX_CHILDREN: u32 = 3;
@@ -343,6 +357,8 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     if let Some(memory) = &file.agent.memory {
         memory.check().map_err(|(field, e)| source.error(&format!("agent.memory.{field}"), e))?;
     }
+    let mut file = file;
+    file.agent.program = external_program(&source, &file.agent, path)?;
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
     let environment = match &file.tools {
         Some(names) => environment.narrowed(names).map_err(|e| source.error("tools", e))?,
@@ -450,6 +466,37 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         tasks,
         ungraded,
     })
+}
+
+/// An `external` agent's program, checked; `None` for the other kinds, which are refused
+/// the keys that only an external agent has, and the external kind the ones it cannot use.
+fn external_program(source: &Source, agent: &AgentConfig, path: &Path) -> Result<Option<Arc<Program>>, ConfigError> {
+    if agent.kind != AgentKind::External {
+        let given = [("command", agent.command.is_some()), ("env", !agent.env.is_empty()), ("reuse", agent.reuse)];
+        if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
+            return Err(source.error(&format!("agent.{key}"), "is for `kind: external` agents only"));
+        }
+        return Ok(None);
+    }
+    let ignored = [
+        ("subagent", agent.subagent.is_some()),
+        ("memory", agent.memory.is_some()),
+        ("plan_mode", agent.plan_mode),
+        ("require_final_answer", agent.require_final_answer),
+    ];
+    if let Some((key, _)) = ignored.into_iter().find(|(_, given)| *given) {
+        let message = "an external agent's program makes its own decisions: this key has no effect on it";
+        return Err(source.error(&format!("agent.{key}"), message));
+    }
+    let Some(command) = &agent.command else {
+        return Err(source.error("agent", "an external agent needs `command: [program, args…]`"));
+    };
+    let position = source.locations.find("agent.command");
+    let at = format!("{}:{}:{}", path.display(), position.line, position.column);
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let program = Program::new(command.clone(), agent.env.clone(), agent.reuse, folder, at)
+        .map_err(|e| source.error("agent.command", e))?;
+    Ok(Some(Arc::new(program)))
 }
 
 /// Checks a task's initial memory: the suite gives the agent a memory, and each store's
