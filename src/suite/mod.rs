@@ -491,11 +491,13 @@ fn external_program(source: &Source, agent: &AgentConfig, path: &Path) -> Result
     let Some(command) = &agent.command else {
         return Err(source.error("agent", "an external agent needs `command: [program, args…]`"));
     };
-    let position = source.locations.find("agent.command");
+    // The program itself, where the suite names it.
+    let first = yaml::item("agent.command", 0);
+    let position = source.locations.find(&first);
     let at = format!("{}:{}:{}", path.display(), position.line, position.column);
     let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let program = Program::new(command.clone(), agent.env.clone(), agent.reuse, folder, at)
-        .map_err(|e| source.error("agent.command", e))?;
+        .map_err(|e| source.error(if command.is_empty() { "agent.command" } else { &first }, e))?;
     Ok(Some(Arc::new(program)))
 }
 

@@ -7,6 +7,7 @@ mod checkpoints;
 mod docs;
 mod e2e;
 mod eval;
+mod external;
 mod file_tools;
 mod layers;
 mod lifecycle;

@@ -157,7 +157,12 @@ impl ExternalAgent {
 
     /// The `actions` reply as a proposal: its calls, each with an id new to the episode; a
     /// reply with no calls and some text is the final answer, as a model's plain text is.
-    fn proposal(&mut self, step: u32, calls: Vec<protocol::ProposedCall>, text: Option<String>) -> Result<Proposal, String> {
+    fn proposal(
+        &mut self,
+        step: u32,
+        calls: Vec<protocol::ProposedCall>,
+        text: Option<String>,
+    ) -> Result<Proposal, String> {
         let mut proposed = Vec::with_capacity(calls.len().max(1));
         for (i, call) in calls.into_iter().enumerate() {
             let call_id = call.call_id.unwrap_or_else(|| format!("x{step}_{}", i + 1));
@@ -202,7 +207,10 @@ impl Agent for ExternalAgent {
                 if let Some(process) = self.process.as_mut() {
                     process.closed = true;
                 }
-                let why = format!("the external agent `{}` ({}): {why}", self.parts.program.command[0], self.parts.program.at);
+                let why = format!(
+                    "the external agent `{}` ({}): {why}",
+                    self.parts.program.command[0], self.parts.program.at
+                );
                 self.broken = Some(why.clone());
                 Ok(Proposal { failed: Some(why), cost_usd: Some(0.0), ..Proposal::default() })
             }

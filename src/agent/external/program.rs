@@ -124,7 +124,10 @@ impl Program {
         } else {
             let path_var = vars.get("PATH").map(String::as_str).unwrap_or(SAFE_PATH);
             on_path(first, path_var).ok_or_else(|| {
-                format!("the program `{first}` ({}) is not on its PATH ({path_var}); set `PATH` in `env:` or give a path", self.at)
+                format!(
+                    "the program `{first}` ({}) is not on its PATH ({path_var}); set `PATH` in `env:` or give a path",
+                    self.at
+                )
             })?
         };
         let mut command = Command::new(&program);
@@ -151,7 +154,10 @@ impl Program {
         let tail = Arc::new(Mutex::new(Tail::default()));
         let (read_to_end, stderr_read) = tokio::sync::watch::channel(false);
         tokio::spawn(keep_tail(stderr, tail.clone(), read_to_end));
-        let pid = supervised.keeper.id().unwrap_or_default();
+        // The program is the keeper's one child: the keeper forked it before `spawn` returned.
+        let keeper = supervised.keeper.id().unwrap_or_default();
+        let children = std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children")).unwrap_or_default();
+        let pid = children.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or(keeper);
         let stdin = Some(stdin);
         Ok(Process { supervised, pid, stdin, incoming, stderr: tail, stderr_read, in_turn: false, closed: false })
     }
@@ -169,7 +175,11 @@ fn executable(path: &Path) -> Result<(), &'static str> {
 
 /// `name` found on `path_var`, as a shell would find it.
 fn on_path(name: &str, path_var: &str) -> Option<PathBuf> {
-    path_var.split(':').filter(|dir| !dir.is_empty()).map(|dir| Path::new(dir).join(name)).find(|p| executable(p).is_ok())
+    path_var
+        .split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| executable(p).is_ok())
 }
 
 /// What the program wrote on stdout, one line at a time.
@@ -182,38 +192,39 @@ pub enum Incoming {
     Closed,
 }
 
-/// Reads the program's stdout line by line, each line capped at [`MAX_LINE`].
+/// Reads the program's stdout line by line, each line capped at [`MAX_LINE`]. A longer
+/// line is a violation as soon as it passes the cap; nothing after it is read.
 async fn read_messages(stdout: tokio::process::ChildStdout, sender: mpsc::Sender<Incoming>) {
     let mut reader = BufReader::with_capacity(64 * 1024, stdout);
     let mut line = Vec::new();
     loop {
         line.clear();
-        let mut over = 0usize;
         let ended = loop {
             let buf = match reader.fill_buf().await {
-                Ok(buf) if buf.is_empty() => break true,
+                Ok([]) => break true,
                 Ok(buf) => buf,
                 Err(_) => break true,
             };
-            let (part, done) = match buf.iter().position(|b| *b == b'\n') {
-                Some(i) => (&buf[..i], Some(i + 1)),
-                None => (buf, None),
-            };
-            let room = MAX_LINE.saturating_sub(line.len());
-            line.extend_from_slice(&part[..part.len().min(room)]);
-            over += part.len().saturating_sub(room);
-            let used = done.unwrap_or(buf.len());
-            reader.consume(used);
-            if done.is_some() {
-                break false;
+            let newline = buf.iter().position(|b| *b == b'\n');
+            let part = &buf[..newline.unwrap_or(buf.len())];
+            if line.len() + part.len() > MAX_LINE {
+                let cut = format!("a line on stdout longer than the cap of {MAX_LINE} bytes [cut]");
+                let _ = sender.send(Incoming::Violation(cut)).await;
+                return;
+            }
+            line.extend_from_slice(part);
+            match newline {
+                Some(i) => {
+                    reader.consume(i + 1);
+                    break false;
+                }
+                None => {
+                    let read = buf.len();
+                    reader.consume(read);
+                }
             }
         };
-        let incoming = if over > 0 {
-            Some(Incoming::Violation(format!(
-                "a line on stdout of {} bytes, over the cap of {MAX_LINE} bytes [cut]",
-                line.len() + over
-            )))
-        } else if line.iter().all(u8::is_ascii_whitespace) {
+        let incoming = if line.iter().all(u8::is_ascii_whitespace) {
             None
         } else {
             Some(FromAgent::parse(&line).map_or_else(Incoming::Violation, Incoming::Message))
@@ -276,6 +287,7 @@ async fn keep_tail(
 pub struct Process {
     /// Killed, with everything it started, when the process is dropped.
     supervised: Supervised,
+    /// The program's pid (its keeper's, should it not be known).
     pub pid: u32,
     stdin: Option<ChildStdin>,
     pub incoming: mpsc::Receiver<Incoming>,

@@ -111,7 +111,8 @@ impl ToAgent<'_> {
 impl FromAgent {
     /// Reads one line from the program, or says how it breaks the protocol.
     pub fn parse(line: &[u8]) -> Result<FromAgent, String> {
-        let value: Value = serde_json::from_slice(line).map_err(|e| format!("a line on stdout that is not JSON ({e}): {}", preview(line)))?;
+        let value: Value = serde_json::from_slice(line)
+            .map_err(|e| format!("a line on stdout that is not JSON ({e}): {}", preview(line)))?;
         let kind = match value.get("type") {
             Some(Value::String(kind)) => kind.clone(),
             Some(_) | None => return Err(format!("a message without a `type` string: {}", preview(line))),
