@@ -3,8 +3,9 @@
 
 runner writes one JSON message per line on stdin (`start`, `observations`, `end`); the agent
 answers each `observations` with one `actions` line on stdout. This one is a fixed policy:
-it reads the file the task's metadata names (`path`) and answers with its first line, or,
-without one, lists the working folder and answers with the names it sees. It exits when
+it reads the file the task's metadata names (`path`; `reads` times, one turn each, default
+1) and answers with its first line, or, without one, lists the working folder and answers
+with the names it sees. It exits when
 stdin closes, so that it also serves `reuse: true` (a `start` … `end` per episode).
 """
 import json
@@ -19,9 +20,10 @@ def send(message):
 def decide(task, step, observations):
     """The calls (or the final text) for this turn."""
     path = task.get("metadata", {}).get("path")
+    reads = int(task.get("metadata", {}).get("reads", 1))
+    if path and step <= reads:
+        return {"calls": [{"name": "read_file", "arguments": {"path": path}}]}
     if step == 1:
-        if path:
-            return {"calls": [{"name": "read_file", "arguments": {"path": path}}]}
         return {"calls": [{"name": "list_dir", "arguments": {}}]}
     result = observations[0].get("tool_result") or {}
     if observations[0].get("error"):

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::external::{ExternalAgent, ExternalParts};
+use super::external::{ExternalAgent, ExternalParts, NoProgram};
 use super::memory::SharedStores;
 use super::{Agent, Subagents, ToolCallingAgent};
 use crate::model::LanguageModel;
@@ -66,12 +66,13 @@ impl AgentKind {
         }
     }
 
-    /// This kind's agent for one episode. An `external` agent without its program (a
-    /// suite checks it has one when it loads) is a tool-calling one.
+    /// This kind's agent for one episode.
     pub fn build(self, mut parts: AgentParts) -> Box<dyn Agent> {
         match (self, parts.external.take()) {
+            (AgentKind::ToolCalling, _) => Box::new(tool_calling(parts)),
             (AgentKind::External, Some(external)) => Box::new(ExternalAgent::new(external, parts.system)),
-            _ => Box::new(tool_calling(parts)),
+            // A suite checks that its external agent has a program when it loads.
+            (AgentKind::External, None) => Box::new(NoProgram),
         }
     }
 }

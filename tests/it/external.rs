@@ -278,5 +278,6 @@ fn a_program_not_on_its_path_fails_the_episode_naming_the_suite_line() {
     assert_eq!(finished["termination"], "agent_error", "{finished}");
     assert_eq!(finished["outcome"]["status"], "scored", "{finished}");
     let message = one(&events, "agent_error")["message"].as_str().unwrap().to_owned();
-    assert!(message.contains("`no-such-agent-program` (s.yaml:5:13) is not on its PATH"), "{message}");
+    assert!(message.contains("the external agent `no-such-agent-program` (s.yaml:5:13)"), "{message}");
+    assert!(message.contains("is not on its PATH (/usr/local/bin:/usr/bin:/bin)"), "{message}");
 }

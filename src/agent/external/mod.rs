@@ -183,6 +183,17 @@ impl ExternalAgent {
     }
 }
 
+/// An external agent given no program: each turn is its failure.
+pub struct NoProgram;
+
+#[async_trait]
+impl Agent for NoProgram {
+    async fn propose(&mut self, _turn: Turn<'_>) -> Result<Proposal, AgentFault> {
+        let failed = Some("the external agent has no program: its suite gives no `agent.command`".to_owned());
+        Ok(Proposal { failed, ..Proposal::default() })
+    }
+}
+
 /// How a turn failed: the program broke the protocol (its failure), or said it could not
 /// go on for a cause that is nobody's answer.
 enum Failure {

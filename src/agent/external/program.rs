@@ -119,15 +119,12 @@ impl Program {
         let first = &self.command[0];
         let program = if first.contains('/') {
             let path = self.folder.join(first);
-            executable(&path).map_err(|why| format!("`{first}` ({}) {why}", self.at))?;
+            executable(&path).map_err(|why| format!("`{first}` {why} now (read from {})", self.folder.display()))?;
             path
         } else {
             let path_var = vars.get("PATH").map(String::as_str).unwrap_or(SAFE_PATH);
             on_path(first, path_var).ok_or_else(|| {
-                format!(
-                    "the program `{first}` ({}) is not on its PATH ({path_var}); set `PATH` in `env:` or give a path",
-                    self.at
-                )
+                format!("the program `{first}` is not on its PATH ({path_var}); set `PATH` in `env:` or give a path")
             })?
         };
         let mut command = Command::new(&program);
@@ -143,11 +140,11 @@ impl Program {
         // The program is the user's own policy, not part of the world: it runs as runner does.
         let unconfined = Confinement::off("the external agent kind");
         let mut supervised = process::spawn(&mut command, &unconfined)
-            .map_err(|e| format!("failed to start `{}` ({}): {e}", program.display(), self.at))?;
+            .map_err(|e| format!("failed to start `{}`: {e}", program.display()))?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (supervised.keeper.stdin.take(), supervised.keeper.stdout.take(), supervised.keeper.stderr.take())
         else {
-            return Err(format!("`{first}` ({}): its pipes were not set up", self.at));
+            return Err(format!("`{first}`: its pipes were not set up"));
         };
         let (sender, incoming) = mpsc::channel(64);
         tokio::spawn(read_messages(stdout, sender));
