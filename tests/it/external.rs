@@ -182,6 +182,7 @@ fn an_exit_before_end_is_the_agents_failure_with_its_status_and_stderr() {
     }
     let events = run("exit", "{time_s: 20}");
     assert_agents_failure(&events, "exited (exit code 3) before `end`", "giving up");
+    assert_eq!(one(&events, "agent_program")["exit"], "exit code 3");
 }
 
 #[test]
@@ -278,6 +279,6 @@ fn a_program_not_on_its_path_fails_the_episode_naming_the_suite_line() {
     assert_eq!(finished["termination"], "agent_error", "{finished}");
     assert_eq!(finished["outcome"]["status"], "scored", "{finished}");
     let message = one(&events, "agent_error")["message"].as_str().unwrap().to_owned();
-    assert!(message.contains("the external agent `no-such-agent-program` (s.yaml:5:13)"), "{message}");
+    assert!(message.contains("the external agent `no-such-agent-program --go` (s.yaml:5:13)"), "{message}");
     assert!(message.contains("is not on its PATH (/usr/local/bin:/usr/bin:/bin)"), "{message}");
 }

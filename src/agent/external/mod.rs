@@ -218,10 +218,8 @@ impl Agent for ExternalAgent {
                 if let Some(process) = self.process.as_mut() {
                     process.closed = true;
                 }
-                let why = format!(
-                    "the external agent `{}` ({}): {why}",
-                    self.parts.program.command[0], self.parts.program.at
-                );
+                let program = &self.parts.program;
+                let why = format!("the external agent `{}` ({}): {why}", program.command.join(" "), program.at);
                 self.broken = Some(why.clone());
                 Ok(Proposal { failed: Some(why), cost_usd: Some(0.0), ..Proposal::default() })
             }

@@ -156,7 +156,17 @@ impl Program {
         let children = std::fs::read_to_string(format!("/proc/{keeper}/task/{keeper}/children")).unwrap_or_default();
         let pid = children.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or(keeper);
         let stdin = Some(stdin);
-        Ok(Process { supervised, pid, stdin, incoming, stderr: tail, stderr_read, in_turn: false, closed: false })
+        Ok(Process {
+            supervised,
+            pid,
+            stdin,
+            incoming,
+            stderr: tail,
+            stderr_read,
+            in_turn: false,
+            closed: false,
+            exit: None,
+        })
     }
 }
 
@@ -296,6 +306,8 @@ pub struct Process {
     pub in_turn: bool,
     /// Its stdout closed, or it broke the protocol.
     pub closed: bool,
+    /// How it exited, once known.
+    exit: Option<String>,
 }
 
 impl Process {
@@ -320,8 +332,12 @@ impl Process {
 
     /// How it exited, if it has, waiting up to `wait` for it.
     pub async fn exit_status(&mut self, wait: Duration) -> Option<String> {
-        let status = tokio::time::timeout(wait, self.supervised.shell_status()).await.ok().flatten()?;
-        Some(describe(status))
+        // The keeper reports the status once.
+        if self.exit.is_none() {
+            let status = tokio::time::timeout(wait, self.supervised.shell_status()).await.ok().flatten()?;
+            self.exit = Some(describe(status));
+        }
+        self.exit.clone()
     }
 
     /// Closes its stdin, gives it [`EXIT_GRACE`] to exit, then kills what is left; how it
