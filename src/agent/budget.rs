@@ -212,6 +212,35 @@ impl crate::gateway::Ledger for EpisodeBudget {
     }
 }
 
+/// The ledger of a program whose turns are the loop's (`external`): its model calls through
+/// the gateway spend the episode's tokens, cost and time, but take no step of their own —
+/// each is a part of the turn the loop already counted.
+pub struct WithinTurns(pub std::sync::Arc<EpisodeBudget>);
+
+impl crate::gateway::Ledger for WithinTurns {
+    fn admit(&self) -> Result<u32, Termination> {
+        if self.0.out_of_time() {
+            return Err(Termination::TimeLimit);
+        }
+        if let Some(limit) = self.0.over_budget() {
+            return Err(limit);
+        }
+        Ok(self.0.steps())
+    }
+
+    fn spend(&self, usage: Usage, cost_usd: Option<f64>) {
+        self.0.spend(usage, cost_usd);
+    }
+
+    fn deadline(&self) -> &Deadline {
+        &self.0.deadline
+    }
+
+    fn dispatched(&self, call: &ToolCall) {
+        self.0.dispatched(call);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::json;
 
-use super::{Agent, AgentFault, AgentKind, EpisodeBudget, Proposal, Turn};
+use super::kind::ProgramParts;
+use super::{Agent, AgentFault, AgentKind, Proposal, Turn};
 use crate::config::template;
 use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::gateway::{Ending, Gateway};
@@ -35,24 +36,26 @@ pub enum CliAnswer {
     File(String),
 }
 
+/// A suite's `agent:` keys that concern the `cli` kind.
+pub struct CliKeys<'a> {
+    pub command: &'a [String],
+    pub answer: bool,
+    pub setup: bool,
+}
+
 /// Checks a suite's `agent:` for the `cli` kind: its `command` is given (and, when a path,
-/// is there), and the other kinds do not use its keys. The field at fault, and why.
-pub fn check_cli(
-    kind: AgentKind,
-    command: &[String],
-    answer: bool,
-    suite_dir: Option<&Path>,
-) -> Result<(), (&'static str, String)> {
+/// is there), and the other kinds do not use its own keys (`command` and `env`, which an
+/// `external` agent has too, are checked with it). The field at fault, and why.
+pub fn check_cli(kind: AgentKind, keys: &CliKeys<'_>, suite_dir: Option<&Path>) -> Result<(), (&'static str, String)> {
     if kind != AgentKind::Cli {
-        if !command.is_empty() {
-            return Err(("agent.command", format!("is for `kind: cli`, not `{}`", kind.name())));
-        }
-        if answer {
-            return Err(("agent.answer", format!("is for `kind: cli`, not `{}`", kind.name())));
+        for (given, field) in [(keys.answer, "agent.answer"), (keys.setup, "agent.setup")] {
+            if given {
+                return Err((field, format!("is for `kind: cli`, not `{}`", kind.name())));
+            }
         }
         return Ok(());
     }
-    let Some(program) = command.first() else {
+    let Some(program) = keys.command.first() else {
         return Err((
             "agent.command",
             "a `cli` agent needs its command line, e.g. `[claude, -p, \"{{ input }}\"]`".into(),
@@ -77,31 +80,16 @@ pub struct ProgramRoom {
 }
 
 pub struct CliAgent {
-    pub model: Arc<dyn LanguageModel>,
-    pub model_name: String,
-    pub command: Vec<String>,
-    pub answer: CliAnswer,
-    /// The task's template values.
-    pub context: Map<String, Value>,
-    pub input: String,
-    pub room: Option<ProgramRoom>,
-    pub episode: Option<Arc<EpisodeBudget>>,
+    model: Arc<dyn LanguageModel>,
+    model_name: String,
+    /// `None` only when the episode gave it no program (a suite checks that it has one).
+    program: Option<ProgramParts>,
     ran: bool,
 }
 
 impl CliAgent {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        model: Arc<dyn LanguageModel>,
-        model_name: String,
-        command: Vec<String>,
-        answer: CliAnswer,
-        context: Map<String, Value>,
-        input: String,
-        room: Option<ProgramRoom>,
-        episode: Option<Arc<EpisodeBudget>>,
-    ) -> Self {
-        CliAgent { model, model_name, command, answer, context, input, room, episode, ran: false }
+    pub fn new(model: Arc<dyn LanguageModel>, model_name: String, program: Option<ProgramParts>) -> Self {
+        CliAgent { model, model_name, program, ran: false }
     }
 }
 
@@ -123,7 +111,10 @@ impl Agent for CliAgent {
         if std::mem::replace(&mut self.ran, true) {
             return Ok(Proposal::default());
         }
-        let (Some(room), Some(episode)) = (self.room.as_ref(), self.episode.clone()) else {
+        let Some(program) = self.program.as_ref() else {
+            return Err(fault(UnscoredCause::ConfigurationError, "a `cli` agent needs `agent.command`"));
+        };
+        let Some(room) = program.room.as_ref() else {
             return Err(fault(
                 UnscoredCause::EnvironmentError,
                 "a `cli` agent runs in a world with a folder (`environment: shell`)",
@@ -132,87 +123,153 @@ impl Agent for CliAgent {
         let gateway = Gateway {
             model: self.model.clone(),
             model_name: self.model_name.clone(),
-            ledger: episode,
+            ledger: program.episode.clone(),
             recorder: turn.recorder.clone(),
             derive_trajectory: true,
         };
         let handle =
             gateway.start().await.map_err(|e| fault(UnscoredCause::EnvironmentError, format!("the gateway: {e}")))?;
-        let context = handle.template_context(self.context.clone());
-        let argv: Vec<String> = self
-            .command
-            .iter()
-            .map(|word| template::render(word, &context))
-            .collect::<Result<_, _>>()
-            .map_err(|e| fault(UnscoredCause::ConfigurationError, format!("agent.command: {e}")))?;
-        let program = argv.first().cloned().unwrap_or_default();
-        if !installed(&program, &room.folder) {
+        let context = handle.template_context(program.context.clone());
+        let render = |words: &[String], field: &str| -> Result<Vec<String>, AgentFault> {
+            words
+                .iter()
+                .map(|word| template::render(word, &context))
+                .collect::<Result<_, _>>()
+                .map_err(|e| fault(UnscoredCause::ConfigurationError, format!("{field}: {e}")))
+        };
+        let argv = render(&program.command, "agent.command")?;
+        let setup = render(&program.setup, "agent.setup")?;
+        let name = argv.first().cloned().unwrap_or_default();
+        if !installed(&name, &room.folder) {
             return Err(fault(
                 UnscoredCause::ConfigurationError,
-                format!("the `cli` agent's command `{program}` is not installed: not found on {SAFE_PATH}"),
+                format!("the `cli` agent's command `{name}` is not installed: not found on {SAFE_PATH}"),
             ));
         }
         let sandbox = (room.confine)(handle.port()).map_err(|e| fault(UnscoredCause::EnvironmentError, e))?;
-        let mut command = tokio::process::Command::new(&program);
-        command
-            .args(&argv[1..])
-            .env_clear()
-            .envs(handle.env())
-            .env("PATH", SAFE_PATH)
-            .env("HOME", &room.tmp)
-            .env("TMPDIR", &room.tmp)
-            .current_dir(&room.folder)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let started = std::time::Instant::now();
-        let mut running = process::spawn(&mut command, &sandbox)
-            .map_err(|e| fault(UnscoredCause::EnvironmentError, format!("`{program}` did not start: {e}")))?;
-        if let Some(mut stdin) = running.keeper.stdin.take() {
-            use tokio::io::AsyncWriteExt;
-            // A program that reads no input closes its end: that is no fault.
-            let _ = stdin.write_all(self.input.as_bytes()).await;
-        }
-        let (Some(stdout), Some(stderr)) = (running.keeper.stdout.take(), running.keeper.stderr.take()) else {
-            return Err(fault(UnscoredCause::EnvironmentError, "the program's output could not be read"));
+        let environment: Vec<(String, String)> = handle
+            .env()
+            .into_iter()
+            .chain([
+                ("PATH".to_owned(), SAFE_PATH.to_owned()),
+                ("HOME".to_owned(), room.tmp.to_string_lossy().into_owned()),
+                ("TMPDIR".to_owned(), room.tmp.to_string_lossy().into_owned()),
+            ])
+            .chain(program.env.iter().map(|(k, v)| (k.clone(), v.clone())))
+            .collect();
+        let command_for = |program: &str, args: &[String]| {
+            let mut command = tokio::process::Command::new(program);
+            command
+                .args(args)
+                .env_clear()
+                .envs(environment.iter().map(|(k, v)| (k, v)))
+                .current_dir(&room.folder)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            command
         };
-        let outputs = async {
-            let (out, err) =
-                tokio::join!(process::read_capped(stdout, OUTPUT_CAP), process::read_capped(stderr, OUTPUT_CAP));
-            let status = running.shell_status().await;
-            (out, err, status)
-        };
-        let (out, err, status) = tokio::select! {
-            done = outputs => done,
-            ending = handle.ended() => {
+        for line in &setup {
+            let mut command = command_for("/bin/sh", &["-c".to_owned(), line.clone()]);
+            let ran = run(&mut command, &sandbox, "").await;
+            let (code, output) = match ran {
+                Ok(done) => (done.status.and_then(|s| s.code()), done.stdout + &done.stderr),
+                Err(e) => (None, e),
+            };
+            if code != Some(0) {
                 handle.close();
-                return match ending {
-                    Ending::Fault(error) => Err(fault(error.cause, error.message)),
-                    // The loop sees the limit the gateway refused past, and ends there.
-                    Ending::Limit(_) => Ok(Proposal::default()),
-                };
+                let how = code.map_or("did not finish".to_owned(), |c| format!("exited {c}"));
+                return Err(fault(
+                    UnscoredCause::EnvironmentError,
+                    format!("the `cli` agent's setup command `{line}` {how}: {}", tail(&output, 600)),
+                ));
             }
+        }
+        let mut command = command_for(&name, &argv[1..]);
+        let started = std::time::Instant::now();
+        let (ran, ending) = tokio::select! {
+            done = run(&mut command, &sandbox, &program.input) => (done, None),
+            ending = handle.ended() => (Err(String::new()), Some(ending)),
         };
         handle.close();
-        let stdout = out.map(|c| c.text()).unwrap_or_default();
-        let stderr = err.map(|c| c.text()).unwrap_or_default();
-        let tail_from = stderr.len().saturating_sub(STDERR_TAIL);
-        let tail_from = (tail_from..stderr.len()).find(|&i| stderr.is_char_boundary(i)).unwrap_or(stderr.len());
+        match ending {
+            Some(Ending::Fault(error)) => return Err(fault(error.cause, error.message)),
+            // The loop sees the limit the gateway refused past, and ends there.
+            Some(Ending::Limit(_)) => return Ok(Proposal::default()),
+            None => {}
+        }
+        let done = ran.map_err(|e| fault(UnscoredCause::EnvironmentError, format!("`{name}` did not start: {e}")))?;
         turn.recorder.emit(&Event::AgentExited {
-            exit_code: status.and_then(|s| s.code()),
+            exit_code: done.status.and_then(|s| s.code()),
             wall_ms: started.elapsed().as_secs_f64() * 1e3,
-            stderr_tail: stderr[tail_from..].to_owned(),
+            stderr_tail: tail(&done.stderr, STDERR_TAIL),
         });
         if let Some(Ending::Fault(error)) = handle.ending() {
             return Err(fault(error.cause, error.message));
         }
-        let answer = match &self.answer {
-            CliAnswer::Stdout => stdout.trim().to_owned(),
-            CliAnswer::File(path) => {
-                std::fs::read_to_string(room.folder.join(path)).unwrap_or_default().trim().to_owned()
-            }
+        let answer = match &program.answer {
+            CliAnswer::Stdout => done.stdout.trim().to_owned(),
+            CliAnswer::File(path) => read_answer(&room.folder, path).trim().to_owned(),
         };
         let call = ToolCall::new("c_final", FINAL_TOOL, json!({"answer": answer}));
         Ok(Proposal { calls: vec![call], ..Proposal::default() })
+    }
+}
+
+/// What a program left: its exit status (`None` when killed by a signal or lost), and its
+/// standard output and error, each read up to [`OUTPUT_CAP`] with a marker where cut.
+struct Finished {
+    status: Option<std::process::ExitStatus>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `command` in the sandbox under a keeper (its whole tree is killed when it ends, or
+/// when this future is dropped), `input` on its standard input.
+async fn run(
+    command: &mut tokio::process::Command,
+    sandbox: &Arc<Confinement>,
+    input: &str,
+) -> Result<Finished, String> {
+    let mut running = process::spawn(command, sandbox).map_err(|e| e.to_string())?;
+    if let Some(mut stdin) = running.keeper.stdin.take() {
+        use tokio::io::AsyncWriteExt;
+        // A program that reads no input closes its end: that is no fault.
+        let _ = stdin.write_all(input.as_bytes()).await;
+    }
+    let (Some(stdout), Some(stderr)) = (running.keeper.stdout.take(), running.keeper.stderr.take()) else {
+        return Err("the program's output could not be read".into());
+    };
+    let (out, err) = tokio::join!(process::read_capped(stdout, OUTPUT_CAP), process::read_capped(stderr, OUTPUT_CAP));
+    let status = running.shell_status().await;
+    Ok(Finished {
+        status,
+        stdout: out.map(|c| c.text()).unwrap_or_default(),
+        stderr: err.map(|c| c.text()).unwrap_or_default(),
+    })
+}
+
+/// The last `bytes` of `text`, cut at a character boundary.
+fn tail(text: &str, bytes: usize) -> String {
+    let from = text.len().saturating_sub(bytes);
+    let from = (from..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+    text[from..].to_owned()
+}
+
+/// The answer file a program named, read only when it is a regular file inside its
+/// folder (the program has ended: nothing moves under this read); empty otherwise.
+fn read_answer(folder: &Path, path: &str) -> String {
+    let (Ok(root), Ok(file)) = (folder.canonicalize(), folder.join(path).canonicalize()) else {
+        return String::new();
+    };
+    if !file.starts_with(&root) || !file.is_file() {
+        return String::new();
+    }
+    use std::io::Read;
+    let mut text = String::new();
+    let read = std::fs::File::open(&file).map(|f| f.take(OUTPUT_CAP as u64).read_to_string(&mut text));
+    match read {
+        Ok(Ok(_)) => text,
+        _ => String::new(),
     }
 }

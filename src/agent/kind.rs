@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::external::{ExternalAgent, ExternalParts, NoProgram};
 use super::memory::SharedStores;
 use super::oracle::OracleAgent;
 use super::{Agent, Subagents, ToolCallingAgent};
@@ -20,6 +21,8 @@ pub enum AgentKind {
     /// A command-line agent that owns its loop, its model calls through the gateway:
     /// [`super::cli::CliAgent`].
     Cli,
+    /// A program proposes the calls, over the external agent protocol: [`ExternalAgent`].
+    External,
 }
 
 /// What an agent of any kind is built from, for one episode: the model the episode's cast
@@ -45,12 +48,18 @@ pub struct AgentParts {
     /// `cli`: the program to run and where (the world's folder, its sandbox), with the
     /// episode's budget its gateway spends from.
     pub program: Option<ProgramParts>,
+    /// For an `external` agent: its program and what `start` tells it of the episode.
+    pub external: Option<ExternalParts>,
 }
 
 /// What a `cli` agent is built from besides the common parts.
 pub struct ProgramParts {
     pub command: Vec<String>,
     pub answer: super::CliAnswer,
+    /// Commands run in the world before the agent, each a template like `command`'s words.
+    pub setup: Vec<String>,
+    /// The suite's `agent.env`, added to the program's environment.
+    pub env: std::collections::BTreeMap<String, String>,
     /// The task's template values, and its input (also the program's standard input).
     pub context: serde_json::Map<String, serde_json::Value>,
     pub input: String,
@@ -59,16 +68,17 @@ pub struct ProgramParts {
 }
 
 impl AgentKind {
-    pub const ALL: [AgentKind; 3] = [AgentKind::ToolCalling, AgentKind::Oracle, AgentKind::Cli];
+    pub const ALL: [AgentKind; 4] = [AgentKind::ToolCalling, AgentKind::Oracle, AgentKind::External, AgentKind::Cli];
 
     /// Kinds that `DESIGN.md` names but that are not built yet: refused as such, not as
     /// unknown, so that a suite written for them says what it is waiting for.
-    pub const NOT_YET: [&str; 2] = ["memory", "external"];
+    pub const NOT_YET: [&str; 1] = ["memory"];
 
     pub fn name(self) -> &'static str {
         match self {
             AgentKind::ToolCalling => "tool_calling",
             AgentKind::Oracle => "oracle",
+            AgentKind::External => "external",
             AgentKind::Cli => "cli",
         }
     }
@@ -86,27 +96,16 @@ impl AgentKind {
     }
 
     /// This kind's agent for one episode.
-    pub fn build(self, parts: AgentParts) -> Box<dyn Agent> {
-        match self {
-            AgentKind::ToolCalling => Box::new(tool_calling(parts)),
-            AgentKind::Oracle => Box::new(OracleAgent::new(&parts.task_id, parts.solution)),
-            AgentKind::Cli => {
-                let program = parts.program;
-                let (command, answer, context, input, room, episode) = match program {
-                    Some(p) => (p.command, p.answer, p.context, p.input, p.room, Some(p.episode)),
-                    None => (Vec::new(), super::CliAnswer::Stdout, Default::default(), String::new(), None, None),
-                };
-                Box::new(super::cli::CliAgent::new(
-                    parts.model,
-                    parts.model_name,
-                    command,
-                    answer,
-                    context,
-                    input,
-                    room,
-                    episode,
-                ))
+    pub fn build(self, mut parts: AgentParts) -> Box<dyn Agent> {
+        match (self, parts.external.take()) {
+            (AgentKind::ToolCalling, _) => Box::new(tool_calling(parts)),
+            (AgentKind::Oracle, _) => Box::new(OracleAgent::new(&parts.task_id, parts.solution)),
+            (AgentKind::External, Some(external)) => {
+                Box::new(ExternalAgent::new(external, parts.system, (parts.model, parts.model_name)))
             }
+            // A suite checks that its external agent has a program when it loads.
+            (AgentKind::External, None) => Box::new(NoProgram),
+            (AgentKind::Cli, _) => Box::new(super::cli::CliAgent::new(parts.model, parts.model_name, parts.program)),
         }
     }
 }
@@ -152,9 +151,12 @@ mod tests {
             assert_eq!(AgentKind::parse(kind.name()), Ok(kind));
         }
         assert_eq!(AgentKind::parse("oracle"), Ok(AgentKind::Oracle));
-        let err = AgentKind::parse("external").unwrap_err();
-        assert!(err.contains("`external` is not available yet") && err.ends_with(": tool_calling, oracle, cli"), "{err}");
+        let err = AgentKind::parse("memory").unwrap_err();
+        assert!(
+            err.contains("`memory` is not available yet") && err.ends_with(": tool_calling, oracle, external, cli"),
+            "{err}"
+        );
         let err = AgentKind::parse("toolcalling").unwrap_err();
-        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling, oracle, cli");
+        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling, oracle, external, cli");
     }
 }

@@ -4,6 +4,7 @@
 
 mod budget;
 mod cli;
+pub mod external;
 mod kind;
 pub mod memory;
 mod oracle;
@@ -12,7 +13,7 @@ mod subagent;
 mod tool_calling;
 
 pub use budget::{Budget, CallError, EpisodeBudget, Trajectory};
-pub use cli::{CliAnswer, ProgramRoom, check_cli};
+pub use cli::{CliAnswer, CliKeys, ProgramRoom, check_cli};
 pub use kind::{AgentKind, AgentParts, ProgramParts};
 pub use subagent::{ModelFor, Subagents, delegate_spec};
 pub use tool_calling::ToolCallingAgent;
@@ -20,7 +21,7 @@ pub use tool_calling::ToolCallingAgent;
 use async_trait::async_trait;
 
 use crate::contract::{Actor, CallFault, Observation, ToolCall, ToolSpec};
-use crate::log::{Recorder, Termination, UnscoredCause, Usage};
+use crate::log::{Outcome, Recorder, Termination, UnscoredCause, Usage};
 
 /// What the environment lends the agent for one decision.
 pub struct Turn<'a> {
@@ -114,6 +115,9 @@ pub struct Proposal {
     pub cost_usd: Option<f64>,
     /// In a conversation: what the agent says to the task's user (its text reply).
     pub to_user: Option<String>,
+    /// Set when the agent failed on its own (an external agent's program broke the
+    /// protocol), and how: the episode ends with `agent_error`, scored, and `calls` are not run.
+    pub failed: Option<String>,
 }
 
 /// A failure to decide that is nobody's answer (the model backend failed, a mock script
@@ -158,6 +162,10 @@ impl From<CallFault> for UnscoredCause {
 #[async_trait]
 pub trait Agent: Send {
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault>;
+
+    /// The episode is over, scored or not: an agent that holds something outside runner
+    /// (an external agent's program) tells it how the episode ended and lets it go.
+    async fn finish(&mut self, _termination: Termination, _outcome: &Outcome, _recorder: &Recorder) {}
 }
 
 #[cfg(test)]

@@ -413,24 +413,24 @@ impl ToolCallingAgent {
     fn answer(&mut self, sorted: Sorted, text: Option<String>, spent: Spent) -> Proposal {
         let Spent { usage, cost_usd } = spent;
         if !sorted.world.is_empty() || sorted.handled_own {
-            return Proposal { calls: sorted.world, usage, cost_usd, to_user: None };
+            return Proposal { calls: sorted.world, usage, cost_usd, to_user: None, failed: None };
         }
         let text = text.unwrap_or_default();
         if text.trim().is_empty() {
             self.transcript.push(Message::User { content: EMPTY_REPLY_REMINDER.into() });
-            return Proposal { calls: Vec::new(), usage, cost_usd, to_user: None };
+            return Proposal { calls: Vec::new(), usage, cost_usd, to_user: None, failed: None };
         }
         // In a conversation, text is said to the user, whose reply comes back next turn.
         if self.conversational {
-            return Proposal { calls: Vec::new(), usage, cost_usd, to_user: Some(text) };
+            return Proposal { calls: Vec::new(), usage, cost_usd, to_user: Some(text), failed: None };
         }
         if self.require_final_answer {
             self.transcript.push(Message::User { content: FINAL_ANSWER_REMINDER.into() });
-            return Proposal { calls: Vec::new(), usage, cost_usd, to_user: None };
+            return Proposal { calls: Vec::new(), usage, cost_usd, to_user: None, failed: None };
         }
         let call_id = self.name_call(None, FINAL_TOOL);
         let call = self.call(call_id, FINAL_TOOL.into(), json!({"answer": text}));
-        Proposal { calls: vec![call], usage, cost_usd, to_user: None }
+        Proposal { calls: vec![call], usage, cost_usd, to_user: None, failed: None }
     }
 }
 

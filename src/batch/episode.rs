@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::cast::{Cast, Roster};
 use super::memory::Slot;
 use super::{EpisodeReport, EpisodeSpec};
+use crate::agent::external::ExternalParts;
 use crate::agent::memory::{SharedStores, Stores};
 use crate::agent::{Agent, AgentParts, CliAnswer, ProgramParts, ProgramRoom, Subagents};
 use crate::config::template;
@@ -106,7 +107,7 @@ pub async fn run_episode(
             let env = env.with_permissions(suite.permissions.clone());
             let budget = Arc::new(budget(suite, &grounds.limits, stop));
             let program = program_for(suite, task, env.world(), context.sandbox, &budget);
-            let mut agent = agent_for(&cast, suite, task, stores.clone(), program);
+            let mut agent = agent_for((&spec.id, &cast), suite, task, stores.clone(), (program, &budget));
             let ending = env.run(agent.as_mut(), task, &budget, &recorder).await;
             user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
@@ -115,6 +116,7 @@ pub async fn run_episode(
             let time_s = grounds.limits.time_s(suite.limits.time_s);
             let outcome =
                 outcome_of(&ending, (&spec.id, &cast), (suite, time_s), task, env.world(), wall_s, &recorder).await;
+            agent.finish(ending.termination, &outcome, &recorder).await;
             env.teardown().await;
             (ending, outcome)
         }
@@ -179,8 +181,10 @@ fn program_for(
         ProgramRoom { folder, tmp, confine: Box::new(confine) }
     });
     Some(ProgramParts {
-        command: suite.agent.command.clone(),
+        command: suite.agent.command.clone().unwrap_or_default(),
         answer: suite.agent.answer.clone().unwrap_or(CliAnswer::Stdout),
+        setup: suite.agent.setup.clone(),
+        env: suite.agent.env.clone(),
         context: task.template_context(),
         input: task.input.clone(),
         room,
@@ -189,11 +193,11 @@ fn program_for(
 }
 
 fn agent_for(
-    cast: &Cast<'_>,
+    (episode_id, cast): (&str, &Cast<'_>),
     suite: &Suite,
     task: &Task,
     memory: Option<SharedStores>,
-    program: Option<ProgramParts>,
+    (program, budget): (Option<ProgramParts>, &Arc<EpisodeBudget>),
 ) -> Box<dyn Agent> {
     suite.agent.kind.build(AgentParts {
         model: cast.agent.clone(),
@@ -207,6 +211,12 @@ fn agent_for(
         task_id: task.id.clone(),
         solution: task.solution.clone(),
         program,
+        external: suite.agent.program.as_ref().map(|program| ExternalParts {
+            program: program.clone(),
+            episode_id: episode_id.to_owned(),
+            task: serde_json::json!({"id": task.id, "input": task.input, "metadata": task.metadata}),
+            budget: budget.clone(),
+        }),
     })
 }
 

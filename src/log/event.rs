@@ -467,6 +467,39 @@ pub enum Event {
         call_id: String,
         answer: String,
     },
+    /// The agent failed on its own (an external agent's program broke the protocol): the
+    /// episode ends with `agent_error` and is scored, as any answer of the agent's is.
+    AgentError {
+        step: u32,
+        message: String,
+    },
+    /// A `log` message of an external agent's program.
+    AgentLog {
+        step: u32,
+        message: String,
+    },
+    /// A `usage` message of an external agent's program: counted in the episode's tokens
+    /// and cost, and against its limits.
+    AgentUsage {
+        step: u32,
+        #[serde(default)]
+        model: Option<String>,
+        usage: Usage,
+        #[serde(default)]
+        cost_usd: Option<f64>,
+    },
+    /// An external agent's program when its episode ended: its pid, how it exited (`None`
+    /// when it was kept for another episode, or had to be killed), whether it was kept
+    /// (`reuse: true`), and the tail of what it wrote on stderr during the episode.
+    AgentProgram {
+        pid: u32,
+        #[serde(default)]
+        exit: Option<String>,
+        #[serde(default)]
+        kept: bool,
+        #[serde(default)]
+        stderr_tail: String,
+    },
     /// Whether a call may run, by the permission rules: which rule decided (none when no
     /// rule matched), the decision, and who made it.
     Permission {

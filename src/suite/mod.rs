@@ -22,6 +22,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::agent::AgentKind;
+use crate::agent::external::Program;
 use crate::agent::memory::{MemoryConfig, Stores};
 use crate::environment::definition::Definition;
 use crate::environment::permission::{self, Permissions};
@@ -125,13 +126,27 @@ pub struct AgentConfig {
     pub plan_mode: bool,
     /// The bounded memory: the `memory` tool and its stores in the system prompt.
     pub memory: Option<MemoryConfig>,
-    /// `cli` only: the agent's command line, each word a template over the task's fields
-    /// and `gateway` (`{{ input }}`, `{{ gateway.openai_base_url }}`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub command: Vec<String>,
+    /// `external` and `cli`: the program and its arguments. An external agent's runs in the
+    /// suite file's folder; each word of a `cli` agent's is a template over the task's
+    /// fields and `gateway` (`{{ input }}`, `{{ gateway.openai_base_url }}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    /// `external` and `cli`: variables added to the program's otherwise clean environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// `external`: one process serves many episodes, one after another (a `start` each).
+    #[serde(default)]
+    pub reuse: bool,
+    /// `external`: the program, checked when the suite loaded (and, with `reuse`, its idle
+    /// processes).
+    #[serde(skip)]
+    pub program: Option<Arc<Program>>,
     /// `cli` only: where its final answer is, `stdout` (the default) or `{file: PATH}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<crate::agent::CliAnswer>,
+    /// `cli` only: commands run in the world, in order, before the agent starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub setup: Vec<String>,
 }
 
 pub const DEFAULT_MAX_CHILDREN: u32 = 3;
@@ -388,14 +403,20 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
             return Err(source.error(key, "has no effect without `agent.subagent`, the subagents' system prompt"));
         }
     }
-    crate::agent::check_cli(file.agent.kind, &file.agent.command, file.agent.answer.is_some(), path.parent())
-        .map_err(|(field, e)| source.error(field, e))?;
+    let cli = crate::agent::CliKeys {
+        command: file.agent.command.as_deref().unwrap_or_default(),
+        answer: file.agent.answer.is_some(),
+        setup: !file.agent.setup.is_empty(),
+    };
+    crate::agent::check_cli(file.agent.kind, &cli, path.parent()).map_err(|(field, e)| source.error(field, e))?;
     // The depth subagents may reach, or `None` when the suite starts none.
     let reach = file.agent.subagent.as_ref().map(|_| file.agent.max_depth.unwrap_or(DEFAULT_MAX_DEPTH));
     check_actors(&source, "mock_subagents", file.mock_subagents.keys(), reach)?;
     if let Some(memory) = &file.agent.memory {
         memory.check().map_err(|(field, e)| source.error(&format!("agent.memory.{field}"), e))?;
     }
+    let mut file = file;
+    file.agent.program = external_program(&source, &file.agent, path)?;
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
     let environment = match &file.tools {
         Some(names) => environment.narrowed(names).map_err(|e| source.error("tools", e))?,
@@ -556,6 +577,46 @@ fn toolsets(
             Ok(Toolset { name: name.clone(), tools: tools.clone(), weight, environment: narrowed })
         })
         .collect()
+}
+
+/// An `external` agent's program, checked; `None` for the other kinds, which are refused
+/// the keys that only an external agent has, and the external kind the ones it cannot use.
+fn external_program(source: &Source, agent: &AgentConfig, path: &Path) -> Result<Option<Arc<Program>>, ConfigError> {
+    if agent.kind != AgentKind::External {
+        if agent.reuse {
+            return Err(source.error("agent.reuse", "is for `kind: external` agents only"));
+        }
+        if agent.kind != AgentKind::Cli {
+            let given = [("command", agent.command.is_some()), ("env", !agent.env.is_empty())];
+            if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
+                return Err(
+                    source.error(&format!("agent.{key}"), "is for `kind: external` and `kind: cli` agents only")
+                );
+            }
+        }
+        return Ok(None);
+    }
+    let ignored = [
+        ("subagent", agent.subagent.is_some()),
+        ("memory", agent.memory.is_some()),
+        ("plan_mode", agent.plan_mode),
+        ("require_final_answer", agent.require_final_answer),
+    ];
+    if let Some((key, _)) = ignored.into_iter().find(|(_, given)| *given) {
+        let message = "an external agent's program makes its own decisions: this key has no effect on it";
+        return Err(source.error(&format!("agent.{key}"), message));
+    }
+    let Some(command) = &agent.command else {
+        return Err(source.error("agent", "an external agent needs `command: [program, args…]`"));
+    };
+    // The program itself, where the suite names it.
+    let first = yaml::item("agent.command", 0);
+    let position = source.locations.find(&first);
+    let at = format!("{}:{}:{}", path.display(), position.line, position.column);
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let program = Program::new(command.clone(), agent.env.clone(), agent.reuse, folder, at)
+        .map_err(|e| source.error(if command.is_empty() { "agent.command" } else { &first }, e))?;
+    Ok(Some(Arc::new(program)))
 }
 
 /// Checks a task's initial memory: the suite gives the agent a memory, and each store's

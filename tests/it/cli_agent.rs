@@ -132,3 +132,46 @@ fn a_cli_agent_flooding_its_output_is_capped_with_a_marker() {
     let tail = of_type(&events, "agent_exited")[0]["stderr_tail"].as_str().unwrap().to_owned();
     assert!(tail.len() <= 4096 + 100 && tail.contains("output truncated"), "{}", tail.len());
 }
+
+#[test]
+fn a_cli_agents_setup_runs_in_its_world_first_and_its_env_reaches_it() {
+    let sb = Sandbox::new();
+    // The setup writes a file (its template rendered), the agent reads it and its own
+    // variable, and prints both: its answer.
+    let suite = "suite: cli\nenvironment: shell\n\
+                 agent:\n  kind: cli\n  setup: [\"echo 'made for {{ id }}' > made.txt\"]\n  env: {GREETING: hi}\n  \
+                 command: [sh, -c, \"echo \\\"$GREETING, $(cat made.txt)\\\"\"]\n\
+                 tasks:\n  - {id: t1, input: x, scorers: [{equals: \"hi, made for t1\"}], mock: [{text: unused}]}\n";
+    sb.write("s.yaml", suite);
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+
+    // A setup command that fails: the agent never starts, and the episode is unscored.
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite.replace("echo 'made for {{ id }}' > made.txt", "echo broken >&2; exit 4"));
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 3, "{run:?}");
+    let events = sb.events();
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished[0]["outcome"]["cause"], "environment_error", "{finished:?}");
+    let message = finished[0]["outcome"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("setup command `echo broken >&2; exit 4` exited 4: broken"), "{message}");
+    assert!(of_type(&events, "agent_exited").is_empty(), "the agent did not start");
+}
+
+#[test]
+fn an_answer_file_that_links_out_of_the_folder_is_not_read() {
+    let sb = Sandbox::new();
+    let secret = sb.write("outside/secret.txt", "the host's secret");
+    let suite = format!(
+        "suite: cli\nenvironment: shell\nagent: {{kind: cli, command: [ln, -s, {}, answer.txt], answer: {{file: answer.txt}}}}\n\
+         tasks:\n  - {{id: t, input: x, scorers: [{{equals: x}}], mock: [{{text: x}}]}}\n",
+        secret.display()
+    );
+    sb.write("s.yaml", &suite);
+    let _ = sb.eval(&["s.yaml"]);
+    let events = sb.events();
+    let finals = of_type(&events, "final");
+    assert!(!format!("{finals:?}").contains("the host's secret"), "{finals:?}");
+    assert!(!std::fs::read_to_string(sb.path().join("results/test/events.jsonl")).unwrap().contains("host's secret"));
+}

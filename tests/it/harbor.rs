@@ -147,7 +147,8 @@ fn a_verifier_that_runs_a_program_this_host_lacks_is_unscored_whatever_it_wrote(
     // A verifier whose programs are all here is scored as before.
     let plain = "#!/bin/bash\nif grep -q done /app/out.txt; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n";
     task_dir(&sb, "plain", base, plain, Some("#!/bin/bash\necho done > /app/out.txt\n"));
-    let run = sb.run(&["eval", "tasks", "--agent", "oracle", "--max-unscored", "1", "--run-id", "test", "--out", "results"]);
+    let run =
+        sb.run(&["eval", "tasks", "--agent", "oracle", "--max-unscored", "1", "--run-id", "test", "--out", "results"]);
     assert_eq!(run.code, 1, "{run:?}");
     let found = outcomes(&sb.events());
     let needs = &found.iter().find(|(t, _)| t == "needs-uvx").expect("needs-uvx ran").1;

@@ -9,6 +9,7 @@ mod docs;
 mod e2e;
 mod eval;
 mod export;
+mod external;
 mod file_tools;
 mod gateway;
 mod harbor;

@@ -12,7 +12,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
 use super::Environment;
-use crate::agent::{ActorEnding, Agent, AgentFault, EpisodeBudget, Trajectory, Turn};
+use crate::agent::{ActorEnding, Agent, AgentFault, EpisodeBudget, Proposal, Trajectory, Turn};
 use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::domain::Task;
 use crate::log::{Event, Recorder, Termination, UnscoredCause, Usage};
@@ -175,6 +175,12 @@ impl Environment {
                     return end.ended(Termination::TimeLimit);
                 }
                 Waited::Done(Err(fault)) => return end.failed(Termination::AgentError, fault),
+                // The agent's own failure is its answer: scored, whenever it came.
+                Waited::Done(Ok(Proposal { failed: Some(message), usage, cost_usd, .. })) => {
+                    budget.spend(usage, cost_usd);
+                    recorder.emit(&Event::AgentError { step, message });
+                    return end.ended(Termination::AgentError);
+                }
                 Waited::Done(Ok(_)) if budget.out_of_time() => return end.ended(Termination::TimeLimit),
                 Waited::Done(Ok(proposal)) => proposal,
             };

@@ -137,6 +137,7 @@ impl Agent for ScriptedAgent {
             usage: Usage { input_tokens: self.usage_per_turn, ..Usage::default() },
             cost_usd: None,
             to_user,
+            failed: None,
         })
     }
 }
