@@ -12,12 +12,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::kind::ProgramParts;
 use super::{Agent, AgentFault, AgentKind, Proposal, Turn};
 use crate::config::template;
 use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::gateway::{Ending, Gateway};
-use crate::log::{Event, UnscoredCause};
+use crate::log::{Event, Outcome, ProgramEnd, Recorder, Termination, UnscoredCause};
 use crate::model::LanguageModel;
 use crate::sandbox::Confinement;
 use crate::sandbox::process::{self, SAFE_PATH};
@@ -79,17 +78,34 @@ pub struct ProgramRoom {
     pub confine: Box<dyn Fn(u16) -> Result<Arc<Confinement>, String> + Send + Sync>,
 }
 
+/// What a `cli` agent is built from besides the common parts.
+pub struct ProgramParts {
+    pub command: Vec<String>,
+    pub answer: CliAnswer,
+    /// Commands run in the world before the agent, each a template like `command`'s words.
+    pub setup: Vec<String>,
+    /// The suite's `agent.env`, added to the program's environment.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The task's template values, and its input (also the program's standard input).
+    pub context: serde_json::Map<String, serde_json::Value>,
+    pub input: String,
+    pub room: Option<ProgramRoom>,
+    pub episode: Arc<super::EpisodeBudget>,
+}
+
 pub struct CliAgent {
     model: Arc<dyn LanguageModel>,
     model_name: String,
     /// `None` only when the episode gave it no program (a suite checks that it has one).
     program: Option<ProgramParts>,
     ran: bool,
+    /// How its program ended, once it has.
+    ended: Option<ProgramEnd>,
 }
 
 impl CliAgent {
     pub fn new(model: Arc<dyn LanguageModel>, model_name: String, program: Option<ProgramParts>) -> Self {
-        CliAgent { model, model_name, program, ran: false }
+        CliAgent { model, model_name, program, ran: false, ended: None }
     }
 }
 
@@ -199,11 +215,18 @@ impl Agent for CliAgent {
             None => {}
         }
         let done = ran.map_err(|e| fault(UnscoredCause::EnvironmentError, format!("`{name}` did not start: {e}")))?;
-        turn.recorder.emit(&Event::AgentExited {
-            exit_code: done.status.and_then(|s| s.code()),
-            wall_ms: started.elapsed().as_secs_f64() * 1e3,
-            stderr_tail: tail(&done.stderr, STDERR_TAIL),
-        });
+        let (exit_code, wall_ms, stderr_tail) = (
+            done.status.and_then(|s| s.code()),
+            started.elapsed().as_secs_f64() * 1e3,
+            tail(&done.stderr, STDERR_TAIL),
+        );
+        let exit = match (exit_code, done.status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s))) {
+            (Some(code), _) => Some(format!("exit code {code}")),
+            (None, Some(signal)) => Some(format!("killed by signal {signal}")),
+            (None, None) => None,
+        };
+        self.ended = Some(ProgramEnd { exit, wall_ms: Some(wall_ms), stderr_tail: stderr_tail.clone() });
+        turn.recorder.emit(&Event::AgentExited { exit_code, wall_ms, stderr_tail });
         if let Some(Ending::Fault(error)) = handle.ending() {
             return Err(fault(error.cause, error.message));
         }
@@ -213,6 +236,10 @@ impl Agent for CliAgent {
         };
         let call = ToolCall::new("c_final", FINAL_TOOL, json!({"answer": answer}));
         Ok(Proposal { calls: vec![call], ..Proposal::default() })
+    }
+
+    async fn finish(&mut self, _: Termination, _: &Outcome, _: &Recorder) -> Option<ProgramEnd> {
+        self.ended.take()
     }
 }
 

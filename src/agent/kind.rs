@@ -47,24 +47,9 @@ pub struct AgentParts {
     pub solution: Vec<String>,
     /// `cli`: the program to run and where (the world's folder, its sandbox), with the
     /// episode's budget its gateway spends from.
-    pub program: Option<ProgramParts>,
+    pub program: Option<super::ProgramParts>,
     /// For an `external` agent: its program and what `start` tells it of the episode.
     pub external: Option<ExternalParts>,
-}
-
-/// What a `cli` agent is built from besides the common parts.
-pub struct ProgramParts {
-    pub command: Vec<String>,
-    pub answer: super::CliAnswer,
-    /// Commands run in the world before the agent, each a template like `command`'s words.
-    pub setup: Vec<String>,
-    /// The suite's `agent.env`, added to the program's environment.
-    pub env: std::collections::BTreeMap<String, String>,
-    /// The task's template values, and its input (also the program's standard input).
-    pub context: serde_json::Map<String, serde_json::Value>,
-    pub input: String,
-    pub room: Option<super::ProgramRoom>,
-    pub episode: Arc<super::EpisodeBudget>,
 }
 
 impl AgentKind {

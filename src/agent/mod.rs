@@ -13,15 +13,15 @@ mod subagent;
 mod tool_calling;
 
 pub use budget::{Budget, CallError, EpisodeBudget, Trajectory};
-pub use cli::{CliAnswer, CliKeys, ProgramRoom, check_cli};
-pub use kind::{AgentKind, AgentParts, ProgramParts};
+pub use cli::{CliAnswer, CliKeys, ProgramParts, ProgramRoom, check_cli};
+pub use kind::{AgentKind, AgentParts};
 pub use subagent::{ModelFor, Subagents, delegate_spec};
 pub use tool_calling::ToolCallingAgent;
 
 use async_trait::async_trait;
 
 use crate::contract::{Actor, CallFault, Observation, ToolCall, ToolSpec};
-use crate::log::{Outcome, Recorder, Termination, UnscoredCause, Usage};
+use crate::log::{Outcome, ProgramEnd, Recorder, Termination, UnscoredCause, Usage};
 
 /// What the environment lends the agent for one decision.
 pub struct Turn<'a> {
@@ -165,7 +165,15 @@ pub trait Agent: Send {
 
     /// The episode is over, scored or not: an agent that holds something outside runner
     /// (an external agent's program) tells it how the episode ended and lets it go.
-    async fn finish(&mut self, _termination: Termination, _outcome: &Outcome, _recorder: &Recorder) {}
+    /// Returns how its program ended, for `episode_finished`, when it is a program.
+    async fn finish(
+        &mut self,
+        _termination: Termination,
+        _outcome: &Outcome,
+        _recorder: &Recorder,
+    ) -> Option<ProgramEnd> {
+        None
+    }
 }
 
 #[cfg(test)]

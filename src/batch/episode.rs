@@ -76,6 +76,7 @@ pub async fn run_episode(
     let cast = Cast::of(&spec, roster);
     let mut loop_ms = None;
     let mut user_spent = None;
+    let mut agent_program = None;
     let context = SetupContext {
         sandbox: super::sandbox_mode(suite, grounds.sandbox),
         user_model: cast.user.clone(),
@@ -116,7 +117,7 @@ pub async fn run_episode(
             let time_s = grounds.limits.time_s(suite.limits.time_s);
             let outcome =
                 outcome_of(&ending, (&spec.id, &cast), (suite, time_s), task, env.world(), wall_s, &recorder).await;
-            agent.finish(ending.termination, &outcome, &recorder).await;
+            agent_program = agent.finish(ending.termination, &outcome, &recorder).await;
             env.teardown().await;
             (ending, outcome)
         }
@@ -147,6 +148,7 @@ pub async fn run_episode(
         loop_ms,
         user_usage: user_spent.map(|(usage, _)| usage),
         user_cost_usd: user_spent.and_then(|(_, cost)| cost),
+        agent_program,
     });
     EpisodeReport {
         id: spec.id.clone(),

@@ -19,6 +19,22 @@ fn one() -> f64 {
     1.0
 }
 
+/// How an agent that is a program (`external`, `cli`) ended its episode, as
+/// `episode_finished` carries it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProgramEnd {
+    /// `exit code N` or `killed by signal N`; `None` while it lives on (an `external`
+    /// program kept for another episode) or when it was not seen to end.
+    #[serde(default)]
+    pub exit: Option<String>,
+    /// How long it ran, when runner started it for the episode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wall_ms: Option<f64>,
+    /// The last 4 KiB it wrote on its standard error during the episode.
+    #[serde(default)]
+    pub stderr_tail: String,
+}
+
 /// Tokens spent by model calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Usage {
@@ -574,6 +590,9 @@ pub enum Event {
         user_usage: Option<Usage>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         user_cost_usd: Option<f64>,
+        /// An `external` or `cli` agent's program: how it exited, how long it ran, its stderr.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent_program: Option<ProgramEnd>,
     },
     /// `runner eval --resume` continues the run: what follows runs the episodes that were
     /// missing or unscored; the scored ones are kept.

@@ -7,6 +7,8 @@ pub mod reader;
 pub mod secrets;
 pub mod writer;
 
-pub use event::{ActionClass, DecidedBy, Event, Outcome, PermissionDecision, Termination, UnscoredCause, Usage};
+pub use event::{
+    ActionClass, DecidedBy, Event, Outcome, PermissionDecision, ProgramEnd, Termination, UnscoredCause, Usage,
+};
 pub use reader::{LoggedEvent, for_each_event, read_events};
 pub use writer::{EventLog, LogWriter, Recorder, Subscriber, Subscription};

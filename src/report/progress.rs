@@ -134,6 +134,7 @@ mod tests {
             loop_ms: None,
             user_usage: None,
             user_cost_usd: None,
+            agent_program: None,
         }
     }
 

@@ -42,6 +42,10 @@ fn a_cli_agent_passes_a_two_step_task_with_its_trajectory_derived_from_the_gatew
     let finished = of_type(&events, "episode_finished");
     assert_eq!(finished[0]["outcome"]["passed"], true, "{finished:?}");
     assert_eq!(finished[0]["tool_calls"], 2, "the derived call and the final answer");
+    // How the program ended is in `episode_finished` too.
+    let program = &finished[0]["agent_program"];
+    assert_eq!(program["exit"], "exit code 0", "{program}");
+    assert!(program["wall_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{program}");
 }
 
 #[test]

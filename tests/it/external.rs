@@ -183,6 +183,9 @@ fn an_exit_before_end_is_the_agents_failure_with_its_status_and_stderr() {
     let events = run("exit", "{time_s: 20}");
     assert_agents_failure(&events, "exited (exit code 3) before `end`", "giving up");
     assert_eq!(one(&events, "agent_program")["exit"], "exit code 3");
+    let finished = one(&events, "episode_finished");
+    assert_eq!(finished["agent_program"]["exit"], "exit code 3", "{finished}");
+    assert!(finished["agent_program"]["stderr_tail"].as_str().unwrap_or_default().contains("giving up"), "{finished}");
 }
 
 #[test]

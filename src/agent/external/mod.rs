@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use super::{Agent, AgentFault, EpisodeBudget, Proposal, Turn};
 use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::gateway::{Ending, Gateway, GatewayHandle};
-use crate::log::{Event, Outcome, Recorder, Termination, UnscoredCause, Usage};
+use crate::log::{Event, Outcome, ProgramEnd, Recorder, Termination, UnscoredCause, Usage};
 use crate::model::LanguageModel;
 use program::{Incoming, Process, next_incoming};
 use protocol::{FromAgent, Limits, PROTOCOL_VERSION, ToAgent, TurnBudget};
@@ -284,11 +284,11 @@ impl Agent for ExternalAgent {
         }
     }
 
-    async fn finish(&mut self, termination: Termination, outcome: &Outcome, recorder: &Recorder) {
+    async fn finish(&mut self, termination: Termination, outcome: &Outcome, recorder: &Recorder) -> Option<ProgramEnd> {
         if let Some(gateway) = self.gateway.take() {
             gateway.close();
         }
-        let Some(mut process) = self.process.take() else { return };
+        let mut process = self.process.take()?;
         let (status, passed) = match outcome {
             Outcome::Scored { passed, .. } => ("scored", Some(*passed)),
             Outcome::Unscored { .. } => ("unscored", None),
@@ -310,5 +310,7 @@ impl Agent for ExternalAgent {
             }
         };
         recorder.emit(&event);
+        let Event::AgentProgram { exit, stderr_tail, .. } = event else { return None };
+        Some(ProgramEnd { exit, wall_ms: None, stderr_tail })
     }
 }
