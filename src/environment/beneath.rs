@@ -213,6 +213,21 @@ pub fn openat2(at: RawFd, rel: &Path, flags: libc::c_int, mode: u32, links: Link
 /// The entries of the open folder `dir` (not `.` nor `..`), each looked at without
 /// following it, in order of their names.
 pub fn entries(dir: &OwnedFd) -> io::Result<Vec<Entry>> {
+    let mut names = names(dir)?;
+    names.sort();
+    let mut out = Vec::with_capacity(names.len());
+    for (name, _) in names {
+        // Gone since it was listed: not an entry any more.
+        let Ok(stat) = stat_at(dir.as_raw_fd(), &name) else { continue };
+        out.push(entry_of(OsStr::from_bytes(name.to_bytes()).to_os_string(), &stat));
+    }
+    Ok(out)
+}
+
+/// The names in the open folder `dir` (not `.` nor `..`), each with the type `readdir`
+/// gives it (`DT_DIR`, …; `DT_UNKNOWN` where the file system does not say), in the order
+/// the folder lists them.
+pub fn names(dir: &OwnedFd) -> io::Result<Vec<(CString, u8)>> {
     let mut names = Vec::new();
     // SAFETY: fdopendir takes a duplicate of `dir`, which closedir closes; each entry's name
     // is copied out before the next readdir.
@@ -236,19 +251,12 @@ pub fn entries(dir: &OwnedFd) -> io::Result<Vec<Entry>> {
             }
             let name = CStr::from_ptr((*entry).d_name.as_ptr());
             if !matches!(name.to_bytes(), b"." | b"..") {
-                names.push(name.to_owned());
+                names.push((name.to_owned(), (*entry).d_type));
             }
         }
         libc::closedir(stream);
     }
-    names.sort();
-    let mut out = Vec::with_capacity(names.len());
-    for name in names {
-        // Gone since it was listed: not an entry any more.
-        let Ok(stat) = stat_at(dir.as_raw_fd(), &name) else { continue };
-        out.push(entry_of(OsStr::from_bytes(name.to_bytes()).to_os_string(), &stat));
-    }
-    Ok(out)
+    Ok(names)
 }
 
 /// `fstatat` of `name` in the folder `at`, not following it.

@@ -4,7 +4,7 @@
 //! [`remove_tree`], which removes such a folder however deep a command made it.
 
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString, OsStr, OsString};
+use std::ffi::{CStr, CString, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -217,46 +217,18 @@ fn unlink(at: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<()> {
 /// of those that are.
 fn clear(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
     let mut folders = Vec::new();
-    let mut files = Vec::new();
-    // SAFETY: fdopendir takes a duplicate of `dir`, which closedir closes; readdir's entries
-    // are copied out before the next call.
-    unsafe {
-        let copy = libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0);
-        if copy < 0 {
-            return Err(io::Error::last_os_error());
+    for (name, kind) in super::beneath::names(dir)? {
+        let is_folder = match kind {
+            libc::DT_DIR => true,
+            libc::DT_UNKNOWN => super::beneath::stat_at(dir.as_raw_fd(), &name)
+                .is_ok_and(|stat| stat.st_mode & libc::S_IFMT == libc::S_IFDIR),
+            _ => false,
+        };
+        if is_folder {
+            folders.push(OsString::from_vec(name.into_bytes()));
+        } else {
+            unlink(dir.as_raw_fd(), &name, 0)?;
         }
-        let stream = libc::fdopendir(copy);
-        if stream.is_null() {
-            let e = io::Error::last_os_error();
-            libc::close(copy);
-            return Err(e);
-        }
-        loop {
-            let entry = libc::readdir(stream);
-            if entry.is_null() {
-                break;
-            }
-            let name = CStr::from_ptr((*entry).d_name.as_ptr());
-            if matches!(name.to_bytes(), b"." | b"..") {
-                continue;
-            }
-            let is_folder = match (*entry).d_type {
-                libc::DT_DIR => true,
-                libc::DT_UNKNOWN => {
-                    let mut stat: libc::stat = std::mem::zeroed();
-                    libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut stat, libc::AT_SYMLINK_NOFOLLOW) == 0
-                        && stat.st_mode & libc::S_IFMT == libc::S_IFDIR
-                }
-                _ => false,
-            };
-            let name = OsStr::from_bytes(name.to_bytes()).to_os_string();
-            if is_folder { folders.push(name) } else { files.push(name) }
-        }
-        libc::closedir(stream);
-    }
-    for name in files {
-        let Ok(c_name) = CString::new(name.into_vec()) else { continue };
-        unlink(dir.as_raw_fd(), &c_name, 0)?;
     }
     Ok(folders)
 }

@@ -5,7 +5,7 @@
 use serde_json::{Map, Value, json};
 
 use super::shape::{self, Asked, Refusal};
-use crate::contract::{ToolCall, ToolSpec};
+use crate::contract::ToolCall;
 use crate::model::{Message, ModelResponse};
 
 const USED: &[&str] = &["model", "messages", "tools", "stream", "stream_options", "n", "response_format", "logprobs"];
@@ -57,11 +57,7 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
             return Err(Refusal::unsupported(&format!("{at}.type"), "only `function` tools are supported"));
         }
         let function = shape::object(tool.get("function").unwrap_or(&Value::Null), &format!("{at}.function"))?;
-        tools.push(ToolSpec::new(
-            &shape::string(function.get("name"), &format!("{at}.function.name"))?,
-            function.get("description").and_then(Value::as_str).unwrap_or_default(),
-            function.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-        ));
+        tools.push(shape::tool(function, &format!("{at}.function"), "parameters")?);
     }
     let include_usage = body.get("stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool);
     Ok(Asked {

@@ -7,7 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use super::shape::{self, Asked, Refusal};
-use crate::contract::{ToolCall, ToolSpec};
+use crate::contract::ToolCall;
 use crate::model::{Message, ModelResponse};
 
 const USED: &[&str] = &["model", "messages", "system", "tools", "stream"];
@@ -50,11 +50,7 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
                 &format!("server tools (`{kind}`) are not supported; only client tools with an input_schema"),
             ));
         }
-        tools.push(ToolSpec::new(
-            &shape::string(tool.get("name"), &format!("{at}.name"))?,
-            tool.get("description").and_then(Value::as_str).unwrap_or_default(),
-            tool.get("input_schema").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-        ));
+        tools.push(shape::tool(shape::object(tool, &at)?, &at, "input_schema")?);
     }
     Ok(Asked {
         model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),

@@ -8,7 +8,7 @@
 use serde_json::{Map, Value, json};
 
 use super::shape::{self, Asked, Refusal};
-use crate::contract::{ToolCall, ToolSpec};
+use crate::contract::ToolCall;
 use crate::model::{Message, ModelResponse};
 
 const USED: &[&str] =
@@ -70,11 +70,7 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
                 &format!("only `function` tools are supported, not `{kind}`"),
             ));
         }
-        tools.push(ToolSpec::new(
-            &shape::string(tool.get("name"), &format!("{at}.name"))?,
-            tool.get("description").and_then(Value::as_str).unwrap_or_default(),
-            tool.get("parameters").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-        ));
+        tools.push(shape::tool(shape::object(tool, &at)?, &at, "parameters")?);
     }
     Ok(Asked {
         model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),

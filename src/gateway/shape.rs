@@ -143,6 +143,16 @@ pub fn text(value: Option<&Value>, field: &str, text_types: &[&str]) -> Result<S
     }
 }
 
+/// A tool as a request declares it: `name`, `description` and its schema under
+/// `schema_key` (`parameters`, `input_schema`) of `spec`, the tool found at `at`.
+pub fn tool(spec: &Map<String, Value>, at: &str, schema_key: &str) -> Result<ToolSpec, Refusal> {
+    Ok(ToolSpec::new(
+        &string(spec.get("name"), &format!("{at}.name"))?,
+        spec.get("description").and_then(Value::as_str).unwrap_or_default(),
+        spec.get(schema_key).cloned().unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}})),
+    ))
+}
+
 /// Arguments as the model wrote them, for a request: a JSON object, or the text when it was
 /// not valid JSON.
 pub fn arguments(text: &str) -> Value {
