@@ -179,3 +179,54 @@ fn an_answer_file_that_links_out_of_the_folder_is_not_read() {
     assert!(!format!("{finals:?}").contains("the host's secret"), "{finals:?}");
     assert!(!std::fs::read_to_string(sb.path().join("results/test/events.jsonl")).unwrap().contains("host's secret"));
 }
+
+/// Claude Code as installed by `scripts/install-test-servers.sh`, when it installed.
+fn claude_code_package() -> Option<std::path::PathBuf> {
+    let servers = match std::env::var_os("RUNNER_TEST_SERVERS") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/runner-test-servers")
+        }
+    };
+    let modules = servers.join("node_modules");
+    let program = modules.join("@anthropic-ai/claude-code/bin/claude.exe");
+    if !program.is_file() {
+        eprintln!("skipped: Claude Code is not installed at {} (scripts/install-test-servers.sh)", program.display());
+        return None;
+    }
+    Some(modules)
+}
+
+#[test]
+fn claude_code_as_a_cli_agent_passes_a_scripted_task_with_its_trajectory() {
+    let Some(modules) = claude_code_package() else { return };
+    let sb = Sandbox::new();
+    sb.write("environments/claude.yaml", &format!("kind: shell\nsandbox: {{read_paths: [{}]}}\n", modules.display()));
+    let program = modules.join("@anthropic-ai/claude-code/bin/claude.exe");
+    let suite = format!(
+        "suite: claude-code\nenvironment: claude\nagent:\n  kind: cli\n  \
+         env: {{IS_SANDBOX: \"1\", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: \"1\"}}\n  \
+         command: [{}, -p, \"{{{{ input }}}}\", --dangerously-skip-permissions]\n\
+         limits: {{max_steps: 10, time_s: 120}}\ntasks:\n  - id: two-step\n    \
+         input: Write hello into a.txt, then say done.\n    \
+         scorers: [{{equals: done}}, {{tool_called: Bash}}, {{file_contains: {{path: a.txt, text: hello}}}}]\n    \
+         mock:\n      - tool_calls: [{{name: Bash, arguments: {{command: \"echo hello > a.txt\", description: Write the file}}}}]\n      \
+         - text: done\n",
+        program.display()
+    );
+    sb.write("s.yaml", &suite);
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let bash: Vec<&serde_json::Value> =
+        of_type(&events, "action_dispatched").into_iter().filter(|e| e["call"]["name"] == "Bash").collect();
+    assert_eq!(bash.len(), 1, "{events:#?}");
+    let id = &bash[0]["call"]["call_id"];
+    let seen = of_type(&events, "observation").into_iter().find(|o| &o["observation"]["call_id"] == id);
+    assert!(
+        seen.is_some_and(|o| o["observation"]["error"].is_null()),
+        "its result is the call's observation: {events:#?}"
+    );
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished[0]["outcome"]["passed"], true, "{finished:?}");
+}
