@@ -210,6 +210,31 @@ pub fn openat2(at: RawFd, rel: &Path, flags: libc::c_int, mode: u32, links: Link
     Err(io::Error::from_raw_os_error(libc::EAGAIN))
 }
 
+/// The regular file `rel` under `root`, reached through no link at all, read up to `cap`
+/// bytes: `Ok(None)` when there is none, an error when it is something else (a link, a
+/// folder, a pipe) or larger than `cap`. For reading back what a world's processes wrote.
+pub fn read_regular(root: &Path, rel: &Path, cap: u64) -> io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let file = match Beneath::open(root)?.file(rel, libc::O_RDONLY | libc::O_NONBLOCK, 0, Links::None) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(io::Error::other("it is a link, which is not followed"));
+        }
+        Err(e) => return Err(e),
+    };
+    let stat = fstat(file.as_raw_fd())?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(io::Error::other("it is not a regular file"));
+    }
+    if stat.st_size as u64 > cap {
+        return Err(io::Error::other(format!("it holds {} bytes, more than {cap}", stat.st_size)));
+    }
+    let mut bytes = Vec::new();
+    file.take(cap).read_to_end(&mut bytes)?;
+    Ok(Some(bytes))
+}
+
 /// The entries of the open folder `dir` (not `.` nor `..`), each looked at without
 /// following it, in order of their names.
 pub fn entries(dir: &OwnedFd) -> io::Result<Vec<Entry>> {

@@ -162,6 +162,24 @@ fn a_verifier_that_runs_a_program_this_host_lacks_is_unscored_whatever_it_wrote(
 }
 
 #[test]
+fn a_reward_reached_through_a_link_out_of_the_folder_is_not_read() {
+    // Code the verifier runs swaps its reward folder for a link to a folder outside that
+    // holds a passing reward: the runner reads no further than the episode's folder.
+    let sb = Sandbox::new();
+    let outside = sb.write("outside/reward.txt", "1\n");
+    let outside = outside.parent().expect("a folder").display().to_string();
+    let base = "FROM ubuntu:24.04\nWORKDIR /app\n";
+    let test_sh = format!("#!/bin/bash\nrm -rf /logs/verifier && ln -s {outside} /logs/verifier\n");
+    task_dir(&sb, "linked", base, &test_sh, Some("#!/bin/bash\ntrue\n"));
+    let run = sb.run(&["eval", "tasks", "--agent", "oracle", "--max-unscored", "1", "--run-id", "test", "--out", "results"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let found = outcomes(&sb.events());
+    let linked = &found.iter().find(|(t, _)| t == "linked").expect("linked ran").1;
+    assert_eq!(linked["status"], "unscored", "{linked}");
+    assert_eq!(linked["cause"], "verifier_error", "{linked}");
+}
+
+#[test]
 fn the_oracle_names_the_tasks_whose_solution_does_not_pass() {
     let sb = Sandbox::new();
     sb.write(

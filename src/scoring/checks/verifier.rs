@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::{Verdict, world_fault};
 use crate::domain::harbor::{HARBOR_DIR, map_paths};
-use crate::environment::{World, remove_tree};
+use crate::environment::{World, read_regular, remove_tree};
 use crate::log::UnscoredCause;
 use crate::scoring::ScoringFault;
 
@@ -64,7 +64,7 @@ pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<
         }
         Err(_) => format!("it did not end within {}s", verifier.timeout_s),
     };
-    let missing = missing_programs(&missing_list);
+    let missing = missing_programs(&root, &Path::new(HARBOR_DIR).join(MISSING_LIST));
     if !missing.is_empty() {
         return Err(ScoringFault::new(
             UnscoredCause::EnvironmentError,
@@ -74,7 +74,7 @@ pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<
             ),
         ));
     }
-    match read_reward(&harbor.join("logs/verifier")) {
+    match read_reward(&root, &Path::new(HARBOR_DIR).join("logs/verifier")) {
         Ok(Some((reward, file))) if (0.0..=1.0).contains(&reward) => {
             let passed = reward >= 1.0;
             Ok((passed, reward, format!("tests/test.sh wrote reward {reward} to {file} ({how})"), None))
@@ -102,8 +102,11 @@ fn not_found_handler(list: &Path) -> String {
 }
 
 /// The distinct programs the verifier's shell could not find, in the order it tried them.
-fn missing_programs(list: &Path) -> Vec<String> {
-    let Ok(text) = std::fs::read_to_string(list) else { return Vec::new() };
+/// Read beneath the working directory `root` through no link (the verifier's own code, or
+/// the agent's that it ran, may have put one there).
+fn missing_programs(root: &Path, list: &Path) -> Vec<String> {
+    let Ok(Some(bytes)) = read_regular(root, list, REWARD_CAP) else { return Vec::new() };
+    let text = String::from_utf8_lossy(&bytes);
     let mut seen: Vec<String> = Vec::new();
     for name in text.lines().map(str::trim).filter(|n| !n.is_empty()) {
         if !seen.iter().any(|s| s == name) {
@@ -165,21 +168,16 @@ fn copy_mapped(from: &Path, to: &Path, mappings: &[(&str, &str)]) -> std::io::Re
 
 /// The reward in `reward.txt` (a number) or `reward.json` (`{"reward": x}`, or an object
 /// with one number), with the file's name; `None` when neither exists.
-fn read_reward(dir: &Path) -> Result<Option<(f64, &'static str)>, String> {
+/// Read beneath the working directory `root`, through no link, each file at most
+/// [`REWARD_CAP`] bytes.
+fn read_reward(root: &Path, dir: &Path) -> Result<Option<(f64, &'static str)>, String> {
     for name in ["reward.txt", "reward.json"] {
-        let path = dir.join(name);
-        let meta = match std::fs::symlink_metadata(&path) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+        let bytes = match read_regular(root, &dir.join(name), REWARD_CAP) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => continue,
             Err(e) => return Err(format!("{name}: {e}")),
         };
-        if !meta.is_file() {
-            return Err(format!("{name} is not a regular file"));
-        }
-        if meta.len() > REWARD_CAP {
-            return Err(format!("{name} holds {} bytes, more than a reward", meta.len()));
-        }
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("{name}: {e}"))?;
+        let text = String::from_utf8(bytes).map_err(|_| format!("{name} is not text"))?;
         let reward = if name == "reward.txt" {
             text.trim().parse::<f64>().map_err(|_| format!("{name} holds {:?}, not a number", cut(text.trim())))?
         } else {
@@ -228,7 +226,7 @@ mod tests {
     fn reward_in(name: &str, text: &str) -> Result<Option<(f64, &'static str)>, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         std::fs::write(dir.path().join(name), text).map_err(|e| e.to_string())?;
-        read_reward(dir.path())
+        read_reward(dir.path(), Path::new("."))
     }
 
     #[test]
