@@ -36,9 +36,9 @@ use permission::{Action, Permissions};
 use user::{Answered, Prompt, User};
 
 pub use crate::agent::{CallError, EpisodeBudget, Trajectory};
+pub use beneath::read_regular;
 pub use definition::{Definition, EnvLimits};
 pub use file_world::{FileWorld, ReadBack};
-pub use beneath::read_regular;
 pub use folder::{remove_tree, remove_tree_at};
 pub use kind::{RunStore, SetupContext};
 pub use kinds::{EnvironmentKind, KINDS, KindSettings};

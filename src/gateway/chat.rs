@@ -48,8 +48,9 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
     }
     let mut messages = Vec::new();
     for (i, message) in shape::array(body.get("messages"), "messages")?.iter().enumerate() {
-        messages.push(decode_message(message, &format!("messages[{i}]"), &messages)?);
+        messages.push(decode_message(message, &format!("messages[{i}]"))?);
     }
+    shape::name_results(&mut messages);
     let mut tools = Vec::new();
     for (i, tool) in shape::array(body.get("tools"), "tools")?.iter().enumerate() {
         let at = format!("tools[{i}]");
@@ -69,7 +70,7 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
     })
 }
 
-fn decode_message(message: &Value, at: &str, earlier: &[Message]) -> Result<Message, Refusal> {
+fn decode_message(message: &Value, at: &str) -> Result<Message, Refusal> {
     let role = shape::string(message.get("role"), &format!("{at}.role"))?;
     let content = message.get("content");
     let field = format!("{at}.content");
@@ -93,7 +94,8 @@ fn decode_message(message: &Value, at: &str, earlier: &[Message]) -> Result<Mess
         "tool" => {
             let call_id = shape::string(message.get("tool_call_id"), &format!("{at}.tool_call_id"))?;
             Message::Tool {
-                name: shape::called_name(earlier, &call_id),
+                // Named once every message is read: `shape::name_results`.
+                name: String::new(),
                 call_id,
                 content: shape::text(content, &field, TEXT_PARTS)?,
                 is_error: false,

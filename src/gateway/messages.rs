@@ -41,6 +41,7 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
     for (i, message) in shape::array(body.get("messages"), "messages")?.iter().enumerate() {
         decode_message(message, &format!("messages[{i}]"), &mut messages)?;
     }
+    shape::name_results(&mut messages);
     let mut tools = Vec::new();
     for (i, tool) in shape::array(body.get("tools"), "tools")?.iter().enumerate() {
         let at = format!("tools[{i}]");
@@ -87,7 +88,8 @@ fn decode_message(message: &Value, at: &str, out: &mut Vec<Message>) -> Result<(
             ("user", "tool_result") => {
                 let call_id = shape::string(block.get("tool_use_id"), &format!("{at}.tool_use_id"))?;
                 out.push(Message::Tool {
-                    name: shape::called_name(out, &call_id),
+                    // Named once every message is read: `shape::name_results`.
+                    name: String::new(),
                     call_id,
                     content: shape::text(block.get("content"), &format!("{at}.content"), TEXT_BLOCKS)?,
                     is_error: block.get("is_error").and_then(Value::as_bool).unwrap_or(false),

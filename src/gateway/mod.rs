@@ -92,6 +92,8 @@ struct State {
     closed: AtomicBool,
     /// Model calls go one at a time: a script's turns, and a transcript, have one order.
     turn: tokio::sync::Mutex<()>,
+    /// Request bodies read and held at once ([`MAX_BODIES`]).
+    bodies: tokio::sync::Semaphore,
     derived: Mutex<trajectory::Derived>,
 }
 
@@ -108,6 +110,7 @@ impl Gateway {
             ending,
             closed: AtomicBool::new(false),
             turn: tokio::sync::Mutex::new(()),
+            bodies: tokio::sync::Semaphore::new(MAX_BODIES),
             derived: Mutex::default(),
         });
         let server = tokio::spawn(serve(listener, state.clone()));
@@ -196,15 +199,30 @@ impl Drop for GatewayHandle {
     }
 }
 
+/// How many connections one episode's gateway serves at once; more wait to be accepted.
+const MAX_CONNECTIONS: usize = 64;
+
+/// How many request bodies one episode's gateway reads and holds at once, each up to
+/// [`MAX_BODY_BYTES`] while it waits its turn: a program (or a model driving it) that sends
+/// hundreds at once cannot exhaust the runner's memory. The others wait, unread.
+const MAX_BODIES: usize = 4;
+
 async fn serve(listener: TcpListener, state: Arc<State>) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    // Owned here: when the handle aborts this task, every connection's task goes with it,
+    // so none outlives its episode on a kept-alive connection.
+    let mut connections = tokio::task::JoinSet::new();
     loop {
+        while connections.try_join_next().is_some() {}
+        let Ok(permit) = permits.clone().acquire_owned().await else { return };
         let Ok((stream, _)) = listener.accept().await else {
             // Out of descriptors, say: wait rather than spin; the program's client retries.
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             continue;
         };
         let state = state.clone();
-        tokio::spawn(async move {
+        connections.spawn(async move {
+            let _permit = permit;
             let service = hyper::service::service_fn(move |request| {
                 let state = state.clone();
                 async move { Ok::<_, std::convert::Infallible>(answer(&state, request).await) }
@@ -239,6 +257,9 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Full<Byte
             json_response(StatusCode::OK, models(&state.gateway.model_name, anthropic))
         }
         (&Method::POST, Some(wire)) => {
+            let Ok(_body_permit) = state.bodies.acquire().await else {
+                return refuse(state, wire, &path, Refusal::unauthorised("the gateway is closing"));
+            };
             let body = match Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await {
                 Ok(body) => body.to_bytes(),
                 Err(_) => {
@@ -292,6 +313,10 @@ async fn call(state: &State, wire: Wire, body: &[u8]) -> Result<Response<Full<By
     let asked = wire.decode(&body)?;
     let gateway = &state.gateway;
     let _turn = state.turn.lock().await;
+    // The episode may have ended while this request was read or waited its turn.
+    if state.closed.load(Ordering::SeqCst) {
+        return Err(Refusal::unauthorised("the episode has ended: its gateway key no longer answers"));
+    }
     if let Some(ending) = state.ending.borrow().clone() {
         return Err(Refusal::ended(&ending));
     }

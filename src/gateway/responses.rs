@@ -60,6 +60,7 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
             }
         }
     }
+    shape::name_results(&mut messages);
     let mut tools = Vec::new();
     for (i, tool) in shape::array(body.get("tools"), "tools")?.iter().enumerate() {
         let at = format!("tools[{i}]");
@@ -114,7 +115,8 @@ fn decode_item(item: &Value, at: &str, out: &mut Vec<Message>) -> Result<(), Ref
         "function_call_output" => {
             let call_id = shape::string(item.get("call_id"), &format!("{at}.call_id"))?;
             out.push(Message::Tool {
-                name: shape::called_name(out, &call_id),
+                // Named once every message is read: `shape::name_results`.
+                name: String::new(),
                 call_id,
                 content: shape::text(item.get("output"), &format!("{at}.output"), INPUT_TEXT)?,
                 is_error: false,

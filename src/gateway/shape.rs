@@ -168,19 +168,25 @@ pub fn arguments_text(arguments: &Value) -> String {
     }
 }
 
-/// The name of the tool a result answers, from the call it answers earlier in the
-/// transcript.
-pub fn called_name(messages: &[Message], call_id: &str) -> String {
-    messages
-        .iter()
-        .rev()
-        .find_map(|m| match m {
+/// Names each tool result by the call it answers: the latest earlier assistant call with
+/// its id (empty when none has it). One pass, whatever the number of calls and results.
+pub fn name_results(messages: &mut [Message]) {
+    let mut names: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    for message in messages.iter_mut() {
+        match message {
             Message::Assistant { tool_calls, .. } => {
-                tool_calls.iter().find(|c| c.call_id == call_id).map(|c| c.name.clone())
+                for call in tool_calls.iter() {
+                    names.insert(call.call_id.clone(), call.name.clone());
+                }
             }
-            _ => None,
-        })
-        .unwrap_or_default()
+            Message::Tool { name, call_id, .. } => {
+                if let Some(found) = names.get(call_id.as_str()) {
+                    name.clone_from(found);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// One event of a server-sent stream, as the providers write it.

@@ -171,7 +171,8 @@ fn a_reward_reached_through_a_link_out_of_the_folder_is_not_read() {
     let base = "FROM ubuntu:24.04\nWORKDIR /app\n";
     let test_sh = format!("#!/bin/bash\nrm -rf /logs/verifier && ln -s {outside} /logs/verifier\n");
     task_dir(&sb, "linked", base, &test_sh, Some("#!/bin/bash\ntrue\n"));
-    let run = sb.run(&["eval", "tasks", "--agent", "oracle", "--max-unscored", "1", "--run-id", "test", "--out", "results"]);
+    let run =
+        sb.run(&["eval", "tasks", "--agent", "oracle", "--max-unscored", "1", "--run-id", "test", "--out", "results"]);
     assert_eq!(run.code, 1, "{run:?}");
     let found = outcomes(&sb.events());
     let linked = &found.iter().find(|(t, _)| t == "linked").expect("linked ran").1;
