@@ -212,6 +212,41 @@ impl crate::gateway::Ledger for EpisodeBudget {
     }
 }
 
+/// The ledger of a program that owns its loop (`cli`): the loop's one turn took step 1,
+/// and the program's first model call is that step; each later call takes one more, so
+/// `max_steps: N` allows N model calls.
+pub struct OwnLoop {
+    budget: std::sync::Arc<EpisodeBudget>,
+    first: std::sync::atomic::AtomicBool,
+}
+
+impl OwnLoop {
+    pub fn new(budget: std::sync::Arc<EpisodeBudget>) -> Self {
+        OwnLoop { budget, first: std::sync::atomic::AtomicBool::new(true) }
+    }
+}
+
+impl crate::gateway::Ledger for OwnLoop {
+    fn admit(&self) -> Result<u32, Termination> {
+        if self.first.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            return WithinTurns(self.budget.clone()).admit();
+        }
+        crate::gateway::Ledger::admit(self.budget.as_ref())
+    }
+
+    fn spend(&self, usage: Usage, cost_usd: Option<f64>) {
+        self.budget.spend(usage, cost_usd);
+    }
+
+    fn deadline(&self) -> &Deadline {
+        &self.budget.deadline
+    }
+
+    fn dispatched(&self, call: &ToolCall) {
+        self.budget.dispatched(call);
+    }
+}
+
 /// The ledger of a program whose turns are the loop's (`external`): its model calls through
 /// the gateway spend the episode's tokens, cost and time, but take no step of their own —
 /// each is a part of the turn the loop already counted.

@@ -139,7 +139,7 @@ impl Agent for CliAgent {
         let gateway = Gateway {
             model: self.model.clone(),
             model_name: self.model_name.clone(),
-            ledger: program.episode.clone(),
+            ledger: Arc::new(super::budget::OwnLoop::new(program.episode.clone())),
             recorder: turn.recorder.clone(),
             derive_trajectory: true,
         };
@@ -259,15 +259,21 @@ async fn run(
     input: &str,
 ) -> Result<Finished, String> {
     let mut running = process::spawn(command, sandbox).map_err(|e| e.to_string())?;
-    if let Some(mut stdin) = running.keeper.stdin.take() {
-        use tokio::io::AsyncWriteExt;
-        // A program that reads no input closes its end: that is no fault.
-        let _ = stdin.write_all(input.as_bytes()).await;
-    }
+    let stdin = running.keeper.stdin.take();
+    // Written while the output is read: a program that prints before it reads its input
+    // (or never reads it) must not leave both sides waiting on full pipes.
+    let feed = async move {
+        if let Some(mut stdin) = stdin {
+            use tokio::io::AsyncWriteExt;
+            // A program that reads no input closes its end: that is no fault.
+            let _ = stdin.write_all(input.as_bytes()).await;
+        }
+    };
     let (Some(stdout), Some(stderr)) = (running.keeper.stdout.take(), running.keeper.stderr.take()) else {
         return Err("the program's output could not be read".into());
     };
-    let (out, err) = tokio::join!(process::read_capped(stdout, OUTPUT_CAP), process::read_capped(stderr, OUTPUT_CAP));
+    let ((), out, err) =
+        tokio::join!(feed, process::read_capped(stdout, OUTPUT_CAP), process::read_capped(stderr, OUTPUT_CAP));
     let status = running.shell_status().await;
     Ok(Finished {
         status,

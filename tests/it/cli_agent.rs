@@ -31,8 +31,9 @@ fn a_cli_agent_passes_a_two_step_task_with_its_trajectory_derived_from_the_gatew
         of_type(&events, "action_dispatched").iter().filter_map(|e| e["call"]["name"].as_str()).collect();
     assert_eq!(dispatched, ["write_file", "final_answer"], "{events:#?}");
     let observed = of_type(&events, "observation");
+    // The mock names its call by the model call's step: the first call is step 1.
     assert!(
-        observed.iter().any(|o| o["observation"]["call_id"] == "call_02_0"
+        observed.iter().any(|o| o["observation"]["call_id"] == "call_01_0"
             && o["observation"]["tool_result"] == "wrote 5 bytes to a.txt"),
         "the agent's own result is the call's observation: {observed:#?}"
     );
@@ -229,4 +230,38 @@ fn claude_code_as_a_cli_agent_passes_a_scripted_task_with_its_trajectory() {
     );
     let finished = of_type(&events, "episode_finished");
     assert_eq!(finished[0]["outcome"]["passed"], true, "{finished:?}");
+}
+
+#[test]
+fn max_steps_counts_a_cli_agents_model_calls() {
+    if !have_python() {
+        return;
+    }
+    // Two model calls (a tool call, then the answer): `max_steps: 2` allows both.
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite("[python3, agent.py]", "").replace("max_steps: 10", "max_steps: 2"));
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let steps: Vec<u64> = of_type(&events, "model_call").iter().filter_map(|c| c["step"].as_u64()).collect();
+    assert_eq!(steps, [1, 2], "{events:#?}");
+    assert!(of_type(&events, "gateway_refused").is_empty(), "{events:#?}");
+}
+
+#[test]
+fn a_cli_agent_that_prints_before_it_reads_a_long_input_does_not_wedge() {
+    // 200 KB out before reading 200 KB in: both pipes fill unless the input is written while
+    // the output is read.
+    let sb = Sandbox::new();
+    let input = "x".repeat(200_000);
+    let suite = format!(
+        "suite: cli\nenvironment: shell\nlimits: {{time_s: 10}}\n\
+         agent: {{kind: cli, command: [sh, -c, \"head -c 200000 /dev/zero | tr '\\\\000' a; echo; wc -c; echo done\"]}}\n\
+         tasks:\n  - {{id: t, input: {input}, scorers: [{{includes: done}}, {{includes: \"200000\"}}], mock: [{{text: x}}]}}\n"
+    );
+    sb.write("s.yaml", &suite);
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let finished = of_type(&sb.events(), "episode_finished").into_iter().cloned().collect::<Vec<_>>();
+    assert_eq!(finished[0]["termination"], "final_answer", "{finished:?}");
 }

@@ -243,6 +243,15 @@ fn reported_tokens_stop_the_episode_at_its_token_limit() {
 }
 
 #[test]
+fn a_negative_cost_is_the_agents_failure_not_a_refund() {
+    if !have_python() {
+        return;
+    }
+    let events = run("refund", "{time_s: 20, max_cost_usd: 0.01}");
+    assert_agents_failure(&events, "`cost_usd` is -1000, not a number from 0 up", "");
+}
+
+#[test]
 fn reused_programs_serve_many_episodes_at_sixteen_jobs() {
     if !have_python() {
         return;

@@ -159,6 +159,12 @@ impl ExternalAgent {
                 Incoming::Message(FromAgent::Log { message }) => {
                     turn.recorder.emit(&Event::AgentLog { step, message });
                 }
+                Incoming::Message(FromAgent::Usage { cost_usd: Some(cost), .. })
+                    if !(cost.is_finite() && cost >= 0.0) =>
+                {
+                    let why = format!("it sent a `usage` whose `cost_usd` is {cost}, not a number from 0 up");
+                    return Err(Failure::Violation(why));
+                }
                 Incoming::Message(FromAgent::Usage { model, input_tokens, output_tokens, cost_usd }) => {
                     let usage = Usage { input_tokens, output_tokens, cached_tokens: 0 };
                     // Counted as it comes, so that the episode's limits see it at this turn's end.
