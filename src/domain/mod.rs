@@ -51,6 +51,17 @@ pub struct Task {
     /// Why the task cannot run on this host (a Harbor task that needs its image, or a
     /// program its Dockerfile installs): its episodes are unscored with this reason.
     pub unavailable: Option<String>,
+    /// Files copied byte for byte, with their permissions, into the working directory
+    /// after `files` (a Harbor task's binary or executable `COPY`s).
+    pub copies: Vec<FileCopy>,
+}
+
+/// A file of the host copied into an episode's working directory as it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileCopy {
+    pub from: std::path::PathBuf,
+    /// Where, relative to the working directory.
+    pub to: String,
 }
 
 impl Task {
@@ -72,6 +83,7 @@ impl Task {
             memory: MemoryEntries::default(),
             solution: Vec::new(),
             unavailable: None,
+            copies: Vec::new(),
         }
     }
 }

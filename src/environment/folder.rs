@@ -49,6 +49,18 @@ impl EpisodeFolder {
             }
             std::fs::write(&path, content).map_err(|e| format!("failed to write {name}: {e}"))?;
         }
+        // No process of the world runs yet: nothing can move under these paths.
+        for copy in &task.copies {
+            if !crate::domain::is_relative_inside(&copy.to) {
+                return Err(format!("file `{}` would land outside the working directory", copy.to));
+            }
+            let path = work.join(&copy.to);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
+            }
+            std::fs::copy(&copy.from, &path)
+                .map_err(|e| format!("failed to copy {} to {}: {e}", copy.from.display(), copy.to))?;
+        }
         (folder.work, folder.tmp) = (work, tmp);
         Ok(folder)
     }

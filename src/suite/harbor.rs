@@ -23,7 +23,7 @@ use crate::config::decode::{ConfigError, Source};
 use crate::config::yaml::Position;
 use crate::domain::harbor::map_paths;
 use crate::domain::scorer::{Check, ScorerSpec};
-use crate::domain::{MAX_EPISODE_S, MockTurn, Reducer, Task};
+use crate::domain::{FileCopy, MAX_EPISODE_S, MockTurn, Reducer, Task};
 use crate::environment::Definition;
 use crate::environment::permission::Permissions;
 use crate::sandbox::{ProcessLimits, SandboxMode, SandboxSpec};
@@ -187,10 +187,12 @@ pub fn load(dir: &Path) -> Result<Suite, ConfigError> {
         let mut hasher = Sha256::new();
         hasher.update(json!({"input": input, "files": image.files, "metadata": metadata}).to_string());
         hash_folder(&mut hasher, &tests);
+        hash_folder(&mut hasher, &dir.join("environment"));
         hex::encode(hasher.finalize())
     };
     let task = Task {
         files: image.files,
+        copies: image.copies,
         metadata,
         scorers: vec![scorer],
         mock: mock.into(),
@@ -253,13 +255,16 @@ fn world(longest_s: f64, cpus: Option<f64>, memory_mb: u64, storage_mb: u64, int
 struct Image {
     workdir: String,
     files: BTreeMap<String, String>,
+    /// The files copied as they are: not text, or executable.
+    copies: Vec<FileCopy>,
     unavailable: Option<String>,
 }
 
 /// Reads `environment/Dockerfile` for its `WORKDIR`, the files it copies there, and what
 /// it needs that this host lacks (the first such thing is the reason).
 fn read_image(environment: &Path, docker_image: Option<&str>) -> Image {
-    let mut image = Image { workdir: DEFAULT_WORKDIR.into(), files: BTreeMap::new(), unavailable: None };
+    let mut image =
+        Image { workdir: DEFAULT_WORKDIR.into(), files: BTreeMap::new(), copies: Vec::new(), unavailable: None };
     let needs = |why: String, image: &mut Image| {
         image.unavailable.get_or_insert(why);
     };
@@ -293,7 +298,9 @@ fn read_image(environment: &Path, docker_image: Option<&str>) -> Image {
                 current = absolute(&current, arg.trim());
                 Ok(())
             }
-            "COPY" | "ADD" => copy(environment, &current, &image.workdir, op, arg, &mut image.files),
+            "COPY" | "ADD" => {
+                copy(environment, (&current, &image.workdir), op, arg, (&mut image.files, &mut image.copies))
+            }
             "RUN" => run(arg),
             // What a container's start and metadata say: nothing for the working directory.
             "ENV" | "ARG" | "LABEL" | "EXPOSE" | "CMD" | "ENTRYPOINT" | "USER" | "SHELL" | "HEALTHCHECK"
@@ -365,11 +372,10 @@ fn base_image(arg: &str) -> Result<(), String> {
 /// `COPY`/`ADD` from the build context (`environment/`) into the working directory.
 fn copy(
     environment: &Path,
-    current: &str,
-    workdir: &str,
+    (current, workdir): (&str, &str),
     op: &str,
     arg: &str,
-    files: &mut BTreeMap<String, String>,
+    (files, copies): (&mut BTreeMap<String, String>, &mut Vec<FileCopy>),
 ) -> Result<(), String> {
     let words: Vec<String> = match serde_json::from_str::<Vec<String>>(arg) {
         Ok(list) => list,
@@ -405,11 +411,20 @@ fn copy(
             let Some(inside) = inside(workdir, &target) else {
                 return Err(format!("`{op} {source}` puts files at `{target}`, outside WORKDIR `{workdir}`"));
             };
-            let text = std::fs::read(&path).map_err(|e| format!("failed to read {}: {e}", path.display()))?;
-            let text = String::from_utf8(text).map_err(|_| {
-                format!("`{op} {source}`: {} is not text, and only text files are copied", path.display())
-            })?;
-            files.insert(inside, text);
+            let bytes = std::fs::read(&path).map_err(|e| format!("failed to read {}: {e}", path.display()))?;
+            let executable = std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0);
+            match String::from_utf8(bytes) {
+                Ok(text) if !executable => {
+                    copies.retain(|c| c.to != inside);
+                    files.insert(inside, text);
+                }
+                // Bytes and permissions as they are; the digest covers environment/ whole.
+                _ => {
+                    files.remove(&inside);
+                    copies.retain(|c| c.to != inside);
+                    copies.push(FileCopy { from: path.clone(), to: inside });
+                }
+            }
         }
     }
     Ok(())

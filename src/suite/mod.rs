@@ -744,6 +744,7 @@ pub(crate) fn build_task(
         // Not part of the digest: like `mock:`, it is how the task is played, not the task.
         solution: raw.solution.into_iter().map(|c| c.0).collect(),
         unavailable: None,
+        copies: Vec::new(),
     };
     let ctx = task.template_context();
     let render_script = |script: &[MockTurn]| -> Result<Arc<[MockTurn]>, String> {

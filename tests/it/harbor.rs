@@ -181,6 +181,24 @@ fn a_reward_reached_through_a_link_out_of_the_folder_is_not_read() {
 }
 
 #[test]
+fn binary_and_executable_files_are_copied_as_they_are() {
+    let sb = Sandbox::new();
+    let dockerfile = "FROM ubuntu:24.04\nWORKDIR /app\nCOPY data.bin run.sh /app/\n";
+    let test_sh = "#!/bin/bash\nbytes=$(od -An -tx1 /app/data.bin | tr -d ' \\n')\n\
+                   if [ -x /app/run.sh ] && [ \"$(/app/run.sh)\" = ok ] && [ \"$bytes\" = 00ff10 ]; then echo 1; else echo 0; fi \
+                   > /logs/verifier/reward.txt\n";
+    task_dir(&sb, "copies", dockerfile, test_sh, Some("#!/bin/bash\ntrue\n"));
+    let data = sb.path().join("tasks/copies/environment/data.bin");
+    std::fs::write(&data, [0x00u8, 0xff, 0x10]).expect("write data.bin");
+    let script = sb.write("tasks/copies/environment/run.sh", "#!/bin/sh\necho ok\n");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let run = sb.run(&["eval", "tasks", "--agent", "oracle", "--run-id", "test", "--out", "results"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let found = outcomes(&sb.events());
+    assert_eq!(found[0].1["passed"], true, "{found:?}");
+}
+
+#[test]
 fn the_oracle_names_the_tasks_whose_solution_does_not_pass() {
     let sb = Sandbox::new();
     sb.write(
