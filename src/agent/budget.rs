@@ -188,14 +188,23 @@ impl EpisodeBudget {
 
 /// A program's model calls through the gateway spend from the episode's budget as the
 /// built-in agent's turns do: each call one step, refused past a limit.
-impl crate::gateway::Ledger for EpisodeBudget {
-    fn admit(&self) -> Result<u32, Termination> {
+impl EpisodeBudget {
+    /// Whether one more model call may be made: the time, tokens and cost that are left.
+    fn admits_a_call(&self) -> Result<(), Termination> {
         if self.out_of_time() {
             return Err(Termination::TimeLimit);
         }
-        if let Some(limit) = self.over_budget() {
-            return Err(limit);
+        match self.over_budget() {
+            Some(limit) => Err(limit),
+            None => Ok(()),
         }
+    }
+}
+
+/// Each model call through the gateway takes a step of its own.
+impl crate::gateway::Ledger for EpisodeBudget {
+    fn admit(&self) -> Result<u32, Termination> {
+        self.admits_a_call()?;
         self.take_step().ok_or(Termination::MaxSteps)
     }
 
@@ -212,26 +221,37 @@ impl crate::gateway::Ledger for EpisodeBudget {
     }
 }
 
-/// The ledger of a program that owns its loop (`cli`): the loop's one turn took step 1,
-/// and the program's first model call is that step; each later call takes one more, so
-/// `max_steps: N` allows N model calls.
-pub struct OwnLoop {
+/// How the model calls of a program agent count against the episode's steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallSteps {
+    /// `external`: the program's turns are the loop's; a call through the gateway is part
+    /// of the turn the loop already counted and takes no step of its own.
+    WithinTurns,
+    /// `cli`: the program owns its loop. The loop's one turn took step 1, which is the
+    /// first call's; each later call takes one more, so `max_steps: N` allows N calls.
+    OwnLoop,
+}
+
+/// A program agent's ledger: the episode's budget, its steps counted by [`CallSteps`].
+pub struct ProgramLedger {
     budget: std::sync::Arc<EpisodeBudget>,
+    steps: CallSteps,
     first: std::sync::atomic::AtomicBool,
 }
 
-impl OwnLoop {
-    pub fn new(budget: std::sync::Arc<EpisodeBudget>) -> Self {
-        OwnLoop { budget, first: std::sync::atomic::AtomicBool::new(true) }
+impl ProgramLedger {
+    pub fn new(budget: std::sync::Arc<EpisodeBudget>, steps: CallSteps) -> Self {
+        ProgramLedger { budget, steps, first: std::sync::atomic::AtomicBool::new(true) }
     }
 }
 
-impl crate::gateway::Ledger for OwnLoop {
+impl crate::gateway::Ledger for ProgramLedger {
     fn admit(&self) -> Result<u32, Termination> {
-        if self.first.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            return WithinTurns(self.budget.clone()).admit();
+        let first = self.first.swap(false, std::sync::atomic::Ordering::SeqCst);
+        match self.steps {
+            CallSteps::OwnLoop if !first => crate::gateway::Ledger::admit(self.budget.as_ref()),
+            _ => self.budget.admits_a_call().map(|()| self.budget.steps()),
         }
-        crate::gateway::Ledger::admit(self.budget.as_ref())
     }
 
     fn spend(&self, usage: Usage, cost_usd: Option<f64>) {
@@ -244,35 +264,6 @@ impl crate::gateway::Ledger for OwnLoop {
 
     fn dispatched(&self, call: &ToolCall) {
         self.budget.dispatched(call);
-    }
-}
-
-/// The ledger of a program whose turns are the loop's (`external`): its model calls through
-/// the gateway spend the episode's tokens, cost and time, but take no step of their own —
-/// each is a part of the turn the loop already counted.
-pub struct WithinTurns(pub std::sync::Arc<EpisodeBudget>);
-
-impl crate::gateway::Ledger for WithinTurns {
-    fn admit(&self) -> Result<u32, Termination> {
-        if self.0.out_of_time() {
-            return Err(Termination::TimeLimit);
-        }
-        if let Some(limit) = self.0.over_budget() {
-            return Err(limit);
-        }
-        Ok(self.0.steps())
-    }
-
-    fn spend(&self, usage: Usage, cost_usd: Option<f64>) {
-        self.0.spend(usage, cost_usd);
-    }
-
-    fn deadline(&self) -> &Deadline {
-        &self.0.deadline
-    }
-
-    fn dispatched(&self, call: &ToolCall) {
-        self.0.dispatched(call);
     }
 }
 

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::budget::{CallSteps, ProgramLedger};
 use super::{Agent, AgentFault, AgentKind, Proposal, Turn};
 use crate::config::template;
 use crate::contract::{FINAL_TOOL, ToolCall};
@@ -118,7 +119,7 @@ fn installed(program: &str, folder: &Path) -> bool {
     if program.contains('/') {
         return folder.join(program).is_file();
     }
-    SAFE_PATH.split(':').any(|dir| Path::new(dir).join(program).is_file())
+    process::find_program(program, SAFE_PATH).is_some()
 }
 
 #[async_trait]
@@ -139,7 +140,7 @@ impl Agent for CliAgent {
         let gateway = Gateway {
             model: self.model.clone(),
             model_name: self.model_name.clone(),
-            ledger: Arc::new(super::budget::OwnLoop::new(program.episode.clone())),
+            ledger: Arc::new(ProgramLedger::new(program.episode.clone(), CallSteps::OwnLoop)),
             recorder: turn.recorder.clone(),
             derive_trajectory: true,
         };

@@ -50,7 +50,6 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
     for (i, message) in shape::array(body.get("messages"), "messages")?.iter().enumerate() {
         messages.push(decode_message(message, &format!("messages[{i}]"))?);
     }
-    shape::name_results(&mut messages);
     let mut tools = Vec::new();
     for (i, tool) in shape::array(body.get("tools"), "tools")?.iter().enumerate() {
         let at = format!("tools[{i}]");
@@ -61,13 +60,7 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
         tools.push(shape::tool(function, &format!("{at}.function"), "parameters")?);
     }
     let include_usage = body.get("stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool);
-    Ok(Asked {
-        model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
-        messages,
-        tools,
-        stream: shape::flag(body, "stream")?,
-        include_usage: include_usage == Some(true),
-    })
+    Ok(Asked { include_usage: include_usage == Some(true), ..Asked::new(body, messages, tools)? })
 }
 
 fn decode_message(message: &Value, at: &str) -> Result<Message, Refusal> {
@@ -94,7 +87,7 @@ fn decode_message(message: &Value, at: &str) -> Result<Message, Refusal> {
         "tool" => {
             let call_id = shape::string(message.get("tool_call_id"), &format!("{at}.tool_call_id"))?;
             Message::Tool {
-                // Named once every message is read: `shape::name_results`.
+                // Named once every message is read: `Asked::new`.
                 name: String::new(),
                 call_id,
                 content: shape::text(content, &field, TEXT_PARTS)?,

@@ -41,7 +41,6 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
     for (i, message) in shape::array(body.get("messages"), "messages")?.iter().enumerate() {
         decode_message(message, &format!("messages[{i}]"), &mut messages)?;
     }
-    shape::name_results(&mut messages);
     let mut tools = Vec::new();
     for (i, tool) in shape::array(body.get("tools"), "tools")?.iter().enumerate() {
         let at = format!("tools[{i}]");
@@ -53,13 +52,7 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
         }
         tools.push(shape::tool(shape::object(tool, &at)?, &at, "input_schema")?);
     }
-    Ok(Asked {
-        model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
-        messages,
-        tools,
-        stream: shape::flag(body, "stream")?,
-        include_usage: false,
-    })
+    Asked::new(body, messages, tools)
 }
 
 /// One Anthropic message, which may become several neutral ones: each tool result its own.
@@ -88,7 +81,7 @@ fn decode_message(message: &Value, at: &str, out: &mut Vec<Message>) -> Result<(
             ("user", "tool_result") => {
                 let call_id = shape::string(block.get("tool_use_id"), &format!("{at}.tool_use_id"))?;
                 out.push(Message::Tool {
-                    // Named once every message is read: `shape::name_results`.
+                    // Named once every message is read: `Asked::new`.
                     name: String::new(),
                     call_id,
                     content: shape::text(block.get("content"), &format!("{at}.content"), TEXT_BLOCKS)?,

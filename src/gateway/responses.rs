@@ -60,7 +60,6 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
             }
         }
     }
-    shape::name_results(&mut messages);
     let mut tools = Vec::new();
     for (i, tool) in shape::array(body.get("tools"), "tools")?.iter().enumerate() {
         let at = format!("tools[{i}]");
@@ -73,13 +72,7 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
         }
         tools.push(shape::tool(shape::object(tool, &at)?, &at, "parameters")?);
     }
-    Ok(Asked {
-        model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
-        messages,
-        tools,
-        stream: shape::flag(body, "stream")?,
-        include_usage: false,
-    })
+    Asked::new(body, messages, tools)
 }
 
 fn decode_item(item: &Value, at: &str, out: &mut Vec<Message>) -> Result<(), Refusal> {
@@ -115,7 +108,7 @@ fn decode_item(item: &Value, at: &str, out: &mut Vec<Message>) -> Result<(), Ref
         "function_call_output" => {
             let call_id = shape::string(item.get("call_id"), &format!("{at}.call_id"))?;
             out.push(Message::Tool {
-                // Named once every message is read: `shape::name_results`.
+                // Named once every message is read: `Asked::new`.
                 name: String::new(),
                 call_id,
                 content: shape::text(item.get("output"), &format!("{at}.output"), INPUT_TEXT)?,

@@ -21,6 +21,21 @@ pub struct Asked {
     pub include_usage: bool,
 }
 
+impl Asked {
+    /// A request's ask: its decoded messages (each tool result named by its call) and
+    /// tools, the model it named and whether it streams; no usage chunk asked for.
+    pub fn new(body: &Map<String, Value>, mut messages: Vec<Message>, tools: Vec<ToolSpec>) -> Result<Asked, Refusal> {
+        name_results(&mut messages);
+        Ok(Asked {
+            model: body.get("model").and_then(Value::as_str).unwrap_or_default().to_owned(),
+            messages,
+            tools,
+            stream: flag(body, "stream")?,
+            include_usage: false,
+        })
+    }
+}
+
 /// Why a request gets no answer: its status, the field at fault (a JSON path such as
 /// `messages[2].content[0].type`) and what the SDK shows.
 #[derive(Debug, Clone, PartialEq)]
@@ -170,7 +185,7 @@ pub fn arguments_text(arguments: &Value) -> String {
 
 /// Names each tool result by the call it answers: the latest earlier assistant call with
 /// its id (empty when none has it). One pass, whatever the number of calls and results.
-pub fn name_results(messages: &mut [Message]) {
+fn name_results(messages: &mut [Message]) {
     let mut names: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for message in messages.iter_mut() {
         match message {

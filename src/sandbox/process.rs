@@ -23,6 +23,16 @@ use super::confinement::Confinement;
 /// The `PATH` commands get: the system's programs only.
 pub const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// The first executable file called `name` in the folders of `path` (a `PATH` value), as
+/// a shell finds it.
+pub fn find_program(name: &str, path: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    path.split(':')
+        .filter(|dir| !dir.is_empty())
+        .map(|dir| std::path::Path::new(dir).join(name))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
 /// A started command: the keeper (the child tokio knows), the pipe on which it reports the
 /// shell's status, and the guard that kills the whole tree.
 pub struct Supervised {

@@ -26,6 +26,7 @@ use crate::domain::scorer::{Check, ScorerSpec};
 use crate::domain::{FileCopy, MAX_EPISODE_S, MockTurn, Reducer, Task};
 use crate::environment::Definition;
 use crate::environment::permission::Permissions;
+use crate::sandbox::process::find_program;
 use crate::sandbox::{ProcessLimits, SandboxMode, SandboxSpec};
 
 /// The file that makes a folder a Harbor task directory.
@@ -570,11 +571,7 @@ fn python_module(module: &str, package: &str) -> Result<(), String> {
 
 /// Whether a program of this name is on runner's `PATH`.
 fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            std::fs::metadata(dir.join(program)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
+    std::env::var("PATH").is_ok_and(|path| find_program(program, &path).is_some())
 }
 
 fn read_text(path: &Path) -> Result<String, ConfigError> {

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::budget::{CallSteps, ProgramLedger};
 use super::{Agent, AgentFault, EpisodeBudget, Proposal, Turn};
 use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::gateway::{Ending, Gateway, GatewayHandle};
@@ -63,7 +64,7 @@ impl ExternalAgent {
         let gateway = Gateway {
             model: self.model.0.clone(),
             model_name: self.model.1.clone(),
-            ledger: Arc::new(super::budget::WithinTurns(self.parts.budget.clone())),
+            ledger: Arc::new(ProgramLedger::new(self.parts.budget.clone(), CallSteps::WithinTurns)),
             recorder: turn.recorder.clone(),
             // Its tools are the world's: the loop logs its calls.
             derive_trajectory: false,

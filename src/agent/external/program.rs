@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::protocol::FromAgent;
 use crate::sandbox::Confinement;
-use crate::sandbox::process::{self, SAFE_PATH, Supervised};
+use crate::sandbox::process::{self, SAFE_PATH, Supervised, find_program};
 
 /// The longest line the program may write on stdout; a longer one is cut and a violation.
 pub const MAX_LINE: usize = 1 << 20;
@@ -123,7 +123,7 @@ impl Program {
             path
         } else {
             let path_var = vars.get("PATH").map(String::as_str).unwrap_or(SAFE_PATH);
-            on_path(first, path_var).ok_or_else(|| {
+            find_program(first, path_var).ok_or_else(|| {
                 format!("the program `{first}` is not on its PATH ({path_var}); set `PATH` in `env:` or give a path")
             })?
         };
@@ -178,15 +178,6 @@ fn executable(path: &Path) -> Result<(), &'static str> {
         Ok(meta) if meta.permissions().mode() & 0o111 == 0 => Err("is not executable"),
         Ok(_) => Ok(()),
     }
-}
-
-/// `name` found on `path_var`, as a shell would find it.
-fn on_path(name: &str, path_var: &str) -> Option<PathBuf> {
-    path_var
-        .split(':')
-        .filter(|dir| !dir.is_empty())
-        .map(|dir| Path::new(dir).join(name))
-        .find(|p| executable(p).is_ok())
 }
 
 /// What the program wrote on stdout, one line at a time.
@@ -394,7 +385,7 @@ mod tests {
         assert!(empty.unwrap_err().contains("empty"));
         // A bare name is looked up when an episode starts it.
         assert!(Program::new(vec!["no-such-program".into()], BTreeMap::new(), false, &dir, at).is_ok());
-        assert_eq!(on_path("sh", SAFE_PATH).map(|p| p.is_absolute()), Some(true));
-        assert_eq!(on_path("no-such-program", SAFE_PATH), None);
+        assert_eq!(find_program("sh", SAFE_PATH).map(|p| p.is_absolute()), Some(true));
+        assert_eq!(find_program("no-such-program", SAFE_PATH), None);
     }
 }
