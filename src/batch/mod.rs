@@ -7,6 +7,7 @@ pub mod memory;
 pub mod merge;
 pub mod regrade;
 pub mod resume;
+mod shard;
 
 use crate::sandbox::SandboxMode;
 use std::path::{Path, PathBuf};
@@ -25,6 +26,7 @@ use crate::suite::Suite;
 
 pub use cast::Roster;
 pub use episode::{Grounds, run_episode};
+pub use shard::{in_shard, parse_shard};
 
 /// One episode to run: `(task, model, epoch)`.
 #[derive(Clone)]
@@ -139,41 +141,6 @@ pub struct Resume {
     pub keep: std::collections::HashSet<String>,
     /// The run folder's lock, taken before the log was read for the plan.
     pub lock: std::fs::File,
-}
-
-/// `2/4`: shard 2 of 4. `auto/4` takes the shard from `$JOB_COMPLETION_INDEX`, which a
-/// Kubernetes Indexed Job sets from 0: index 0 is shard 1.
-pub fn parse_shard(text: &str) -> Result<(u64, u64), String> {
-    let index = std::env::var("JOB_COMPLETION_INDEX").ok();
-    shard_of(text, index.as_deref())
-}
-
-fn shard_of(text: &str, job_index: Option<&str>) -> Result<(u64, u64), String> {
-    let bad =
-        || format!("a shard is I/N with 1 <= I <= N, like 2/4 (or auto/N in a Kubernetes Indexed Job), not `{text}`");
-    let (i, n) = text.split_once('/').ok_or_else(bad)?;
-    let n: u64 = n.trim().parse().map_err(|_| bad())?;
-    let i: u64 = if i.trim() == "auto" {
-        let index = job_index.ok_or("--shard auto/N needs $JOB_COMPLETION_INDEX (set by a Kubernetes Indexed Job)")?;
-        let index: u64 =
-            index.trim().parse().map_err(|_| format!("$JOB_COMPLETION_INDEX is `{index}`, not a number"))?;
-        index + 1
-    } else {
-        i.trim().parse().map_err(|_| bad())?
-    };
-    if i == 0 || n == 0 || i > n {
-        return Err(bad());
-    }
-    Ok((i, n))
-}
-
-/// Whether an episode falls in shard `(i, n)`: by its id, a hash already, so a shard's
-/// episodes stay the same when tasks are added.
-pub fn in_shard(episode_id: &str, shard: Option<(u64, u64)>) -> bool {
-    let Some((i, n)) = shard else { return true };
-    let hex = episode_id.strip_prefix("ep_").unwrap_or(episode_id);
-    let value = u64::from_str_radix(&hex[..hex.len().min(16)], 16).unwrap_or(0);
-    value % n == i - 1
 }
 
 /// A finished (or interrupted) run.
@@ -555,19 +522,6 @@ mod tests {
         }
         for bad in ["../x", "1/2", "a b", "", ".", "..", ".hidden", "x/"] {
             assert!(parse_run_id(bad).unwrap_err().contains("one folder under --out"), "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_shard_is_given_or_taken_from_the_job_index() {
-        assert_eq!(shard_of("2/4", None), Ok((2, 4)));
-        assert_eq!(shard_of("auto/4", Some("0")), Ok((1, 4)), "Kubernetes counts from 0");
-        assert_eq!(shard_of("auto/4", Some("3")), Ok((4, 4)));
-        assert!(shard_of("auto/4", Some("4")).is_err(), "index 4 is a fifth shard");
-        assert!(shard_of("auto/4", None).unwrap_err().contains("JOB_COMPLETION_INDEX"));
-        assert!(shard_of("auto/4", Some("x")).unwrap_err().contains("not a number"));
-        for bad in ["0/4", "5/4", "2", "a/b", "1/0"] {
-            assert!(shard_of(bad, None).is_err(), "{bad}");
         }
     }
 }

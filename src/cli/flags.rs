@@ -246,6 +246,7 @@ pub struct EvalArgs {
     #[arg(long, value_parser = crate::model::mock::parse_delay)]
     pub mock_delay_ms: Option<(u64, u64)>,
     /// Run only shard I of N (`--shard 2/4`): a stable hash of each episode's id picks it.
+    /// `auto/N` takes I from a Kubernetes Indexed Job or a Slurm job array.
     #[arg(long, value_parser = batch::parse_shard)]
     pub shard: Option<(u64, u64)>,
     /// No progress bar or per-episode lines; only the summary.
