@@ -83,7 +83,7 @@ pub fn episode_count(suites: &[Arc<Suite>], options: &RunOptions) -> u64 {
             .iter()
             .map(|s| s.tasks.len() as u64 * options.models.len() as u64 * options.epochs.unwrap_or(s.epochs) as u64)
             .sum(),
-        _ => episodes(suites, &options.models, options.epochs).filter(|e| options.plans(&e.id)).count() as u64,
+        _ => episodes(suites, &options.models, options.epochs).filter(|e| options.plans(e)).count() as u64,
     }
 }
 
@@ -126,8 +126,8 @@ pub struct RunOptions {
 
 impl RunOptions {
     /// Whether this run makes the episode: in its shard, and not kept from before.
-    pub fn plans(&self, episode_id: &str) -> bool {
-        in_shard(episode_id, self.shard) && self.resume.as_ref().is_none_or(|r| !r.keep.contains(episode_id))
+    pub fn plans(&self, episode: &EpisodeSpec) -> bool {
+        in_shard(episode, self.shard) && self.resume.as_ref().is_none_or(|r| !r.keep.contains(&episode.id))
     }
 }
 
@@ -245,7 +245,7 @@ pub async fn run(
     {
         let not_stopped = stop.clone();
         let plan = episodes(suites, &options.models, options.epochs)
-            .filter(|e| options.plans(&e.id))
+            .filter(|e| options.plans(e))
             .take_while(move |_| !not_stopped.is_cancelled());
         let mut task_memory = memory::TaskMemory::new(&dir);
         let mut running = futures::stream::iter(plan)

@@ -2,6 +2,8 @@
 //! index a scheduler gives each process it starts: a Kubernetes Indexed Job's
 //! `JOB_COMPLETION_INDEX` or a Slurm job array's `SLURM_ARRAY_TASK_*`.
 
+use super::{EpisodeSpec, episode_id};
+
 /// `2/4`: shard 2 of 4. `auto/4` takes the shard from the scheduler's variables: index 0
 /// (the first pod of an Indexed Job, the first task of a Slurm array) is shard 1.
 pub fn parse_shard(text: &str) -> Result<(u64, u64), String> {
@@ -85,11 +87,16 @@ fn number(name: &str, value: &str) -> Result<u64, String> {
     value.trim().parse().map_err(|_| format!("${name} is `{value}`, not a number"))
 }
 
-/// Whether an episode falls in shard `(i, n)`: by its id, a hash already, so a shard's
-/// episodes stay the same when tasks are added.
-pub fn in_shard(episode_id: &str, shard: Option<(u64, u64)>) -> bool {
+/// Whether an episode falls in shard `(i, n)`: by a hash of its task and model, not of its
+/// epoch, so a task's epochs run in one shard, in order, and a memory kept across them
+/// (`scope: task`) carries over as in one run; and not by its place in the run, so a shard
+/// keeps its episodes when tasks are added.
+pub fn in_shard(episode: &EpisodeSpec, shard: Option<(u64, u64)>) -> bool {
     let Some((i, n)) = shard else { return true };
-    let hex = episode_id.strip_prefix("ep_").unwrap_or(episode_id);
+    let task = &episode.suite.tasks[episode.task];
+    // Epochs count from 1: "epoch 0" names the task and model, no episode.
+    let key = episode_id(&episode.suite.name, &task.id, &task.digest, episode.model.name(), 0);
+    let hex = key.strip_prefix("ep_").unwrap_or(&key);
     let value = u64::from_str_radix(&hex[..hex.len().min(16)], 16).unwrap_or(0);
     value % n == i - 1
 }

@@ -245,7 +245,8 @@ pub struct EvalArgs {
     /// random), to measure scheduling without a provider.
     #[arg(long, value_parser = crate::model::mock::parse_delay)]
     pub mock_delay_ms: Option<(u64, u64)>,
-    /// Run only shard I of N (`--shard 2/4`): a stable hash of each episode's id picks it.
+    /// Run only shard I of N (`--shard 2/4`): a stable hash of each episode's task and model
+    /// picks it, so a task's epochs stay together.
     /// `auto/N` takes I from a Kubernetes Indexed Job or a Slurm job array.
     #[arg(long, value_parser = batch::parse_shard)]
     pub shard: Option<(u64, u64)>,

@@ -35,6 +35,7 @@ mod sandbox;
 mod scoring;
 mod scripts;
 mod secrets;
+mod shards;
 mod shell;
 mod subagents;
 mod survival;

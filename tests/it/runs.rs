@@ -22,7 +22,7 @@ fn suite(n: usize, wrong: &[usize]) -> String {
 const TIMINGS: [&str; 5] = ["latency_ms", "wall_ms", "started_at", "finished_at", "run_id"];
 
 /// `episodes.csv` without its timing columns, in file order.
-fn table(dir: &Path) -> Vec<BTreeMap<String, String>> {
+pub(crate) fn table(dir: &Path) -> Vec<BTreeMap<String, String>> {
     let mut reader = csv::Reader::from_path(dir.join("episodes.csv")).expect("episodes.csv");
     let headers = reader.headers().expect("header").clone();
     reader
