@@ -37,7 +37,10 @@ for await (const line of lines) {
   } else if (message.type === "observations") {
     const { step, observations } = message;
     send({ type: "log", message: `step ${step}: ${observations.length} observation(s)` });
-    send({ type: "usage", model: "echo", input_tokens: Math.floor(line.length / 4), output_tokens: 1, cost_usd: 0 });
+    // A token per four characters of what was observed; not of the whole line, whose budget
+    // (the time left) would make the count vary from run to run.
+    const seen = JSON.stringify(observations);
+    send({ type: "usage", model: "echo", input_tokens: Math.floor(seen.length / 4), output_tokens: 1, cost_usd: 0 });
     send({ type: "actions", ...decide(task, step, observations) });
   } else if (message.type === "end") {
     // With `reuse: true` another `start` may follow; runner closes stdin when done.

@@ -47,7 +47,10 @@ def main():
         elif kind == "observations":
             step = message["step"]
             send({"type": "log", "message": f"step {step}: {len(message['observations'])} observation(s)"})
-            send({"type": "usage", "model": "echo", "input_tokens": len(line) // 4, "output_tokens": 1, "cost_usd": 0.0})
+            # A token per four characters of what was observed; not of the whole line, whose
+            # budget (the time left) would make the count vary from run to run.
+            seen = json.dumps(message["observations"], separators=(",", ":"))
+            send({"type": "usage", "model": "echo", "input_tokens": len(seen) // 4, "output_tokens": 1, "cost_usd": 0.0})
             send({"type": "actions", **decide(task, step, message["observations"])})
         elif kind == "end":
             # With `reuse: true` another `start` may follow; runner closes stdin when done.
