@@ -37,9 +37,10 @@ for await (const line of lines) {
   } else if (message.type === "observations") {
     const { step, observations } = message;
     send({ type: "log", message: `step ${step}: ${observations.length} observation(s)` });
-    // A token per four characters of what was observed; not of the whole line, whose budget
-    // (the time left) would make the count vary from run to run.
-    const seen = JSON.stringify(observations);
+    // A token per four characters of what a model would read: the messages, results and
+    // errors observed. Not the whole line: its budget (the time left) and the observations'
+    // info (a working folder named after the run) vary from run to run.
+    const seen = JSON.stringify(observations.map((o) => [o.messages ?? null, o.tool_result ?? null, o.error ?? null]));
     send({ type: "usage", model: "echo", input_tokens: Math.floor(seen.length / 4), output_tokens: 1, cost_usd: 0 });
     send({ type: "actions", ...decide(task, step, observations) });
   } else if (message.type === "end") {

@@ -47,9 +47,11 @@ def main():
         elif kind == "observations":
             step = message["step"]
             send({"type": "log", "message": f"step {step}: {len(message['observations'])} observation(s)"})
-            # A token per four characters of what was observed; not of the whole line, whose
-            # budget (the time left) would make the count vary from run to run.
-            seen = json.dumps(message["observations"], separators=(",", ":"))
+            # A token per four characters of what a model would read: the messages, results
+            # and errors observed. Not the whole line: its budget (the time left) and the
+            # observations' info (a working folder named after the run) vary from run to run.
+            read = [[o.get("messages"), o.get("tool_result"), o.get("error")] for o in message["observations"]]
+            seen = json.dumps(read, separators=(",", ":"))
             send({"type": "usage", "model": "echo", "input_tokens": len(seen) // 4, "output_tokens": 1, "cost_usd": 0.0})
             send({"type": "actions", **decide(task, step, message["observations"])})
         elif kind == "end":

@@ -37,6 +37,7 @@ mod scripts;
 mod secrets;
 mod shards;
 mod shell;
+mod slurm;
 mod subagents;
 mod survival;
 mod toolsets;

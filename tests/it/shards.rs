@@ -45,8 +45,12 @@ fn merged_differs_from_whole(sb: &Sandbox, suites: &[&str], n: u64, epochs: Opti
     let merged = sb.run(&merge.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(merged.code, 0, "{merge:?}: {merged:?}");
 
-    let (whole, merged) = (sb.path().join("results/whole"), sb.path().join("results/merged"));
-    let (a, b) = (table(&whole), table(&merged));
+    differences(&sb.path().join("results/whole"), &sb.path().join("results/merged"))
+}
+
+/// What differs between two runs' tables, timings apart: `None` when nothing does.
+pub fn differences(first: &Path, other: &Path) -> Option<String> {
+    let (a, b) = (table(first), table(other));
     if a != b {
         let rows: Vec<String> = a
             .iter()
@@ -56,19 +60,26 @@ fn merged_differs_from_whole(sb: &Sandbox, suites: &[&str], n: u64, epochs: Opti
                 let columns: Vec<String> = x
                     .iter()
                     .filter(|(k, v)| y.get(*k) != Some(v))
-                    .map(|(k, v)| format!("{k}: {v} whole, {} merged", y.get(k).map_or("-", String::as_str)))
+                    .map(|(k, v)| {
+                        format!("{k}: {v} in the first, {} in the other", y.get(k).map_or("-", String::as_str))
+                    })
                     .collect();
                 format!("{} / {}: {}", x["suite"], x["task_id"], columns.join(", "))
             })
             .collect();
-        return Some(format!("episodes.csv: {} rows whole, {} merged; {}", a.len(), b.len(), rows.join("; ")));
+        return Some(format!(
+            "episodes.csv: {} rows in the first, {} in the other; {}",
+            a.len(),
+            b.len(),
+            rows.join("; ")
+        ));
     }
-    let (a, b) = (summary_without_timings(&whole), summary_without_timings(&merged));
-    (a != b).then(|| format!("summary.json:\n{a:#}\nmerged:\n{b:#}"))
+    let (a, b) = (summary_without_timings(first), summary_without_timings(other));
+    (a != b).then(|| format!("summary.json:\n{a:#}\nthe other:\n{b:#}"))
 }
 
 /// A suite whose agent keeps a memory across a task's epochs: the first epoch adds a
-/// fact, every later one finds it there and has its add refused as a duplicate.
+/// fact, every later one starts with it in its prompt.
 fn remembering(name: &str, tasks: usize) -> String {
     let tasks: String = (0..tasks)
         .map(|i| {
