@@ -180,7 +180,8 @@ mod tests {
         let no_min = in_array("auto/4", &[("SLURM_ARRAY_TASK_ID", "2".into())]).unwrap_err();
         assert!(no_min.contains("$SLURM_ARRAY_TASK_MIN is not"), "{no_min}");
 
-        let garbled = in_array("auto/4", &[("SLURM_ARRAY_TASK_ID", "2".into()), ("SLURM_ARRAY_TASK_MIN", "one".into())]);
+        let garbled =
+            in_array("auto/4", &[("SLURM_ARRAY_TASK_ID", "2".into()), ("SLURM_ARRAY_TASK_MIN", "one".into())]);
         assert!(garbled.unwrap_err().contains("$SLURM_ARRAY_TASK_MIN is `one`, not a number"));
 
         let neither = shard_of("auto/4", job(None)).unwrap_err();
