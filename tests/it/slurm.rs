@@ -190,6 +190,7 @@ fn an_array_of_shards_merges_into_the_unsharded_run() {
 
     let cluster = Cluster::start(tmp.path().join("cluster"));
     let submitted = Instant::now();
+    let submitted_at = Utc::now();
     let submit = cluster
         .command("bash")
         .arg(repo().join("examples/slurm/submit.sh"))
@@ -211,6 +212,7 @@ fn an_array_of_shards_merges_into_the_unsharded_run() {
     let (array, merge) = (job("array"), job("merge"));
     let merge_state = cluster.wait(&merge, Duration::from_secs(300));
     let round_trip = submitted.elapsed();
+    let merged_at = Utc::now();
     let nightly = results.join("nightly");
     let outputs = || job_outputs(&nightly.join("slurm"));
     assert_eq!(merge_state, ["COMPLETED"], "the merge job\n{}\n{}", outputs(), cluster.logs());
@@ -224,14 +226,25 @@ fn an_array_of_shards_merges_into_the_unsharded_run() {
         assert!(nightly.join(file).is_file(), "the merge job wrote no {file}\n{}", outputs());
     }
 
-    // The overhead: the round trip less the time some shard was running its episodes.
+    // The overhead: the round trip less the time some shard was running its episodes
+    // (from its log's first event to its last), in three parts: until the first shard
+    // started, the gaps between shards, and from the last shard's end to the merged run.
     let shards: Vec<PathBuf> = (0..4).map(|i| nightly.join(format!("shard-{i}"))).collect();
-    let busy = covered(shards.iter().map(|s| span(s)).collect());
+    let spans: Vec<_> = shards.iter().map(|s| span(s)).collect();
+    let busy = covered(spans.clone());
+    let first = spans.iter().map(|s| s.0).min().unwrap_or(submitted_at);
+    let last = spans.iter().map(|s| s.1).max().unwrap_or(merged_at);
+    let seconds = |d: chrono::Duration| d.to_std().unwrap_or_default().as_secs_f64();
     eprintln!(
-        "slurm round trip: {:.2} s from sbatch to the merged run; shards running {:.2} s; overhead {:.2} s (the unsharded run: {:.2} s)",
+        "slurm round trip: {:.2} s from sbatch to the merged run; shards running {:.2} s; overhead {:.2} s \
+         ({:.2} s until the first shard ran, {:.2} s between shards, {:.2} s from the last to the merged run); \
+         the unsharded run: {:.2} s",
         round_trip.as_secs_f64(),
         busy.as_secs_f64(),
         round_trip.saturating_sub(busy).as_secs_f64(),
+        seconds(first - submitted_at),
+        seconds(last - first) - busy.as_secs_f64(),
+        seconds(merged_at - last),
         whole_s.as_secs_f64()
     );
 
