@@ -1,10 +1,11 @@
 //! Shards merged back into one run: the merged run's tables equal one unsharded run's, for
 //! random suites and shard counts, and for a memory that carries from one epoch to the next.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use crate::Sandbox;
 use crate::runs::table;
+use crate::{Sandbox, read_jsonl};
 
 /// `summary.json` without what depends on timing or on the run's name.
 pub fn summary_without_timings(dir: &Path) -> serde_json::Value {
@@ -48,9 +49,34 @@ fn merged_differs_from_whole(sb: &Sandbox, suites: &[&str], n: u64, epochs: Opti
     differences(&sb.path().join("results/whole"), &sb.path().join("results/merged"))
 }
 
-/// What differs between two runs' tables, timings apart: `None` when nothing does.
+/// The episodes that were told how long a tool took (`execute_code`'s `duration_s`): what
+/// the mock model counts of their transcripts — four characters a token — is a timing too.
+fn told_a_duration(run: &Path) -> BTreeSet<String> {
+    read_jsonl(&run.join("events.jsonl"))
+        .iter()
+        .filter(|e| e["type"] == "observation" && !e["observation"]["tool_result"]["duration_s"].is_null())
+        .filter_map(|e| e["episode_id"].as_str().map(String::from))
+        .collect()
+}
+
+/// What differs between two runs' tables, timings apart: `None` when nothing does. The
+/// token counts of episodes told a duration are timings; so are their suites' sums.
 pub fn differences(first: &Path, other: &Path) -> Option<String> {
-    let (a, b) = (table(first), table(other));
+    let timed: BTreeSet<String> = told_a_duration(first).union(&told_a_duration(other)).cloned().collect();
+    let mut timed_suites = BTreeSet::new();
+    let untimed = |rows: Vec<BTreeMap<String, String>>, suites: &mut BTreeSet<String>| -> Vec<_> {
+        rows.into_iter()
+            .map(|mut row| {
+                if timed.contains(&row["episode_id"]) {
+                    suites.insert(row["suite"].clone());
+                    row.remove("input_tokens");
+                    row.remove("tokens");
+                }
+                row
+            })
+            .collect()
+    };
+    let (a, b) = (untimed(table(first), &mut timed_suites), untimed(table(other), &mut timed_suites));
     if a != b {
         let rows: Vec<String> = a
             .iter()
@@ -74,7 +100,18 @@ pub fn differences(first: &Path, other: &Path) -> Option<String> {
             rows.join("; ")
         ));
     }
-    let (a, b) = (summary_without_timings(first), summary_without_timings(other));
+    let untimed = |mut summary: serde_json::Value| {
+        if !timed_suites.is_empty() {
+            summary["total"]["tokens"] = 0.into();
+        }
+        for row in summary["rows"].as_array_mut().into_iter().flatten() {
+            if row["suite"].as_str().is_some_and(|s| timed_suites.contains(s)) {
+                row["tokens"] = 0.into();
+            }
+        }
+        summary
+    };
+    let (a, b) = (untimed(summary_without_timings(first)), untimed(summary_without_timings(other)));
     (a != b).then(|| format!("summary.json:\n{a:#}\nthe other:\n{b:#}"))
 }
 
