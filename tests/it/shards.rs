@@ -155,7 +155,7 @@ fn a_tasks_epochs_run_in_one_shard_so_its_memory_carries_from_epoch_to_epoch() {
 fn merging_the_shards_of_random_suites_gives_the_summary_of_one_run() {
     let seed: u64 = std::env::var("RUNNER_SHARD_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(23);
     let mut rng = fastrand::Rng::with_seed(seed);
-    for case in 0..6 {
+    for case in 0..8 {
         let sb = Sandbox::new();
         let mut files = Vec::new();
         let mut described = Vec::new();
