@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::flags::{CompareArgs, EvalArgs, ExportArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs, Switch};
+use super::flags::{
+    CompareArgs, EvalArgs, ExportArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs, SearchArgs, Switch,
+};
 use super::{CliError, Exit, out, outln, resolve};
 use crate::agent::AgentKind;
 use crate::batch::regrade::LoggedRun;
@@ -264,6 +266,46 @@ pub fn export(args: ExportArgs) -> Result<Exit, CliError> {
     let report = crate::report::export::export(&dir.join("events.jsonl"), &request).map_err(CliError::results)?;
     out!("{}", report.render());
     outln!("export: {}", request.out.join("export.json").display());
+    Ok(Exit::Passed)
+}
+
+/// `runner search`: the best matches of a query over runs, through each run's index (built
+/// or built again first when the log changed).
+pub fn search(args: SearchArgs) -> Result<Exit, CliError> {
+    use crate::log::search::{Filters, SearchError};
+    let mut words = args.runs_and_query;
+    let query = words.pop().unwrap_or_default();
+    if query.trim().is_empty() {
+        return Err(CliError::usage("the query is empty: give RUN... then the words to find"));
+    }
+    if args.limit == 0 {
+        return Err(CliError::usage("--limit must be at least 1"));
+    }
+    let mut dirs = Vec::new();
+    for run in &words {
+        dirs.push(batch::resume::find_logged_run(Path::new(run), Path::new("results")).map_err(CliError::usage)?);
+    }
+    let filters = Filters {
+        suite: args.suite,
+        task: args.task,
+        model: args.model,
+        outcome: args.outcome,
+        actor: args.actor,
+        kind: args.kind,
+        not_task: None,
+    };
+    let found = crate::report::search::search(&dirs, &query, &filters, args.limit).map_err(|e| match e {
+        SearchError::Query { .. } => CliError::usage(e),
+        SearchError::Log(_) | SearchError::Index { .. } => CliError::results(e),
+    })?;
+    for note in &found.notes {
+        eprintln!("{note}");
+    }
+    if args.json {
+        outln!("{}", crate::report::search::to_json(&query, &found.hits));
+    } else {
+        out!("{}", crate::report::search::render(&found.hits, dirs.len() > 1));
+    }
     Ok(Exit::Passed)
 }
 

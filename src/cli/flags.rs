@@ -41,6 +41,9 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Switch::On, value_name = "on|off")]
         sandbox: Switch,
     },
+    /// Full-text search over runs: the messages, tool calls, observations, answers and
+    /// score explanations of their episodes, best matches first.
+    Search(SearchArgs),
     /// Check suites (and their environments and datasets) without running them.
     Validate {
         /// Suite files, or folders of them.
@@ -150,6 +153,38 @@ pub struct CompareArgs {
     /// The significance level of the paired test.
     #[arg(long, default_value_t = 0.05)]
     pub alpha: f64,
+}
+
+#[derive(Args)]
+pub struct SearchArgs {
+    /// Run folders (or ids under results/), then the query: words, "a phrase", pre*, AND,
+    /// OR, NOT and parentheses (SQLite FTS5).
+    #[arg(required = true, num_args = 2.., value_name = "RUN... QUERY")]
+    pub runs_and_query: Vec<String>,
+    /// Only episodes of this suite.
+    #[arg(long, value_name = "S")]
+    pub suite: Option<String>,
+    /// Only episodes of this task.
+    #[arg(long, value_name = "T")]
+    pub task: Option<String>,
+    /// Only episodes of this model.
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// Only episodes of this outcome: passed, failed, scored, unscored, cancelled, unfinished.
+    #[arg(long, value_name = "O", value_parser = crate::log::search::parse_outcome)]
+    pub outcome: Option<String>,
+    /// Only what this actor said or did: main, main.1, user, or scorer.
+    #[arg(long, value_name = "A")]
+    pub actor: Option<String>,
+    /// Only this type of text: message, tool_call, observation, answer, score, error.
+    #[arg(long = "type", value_name = "T", value_parser = crate::log::search::DocKind::parse)]
+    pub kind: Option<crate::log::search::DocKind>,
+    /// The most hits shown.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub limit: usize,
+    /// Print the hits as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]

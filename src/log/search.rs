@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::event::Event;
 use super::reader::{LineHeader, ReadError, for_each_line_of};
-use crate::contract::Actor;
+use crate::contract::{Actor, FINAL_TOOL};
 
 /// The index's file in the run folder.
 pub const INDEX_FILE: &str = "search.sqlite";
@@ -214,7 +214,8 @@ impl SearchIndex {
     /// How many episodes and pieces of text the index holds.
     pub fn counts(&self) -> Result<(u64, u64), SearchError> {
         let count = |sql: &str| self.conn.query_row(sql, [], |r| r.get::<_, i64>(0)).map(|n| n.max(0) as u64);
-        let failed = |e: rusqlite::Error| SearchError::Index { path: self.path.display().to_string(), message: e.to_string() };
+        let failed =
+            |e: rusqlite::Error| SearchError::Index { path: self.path.display().to_string(), message: e.to_string() };
         Ok((
             count("SELECT count(*) FROM episodes WHERE latest = 1").map_err(failed)?,
             count("SELECT count(*) FROM docs").map_err(failed)?,
@@ -235,7 +236,8 @@ impl SearchIndex {
                      AND (?6 IS NULL OR docs.actor = ?6) AND (?7 IS NULL OR docs.kind = ?7) \
                      AND (?8 IS NULL OR e.task_id <> ?8) \
                    ORDER BY bm25(docs) LIMIT ?9";
-        let failed = |e: rusqlite::Error| SearchError::Index { path: self.path.display().to_string(), message: e.to_string() };
+        let failed =
+            |e: rusqlite::Error| SearchError::Index { path: self.path.display().to_string(), message: e.to_string() };
         // The statement is fixed: a plain SQL error when it runs is FTS5 refusing the query.
         let bad = |e: rusqlite::Error| match &e {
             rusqlite::Error::SqliteFailure(code, Some(message)) if code.code == rusqlite::ErrorCode::Unknown => {
@@ -334,6 +336,8 @@ struct ModelCallText {
 struct Attempt {
     row: i64,
     callers: HashMap<String, (String, String)>,
+    /// The main agent's last text reply: a plain-text answer is indexed once, as a message.
+    last_reply: Option<String>,
 }
 
 /// Reads the log once into the tables; returns the run's id.
@@ -369,9 +373,8 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
     // The latest attempt of each episode seen; open attempts also keep their callers.
     let mut latest: HashMap<String, i64> = HashMap::new();
     let mut open: HashMap<String, Attempt> = HashMap::new();
-    let mut insert_doc = conn.prepare(
-        "INSERT INTO docs (text, episode, step, actor, kind, name) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
+    let mut insert_doc =
+        conn.prepare("INSERT INTO docs (text, episode, step, actor, kind, name) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
     let mut insert_episode = conn.prepare(
         "INSERT INTO episodes (episode_id, suite, task_id, model, epoch, status, latest) \
          VALUES (?1, ?2, ?3, ?4, ?5, 'unfinished', 1)",
@@ -394,6 +397,9 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
                 let call: ModelCallText = serde_json::from_str(text).map_err(|e| text_error(e.to_string()))?;
                 let reply = call.response.get("text").and_then(Value::as_str).unwrap_or_default();
                 if call.scorer.is_none() && !reply.trim().is_empty() {
+                    if let Some(attempt) = open.get_mut(&episode_id).filter(|_| call.actor.is_main()) {
+                        attempt.last_reply = Some(reply.to_owned());
+                    }
                     docs.push((reply.to_owned(), step_of(call.step), call.actor.to_string(), DocKind::Message, None));
                 }
             } else {
@@ -407,7 +413,7 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
                         insert_episode.execute(params![episode_id, suite, task_id, model, epoch])?;
                         let row = conn.last_insert_rowid();
                         latest.insert(episode_id.clone(), row);
-                        open.insert(episode_id.clone(), Attempt { row, callers: HashMap::new() });
+                        open.insert(episode_id.clone(), Attempt { row, callers: HashMap::new(), last_reply: None });
                     }
                     Event::EpisodeFinished { outcome, .. } => {
                         if let Some(attempt) = open.remove(&episode_id) {
@@ -419,6 +425,8 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
                             set_status.execute(params![row, status(&outcome)])?;
                         }
                     }
+                    // The final answer is indexed once, from its `final` event.
+                    Event::ActionDispatched { call, .. } if call.name == FINAL_TOOL => {}
                     Event::ActionDispatched { step, call } => {
                         let actor = call.actor.to_string();
                         if let Some(attempt) = open.get_mut(&episode_id) {
@@ -428,11 +436,15 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
                         docs.push((text, step_of(step), actor, DocKind::ToolCall, Some(call.name)));
                     }
                     Event::Observation { step, observation } => {
-                        let (actor, name) = open
+                        let Some((actor, name)) = open
                             .get(&episode_id)
                             .zip(observation.call_id.as_deref())
-                            .and_then(|(a, id)| a.callers.get(id))
-                            .map_or(("main".to_owned(), None), |(actor, name)| (actor.clone(), Some(name.clone())));
+                            .map(|(a, id)| a.callers.get(id).cloned())
+                            .unwrap_or(Some(("main".to_owned(), String::new())))
+                        else {
+                            return Ok(()); // the observation of a final answer
+                        };
+                        let name = Some(name).filter(|n| !n.is_empty());
                         docs.push((observation_text(&observation), step_of(step), actor, DocKind::Observation, name));
                     }
                     Event::InnerCall { step, call, observation, .. } => {
@@ -464,6 +476,10 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
                         docs.push((text, step_of(step), actor.to_string(), DocKind::Message, None));
                     }
                     Event::Final { step, answer, .. } => {
+                        let said = open.get(&episode_id).and_then(|a| a.last_reply.as_deref());
+                        if said.is_some_and(|said| said.trim() == answer.trim()) {
+                            return Ok(()); // a plain-text answer: indexed as the message it was
+                        }
                         docs.push((answer, step_of(step), "main".into(), DocKind::Answer, None));
                     }
                     Event::Error { step, cause, message } => {

@@ -8,6 +8,7 @@ pub mod html;
 pub mod junit;
 pub mod oracle;
 pub mod progress;
+pub mod search;
 pub mod stats;
 pub mod summary;
 pub mod table;

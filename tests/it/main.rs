@@ -34,6 +34,7 @@ mod runs;
 mod sandbox;
 mod scoring;
 mod scripts;
+mod search;
 mod secrets;
 mod shell;
 mod subagents;

@@ -93,7 +93,8 @@ fn three_episodes() -> Log {
         .answer("e1", 2, "The deploy scripts are deploy.sh and deploy-staging.sh")
         .push(Some("e1"), score("includes", "the answer names deploy.sh"))
         .finished("e1", true);
-    let sub = ToolCall { actor: Actor::Subagent(vec![1]), ..ToolCall::new("c2", "read_file", json!({"path": "app.toml"})) };
+    let sub =
+        ToolCall { actor: Actor::Subagent(vec![1]), ..ToolCall::new("c2", "read_file", json!({"path": "app.toml"})) };
     log.started("e2", "ops", "read-config", "openai/gpt-4o-mini")
         .call("e2", 1, sub, json!({"content": "port = 8080\nname = kettle"}))
         .answer("e2", 2, "The port is 9090")
@@ -102,7 +103,11 @@ fn three_episodes() -> Log {
     log.started("e3", "docs", "summarise", "mock")
         .push(
             Some("e3"),
-            Event::Said { step: 1, actor: Actor::User, text: "Summarise the notes about the release and deploy plan, please, in a few words".into() },
+            Event::Said {
+                step: 1,
+                actor: Actor::User,
+                text: "Summarise the notes about the release and deploy plan, please, in a few words".into(),
+            },
         )
         .answer("e3", 2, "The release is on Friday")
         .finished("e3", true);
@@ -156,7 +161,8 @@ fn phrases_prefixes_and_boolean_operators_are_fts5s() {
 fn each_filter_narrows_the_hits() {
     let (_dir, index) = indexed(&three_episodes());
     let episodes = |filters: Filters| {
-        let mut ids: Vec<String> = found(&index, "deploy OR port OR release", &filters).into_iter().map(|h| h.0).collect();
+        let mut ids: Vec<String> =
+            found(&index, "deploy OR port OR release", &filters).into_iter().map(|h| h.0).collect();
         ids.dedup();
         ids.sort();
         ids.dedup();
@@ -188,7 +194,11 @@ fn an_index_that_no_longer_matches_its_log_is_built_again() {
     assert!(dir.path().join(INDEX_FILE).is_file());
     assert!(first.search("zeppelin", &Filters::default(), 5).unwrap().is_empty());
     drop(first);
-    assert_eq!(SearchIndex::open(dir.path()).unwrap().freshness, Freshness::Current, "reused while the log is the same");
+    assert_eq!(
+        SearchIndex::open(dir.path()).unwrap().freshness,
+        Freshness::Current,
+        "reused while the log is the same"
+    );
     // A resume appends an episode: the index is stale.
     log.started("e4", "ops", "airship", "mock").answer("e4", 1, "The zeppelin is ready").finished("e4", true);
     log.write(dir.path());
@@ -244,7 +254,10 @@ fn only_the_latest_attempt_of_an_episode_and_its_latest_scoring_count() {
     assert!(hits[0].snippet.starts_with("second"), "{hits:?}");
     assert_eq!(hits[0].outcome, "passed");
     // A regrade appends its verdict: the outcome follows it.
-    log.push(Some("e1"), Event::EpisodeScored { scoring_id: "r1".into(), outcome: Outcome::Scored { score: 0.0, passed: false } });
+    log.push(
+        Some("e1"),
+        Event::EpisodeScored { scoring_id: "r1".into(), outcome: Outcome::Scored { score: 0.0, passed: false } },
+    );
     let (_dir, index) = indexed(&log);
     let hits = index.search("walrus", &Filters { outcome: Some("failed".into()), ..Filters::default() }, 5).unwrap();
     assert_eq!(hits.len(), 1, "{hits:?}");
