@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::flags::{
-    CompareArgs, EvalArgs, ExportArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs, SearchArgs, Switch,
+    CompareArgs, EvalArgs, ExportArgs, GateArgs, JudgeCheckArgs, MergeArgs, RegradeArgs, ReportArgs, SearchArgs, Switch,
 };
 use super::{CliError, Exit, out, outln, resolve};
 use crate::agent::AgentKind;
@@ -307,6 +307,33 @@ pub fn search(args: SearchArgs) -> Result<Exit, CliError> {
         out!("{}", crate::report::search::render(&found.hits, dirs.len() > 1));
     }
     Ok(Exit::Passed)
+}
+
+/// `runner judge-check`: the run's LLM judge against people's labels, gated with
+/// `--min-kappa`.
+pub fn judge_check(args: JudgeCheckArgs) -> Result<Exit, CliError> {
+    use crate::report::judge_check;
+    if let Some(min) = args.min_kappa
+        && !(-1.0..=1.0).contains(&min)
+    {
+        return Err(CliError::usage(format!("--min-kappa must be between -1 and 1, not {min}")));
+    }
+    let dir = batch::resume::find_logged_run(&args.run, Path::new("results")).map_err(CliError::usage)?;
+    let labels = judge_check::read_labels(&args.labels).map_err(CliError::usage)?;
+    let checked =
+        judge_check::check(&dir.join("events.jsonl"), &labels, args.scoring.as_deref()).map_err(CliError::usage)?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&checked).map_err(CliError::results)?);
+    } else {
+        out!("{}", checked.render());
+    }
+    let Some(min) = args.min_kappa else { return Ok(Exit::Passed) };
+    let reasons = checked.gate(min);
+    // Last, so that a CI log ends with why the command passed or failed.
+    for reason in &reasons {
+        eprintln!("{reason}");
+    }
+    Ok(if reasons.is_empty() { Exit::Passed } else { Exit::GateFailed })
 }
 
 /// `runner merge`: the shards into one run, judged as one.

@@ -44,6 +44,10 @@ pub enum Command {
     /// Full-text search over runs: the messages, tool calls, observations, answers and
     /// score explanations of their episodes, best matches first.
     Search(SearchArgs),
+    /// Check a run's LLM judge against people: a labels file of human verdicts gives, per
+    /// graded scorer, accuracy, Cohen's kappa, Krippendorff's alpha, the confusion matrix,
+    /// the judge's self-consistency and the episodes where they disagree.
+    JudgeCheck(JudgeCheckArgs),
     /// Check suites (and their environments and datasets) without running them.
     Validate {
         /// Suite files, or folders of them.
@@ -183,6 +187,26 @@ pub struct SearchArgs {
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub limit: usize,
     /// Print the hits as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct JudgeCheckArgs {
+    /// The run folder (or its id under results/).
+    pub run: PathBuf,
+    /// The human verdicts: CSV (a header row) or JSONL, with `episode_id` or `task_id`,
+    /// `scorer`, `verdict` (pass or fail), and optionally `suite`, `rater`, `explanation`.
+    #[arg(long, value_name = "FILE")]
+    pub labels: PathBuf,
+    /// Exit 1 when a labelled scorer's Cohen's kappa with people is below X.
+    #[arg(long, value_name = "X")]
+    pub min_kappa: Option<f64>,
+    /// Check the verdicts of this scoring (`initial`, or a regrade's id) instead of each
+    /// episode's latest.
+    #[arg(long, value_name = "ID")]
+    pub scoring: Option<String>,
+    /// Print the check as one JSON object.
     #[arg(long)]
     pub json: bool,
 }
