@@ -13,6 +13,7 @@ mod external;
 mod file_tools;
 mod gateway;
 mod harbor;
+mod judge_check;
 mod layers;
 mod lifecycle;
 mod local_server;
