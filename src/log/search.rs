@@ -331,6 +331,10 @@ struct ModelCallText {
     actor: Actor,
 }
 
+/// A piece of text to index: the text, its step, its actor, what it is, and the tool or
+/// scorer it belongs to.
+struct Doc(String, Option<u32>, String, DocKind, Option<String>);
+
 /// One attempt of an episode while the log is read: its row, and who made each call and
 /// of which tool (an observation names only its call).
 struct Attempt {
@@ -391,7 +395,7 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
         }
         let Some(episode_id) = head.episode_id else { return Ok(()) };
         let step_of = |step: u32| Some(step);
-        let mut docs: Vec<(String, Option<u32>, String, DocKind, Option<String>)> = Vec::new();
+        let mut docs: Vec<Doc> = Vec::new();
         let result = (|| -> rusqlite::Result<()> {
             if kind == "model_call" {
                 let call: ModelCallText = serde_json::from_str(text).map_err(|e| text_error(e.to_string()))?;
@@ -400,7 +404,13 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
                     if let Some(attempt) = open.get_mut(&episode_id).filter(|_| call.actor.is_main()) {
                         attempt.last_reply = Some(reply.to_owned());
                     }
-                    docs.push((reply.to_owned(), step_of(call.step), call.actor.to_string(), DocKind::Message, None));
+                    docs.push(Doc(
+                        reply.to_owned(),
+                        step_of(call.step),
+                        call.actor.to_string(),
+                        DocKind::Message,
+                        None,
+                    ));
                 }
             } else {
                 // A type this version cannot decode is skipped, as every fold does.
@@ -433,7 +443,7 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
                             attempt.callers.insert(call.call_id.clone(), (actor.clone(), call.name.clone()));
                         }
                         let text = format!("{} {}", call.name, value_text(&call.arguments));
-                        docs.push((text, step_of(step), actor, DocKind::ToolCall, Some(call.name)));
+                        docs.push(Doc(text, step_of(step), actor, DocKind::ToolCall, Some(call.name)));
                     }
                     Event::Observation { step, observation } => {
                         let Some((actor, name)) = open
@@ -445,13 +455,19 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
                             return Ok(()); // the observation of a final answer
                         };
                         let name = Some(name).filter(|n| !n.is_empty());
-                        docs.push((observation_text(&observation), step_of(step), actor, DocKind::Observation, name));
+                        docs.push(Doc(
+                            observation_text(&observation),
+                            step_of(step),
+                            actor,
+                            DocKind::Observation,
+                            name,
+                        ));
                     }
                     Event::InnerCall { step, call, observation, .. } => {
                         let actor = call.actor.to_string();
                         let text = format!("{} {}", call.name, value_text(&call.arguments));
-                        docs.push((text, step_of(step), actor.clone(), DocKind::ToolCall, Some(call.name.clone())));
-                        docs.push((
+                        docs.push(Doc(text, step_of(step), actor.clone(), DocKind::ToolCall, Some(call.name.clone())));
+                        docs.push(Doc(
                             observation_text(&observation),
                             step_of(step),
                             actor,
@@ -462,40 +478,46 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
                     Event::AgentAction { step, actor, name, arguments, result, error, .. } => {
                         let actor = actor.to_string();
                         let call = format!("{name} {}", value_text(&arguments));
-                        docs.push((call, step_of(step), actor.clone(), DocKind::ToolCall, Some(name.clone())));
+                        docs.push(Doc(call, step_of(step), actor.clone(), DocKind::ToolCall, Some(name.clone())));
                         let mut answer = value_text(&result);
                         if let Some(error) = error {
                             answer = format!("{answer} {}", error.message);
                         }
-                        docs.push((answer, step_of(step), actor, DocKind::Observation, Some(name)));
+                        docs.push(Doc(answer, step_of(step), actor, DocKind::Observation, Some(name)));
                     }
                     Event::Reminder { step, actor, text, .. } => {
-                        docs.push((text, step_of(step), actor.to_string(), DocKind::Message, None));
+                        docs.push(Doc(text, step_of(step), actor.to_string(), DocKind::Message, None));
                     }
                     Event::Said { step, actor, text } => {
-                        docs.push((text, step_of(step), actor.to_string(), DocKind::Message, None));
+                        docs.push(Doc(text, step_of(step), actor.to_string(), DocKind::Message, None));
                     }
                     Event::Final { step, answer, .. } => {
                         let said = open.get(&episode_id).and_then(|a| a.last_reply.as_deref());
                         if said.is_some_and(|said| said.trim() == answer.trim()) {
                             return Ok(()); // a plain-text answer: indexed as the message it was
                         }
-                        docs.push((answer, step_of(step), "main".into(), DocKind::Answer, None));
+                        docs.push(Doc(answer, step_of(step), "main".into(), DocKind::Answer, None));
                     }
                     Event::Error { step, cause, message } => {
-                        docs.push((format!("{cause} {message}"), step_of(step), "main".into(), DocKind::Error, None));
+                        docs.push(Doc(
+                            format!("{cause} {message}"),
+                            step_of(step),
+                            "main".into(),
+                            DocKind::Error,
+                            None,
+                        ));
                     }
                     Event::AgentError { step, message } => {
-                        docs.push((message, step_of(step), "main".into(), DocKind::Error, None));
+                        docs.push(Doc(message, step_of(step), "main".into(), DocKind::Error, None));
                     }
                     Event::Score { scorer, explanation, .. } => {
-                        docs.push((explanation, None, "scorer".into(), DocKind::Score, Some(scorer)));
+                        docs.push(Doc(explanation, None, "scorer".into(), DocKind::Score, Some(scorer)));
                     }
                     _ => {}
                 }
             }
             let Some(row) = latest.get(&episode_id) else { return Ok(()) };
-            for (text, step, actor, kind, name) in docs.drain(..) {
+            for Doc(text, step, actor, kind, name) in docs.drain(..) {
                 if text.trim().is_empty() {
                     continue;
                 }

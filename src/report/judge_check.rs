@@ -50,13 +50,22 @@ impl Label {
     }
 }
 
+/// A row of a labels file: its line and its fields.
+type Row = (usize, BTreeMap<String, Value>);
+
+/// One episode's verdicts on a scorer: the judge's, and each rater's.
+struct Unit {
+    judge: bool,
+    raters: BTreeMap<String, bool>,
+}
+
 /// Reads a labels file: `.csv` (a header row naming the columns) or `.jsonl` (one object
 /// per line). Every error names the file, the line and the field.
 pub fn read_labels(path: &Path) -> Result<Vec<Label>, String> {
     let shown = path.display();
     let text = std::fs::read_to_string(path).map_err(|e| format!("failed to read {shown}: {e}"))?;
     let extension = path.extension().and_then(|e| e.to_str()).unwrap_or_default().to_ascii_lowercase();
-    let rows: Vec<(usize, BTreeMap<String, Value>)> = match extension.as_str() {
+    let rows: Vec<Row> = match extension.as_str() {
         "csv" => csv_rows(&text).map_err(|e| format!("{shown}:{e}"))?,
         "jsonl" | "ndjson" => jsonl_rows(&text).map_err(|e| format!("{shown}:{e}"))?,
         _ => return Err(format!("{shown}: a labels file is .csv or .jsonl, not {extension:?}")),
@@ -71,7 +80,7 @@ pub fn read_labels(path: &Path) -> Result<Vec<Label>, String> {
     Ok(labels)
 }
 
-fn csv_rows(text: &str) -> Result<Vec<(usize, BTreeMap<String, Value>)>, String> {
+fn csv_rows(text: &str) -> Result<Vec<Row>, String> {
     let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(text.as_bytes());
     let headers = reader.headers().map_err(|e| format!("1: {e}"))?.clone();
     if let Some(unknown) = headers.iter().find(|h| !FIELDS.contains(h)) {
@@ -95,7 +104,7 @@ fn csv_rows(text: &str) -> Result<Vec<(usize, BTreeMap<String, Value>)>, String>
     Ok(rows)
 }
 
-fn jsonl_rows(text: &str) -> Result<Vec<(usize, BTreeMap<String, Value>)>, String> {
+fn jsonl_rows(text: &str) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line_no = i + 1;
@@ -353,7 +362,7 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
     let mut result =
         JudgeCheck { scoring: scoring.unwrap_or("latest").to_owned(), labels: labels.len(), ..JudgeCheck::default() };
     // Per scorer, per episode: each rater's verdict (the first label of a rater counts).
-    let mut units: BTreeMap<String, BTreeMap<String, (bool, BTreeMap<String, bool>)>> = BTreeMap::new();
+    let mut units: BTreeMap<String, BTreeMap<String, Unit>> = BTreeMap::new();
     let mut raters: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for label in labels {
         let targets: Vec<&str> = match (&label.episode_id, &label.task_id) {
@@ -387,8 +396,8 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
                 .entry(label.scorer.clone())
                 .or_default()
                 .entry(id.to_owned())
-                .or_insert((score.passed, BTreeMap::new()));
-            unit.1.entry(rater.clone()).or_insert(label.passed);
+                .or_insert_with(|| Unit { judge: score.passed, raters: BTreeMap::new() });
+            unit.raters.entry(rater.clone()).or_insert(label.passed);
             if label.passed != score.passed {
                 c.disagreements.push(Disagreement {
                     episode_id: id.to_owned(),
@@ -412,9 +421,9 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
         let scorer_units = units.remove(scorer).unwrap_or_default();
         c.labelled_episodes = scorer_units.len() as u64;
         if c.raters >= 2 {
-            let people: Vec<Vec<bool>> = scorer_units.values().map(|(_, r)| r.values().copied().collect()).collect();
+            let people: Vec<Vec<bool>> = scorer_units.values().map(|u| u.raters.values().copied().collect()).collect();
             let with_judge: Vec<Vec<bool>> =
-                scorer_units.values().map(|(judge, r)| r.values().copied().chain([*judge]).collect()).collect();
+                scorer_units.values().map(|u| u.raters.values().copied().chain([u.judge]).collect()).collect();
             c.alpha_people = krippendorff_alpha(&people);
             c.alpha_with_judge = krippendorff_alpha(&with_judge);
         }

@@ -86,3 +86,62 @@ fn a_regrade_appends_to_the_log_and_the_index_is_built_again() {
     assert_eq!(run.code, 0, "{run:?}");
     assert!(run.stderr.contains("index rebuilt (the log changed since it was built)"), "{run:?}");
 }
+
+/// A later suite whose agent searches the earlier run: one task shares an id with the
+/// earlier run's `store-colour` (its own episodes are left out), one asks a bad query.
+const RECALLING: &str = r#"
+suite: recall
+environment: kv
+agent:
+  session_search: {runs: [results/test]}
+scorers:
+  - includes: "{{ target }}"
+tasks:
+  - id: recall-colour
+    input: Which colour did an earlier episode store?
+    target: turquoise
+    mock:
+      - tool_calls: [{name: session_search, arguments: {query: "kv_set AND colour"}}]
+      - tool_calls: [{name: session_search, arguments: {query: "colour AND"}}]
+      - tool_calls: [{name: final_answer, arguments: {answer: "turquoise"}}]
+  - id: store-colour
+    input: Store the colour again.
+    target: none
+    mock:
+      - tool_calls: [{name: session_search, arguments: {query: "turquoise"}}]
+      - tool_calls: [{name: session_search, arguments: {query: "turquoise OR colour", outcome: passed}}]
+      - tool_calls: [{name: final_answer, arguments: {answer: "none"}}]
+"#;
+
+#[test]
+fn session_search_lets_an_agent_search_earlier_episodes_as_its_own_action() {
+    let sb = searched();
+    sb.write("recall.yaml", RECALLING);
+    let run = sb.run(&["eval", "recall.yaml", "--model", "mock", "--run-id", "later", "--out", "results"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = crate::read_jsonl(&sb.path().join("results/later/events.jsonl"));
+    let actions = crate::of_type(&events, "agent_action");
+    assert_eq!(actions.len(), 4, "{actions:?}");
+    assert!(actions.iter().all(|a| a["name"] == "session_search" && a["class"] == "cognitive"), "{actions:?}");
+    // The two episodes run at once: their actions are told apart by their queries.
+    let asked = |query: &str| *actions.iter().find(|a| a["arguments"]["query"] == query).unwrap();
+    let hits = asked("kv_set AND colour")["result"]["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits[0]["task_id"], "store-colour");
+    assert_eq!(hits[0]["type"], "tool_call");
+    assert_eq!(hits[0]["step"], 1);
+    assert_eq!(hits[0]["snippet"], "[kv_set] key [colour] value turquoise");
+    assert_eq!(hits[0]["run"], "test");
+    // A query FTS5 cannot parse is the model's mistake: an error it reads, and it goes on.
+    let bad = asked("colour AND");
+    assert_eq!(bad["error"]["type"], "ValidationError", "{bad}");
+    assert!(bad["error"]["message"].as_str().unwrap().contains("bad query \"colour AND\""), "{bad}");
+    // The task that ran before under the same id does not see its own earlier episode.
+    let own: Vec<&Value> = asked("turquoise")["result"]["hits"].as_array().unwrap().iter().collect();
+    assert!(!own.is_empty() && own.iter().all(|h| h["task_id"] == "wrong-sum"), "{own:?}");
+    // Its outcome filter: the only passed episode is its own task's.
+    assert_eq!(asked("turquoise OR colour")["result"]["count"], 0);
+    // The world never saw the calls.
+    let dispatched = crate::of_type(&events, "action_dispatched");
+    assert!(dispatched.iter().all(|d| d["call"]["name"] != "session_search"), "{dispatched:?}");
+}
