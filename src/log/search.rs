@@ -190,7 +190,12 @@ impl SearchIndex {
             return Ok(SearchIndex { conn, path, freshness: Freshness::Current, run_id, in_memory: false });
         }
         let freshness = if existed { Freshness::Rebuilt } else { Freshness::Built };
-        let staged = tempfile::Builder::new().prefix(".search.").suffix(".sqlite.tmp").tempfile_in(run_dir);
+        // The mode a plain new file gets (0666 less the umask), as the run's other files.
+        let staged = tempfile::Builder::new()
+            .prefix(".search.")
+            .suffix(".sqlite.tmp")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+            .tempfile_in(run_dir);
         let Ok(staged) = staged else {
             // A run folder that cannot be written (a baseline checked out read-only): the
             // index lives in memory for this reading.

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::agreement::{Confusion, krippendorff_alpha};
@@ -179,6 +179,34 @@ struct JudgeScore {
     explanation: Option<String>,
 }
 
+/// The fields of a `score` event the check reads, tested against the event.
+#[derive(Debug, Deserialize)]
+struct ScoreView {
+    #[serde(default = "initial")]
+    scoring_id: String,
+    scorer: String,
+    passed: bool,
+    #[serde(default)]
+    explanation: String,
+    #[serde(default)]
+    grader: Option<GraderView>,
+}
+
+fn initial() -> String {
+    INITIAL_SCORING.to_owned()
+}
+
+/// What a grader's provenance says of its samples (`scoring/checks/graded.rs` writes it).
+#[derive(Debug, Deserialize)]
+struct GraderView {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    samples: Option<u32>,
+    #[serde(default)]
+    agreement: Option<f64>,
+}
+
 /// An episode's latest attempt, as the fold keeps it.
 struct Judged {
     suite: Arc<str>,
@@ -275,8 +303,30 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
         n
     };
     let kinds = ["episode_started", "scoring_started", "score"];
-    for_each_line_of(events, Some(&kinds), |_, text, _| {
+    for_each_line_of(events, Some(&kinds), |kind, text, _| {
         let head: LineHeader = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if kind == "score" {
+            // The view, not the event: a grader's score holds every raw output of its samples.
+            let Ok(ScoreView { scoring_id, scorer, passed, explanation, grader: Some(grader) }) =
+                serde_json::from_str::<ScoreView>(text)
+            else {
+                return Ok(());
+            };
+            let Some(id) = head.episode_id else { return Ok(()) };
+            let Some(judged) = episodes.get_mut(&id) else { return Ok(()) };
+            let at = scorings.iter().rposition(|s| *s == scoring_id).unwrap_or(0);
+            let labelled = labelled_ids.contains(id.as_str()) || labelled_tasks.contains(&*judged.task_id);
+            judged.scores.push(JudgeScore {
+                scoring: at,
+                scorer,
+                passed,
+                samples: grader.samples.unwrap_or(1),
+                agreement: grader.agreement,
+                judge: grader.model.map(&mut intern),
+                explanation: labelled.then_some(explanation),
+            });
+            return Ok(());
+        }
         let Ok(event) = serde_json::from_str::<Event>(text) else { return Ok(()) };
         match event {
             Event::ScoringStarted { scoring_id, .. } => scorings.push(scoring_id),
@@ -286,21 +336,6 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
                     let judged = Judged { suite: intern(suite), task_id: intern(task_id), epoch, scores: Vec::new() };
                     episodes.insert(id, judged);
                 }
-            }
-            Event::Score { scoring_id, scorer, passed, explanation, grader: Some(grader), .. } => {
-                let Some(id) = head.episode_id else { return Ok(()) };
-                let Some(judged) = episodes.get_mut(&id) else { return Ok(()) };
-                let at = scorings.iter().rposition(|s| *s == scoring_id).unwrap_or(0);
-                let labelled = labelled_ids.contains(id.as_str()) || labelled_tasks.contains(&*judged.task_id);
-                judged.scores.push(JudgeScore {
-                    scoring: at,
-                    scorer,
-                    passed,
-                    samples: grader.get("samples").and_then(Value::as_u64).map_or(1, |n| n.min(u32::MAX as u64) as u32),
-                    agreement: grader.get("agreement").and_then(Value::as_f64),
-                    judge: grader.get("model").and_then(Value::as_str).map(|m| intern(m.to_owned())),
-                    explanation: labelled.then_some(explanation),
-                });
             }
             _ => {}
         }

@@ -72,7 +72,10 @@ fn judge_check_reports_agreement_with_people_and_gates_on_kappa() {
     // With the judge as a third rater: [P,P,P] [F,F,P] [P,F,F], pairs weighted 1/2: o_PP = 3,
     //   o_FF = 1 + 1 = 2, o_PF = o_FP = 1 + 1 = 2; n_P = 5, n_F = 4, n = 9:
     //   alpha = 1 - 8 * 4 / (2 * 5 * 4) = 0.2.
-    assert!(run.stdout.contains("Krippendorff's alpha (nominal, 2 raters): people 0.444, people and judge 0.200"), "{run:?}");
+    assert!(
+        run.stdout.contains("Krippendorff's alpha (nominal, 2 raters): people 0.444, people and judge 0.200"),
+        "{run:?}"
+    );
     // Self-consistency: agreements 1, 2/3, 1: mean 0.889, unanimous 2 of 3.
     assert!(run.stdout.contains("3 episode(s) with several samples, mean agreement 0.889, unanimous 66.7%"), "{run:?}");
     assert!(run.stdout.contains("judged/sea  epoch 1: judge pass, people fail (ann)"), "{run:?}");

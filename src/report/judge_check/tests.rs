@@ -205,3 +205,15 @@ fn a_bad_label_names_its_file_line_and_field() {
         assert!(error.starts_with(expected), "{error}\n  expected: {expected}");
     }
 }
+
+#[test]
+fn the_score_view_reads_what_the_event_writes() {
+    let event = score("r1", "llm_rubric", true, 2.0 / 3.0, "why");
+    let view: ScoreView = serde_json::from_value(serde_json::to_value(&event).unwrap()).unwrap();
+    assert_eq!(
+        (view.scoring_id.as_str(), view.scorer.as_str(), view.passed, view.explanation.as_str()),
+        ("r1", "llm_rubric", true, "why")
+    );
+    let grader = view.grader.unwrap();
+    assert_eq!((grader.model.as_deref(), grader.samples, grader.agreement), (Some("mock"), Some(3), Some(2.0 / 3.0)));
+}
