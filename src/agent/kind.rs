@@ -50,6 +50,8 @@ pub struct AgentParts {
     pub program: Option<super::ProgramParts>,
     /// For an `external` agent: its program and what `start` tells it of the episode.
     pub external: Option<ExternalParts>,
+    /// `session_search` over the runs the suite names, when it names some.
+    pub session_search: Option<Arc<super::session_search::SessionSearch>>,
 }
 
 impl AgentKind {
@@ -108,6 +110,9 @@ fn tool_calling(parts: AgentParts) -> ToolCallingAgent {
     }
     if let Some(subagents) = parts.subagents {
         agent = agent.with_subagents(subagents);
+    }
+    if let Some(search) = parts.session_search {
+        agent = agent.with_session_search(search, &parts.task_id);
     }
     agent
 }

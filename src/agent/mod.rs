@@ -9,6 +9,7 @@ mod kind;
 pub mod memory;
 mod oracle;
 pub mod plan;
+pub mod session_search;
 mod subagent;
 mod tool_calling;
 

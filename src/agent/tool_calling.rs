@@ -11,11 +11,12 @@ use serde_json::{Value, json};
 
 use super::memory::{self, SharedStores};
 use super::plan::PlanMode;
+use super::session_search::{self, SessionSearch};
 use super::subagent::{Subagents, delegate_spec};
 use super::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{
-    Actor, DELEGATE_TOOL, ENTER_PLAN_MODE, EXIT_PLAN_MODE, FINAL_TOOL, MEMORY_TOOL, Observation, ToolCall, ToolError,
-    ToolSpec,
+    Actor, DELEGATE_TOOL, ENTER_PLAN_MODE, EXIT_PLAN_MODE, FINAL_TOOL, MEMORY_TOOL, Observation, SESSION_SEARCH_TOOL,
+    ToolCall, ToolError, ToolSpec,
 };
 use crate::log::{ActionClass, Event, Usage};
 use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
@@ -56,6 +57,8 @@ pub struct ToolCallingAgent {
     conversational: bool,
     /// The bounded memory (`memory.rs`), when the suite gives the agent one.
     memory: Option<SharedStores>,
+    /// Episodic memory (`session_search.rs`), with the task this agent works on.
+    session_search: Option<(Arc<SessionSearch>, String)>,
 }
 
 impl ToolCallingAgent {
@@ -81,6 +84,7 @@ impl ToolCallingAgent {
             plan: None,
             conversational: false,
             memory: None,
+            session_search: None,
         }
     }
 
@@ -110,6 +114,15 @@ impl ToolCallingAgent {
         }
         self.own_tools.push(memory::tool_spec());
         self.memory = Some(stores);
+        self
+    }
+
+    /// Gives the agent `session_search` over earlier episodes of the suite's named runs, as
+    /// an agent working on `task_id` (whose own task's episodes are left out unless the
+    /// suite says `same_task: true`).
+    pub fn with_session_search(mut self, search: Arc<SessionSearch>, task_id: &str) -> Self {
+        self.own_tools.push(session_search::tool_spec());
+        self.session_search = Some((search, task_id.to_owned()));
         self
     }
 
@@ -365,6 +378,15 @@ impl ToolCallingAgent {
                     }
                     None => sorted.world.push(call),
                 },
+                // A cognitive action: the agent reads its episodic memory; the world never sees it.
+                Handling::SessionSearch => match self.session_search.clone() {
+                    Some((search, task_id)) => {
+                        let result = search.search(&call.arguments, &task_id);
+                        self.answer_own(turn, &call, ActionClass::Cognitive, result);
+                        sorted.handled_own = true;
+                    }
+                    None => sorted.world.push(call),
+                },
                 Handling::EnterPlanMode => match &mut self.plan {
                     Some(plan) => {
                         let result = plan.enter();
@@ -454,6 +476,9 @@ enum Handling {
     /// The bounded memory (a cognitive action), when the agent has one; otherwise the call
     /// goes to the world like any other.
     Memory,
+    /// Episodic memory: a search of earlier episodes (cognitive), when the suite names
+    /// runs to search; otherwise the call goes to the world like any other.
+    SessionSearch,
 }
 
 impl Handling {
@@ -464,6 +489,7 @@ impl Handling {
             ENTER_PLAN_MODE => Handling::EnterPlanMode,
             EXIT_PLAN_MODE => Handling::ExitPlanMode,
             MEMORY_TOOL => Handling::Memory,
+            SESSION_SEARCH_TOOL => Handling::SessionSearch,
             _ => Handling::Physical,
         }
     }

@@ -219,6 +219,7 @@ fn agent_for(
             task: serde_json::json!({"id": task.id, "input": task.input, "metadata": task.metadata}),
             budget: budget.clone(),
         }),
+        session_search: suite.agent.searched_runs.clone(),
     })
 }
 

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::flags::{CompareArgs, EvalArgs, ExportArgs, GateArgs, MergeArgs, RegradeArgs, ReportArgs, Switch};
+use super::flags::{
+    CompareArgs, EvalArgs, ExportArgs, GateArgs, JudgeCheckArgs, MergeArgs, RegradeArgs, ReportArgs, SearchArgs, Switch,
+};
 use super::{CliError, Exit, out, outln, resolve};
 use crate::agent::AgentKind;
 use crate::batch::regrade::LoggedRun;
@@ -265,6 +267,73 @@ pub fn export(args: ExportArgs) -> Result<Exit, CliError> {
     out!("{}", report.render());
     outln!("export: {}", request.out.join("export.json").display());
     Ok(Exit::Passed)
+}
+
+/// `runner search`: the best matches of a query over runs, through each run's index (built
+/// or built again first when the log changed).
+pub fn search(args: SearchArgs) -> Result<Exit, CliError> {
+    use crate::log::search::{Filters, SearchError};
+    let mut words = args.runs_and_query;
+    let query = words.pop().unwrap_or_default();
+    if query.trim().is_empty() {
+        return Err(CliError::usage("the query is empty: give RUN... then the words to find"));
+    }
+    if args.limit == 0 {
+        return Err(CliError::usage("--limit must be at least 1"));
+    }
+    let mut dirs = Vec::new();
+    for run in &words {
+        dirs.push(batch::resume::find_logged_run(Path::new(run), Path::new("results")).map_err(CliError::usage)?);
+    }
+    let filters = Filters {
+        suite: args.suite,
+        task: args.task,
+        model: args.model,
+        outcome: args.outcome,
+        actor: args.actor,
+        kind: args.kind,
+        not_task: None,
+    };
+    let found = crate::report::search::search(&dirs, &query, &filters, args.limit).map_err(|e| match e {
+        SearchError::Query { .. } => CliError::usage(e),
+        SearchError::Log(_) | SearchError::Index { .. } => CliError::results(e),
+    })?;
+    for note in &found.notes {
+        eprintln!("{note}");
+    }
+    if args.json {
+        outln!("{}", crate::report::search::to_json(&query, &found.hits));
+    } else {
+        out!("{}", crate::report::search::render(&found.hits, dirs.len() > 1));
+    }
+    Ok(Exit::Passed)
+}
+
+/// `runner judge-check`: the run's LLM judge against people's labels, gated with
+/// `--min-kappa`.
+pub fn judge_check(args: JudgeCheckArgs) -> Result<Exit, CliError> {
+    use crate::report::judge_check;
+    if let Some(min) = args.min_kappa
+        && !(-1.0..=1.0).contains(&min)
+    {
+        return Err(CliError::usage(format!("--min-kappa must be between -1 and 1, not {min}")));
+    }
+    let dir = batch::resume::find_logged_run(&args.run, Path::new("results")).map_err(CliError::usage)?;
+    let labels = judge_check::read_labels(&args.labels).map_err(CliError::usage)?;
+    let checked =
+        judge_check::check(&dir.join("events.jsonl"), &labels, args.scoring.as_deref()).map_err(CliError::usage)?;
+    if args.json {
+        outln!("{}", serde_json::to_string_pretty(&checked).map_err(CliError::results)?);
+    } else {
+        out!("{}", checked.render());
+    }
+    let Some(min) = args.min_kappa else { return Ok(Exit::Passed) };
+    let reasons = checked.gate(min);
+    // Last, so that a CI log ends with why the command passed or failed.
+    for reason in &reasons {
+        eprintln!("{reason}");
+    }
+    Ok(if reasons.is_empty() { Exit::Passed } else { Exit::GateFailed })
 }
 
 /// `runner merge`: the shards into one run, judged as one.

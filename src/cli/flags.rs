@@ -41,6 +41,13 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = Switch::On, value_name = "on|off")]
         sandbox: Switch,
     },
+    /// Full-text search over runs: the messages, tool calls, observations, answers and
+    /// score explanations of their episodes, best matches first.
+    Search(SearchArgs),
+    /// Check a run's LLM judge against people: a labels file of human verdicts gives, per
+    /// graded scorer, accuracy, Cohen's kappa, Krippendorff's alpha, the confusion matrix,
+    /// the judge's self-consistency and the episodes where they disagree.
+    JudgeCheck(JudgeCheckArgs),
     /// Check suites (and their environments and datasets) without running them.
     Validate {
         /// Suite files, or folders of them.
@@ -150,6 +157,58 @@ pub struct CompareArgs {
     /// The significance level of the paired test.
     #[arg(long, default_value_t = 0.05)]
     pub alpha: f64,
+}
+
+#[derive(Args)]
+pub struct SearchArgs {
+    /// Run folders (or ids under results/), then the query: words, "a phrase", pre*, AND,
+    /// OR, NOT and parentheses (SQLite FTS5).
+    #[arg(required = true, num_args = 2.., value_name = "RUN... QUERY")]
+    pub runs_and_query: Vec<String>,
+    /// Only episodes of this suite.
+    #[arg(long, value_name = "S")]
+    pub suite: Option<String>,
+    /// Only episodes of this task.
+    #[arg(long, value_name = "T")]
+    pub task: Option<String>,
+    /// Only episodes of this model.
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    /// Only episodes of this outcome: passed, failed, scored, unscored, cancelled, unfinished.
+    #[arg(long, value_name = "O", value_parser = crate::log::search::parse_outcome)]
+    pub outcome: Option<String>,
+    /// Only what this actor said or did: main, main.1, user, or scorer.
+    #[arg(long, value_name = "A")]
+    pub actor: Option<String>,
+    /// Only this type of text: message, tool_call, observation, answer, score, error.
+    #[arg(long = "type", value_name = "T", value_parser = crate::log::search::DocKind::parse)]
+    pub kind: Option<crate::log::search::DocKind>,
+    /// The most hits shown.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub limit: usize,
+    /// Print the hits as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args)]
+pub struct JudgeCheckArgs {
+    /// The run folder (or its id under results/).
+    pub run: PathBuf,
+    /// The human verdicts: CSV (a header row) or JSONL, with `episode_id` or `task_id`,
+    /// `scorer`, `verdict` (pass or fail), and optionally `suite`, `rater`, `explanation`.
+    #[arg(long, value_name = "FILE")]
+    pub labels: PathBuf,
+    /// Exit 1 when a labelled scorer's Cohen's kappa with people is below X.
+    #[arg(long, value_name = "X")]
+    pub min_kappa: Option<f64>,
+    /// Check the verdicts of this scoring (`initial`, or a regrade's id) instead of each
+    /// episode's latest.
+    #[arg(long, value_name = "ID")]
+    pub scoring: Option<String>,
+    /// Print the check as one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args)]

@@ -90,6 +90,8 @@ fn run(command: Command) -> Result<Exit, CliError> {
         Command::Compare(args) => commands::compare(args),
         Command::Merge(args) => commands::merge(args),
         Command::Export(args) => commands::export(args),
+        Command::Search(args) => commands::search(args),
+        Command::JudgeCheck(args) => commands::judge_check(args),
     }
 }
 

@@ -303,6 +303,8 @@ pub const EXIT_PLAN_MODE: &str = "exit_plan_mode";
 pub const DELEGATE_TOOL: &str = "delegate_task";
 /// The agent's bounded memory (cognitive).
 pub const MEMORY_TOOL: &str = "memory";
+/// The agent searches earlier episodes of named runs, its episodic memory (cognitive).
+pub const SESSION_SEARCH_TOOL: &str = "session_search";
 
 #[cfg(test)]
 mod tests {

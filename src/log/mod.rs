@@ -4,6 +4,7 @@
 pub mod event;
 pub mod projection;
 pub mod reader;
+pub mod search;
 pub mod secrets;
 pub mod writer;
 

@@ -1,13 +1,16 @@
 //! What people read: progress while a run goes and the summary at its end. Everything here
 //! is computed from the event log or from the stream of finished episodes.
 
+pub mod agreement;
 pub mod compare;
 pub mod export;
 pub mod gate;
 pub mod html;
+pub mod judge_check;
 pub mod junit;
 pub mod oracle;
 pub mod progress;
+pub mod search;
 pub mod stats;
 pub mod summary;
 pub mod table;

@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 use crate::agent::AgentKind;
 use crate::agent::external::Program;
 use crate::agent::memory::{MemoryConfig, Stores};
+use crate::agent::session_search::{SessionSearch, SessionSearchConfig};
 use crate::environment::definition::Definition;
 use crate::environment::permission::{self, Permissions};
 use crate::sandbox::SandboxMode;
@@ -147,6 +148,12 @@ pub struct AgentConfig {
     /// `cli` only: commands run in the world, in order, before the agent starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub setup: Vec<String>,
+    /// `session_search` over earlier runs: the agent's episodic memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_search: Option<SessionSearchConfig>,
+    /// The runs `session_search` names, checked when the suite loaded.
+    #[serde(skip)]
+    pub searched_runs: Option<Arc<SessionSearch>>,
 }
 
 pub const DEFAULT_MAX_CHILDREN: u32 = 3;
@@ -417,6 +424,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     }
     let mut file = file;
     file.agent.program = external_program(&source, &file.agent, path)?;
+    file.agent.searched_runs = searched_runs(&source, &file.agent, path)?;
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
     let environment = match &file.tools {
         Some(names) => environment.narrowed(names).map_err(|e| source.error("tools", e))?,
@@ -617,6 +625,41 @@ fn external_program(source: &Source, agent: &AgentConfig, path: &Path) -> Result
     let program = Program::new(command.clone(), agent.env.clone(), agent.reuse, folder, at)
         .map_err(|e| source.error(if command.is_empty() { "agent.command" } else { &first }, e))?;
     Ok(Some(Arc::new(program)))
+}
+
+/// The runs `agent.session_search` names: run folders (relative to the suite file) that
+/// hold a log. Only the `tool_calling` agent searches.
+fn searched_runs(source: &Source, agent: &AgentConfig, path: &Path) -> Result<Option<Arc<SessionSearch>>, ConfigError> {
+    let Some(config) = &agent.session_search else { return Ok(None) };
+    if agent.kind != AgentKind::ToolCalling {
+        return Err(source.error("agent.session_search", "is for `kind: tool_calling` agents only"));
+    }
+    if config.runs.is_empty() {
+        return Err(
+            source.error("agent.session_search.runs", "names no run: list run folders, such as ../results/baseline")
+        );
+    }
+    if let Some(limit) = config.limit
+        && !(1..=crate::agent::session_search::MAX_HITS).contains(&limit)
+    {
+        let most = crate::agent::session_search::MAX_HITS;
+        return Err(source.error("agent.session_search.limit", format!("must be from 1 to {most}, got {limit}")));
+    }
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut runs = Vec::new();
+    for (i, run) in config.runs.iter().enumerate() {
+        let dir = folder.join(run);
+        if !dir.join("events.jsonl").is_file() {
+            let message = format!(
+                "no run at {} (a run folder holds events.jsonl; the path is relative to the suite file)",
+                dir.display()
+            );
+            return Err(source.error(&yaml::item("agent.session_search.runs", i), message));
+        }
+        runs.push(dir);
+    }
+    let limit = config.limit.unwrap_or(crate::agent::session_search::DEFAULT_HITS);
+    Ok(Some(Arc::new(SessionSearch::new(runs, limit, config.same_task))))
 }
 
 /// Checks a task's initial memory: the suite gives the agent a memory, and each store's

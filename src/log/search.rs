@@ -1,0 +1,625 @@
+//! Full-text search over a run: an SQLite FTS5 index of what its episodes said and did
+//! (messages, tool calls, observations, answers, errors, score explanations), built from
+//! `events.jsonl` into `RUN/search.sqlite`.
+//!
+//! The index is a projection, never the source of truth: it records the length and
+//! modification time of the log it was built from, and is built again, whole, whenever the
+//! log no longer matches (a resume or a regrade appended to it) or the index is missing,
+//! unreadable or of another layout. It lives low in the layers (here, in `log`) because
+//! `runner search` and the agent's `session_search` tool both read it.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use rusqlite::{Connection, OptionalExtension as _, params};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::event::Event;
+use super::reader::{LineHeader, ReadError, for_each_line_of};
+use crate::contract::{Actor, FINAL_TOOL};
+
+/// The index's file in the run folder.
+pub const INDEX_FILE: &str = "search.sqlite";
+
+/// Bumped when the tables or what goes into them change: an index of another layout is
+/// built again.
+const LAYOUT: i64 = 1;
+
+/// The most characters of one event's text that are indexed.
+const MAX_DOC_CHARS: usize = 32 * 1024;
+
+/// What a piece of indexed text is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DocKind {
+    /// A model's text reply, a line of a conversation, a reminder.
+    Message,
+    /// A tool call: its name and arguments (the world's, a script's, or the agent's own).
+    ToolCall,
+    /// What a tool call returned, or its error.
+    Observation,
+    /// The final answer.
+    Answer,
+    /// A scorer's explanation.
+    Score,
+    /// A fault of the episode or of the agent.
+    Error,
+}
+
+impl DocKind {
+    pub const ALL: [DocKind; 6] =
+        [DocKind::Message, DocKind::ToolCall, DocKind::Observation, DocKind::Answer, DocKind::Score, DocKind::Error];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DocKind::Message => "message",
+            DocKind::ToolCall => "tool_call",
+            DocKind::Observation => "observation",
+            DocKind::Answer => "answer",
+            DocKind::Score => "score",
+            DocKind::Error => "error",
+        }
+    }
+
+    pub fn parse(name: &str) -> Result<DocKind, String> {
+        DocKind::ALL.into_iter().find(|k| k.as_str() == name).ok_or_else(|| {
+            let names: Vec<&str> = DocKind::ALL.iter().map(|k| k.as_str()).collect();
+            format!("unknown type `{name}`, expected one of: {}", names.join(", "))
+        })
+    }
+}
+
+/// The statuses an episode can have in the index: the episodes table's, and `unfinished`
+/// for one the log saw start but never finish.
+pub const STATUSES: [&str; 5] = ["passed", "failed", "unscored", "cancelled", "unfinished"];
+
+/// Checks an `--outcome`: one of [`STATUSES`], or `scored` (passed or failed).
+pub fn parse_outcome(name: &str) -> Result<String, String> {
+    if name == "scored" || STATUSES.contains(&name) {
+        Ok(name.to_owned())
+    } else {
+        Err(format!("unknown outcome `{name}`, expected one of: scored, {}", STATUSES.join(", ")))
+    }
+}
+
+/// Which episodes and texts a search looks at; `None` is any.
+#[derive(Debug, Clone, Default)]
+pub struct Filters {
+    pub suite: Option<String>,
+    pub task: Option<String>,
+    pub model: Option<String>,
+    /// A status of [`STATUSES`], or `scored`.
+    pub outcome: Option<String>,
+    /// `main`, `main.1`, `user`; a score's actor is `scorer`.
+    pub actor: Option<String>,
+    pub kind: Option<DocKind>,
+    /// Leave out the episodes of this task (the agent's own, for `session_search`).
+    pub not_task: Option<String>,
+}
+
+/// One match.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Hit {
+    pub run_id: String,
+    pub episode_id: String,
+    pub suite: String,
+    pub task_id: String,
+    pub model: String,
+    pub epoch: u32,
+    /// The episode's status under its latest scoring.
+    pub outcome: String,
+    /// The step of the event; `None` for a score, which comes after the last step.
+    pub step: Option<u32>,
+    pub actor: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The tool's name for a call or an observation, the scorer's for a score.
+    pub name: Option<String>,
+    /// The matching part of the text, the matched terms between `[` and `]`.
+    pub snippet: String,
+    /// The relevance (BM25, higher is better): comparable within one run's index.
+    pub score: f64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SearchError {
+    #[error(transparent)]
+    Log(#[from] ReadError),
+    #[error("failed to build or read the search index {path}: {message}")]
+    Index { path: String, message: String },
+    /// The query is not valid FTS5 syntax.
+    #[error(
+        "bad query {query:?}: {message} (words match words, \"a phrase\" in double quotes, pre* a prefix, AND, OR, NOT and parentheses; quote a word that is an operator or holds punctuation)"
+    )]
+    Query { query: String, message: String },
+}
+
+/// How the index was had when it was opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// It matched the log as it is.
+    Current,
+    /// There was none: it was built.
+    Built,
+    /// It no longer matched the log (or was of another layout): it was built again.
+    Rebuilt,
+}
+
+/// A run's search index, open.
+pub struct SearchIndex {
+    conn: Connection,
+    path: PathBuf,
+    pub freshness: Freshness,
+    /// The run's id, from its log.
+    pub run_id: String,
+    /// Set when the run folder could not be written: the index was built in memory.
+    pub in_memory: bool,
+}
+
+/// What the index records of the log it was built from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LogStamp {
+    len: i64,
+    mtime_ns: i64,
+}
+
+impl LogStamp {
+    fn of(log: &Path) -> std::io::Result<LogStamp> {
+        let meta = std::fs::metadata(log)?;
+        let mtime_ns = meta
+            .modified()?
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        Ok(LogStamp { len: i64::try_from(meta.len()).unwrap_or(i64::MAX), mtime_ns })
+    }
+}
+
+impl SearchIndex {
+    /// The index of the run whose log is `RUN_DIR/events.jsonl`: the one on disk when it
+    /// matches the log, else a new one built from the log (written beside it, renamed into
+    /// place whole).
+    pub fn open(run_dir: &Path) -> Result<SearchIndex, SearchError> {
+        let log = run_dir.join("events.jsonl");
+        let path = run_dir.join(INDEX_FILE);
+        let failed = |message: String| SearchError::Index { path: path.display().to_string(), message };
+        let stamp = LogStamp::of(&log).map_err(|e| ReadError::Io { path: log.display().to_string(), source: e })?;
+        let existed = path.exists();
+        if existed && let Some((conn, run_id)) = current(&path, stamp) {
+            return Ok(SearchIndex { conn, path, freshness: Freshness::Current, run_id, in_memory: false });
+        }
+        let freshness = if existed { Freshness::Rebuilt } else { Freshness::Built };
+        // The mode a plain new file gets (0666 less the umask), as the run's other files.
+        let staged = tempfile::Builder::new()
+            .prefix(".search.")
+            .suffix(".sqlite.tmp")
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+            .tempfile_in(run_dir);
+        let Ok(staged) = staged else {
+            // A run folder that cannot be written (a baseline checked out read-only): the
+            // index lives in memory for this reading.
+            let conn = Connection::open_in_memory().map_err(|e| failed(e.to_string()))?;
+            let run_id = build(&conn, &log, stamp).map_err(|e| e.into_search(&path))?;
+            return Ok(SearchIndex { conn, path, freshness, run_id, in_memory: true });
+        };
+        let conn = Connection::open(staged.path()).map_err(|e| failed(e.to_string()))?;
+        let run_id = build(&conn, &log, stamp).map_err(|e| e.into_search(&path))?;
+        drop(conn);
+        staged.persist(&path).map_err(|e| failed(e.error.to_string()))?;
+        let conn = Connection::open(&path).map_err(|e| failed(e.to_string()))?;
+        Ok(SearchIndex { conn, path, freshness, run_id, in_memory: false })
+    }
+
+    /// Where the index is (or would be, when it was built in memory).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// How many episodes and pieces of text the index holds.
+    pub fn counts(&self) -> Result<(u64, u64), SearchError> {
+        let count = |sql: &str| self.conn.query_row(sql, [], |r| r.get::<_, i64>(0)).map(|n| n.max(0) as u64);
+        let failed =
+            |e: rusqlite::Error| SearchError::Index { path: self.path.display().to_string(), message: e.to_string() };
+        Ok((
+            count("SELECT count(*) FROM episodes WHERE latest = 1").map_err(failed)?,
+            count("SELECT count(*) FROM docs").map_err(failed)?,
+        ))
+    }
+
+    /// The best `limit` matches of `query` (FTS5 syntax), best first, among the latest
+    /// attempt of each episode.
+    pub fn search(&self, query: &str, filters: &Filters, limit: usize) -> Result<Vec<Hit>, SearchError> {
+        let sql = "SELECT e.episode_id, e.suite, e.task_id, e.model, e.epoch, e.status, \
+                          docs.step, docs.actor, docs.kind, docs.name, \
+                          snippet(docs, 0, '[', ']', '…', 16), bm25(docs) \
+                   FROM docs JOIN episodes e ON e.id = docs.episode \
+                   WHERE docs MATCH ?1 AND e.latest = 1 \
+                     AND (?2 IS NULL OR e.suite = ?2) AND (?3 IS NULL OR e.task_id = ?3) \
+                     AND (?4 IS NULL OR e.model = ?4) \
+                     AND (?5 IS NULL OR e.status = ?5 OR (?5 = 'scored' AND e.status IN ('passed', 'failed'))) \
+                     AND (?6 IS NULL OR docs.actor = ?6) AND (?7 IS NULL OR docs.kind = ?7) \
+                     AND (?8 IS NULL OR e.task_id <> ?8) \
+                   ORDER BY bm25(docs) LIMIT ?9";
+        let failed =
+            |e: rusqlite::Error| SearchError::Index { path: self.path.display().to_string(), message: e.to_string() };
+        // The statement is fixed: a plain SQL error when it runs is FTS5 refusing the query.
+        let bad = |e: rusqlite::Error| match &e {
+            rusqlite::Error::SqliteFailure(code, Some(message)) if code.code == rusqlite::ErrorCode::Unknown => {
+                SearchError::Query { query: query.to_owned(), message: message.clone() }
+            }
+            _ => failed(e),
+        };
+        let mut statement = self.conn.prepare_cached(sql).map_err(failed)?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = statement
+            .query_map(
+                params![
+                    query,
+                    filters.suite,
+                    filters.task,
+                    filters.model,
+                    filters.outcome,
+                    filters.actor,
+                    filters.kind.map(DocKind::as_str),
+                    filters.not_task,
+                    limit
+                ],
+                |r| {
+                    Ok(Hit {
+                        run_id: self.run_id.clone(),
+                        episode_id: r.get(0)?,
+                        suite: r.get(1)?,
+                        task_id: r.get(2)?,
+                        model: r.get(3)?,
+                        epoch: r.get(4)?,
+                        outcome: r.get(5)?,
+                        step: r.get(6)?,
+                        actor: r.get(7)?,
+                        kind: r.get(8)?,
+                        name: r.get(9)?,
+                        snippet: r.get(10)?,
+                        score: -r.get::<_, f64>(11)?,
+                    })
+                },
+            )
+            .map_err(bad)?;
+        rows.collect::<Result<Vec<Hit>, _>>().map_err(bad)
+    }
+}
+
+/// The index at `path` and the run id it holds, when it can be read, has this layout and
+/// was built from the log as it is now.
+fn current(path: &Path, stamp: LogStamp) -> Option<(Connection, String)> {
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).ok()?;
+    let get = |key: &str| -> Option<String> {
+        conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get::<_, String>(0)).optional().ok()?
+    };
+    let same = get("layout")? == LAYOUT.to_string()
+        && get("log_len")? == stamp.len.to_string()
+        && get("log_mtime_ns")? == stamp.mtime_ns.to_string();
+    let run_id = get("run_id")?;
+    same.then_some((conn, run_id))
+}
+
+/// A failure while building: of the log, or of SQLite.
+enum BuildError {
+    Log(ReadError),
+    Sql(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for BuildError {
+    fn from(e: rusqlite::Error) -> Self {
+        BuildError::Sql(e)
+    }
+}
+
+impl BuildError {
+    fn into_search(self, path: &Path) -> SearchError {
+        match self {
+            BuildError::Log(e) => SearchError::Log(e),
+            BuildError::Sql(e) => SearchError::Index { path: path.display().to_string(), message: e.to_string() },
+        }
+    }
+}
+
+/// The fields of a `model_call` the index reads: its text, and whose call it was (a
+/// grader's replies are not the episode's; its verdict is in the `score`).
+#[derive(Deserialize)]
+struct ModelCallText {
+    step: u32,
+    #[serde(default)]
+    response: Value,
+    #[serde(default)]
+    scorer: Option<String>,
+    #[serde(default)]
+    actor: Actor,
+}
+
+/// A piece of text to index: the text, its step, its actor, what it is, and the tool or
+/// scorer it belongs to.
+struct Doc(String, Option<u32>, String, DocKind, Option<String>);
+
+/// One attempt of an episode while the log is read: its row, and who made each call and
+/// of which tool (an observation names only its call).
+struct Attempt {
+    row: i64,
+    callers: HashMap<String, (String, String)>,
+    /// The main agent's last text reply: a plain-text answer is indexed once, as a message.
+    last_reply: Option<String>,
+}
+
+/// Reads the log once into the tables; returns the run's id.
+fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, BuildError> {
+    conn.execute_batch(
+        "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;
+         CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+         CREATE TABLE episodes (id INTEGER PRIMARY KEY, episode_id TEXT NOT NULL, suite TEXT NOT NULL,
+             task_id TEXT NOT NULL, model TEXT NOT NULL, epoch INTEGER NOT NULL, status TEXT NOT NULL,
+             latest INTEGER NOT NULL);
+         CREATE VIRTUAL TABLE docs USING fts5(text, episode UNINDEXED, step UNINDEXED, actor UNINDEXED,
+             kind UNINDEXED, name UNINDEXED, tokenize = 'porter unicode61');
+         BEGIN;",
+    )?;
+    let kinds = [
+        "run_started",
+        "episode_started",
+        "model_call",
+        "action_dispatched",
+        "observation",
+        "inner_call",
+        "agent_action",
+        "reminder",
+        "said",
+        "final",
+        "error",
+        "agent_error",
+        "score",
+        "episode_finished",
+        "episode_scored",
+    ];
+    let mut run_id = String::new();
+    // The latest attempt of each episode seen; open attempts also keep their callers.
+    let mut latest: HashMap<String, i64> = HashMap::new();
+    let mut open: HashMap<String, Attempt> = HashMap::new();
+    let mut insert_doc =
+        conn.prepare("INSERT INTO docs (text, episode, step, actor, kind, name) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+    let mut insert_episode = conn.prepare(
+        "INSERT INTO episodes (episode_id, suite, task_id, model, epoch, status, latest) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 'unfinished', 1)",
+    )?;
+    let mut set_status = conn.prepare("UPDATE episodes SET status = ?2 WHERE id = ?1")?;
+    let mut retire = conn.prepare("UPDATE episodes SET latest = 0 WHERE id = ?1")?;
+    let mut sql_failure: Option<rusqlite::Error> = None;
+    let read = for_each_line_of(log, Some(&kinds), |kind, text, _| {
+        let head: LineHeader = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if run_id.is_empty()
+            && let Some(id) = &head.run_id
+        {
+            run_id = id.clone();
+        }
+        let Some(episode_id) = head.episode_id else { return Ok(()) };
+        let step_of = |step: u32| Some(step);
+        let mut docs: Vec<Doc> = Vec::new();
+        let result = (|| -> rusqlite::Result<()> {
+            if kind == "model_call" {
+                let call: ModelCallText = serde_json::from_str(text).map_err(|e| text_error(e.to_string()))?;
+                let reply = call.response.get("text").and_then(Value::as_str).unwrap_or_default();
+                if call.scorer.is_none() && !reply.trim().is_empty() {
+                    if let Some(attempt) = open.get_mut(&episode_id).filter(|_| call.actor.is_main()) {
+                        attempt.last_reply = Some(reply.to_owned());
+                    }
+                    docs.push(Doc(
+                        reply.to_owned(),
+                        step_of(call.step),
+                        call.actor.to_string(),
+                        DocKind::Message,
+                        None,
+                    ));
+                }
+            } else {
+                // A type this version cannot decode is skipped, as every fold does.
+                let Ok(event) = serde_json::from_str::<Event>(text) else { return Ok(()) };
+                match event {
+                    Event::EpisodeStarted { suite, task_id, model, epoch, .. } => {
+                        if let Some(earlier) = latest.get(&episode_id) {
+                            retire.execute([earlier])?;
+                        }
+                        insert_episode.execute(params![episode_id, suite, task_id, model, epoch])?;
+                        let row = conn.last_insert_rowid();
+                        latest.insert(episode_id.clone(), row);
+                        open.insert(episode_id.clone(), Attempt { row, callers: HashMap::new(), last_reply: None });
+                    }
+                    Event::EpisodeFinished { outcome, .. } => {
+                        if let Some(attempt) = open.remove(&episode_id) {
+                            set_status.execute(params![attempt.row, status(&outcome)])?;
+                        }
+                    }
+                    Event::EpisodeScored { outcome, .. } => {
+                        if let Some(row) = latest.get(&episode_id) {
+                            set_status.execute(params![row, status(&outcome)])?;
+                        }
+                    }
+                    // The final answer is indexed once, from its `final` event.
+                    Event::ActionDispatched { call, .. } if call.name == FINAL_TOOL => {}
+                    Event::ActionDispatched { step, call } => {
+                        let actor = call.actor.to_string();
+                        if let Some(attempt) = open.get_mut(&episode_id) {
+                            attempt.callers.insert(call.call_id.clone(), (actor.clone(), call.name.clone()));
+                        }
+                        let text = format!("{} {}", call.name, value_text(&call.arguments));
+                        docs.push(Doc(text, step_of(step), actor, DocKind::ToolCall, Some(call.name)));
+                    }
+                    Event::Observation { step, observation } => {
+                        let Some((actor, name)) = open
+                            .get(&episode_id)
+                            .zip(observation.call_id.as_deref())
+                            .map(|(a, id)| a.callers.get(id).cloned())
+                            .unwrap_or(Some(("main".to_owned(), String::new())))
+                        else {
+                            return Ok(()); // the observation of a final answer
+                        };
+                        let name = Some(name).filter(|n| !n.is_empty());
+                        docs.push(Doc(
+                            observation_text(&observation),
+                            step_of(step),
+                            actor,
+                            DocKind::Observation,
+                            name,
+                        ));
+                    }
+                    Event::InnerCall { step, call, observation, .. } => {
+                        let actor = call.actor.to_string();
+                        let text = format!("{} {}", call.name, value_text(&call.arguments));
+                        docs.push(Doc(text, step_of(step), actor.clone(), DocKind::ToolCall, Some(call.name.clone())));
+                        docs.push(Doc(
+                            observation_text(&observation),
+                            step_of(step),
+                            actor,
+                            DocKind::Observation,
+                            Some(call.name),
+                        ));
+                    }
+                    Event::AgentAction { step, actor, name, arguments, result, error, .. } => {
+                        let actor = actor.to_string();
+                        let call = format!("{name} {}", value_text(&arguments));
+                        docs.push(Doc(call, step_of(step), actor.clone(), DocKind::ToolCall, Some(name.clone())));
+                        let mut answer = value_text(&result);
+                        if let Some(error) = error {
+                            answer = format!("{answer} {}", error.message);
+                        }
+                        docs.push(Doc(answer, step_of(step), actor, DocKind::Observation, Some(name)));
+                    }
+                    Event::Reminder { step, actor, text, .. } => {
+                        docs.push(Doc(text, step_of(step), actor.to_string(), DocKind::Message, None));
+                    }
+                    Event::Said { step, actor, text } => {
+                        docs.push(Doc(text, step_of(step), actor.to_string(), DocKind::Message, None));
+                    }
+                    Event::Final { step, answer, .. } => {
+                        let said = open.get(&episode_id).and_then(|a| a.last_reply.as_deref());
+                        if said.is_some_and(|said| said.trim() == answer.trim()) {
+                            return Ok(()); // a plain-text answer: indexed as the message it was
+                        }
+                        docs.push(Doc(answer, step_of(step), "main".into(), DocKind::Answer, None));
+                    }
+                    Event::Error { step, cause, message } => {
+                        docs.push(Doc(
+                            format!("{cause} {message}"),
+                            step_of(step),
+                            "main".into(),
+                            DocKind::Error,
+                            None,
+                        ));
+                    }
+                    Event::AgentError { step, message } => {
+                        docs.push(Doc(message, step_of(step), "main".into(), DocKind::Error, None));
+                    }
+                    Event::Score { scorer, explanation, .. } => {
+                        docs.push(Doc(explanation, None, "scorer".into(), DocKind::Score, Some(scorer)));
+                    }
+                    _ => {}
+                }
+            }
+            let Some(row) = latest.get(&episode_id) else { return Ok(()) };
+            for Doc(text, step, actor, kind, name) in docs.drain(..) {
+                if text.trim().is_empty() {
+                    continue;
+                }
+                insert_doc.execute(params![capped(text), row, step, actor, kind.as_str(), name])?;
+            }
+            Ok(())
+        })();
+        result.map_err(|e| {
+            let message = e.to_string();
+            sql_failure = Some(e);
+            message
+        })
+    });
+    if let Some(e) = sql_failure {
+        return Err(BuildError::Sql(e));
+    }
+    read.map_err(BuildError::Log)?;
+    drop((insert_doc, insert_episode, set_status, retire));
+    let meta = [
+        ("layout", LAYOUT.to_string()),
+        ("log_len", stamp.len.to_string()),
+        ("log_mtime_ns", stamp.mtime_ns.to_string()),
+        ("run_id", run_id.clone()),
+    ];
+    for (key, value) in meta {
+        conn.execute("INSERT INTO meta (key, value) VALUES (?1, ?2)", params![key, value])?;
+    }
+    conn.execute_batch("COMMIT; INSERT INTO docs (docs) VALUES ('optimize');")?;
+    Ok(run_id)
+}
+
+/// A line that is not the event it says it is, as an SQLite error so that it stops the
+/// build where it was found.
+fn text_error(message: String) -> rusqlite::Error {
+    rusqlite::Error::ToSqlConversionFailure(message.into())
+}
+
+fn status(outcome: &super::Outcome) -> &'static str {
+    match outcome {
+        super::Outcome::Scored { passed: true, .. } => "passed",
+        super::Outcome::Scored { passed: false, .. } => "failed",
+        super::Outcome::Unscored { .. } => "unscored",
+        super::Outcome::Cancelled => "cancelled",
+    }
+}
+
+fn observation_text(observation: &crate::contract::Observation) -> String {
+    let mut text = observation.tool_result.as_ref().map(value_text).unwrap_or_default();
+    for message in &observation.messages {
+        text = format!("{text} {message}");
+    }
+    if let Some(error) = &observation.error {
+        text = format!("{} {} {text}", error.kind.as_str(), error.message);
+    }
+    text
+}
+
+/// The words of a JSON value: strings as they are, numbers and booleans as written, keys
+/// before their values.
+fn value_text(value: &Value) -> String {
+    fn walk(value: &Value, out: &mut String) {
+        if out.len() > MAX_DOC_CHARS * 4 {
+            return;
+        }
+        match value {
+            Value::Null => {}
+            Value::String(s) => {
+                out.push_str(s);
+                out.push(' ');
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            Value::Object(map) => {
+                for (k, v) in map {
+                    out.push_str(k);
+                    out.push(' ');
+                    walk(v, out);
+                }
+            }
+            other => {
+                out.push_str(&other.to_string());
+                out.push(' ');
+            }
+        }
+    }
+    let mut out = String::new();
+    walk(value, &mut out);
+    out.truncate(out.trim_end().len());
+    out
+}
+
+/// At most [`MAX_DOC_CHARS`] characters of `text`.
+fn capped(text: String) -> String {
+    match text.char_indices().nth(MAX_DOC_CHARS) {
+        Some((end, _)) => text[..end].to_owned(),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests;
