@@ -154,11 +154,14 @@ pub enum UnscoredCause {
     ModelTooSlow,
     /// A task's verifier (a Harbor task's `tests/test.sh`) crashed or wrote no reward.
     VerifierError,
+    /// A code scorer (`python:`, `js:`) raised, timed out, crashed, or returned something
+    /// that is not a verdict.
+    ScorerError,
     Other(String),
 }
 
 impl UnscoredCause {
-    const NAMED: [UnscoredCause; 14] = [
+    const NAMED: [UnscoredCause; 15] = [
         UnscoredCause::ProviderError,
         UnscoredCause::RateLimited,
         UnscoredCause::ConfigurationError,
@@ -173,6 +176,7 @@ impl UnscoredCause {
         UnscoredCause::UserError,
         UnscoredCause::ModelTooSlow,
         UnscoredCause::VerifierError,
+        UnscoredCause::ScorerError,
     ];
 
     pub fn as_str(&self) -> &str {
@@ -191,6 +195,7 @@ impl UnscoredCause {
             UnscoredCause::UserError => "user_error",
             UnscoredCause::ModelTooSlow => "model_too_slow",
             UnscoredCause::VerifierError => "verifier_error",
+            UnscoredCause::ScorerError => "scorer_error",
             UnscoredCause::Other(name) => name,
         }
     }

@@ -2,6 +2,7 @@
 //!
 //! Every mistake is reported with the file, line and column, and what was expected.
 
+mod code;
 pub mod dataset;
 pub mod harbor;
 
@@ -438,6 +439,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     if !own_tools {
         check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
     }
+    code::resolve(&source, "scorers", &mut file.scorers, path.parent())?;
     let toolsets = toolsets(&source, &file.toolsets, file.toolset_distribution.as_ref(), &environment)?;
     let tools: Vec<&str> = environment.specs.iter().map(|t| t.name.as_str()).collect();
     let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
@@ -482,7 +484,8 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     let suite_mock: Arc<[MockTurn]> = file.mock.clone().into();
     let suite_mock_subagents = file.mock_subagents.clone();
     let subagent = file.agent.subagent.as_deref().unwrap_or("");
-    for (at, raw) in raw_tasks.drain(..) {
+    for (at, mut raw) in raw_tasks.drain(..) {
+        code::resolve(&source, &yaml::child(&at, "scorers"), &mut raw.scorers, path.parent())?;
         if let Some(scripts) = &raw.mock_subagents {
             check_actors(&source, &yaml::child(&at, "mock_subagents"), scripts.keys(), reach)?;
         }

@@ -5,6 +5,7 @@ mod bad_input;
 mod batch;
 mod checkpoints;
 mod cli_agent;
+mod code_scorers;
 mod docs;
 mod e2e;
 mod eval;
