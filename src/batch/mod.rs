@@ -7,6 +7,7 @@ pub mod memory;
 pub mod merge;
 pub mod regrade;
 pub mod resume;
+pub mod select;
 
 use crate::sandbox::SandboxMode;
 use std::path::{Path, PathBuf};
@@ -76,12 +77,12 @@ pub fn episodes(
 /// How many episodes the run will make (its shard's, when it has one; without those a
 /// resumed run keeps).
 pub fn episode_count(suites: &[Arc<Suite>], options: &RunOptions) -> u64 {
-    match (options.shard, &options.resume) {
-        (None, None) => suites
+    match (options.shard, &options.resume, &options.chosen) {
+        (None, None, None) => suites
             .iter()
             .map(|s| s.tasks.len() as u64 * options.models.len() as u64 * options.epochs.unwrap_or(s.epochs) as u64)
             .sum(),
-        _ => episodes(suites, &options.models, options.epochs).filter(|e| options.plans(&e.id)).count() as u64,
+        _ => episodes(suites, &options.models, options.epochs).filter(|e| options.plans(e)).count() as u64,
     }
 }
 
@@ -120,12 +121,19 @@ pub struct RunOptions {
     /// What a person should know about how the run is set up: printed before it starts,
     /// logged in `run_started`, repeated under the summary.
     pub warnings: Vec<String>,
+    /// The command line's choice of tasks, as recorded.
+    pub selection: crate::domain::selection::Selection,
+    /// The tasks it chose; `None` when every task runs.
+    pub chosen: Option<Arc<select::Chosen>>,
 }
 
 impl RunOptions {
-    /// Whether this run makes the episode: in its shard, and not kept from before.
-    pub fn plans(&self, episode_id: &str) -> bool {
-        in_shard(episode_id, self.shard) && self.resume.as_ref().is_none_or(|r| !r.keep.contains(episode_id))
+    /// Whether this run makes the episode: of a chosen task, in its shard, and not kept
+    /// from before.
+    pub fn plans(&self, episode: &EpisodeSpec) -> bool {
+        self.chosen.as_ref().is_none_or(|c| c.contains(episode))
+            && in_shard(&episode.id, self.shard)
+            && self.resume.as_ref().is_none_or(|r| !r.keep.contains(&episode.id))
     }
 }
 
@@ -250,6 +258,7 @@ pub async fn run(
                 merged_from: Vec::new(),
                 limits: options.limits,
                 warnings: options.warnings.clone(),
+                selection: options.selection.clone(),
             };
             // The folder appears with its first event in place, or not at all: a kill at any
             // moment leaves a run that resumes, or none.
@@ -278,7 +287,7 @@ pub async fn run(
     {
         let not_stopped = stop.clone();
         let plan = episodes(suites, &options.models, options.epochs)
-            .filter(|e| options.plans(&e.id))
+            .filter(|e| options.plans(e))
             .take_while(move |_| !not_stopped.is_cancelled());
         let mut task_memory = memory::TaskMemory::new(&dir);
         let mut running = futures::stream::iter(plan)

@@ -5,6 +5,7 @@
 pub mod document;
 pub mod harbor;
 pub mod scorer;
+pub mod selection;
 pub mod text;
 
 use std::collections::BTreeMap;
@@ -54,6 +55,8 @@ pub struct Task {
     /// Files copied byte for byte, with their permissions, into the working directory
     /// after `files` (a Harbor task's binary or executable `COPY`s).
     pub copies: Vec<FileCopy>,
+    /// The task's `tags:`, which `--tag` selects by.
+    pub tags: Vec<String>,
 }
 
 /// A file of the host copied into an episode's working directory as it is.
@@ -84,6 +87,7 @@ impl Task {
             solution: Vec::new(),
             unavailable: None,
             copies: Vec::new(),
+            tags: Vec::new(),
         }
     }
 }

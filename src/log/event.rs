@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::contract::{Actor, Observation, ToolCall};
+use crate::domain::selection::Selection;
 
 /// The version of the event schema, written as `v` on every line.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -382,6 +383,10 @@ pub enum Event {
         /// a real model's answers): printed before the run starts and under its summary.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         warnings: Vec<String>,
+        /// The tasks the command line chose (`--filter`, `--tag`, `--sample`, `--failing`,
+        /// `--range`); absent when it chose none.
+        #[serde(default, skip_serializing_if = "Selection::is_none")]
+        selection: Selection,
     },
     EpisodeStarted {
         suite: String,

@@ -146,6 +146,7 @@ fn map_row(
         mock_user: None,
         memory: Default::default(),
         solution: Vec::new(),
+        tags: Vec::new(),
     })
 }
 

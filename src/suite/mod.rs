@@ -260,6 +260,9 @@ pub(crate) struct TaskFile {
     /// The reference solution: shell commands the `oracle` agent runs in order.
     #[serde(default)]
     pub solution: Vec<Text>,
+    /// Labels that `--tag` selects tasks by.
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 /// A task's `user:` as written.
@@ -748,6 +751,7 @@ pub(crate) fn build_task(
         solution: raw.solution.into_iter().map(|c| c.0).collect(),
         unavailable: None,
         copies: Vec::new(),
+        tags: raw.tags,
     };
     let ctx = task.template_context();
     let render_script = |script: &[MockTurn]| -> Result<Arc<[MockTurn]>, String> {

@@ -36,6 +36,7 @@ mod sandbox;
 mod scoring;
 mod scripts;
 mod secrets;
+mod selection;
 mod shell;
 mod subagents;
 mod survival;
