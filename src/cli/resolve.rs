@@ -56,6 +56,16 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
                 format!("{}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
             return Err(CliError::usage(message));
         }
+        if let Some(task) = suite.tasks.iter().find(|t| t.pass_k.is_some_and(|p| args.epochs.is_some_and(|e| p.k > e)))
+        {
+            let k = task.pass_k.map_or(0, |p| p.k);
+            let message = format!(
+                "{}: task `{}` has pass_k k {k}, more than the {epochs} epoch(s) --epochs makes",
+                suite.path.display(),
+                task.id
+            );
+            return Err(CliError::usage(message));
+        }
     }
     // The graders are recorded and cached like the models under test, and replayed with them;
     // the models that play simulated users are opened beside them, the same way.

@@ -279,6 +279,9 @@ pub struct SuiteInfo {
     pub reducer: crate::domain::Reducer,
     #[serde(default)]
     pub k_of_n: Option<u32>,
+    /// The tasks' own k-of-n gates (`pass_k:`), by task id; absent when none has one.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub pass_k: std::collections::BTreeMap<String, crate::domain::PassK>,
     pub pass_threshold: Option<f64>,
     /// What the sandbox enforces on the suite's worlds (absent for worlds that start no process).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -147,6 +147,7 @@ fn map_row(
         memory: Default::default(),
         solution: Vec::new(),
         tags: Vec::new(),
+        pass_k: None,
     })
 }
 

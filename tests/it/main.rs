@@ -8,6 +8,7 @@ mod cli_agent;
 mod code_scorers;
 mod docs;
 mod e2e;
+mod epochs;
 mod eval;
 mod export;
 mod external;
