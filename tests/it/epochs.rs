@@ -35,7 +35,10 @@ fn pass_k_runs_n_epochs_of_its_task_and_gates_on_k_of_them() {
     let epochs_of = |task: &str| started.iter().filter(|e| e["task_id"] == task).count();
     assert_eq!((epochs_of("steady"), epochs_of("never"), epochs_of("once")), (3, 2, 1), "{run:?}");
     assert_eq!(run.code, 1, "a task below its pass_k fails the gate: {run:?}");
-    assert!(run.stderr.contains("1 task(s) passed fewer epochs than k_of_n (or their pass_k): never"), "{run:?}");
+    assert!(
+        run.stderr.contains("1 task(s) passed fewer epochs than their pass_k or the suite's k_of_n: never"),
+        "{run:?}"
+    );
     assert!(!run.stderr.contains("steady"), "{run:?}");
     assert_eq!(events[0]["suites"][0]["pass_k"]["steady"], serde_json::json!({"k": 2, "n": 3}));
     let summary: Value = serde_json::from_str(
