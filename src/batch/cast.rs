@@ -136,11 +136,13 @@ impl<'a> Cast<'a> {
     pub fn of(spec: &EpisodeSpec, roster: &'a Roster) -> Self {
         let task = &spec.suite.tasks[spec.task];
         let (backend, suite, index, episode_id) = (spec.model.clone(), spec.suite.clone(), spec.task, spec.id.clone());
+        // Each epoch answered anew, unless the suite shares the cache between them.
+        let epoch = (!spec.suite.share_epochs).then_some(spec.epoch);
         let subagents: ModelFor =
-            Arc::new(move |actor| backend.lend(Role::Agent(actor), &suite.tasks[index], &episode_id));
+            Arc::new(move |actor| backend.lend_in_epoch(Role::Agent(actor), &suite.tasks[index], &episode_id, epoch));
         Cast {
             under_test: spec.model.clone(),
-            agent: spec.model.lend(Role::Agent(&Actor::Main), task, &spec.id),
+            agent: spec.model.lend_in_epoch(Role::Agent(&Actor::Main), task, &spec.id, epoch),
             subagents,
             user: user_model(spec, roster),
             graders: &roster.graders,

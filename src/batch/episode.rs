@@ -115,8 +115,16 @@ pub async fn run_episode(
             loop_ms = Some(wall_s * 1e3);
             // Scored against the final world, before it is torn down.
             let time_s = grounds.limits.time_s(suite.limits.time_s);
-            let outcome =
-                outcome_of(&ending, (&spec.id, &cast), (suite, time_s), task, env.world(), wall_s, &recorder).await;
+            let outcome = outcome_of(
+                &ending,
+                (&spec.id, &cast),
+                (suite, time_s, context.sandbox),
+                task,
+                env.world(),
+                wall_s,
+                &recorder,
+            )
+            .await;
             agent_program = agent.finish(ending.termination, &outcome, &recorder).await;
             env.teardown().await;
             (ending, outcome)
@@ -268,7 +276,7 @@ fn budget(suite: &Suite, overrides: &LimitOverrides, stop: &CancellationToken) -
 async fn outcome_of(
     ending: &Ending,
     (episode_id, cast): (&str, &Cast<'_>),
-    (suite, time_s): (&Suite, f64),
+    (suite, time_s, sandbox): (&Suite, f64, SandboxMode),
     task: &Task,
     world: &dyn World,
     wall_s: f64,
@@ -290,6 +298,7 @@ async fn outcome_of(
         suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
         suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
         world_limit: Duration::from_secs_f64(time_s),
+        sandbox,
     };
     let scores = match scoring::score(&suite.scorers, &task.scorers, &finished, world, cast.graders).await {
         Ok(scores) => scores,

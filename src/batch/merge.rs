@@ -135,6 +135,7 @@ pub fn merge(
         merged_from: projections.iter().map(|p| p.run_id.clone()).collect(),
         limits: first.header.limits,
         warnings: first.header.warnings.clone(),
+        selection: first.header.selection.clone(),
     };
     super::write_run_json(&dir, &run_id, &started).map_err(|e| format!("failed to write run.json: {e}"))?;
     let mut seq = 0u64;

@@ -7,6 +7,7 @@ pub mod memory;
 pub mod merge;
 pub mod regrade;
 pub mod resume;
+pub mod select;
 mod shard;
 
 use crate::sandbox::SandboxMode;
@@ -60,9 +61,9 @@ pub fn episodes(
     let models = models.to_vec();
     suites.into_iter().flat_map(move |suite| {
         let models = models.clone();
-        let epochs = epochs.unwrap_or(suite.epochs);
         (0..suite.tasks.len()).flat_map(move |task| {
             let suite = suite.clone();
+            let epochs = task_epochs(&suite, task, epochs);
             models.clone().into_iter().flat_map(move |model| {
                 let suite = suite.clone();
                 (1..=epochs).map(move |epoch| {
@@ -75,13 +76,21 @@ pub fn episodes(
     })
 }
 
+/// How many epochs a task runs: `--epochs`, else its `pass_k`'s n, else its suite's `epochs`.
+pub fn task_epochs(suite: &Suite, task: usize, command_line: Option<u32>) -> u32 {
+    command_line.or_else(|| suite.tasks.get(task).and_then(|t| t.pass_k).map(|p| p.n)).unwrap_or(suite.epochs)
+}
+
 /// How many episodes the run will make (its shard's, when it has one; without those a
 /// resumed run keeps).
 pub fn episode_count(suites: &[Arc<Suite>], options: &RunOptions) -> u64 {
-    match (options.shard, &options.resume) {
-        (None, None) => suites
+    match (options.shard, &options.resume, &options.chosen) {
+        (None, None, None) => suites
             .iter()
-            .map(|s| s.tasks.len() as u64 * options.models.len() as u64 * options.epochs.unwrap_or(s.epochs) as u64)
+            .map(|s| {
+                let epochs: u64 = (0..s.tasks.len()).map(|t| u64::from(task_epochs(s, t, options.epochs))).sum();
+                epochs * options.models.len() as u64
+            })
             .sum(),
         _ => episodes(suites, &options.models, options.epochs).filter(|e| options.plans(e)).count() as u64,
     }
@@ -122,12 +131,19 @@ pub struct RunOptions {
     /// What a person should know about how the run is set up: printed before it starts,
     /// logged in `run_started`, repeated under the summary.
     pub warnings: Vec<String>,
+    /// The command line's choice of tasks, as recorded.
+    pub selection: crate::domain::selection::Selection,
+    /// The tasks it chose; `None` when every task runs.
+    pub chosen: Option<Arc<select::Chosen>>,
 }
 
 impl RunOptions {
-    /// Whether this run makes the episode: in its shard, and not kept from before.
+    /// Whether this run makes the episode: of a chosen task, in its shard, and not kept
+    /// from before.
     pub fn plans(&self, episode: &EpisodeSpec) -> bool {
-        in_shard(episode, self.shard) && self.resume.as_ref().is_none_or(|r| !r.keep.contains(&episode.id))
+        self.chosen.as_ref().is_none_or(|c| c.contains(episode))
+            && in_shard(episode, self.shard)
+            && self.resume.as_ref().is_none_or(|r| !r.keep.contains(&episode.id))
     }
 }
 
@@ -217,6 +233,7 @@ pub async fn run(
                 merged_from: Vec::new(),
                 limits: options.limits,
                 warnings: options.warnings.clone(),
+                selection: options.selection.clone(),
             };
             // The folder appears with its first event in place, or not at all: a kill at any
             // moment leaves a run that resumes, or none.
@@ -463,6 +480,7 @@ pub(crate) fn suite_info(suite: &Suite) -> SuiteInfo {
         epochs: suite.epochs,
         reducer: suite.reducer,
         k_of_n: suite.k_of_n,
+        pass_k: suite.tasks.iter().filter_map(|t| Some((t.id.clone(), t.pass_k?))).collect(),
         pass_threshold: suite.pass_threshold,
         sandbox: None,
     }

@@ -212,6 +212,7 @@ pub async fn regrade(
             suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
             suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
             world_limit: std::time::Duration::from_secs_f64(run.limits.time_s(suite.limits.time_s)),
+            sandbox: suite.sandbox,
         };
         let outcome = match score_again(record, suite, &episode, graders).await {
             Ok(scores) => {

@@ -51,12 +51,14 @@ pub struct Asked<'a> {
     pub shard: Option<(u64, u64)>,
     /// The limit flags: episodes run under other limits would not be the run's.
     pub limits: LimitOverrides,
+    /// The tasks chosen: another choice would make another run.
+    pub selection: &'a crate::domain::selection::Selection,
 }
 
 /// What to keep of the run in `dir`, after checking that the same suites, models, epochs,
 /// shard and limits are asked for: the same episode ids, so "missing" means what it says.
 pub fn plan(dir: &Path, suites: &[Arc<Suite>], asked: &Asked<'_>) -> Result<Resume, String> {
-    let Asked { models, epochs, shard, limits } = *asked;
+    let Asked { models, epochs, shard, limits, selection } = *asked;
     let lock = super::lock(dir)?;
     let events = dir.join("events.jsonl");
     let p = Projection::from_log(&events).map_err(|e| e.to_string())?;
@@ -103,6 +105,13 @@ pub fn plan(dir: &Path, suites: &[Arc<Suite>], asked: &Asked<'_>) -> Result<Resu
             "{shown} was run with {}, not {}: resume with the same limits",
             p.header.limits.as_flags(),
             limits.as_flags()
+        ));
+    }
+    if p.header.selection != *selection {
+        return Err(format!(
+            "{shown} was run with {}, not {}: resume with the same task selection",
+            p.header.selection.as_flags(),
+            selection.as_flags()
         ));
     }
     let shard_now = shard.map(|(i, n)| format!("{i}/{n}"));

@@ -309,6 +309,28 @@ pub struct EvalArgs {
     /// `auto/N` takes I from a Kubernetes Indexed Job or a Slurm job array.
     #[arg(long, value_parser = batch::parse_shard)]
     pub shard: Option<(u64, u64)>,
+    /// Only the tasks whose `suite/task` id, task id or suite name matches this glob (`*`
+    /// any text, `?` one character). Repeat for any of several.
+    #[arg(long = "filter", value_name = "GLOB")]
+    pub filters: Vec<String>,
+    /// Only the tasks with this tag in their `tags:`. Repeat for any of several.
+    #[arg(long = "tag", value_name = "TAG")]
+    pub tags: Vec<String>,
+    /// Only N of the tasks (after the other selections), drawn by a stable hash of their ids:
+    /// the same N in every run, shard and resumption.
+    #[arg(long, value_name = "N")]
+    pub sample: Option<u64>,
+    /// The seed of --sample's draw: another seed draws other tasks.
+    #[arg(long, value_name = "S", default_value_t = 0, requires = "sample")]
+    pub sample_seed: u64,
+    /// Only the tasks that failed or were unscored in this run (its folder, or its id under
+    /// --out; a merged run of shards too).
+    #[arg(long, value_name = "RUN")]
+    pub failing: Option<PathBuf>,
+    /// Only the tasks at these positions of the run's task list (suite by suite, from 0):
+    /// `A..B` (B left out), `A..`, `..B`.
+    #[arg(long, value_name = "A..B", value_parser = crate::domain::selection::TaskRange::parse)]
+    pub range: Option<crate::domain::selection::TaskRange>,
     /// No progress bar or per-episode lines; only the summary.
     #[arg(long, short = 'q')]
     pub quiet: bool,

@@ -7,8 +7,10 @@ use std::sync::Arc;
 use super::flags::{EvalArgs, GateArgs, Switch};
 use super::{CliError, Exit};
 use crate::agent::AgentKind;
+use crate::batch::select::Chosen;
 use crate::batch::{self, Roster, RunOptions};
 use crate::domain::MAX_EPISODE_S;
+use crate::domain::selection::Selection;
 use crate::log::event::LimitOverrides;
 use crate::log::projection::Projection;
 use crate::model::cache::CacheOptions;
@@ -54,6 +56,16 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
                 format!("{}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
             return Err(CliError::usage(message));
         }
+        if let Some(task) = suite.tasks.iter().find(|t| t.pass_k.is_some_and(|p| args.epochs.is_some_and(|e| p.k > e)))
+        {
+            let k = task.pass_k.map_or(0, |p| p.k);
+            let message = format!(
+                "{}: task `{}` has pass_k k {k}, more than the {epochs} epoch(s) --epochs makes",
+                suite.path.display(),
+                task.id
+            );
+            return Err(CliError::usage(message));
+        }
     }
     // The graders are recorded and cached like the models under test, and replayed with them;
     // the models that play simulated users are opened beside them, the same way.
@@ -63,10 +75,17 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         Roster::open(graders, &suites, args.user_model.clone(), &config, options, &models).map_err(CliError::usage)?;
     // The clients hold their keys now; the commands the worlds run must not find them.
     crate::log::secrets::withdraw_from_environment(config.key_vars());
+    let (selection, chosen) = selection(args, &suites)?;
     let resume = match &args.resume {
         Some(run) => {
             let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;
-            let asked = batch::resume::Asked { models: &models, epochs: args.epochs, shard: args.shard, limits };
+            let asked = batch::resume::Asked {
+                models: &models,
+                epochs: args.epochs,
+                shard: args.shard,
+                limits,
+                selection: &selection,
+            };
             Some(batch::resume::plan(&dir, &suites, &asked).map_err(CliError::usage)?)
         }
         None => None,
@@ -91,6 +110,8 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         },
         limits,
         warnings,
+        selection,
+        chosen,
     };
     // A sandbox this machine cannot enforce is refused before any episode starts.
     let mut refused = Vec::new();
@@ -104,6 +125,38 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         return Err(CliError::usage(refused.join("\n")));
     }
     Ok(Eval { suites, options, baseline })
+}
+
+/// The tasks `--filter`, `--tag`, `--sample`, `--failing` and `--range` choose (the run
+/// `--failing` names is read now); a choice that leaves no task is refused.
+fn selection(args: &EvalArgs, suites: &[Arc<Suite>]) -> Result<(Selection, Option<Arc<Chosen>>), CliError> {
+    let selection = Selection {
+        filter: args.filters.clone(),
+        tags: args.tags.clone(),
+        sample: args.sample,
+        sample_seed: args.sample_seed,
+        failing: args.failing.as_ref().map(|run| run.display().to_string()),
+        range: args.range,
+    };
+    if args.sample == Some(0) {
+        return Err(CliError::usage("--sample must be at least 1"));
+    }
+    let failing = match &args.failing {
+        Some(run) => {
+            let dir = batch::resume::find_logged_run(run, &args.out).map_err(CliError::usage)?;
+            Some(batch::select::failing_in(&dir.join("events.jsonl")).map_err(CliError::usage)?)
+        }
+        None => None,
+    };
+    let chosen = batch::select::choose(suites, &selection, failing.as_ref());
+    if chosen.as_ref().is_some_and(|c| c.is_empty()) {
+        let why = match &failing {
+            Some(failed) if failed.is_empty() => "the run --failing names has no failed or unscored episode".to_owned(),
+            _ => format!("{} leaves no task of the suites to run", selection.as_flags()),
+        };
+        return Err(CliError::usage(why));
+    }
+    Ok((selection, chosen.map(Arc::new)))
 }
 
 /// The suites with their environments' tools discovered: MCP servers are started once

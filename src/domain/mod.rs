@@ -5,6 +5,7 @@
 pub mod document;
 pub mod harbor;
 pub mod scorer;
+pub mod selection;
 pub mod text;
 
 use std::collections::BTreeMap;
@@ -54,6 +55,28 @@ pub struct Task {
     /// Files copied byte for byte, with their permissions, into the working directory
     /// after `files` (a Harbor task's binary or executable `COPY`s).
     pub copies: Vec<FileCopy>,
+    /// The task's `tags:`, which `--tag` selects by.
+    pub tags: Vec<String>,
+    /// `pass_k: {k, n}`: the task runs n epochs and passes when k of them pass.
+    pub pass_k: Option<PassK>,
+}
+
+/// A task's k-of-n gate over its epochs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassK {
+    pub k: u32,
+    pub n: u32,
+}
+
+impl PassK {
+    /// Refuses a gate no task could pass or that runs nothing.
+    pub fn check(&self) -> Result<(), String> {
+        if self.n == 0 || self.k == 0 || self.k > self.n {
+            return Err(format!("needs 1 <= k <= n, got k {} and n {}", self.k, self.n));
+        }
+        Ok(())
+    }
 }
 
 /// A file of the host copied into an episode's working directory as it is.
@@ -84,6 +107,8 @@ impl Task {
             solution: Vec::new(),
             unavailable: None,
             copies: Vec::new(),
+            tags: Vec::new(),
+            pass_k: None,
         }
     }
 }

@@ -147,6 +147,9 @@ pub enum Check {
         /// `[verifier] env`: variables the script runs with.
         env: BTreeMap<String, String>,
     },
+    /// A code scorer: a function in a file, or an inline expression, run in a long-lived
+    /// worker process of its language (`scoring/workers/`).
+    Code(CodeScorer),
     /// An LLM grader.
     Grader {
         kind: GraderKind,
@@ -157,6 +160,58 @@ pub enum Check {
         threshold: f64,
         mock: Vec<String>,
     },
+}
+
+/// The languages code scorers are written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Language {
+    Python,
+    Js,
+}
+
+impl Language {
+    /// The scorer's key, and the language's name in messages.
+    pub fn key(self) -> &'static str {
+        match self {
+            Language::Python => "python",
+            Language::Js => "js",
+        }
+    }
+
+    /// Whether a scorer's argument names a file of this language (`file.py`, `x.mjs`).
+    fn is_file(self, path: &str) -> bool {
+        let extensions: &[&str] = match self {
+            Language::Python => &[".py"],
+            Language::Js => &[".js", ".mjs", ".cjs"],
+        };
+        !path.contains(char::is_whitespace) && extensions.iter().any(|e| path.ends_with(e))
+    }
+}
+
+/// What a code scorer runs.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CodeSource {
+    /// `file.py:function` (`score` when no function is named). The path is relative to the
+    /// suite's folder as written; the suite's loader makes it absolute.
+    File { path: String, function: String },
+    /// An expression over `output`, `answer`, `task`, `vars`, `trajectory` and `files`; a
+    /// text of several lines is a function's body, which `return`s the verdict.
+    Inline(String),
+}
+
+/// A `python:` or `js:` scorer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CodeScorer {
+    pub language: Language,
+    pub source: CodeSource,
+    /// How long one call may take before the worker is stopped (and restarted).
+    pub timeout_s: f64,
+    /// A returned number passes when it reaches this; without it, when it is above 0.
+    pub threshold: Option<f64>,
+    /// The interpreter: a path or a name on `PATH` (`python3` or `node` when not set).
+    pub interpreter: Option<String>,
 }
 
 /// Which agents' calls a trajectory scorer looks at: `actor: main`, `actor: main.1` (one
@@ -226,6 +281,8 @@ pub const SCORERS: &[&str] = &[
     "check",
     "llm_rubric",
     "model_graded_qa",
+    "python",
+    "js",
 ];
 
 impl<'de> Deserialize<'de> for ScorerSpec {
@@ -336,6 +393,8 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
         "file_contains" => file_contains(arg, &o)?,
         "document" => document(arg, &mut o)?,
         "check" => command(arg, &mut o)?,
+        "python" => code(Language::Python, arg, &mut o)?,
+        "js" => code(Language::Js, arg, &mut o)?,
         _ => grader(arg, &mut o)?,
     };
     o.finish()?;
@@ -533,6 +592,51 @@ fn command(arg: Value, o: &mut Options) -> Result<Check, String> {
     Ok(Check::Command { command: o.text(arg)?, timeout_s })
 }
 
+/// The longest one call of a code scorer may take by default.
+const CODE_TIMEOUT_S: f64 = 10.0;
+
+/// `python:` and `js:`: `file:function`, `file` (function `score`) or an inline expression,
+/// with `timeout_s`, `threshold` and `interpreter`.
+fn code(language: Language, arg: Value, o: &mut Options) -> Result<Check, String> {
+    let key = language.key();
+    let text = match arg {
+        Value::String(s) if !s.trim().is_empty() => s,
+        other => return Err(format!("`{key}` takes `file:function` or an expression, not {other}")),
+    };
+    let named = text.trim().strip_prefix("file://").unwrap_or(text.trim());
+    let (path, function) = match named.rsplit_once(':') {
+        Some((path, function)) if language.is_file(path) => (path, function),
+        _ if language.is_file(named) => (named, "score"),
+        _ => ("", ""),
+    };
+    let source = if path.is_empty() {
+        CodeSource::Inline(text)
+    } else if is_identifier(function) {
+        CodeSource::File { path: path.to_owned(), function: function.to_owned() }
+    } else {
+        return Err(format!("`{key}: {named}`: `{function}` is not a function's name"));
+    };
+    let timeout_s = o.take_number("timeout_s")?.unwrap_or(CODE_TIMEOUT_S);
+    if !(0.001..=MAX_CHECK_S).contains(&timeout_s) {
+        return Err(format!(
+            "the `timeout_s` of `{key}` must be a number of seconds from 0.001 to {MAX_CHECK_S}, not {timeout_s}"
+        ));
+    }
+    let threshold = o.take_number("threshold")?;
+    let interpreter: Option<String> = o.take("interpreter")?;
+    if interpreter.as_deref().is_some_and(|i| i.trim().is_empty()) {
+        return Err(format!("the `interpreter` of `{key}` names a program, not an empty text"));
+    }
+    Ok(Check::Code(CodeScorer { language, source, timeout_s, threshold, interpreter }))
+}
+
+/// A name a function can have in Python and JavaScript.
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+}
+
 /// `llm_rubric` (criteria) and `model_graded_qa` (no argument), with `samples`,
 /// `threshold`, `model`, `template` and `mock`.
 fn grader(arg: Value, o: &mut Options) -> Result<Check, String> {
@@ -586,6 +690,7 @@ impl ScorerSpec {
                     | Check::Document { .. }
                     | Check::Command { .. }
                     | Check::Verifier { .. }
+                    | Check::Code(_)
             )
     }
 
@@ -661,5 +766,27 @@ mod tests {
         assert!(spec(json!({"model_graded_qa": true})).is_ok());
         assert!(spec(json!({"json": {"path": "/a", "equals": 1}})).is_ok());
         assert!(spec(json!({"json": "maybe"})).is_err());
+    }
+
+    #[test]
+    fn a_code_scorer_names_a_file_and_function_or_is_an_expression() {
+        let code = |v: Value| match spec(v).map(|s| s.check) {
+            Ok(Check::Code(c)) => Ok(c),
+            Ok(other) => Err(format!("not a code scorer: {other:?}")),
+            Err(e) => Err(e),
+        };
+        let file = code(json!({"python": "scorers/check.py:grade", "timeout_s": 2})).unwrap();
+        assert_eq!(file.source, CodeSource::File { path: "scorers/check.py".into(), function: "grade".into() });
+        assert_eq!((file.language, file.timeout_s), (Language::Python, 2.0));
+        let default = code(json!({"js": "file://check.mjs"})).unwrap();
+        assert_eq!(default.source, CodeSource::File { path: "check.mjs".into(), function: "score".into() });
+        let inline = code(json!({"python": "output.strip() == 'yes'"})).unwrap();
+        assert_eq!(inline.source, CodeSource::Inline("output.strip() == 'yes'".into()));
+        let ternary = code(json!({"js": "output.length > 3 ? 1 : 0"})).unwrap();
+        assert!(matches!(ternary.source, CodeSource::Inline(_)), "a `:` in an expression is no file");
+        assert!(code(json!({"python": "a.py:not-a-name"})).unwrap_err().contains("not a function's name"));
+        assert!(code(json!({"python": ""})).unwrap_err().contains("takes `file:function`"));
+        assert!(code(json!({"js": "x", "timeout_s": 0})).unwrap_err().contains("timeout_s"));
+        assert!(code(json!({"js": "x", "samples": 2})).unwrap_err().contains("not an option of `js`"));
     }
 }

@@ -5,7 +5,7 @@ mod beneath;
 pub mod definition;
 mod file_world;
 mod folder;
-mod interpreter;
+pub mod interpreter;
 pub mod kind;
 pub mod kinds;
 pub mod permission;

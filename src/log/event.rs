@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::contract::{Actor, Observation, ToolCall};
+use crate::domain::selection::Selection;
 
 /// The version of the event schema, written as `v` on every line.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -154,11 +155,14 @@ pub enum UnscoredCause {
     ModelTooSlow,
     /// A task's verifier (a Harbor task's `tests/test.sh`) crashed or wrote no reward.
     VerifierError,
+    /// A code scorer (`python:`, `js:`) raised, timed out, crashed, or returned something
+    /// that is not a verdict.
+    ScorerError,
     Other(String),
 }
 
 impl UnscoredCause {
-    const NAMED: [UnscoredCause; 14] = [
+    const NAMED: [UnscoredCause; 15] = [
         UnscoredCause::ProviderError,
         UnscoredCause::RateLimited,
         UnscoredCause::ConfigurationError,
@@ -173,6 +177,7 @@ impl UnscoredCause {
         UnscoredCause::UserError,
         UnscoredCause::ModelTooSlow,
         UnscoredCause::VerifierError,
+        UnscoredCause::ScorerError,
     ];
 
     pub fn as_str(&self) -> &str {
@@ -191,6 +196,7 @@ impl UnscoredCause {
             UnscoredCause::UserError => "user_error",
             UnscoredCause::ModelTooSlow => "model_too_slow",
             UnscoredCause::VerifierError => "verifier_error",
+            UnscoredCause::ScorerError => "scorer_error",
             UnscoredCause::Other(name) => name,
         }
     }
@@ -273,6 +279,9 @@ pub struct SuiteInfo {
     pub reducer: crate::domain::Reducer,
     #[serde(default)]
     pub k_of_n: Option<u32>,
+    /// The tasks' own k-of-n gates (`pass_k:`), by task id; absent when none has one.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub pass_k: std::collections::BTreeMap<String, crate::domain::PassK>,
     pub pass_threshold: Option<f64>,
     /// What the sandbox enforces on the suite's worlds (absent for worlds that start no process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -377,6 +386,10 @@ pub enum Event {
         /// a real model's answers): printed before the run starts and under its summary.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         warnings: Vec<String>,
+        /// The tasks the command line chose (`--filter`, `--tag`, `--sample`, `--failing`,
+        /// `--range`); absent when it chose none.
+        #[serde(default, skip_serializing_if = "Selection::is_none")]
+        selection: Selection,
     },
     EpisodeStarted {
         suite: String,

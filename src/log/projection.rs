@@ -111,6 +111,8 @@ pub struct RunHeader {
     pub limits: crate::log::event::LimitOverrides,
     /// What the run warned about how it was set up.
     pub warnings: Vec<String>,
+    /// The tasks the command line chose.
+    pub selection: crate::domain::selection::Selection,
 }
 
 /// A run's log, projected.
@@ -302,6 +304,7 @@ impl Index {
                         shard,
                         limits,
                         warnings,
+                        selection,
                         ..
                     } if p.header.suites.is_empty() => {
                         p.header = RunHeader {
@@ -313,6 +316,7 @@ impl Index {
                             shard,
                             limits,
                             warnings,
+                            selection,
                         };
                     }
                     Event::ScoringStarted { scoring_id, .. } => {

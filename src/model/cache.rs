@@ -37,11 +37,20 @@ pub struct Cached {
     options: Arc<CacheOptions>,
     /// How many times this episode has asked each request.
     asked: Mutex<HashMap<String, u32>>,
+    /// The episode's epoch, when its entries are its own (not shared by the epochs).
+    epoch: Option<u32>,
 }
 
 impl Cached {
     pub fn new(inner: Arc<dyn LanguageModel>, options: Arc<CacheOptions>) -> Self {
-        Cached { inner, options, asked: Mutex::new(HashMap::new()) }
+        Cached { inner, options, asked: Mutex::new(HashMap::new()), epoch: None }
+    }
+
+    /// Keys the entries by `epoch` too. Epoch 1 keeps the keys entries had before epochs
+    /// were part of them, so an older cache still serves a run's first epoch.
+    pub fn in_epoch(mut self, epoch: Option<u32>) -> Self {
+        self.epoch = epoch;
+        self
     }
 
     fn lookup(&self, path: &std::path::Path) -> Option<ModelResponse> {
@@ -83,6 +92,10 @@ impl LanguageModel for Cached {
             (endpoint, n) => hex::encode(sha2::Sha256::digest(
                 format!("{digest}\n{}\n#{n}", endpoint.unwrap_or_default()).as_bytes(),
             )),
+        };
+        let key = match self.epoch {
+            Some(epoch) if epoch > 1 => hex::encode(sha2::Sha256::digest(format!("{key}\nepoch {epoch}").as_bytes())),
+            _ => key,
         };
         let path = self.options.dir.join(format!("{key}.json"));
         if let Some(mut hit) = self.lookup(&path) {

@@ -58,6 +58,18 @@ impl Backend {
     /// a replay serves the recorded agent's calls, a provider is called; then cached and
     /// recorded as the run asked.
     pub fn lend(&self, role: Role<'_>, task: &Task, episode_id: &str) -> Arc<dyn LanguageModel> {
+        self.lend_in_epoch(role, task, episode_id, None)
+    }
+
+    /// [`Backend::lend`], the cache keyed by `epoch` too (`None`: shared by the epochs), so
+    /// that an episode's repeats are answered anew rather than from each other's entries.
+    pub fn lend_in_epoch(
+        &self,
+        role: Role<'_>,
+        task: &Task,
+        episode_id: &str,
+        epoch: Option<u32>,
+    ) -> Arc<dyn LanguageModel> {
         let model: Arc<dyn LanguageModel> = match &self.source {
             Source::Mock => {
                 let model = mock::MockModel::new(role.script(task));
@@ -66,7 +78,7 @@ impl Backend {
             Source::Http(m) => m.clone(),
             Source::Replay(r) => r.episode(None, episode_id, &task.id),
         };
-        self.wrap(role, model, episode_id)
+        self.wrap(role, model, episode_id, epoch)
     }
 
     /// Whether this backend replays a recording that holds the calls of `model` (a grader
@@ -86,7 +98,7 @@ impl Backend {
     ) -> Option<Arc<dyn LanguageModel>> {
         match &self.source {
             Source::Replay(r) if r.records_grader(model) => {
-                Some(self.wrap(role, r.episode(Some(model), episode_id, &task.id), episode_id))
+                Some(self.wrap(role, r.episode(Some(model), episode_id, &task.id), episode_id, None))
             }
             _ => None,
         }
@@ -94,14 +106,20 @@ impl Backend {
 
     /// The cache (never in front of a replay, nor of a user's script) and the cassette, as
     /// the run asked.
-    fn wrap(&self, role: Role<'_>, mut model: Arc<dyn LanguageModel>, episode_id: &str) -> Arc<dyn LanguageModel> {
+    fn wrap(
+        &self,
+        role: Role<'_>,
+        mut model: Arc<dyn LanguageModel>,
+        episode_id: &str,
+        epoch: Option<u32>,
+    ) -> Arc<dyn LanguageModel> {
         let uncached = match self.source {
             Source::Replay(_) => true,
             Source::Mock => matches!(role, Role::User),
             Source::Http(_) => false,
         };
         if let (Some(options), false) = (&self.options.cache, uncached) {
-            model = Arc::new(Cached::new(model, options.clone()));
+            model = Arc::new(Cached::new(model, options.clone()).in_epoch(epoch));
         }
         if let Some(cassette) = &self.options.record {
             let (actor, scorer) = role.recorded_as();

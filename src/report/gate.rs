@@ -58,7 +58,7 @@ pub fn gate(summary: &Summary, fail_under: Option<f64>, max_unscored: f64) -> Ga
             let more = row.below_k_of_n.len().saturating_sub(5);
             let more = if more > 0 { format!(" and {more} more") } else { String::new() };
             reasons.push(format!(
-                "gate: suite `{}` on {}: {} task(s) passed fewer epochs than k_of_n: {}{more}",
+                "gate: suite `{}` on {}: {} task(s) passed fewer epochs than their pass_k or the suite's k_of_n: {}{more}",
                 row.suite,
                 row.model,
                 row.below_k_of_n.len(),
@@ -199,6 +199,7 @@ mod tests {
             epochs: 1,
             reducer: Default::default(),
             k_of_n: None,
+            pass_k: Default::default(),
             sandbox: None,
             pass_threshold: threshold,
         };

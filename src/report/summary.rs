@@ -74,7 +74,8 @@ pub struct EpochRow {
     pub pass_hat_k: f64,
     /// The mean over tasks of each task's reduced score.
     pub score: f64,
-    /// Tasks below their `k_of_n`, when the suite sets one: these fail the gate.
+    /// Tasks below their k-of-n (the task's `pass_k`, else the suite's `k_of_n`), when one
+    /// is set: these fail the gate.
     pub below_k_of_n: Vec<String>,
 }
 
@@ -276,7 +277,7 @@ impl Summary {
 
     /// Whether any suite ran its tasks more than once.
     pub fn has_epochs(&self) -> bool {
-        self.suites.values().any(|s| s.epochs > 1)
+        self.suites.values().any(|s| s.epochs > 1 || !s.pass_k.is_empty())
     }
 
     /// Per suite and model: tasks over their epochs, pass@1, pass@k and pass^k (k = the
@@ -308,10 +309,12 @@ impl Summary {
                 let c = tally.passed;
                 let k = epochs.min(n);
                 row.tasks += 1;
-                let needed = k_of_n.map_or(n / 2 + 1, u64::from);
+                // The task's own `pass_k` over the suite's `k_of_n`.
+                let gate = info.and_then(|s| s.pass_k.get(task)).map(|p| p.k).or(k_of_n);
+                let needed = gate.map_or(n / 2 + 1, u64::from);
                 if c >= needed {
                     row.tasks_passed += 1;
-                } else if k_of_n.is_some() {
+                } else if gate.is_some() {
                     row.below_k_of_n.push(task.clone());
                 }
                 row.pass_at_1 += super::stats::pass_at_k(n, c, 1);

@@ -4,6 +4,7 @@
 
 mod checks;
 pub mod grader;
+pub mod workers;
 pub use crate::domain::scorer as spec;
 
 use std::collections::HashMap;
@@ -114,6 +115,9 @@ pub struct Finished<'a> {
     /// time limit. The world is the agent's work, so one that makes a scorer hang (a named
     /// pipe where a file was expected) fails that scorer.
     pub world_limit: Duration,
+    /// Whether code scorers' workers run in the sandbox (off when the suite or the command
+    /// line turned it off).
+    pub sandbox: crate::sandbox::SandboxMode,
 }
 
 /// The grader models of a run, opened once.
@@ -122,6 +126,8 @@ pub struct Graders {
     /// `--grader`: overrides the suite's and the scorer's choice.
     pub forced: Option<String>,
     backends: HashMap<String, Arc<Backend>>,
+    /// The code scorers' workers, started when first needed and kept for the run.
+    pub workers: workers::Workers,
 }
 
 impl Graders {
@@ -146,7 +152,7 @@ impl Graders {
                 backends.insert(name, Arc::new(backend));
             }
         }
-        Ok(Graders { forced, backends })
+        Ok(Graders { forced, backends, workers: workers::Workers::default() })
     }
 
     /// The grader `name` for one scorer on one episode: scripted turns for `mock`, the
@@ -265,6 +271,7 @@ async fn apply(
             let verifier = checks::verifier::Verifier { tests, workdir, timeout_s: *timeout_s, env };
             checks::verifier::check(world, &verifier).await?
         }
+        Check::Code(code) => checks::code::check(&scene, code, &graders.workers).await?,
         Check::Grader { kind, criteria, model, template, samples, threshold, mock } => {
             let asked = checks::graded::Asked {
                 kind: *kind,

@@ -146,6 +146,8 @@ fn map_row(
         mock_user: None,
         memory: Default::default(),
         solution: Vec::new(),
+        tags: Vec::new(),
+        pass_k: None,
     })
 }
 

@@ -205,6 +205,7 @@ pub fn load(dir: &Path) -> Result<Suite, ConfigError> {
     let limits = Limits { time_s: agent_s, ..Limits::default() };
     Ok(Suite {
         name: format!("harbor/{name}"),
+        share_epochs: false,
         version: 1,
         description: format!("Harbor task {name}"),
         path: dir.to_owned(),

@@ -2,6 +2,7 @@
 //!
 //! Every mistake is reported with the file, line and column, and what was expected.
 
+mod code;
 pub mod dataset;
 pub mod harbor;
 
@@ -36,6 +37,9 @@ use text::Text;
 #[derive(Debug)]
 pub struct Suite {
     pub name: String,
+    /// `cache: {share_epochs: true}`: the epochs of a task share the response cache (by
+    /// default each epoch has its own entries, so `--epochs N` repeats are independent).
+    pub share_epochs: bool,
     pub version: u32,
     pub description: String,
     pub path: std::path::PathBuf,
@@ -216,6 +220,9 @@ struct SuiteFile {
     pass_threshold: Option<f64>,
     pass_score: Option<f64>,
     grader: Option<GraderConfig>,
+    /// How the suite uses the response cache (`--cache`).
+    #[serde(default)]
+    cache: CacheSettings,
     #[serde(default)]
     scorers: Vec<ScorerSpec>,
     /// The default script for `--model mock`, rendered per task.
@@ -232,6 +239,15 @@ struct SuiteFile {
     toolsets: BTreeMap<String, Vec<String>>,
     /// The weight of each toolset (default: all equal).
     toolset_distribution: Option<BTreeMap<String, f64>>,
+}
+
+/// A suite's `cache:`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct CacheSettings {
+    /// The epochs of a task share cached responses.
+    #[serde(default)]
+    share_epochs: bool,
 }
 
 #[derive(Deserialize)]
@@ -266,6 +282,11 @@ pub(crate) struct TaskFile {
     /// The reference solution: shell commands the `oracle` agent runs in order.
     #[serde(default)]
     pub solution: Vec<Text>,
+    /// Labels that `--tag` selects tasks by.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// `{k, n}`: the task runs n epochs and passes when at least k of them pass.
+    pub pass_k: Option<crate::domain::PassK>,
 }
 
 /// A task's `user:` as written.
@@ -446,6 +467,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     if !own_tools {
         check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
     }
+    code::resolve(&source, "scorers", &mut file.scorers, path.parent())?;
     let toolsets = toolsets(&source, &file.toolsets, file.toolset_distribution.as_ref(), &environment)?;
     let tools: Vec<&str> = environment.specs.iter().map(|t| t.name.as_str()).collect();
     let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
@@ -490,7 +512,11 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     let suite_mock: Arc<[MockTurn]> = file.mock.clone().into();
     let suite_mock_subagents = file.mock_subagents.clone();
     let subagent = file.agent.subagent.as_deref().unwrap_or("");
-    for (at, raw) in raw_tasks.drain(..) {
+    for (at, mut raw) in raw_tasks.drain(..) {
+        code::resolve(&source, &yaml::child(&at, "scorers"), &mut raw.scorers, path.parent())?;
+        if let Some(pass_k) = &raw.pass_k {
+            pass_k.check().map_err(|e| source.error(&yaml::child(&at, "pass_k"), e))?;
+        }
         if let Some(scripts) = &raw.mock_subagents {
             check_actors(&source, &yaml::child(&at, "mock_subagents"), scripts.keys(), reach)?;
         }
@@ -520,6 +546,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
 
     Ok(Suite {
         name: file.suite,
+        share_epochs: file.cache.share_epochs,
         version: file.version,
         description: file.description,
         path: path.to_owned(),
@@ -788,6 +815,8 @@ pub(crate) fn build_task(
         solution: raw.solution.into_iter().map(|c| c.0).collect(),
         unavailable: None,
         copies: Vec::new(),
+        tags: raw.tags,
+        pass_k: raw.pass_k,
     };
     let ctx = task.template_context();
     let render_script = |script: &[MockTurn]| -> Result<Arc<[MockTurn]>, String> {

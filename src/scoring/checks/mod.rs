@@ -3,6 +3,7 @@
 //! of text reads, and the verdict they give. `scoring::apply` matches a scorer to its check.
 
 pub(crate) mod budget;
+pub(crate) mod code;
 pub(crate) mod command;
 pub(crate) mod communicated;
 pub(crate) mod document;
