@@ -7,6 +7,7 @@ pub mod gate;
 pub mod html;
 pub mod junit;
 pub mod oracle;
+pub mod power;
 pub mod progress;
 pub mod stats;
 pub mod summary;
