@@ -1,6 +1,7 @@
 //! Batch runs: suites × models × epochs into episodes, run with bounded concurrency as a
 //! stream (memory stays flat in the number of episodes), every step logged.
 
+pub mod budget;
 pub mod cast;
 mod episode;
 pub mod memory;
@@ -19,7 +20,9 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::log::event::{LimitOverrides, SuiteInfo};
-use crate::log::{Event, EventLog, Outcome, Subscription, Termination};
+use crate::log::{Event, EventLog, Outcome, Subscription, Termination, UnscoredCause};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use crate::model::Backend;
 use crate::suite::Suite;
 
@@ -120,6 +123,8 @@ pub struct RunOptions {
     /// What a person should know about how the run is set up: printed before it starts,
     /// logged in `run_started`, repeated under the summary.
     pub warnings: Vec<String>,
+    /// The run-wide caps on cost, tokens and model calls.
+    pub budget: budget::RunBudget,
 }
 
 impl RunOptions {
@@ -137,6 +142,8 @@ pub struct Resume {
     pub last_seq: u64,
     /// The scored episodes, kept as they are.
     pub keep: std::collections::HashSet<String>,
+    /// What each kept episode spent, by its model: the budget is the whole run's.
+    pub spent: Vec<(String, budget::Spend)>,
     /// The run folder's lock, taken before the log was read for the plan.
     pub lock: std::fs::File,
 }
@@ -263,7 +270,18 @@ pub async fn run(
             (run_id, dir, events_path, log, writer, held)
         }
     };
-    let log = log.with_subscribers(subscribers);
+    // The episodes' own stop: the run's, or a hard budget's.
+    let episodes_stop = stop.child_token();
+    let ledger = Arc::new(Mutex::new(budget::Ledger::new(options.budget.clone(), episodes_stop.clone())));
+    let mut subscribers = subscribers.to_vec();
+    if !options.budget.is_none() {
+        let mut kept = ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        for (model, spend) in options.resume.iter().flat_map(|r| &r.spent) {
+            kept.kept(model, *spend);
+        }
+        subscribers.push(Subscription::new(ledger.clone(), budget::Ledger::wants));
+    }
+    let log = log.with_subscribers(&subscribers);
     let started = std::time::Instant::now();
     let scratch = Scratch::create(&dir).map_err(RunError::Log)?;
     let grounds = Arc::new(Grounds {
@@ -275,18 +293,40 @@ pub async fn run(
 
     let mut tally = Tally::default();
     let mut aborted = None;
+    let not_run = Arc::new(AtomicU64::new(0));
     {
         let not_stopped = stop.clone();
+        let budgeted = !options.budget.is_none();
+        let admit = {
+            let (ledger, log, not_run) = (ledger.clone(), log.clone(), not_run.clone());
+            move |spec: &EpisodeSpec| {
+                if !budgeted {
+                    return true;
+                }
+                let mut ledger = ledger.lock().unwrap_or_else(PoisonError::into_inner);
+                let admitted = ledger.admit(&spec.id, spec.model.name());
+                let reached = ledger.take_reached();
+                drop(ledger);
+                for event in &reached {
+                    log.emit(None, event);
+                }
+                let Err(why) = admitted else { return true };
+                log_not_run(&log, spec, &why);
+                not_run.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        };
         let plan = episodes(suites, &options.models, options.epochs)
             .filter(|e| options.plans(&e.id))
-            .take_while(move |_| !not_stopped.is_cancelled());
+            .take_while(move |_| !not_stopped.is_cancelled())
+            .filter(admit);
         let mut task_memory = memory::TaskMemory::new(&dir);
         let mut running = futures::stream::iter(plan)
             .map(|spec| {
                 // Taken here, in plan order: a task's epochs share its memory one after another.
                 let memory = task_memory.slot(&spec);
                 let log = log.clone();
-                let stop = stop.clone();
+                let stop = episodes_stop.clone();
                 let roster = options.roster.clone();
                 let grounds = grounds.clone();
                 tokio::spawn(async move { run_episode(spec, memory, &log, &roster, &grounds, &stop).await })
@@ -313,11 +353,47 @@ pub async fn run(
     }
 
     drop(scratch);
+    for event in ledger.lock().unwrap_or_else(PoisonError::into_inner).take_reached() {
+        log.emit(None, &event);
+    }
+    let not_run = not_run.load(Ordering::Relaxed);
+    tally.episodes += not_run;
+    tally.unscored += not_run;
     let interrupted = stop.is_cancelled() && aborted.is_none();
     log.emit(None, &tally.finished(interrupted, started.elapsed().as_secs_f64() * 1e3));
     drop(log);
     writer.close().map_err(RunError::Log)?;
     Ok(RunResult { aborted, run_id, dir, events_path, interrupted, lock })
+}
+
+/// Logs an episode the budget kept from starting: started and finished at once, unscored
+/// with cause `budget`, so that tables count it as planned and `--resume` runs it.
+fn log_not_run(log: &EventLog, spec: &EpisodeSpec, why: &str) {
+    let task = &spec.suite.tasks[spec.task];
+    let recorder = log.recorder(&spec.id);
+    recorder.emit(&Event::EpisodeStarted {
+        suite: spec.suite.name.clone(),
+        task_id: task.id.clone(),
+        task_digest: task.digest.clone(),
+        model: spec.model.name().to_owned(),
+        epoch: spec.epoch,
+        environment: spec.suite.environment.name.clone(),
+        toolset: spec.suite.toolset_for(&spec.id).map(|t| t.name.clone()),
+    });
+    recorder.emit(&Event::EpisodeFinished {
+        outcome: Outcome::Unscored { cause: UnscoredCause::Budget, message: format!("not run: {why}") },
+        termination: Termination::NotRun,
+        steps: 0,
+        tool_calls: 0,
+        tool_errors: 0,
+        usage: Default::default(),
+        cost_usd: Some(0.0),
+        wall_ms: 0.0,
+        loop_ms: None,
+        user_usage: None,
+        user_cost_usd: None,
+        agent_program: None,
+    });
 }
 
 /// Takes the run folder's lock, held while the returned file is open: one process at a

@@ -125,7 +125,7 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
     // A blocking task still running (a stuck read) must not hold the finished run open.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     release_free_memory();
-    let (summary, index) = summarize(&result.events_path)?;
+    let (summary, index) = summarize(&result.events_path, args.gates.alpha)?;
     out!("\n{}", summary.render());
     outln!("results: {}", result.dir.display());
     write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
@@ -180,7 +180,7 @@ pub fn regrade(args: RegradeArgs) -> Result<Exit, CliError> {
         resolve::runtime()?.block_on(batch::regrade::regrade(&run, &suites, &graders, std::env::args().collect()));
     let (scoring_id, counts) =
         regraded.map_err(|e| CliError::results(format!("failed to append to {}: {e}", run.events_path.display())))?;
-    let (summary, index) = summarize(&run.events_path)?;
+    let (summary, index) = summarize(&run.events_path, args.gates.alpha)?;
     out!("{}", summary.render());
     let changed = if counts.changed_tasks > 0 {
         format!("; {} on tasks whose content changed since the run", counts.changed_tasks)
@@ -201,7 +201,7 @@ pub fn regrade(args: RegradeArgs) -> Result<Exit, CliError> {
 /// `runner report`: the tables and summary again, and the reports asked for.
 pub fn report(args: ReportArgs) -> Result<Exit, CliError> {
     let dir = batch::resume::find_logged_run(&args.run, Path::new("results")).map_err(CliError::usage)?;
-    let (summary, index) = summarize(&dir.join("events.jsonl"))?;
+    let (summary, index) = summarize(&dir.join("events.jsonl"), args.alpha)?;
     out!("{}", summary.render());
     outln!("tables: {}, {}", dir.join("episodes.csv").display(), dir.join("episodes.parquet").display());
     write_reports(&index, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
@@ -280,7 +280,7 @@ pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
     if !merged.missing_shards.is_empty() {
         eprintln!("warning: shard(s) {} missing from the merge", merged.missing_shards.join(", "));
     }
-    let (summary, index) = summarize(&merged.events_path)?;
+    let (summary, index) = summarize(&merged.events_path, args.gates.alpha)?;
     out!("{}", summary.render());
     outln!("merged {} runs, {} episodes: {}", dirs.len(), merged.episodes, merged.dir.display());
     write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
@@ -301,9 +301,10 @@ fn release_free_memory() {
 /// `summary.json`, `episodes.csv` and `episodes.parquet` are
 /// (re)written beside it. A log that cannot be read back, or a table that cannot be
 /// written, means the results failed.
-fn summarize(events: &Path) -> Result<(Summary, Index), CliError> {
+fn summarize(events: &Path, alpha: f64) -> Result<(Summary, Index), CliError> {
     let index = Index::build(events).map_err(CliError::results)?;
     let mut summary = Summary::begin(&index.meta);
+    summary.alpha = Some(alpha);
     let dir = events.parent().unwrap_or(Path::new("."));
     summary.run_dir = Some(dir.display().to_string());
     crate::report::table::write_tables(&index, dir, |row| summary.add(row)).map_err(CliError::results)?;
@@ -348,11 +349,24 @@ fn judge(index: &Index, summary: &Summary, gates: &GateArgs, baseline: Option<Pr
     for reason in verdict.reasons() {
         eprintln!("{reason}");
     }
-    let exit = match verdict {
+    let mut exit = match verdict {
         Gate::Passed => Exit::Passed,
         Gate::Failed(_) => Exit::GateFailed,
         Gate::TooManyUnscored(_) => Exit::TooManyUnscored,
     };
+    // A verdict on part of the plan is no pass: the run is incomplete.
+    let total = summary.total();
+    if total.not_run > 0 {
+        eprintln!(
+            "incomplete: {} of {} planned episodes not run, a budget stopped scheduling (coverage {})",
+            total.not_run,
+            total.episodes,
+            total.coverage()
+        );
+        if exit == Exit::Passed {
+            exit = Exit::Incomplete;
+        }
+    }
     let Some(baseline) = baseline else { return Ok(exit) };
     let current = Projection::from_index(index).map_err(CliError::results)?;
     let against = gate::against(&baseline, &current, gates.tolerance, gates.alpha);

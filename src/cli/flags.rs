@@ -110,6 +110,9 @@ pub struct ReportArgs {
     /// Write the summary as Markdown here.
     #[arg(long)]
     pub markdown: Option<PathBuf>,
+    /// The significance level of the minimum detectable difference in the noise table.
+    #[arg(long, default_value_t = 0.05)]
+    pub alpha: f64,
 }
 
 #[derive(Args)]
@@ -209,6 +212,19 @@ pub struct EvalArgs {
     /// Every episode's most model tokens, over each suite's `limits.max_tokens`.
     #[arg(long, value_name = "N")]
     pub max_tokens: Option<u64>,
+    /// The most the whole run may spend, in USD: no episode is started that could cross it
+    /// (every model needs a price in runner.yaml).
+    #[arg(long, value_name = "USD")]
+    pub max_cost_usd: Option<f64>,
+    /// The most model tokens (input and output) the whole run may use.
+    #[arg(long, value_name = "N")]
+    pub max_run_tokens: Option<u64>,
+    /// The most model calls the whole run may make.
+    #[arg(long, value_name = "N")]
+    pub max_model_calls: Option<u64>,
+    /// With a budget: reaching a cap also cancels the episodes in flight.
+    #[arg(long)]
+    pub budget_hard: bool,
     /// Multiplies every episode's time limit (the suite's `time_s`, or --time-s): `3` gives a
     /// slow local model three times as long.
     #[arg(long, value_name = "X")]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::flags::{EvalArgs, GateArgs, Switch};
 use super::{CliError, Exit};
 use crate::agent::AgentKind;
+use crate::batch::budget::RunBudget;
 use crate::batch::{self, Roster, RunOptions};
 use crate::domain::MAX_EPISODE_S;
 use crate::log::event::LimitOverrides;
@@ -30,6 +31,7 @@ pub struct Eval {
 /// resumption, in that order (a mistake in a flag is found before the suites are read).
 pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     let (models, config, options) = models(args)?;
+    let budget = run_budget(args, &config, &models)?;
     let baseline = baseline(&args.gates, &args.out)?;
     if args.epochs == Some(0) {
         return Err(CliError::usage("--epochs must be at least 1"));
@@ -91,6 +93,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         },
         limits,
         warnings,
+        budget,
     };
     // A sandbox this machine cannot enforce is refused before any episode starts.
     let mut refused = Vec::new();
@@ -104,6 +107,55 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         return Err(CliError::usage(refused.join("\n")));
     }
     Ok(Eval { suites, options, baseline })
+}
+
+/// The run's caps: the command line's and each provider's in runner.yaml. A cost cap
+/// needs a price for every model it counts: one without is refused, named, with how to
+/// give it one.
+fn run_budget(args: &EvalArgs, config: &ModelConfig, models: &[Arc<Backend>]) -> Result<RunBudget, CliError> {
+    use crate::model::config::Budget;
+    if args.max_cost_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
+        return Err(CliError::usage("--max-cost-usd must be a number of dollars, 0 or more"));
+    }
+    let budget = RunBudget {
+        run: Budget {
+            max_cost_usd: args.max_cost_usd,
+            max_tokens: args.max_run_tokens,
+            max_model_calls: args.max_model_calls,
+        },
+        providers: config
+            .providers
+            .iter()
+            .filter(|(_, p)| !p.budget.is_none())
+            .map(|(name, p)| (name.clone(), p.budget))
+            .collect(),
+        hard: args.budget_hard,
+    };
+    if args.budget_hard && budget.is_none() {
+        return Err(CliError::usage(
+            "--budget-hard needs a budget: --max-cost-usd, --max-run-tokens, --max-model-calls or a provider's `budget:` in runner.yaml",
+        ));
+    }
+    for model in models {
+        let provider = batch::budget::provider_of(model.name());
+        let capped_by = match (args.max_cost_usd, budget.providers.get(provider).and_then(|b| b.max_cost_usd)) {
+            (Some(_), _) => "--max-cost-usd".to_owned(),
+            (None, Some(_)) => format!("providers.{provider}.budget.max_cost_usd"),
+            (None, None) => continue,
+        };
+        if !model.priced() {
+            let name = model.name();
+            let how = if name.contains('/') {
+                format!(
+                    "give it one in runner.yaml (or the --config file): `prices: {{\"{name}\": {{input: 0.15, output: 0.6}}}}`, in USD per million tokens"
+                )
+            } else {
+                "`mock` and replays have no price: cap them with --max-run-tokens or --max-model-calls".to_owned()
+            };
+            return Err(CliError::usage(format!("{capped_by} needs a price for every model, and `{name}` has none: {how}")));
+        }
+    }
+    Ok(budget)
 }
 
 /// The suites with their environments' tools discovered: MCP servers are started once

@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod batch;
+mod budgets;
 mod checkpoints;
 mod cli_agent;
 mod docs;
