@@ -29,6 +29,9 @@ pub enum Command {
     /// Write a run's episodes as ATIF trajectories, or as ShareGPT or OpenAI-messages JSONL
     /// for fine-tuning sets; says which episodes were written and which skipped, and why.
     Export(ExportArgs),
+    /// From a run's observed variances: the epochs (and tasks) a paired comparison needs to
+    /// detect a difference of `--mde` points at 80% power.
+    Plan(PlanArgs),
     /// Combine the shards of a run (or runs of the same suites and models on disjoint
     /// episodes) into one run folder.
     Merge(MergeArgs),
@@ -151,6 +154,18 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 0.0)]
     pub tolerance: f64,
     /// The significance level of the paired test.
+    #[arg(long, default_value_t = 0.05)]
+    pub alpha: f64,
+}
+
+#[derive(Args)]
+pub struct PlanArgs {
+    /// The run: its id (a folder in results/), its folder, or its events.jsonl.
+    pub run: PathBuf,
+    /// The difference to detect, in points of pass rate (5 is five points).
+    #[arg(long, value_name = "POINTS")]
+    pub mde: f64,
+    /// The significance level of the comparison.
     #[arg(long, default_value_t = 0.05)]
     pub alpha: f64,
 }

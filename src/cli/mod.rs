@@ -93,6 +93,7 @@ fn run(command: Command) -> Result<Exit, CliError> {
         Command::Compare(args) => commands::compare(args),
         Command::Merge(args) => commands::merge(args),
         Command::Export(args) => commands::export(args),
+        Command::Plan(args) => commands::plan(args),
     }
 }
 

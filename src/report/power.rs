@@ -113,32 +113,116 @@ impl Decomposition {
         (self.tasks > 0).then(|| (z_sum(alpha) * (2.0 * within / (n * self.tasks as f64)).sqrt(), exact))
     }
 
+    /// What the gate's test can resolve: the larger of [`Decomposition::mde`] and the
+    /// [`mcnemar_floor`] of this many tasks; `None` when the tasks are too few for the exact
+    /// McNemar test to reject at all. The flag is `mde`'s (false: an upper bound).
+    pub fn detectable(&self, alpha: f64) -> Option<(f64, bool)> {
+        let floor = mcnemar_floor(self.tasks, alpha)?;
+        self.mde(alpha).map(|(mde, exact)| (mde.max(floor), exact))
+    }
+
     /// What a comparison able to detect `delta` (a fraction of pass rate) needs, from this
     /// cell's variances. Solving the [`Decomposition::mde`] formula for `n` and for `T`:
     /// `n T ≥ 2 σ²_w (z_{1−α/2} + z_{0.8})² / δ²`. Also, for a comparison whose task
     /// effects are independent (different tasks, or models that find different tasks hard),
-    /// the tasks it needs at the current epochs: `T ≥ 2 (σ²_b + σ²_w / n) z² / δ²`.
+    /// the tasks it needs at the current epochs: `T ≥ 2 (σ²_b + σ²_w / n) z² / δ²`. Tasks
+    /// are at least what the [`mcnemar_floor`] of `delta` needs; epochs cannot lower that
+    /// floor, so with too few tasks no number of epochs is enough (`epochs` is `None`).
     pub fn plan(&self, delta: f64, alpha: f64) -> Plan {
         let (within, exact) = self.within_or_bound();
         let z2 = z_sum(alpha).powi(2);
         let episodes_per_arm = 2.0 * within * z2 / (delta * delta);
         let n = self.epochs_per_task().max(1.0);
         let t = (self.tasks.max(1)) as f64;
-        let unpaired = self.between.map(|b| (2.0 * (b + within / n) * z2 / (delta * delta)).ceil().max(2.0) as u64);
+        let floor_tasks = tasks_for_floor(delta, alpha);
+        let unpaired =
+            self.between.map(|b| ((2.0 * (b + within / n) * z2 / (delta * delta)).ceil() as u64).max(floor_tasks));
+        let enough_tasks = mcnemar_floor(self.tasks, alpha).is_some_and(|floor| floor <= delta);
         Plan {
-            epochs: (episodes_per_arm / t).ceil().max(1.0) as u64,
-            tasks: (episodes_per_arm / n).ceil().max(2.0) as u64,
+            epochs: enough_tasks.then(|| (episodes_per_arm / t).ceil().max(1.0) as u64),
+            tasks: ((episodes_per_arm / n).ceil() as u64).max(floor_tasks),
             tasks_unpaired: unpaired,
             exact,
         }
     }
 }
 
+/// The smallest `k` with `2 · 0.5^k < alpha`: the fewest discordant tasks, all one way, with
+/// which the exact two-sided McNemar test rejects.
+fn mcnemar_min_discordant(alpha: f64) -> u64 {
+    let mut k = 1;
+    while 2.0 * 0.5_f64.powi(k as i32) >= alpha && k < 2000 {
+        k += 1;
+    }
+    k
+}
+
+/// The least drop the exact McNemar test on `tasks` task verdicts detects with 80 % power
+/// even without any noise. A drop of `δ` makes each task fail with chance `δ` (all flips one
+/// way); the test rejects once `k` tasks flipped (the fewest with `2 · 0.5^k < α`), so its
+/// power is `P(Binomial(T, δ) ≥ k)`; the floor is the `δ` where that reaches 80 %, found by
+/// bisection. `None` when `T < k`: nothing could be detected. (`T = 6`, `α = 0.05`: `k = 6`,
+/// power `δ⁶`, floor `0.8^{1/6} = 0.9635`.)
+pub fn mcnemar_floor(tasks: u64, alpha: f64) -> Option<f64> {
+    let k = mcnemar_min_discordant(alpha);
+    if tasks < k {
+        return None;
+    }
+    let power = |delta: f64| binomial_at_least(tasks, delta, k);
+    let (mut low, mut high) = (0.0_f64, 1.0_f64);
+    for _ in 0..60 {
+        let mid = 0.5 * (low + high);
+        if power(mid) >= POWER {
+            high = mid;
+        } else {
+            low = mid;
+        }
+    }
+    Some(high)
+}
+
+/// The fewest tasks whose [`mcnemar_floor`] is at most `delta`.
+fn tasks_for_floor(delta: f64, alpha: f64) -> u64 {
+    let fits = |t: u64| mcnemar_floor(t, alpha).is_some_and(|floor| floor <= delta);
+    let mut high = mcnemar_min_discordant(alpha).max(1);
+    while !fits(high) && high < 1 << 40 {
+        high *= 2;
+    }
+    let mut low = high / 2;
+    while low + 1 < high {
+        let mid = low + (high - low) / 2;
+        if fits(mid) { high = mid } else { low = mid }
+    }
+    high
+}
+
+/// `P(X ≥ k)` for `X ~ Binomial(n, p)`, as one minus the first `k` terms (k is small).
+fn binomial_at_least(n: u64, p: f64, k: u64) -> f64 {
+    if p <= 0.0 {
+        return if k == 0 { 1.0 } else { 0.0 };
+    }
+    if p >= 1.0 {
+        return if k <= n { 1.0 } else { 0.0 };
+    }
+    let nf = n as f64;
+    let below: f64 = (0..k.min(n + 1))
+        .map(|i| {
+            let i = i as f64;
+            let log = libm::lgamma(nf + 1.0) - libm::lgamma(i + 1.0) - libm::lgamma(nf - i + 1.0)
+                + i * p.ln()
+                + (nf - i) * (-p).ln_1p();
+            log.exp()
+        })
+        .sum();
+    (1.0 - below).clamp(0.0, 1.0)
+}
+
 /// What [`Decomposition::plan`] finds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Plan {
-    /// Epochs per task with the run's tasks.
-    pub epochs: u64,
+    /// Epochs per task with the run's tasks; `None` when the run has too few tasks for any
+    /// number of epochs.
+    pub epochs: Option<u64>,
     /// Tasks with the run's epochs per task.
     pub tasks: u64,
     /// Tasks at the run's epochs when the two sides' task effects are independent; unknown
@@ -389,11 +473,23 @@ mod tests {
         // = 1046.52 → 1047.
         let d = Decomposition::of(&counts(&[(2, 1), (2, 2), (2, 0), (2, 1)])).unwrap();
         let plan = d.plan(0.05, 0.05);
-        assert_eq!(plan, Plan { epochs: 393, tasks: 785, tasks_unpaired: Some(1047), exact: true });
-        // A difference the run already resolves needs no more than it has.
-        // δ = 1: n T ≥ 0.5 · 7.848879 / 1 = 3.92 → 1 epoch of 4 tasks, or 2 tasks of 2 epochs.
+        // Four tasks are fewer than the six the McNemar test needs: no number of epochs helps.
+        assert_eq!(plan, Plan { epochs: None, tasks: 785, tasks_unpaired: Some(1047), exact: true });
+        // δ = 1: n T ≥ 0.5 · 7.848879 / 1 = 3.92 → 2 tasks of 2 epochs, but six tasks at least.
         let plan = d.plan(1.0, 0.05);
-        assert_eq!((plan.epochs, plan.tasks), (1, 2));
+        assert_eq!((plan.epochs, plan.tasks), (None, 6));
+        // Eight such tasks (the integration test's): σ²_w = 2 / 8 = 0.25; MS_b = 2 · 4 · 0.25
+        // / 7 = 2/7; n0 = (16 − 32/16) / 7 = 2; σ²_b = (2/7 − 1/4) / 2 = 1/56. 1569.78
+        // episodes a side are ⌈196.2⌉ = 197 epochs, but the McNemar floor of 8 tasks (about
+        // 0.80) is above 0.05: epochs cannot do it. Independent: 2 (1/56 + 0.25/2) · 7.848879
+        // / 0.0025 = 897.0 → 898.
+        let eight = Decomposition::of(&counts(&[(2, 1), (2, 2), (2, 0), (2, 1), (2, 1), (2, 2), (2, 0), (2, 1)]));
+        let plan = eight.unwrap().plan(0.05, 0.05);
+        assert_eq!((plan.epochs, plan.tasks, plan.tasks_unpaired), (None, 785, Some(898)));
+        // 200 tasks: the floor is below 0.05, so epochs can: 1569.78 / 200 → 8 epochs.
+        let many: Vec<(u64, u64)> = (0..200).map(|i| (2, [1, 2, 0, 1][i % 4])).collect();
+        let plan = Decomposition::of(&counts(&many)).unwrap().plan(0.05, 0.05);
+        assert_eq!(plan.epochs, Some(8));
     }
 
     #[test]
@@ -406,6 +502,18 @@ mod tests {
         let floor = paired_mde(&[0.0; 4], 0.25, 0.05).unwrap();
         assert!(close(floor, 2.801585218112968 * 0.25, 1e-9));
         assert_eq!(paired_mde(&[0.1], 0.0, 0.05), None);
+    }
+
+    #[test]
+    fn the_mcnemar_floor_is_the_drop_flipping_enough_tasks_with_80_percent_power() {
+        // T = 6, α = 0.05: all six must flip, power δ⁶ = 0.8 at δ = 0.8^(1/6) = 0.963492.
+        assert!(close(mcnemar_floor(6, 0.05).unwrap(), 0.8f64.powf(1.0 / 6.0), 1e-12));
+        assert_eq!(mcnemar_floor(5, 0.05), None);
+        // T = 8: P(X ≥ 6) = 28 δ⁶ (1−δ)² + 8 δ⁷ (1−δ) + δ⁸; at δ = 0.8 that is
+        // 0.29360 + 0.33554 + 0.16777 = 0.79691, just under 0.8: the floor is a little above.
+        let floor = mcnemar_floor(8, 0.05).unwrap();
+        assert!(floor > 0.8 && floor < 0.81, "{floor}");
+        assert!(close(binomial_at_least(8, 0.8, 6), 0.796_918_4, 1e-6));
     }
 
     #[test]

@@ -162,13 +162,13 @@ impl Summary {
         let mut bounded = false;
         for (key, d) in self.noise() {
             let var = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.4}"));
-            let mde = match d.mde(alpha) {
+            let mde = match d.detectable(alpha) {
                 Some((m, true)) => format!("{:.1} pts", m * 100.0),
                 Some((m, false)) => {
                     bounded = true;
                     format!("≤ {:.1} pts", m * 100.0)
                 }
-                None => "-".into(),
+                None => format!("none: {} tasks", d.tasks),
             };
             lines.push(vec![
                 key.suite,
@@ -183,7 +183,7 @@ impl Summary {
         }
         let mut out = table(&lines);
         out.push_str(
-            "MDE: the smallest change of pass rate a paired comparison of this many tasks and epochs detects (`runner plan RUN --mde 5` for what 5 points needs)\n",
+            "MDE: the smallest drop of pass rate a paired comparison of this many tasks and epochs detects with 80% power (none: too few tasks for the McNemar test); `runner plan RUN --mde 5` says what 5 points needs\n",
         );
         if bounded {
             out.push_str("≤: one epoch per task cannot tell epochs' noise from tasks'; the bound counts it all as noise\n");
@@ -345,7 +345,7 @@ impl Summary {
                 "suite": key.suite, "model": key.model, "tasks": d.tasks, "episodes": d.episodes,
                 "within_task_variance": d.within, "between_task_variance": d.between,
                 "total_variance": d.total, "alpha": self.alpha(), "power": power::POWER,
-                "mde": d.mde(self.alpha()).map(|m| m.0), "mde_is_bound": d.mde(self.alpha()).is_some_and(|m| !m.1),
+                "mde": d.detectable(self.alpha()).map(|m| m.0), "mde_is_bound": d.detectable(self.alpha()).is_some_and(|m| !m.1),
             })).collect::<Vec<_>>(),
             "toolsets": self.toolsets.iter().map(|((suite, model, toolset), t)| serde_json::json!({
                 "suite": suite, "model": model, "toolset": toolset, "episodes": t.episodes,
