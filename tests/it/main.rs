@@ -21,6 +21,7 @@ mod log;
 mod mcp;
 mod memory;
 mod models;
+mod noise;
 mod output_caps;
 mod overrides;
 mod permission_paths;
