@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::log::event::{LimitOverrides, SuiteInfo};
 use crate::log::{Event, EventLog, Outcome, Subscription, Termination, UnscoredCause};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 use crate::model::Backend;
 use crate::suite::Suite;
@@ -125,6 +126,8 @@ pub struct RunOptions {
     pub warnings: Vec<String>,
     /// The run-wide caps on cost, tokens and model calls.
     pub budget: budget::RunBudget,
+    /// `--epochs auto`: epochs up to `epochs` are added until the interval is narrow.
+    pub auto_epochs: Option<AutoEpochs>,
 }
 
 impl RunOptions {
@@ -294,7 +297,16 @@ pub async fn run(
     let mut tally = Tally::default();
     let mut aborted = None;
     let not_run = Arc::new(AtomicU64::new(0));
-    {
+    // One round of every epoch; with `--epochs auto`, one round per epoch, each of the
+    // suite × model cells that have not stopped.
+    let rounds: Vec<Option<u32>> = match &options.auto_epochs {
+        None => vec![None],
+        Some(auto) => (1..=auto.max_epochs).map(Some).collect(),
+    };
+    let mut active: Option<HashSet<(String, String)>> = None;
+    let mut cells: HashMap<(String, String), (u64, u64)> = HashMap::new();
+    let mut task_memory = memory::TaskMemory::new(&dir);
+    for round in rounds {
         let not_stopped = stop.clone();
         let budgeted = !options.budget.is_none();
         let admit = {
@@ -316,11 +328,15 @@ pub async fn run(
                 false
             }
         };
+        let in_round = |e: &EpisodeSpec| {
+            round.is_none_or(|r| e.epoch == r)
+                && active.as_ref().is_none_or(|a| a.contains(&(e.suite.name.clone(), e.model.name().to_owned())))
+        };
         let plan = episodes(suites, &options.models, options.epochs)
+            .filter(in_round)
             .filter(|e| options.plans(&e.id))
             .take_while(move |_| !not_stopped.is_cancelled())
             .filter(admit);
-        let mut task_memory = memory::TaskMemory::new(&dir);
         let mut running = futures::stream::iter(plan)
             .map(|spec| {
                 // Taken here, in plan order: a task's epochs share its memory one after another.
@@ -336,6 +352,11 @@ pub async fn run(
             match joined {
                 Ok(report) => {
                     tally.add(&report.outcome);
+                    if let Outcome::Scored { passed, .. } = report.outcome {
+                        let cell = cells.entry((report.suite.clone(), report.model.clone())).or_default();
+                        cell.0 += 1;
+                        cell.1 += u64::from(passed);
+                    }
                     // A misconfigured model (bad key, unknown model) would fail every
                     // episode the same way: stop instead of burning through them.
                     if aborted.is_none()
@@ -350,6 +371,38 @@ pub async fn run(
                 Err(_) => tally.cancelled += 1,
             }
         }
+        drop(running);
+        let (Some(epoch), Some(auto)) = (round, &options.auto_epochs) else { continue };
+        if stop.is_cancelled() || episodes_stop.is_cancelled() {
+            break;
+        }
+        let still: HashSet<(String, String)> = auto_cells(suites, &options.models, active.as_ref())
+            .into_iter()
+            .filter(|(suite, model)| {
+                let (scored, passed) = cells.get(&(suite.clone(), model.clone())).copied().unwrap_or_default();
+                let look = (auto.decide)(epoch, passed, scored);
+                log.emit(
+                    None,
+                    &Event::EpochsDecided {
+                        suite: suite.clone(),
+                        model: model.clone(),
+                        epoch,
+                        scored,
+                        passed,
+                        low: look.low,
+                        high: look.high,
+                        level: look.level,
+                        ci_width: auto.ci_width,
+                        decision: look.decision.to_owned(),
+                    },
+                );
+                !look.stop
+            })
+            .collect();
+        if still.is_empty() {
+            break;
+        }
+        active = Some(still);
     }
 
     drop(scratch);
@@ -364,6 +417,37 @@ pub async fn run(
     drop(log);
     writer.close().map_err(RunError::Log)?;
     Ok(RunResult { aborted, run_id, dir, events_path, interrupted, lock })
+}
+
+/// `--epochs auto`: epochs are added one round at a time until each suite × model cell's
+/// pass-rate interval is narrow enough. The rule itself (the interval, the alpha it spends)
+/// is the caller's: `decide(epoch, passed, scored)` after each round.
+#[derive(Clone)]
+pub struct AutoEpochs {
+    pub max_epochs: u32,
+    pub ci_width: f64,
+    pub decide: Arc<dyn Fn(u32, u64, u64) -> EpochLook + Send + Sync>,
+}
+
+/// What the rule says of a cell after a round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpochLook {
+    pub low: f64,
+    pub high: f64,
+    pub level: f64,
+    /// `continue`, `stop_narrow` or `stop_max_epochs`.
+    pub decision: &'static str,
+    pub stop: bool,
+}
+
+/// The suite × model cells of a run still adding epochs (all of them before the first look).
+fn auto_cells(
+    suites: &[Arc<Suite>],
+    models: &[Arc<Backend>],
+    active: Option<&HashSet<(String, String)>>,
+) -> Vec<(String, String)> {
+    let all = suites.iter().flat_map(|s| models.iter().map(move |m| (s.name.clone(), m.name().to_owned())));
+    all.filter(|cell| active.is_none_or(|a| a.contains(cell))).collect()
 }
 
 /// Logs an episode the budget kept from starting: started and finished at once, unscored

@@ -250,9 +250,17 @@ pub struct EvalArgs {
     /// Where the cache lives (default: ~/.cache/runner/responses).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
-    /// Run each task this many times (overrides the suites' `epochs`).
-    #[arg(long)]
-    pub epochs: Option<u32>,
+    /// Run each task this many times (overrides the suites' `epochs`); `auto` adds epochs
+    /// until the pass rate's interval is --ci-width wide, at most --max-epochs.
+    #[arg(long, value_name = "N|auto", value_parser = parse_epochs)]
+    pub epochs: Option<Epochs>,
+    /// With `--epochs auto`: the widest the pass rate's interval may be (a fraction, 0.05
+    /// is five points from its low end to its high end).
+    #[arg(long, value_name = "W")]
+    pub ci_width: Option<f64>,
+    /// With `--epochs auto`: the most epochs of each task (default 10).
+    #[arg(long, value_name = "N")]
+    pub max_epochs: Option<u32>,
     /// How many episodes run at once.
     #[arg(long, short = 'j', default_value_t = 8)]
     pub jobs: usize,
@@ -282,6 +290,20 @@ pub struct EvalArgs {
     /// No progress bar or per-episode lines; only the summary.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+}
+
+/// `--epochs N`, or `--epochs auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epochs {
+    Fixed(u32),
+    Auto,
+}
+
+fn parse_epochs(text: &str) -> Result<Epochs, String> {
+    if text == "auto" {
+        return Ok(Epochs::Auto);
+    }
+    text.parse().map(Epochs::Fixed).map_err(|_| format!("`{text}` is neither a number of epochs nor `auto`"))
 }
 
 /// A setting that is on or off.

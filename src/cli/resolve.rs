@@ -33,9 +33,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     let (models, config, options) = models(args)?;
     let budget = run_budget(args, &config, &models)?;
     let baseline = baseline(&args.gates, &args.out)?;
-    if args.epochs == Some(0) {
-        return Err(CliError::usage("--epochs must be at least 1"));
-    }
+    let (epochs, auto_epochs) = epochs(args)?;
     let limits = limit_overrides(args)?;
     let suites = discover(with_agent(suites(&args.paths)?, args.agent)?, args.sandbox)?;
     for suite in &suites {
@@ -50,7 +48,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         }
     }
     for suite in &suites {
-        let epochs = args.epochs.unwrap_or(suite.epochs);
+        let epochs = epochs.unwrap_or(suite.epochs);
         if let Some(k) = suite.k_of_n.filter(|k| *k > epochs) {
             let message =
                 format!("{}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
@@ -68,7 +66,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     let resume = match &args.resume {
         Some(run) => {
             let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;
-            let asked = batch::resume::Asked { models: &models, epochs: args.epochs, shard: args.shard, limits };
+            let asked = batch::resume::Asked { models: &models, epochs, shard: args.shard, limits };
             Some(batch::resume::plan(&dir, &suites, &asked).map_err(CliError::usage)?)
         }
         None => None,
@@ -79,7 +77,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     );
     let options = RunOptions {
         models,
-        epochs: args.epochs,
+        epochs,
         jobs,
         out_dir: args.out.clone(),
         run_id: args.run_id.clone(),
@@ -94,6 +92,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         limits,
         warnings,
         budget,
+        auto_epochs,
     };
     // A sandbox this machine cannot enforce is refused before any episode starts.
     let mut refused = Vec::new();
@@ -107,6 +106,53 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         return Err(CliError::usage(refused.join("\n")));
     }
     Ok(Eval { suites, options, baseline })
+}
+
+/// `--epochs N`, or `--epochs auto` with its stopping rule (see `report::power::StoppingRule`):
+/// the epochs the plan holds (at most), and the rule.
+fn epochs(args: &EvalArgs) -> Result<(Option<u32>, Option<batch::AutoEpochs>), CliError> {
+    use super::flags::Epochs;
+    let auto_only = |flag: &str| CliError::usage(format!("{flag} goes with --epochs auto"));
+    match args.epochs {
+        Some(Epochs::Auto) => {}
+        Some(Epochs::Fixed(0)) => return Err(CliError::usage("--epochs must be at least 1")),
+        epochs => {
+            if args.ci_width.is_some() {
+                return Err(auto_only("--ci-width"));
+            }
+            if args.max_epochs.is_some() {
+                return Err(auto_only("--max-epochs"));
+            }
+            return Ok((epochs.map(|e| if let Epochs::Fixed(n) = e { n } else { 1 }), None));
+        }
+    }
+    let Some(ci_width) = args.ci_width else {
+        return Err(CliError::usage("--epochs auto needs --ci-width W: the widest the pass rate's interval may be"));
+    };
+    if !(ci_width > 0.0 && ci_width < 1.0) {
+        return Err(CliError::usage("--ci-width is a fraction of pass rate, more than 0 and less than 1"));
+    }
+    let max_epochs = args.max_epochs.unwrap_or(10);
+    if max_epochs == 0 {
+        return Err(CliError::usage("--max-epochs must be at least 1"));
+    }
+    if args.resume.is_some() || args.shard.is_some() {
+        return Err(CliError::usage(
+            "--epochs auto decides from every episode of a suite and model, so it runs whole: not with --resume or --shard",
+        ));
+    }
+    let rule = crate::report::power::StoppingRule { ci_width, max_epochs, alpha: args.gates.alpha };
+    let decide = move |epoch: u32, passed: u64, scored: u64| {
+        let look = rule.look(epoch, passed, scored);
+        batch::EpochLook {
+            low: look.low,
+            high: look.high,
+            level: look.level,
+            decision: look.decision.as_str(),
+            stop: look.decision != crate::report::power::Decision::Continue,
+        }
+    };
+    Ok((Some(max_epochs), Some(batch::AutoEpochs { max_epochs, ci_width, decide: Arc::new(decide) })))
 }
 
 /// The run's caps: the command line's and each provider's in runner.yaml. A cost cap

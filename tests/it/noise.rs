@@ -115,3 +115,34 @@ fn compare_with_enough_tasks_names_the_drop_it_could_detect() {
     let loose = sb.run(&["compare", "results/a", "results/b", "--tolerance", "0.3"]);
     assert!(loose.stdout.contains("a drop of 30.0 pts (the tolerance) would have been detected"), "{loose:?}");
 }
+
+#[test]
+fn epochs_auto_adds_epochs_until_the_interval_is_narrow_and_logs_each_decision() {
+    let sb = Sandbox::new();
+    let tasks: String = (0..4).map(|i| format!("  - {{id: t{i}, input: q{i}, mock: [{{text: ok}}]}}\n")).collect();
+    sb.write("s.yaml", &format!("suite: auto\nenvironment: kv\nscorers: [{{equals: ok}}]\ntasks:\n{tasks}"));
+    // Four tasks that always pass; Wilson at level 1 − 0.05/5 (z = 2.576): after one epoch
+    // (4/4) [0.376, 1], 0.62 wide; after two (8/8) [0.547, 1], 0.45 wide: narrow enough.
+    let args = ["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results"];
+    let done = sb.run(&[&args[..], &["--epochs", "auto", "--ci-width", "0.5", "--max-epochs", "5"]].concat());
+    assert_eq!(done.code, 0, "{done:?}");
+    let events = sb.events();
+    assert_eq!(crate::of_type(&events, "episode_finished").len(), 8, "two epochs of four tasks");
+    let decided = crate::of_type(&events, "epochs_decided");
+    let decisions: Vec<&str> = decided.iter().map(|e| e["decision"].as_str().unwrap_or_default()).collect();
+    assert_eq!(decisions, ["continue", "stop_narrow"], "{decided:?}");
+    assert!((decided[1]["low"].as_f64().unwrap() - 0.547).abs() < 0.001, "{:?}", decided[1]);
+    assert!((decided[1]["level"].as_f64().unwrap() - 0.99).abs() < 1e-12);
+
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &format!("suite: auto\nenvironment: kv\nscorers: [{{equals: ok}}]\ntasks:\n{tasks}"));
+    let done = sb.run(&[&args[..], &["--epochs", "auto", "--ci-width", "0.01", "--max-epochs", "3"]].concat());
+    assert_eq!(done.code, 0, "{done:?}");
+    let events = sb.events();
+    assert_eq!(crate::of_type(&events, "episode_finished").len(), 12);
+    let last = crate::of_type(&events, "epochs_decided").last().map(|e| e["decision"].clone());
+    assert_eq!(last, Some(json!("stop_max_epochs")));
+
+    let refused = sb.run(&[&args[..], &["--ci-width", "0.1"]].concat());
+    assert!(refused.code == 2 && refused.stderr.contains("--ci-width goes with --epochs auto"), "{refused:?}");
+}
