@@ -92,10 +92,13 @@ impl Scope {
 
     /// The cap already reached: `(cap name, limit, spent)`.
     fn reached(&self, caps: &Budget) -> Option<(&'static str, f64, f64)> {
-        let reached = |name, cap: Option<f64>, spent: f64| cap.filter(|&cap| spent >= cap).map(|cap| (name, cap, spent));
+        let reached =
+            |name, cap: Option<f64>, spent: f64| cap.filter(|&cap| spent >= cap).map(|cap| (name, cap, spent));
         reached("max_cost_usd", caps.max_cost_usd, self.spent.cost_usd)
             .or_else(|| reached("max_tokens", caps.max_tokens.map(|t| t as f64), self.spent.tokens as f64))
-            .or_else(|| reached("max_model_calls", caps.max_model_calls.map(|c| c as f64), self.spent.model_calls as f64))
+            .or_else(|| {
+                reached("max_model_calls", caps.max_model_calls.map(|c| c as f64), self.spent.model_calls as f64)
+            })
     }
 }
 
@@ -338,7 +341,8 @@ mod tests {
 
     #[test]
     fn episodes_in_flight_count_at_the_largest_episode_so_far() {
-        let budget = RunBudget { run: Budget { max_model_calls: Some(3), ..Budget::default() }, ..RunBudget::default() };
+        let budget =
+            RunBudget { run: Budget { max_model_calls: Some(3), ..Budget::default() }, ..RunBudget::default() };
         let mut ledger = Ledger::new(budget, CancellationToken::new());
         episode(&mut ledger, "a", "mock", 1).unwrap();
         // One call spent, one episode in flight at one call: 1 + 1·2 = 3 ≤ 3 admits "c"; then

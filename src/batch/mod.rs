@@ -21,11 +21,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::log::event::{LimitOverrides, SuiteInfo};
 use crate::log::{Event, EventLog, Outcome, Subscription, Termination, UnscoredCause};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, PoisonError};
 use crate::model::Backend;
 use crate::suite::Suite;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 pub use cast::Roster;
 pub use episode::{Grounds, run_episode};

@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::flags::{
-    CompareArgs, EvalArgs, ExportArgs, GateArgs, MergeArgs, PlanArgs, RegradeArgs, ReportArgs, Switch,
-};
+use super::flags::{CompareArgs, EvalArgs, ExportArgs, GateArgs, MergeArgs, PlanArgs, RegradeArgs, ReportArgs, Switch};
 use super::{CliError, Exit, out, outln, resolve};
 use crate::agent::AgentKind;
 use crate::batch::regrade::LoggedRun;
@@ -266,7 +264,9 @@ pub fn plan(args: PlanArgs) -> Result<Exit, CliError> {
     use crate::report::power;
     resolve::fraction("--alpha", Some(args.alpha))?;
     if !(args.mde > 0.0 && args.mde <= 100.0) {
-        return Err(CliError::usage("--mde is a difference in points of pass rate, more than 0 and at most 100 (5 is five points)"));
+        return Err(CliError::usage(
+            "--mde is a difference in points of pass rate, more than 0 and at most 100 (5 is five points)",
+        ));
     }
     let delta = args.mde / 100.0;
     let dir = batch::resume::find_logged_run(&args.run, Path::new("results")).map_err(CliError::usage)?;
@@ -321,10 +321,16 @@ pub fn plan(args: PlanArgs) -> Result<Exit, CliError> {
         args.mde,
         args.alpha
     );
-    outln!("tasks, independent: the tasks needed when the two sides do not find the same tasks hard (different models, different tasks)");
-    outln!("more tasks: the exact McNemar test on this few tasks cannot detect that difference, whatever the epochs");
+    outln!(
+        "tasks, independent: the tasks needed when the two sides do not find the same tasks hard (different models, different tasks)"
+    );
+    if decomposed.iter().any(|(_, d)| d.plan(delta, args.alpha).epochs.is_none()) {
+        outln!("more tasks: the exact McNemar test on this few tasks cannot detect that difference, whatever the epochs");
+    }
     if bounded {
-        outln!("≤: one epoch per task cannot tell the epochs' noise from the tasks'; these are upper bounds (run 2 epochs or more to know)");
+        outln!(
+            "≤: one epoch per task cannot tell the epochs' noise from the tasks'; these are upper bounds (run 2 epochs or more to know)"
+        );
     }
     Ok(Exit::Passed)
 }

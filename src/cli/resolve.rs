@@ -198,7 +198,9 @@ fn run_budget(args: &EvalArgs, config: &ModelConfig, models: &[Arc<Backend>]) ->
             } else {
                 "`mock` and replays have no price: cap them with --max-run-tokens or --max-model-calls".to_owned()
             };
-            return Err(CliError::usage(format!("{capped_by} needs a price for every model, and `{name}` has none: {how}")));
+            return Err(CliError::usage(format!(
+                "{capped_by} needs a price for every model, and `{name}` has none: {how}"
+            )));
         }
     }
     Ok(budget)

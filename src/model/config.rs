@@ -255,7 +255,9 @@ impl ModelConfig {
             }
             if let Some(budget) = f.budget {
                 if budget.max_cost_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
-                    return Err(source.error(&format!("{at}.budget.max_cost_usd"), "must be a number of dollars, 0 or more"));
+                    return Err(
+                        source.error(&format!("{at}.budget.max_cost_usd"), "must be a number of dollars, 0 or more")
+                    );
                 }
                 p.budget = budget;
             }

@@ -283,7 +283,7 @@ impl PairTest {
                 self.shared
             ));
         }
-        let Some(mde) = self.mde(alpha) else { return None };
+        let mde = self.mde(alpha)?;
         let pts = |x: f64| format!("{:.1} pts", x * 100.0);
         Some(if mde <= tolerance {
             format!(

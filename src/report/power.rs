@@ -68,11 +68,9 @@ impl Decomposition {
             tasks.iter().map(|t| t.passed as f64 * (t.epochs - t.passed) as f64 / t.epochs as f64).sum();
         let within = (n > t).then(|| ss_within / (n - t) as f64);
         let between = within.filter(|_| t >= 2).map(|within| {
-            let ms_between: f64 = tasks
-                .iter()
-                .map(|k| k.epochs as f64 * (k.passed as f64 / k.epochs as f64 - p).powi(2))
-                .sum::<f64>()
-                / (t - 1) as f64;
+            let ms_between: f64 =
+                tasks.iter().map(|k| k.epochs as f64 * (k.passed as f64 / k.epochs as f64 - p).powi(2)).sum::<f64>()
+                    / (t - 1) as f64;
             let sum_sq: f64 = tasks.iter().map(|k| (k.epochs * k.epochs) as f64).sum();
             let n0 = (n as f64 - sum_sq / n as f64) / (t - 1) as f64;
             ((ms_between - within) / n0).max(0.0)

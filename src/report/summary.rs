@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, FixedOffset};
 
-use crate::log::projection::{EpisodeRow, Projection};
 use super::power;
+use crate::log::projection::{EpisodeRow, Projection};
 use crate::log::{Outcome, UnscoredCause};
 
 /// One line of the summary table.
@@ -186,7 +186,9 @@ impl Summary {
             "MDE: the smallest drop of pass rate a paired comparison of this many tasks and epochs detects with 80% power (none: too few tasks for the McNemar test); `runner plan RUN --mde 5` says what 5 points needs\n",
         );
         if bounded {
-            out.push_str("≤: one epoch per task cannot tell epochs' noise from tasks'; the bound counts it all as noise\n");
+            out.push_str(
+                "≤: one epoch per task cannot tell epochs' noise from tasks'; the bound counts it all as noise\n",
+            );
         }
         out
     }

@@ -54,8 +54,20 @@ async fn the_summary_decomposes_the_variance_and_plan_says_what_five_points_need
     sb.write("s.yaml", &suite(8));
     sb.write("local.yaml", &format!("providers:\n  local: {{api: openai, base_url: \"{}/v1\"}}\n", server.uri()));
     let eval = [
-        "eval", "s.yaml", "--model", "local/tiny", "--config", "local.yaml", "--epochs", "2", "-j", "1", "--run-id",
-        "test", "--out", "results",
+        "eval",
+        "s.yaml",
+        "--model",
+        "local/tiny",
+        "--config",
+        "local.yaml",
+        "--epochs",
+        "2",
+        "-j",
+        "1",
+        "--run-id",
+        "test",
+        "--out",
+        "results",
     ];
     let done = run(&sb, &eval).await;
     assert_eq!(done.code, 0, "{done:?}");
