@@ -325,7 +325,9 @@ pub fn plan(args: PlanArgs) -> Result<Exit, CliError> {
         "tasks, independent: the tasks needed when the two sides do not find the same tasks hard (different models, different tasks)"
     );
     if decomposed.iter().any(|(_, d)| d.plan(delta, args.alpha).epochs.is_none()) {
-        outln!("more tasks: the exact McNemar test on this few tasks cannot detect that difference, whatever the epochs");
+        outln!(
+            "more tasks: the exact McNemar test on this few tasks cannot detect that difference, whatever the epochs"
+        );
     }
     if bounded {
         outln!(
