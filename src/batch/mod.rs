@@ -1,6 +1,7 @@
 //! Batch runs: suites × models × epochs into episodes, run with bounded concurrency as a
 //! stream (memory stays flat in the number of episodes), every step logged.
 
+pub mod budget;
 pub mod cast;
 mod episode;
 pub mod memory;
@@ -21,9 +22,12 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
 use crate::log::event::{LimitOverrides, SuiteInfo};
-use crate::log::{Event, EventLog, Outcome, Subscription, Termination};
+use crate::log::{Event, EventLog, Outcome, Subscription, Termination, UnscoredCause};
 use crate::model::Backend;
 use crate::suite::Suite;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 pub use cast::Roster;
 pub use episode::{Grounds, run_episode};
@@ -135,6 +139,10 @@ pub struct RunOptions {
     pub selection: crate::domain::selection::Selection,
     /// The tasks it chose; `None` when every task runs.
     pub chosen: Option<Arc<select::Chosen>>,
+    /// The run-wide caps on cost, tokens and model calls.
+    pub budget: budget::RunBudget,
+    /// `--epochs auto`: epochs up to `epochs` are added until the interval is narrow.
+    pub auto_epochs: Option<AutoEpochs>,
 }
 
 impl RunOptions {
@@ -155,6 +163,8 @@ pub struct Resume {
     pub last_seq: u64,
     /// The scored episodes, kept as they are.
     pub keep: std::collections::HashSet<String>,
+    /// What each kept episode spent, by its model: the budget is the whole run's.
+    pub spent: Vec<(String, budget::Spend)>,
     /// The run folder's lock, taken before the log was read for the plan.
     pub lock: std::fs::File,
 }
@@ -247,7 +257,18 @@ pub async fn run(
             (run_id, dir, events_path, log, writer, held)
         }
     };
-    let log = log.with_subscribers(subscribers);
+    // The episodes' own stop: the run's, or a hard budget's.
+    let episodes_stop = stop.child_token();
+    let ledger = Arc::new(Mutex::new(budget::Ledger::new(options.budget.clone(), episodes_stop.clone())));
+    let mut subscribers = subscribers.to_vec();
+    if !options.budget.is_none() {
+        let mut kept = ledger.lock().unwrap_or_else(PoisonError::into_inner);
+        for (model, spend) in options.resume.iter().flat_map(|r| &r.spent) {
+            kept.kept(model, *spend);
+        }
+        subscribers.push(Subscription::new(ledger.clone(), budget::Ledger::wants));
+    }
+    let log = log.with_subscribers(&subscribers);
     let started = std::time::Instant::now();
     let scratch = Scratch::create(&dir).map_err(RunError::Log)?;
     let grounds = Arc::new(Grounds {
@@ -259,18 +280,53 @@ pub async fn run(
 
     let mut tally = Tally::default();
     let mut aborted = None;
-    {
+    let not_run = Arc::new(AtomicU64::new(0));
+    // One round of every epoch; with `--epochs auto`, one round per epoch, each of the
+    // suite × model cells that have not stopped.
+    let rounds: Vec<Option<u32>> = match &options.auto_epochs {
+        None => vec![None],
+        Some(auto) => (1..=auto.max_epochs).map(Some).collect(),
+    };
+    let mut active: Option<HashSet<(String, String)>> = None;
+    let mut cells: HashMap<(String, String), (u64, u64)> = HashMap::new();
+    let mut task_memory = memory::TaskMemory::new(&dir);
+    for round in rounds {
         let not_stopped = stop.clone();
+        let budgeted = !options.budget.is_none();
+        let admit = {
+            let (ledger, log, not_run) = (ledger.clone(), log.clone(), not_run.clone());
+            move |spec: &EpisodeSpec| {
+                if !budgeted {
+                    return true;
+                }
+                let mut ledger = ledger.lock().unwrap_or_else(PoisonError::into_inner);
+                let admitted = ledger.admit(&spec.id, spec.model.name());
+                let reached = ledger.take_reached();
+                drop(ledger);
+                for event in &reached {
+                    log.emit(None, event);
+                }
+                let Err(why) = admitted else { return true };
+                log_not_run(&log, spec, &why);
+                not_run.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        };
+        let in_round = |e: &EpisodeSpec| {
+            round.is_none_or(|r| e.epoch == r)
+                && active.as_ref().is_none_or(|a| a.contains(&(e.suite.name.clone(), e.model.name().to_owned())))
+        };
         let plan = episodes(suites, &options.models, options.epochs)
+            .filter(in_round)
             .filter(|e| options.plans(e))
-            .take_while(move |_| !not_stopped.is_cancelled());
-        let mut task_memory = memory::TaskMemory::new(&dir);
+            .take_while(move |_| !not_stopped.is_cancelled())
+            .filter(admit);
         let mut running = futures::stream::iter(plan)
             .map(|spec| {
                 // Taken here, in plan order: a task's epochs share its memory one after another.
                 let memory = task_memory.slot(&spec);
                 let log = log.clone();
-                let stop = stop.clone();
+                let stop = episodes_stop.clone();
                 let roster = options.roster.clone();
                 let grounds = grounds.clone();
                 tokio::spawn(async move { run_episode(spec, memory, &log, &roster, &grounds, &stop).await })
@@ -280,6 +336,11 @@ pub async fn run(
             match joined {
                 Ok(report) => {
                     tally.add(&report.outcome);
+                    if let Outcome::Scored { passed, .. } = report.outcome {
+                        let cell = cells.entry((report.suite.clone(), report.model.clone())).or_default();
+                        cell.0 += 1;
+                        cell.1 += u64::from(passed);
+                    }
                     // A misconfigured model (bad key, unknown model) would fail every
                     // episode the same way: stop instead of burning through them.
                     if aborted.is_none()
@@ -294,14 +355,113 @@ pub async fn run(
                 Err(_) => tally.cancelled += 1,
             }
         }
+        drop(running);
+        let (Some(epoch), Some(auto)) = (round, &options.auto_epochs) else { continue };
+        if stop.is_cancelled() || episodes_stop.is_cancelled() {
+            break;
+        }
+        let still: HashSet<(String, String)> = auto_cells(suites, &options.models, active.as_ref())
+            .into_iter()
+            .filter(|(suite, model)| {
+                let (scored, passed) = cells.get(&(suite.clone(), model.clone())).copied().unwrap_or_default();
+                let look = (auto.decide)(epoch, passed, scored);
+                log.emit(
+                    None,
+                    &Event::EpochsDecided {
+                        suite: suite.clone(),
+                        model: model.clone(),
+                        epoch,
+                        scored,
+                        passed,
+                        low: look.low,
+                        high: look.high,
+                        level: look.level,
+                        ci_width: auto.ci_width,
+                        decision: look.decision.to_owned(),
+                    },
+                );
+                !look.stop
+            })
+            .collect();
+        if still.is_empty() {
+            break;
+        }
+        active = Some(still);
     }
 
     drop(scratch);
+    for event in ledger.lock().unwrap_or_else(PoisonError::into_inner).take_reached() {
+        log.emit(None, &event);
+    }
+    let not_run = not_run.load(Ordering::Relaxed);
+    tally.episodes += not_run;
+    tally.unscored += not_run;
     let interrupted = stop.is_cancelled() && aborted.is_none();
     log.emit(None, &tally.finished(interrupted, started.elapsed().as_secs_f64() * 1e3));
     drop(log);
     writer.close().map_err(RunError::Log)?;
     Ok(RunResult { aborted, run_id, dir, events_path, interrupted, lock })
+}
+
+/// `--epochs auto`: epochs are added one round at a time until each suite × model cell's
+/// pass-rate interval is narrow enough. The rule itself (the interval, the alpha it spends)
+/// is the caller's: `decide(epoch, passed, scored)` after each round.
+#[derive(Clone)]
+pub struct AutoEpochs {
+    pub max_epochs: u32,
+    pub ci_width: f64,
+    pub decide: Arc<dyn Fn(u32, u64, u64) -> EpochLook + Send + Sync>,
+}
+
+/// What the rule says of a cell after a round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EpochLook {
+    pub low: f64,
+    pub high: f64,
+    pub level: f64,
+    /// `continue`, `stop_narrow` or `stop_max_epochs`.
+    pub decision: &'static str,
+    pub stop: bool,
+}
+
+/// The suite × model cells of a run still adding epochs (all of them before the first look).
+fn auto_cells(
+    suites: &[Arc<Suite>],
+    models: &[Arc<Backend>],
+    active: Option<&HashSet<(String, String)>>,
+) -> Vec<(String, String)> {
+    let all = suites.iter().flat_map(|s| models.iter().map(move |m| (s.name.clone(), m.name().to_owned())));
+    all.filter(|cell| active.is_none_or(|a| a.contains(cell))).collect()
+}
+
+/// Logs an episode the budget kept from starting: started and finished at once, unscored
+/// with cause `budget`, so that tables count it as planned and `--resume` runs it.
+fn log_not_run(log: &EventLog, spec: &EpisodeSpec, why: &str) {
+    let task = &spec.suite.tasks[spec.task];
+    let recorder = log.recorder(&spec.id);
+    recorder.emit(&Event::EpisodeStarted {
+        suite: spec.suite.name.clone(),
+        task_id: task.id.clone(),
+        task_digest: task.digest.clone(),
+        model: spec.model.name().to_owned(),
+        epoch: spec.epoch,
+        environment: spec.suite.environment.name.clone(),
+        toolset: spec.suite.toolset_for(&spec.id).map(|t| t.name.clone()),
+    });
+    recorder.emit(&Event::EpisodeFinished {
+        outcome: Outcome::Unscored { cause: UnscoredCause::Budget, message: format!("not run: {why}") },
+        termination: Termination::NotRun,
+        steps: 0,
+        tool_calls: 0,
+        tool_errors: 0,
+        usage: Default::default(),
+        cost_usd: Some(0.0),
+        wall_ms: 0.0,
+        loop_ms: None,
+        user_usage: None,
+        user_cost_usd: None,
+        agent_program: None,
+    });
 }
 
 /// Takes the run folder's lock, held while the returned file is open: one process at a

@@ -119,13 +119,18 @@ pub fn plan(dir: &Path, suites: &[Arc<Suite>], asked: &Asked<'_>) -> Result<Resu
         let show = |s: &Option<String>| s.clone().map_or("no shard".to_string(), |s| format!("shard {s}"));
         return Err(format!("{shown} was {}, not {}", show(&p.header.shard), show(&shard_now)));
     }
-    let keep = p
-        .episodes
-        .into_iter()
-        .filter(|e| matches!(e.outcome, Outcome::Scored { .. }))
-        .map(|e| String::from(e.episode_id))
-        .collect();
-    Ok(Resume { dir: dir.to_path_buf(), run_id: p.run_id, last_seq: p.last_seq, keep, lock })
+    let mut keep = std::collections::HashSet::new();
+    let mut spent = Vec::new();
+    for e in p.episodes.into_iter().filter(|e| matches!(e.outcome, Outcome::Scored { .. })) {
+        let spend = super::budget::Spend {
+            cost_usd: e.cost_usd.unwrap_or(0.0),
+            tokens: e.usage.total(),
+            model_calls: u64::from(e.model_calls),
+        };
+        spent.push((e.model.to_string(), spend));
+        keep.insert(String::from(e.episode_id));
+    }
+    Ok(Resume { dir: dir.to_path_buf(), run_id: p.run_id, last_seq: p.last_seq, keep, spent, lock })
 }
 
 fn short(digest: &str) -> &str {

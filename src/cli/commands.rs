@@ -8,7 +8,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::flags::{
-    CompareArgs, EvalArgs, ExportArgs, GateArgs, JudgeCheckArgs, MergeArgs, RegradeArgs, ReportArgs, SearchArgs, Switch,
+    CompareArgs, EvalArgs, ExportArgs, GateArgs, JudgeCheckArgs, MergeArgs, PlanArgs, RegradeArgs, ReportArgs, SearchArgs,
+    Switch,
 };
 use super::{CliError, Exit, out, outln, resolve};
 use crate::agent::AgentKind;
@@ -127,7 +128,7 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
     // A blocking task still running (a stuck read) must not hold the finished run open.
     runtime.shutdown_timeout(std::time::Duration::from_secs(2));
     release_free_memory();
-    let (summary, index) = summarize(&result.events_path)?;
+    let (summary, index) = summarize(&result.events_path, args.gates.alpha)?;
     out!("\n{}", summary.render());
     outln!("results: {}", result.dir.display());
     write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
@@ -182,7 +183,7 @@ pub fn regrade(args: RegradeArgs) -> Result<Exit, CliError> {
         resolve::runtime()?.block_on(batch::regrade::regrade(&run, &suites, &graders, std::env::args().collect()));
     let (scoring_id, counts) =
         regraded.map_err(|e| CliError::results(format!("failed to append to {}: {e}", run.events_path.display())))?;
-    let (summary, index) = summarize(&run.events_path)?;
+    let (summary, index) = summarize(&run.events_path, args.gates.alpha)?;
     out!("{}", summary.render());
     let changed = if counts.changed_tasks > 0 {
         format!("; {} on tasks whose content changed since the run", counts.changed_tasks)
@@ -203,7 +204,7 @@ pub fn regrade(args: RegradeArgs) -> Result<Exit, CliError> {
 /// `runner report`: the tables and summary again, and the reports asked for.
 pub fn report(args: ReportArgs) -> Result<Exit, CliError> {
     let dir = batch::resume::find_logged_run(&args.run, Path::new("results")).map_err(CliError::usage)?;
-    let (summary, index) = summarize(&dir.join("events.jsonl"))?;
+    let (summary, index) = summarize(&dir.join("events.jsonl"), args.alpha)?;
     out!("{}", summary.render());
     outln!("tables: {}, {}", dir.join("episodes.csv").display(), dir.join("episodes.parquet").display());
     write_reports(&index, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
@@ -230,7 +231,8 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
         let dir = batch::resume::find_logged_run(run, Path::new("results")).map_err(CliError::usage)?;
         runs.push(Projection::from_log(&dir.join("events.jsonl")).map_err(CliError::usage)?);
     }
-    let comparison = crate::report::compare::Comparison::of(&runs);
+    let mut comparison = crate::report::compare::Comparison::of(&runs);
+    comparison.alpha = args.alpha;
     if comparison.groups.len() < 2 {
         return Err(CliError::usage(
             "nothing to compare: the runs hold fewer than two models with episodes (give two runs, or a run made with several --model)",
@@ -248,12 +250,94 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
         write(&path.with_extension("pairs.csv"), &comparison.pairs_csv().map_err(CliError::results)?)?;
     }
     let verdicts = gate::compared(&runs, comparison, args.fail_on_regression).map_err(CliError::usage)?;
+    for line in verdicts.iter().filter_map(|t| t.power_line(args.tolerance, args.alpha)) {
+        outln!("{line}");
+    }
     // Last, so that a CI log ends with why the command passed or failed.
     for t in &verdicts {
         outln!("{}", t.verdict(args.tolerance, args.alpha));
     }
     let regressed = verdicts.iter().any(|t| t.regressed(args.tolerance, args.alpha));
     Ok(if args.fail_on_regression && regressed { Exit::GateFailed } else { Exit::Passed })
+}
+
+/// `runner plan`: from a run's observed variances, the epochs and tasks a paired comparison
+/// needs to detect a difference of `--mde` points.
+pub fn plan(args: PlanArgs) -> Result<Exit, CliError> {
+    use crate::report::power;
+    resolve::fraction("--alpha", Some(args.alpha))?;
+    if !(args.mde > 0.0 && args.mde <= 100.0) {
+        return Err(CliError::usage(
+            "--mde is a difference in points of pass rate, more than 0 and at most 100 (5 is five points)",
+        ));
+    }
+    let delta = args.mde / 100.0;
+    let dir = batch::resume::find_logged_run(&args.run, Path::new("results")).map_err(CliError::usage)?;
+    let index = Index::build(&dir.join("events.jsonl")).map_err(CliError::results)?;
+    let mut cells = power::Cells::new();
+    index
+        .for_each_row(|row| {
+            if let crate::log::Outcome::Scored { passed, .. } = row.outcome {
+                power::count(&mut cells, power::cell_key(&row.suite, &row.model), &row.task_id, passed);
+            }
+        })
+        .map_err(CliError::results)?;
+    let decomposed = power::decompose(&cells);
+    if decomposed.is_empty() {
+        return Err(CliError::usage(format!("{}: no scored episode to plan from", dir.display())));
+    }
+    let header = [
+        "suite",
+        "model",
+        "tasks",
+        "epochs/task",
+        "within-task var",
+        "between-task var",
+        "MDE now",
+        "epochs needed",
+        "or tasks needed",
+        "tasks, independent",
+    ];
+    let mut lines: Vec<Vec<String>> = vec![header.map(String::from).to_vec()];
+    let mut bounded = false;
+    for (key, d) in &decomposed {
+        let plan = d.plan(delta, args.alpha);
+        bounded |= !plan.exact;
+        let bound = if plan.exact { "" } else { "≤ " };
+        let var = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.4}"));
+        lines.push(vec![
+            key.suite.clone(),
+            key.model.clone(),
+            d.tasks.to_string(),
+            format!("{:.1}", d.epochs_per_task()),
+            var(d.within),
+            var(d.between),
+            d.detectable(args.alpha).map_or("none".into(), |(m, _)| format!("{bound}{:.1} pts", m * 100.0)),
+            plan.epochs.map_or("more tasks".into(), |e| format!("{bound}{e}")),
+            format!("{bound}{}", plan.tasks),
+            plan.tasks_unpaired.map_or("-".into(), |t| t.to_string()),
+        ]);
+    }
+    out!("{}", crate::report::summary::table(&lines));
+    outln!(
+        "to detect {} points at 80% power and alpha {} in a paired comparison: the epochs each of the run's tasks needs, or the tasks at the run's epochs per task",
+        args.mde,
+        args.alpha
+    );
+    outln!(
+        "tasks, independent: the tasks needed when the two sides do not find the same tasks hard (different models, different tasks)"
+    );
+    if decomposed.iter().any(|(_, d)| d.plan(delta, args.alpha).epochs.is_none()) {
+        outln!(
+            "more tasks: the exact McNemar test on this few tasks cannot detect that difference, whatever the epochs"
+        );
+    }
+    if bounded {
+        outln!(
+            "≤: one epoch per task cannot tell the epochs' noise from the tasks'; these are upper bounds (run 2 epochs or more to know)"
+        );
+    }
+    Ok(Exit::Passed)
 }
 
 /// `runner export`: the run's episodes in another format, and how complete that is.
@@ -349,7 +433,7 @@ pub fn merge(args: MergeArgs) -> Result<Exit, CliError> {
     if !merged.missing_shards.is_empty() {
         eprintln!("warning: shard(s) {} missing from the merge", merged.missing_shards.join(", "));
     }
-    let (summary, index) = summarize(&merged.events_path)?;
+    let (summary, index) = summarize(&merged.events_path, args.gates.alpha)?;
     out!("{}", summary.render());
     outln!("merged {} runs, {} episodes: {}", dirs.len(), merged.episodes, merged.dir.display());
     write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
@@ -370,9 +454,10 @@ fn release_free_memory() {
 /// `summary.json`, `episodes.csv` and `episodes.parquet` are
 /// (re)written beside it. A log that cannot be read back, or a table that cannot be
 /// written, means the results failed.
-fn summarize(events: &Path) -> Result<(Summary, Index), CliError> {
+fn summarize(events: &Path, alpha: f64) -> Result<(Summary, Index), CliError> {
     let index = Index::build(events).map_err(CliError::results)?;
     let mut summary = Summary::begin(&index.meta);
+    summary.alpha = Some(alpha);
     let dir = events.parent().unwrap_or(Path::new("."));
     summary.run_dir = Some(dir.display().to_string());
     crate::report::table::write_tables(&index, dir, |row| summary.add(row)).map_err(CliError::results)?;
@@ -417,11 +502,24 @@ fn judge(index: &Index, summary: &Summary, gates: &GateArgs, baseline: Option<Pr
     for reason in verdict.reasons() {
         eprintln!("{reason}");
     }
-    let exit = match verdict {
+    let mut exit = match verdict {
         Gate::Passed => Exit::Passed,
         Gate::Failed(_) => Exit::GateFailed,
         Gate::TooManyUnscored(_) => Exit::TooManyUnscored,
     };
+    // A verdict on part of the plan is no pass: the run is incomplete.
+    let total = summary.total();
+    if total.not_run > 0 {
+        eprintln!(
+            "incomplete: {} of {} planned episodes not run, a budget stopped scheduling (coverage {})",
+            total.not_run,
+            total.episodes,
+            total.coverage()
+        );
+        if exit == Exit::Passed {
+            exit = Exit::Incomplete;
+        }
+    }
     let Some(baseline) = baseline else { return Ok(exit) };
     let current = Projection::from_index(index).map_err(CliError::results)?;
     let against = gate::against(&baseline, &current, gates.tolerance, gates.alpha);

@@ -29,6 +29,9 @@ pub enum Command {
     /// Write a run's episodes as ATIF trajectories, or as ShareGPT or OpenAI-messages JSONL
     /// for fine-tuning sets; says which episodes were written and which skipped, and why.
     Export(ExportArgs),
+    /// From a run's observed variances: the epochs (and tasks) a paired comparison needs to
+    /// detect a difference of `--mde` points at 80% power.
+    Plan(PlanArgs),
     /// Combine the shards of a run (or runs of the same suites and models on disjoint
     /// episodes) into one run folder.
     Merge(MergeArgs),
@@ -117,6 +120,9 @@ pub struct ReportArgs {
     /// Write the summary as Markdown here.
     #[arg(long)]
     pub markdown: Option<PathBuf>,
+    /// The significance level of the minimum detectable difference in the noise table.
+    #[arg(long, default_value_t = 0.05)]
+    pub alpha: f64,
 }
 
 #[derive(Args)]
@@ -212,6 +218,18 @@ pub struct JudgeCheckArgs {
 }
 
 #[derive(Args)]
+pub struct PlanArgs {
+    /// The run: its id (a folder in results/), its folder, or its events.jsonl.
+    pub run: PathBuf,
+    /// The difference to detect, in points of pass rate (5 is five points).
+    #[arg(long, value_name = "POINTS")]
+    pub mde: f64,
+    /// The significance level of the comparison.
+    #[arg(long, default_value_t = 0.05)]
+    pub alpha: f64,
+}
+
+#[derive(Args)]
 pub struct MergeArgs {
     /// The run folders of the shards.
     #[arg(required = true, num_args = 2..)]
@@ -268,6 +286,19 @@ pub struct EvalArgs {
     /// Every episode's most model tokens, over each suite's `limits.max_tokens`.
     #[arg(long, value_name = "N")]
     pub max_tokens: Option<u64>,
+    /// The most the whole run may spend, in USD: no episode is started that could cross it
+    /// (every model needs a price in runner.yaml).
+    #[arg(long, value_name = "USD")]
+    pub max_cost_usd: Option<f64>,
+    /// The most model tokens (input and output) the whole run may use.
+    #[arg(long, value_name = "N")]
+    pub max_run_tokens: Option<u64>,
+    /// The most model calls the whole run may make.
+    #[arg(long, value_name = "N")]
+    pub max_model_calls: Option<u64>,
+    /// With a budget: reaching a cap also cancels the episodes in flight.
+    #[arg(long)]
+    pub budget_hard: bool,
     /// Multiplies every episode's time limit (the suite's `time_s`, or --time-s): `3` gives a
     /// slow local model three times as long.
     #[arg(long, value_name = "X")]
@@ -278,9 +309,17 @@ pub struct EvalArgs {
     /// Where the cache lives (default: ~/.cache/runner/responses).
     #[arg(long)]
     pub cache_dir: Option<PathBuf>,
-    /// Run each task this many times (overrides the suites' `epochs`).
-    #[arg(long)]
-    pub epochs: Option<u32>,
+    /// Run each task this many times (overrides the suites' `epochs`); `auto` adds epochs
+    /// until the pass rate's interval is --ci-width wide, at most --max-epochs.
+    #[arg(long, value_name = "N|auto", value_parser = parse_epochs)]
+    pub epochs: Option<Epochs>,
+    /// With `--epochs auto`: the widest the pass rate's interval may be (a fraction, 0.05
+    /// is five points from its low end to its high end).
+    #[arg(long, value_name = "W")]
+    pub ci_width: Option<f64>,
+    /// With `--epochs auto`: the most epochs of each task (default 10).
+    #[arg(long, value_name = "N")]
+    pub max_epochs: Option<u32>,
     /// How many episodes run at once.
     #[arg(long, short = 'j', default_value_t = 8)]
     pub jobs: usize,
@@ -334,6 +373,20 @@ pub struct EvalArgs {
     /// No progress bar or per-episode lines; only the summary.
     #[arg(long, short = 'q')]
     pub quiet: bool,
+}
+
+/// `--epochs N`, or `--epochs auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epochs {
+    Fixed(u32),
+    Auto,
+}
+
+fn parse_epochs(text: &str) -> Result<Epochs, String> {
+    if text == "auto" {
+        return Ok(Epochs::Auto);
+    }
+    text.parse().map(Epochs::Fixed).map_err(|_| format!("`{text}` is neither a number of epochs nor `auto`"))
 }
 
 /// A setting that is on or off.

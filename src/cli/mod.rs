@@ -29,6 +29,9 @@ pub enum Exit {
     /// Episodes ran, but their results could not be written or read back (disk full,
     /// permissions).
     ResultsFailed = 4,
+    /// Incomplete: a run-wide budget stopped scheduling before every planned episode ran
+    /// (`--resume` with a larger budget runs the rest).
+    Incomplete = 5,
     /// Stopped by Ctrl-C or SIGTERM.
     Interrupted = 130,
 }
@@ -92,6 +95,7 @@ fn run(command: Command) -> Result<Exit, CliError> {
         Command::Export(args) => commands::export(args),
         Command::Search(args) => commands::search(args),
         Command::JudgeCheck(args) => commands::judge_check(args),
+        Command::Plan(args) => commands::plan(args),
     }
 }
 

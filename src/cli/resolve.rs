@@ -8,6 +8,7 @@ use super::flags::{EvalArgs, GateArgs, Switch};
 use super::{CliError, Exit};
 use crate::agent::AgentKind;
 use crate::batch::select::Chosen;
+use crate::batch::budget::RunBudget;
 use crate::batch::{self, Roster, RunOptions};
 use crate::domain::MAX_EPISODE_S;
 use crate::domain::selection::Selection;
@@ -32,10 +33,9 @@ pub struct Eval {
 /// resumption, in that order (a mistake in a flag is found before the suites are read).
 pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     let (models, config, options) = models(args)?;
+    let budget = run_budget(args, &config, &models)?;
     let baseline = baseline(&args.gates, &args.out)?;
-    if args.epochs == Some(0) {
-        return Err(CliError::usage("--epochs must be at least 1"));
-    }
+    let (epochs, auto_epochs) = epochs(args)?;
     let limits = limit_overrides(args)?;
     let suites = discover(with_agent(suites(&args.paths)?, args.agent)?, args.sandbox)?;
     for suite in &suites {
@@ -49,14 +49,15 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
             return Err(CliError::usage(message));
         }
     }
+    let fixed_epochs = epochs;
     for suite in &suites {
-        let epochs = args.epochs.unwrap_or(suite.epochs);
+        let epochs = epochs.unwrap_or(suite.epochs);
         if let Some(k) = suite.k_of_n.filter(|k| *k > epochs) {
             let message =
                 format!("{}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
             return Err(CliError::usage(message));
         }
-        if let Some(task) = suite.tasks.iter().find(|t| t.pass_k.is_some_and(|p| args.epochs.is_some_and(|e| p.k > e)))
+        if let Some(task) = suite.tasks.iter().find(|t| t.pass_k.is_some_and(|p| fixed_epochs.is_some_and(|e| p.k > e)))
         {
             let k = task.pass_k.map_or(0, |p| p.k);
             let message = format!(
@@ -79,13 +80,8 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     let resume = match &args.resume {
         Some(run) => {
             let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;
-            let asked = batch::resume::Asked {
-                models: &models,
-                epochs: args.epochs,
-                shard: args.shard,
-                limits,
-                selection: &selection,
-            };
+            let asked =
+                batch::resume::Asked { models: &models, epochs, shard: args.shard, limits, selection: &selection };
             Some(batch::resume::plan(&dir, &suites, &asked).map_err(CliError::usage)?)
         }
         None => None,
@@ -96,7 +92,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     );
     let options = RunOptions {
         models,
-        epochs: args.epochs,
+        epochs,
         jobs,
         out_dir: args.out.clone(),
         run_id: args.run_id.clone(),
@@ -112,6 +108,8 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         warnings,
         selection,
         chosen,
+        budget,
+        auto_epochs,
     };
     // A sandbox this machine cannot enforce is refused before any episode starts.
     let mut refused = Vec::new();
@@ -157,6 +155,104 @@ fn selection(args: &EvalArgs, suites: &[Arc<Suite>]) -> Result<(Selection, Optio
         return Err(CliError::usage(why));
     }
     Ok((selection, chosen.map(Arc::new)))
+}
+
+/// `--epochs N`, or `--epochs auto` with its stopping rule (see `report::power::StoppingRule`):
+/// the epochs the plan holds (at most), and the rule.
+fn epochs(args: &EvalArgs) -> Result<(Option<u32>, Option<batch::AutoEpochs>), CliError> {
+    use super::flags::Epochs;
+    let auto_only = |flag: &str| CliError::usage(format!("{flag} goes with --epochs auto"));
+    match args.epochs {
+        Some(Epochs::Auto) => {}
+        Some(Epochs::Fixed(0)) => return Err(CliError::usage("--epochs must be at least 1")),
+        epochs => {
+            if args.ci_width.is_some() {
+                return Err(auto_only("--ci-width"));
+            }
+            if args.max_epochs.is_some() {
+                return Err(auto_only("--max-epochs"));
+            }
+            return Ok((epochs.map(|e| if let Epochs::Fixed(n) = e { n } else { 1 }), None));
+        }
+    }
+    let Some(ci_width) = args.ci_width else {
+        return Err(CliError::usage("--epochs auto needs --ci-width W: the widest the pass rate's interval may be"));
+    };
+    if !(ci_width > 0.0 && ci_width < 1.0) {
+        return Err(CliError::usage("--ci-width is a fraction of pass rate, more than 0 and less than 1"));
+    }
+    let max_epochs = args.max_epochs.unwrap_or(10);
+    if max_epochs == 0 {
+        return Err(CliError::usage("--max-epochs must be at least 1"));
+    }
+    if args.resume.is_some() || args.shard.is_some() {
+        return Err(CliError::usage(
+            "--epochs auto decides from every episode of a suite and model, so it runs whole: not with --resume or --shard",
+        ));
+    }
+    let rule = crate::report::power::StoppingRule { ci_width, max_epochs, alpha: args.gates.alpha };
+    let decide = move |epoch: u32, passed: u64, scored: u64| {
+        let look = rule.look(epoch, passed, scored);
+        batch::EpochLook {
+            low: look.low,
+            high: look.high,
+            level: look.level,
+            decision: look.decision.as_str(),
+            stop: look.decision != crate::report::power::Decision::Continue,
+        }
+    };
+    Ok((Some(max_epochs), Some(batch::AutoEpochs { max_epochs, ci_width, decide: Arc::new(decide) })))
+}
+
+/// The run's caps: the command line's and each provider's in runner.yaml. A cost cap
+/// needs a price for every model it counts: one without is refused, named, with how to
+/// give it one.
+fn run_budget(args: &EvalArgs, config: &ModelConfig, models: &[Arc<Backend>]) -> Result<RunBudget, CliError> {
+    use crate::model::config::Budget;
+    if args.max_cost_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
+        return Err(CliError::usage("--max-cost-usd must be a number of dollars, 0 or more"));
+    }
+    let budget = RunBudget {
+        run: Budget {
+            max_cost_usd: args.max_cost_usd,
+            max_tokens: args.max_run_tokens,
+            max_model_calls: args.max_model_calls,
+        },
+        providers: config
+            .providers
+            .iter()
+            .filter(|(_, p)| !p.budget.is_none())
+            .map(|(name, p)| (name.clone(), p.budget))
+            .collect(),
+        hard: args.budget_hard,
+    };
+    if args.budget_hard && budget.is_none() {
+        return Err(CliError::usage(
+            "--budget-hard needs a budget: --max-cost-usd, --max-run-tokens, --max-model-calls or a provider's `budget:` in runner.yaml",
+        ));
+    }
+    for model in models {
+        let provider = batch::budget::provider_of(model.name());
+        let capped_by = match (args.max_cost_usd, budget.providers.get(provider).and_then(|b| b.max_cost_usd)) {
+            (Some(_), _) => "--max-cost-usd".to_owned(),
+            (None, Some(_)) => format!("providers.{provider}.budget.max_cost_usd"),
+            (None, None) => continue,
+        };
+        if !model.priced() {
+            let name = model.name();
+            let how = if name.contains('/') {
+                format!(
+                    "give it one in runner.yaml (or the --config file): `prices: {{\"{name}\": {{input: 0.15, output: 0.6}}}}`, in USD per million tokens"
+                )
+            } else {
+                "`mock` and replays have no price: cap them with --max-run-tokens or --max-model-calls".to_owned()
+            };
+            return Err(CliError::usage(format!(
+                "{capped_by} needs a price for every model, and `{name}` has none: {how}"
+            )));
+        }
+    }
+    Ok(budget)
 }
 
 /// The suites with their environments' tools discovered: MCP servers are started once

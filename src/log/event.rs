@@ -74,6 +74,8 @@ pub enum Termination {
     /// In a conversation, the task's user said the stop word: the conversation is over.
     /// Not `user_stop`, which already means the run was stopped.
     UserEnded,
+    /// The run's budget stopped scheduling before the episode started: it never ran.
+    NotRun,
 }
 
 impl Termination {
@@ -88,6 +90,7 @@ impl Termination {
             Termination::EnvironmentError => "environment_error",
             Termination::UserStop => "user_stop",
             Termination::UserEnded => "user_ended",
+            Termination::NotRun => "not_run",
         }
     }
 }
@@ -158,11 +161,14 @@ pub enum UnscoredCause {
     /// A code scorer (`python:`, `js:`) raised, timed out, crashed, or returned something
     /// that is not a verdict.
     ScorerError,
+    /// Not run: a run-wide budget (`--max-cost-usd`, `--max-run-tokens`,
+    /// `--max-model-calls`, or a provider's) stopped scheduling before the episode started.
+    Budget,
     Other(String),
 }
 
 impl UnscoredCause {
-    const NAMED: [UnscoredCause; 15] = [
+    const NAMED: [UnscoredCause; 16] = [
         UnscoredCause::ProviderError,
         UnscoredCause::RateLimited,
         UnscoredCause::ConfigurationError,
@@ -178,6 +184,7 @@ impl UnscoredCause {
         UnscoredCause::ModelTooSlow,
         UnscoredCause::VerifierError,
         UnscoredCause::ScorerError,
+        UnscoredCause::Budget,
     ];
 
     pub fn as_str(&self) -> &str {
@@ -197,6 +204,7 @@ impl UnscoredCause {
             UnscoredCause::ModelTooSlow => "model_too_slow",
             UnscoredCause::VerifierError => "verifier_error",
             UnscoredCause::ScorerError => "scorer_error",
+            UnscoredCause::Budget => "budget",
             UnscoredCause::Other(name) => name,
         }
     }
@@ -635,6 +643,33 @@ pub enum Event {
         scored: u64,
         passed: u64,
         unscored: u64,
+    },
+    /// `--epochs auto`: after each epoch of a suite and model, the pass rate's interval (at
+    /// `level`, alpha spent over the most epochs there can be) and what the rule decided:
+    /// `continue`, `stop_narrow` (the interval is at most `ci_width` wide) or
+    /// `stop_max_epochs`.
+    EpochsDecided {
+        suite: String,
+        model: String,
+        epoch: u32,
+        scored: u64,
+        passed: u64,
+        low: f64,
+        high: f64,
+        level: f64,
+        ci_width: f64,
+        decision: String,
+    },
+    /// A run-wide budget stopped scheduling: `scope` is `run` or `provider NAME`, `cap` the
+    /// limit that the next episode could cross (`max_cost_usd`, `max_tokens`,
+    /// `max_model_calls`), `limit` its value, `spent` what the run had spent then, `hard`
+    /// whether the episodes in flight were cancelled.
+    BudgetReached {
+        scope: String,
+        cap: String,
+        limit: f64,
+        spent: f64,
+        hard: bool,
     },
     RunFinished {
         episodes: u64,

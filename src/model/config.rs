@@ -46,6 +46,24 @@ pub struct Provider {
     pub sampling: Map<String, Value>,
     /// OpenAI API only: the `parallel_tool_calls` sent with tools; not sent when unset.
     pub parallel_tool_calls: Option<bool>,
+    /// What a run may spend on this provider's models (`budget:` in runner.yaml).
+    pub budget: Budget,
+}
+
+/// Caps on what a run spends, over all its episodes: given per run on the command line,
+/// per provider in runner.yaml. `None` is no cap.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    pub max_cost_usd: Option<f64>,
+    pub max_tokens: Option<u64>,
+    pub max_model_calls: Option<u64>,
+}
+
+impl Budget {
+    pub fn is_none(&self) -> bool {
+        *self == Budget::default()
+    }
 }
 
 /// USD per million tokens.
@@ -98,6 +116,7 @@ fn provider(
         retry_max_s: 60.0,
         sampling: Map::new(),
         parallel_tool_calls: None,
+        budget: Budget::default(),
     }
 }
 
@@ -157,6 +176,7 @@ struct ProviderFile {
     retry_max_s: Option<f64>,
     sampling: Option<Map<String, Value>>,
     parallel_tool_calls: Option<bool>,
+    budget: Option<Budget>,
 }
 
 impl ModelConfig {
@@ -232,6 +252,14 @@ impl ModelConfig {
             }
             if let Some(v) = f.parallel_tool_calls {
                 p.parallel_tool_calls = Some(v);
+            }
+            if let Some(budget) = f.budget {
+                if budget.max_cost_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
+                    return Err(
+                        source.error(&format!("{at}.budget.max_cost_usd"), "must be a number of dollars, 0 or more")
+                    );
+                }
+                p.budget = budget;
             }
             self.providers.insert(name, p);
         }

@@ -86,6 +86,11 @@ impl HttpModel {
         })
     }
 
+    /// Whether the config gives the model a price.
+    pub fn priced(&self) -> bool {
+        self.price.is_some()
+    }
+
     /// Why the run should stop: no call ever succeeded, and one was refused for its key or
     /// model (401, 403, 404), or three were refused as bad requests (400 and the like,
     /// which one long prompt can also cause).
@@ -462,6 +467,7 @@ mod tests {
             retry_max_s: 0.01,
             sampling: Map::new(),
             parallel_tool_calls: None,
+            budget: Default::default(),
         };
         (HttpModel::new("local/tiny", "tiny", provider, None).unwrap(), server)
     }

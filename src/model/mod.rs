@@ -314,6 +314,12 @@ impl Backend {
         &self.name
     }
 
+    /// Whether its calls have a cost: a provider's model with a price in the config. `mock`
+    /// and replays cost nothing and have none.
+    pub fn priced(&self) -> bool {
+        matches!(&self.source, Source::Http(m) if m.priced())
+    }
+
     /// Why the run should stop early: the backend is misconfigured (every call refused).
     pub fn broken(&self) -> Option<String> {
         match &self.source {

@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use super::power;
 use super::stats::{self, Bootstrap};
 use crate::log::Outcome;
 use crate::log::projection::{EpisodeRow, Projection};
@@ -148,6 +149,12 @@ pub struct PairTest {
     /// Tasks' mean scores, B minus A, resampling tasks.
     pub score: Option<Bootstrap>,
     pub flips: Vec<Flip>,
+    /// Per shared task, B's pass rate over its shared epochs less A's: the spread the
+    /// minimum detectable difference is computed from.
+    pub task_diffs: Vec<f64>,
+    /// The epochs' noise of both sides, `(σ²_w,A + σ²_w,B) / n`: the least variance a task's
+    /// difference can have (see [`power::paired_mde`]).
+    pub epoch_noise: f64,
 }
 
 /// One task's shared epochs.
@@ -177,6 +184,8 @@ impl PairTest {
             p_value: 1.0,
             score: None,
             flips: Vec::new(),
+            task_diffs: Vec::new(),
+            epoch_noise: 0.0,
         };
         let mut tasks: std::collections::BTreeMap<(&str, &str), TaskPair> = std::collections::BTreeMap::new();
         for rb in &b.rows {
@@ -200,8 +209,13 @@ impl PairTest {
         }
         let (mut rate_a, mut rate_b) = (0.0, 0.0);
         let mut diffs = Vec::with_capacity(tasks.len());
+        let (mut counts_a, mut counts_b) = (Vec::new(), Vec::new());
         for ((suite, task_id), task) in &tasks {
             let n = f64::from(task.epochs);
+            t.task_diffs.push(f64::from(task.passed_b) / n - f64::from(task.passed_a) / n);
+            let epochs = u64::from(task.epochs);
+            counts_a.push(power::TaskCount { epochs, passed: u64::from(task.passed_a) });
+            counts_b.push(power::TaskCount { epochs, passed: u64::from(task.passed_b) });
             rate_a += f64::from(task.passed_a) / n;
             rate_b += f64::from(task.passed_b) / n;
             diffs.push((task.score_b - task.score_a) / n);
@@ -223,6 +237,9 @@ impl PairTest {
             }
         }
         t.shared = tasks.len() as u64;
+        if let (Some(a), Some(b)) = (power::Decomposition::of(&counts_a), power::Decomposition::of(&counts_b)) {
+            t.epoch_noise = (a.within.unwrap_or(0.0) + b.within.unwrap_or(0.0)) / a.epochs_per_task();
+        }
         if t.shared > 0 {
             let n = t.shared as f64;
             t.pass_rate_a = Some(rate_a / n);
@@ -243,6 +260,50 @@ impl PairTest {
     /// A significant drop of B against A beyond `tolerance` (a fraction of pass rate).
     pub fn regressed(&self, tolerance: f64, alpha: f64) -> bool {
         self.effect.is_some_and(|e| e < -tolerance) && self.p_value < alpha
+    }
+
+    /// The minimum detectable difference of this pair at `alpha` and 80 % power, from the
+    /// observed spread of its tasks' differences.
+    pub fn mde(&self, alpha: f64) -> Option<f64> {
+        let floor = power::mcnemar_floor(self.shared, alpha)?;
+        power::paired_mde(&self.task_diffs, self.epoch_noise, alpha).map(|mde| mde.max(floor))
+    }
+
+    /// For a pair that did not regress: whether it could have. A green gate that could not
+    /// have been red says so ("underpowered: …"). `None` for a regression or no shared task.
+    pub fn power_line(&self, tolerance: f64, alpha: f64) -> Option<String> {
+        if self.effect.is_none() || self.regressed(tolerance, alpha) {
+            return None;
+        }
+        let who = format!("power: {} vs {}", self.b, self.a);
+        if !power::mcnemar_can_reject(self.shared, alpha) {
+            let needed = (2.0 / alpha).log2().floor() as u64 + 1;
+            return Some(format!(
+                "{who}: underpowered: with {} shared task(s) the exact McNemar test cannot reach p < {alpha} whatever the results (it needs at least {needed}): a regression could not have been detected",
+                self.shared
+            ));
+        }
+        let mde = self.mde(alpha)?;
+        let pts = |x: f64| format!("{:.1} pts", x * 100.0);
+        Some(if mde <= tolerance {
+            format!(
+                "{who}: a drop of {} (the tolerance) would have been detected with 80% power (MDE {})",
+                pts(tolerance),
+                pts(mde)
+            )
+        } else if tolerance > 0.0 {
+            format!(
+                "{who}: underpowered: a drop of {} (the tolerance) is below the {} this comparison detects with 80% power at alpha {alpha}; `runner plan RUN --mde {:.0}` says what it needs",
+                pts(tolerance),
+                pts(mde),
+                tolerance * 100.0
+            )
+        } else {
+            format!(
+                "{who}: underpowered: only drops of {} or more are detected with 80% power at alpha {alpha}; a smaller regression passes unnoticed (set --tolerance to the drop that matters, `runner plan` says what it needs)",
+                pts(mde)
+            )
+        })
     }
 
     /// One sentence for a CI log: whether B regressed against A, by how much, and why that
@@ -328,6 +389,11 @@ pub struct Comparison {
     /// Each group split by the toolset its episodes drew (`model [toolset]`), for runs of
     /// suites that name `toolsets:`; empty otherwise.
     pub toolsets: Vec<GroupStats>,
+    /// Per group and cell ([`power::cell_key`]): the variance decomposition of its pass
+    /// indicator, for the noise table.
+    pub noise: Vec<(String, power::CellKey, power::Decomposition)>,
+    /// The significance level of the noise table's minimum detectable difference.
+    pub alpha: f64,
 }
 
 impl Comparison {
@@ -353,7 +419,17 @@ impl Comparison {
                 toolsets.push(GroupStats::of(label, g.run_id.clone(), g.model.clone(), &rows));
             }
         }
-        Comparison { groups, pairs, toolsets }
+        let mut noise = Vec::new();
+        for g in &refs {
+            let mut cells = power::Cells::new();
+            for r in &g.rows {
+                if let Outcome::Scored { passed, .. } = r.outcome {
+                    power::count(&mut cells, power::cell_key(&r.suite, &r.model), &r.task_id, passed);
+                }
+            }
+            noise.extend(power::decompose(&cells).into_iter().map(|(key, d)| (g.label.clone(), key, d)));
+        }
+        Comparison { groups, pairs, toolsets, noise, alpha: 0.05 }
     }
 
     /// The per-model table as rows of cells, the header first.
@@ -402,6 +478,10 @@ impl Comparison {
     /// The comparison for a terminal.
     pub fn render(&self) -> String {
         let mut out = super::summary::table(&self.group_cells());
+        if !self.noise.is_empty() {
+            out.push('\n');
+            out.push_str(&super::summary::table(&self.noise_cells()));
+        }
         if !self.toolsets.is_empty() {
             out.push('\n');
             out.push_str(&super::summary::table(&cells(&self.toolsets)));
@@ -423,10 +503,36 @@ impl Comparison {
         out
     }
 
+    /// The noise table: per group and suite, the variance decomposition and the noise floor.
+    fn noise_cells(&self) -> Vec<Vec<String>> {
+        let mde = format!("MDE (80%, α={})", self.alpha);
+        let header = ["model", "suite", "tasks", "epochs/task", "within-task var", "between-task var", &mde];
+        let mut lines = vec![header.map(String::from).to_vec()];
+        for (label, key, d) in &self.noise {
+            let var = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.4}"));
+            lines.push(vec![
+                label.clone(),
+                key.suite.clone(),
+                d.tasks.to_string(),
+                format!("{:.1}", d.epochs_per_task()),
+                var(d.within),
+                var(d.between),
+                d.detectable(self.alpha).map_or(format!("none: {} tasks", d.tasks), |(m, exact)| {
+                    format!("{}{:.1} pts", if exact { "" } else { "≤ " }, m * 100.0)
+                }),
+            ]);
+        }
+        lines
+    }
+
     /// The comparison as Markdown, for a pull-request comment.
     pub fn markdown(&self) -> String {
         let mut out = String::from("## Comparison\n\n");
         out.push_str(&markdown_table(&self.group_cells()));
+        if !self.noise.is_empty() {
+            out.push_str("\n### Noise\n\n");
+            out.push_str(&markdown_table(&self.noise_cells()));
+        }
         if !self.toolsets.is_empty() {
             out.push_str("\n### By toolset\n\n");
             out.push_str(&markdown_table(&cells(&self.toolsets)));
@@ -551,6 +657,7 @@ fn cells(groups: &[GroupStats]) -> Vec<Vec<String>> {
             "unscored",
             "passed",
             "pass rate",
+            "coverage",
             "95% CI",
             "mean score",
             "tokens",
@@ -571,6 +678,7 @@ fn cells(groups: &[GroupStats]) -> Vec<Vec<String>> {
             g.unscored.to_string(),
             g.passed.to_string(),
             percent(g.pass_rate),
+            format!("{}/{}", g.scored, g.episodes),
             g.interval.map_or("-".into(), |(lo, hi)| format!("[{:.1}, {:.1}]", lo * 100.0, hi * 100.0)),
             g.mean_score.map_or("-".into(), |s| format!("{s:.3}")),
             g.tokens.to_string(),

@@ -111,6 +111,7 @@ pub fn against(baseline: &Projection, current: &Projection, tolerance: f64, alph
             if significant { "significant regression" } else { "no significant regression" }
         ));
         regressed |= significant;
+        lines.extend(t.power_line(tolerance, alpha));
     }
     let unjudged = (!unmatched.is_empty()).then(|| {
         format!(

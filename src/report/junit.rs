@@ -145,21 +145,35 @@ fn escape(text: &str) -> String {
 /// The summary as Markdown, for a pull-request comment or a GitHub step summary.
 pub fn markdown(summary: &Summary) -> String {
     let mut out = format!("### runner: `{}`\n\n", summary.run_id);
-    out.push_str("| suite | model | episodes | passed | failed | unscored | pass rate | tokens | cost |\n");
-    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|\n");
+    out.push_str("| suite | model | episodes | passed | failed | unscored | pass rate | coverage | tokens | cost |\n");
+    out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in &summary.rows {
         let rate = r.pass_rate().map_or("-".into(), |p| format!("{:.1}%", p * 100.0));
         let cost = if r.unpriced == r.episodes { "-".into() } else { format!("${:.4}", r.cost_usd) };
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {rate} | {} | {cost} |",
-            r.suite, r.model, r.episodes, r.passed, r.failed, r.unscored, r.tokens
+            "| {} | {} | {} | {} | {} | {} | {rate} | {} | {} | {cost} |",
+            r.suite,
+            r.model,
+            r.episodes,
+            r.passed,
+            r.failed,
+            r.unscored,
+            r.coverage(),
+            r.tokens
         );
     }
     let total = summary.total();
     if total.unscored > 0 {
         let causes: Vec<String> = total.unscored_causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
         let _ = writeln!(out, "\nUnscored (not failures): {}", causes.join(", "));
+    }
+    if total.not_run > 0 {
+        let _ = writeln!(
+            out,
+            "\nNot run: {} of {} planned episodes, a budget stopped scheduling (incomplete).",
+            total.not_run, total.episodes
+        );
     }
     for warning in &summary.warnings {
         let _ = writeln!(out, "\n> **Warning:** {warning}");

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, FixedOffset};
 
+use super::power;
 use crate::log::projection::{EpisodeRow, Projection};
 use crate::log::{Outcome, UnscoredCause};
 
@@ -16,8 +17,11 @@ pub struct Row {
     pub episodes: u64,
     pub passed: u64,
     pub failed: u64,
+    /// Unscored for a fault; the episodes a budget kept from running are `not_run` instead.
     pub unscored: u64,
     pub cancelled: u64,
+    /// Planned, but a run-wide budget stopped scheduling before they started.
+    pub not_run: u64,
     pub steps: u64,
     pub tokens: u64,
     pub cost_usd: f64,
@@ -37,6 +41,11 @@ impl Row {
     /// Passed over scored; `None` when nothing was scored.
     pub fn pass_rate(&self) -> Option<f64> {
         (self.scored() > 0).then(|| self.passed as f64 / self.scored() as f64)
+    }
+
+    /// `n_scored / n_planned`, as shown beside every rate: `9/10`.
+    pub fn coverage(&self) -> String {
+        format!("{}/{}", self.scored(), self.episodes)
     }
 
     pub fn mean_steps(&self) -> f64 {
@@ -120,9 +129,71 @@ pub struct Summary {
     /// What the run warned about how it was set up (`run_started`), said again under the
     /// tables. A regrade's scoring is not the run's: its warnings are left out then.
     pub warnings: Vec<String>,
+    /// The significance level of the minimum detectable difference (`--alpha`; 0.05 when
+    /// unset).
+    pub alpha: Option<f64>,
+    /// Why the first episode a budget kept from running was not run.
+    pub first_budget_message: Option<String>,
 }
 
 impl Summary {
+    /// The alpha of the noise table.
+    pub fn alpha(&self) -> f64 {
+        self.alpha.unwrap_or(0.05)
+    }
+
+    /// Per suite and model (the one [`power::cell_key`]), the variance decomposition of the
+    /// pass indicator over the scored episodes.
+    pub fn noise(&self) -> Vec<(power::CellKey, power::Decomposition)> {
+        let mut cells = power::Cells::new();
+        for ((suite, model, task), tally) in &self.tasks {
+            let count = power::TaskCount { epochs: tally.scores.len() as u64, passed: tally.passed };
+            cells.entry(power::cell_key(suite, model)).or_default().insert(task.clone(), count);
+        }
+        power::decompose(&cells)
+    }
+
+    /// The noise table: within- and between-task variance and the noise floor.
+    pub fn render_noise(&self) -> String {
+        let alpha = self.alpha();
+        let mde_header = format!("MDE (80%, α={alpha})");
+        let header =
+            ["suite", "model", "tasks", "epochs/task", "within-task var", "between-task var", "total var", &mde_header];
+        let mut lines: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+        let mut bounded = false;
+        for (key, d) in self.noise() {
+            let var = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.4}"));
+            let mde = match d.detectable(alpha) {
+                Some((m, true)) => format!("{:.1} pts", m * 100.0),
+                Some((m, false)) => {
+                    bounded = true;
+                    format!("≤ {:.1} pts", m * 100.0)
+                }
+                None => format!("none: {} tasks", d.tasks),
+            };
+            lines.push(vec![
+                key.suite,
+                key.model,
+                d.tasks.to_string(),
+                format!("{:.1}", d.epochs_per_task()),
+                var(d.within),
+                var(d.between),
+                format!("{:.4}", d.total),
+                mde,
+            ]);
+        }
+        let mut out = table(&lines);
+        out.push_str(
+            "MDE: the smallest drop of pass rate a paired comparison of this many tasks and epochs detects with 80% power (none: too few tasks for the McNemar test); `runner plan RUN --mde 5` says what 5 points needs\n",
+        );
+        if bounded {
+            out.push_str(
+                "≤: one epoch per task cannot tell epochs' noise from tasks'; the bound counts it all as noise\n",
+            );
+        }
+        out
+    }
+
     /// The table of tasks over their epochs.
     pub fn render_epochs(&self) -> String {
         let header = ["suite", "model", "tasks", "tasks passed", "pass@1", "pass@k", "pass^k", "k", "task score"];
@@ -224,6 +295,10 @@ impl Summary {
         match &e.outcome {
             Outcome::Scored { passed: true, .. } => row.passed += 1,
             Outcome::Scored { passed: false, .. } => row.failed += 1,
+            Outcome::Unscored { cause: UnscoredCause::Budget, message } => {
+                row.not_run += 1;
+                self.first_budget_message.get_or_insert_with(|| message.clone());
+            }
             Outcome::Unscored { cause, message } => {
                 row.unscored += 1;
                 *row.unscored_causes.entry(cause.clone()).or_default() += 1;
@@ -241,6 +316,7 @@ impl Summary {
             serde_json::json!({
                 "suite": r.suite, "model": r.model, "episodes": r.episodes, "passed": r.passed,
                 "failed": r.failed, "unscored": r.unscored, "cancelled": r.cancelled,
+                "not_run": r.not_run, "coverage": r.scored() as f64 / r.episodes.max(1) as f64,
                 "pass_rate": r.pass_rate(), "mean_steps": r.mean_steps(), "tokens": r.tokens,
                 "cost_usd": if r.unpriced == r.episodes { None } else { Some(r.cost_usd) },
                 "unscored_causes": r.unscored_causes, "wall_s": r.wall_s(),
@@ -268,6 +344,12 @@ impl Summary {
             "rows": self.rows.iter().map(row).collect::<Vec<_>>(),
             "total": row(&self.total()),
             "epochs": epochs,
+            "noise": self.noise().iter().map(|(key, d)| serde_json::json!({
+                "suite": key.suite, "model": key.model, "tasks": d.tasks, "episodes": d.episodes,
+                "within_task_variance": d.within, "between_task_variance": d.between,
+                "total_variance": d.total, "alpha": self.alpha(), "power": power::POWER,
+                "mde": d.detectable(self.alpha()).map(|m| m.0), "mde_is_bound": d.detectable(self.alpha()).is_some_and(|m| !m.1),
+            })).collect::<Vec<_>>(),
             "toolsets": self.toolsets.iter().map(|((suite, model, toolset), t)| serde_json::json!({
                 "suite": suite, "model": model, "toolset": toolset, "episodes": t.episodes,
                 "passed": t.passed, "failed": t.failed, "unscored": t.unscored, "pass_rate": t.pass_rate(),
@@ -340,6 +422,7 @@ impl Summary {
             t.failed += r.failed;
             t.unscored += r.unscored;
             t.cancelled += r.cancelled;
+            t.not_run += r.not_run;
             t.steps += r.steps;
             t.tokens += r.tokens;
             t.cost_usd += r.cost_usd;
@@ -361,12 +444,13 @@ impl Summary {
             "failed",
             "unscored",
             "pass rate",
+            "coverage",
             "mean steps",
             "tokens",
             "cost",
             "wall",
         ];
-        let mut lines: Vec<[String; 11]> = vec![header.map(String::from)];
+        let mut lines: Vec<[String; 12]> = vec![header.map(String::from)];
         for r in &self.rows {
             lines.push([
                 r.suite.clone(),
@@ -376,6 +460,7 @@ impl Summary {
                 r.failed.to_string(),
                 r.unscored.to_string(),
                 r.pass_rate().map_or("-".into(), |p| format!("{:.1}%", p * 100.0)),
+                r.coverage(),
                 format!("{:.1}", r.mean_steps()),
                 r.tokens.to_string(),
                 if r.unpriced == r.episodes { "-".into() } else { format!("${:.4}", r.cost_usd) },
@@ -392,7 +477,23 @@ impl Summary {
             out.push('\n');
             out.push_str(&self.render_toolsets());
         }
+        if !self.tasks.is_empty() {
+            out.push('\n');
+            out.push_str(&self.render_noise());
+        }
         let total = self.total();
+        if total.not_run > 0 {
+            let _ = writeln!(
+                out,
+                "not run: {} of {} planned episodes, a budget stopped scheduling; `runner eval ... --resume {}` with a larger budget runs them",
+                total.not_run,
+                total.episodes,
+                self.run_dir.as_deref().unwrap_or(&self.run_id)
+            );
+            if let Some(message) = self.first_budget_message.as_deref() {
+                let _ = writeln!(out, "  {}", first_line(message, 300));
+            }
+        }
         if total.unscored > 0 {
             let causes: Vec<String> = total.unscored_causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
             let _ = writeln!(out, "unscored episodes are not failures; causes: {}", causes.join(", "));

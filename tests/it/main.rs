@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod batch;
+mod budgets;
 mod checkpoints;
 mod cli_agent;
 mod code_scorers;
@@ -23,6 +24,7 @@ mod log;
 mod mcp;
 mod memory;
 mod models;
+mod noise;
 mod output_caps;
 mod overrides;
 mod permission_paths;
