@@ -184,6 +184,10 @@ pub struct EvalArgs {
     /// reference solution and says which tasks do not pass with it.
     #[arg(long, value_name = "KIND", value_parser = crate::agent::AgentKind::parse)]
     pub agent: Option<crate::agent::AgentKind>,
+    /// Run only this variant of the suites that name `variants:` (repeat for several);
+    /// suites without variants run as they are.
+    #[arg(long = "variant", value_name = "NAME")]
+    pub variants: Vec<String>,
     /// The providers and prices file (default: $RUNNER_CONFIG, else ./runner.yaml if present).
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -35,7 +35,8 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         return Err(CliError::usage("--epochs must be at least 1"));
     }
     let limits = limit_overrides(args)?;
-    let suites = discover(with_agent(suites(&args.paths)?, args.agent)?, args.sandbox)?;
+    let suites = with_variants(with_agent(suites(&args.paths)?, args.agent)?, &args.variants)?;
+    let suites = discover(suites, args.sandbox)?;
     for suite in &suites {
         let time_s = limits.time_s(suite.limits.time_s);
         if time_s > MAX_EPISODE_S {
@@ -173,6 +174,9 @@ fn with_agent(suites: Vec<Arc<Suite>>, kind: Option<AgentKind>) -> Result<Vec<Ar
         .map(|mut suite| match Arc::get_mut(&mut suite) {
             Some(owned) => {
                 owned.agent.kind = kind;
+                for variant in &mut owned.variants {
+                    variant.agent.kind = kind;
+                }
                 Ok(suite)
             }
             None => {
@@ -180,6 +184,46 @@ fn with_agent(suites: Vec<Arc<Suite>>, kind: Option<AgentKind>) -> Result<Vec<Ar
             }
         })
         .collect()
+}
+
+/// The suites with only the variants `--variant` picks, when it is given: a suite with
+/// variants of which none is picked is left out; one without variants runs as it is. A
+/// name that no suite has is a mistake.
+fn with_variants(suites: Vec<Arc<Suite>>, picked: &[String]) -> Result<Vec<Arc<Suite>>, CliError> {
+    if picked.is_empty() {
+        return Ok(suites);
+    }
+    let unknown: Vec<&str> = picked
+        .iter()
+        .filter(|name| !suites.iter().any(|s| s.variants.iter().any(|v| &v.name == *name)))
+        .map(String::as_str)
+        .collect();
+    if !unknown.is_empty() {
+        let mut known: Vec<&str> = suites.iter().flat_map(|s| s.variants.iter().map(|v| v.name.as_str())).collect();
+        known.sort_unstable();
+        known.dedup();
+        let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+        return Err(CliError::usage(format!(
+            "--variant {}: no suite has such a variant (the suites' variants: {known})",
+            unknown.join(", ")
+        )));
+    }
+    let mut kept = Vec::new();
+    for mut suite in suites {
+        if suite.variants.is_empty() {
+            kept.push(suite);
+            continue;
+        }
+        let Some(owned) = Arc::get_mut(&mut suite) else {
+            let message = format!("{}: the suite is in use and cannot take --variant", suite.path.display());
+            return Err(CliError::usage(message));
+        };
+        owned.variants.retain(|v| picked.contains(&v.name));
+        if !owned.variants.is_empty() {
+            kept.push(suite);
+        }
+    }
+    Ok(kept)
 }
 
 /// Loads every suite the paths name; every error of every file is reported.

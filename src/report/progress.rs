@@ -147,6 +147,7 @@ mod tests {
             epoch: 1,
             environment: "kv".into(),
             toolset: None,
+            variant: None,
         }
     }
 

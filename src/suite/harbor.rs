@@ -224,6 +224,7 @@ pub fn load(dir: &Path) -> Result<Suite, ConfigError> {
         tasks: vec![task],
         ungraded: Vec::new(),
         toolsets: Vec::new(),
+        variants: Vec::new(),
     })
 }
 

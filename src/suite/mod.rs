@@ -4,6 +4,7 @@
 
 pub mod dataset;
 pub mod harbor;
+pub mod variants;
 
 use crate::config::{decode, template, yaml};
 use crate::contract::{ASK_USER, Actor, CLARIFY, ENTER_PLAN_MODE, EXIT_PLAN_MODE};
@@ -66,6 +67,9 @@ pub struct Suite {
     /// `toolsets:` with their `toolset_distribution:` weights, in name order; each episode
     /// draws one ([`Suite::toolset_for`]). Empty when the suite names none.
     pub toolsets: Vec<Toolset>,
+    /// `variants:`, in the file's order: every task runs once under each. Empty when the
+    /// suite names none (its episodes then run under the suite's own settings).
+    pub variants: Vec<variants::Variant>,
 }
 
 /// A named list of the environment's tools an episode may be offered, and its weight.
@@ -225,6 +229,10 @@ struct SuiteFile {
     toolsets: BTreeMap<String, Vec<String>>,
     /// The weight of each toolset (default: all equal).
     toolset_distribution: Option<BTreeMap<String, f64>>,
+    /// Named overrides of `agent:`, `tools:` and the tasks' input; read by `variants::decode`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    variants: Value,
 }
 
 #[derive(Deserialize)]
@@ -439,6 +447,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
     }
     let toolsets = toolsets(&source, &file.toolsets, file.toolset_distribution.as_ref(), &environment)?;
+    let variants = variants::resolve(&source, &variants::decode(&source)?, &file.agent, &environment)?;
     let tools: Vec<&str> = environment.specs.iter().map(|t| t.name.as_str()).collect();
     let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
         .map_err(|(at, e)| source.error(&at, e))?
@@ -501,6 +510,9 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         let task = build_task(raw, &suite_mock, &suite_mock_subagents)
             .map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
         finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)?;
+        if let Some(task) = tasks.last() {
+            variants::check_task(&source, &variants, task)?;
+        }
     }
     for row in dataset_rows {
         let at = row.origin.clone();
@@ -508,6 +520,10 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
             .map_err(|(field, e)| ConfigError::at(&row.file, row.position, format!("{field}: {e}")))?;
         finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)
             .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
+        if let Some(task) = tasks.last() {
+            variants::check_task(&source, &variants, task)
+                .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
+        }
     }
 
     Ok(Suite {
@@ -531,6 +547,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         tasks,
         ungraded,
         toolsets,
+        variants,
     })
 }
 

@@ -40,6 +40,7 @@ mod subagents;
 mod survival;
 mod toolsets;
 mod user;
+mod variants;
 mod web;
 mod world_hazards;
 mod writing;
