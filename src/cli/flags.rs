@@ -176,7 +176,7 @@ pub struct EvalArgs {
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// A model: `provider/model` (openai/gpt-4o-mini, anthropic/claude-…, ollama/qwen3,
-    /// openai-compatible/NAME), `mock`, or `replay:PATH`. Repeat to compare several.
+    /// openai-compatible/NAME), `mock`, `echo`, or `replay:PATH`. Repeat to compare several.
     /// Needed unless `--agent oracle`, which calls no model.
     #[arg(long = "model", short = 'm', required_unless_present = "agent")]
     pub models: Vec<String>,

@@ -447,7 +447,8 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
     }
     let toolsets = toolsets(&source, &file.toolsets, file.toolset_distribution.as_ref(), &environment)?;
-    let variants = variants::resolve(&source, &variants::decode(&source)?, &file.agent, &environment)?;
+    let variants =
+        variants::resolve(&source, &variants::decode(&source)?, &file.agent, (&environment, !toolsets.is_empty()))?;
     let tools: Vec<&str> = environment.specs.iter().map(|t| t.name.as_str()).collect();
     let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
         .map_err(|(at, e)| source.error(&at, e))?

@@ -79,7 +79,7 @@ pub(crate) fn resolve(
     source: &Source,
     written: &BTreeMap<String, VariantFile>,
     agent: &AgentConfig,
-    environment: &Arc<Definition>,
+    (environment, toolsets): (&Arc<Definition>, bool),
 ) -> Result<Vec<Variant>, ConfigError> {
     let mut names: Vec<&String> = written.keys().collect();
     names.sort_by_key(|name| {
@@ -121,6 +121,10 @@ pub(crate) fn resolve(
             }
         }
         let environment = match &file.tools {
+            Some(_) if toolsets => {
+                let message = "the suite draws its tools from `toolsets:`; a variant cannot name its own";
+                return Err(source.error(&yaml::child(&at, "tools"), message));
+            }
             Some(tools) => {
                 Some(environment.narrowed(tools).map_err(|e| source.error(&yaml::child(&at, "tools"), e))?)
             }
