@@ -710,7 +710,9 @@ fn finish_task(
                 source.error(&where_, format!("in task `{}`: `model_graded_qa` needs the task's `target`", task.id))
             );
         }
-        if let Check::Json(JsonCheck::Schema(schema)) = &scorer.check {
+        if let Check::Json(JsonCheck::Schema(schema))
+        | Check::Literal(crate::domain::scorer::Literal::Json { schema: Some(schema), .. }) = &scorer.check
+        {
             jsonschema::validator_for(schema)
                 .map_err(|e| source.error(&where_, format!("invalid JSON Schema: {e}")))?;
         }
