@@ -68,10 +68,8 @@ pub async fn run_episode(
     };
     let started = std::time::Instant::now();
     let toolset = suite.toolset_for(&spec.id);
-    let environment = variant
-        .and_then(|v| v.environment.as_ref())
-        .or(toolset.map(|t| &t.environment))
-        .unwrap_or(&suite.environment);
+    let environment =
+        variant.and_then(|v| v.environment.as_ref()).or(toolset.map(|t| &t.environment)).unwrap_or(&suite.environment);
     let recorder = log.recorder(&spec.id);
     recorder.emit(&Event::EpisodeStarted {
         suite: suite.name.clone(),

@@ -114,7 +114,10 @@ pub fn episode_count(suites: &[Arc<Suite>], options: &RunOptions) -> u64 {
             .iter()
             .map(|s| {
                 let variants = s.variants.len().max(1) as u64;
-                s.tasks.len() as u64 * options.models.len() as u64 * variants * options.epochs.unwrap_or(s.epochs) as u64
+                s.tasks.len() as u64
+                    * options.models.len() as u64
+                    * variants
+                    * options.epochs.unwrap_or(s.epochs) as u64
             })
             .sum(),
         _ => episodes(suites, &options.models, options.epochs).filter(|e| options.plans(&e.id)).count() as u64,

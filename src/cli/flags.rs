@@ -177,8 +177,9 @@ pub struct EvalArgs {
     pub paths: Vec<PathBuf>,
     /// A model: `provider/model` (openai/gpt-4o-mini, anthropic/claude-…, ollama/qwen3,
     /// openai-compatible/NAME), `mock`, `echo`, or `replay:PATH`. Repeat to compare several.
-    /// Needed unless `--agent oracle`, which calls no model.
-    #[arg(long = "model", short = 'm', required_unless_present = "agent")]
+    /// Needed unless `--agent oracle`, which calls no model, or the suites are promptfoo
+    /// configs whose `providers:` name the models.
+    #[arg(long = "model", short = 'm')]
     pub models: Vec<String>,
     /// The agent kind of every suite, over their `agent.kind`: `oracle` runs each task's
     /// reference solution and says which tasks do not pass with it.
@@ -188,6 +189,10 @@ pub struct EvalArgs {
     /// suites without variants run as they are.
     #[arg(long = "variant", value_name = "NAME")]
     pub variants: Vec<String>,
+    /// In a promptfoo config, leave out (and list) the keys, assertion types and providers
+    /// runner does not support, instead of refusing the config.
+    #[arg(long)]
+    pub skip_unsupported: bool,
     /// The providers and prices file (default: $RUNNER_CONFIG, else ./runner.yaml if present).
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -29,13 +29,43 @@ pub struct Eval {
 /// Opens the models, checks the gates, loads the suites, opens the graders and plans a
 /// resumption, in that order (a mistake in a flag is found before the suites are read).
 pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
-    let (models, config, options) = models(args)?;
+    let load = suite::LoadOptions { skip_unsupported: args.skip_unsupported };
+    // Without --model, the models are what promptfoo configs' `providers:` name: read first.
+    let early = match (args.models.is_empty(), args.agent) {
+        (true, None) => Some(suites_with(&args.paths, load)?),
+        _ => None,
+    };
+    let providers = match &early {
+        Some(suites) => {
+            let mut named: Vec<String> = Vec::new();
+            for model in suites.iter().flat_map(|s| s.providers.iter()) {
+                if !named.contains(model) {
+                    named.push(model.clone());
+                }
+            }
+            if named.is_empty() {
+                return Err(CliError::usage(
+                    "--model is needed (or --agent, or a promptfoo config whose `providers:` name models)",
+                ));
+            }
+            Some(named)
+        }
+        None => None,
+    };
+    let (models, config, options) = models(args, providers.as_deref())?;
     let baseline = baseline(&args.gates, &args.out)?;
     if args.epochs == Some(0) {
         return Err(CliError::usage("--epochs must be at least 1"));
     }
     let limits = limit_overrides(args)?;
-    let suites = with_variants(with_agent(suites(&args.paths)?, args.agent)?, &args.variants)?;
+    let loaded = match early {
+        Some(suites) => suites,
+        None => suites_with(&args.paths, load)?,
+    };
+    for skipped in loaded.iter().flat_map(|s| s.skipped.iter()) {
+        eprintln!("note: {skipped}");
+    }
+    let suites = with_variants(with_agent(loaded, args.agent)?, &args.variants)?;
     let suites = discover(suites, args.sandbox)?;
     for suite in &suites {
         let time_s = limits.time_s(suite.limits.time_s);
@@ -228,12 +258,21 @@ fn with_variants(suites: Vec<Arc<Suite>>, picked: &[String]) -> Result<Vec<Arc<S
 
 /// Loads every suite the paths name; every error of every file is reported.
 pub fn suites(paths: &[PathBuf]) -> Result<Vec<Arc<Suite>>, CliError> {
-    suite::load_all(&suite_files(paths)?).map_err(|errors| CliError::each(Exit::Usage, errors))
+    suites_with(paths, suite::LoadOptions::default())
+}
+
+/// Loads every suite the paths name as `options` say.
+fn suites_with(paths: &[PathBuf], options: suite::LoadOptions) -> Result<Vec<Arc<Suite>>, CliError> {
+    suite::load_all_with(&suite_files(paths)?, options).map_err(|errors| CliError::each(Exit::Usage, errors))
 }
 
 /// Every `--model`, opened with recording and caching as asked; the config and the options
 /// too, for the graders.
-pub fn models(args: &EvalArgs) -> Result<(Vec<Arc<Backend>>, ModelConfig, BackendOptions), CliError> {
+/// `providers` stands for `--model` when it was not given (a promptfoo config's).
+pub fn models(
+    args: &EvalArgs,
+    providers: Option<&[String]>,
+) -> Result<(Vec<Arc<Backend>>, ModelConfig, BackendOptions), CliError> {
     let config = ModelConfig::load(args.config.as_deref()).map_err(CliError::usage)?;
     let record = match &args.record {
         Some(path) => Some(Arc::new(
@@ -252,7 +291,11 @@ pub fn models(args: &EvalArgs) -> Result<(Vec<Arc<Backend>>, ModelConfig, Backen
     let mut models: Vec<Arc<Backend>> = Vec::new();
     // The oracle calls no model; its episodes are named after `mock`, which it never asks.
     let mock = [String::from("mock")];
-    let specs = if args.models.is_empty() && args.agent.is_some() { &mock[..] } else { &args.models[..] };
+    let specs = match providers {
+        Some(named) => named,
+        None if args.models.is_empty() && args.agent.is_some() => &mock[..],
+        None => &args.models[..],
+    };
     for spec in specs {
         let backend = Backend::open(spec, &config, options.clone()).map_err(CliError::usage)?;
         if models.iter().any(|m| m.name() == backend.name()) {

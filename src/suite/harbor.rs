@@ -225,6 +225,8 @@ pub fn load(dir: &Path) -> Result<Suite, ConfigError> {
         ungraded: Vec::new(),
         toolsets: Vec::new(),
         variants: Vec::new(),
+        providers: Vec::new(),
+        skipped: Vec::new(),
     })
 }
 

@@ -4,6 +4,7 @@
 
 pub mod dataset;
 pub mod harbor;
+pub mod promptfoo;
 pub mod variants;
 
 use crate::config::{decode, template, yaml};
@@ -70,6 +71,18 @@ pub struct Suite {
     /// `variants:`, in the file's order: every task runs once under each. Empty when the
     /// suite names none (its episodes then run under the suite's own settings).
     pub variants: Vec<variants::Variant>,
+    /// The models a promptfoo config's `providers:` name: the run's, when `--model` is not given.
+    pub providers: Vec<String>,
+    /// What `--skip-unsupported` left out of a promptfoo config, one line each.
+    pub skipped: Vec<String>,
+}
+
+/// How suite files are read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadOptions {
+    /// Leave out (and list) what runner does not support in a promptfoo config, instead of
+    /// refusing it.
+    pub skip_unsupported: bool,
 }
 
 /// A named list of the environment's tools an episode may be offered, and its weight.
@@ -355,10 +368,33 @@ fn user_spec(
 
 /// Loads and validates one suite file, or a Harbor task directory.
 pub fn load(path: &Path) -> Result<Suite, ConfigError> {
+    load_with(path, LoadOptions::default())
+}
+
+/// Loads and validates one suite file, a promptfoo config, or a Harbor task directory.
+pub fn load_with(path: &Path, options: LoadOptions) -> Result<Suite, ConfigError> {
     if path.is_dir() {
         return harbor::load(path);
     }
-    let (mut source, bytes) = Source::read(path)?;
+    let (source, bytes) = Source::read(path)?;
+    if !promptfoo::is_config(&source.value) {
+        return from_source(path, source, bytes, (Vec::new(), Vec::new()));
+    }
+    let translated = promptfoo::translate(&source, options.skip_unsupported)?;
+    let aliases = translated.aliases;
+    let extra = (translated.providers, translated.skipped);
+    // Its errors name the config's parts (`tests[3].assert[1]`), not the suite's it became.
+    from_source(path, translated.source, bytes, extra).map_err(|e| promptfoo::in_config_terms(e, &aliases))
+}
+
+/// A suite from its parsed file, with the providers and skipped parts of the promptfoo
+/// config it came from, if it did.
+fn from_source(
+    path: &Path,
+    mut source: Source,
+    bytes: Vec<u8>,
+    (providers, skipped): (Vec<String>, Vec<String>),
+) -> Result<Suite, ConfigError> {
     // `dataset: data/qa.csv` is short for `dataset: {path: data/qa.csv}`.
     if let Some(Value::String(p)) = source.value.get("dataset") {
         let short = json!({"path": p});
@@ -549,6 +585,8 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         ungraded,
         toolsets,
         variants,
+        providers,
+        skipped,
     })
 }
 
@@ -979,10 +1017,15 @@ pub async fn discover_tools(
 /// Loads several suite files (or Harbor task directories); suite names must be unique
 /// across them.
 pub fn load_all(paths: &[std::path::PathBuf]) -> Result<Vec<Arc<Suite>>, Vec<ConfigError>> {
+    load_all_with(paths, LoadOptions::default())
+}
+
+/// Loads several suite files as `options` say; suite names must be unique across them.
+pub fn load_all_with(paths: &[std::path::PathBuf], options: LoadOptions) -> Result<Vec<Arc<Suite>>, Vec<ConfigError>> {
     let mut suites: Vec<Arc<Suite>> = Vec::new();
     let mut errors = Vec::new();
     for path in paths {
-        match load(path) {
+        match load_with(path, options) {
             Ok(suite) => {
                 if let Some(other) = suites.iter().find(|s| s.name == suite.name) {
                     errors.push(ConfigError::whole(

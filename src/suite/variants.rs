@@ -125,9 +125,7 @@ pub(crate) fn resolve(
                 let message = "the suite draws its tools from `toolsets:`; a variant cannot name its own";
                 return Err(source.error(&yaml::child(&at, "tools"), message));
             }
-            Some(tools) => {
-                Some(environment.narrowed(tools).map_err(|e| source.error(&yaml::child(&at, "tools"), e))?)
-            }
+            Some(tools) => Some(environment.narrowed(tools).map_err(|e| source.error(&yaml::child(&at, "tools"), e))?),
             None => None,
         };
         if file.prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {

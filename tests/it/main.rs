@@ -24,6 +24,7 @@ mod output_caps;
 mod overrides;
 mod permission_paths;
 mod permissions;
+mod promptfoo;
 mod provider_refusals;
 mod python_world;
 mod races;

@@ -62,7 +62,8 @@ pub(crate) fn check(scene: &Scene<'_>, answer: &Answer<'_>, literal: &Literal) -
             verdict(within, format!("{subject} is {distance} edits from {expected:?}, {what} {max_distance}"))
         }
         Literal::Json { schema, anywhere, negate } => {
-            let candidates = if *anywhere { json_objects(text) } else { serde_json::from_str(text).into_iter().collect() };
+            let candidates =
+                if *anywhere { json_objects(text) } else { serde_json::from_str(text).into_iter().collect() };
             let validator = match schema.as_ref().map(jsonschema::validator_for).transpose() {
                 Ok(v) => v,
                 Err(e) => return verdict(false, format!("the scorer's schema is invalid: {e}")),
