@@ -66,7 +66,10 @@ fn promptfoo(c: &mut Criterion) {
     }
     drop(suite);
     per_test.sort_by(f64::total_cmp);
-    println!("promptfoo/1000 tests on echo: runner CPU per test {:.0} µs (median of 5 runs; load included)", per_test[2]);
+    println!(
+        "promptfoo/1000 tests on echo: runner CPU per test {:.0} µs (median of 5 runs; load included)",
+        per_test[2]
+    );
 }
 
 criterion_group!(benches, promptfoo);

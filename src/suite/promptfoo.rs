@@ -504,6 +504,10 @@ impl Translator<'_> {
         let Some(o) = item.as_object() else {
             return Err(self.source.error(at, "an assertion is a mapping with `type`"));
         };
+        if o.contains_key("$ref") {
+            self.unsupported(at, "an assertion by `$ref`".into())?;
+            return Ok(None);
+        }
         for key in o.keys().filter(|k| !ASSERT_KEYS.contains(&k.as_str())) {
             self.unsupported(&yaml::child(at, key), format!("the assertion key `{key}`"))?;
         }
