@@ -21,7 +21,7 @@ use crate::log::event::{INITIAL_SCORING, LimitOverrides};
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::sandbox::SandboxMode;
 use crate::scoring::{self, Finished};
-use crate::suite::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Suite};
+use crate::suite::{AgentConfig, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Suite};
 
 /// Where a run's episodes run: its scratch folder (removed with the run), its own folder
 /// (`results/<run-id>`, kept), and the sandbox and limits the command line asked for.
@@ -42,7 +42,14 @@ pub async fn run_episode(
     stop: &CancellationToken,
 ) -> EpisodeReport {
     let suite = &spec.suite;
-    let task = &suite.tasks[spec.task];
+    let variant = spec.variant();
+    // A variant's settings stand in for the suite's, and its prompt for the task's input.
+    let agent_config = variant.map_or(&suite.agent, |v| &v.agent);
+    let asked = match variant {
+        Some(v) => v.task(&suite.tasks[spec.task]),
+        None => std::borrow::Cow::Borrowed(&suite.tasks[spec.task]),
+    };
+    let task: &Task = &asked;
     // With `scope: task`, the stores the epoch before left (it waits for that epoch to end).
     let kept = match memory.as_mut() {
         Some(slot) => slot.open().await.and_then(|kept| match (kept, suite.agent.memory.as_ref()) {
@@ -61,7 +68,8 @@ pub async fn run_episode(
     };
     let started = std::time::Instant::now();
     let toolset = suite.toolset_for(&spec.id);
-    let environment = toolset.map_or(&suite.environment, |t| &t.environment);
+    let environment =
+        variant.and_then(|v| v.environment.as_ref()).or(toolset.map(|t| &t.environment)).unwrap_or(&suite.environment);
     let recorder = log.recorder(&spec.id);
     recorder.emit(&Event::EpisodeStarted {
         suite: suite.name.clone(),
@@ -71,6 +79,7 @@ pub async fn run_episode(
         epoch: spec.epoch,
         environment: suite.environment.name.clone(),
         toolset: toolset.map(|t| t.name.clone()),
+        variant: variant.map(|v| v.name.clone()),
     });
 
     let cast = Cast::of(&spec, roster);
@@ -107,8 +116,9 @@ pub async fn run_episode(
         Ok(env) => {
             let env = env.with_permissions(suite.permissions.clone());
             let budget = Arc::new(budget(suite, &grounds.limits, stop));
-            let program = program_for(suite, task, env.world(), context.sandbox, &budget);
-            let mut agent = agent_for((&spec.id, &cast), suite, task, stores.clone(), (program, &budget));
+            let program = program_for((suite, agent_config), task, env.world(), context.sandbox, &budget);
+            let mut agent =
+                agent_for((&spec.id, &cast), (suite, agent_config), task, stores.clone(), (program, &budget));
             let ending = env.run(agent.as_mut(), task, &budget, &recorder).await;
             user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
@@ -175,13 +185,13 @@ pub async fn run_episode(
 /// A `cli` agent's program: its command and answer, the task, and the world's folder it
 /// runs in, confined with the gateway's port as its only network.
 fn program_for(
-    suite: &Suite,
+    (suite, agent): (&Suite, &AgentConfig),
     task: &Task,
     world: &dyn World,
     mode: crate::sandbox::SandboxMode,
     budget: &Arc<EpisodeBudget>,
 ) -> Option<ProgramParts> {
-    if suite.agent.kind != crate::agent::AgentKind::Cli {
+    if agent.kind != crate::agent::AgentKind::Cli {
         return None;
     }
     let room = world.program_folders().map(|(folder, tmp)| {
@@ -191,10 +201,10 @@ fn program_for(
         ProgramRoom { folder, tmp, confine: Box::new(confine) }
     });
     Some(ProgramParts {
-        command: suite.agent.command.clone().unwrap_or_default(),
-        answer: suite.agent.answer.clone().unwrap_or(CliAnswer::Stdout),
-        setup: suite.agent.setup.clone(),
-        env: suite.agent.env.clone(),
+        command: agent.command.clone().unwrap_or_default(),
+        answer: agent.answer.clone().unwrap_or(CliAnswer::Stdout),
+        setup: agent.setup.clone(),
+        env: agent.env.clone(),
         context: task.template_context(),
         input: task.input.clone(),
         room,
@@ -204,24 +214,24 @@ fn program_for(
 
 fn agent_for(
     (episode_id, cast): (&str, &Cast<'_>),
-    suite: &Suite,
+    (suite, agent): (&Suite, &AgentConfig),
     task: &Task,
     memory: Option<SharedStores>,
     (program, budget): (Option<ProgramParts>, &Arc<EpisodeBudget>),
 ) -> Box<dyn Agent> {
-    suite.agent.kind.build(AgentParts {
+    agent.kind.build(AgentParts {
         model: cast.agent.clone(),
         model_name: cast.under_test.name().to_owned(),
-        system: system_prompt(suite, task),
-        require_final_answer: suite.agent.require_final_answer,
+        system: system_prompt((suite, agent), task),
+        require_final_answer: agent.require_final_answer,
         memory,
-        plan_mode: suite.agent.plan_mode,
+        plan_mode: agent.plan_mode,
         conversation: task.user.as_ref().is_some_and(|u| u.conversation),
-        subagents: subagents_for(cast, suite, task),
+        subagents: subagents_for(cast, agent, task),
         task_id: task.id.clone(),
         solution: task.solution.clone(),
         program,
-        external: suite.agent.program.as_ref().map(|program| ExternalParts {
+        external: agent.program.as_ref().map(|program| ExternalParts {
             program: program.clone(),
             episode_id: episode_id.to_owned(),
             task: serde_json::json!({"id": task.id, "input": task.input, "metadata": task.metadata}),
@@ -233,9 +243,9 @@ fn agent_for(
 
 /// The suite's system prompt rendered for the task, then what the environment adds (an
 /// MCP server's prompts).
-fn system_prompt(suite: &Suite, task: &Task) -> Option<String> {
+fn system_prompt((suite, agent): (&Suite, &AgentConfig), task: &Task) -> Option<String> {
     // Every template was rendered against every task when the suite loaded.
-    let system = suite.agent.system.as_deref().map(|s| {
+    let system = agent.system.as_deref().map(|s| {
         template::render(s, &task.template_context())
             .unwrap_or_else(|e| format!("(the system prompt failed to render: {e})"))
     });
@@ -248,17 +258,17 @@ fn system_prompt(suite: &Suite, task: &Task) -> Option<String> {
 
 /// The suite's subagents for one episode, when it has them: their prompt rendered for the
 /// task, and each child's model as the cast gives it.
-fn subagents_for(cast: &Cast<'_>, suite: &Suite, task: &Task) -> Option<Arc<Subagents>> {
-    let template = suite.agent.subagent.as_deref()?;
+fn subagents_for(cast: &Cast<'_>, agent: &AgentConfig, task: &Task) -> Option<Arc<Subagents>> {
+    let template = agent.subagent.as_deref()?;
     let system = template::render(template, &task.template_context())
         .unwrap_or_else(|e| format!("(the subagent prompt failed to render: {e})"));
     Some(Arc::new(Subagents {
         system,
-        max_children: suite.agent.max_children.unwrap_or(DEFAULT_MAX_CHILDREN),
-        max_depth: suite.agent.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
+        max_children: agent.max_children.unwrap_or(DEFAULT_MAX_CHILDREN),
+        max_depth: agent.max_depth.unwrap_or(DEFAULT_MAX_DEPTH),
         models: cast.subagents.clone(),
         model_name: cast.under_test.name().to_owned(),
-        require_final_answer: suite.agent.require_final_answer,
+        require_final_answer: agent.require_final_answer,
     }))
 }
 

@@ -41,7 +41,12 @@ impl TaskMemory {
             return None;
         }
         let task = &spec.suite.tasks[spec.task];
-        let path = self.dir.join(file_name(&spec.suite.name, &task.id, spec.model.name()));
+        // Each variant keeps its own memory, as each model does.
+        let model = match spec.variant() {
+            Some(variant) => format!("{}+{}", spec.model.name(), variant.name),
+            None => spec.model.name().to_owned(),
+        };
+        let path = self.dir.join(file_name(&spec.suite.name, &task.id, &model));
         let (done, next) = oneshot::channel();
         let after = self.last.insert(path.clone(), next);
         Some(Slot { path, after, _done: done })

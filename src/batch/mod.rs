@@ -33,7 +33,8 @@ pub use cast::Roster;
 pub use episode::{Grounds, run_episode};
 pub use shard::{in_shard, parse_shard};
 
-/// One episode to run: `(task, model, epoch)`.
+/// One episode to run: `(task, model, epoch)`, under one of its suite's variants when it
+/// has them.
 #[derive(Clone)]
 pub struct EpisodeSpec {
     pub id: String,
@@ -41,17 +42,39 @@ pub struct EpisodeSpec {
     pub task: usize,
     pub model: Arc<Backend>,
     pub epoch: u32,
+    /// An index into the suite's `variants`; `None` when the suite names none.
+    pub variant: Option<usize>,
 }
 
-/// A stable id from the suite, the task's id and content, the model and the epoch: the same
-/// episode gets the same id in every run, so runs can be resumed, sharded and compared.
-pub fn episode_id(suite: &str, task_id: &str, task_digest: &str, model: &str, epoch: u32) -> String {
+impl EpisodeSpec {
+    /// The variant the episode runs under, when its suite has variants.
+    pub fn variant(&self) -> Option<&crate::suite::variants::Variant> {
+        self.variant.and_then(|i| self.suite.variants.get(i))
+    }
+}
+
+/// A stable id from the suite, the task's id and content, the model and the epoch (and the
+/// variant, only in a suite that has them, so that the ids of the others never change):
+/// the same episode gets the same id in every run, so runs can be resumed, sharded and
+/// compared.
+pub fn episode_id(
+    suite: &str,
+    task_id: &str,
+    task_digest: &str,
+    model: &str,
+    epoch: u32,
+    variant: Option<&str>,
+) -> String {
     let mut h = Sha256::new();
     for part in [suite, task_id, task_digest, model] {
         h.update(part.as_bytes());
         h.update([0]);
     }
     h.update(epoch.to_le_bytes());
+    if let Some(variant) = variant {
+        h.update(b"\0variant\0");
+        h.update(variant.as_bytes());
+    }
     format!("ep_{}", &hex::encode(h.finalize())[..16])
 }
 
@@ -70,10 +93,20 @@ pub fn episodes(
             let epochs = task_epochs(&suite, task, epochs);
             models.clone().into_iter().flat_map(move |model| {
                 let suite = suite.clone();
-                (1..=epochs).map(move |epoch| {
-                    let t = &suite.tasks[task];
-                    let id = episode_id(&suite.name, &t.id, &t.digest, model.name(), epoch);
-                    EpisodeSpec { id, suite: suite.clone(), task, model: model.clone(), epoch }
+                // Without variants, one pass with none.
+                let variants: Vec<Option<usize>> = match suite.variants.len() {
+                    0 => vec![None],
+                    n => (0..n).map(Some).collect(),
+                };
+                variants.into_iter().flat_map(move |variant| {
+                    let suite = suite.clone();
+                    let model = model.clone();
+                    (1..=epochs).map(move |epoch| {
+                        let t = &suite.tasks[task];
+                        let name = variant.and_then(|v| suite.variants.get(v)).map(|v| v.name.as_str());
+                        let id = episode_id(&suite.name, &t.id, &t.digest, model.name(), epoch, name);
+                        EpisodeSpec { id, suite: suite.clone(), task, model: model.clone(), epoch, variant }
+                    })
                 })
             })
         })
@@ -93,7 +126,8 @@ pub fn episode_count(suites: &[Arc<Suite>], options: &RunOptions) -> u64 {
             .iter()
             .map(|s| {
                 let epochs: u64 = (0..s.tasks.len()).map(|t| u64::from(task_epochs(s, t, options.epochs))).sum();
-                epochs * options.models.len() as u64
+                let variants = s.variants.len().max(1) as u64;
+                epochs * options.models.len() as u64 * variants
             })
             .sum(),
         _ => episodes(suites, &options.models, options.epochs).filter(|e| options.plans(e)).count() as u64,
@@ -447,6 +481,7 @@ fn log_not_run(log: &EventLog, spec: &EpisodeSpec, why: &str) {
         epoch: spec.epoch,
         environment: spec.suite.environment.name.clone(),
         toolset: spec.suite.toolset_for(&spec.id).map(|t| t.name.clone()),
+        variant: spec.variant().map(|v| v.name.clone()),
     });
     recorder.emit(&Event::EpisodeFinished {
         outcome: Outcome::Unscored { cause: UnscoredCause::Budget, message: format!("not run: {why}") },
@@ -643,6 +678,7 @@ pub(crate) fn suite_info(suite: &Suite) -> SuiteInfo {
         pass_k: suite.tasks.iter().filter_map(|t| Some((t.id.clone(), t.pass_k?))).collect(),
         pass_threshold: suite.pass_threshold,
         sandbox: None,
+        variants: crate::suite::variants::names(&suite.variants),
     }
 }
 
@@ -692,6 +728,15 @@ fn git_revision(near: Option<&Path>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_of_suites_without_variants_are_as_they_were_and_a_variant_changes_the_id() {
+        // Computed before variants existed: resume and compare of older runs line up.
+        assert_eq!(episode_id("s", "t", "d", "mock", 1, None), "ep_77d7dbdc2f9d22c3");
+        let terse = episode_id("s", "t", "d", "mock", 1, Some("terse"));
+        assert_ne!(terse, episode_id("s", "t", "d", "mock", 1, None));
+        assert_ne!(terse, episode_id("s", "t", "d", "mock", 1, Some("careful")));
+    }
 
     #[test]
     fn a_run_id_names_one_folder() {

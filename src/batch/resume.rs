@@ -96,6 +96,16 @@ pub fn plan(dir: &Path, suites: &[Arc<Suite>], asked: &Asked<'_>) -> Result<Resu
         if before.epochs != now {
             return Err(format!("{shown}: suite `{}` ran {} epoch(s), not {now}", s.name, before.epochs));
         }
+        let variants = crate::suite::variants::names(&s.variants);
+        if before.variants != variants {
+            let list = |names: &[String]| if names.is_empty() { "none".to_owned() } else { names.join(", ") };
+            return Err(format!(
+                "{shown}: suite `{}` ran the variants {}, not {}; pick the same with --variant",
+                s.name,
+                list(&before.variants),
+                list(&variants)
+            ));
+        }
     }
     if let Some(missing) = p.header.suites.iter().find(|b| !suites.iter().any(|s| s.name == b.name)) {
         return Err(format!("{shown}: the run also had suite `{}` ({}); name it too", missing.name, missing.path));

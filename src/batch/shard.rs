@@ -87,7 +87,7 @@ fn number(name: &str, value: &str) -> Result<u64, String> {
     value.trim().parse().map_err(|_| format!("${name} is `{value}`, not a number"))
 }
 
-/// Whether an episode falls in shard `(i, n)`: by a hash of its task and model, not of its
+/// Whether an episode falls in shard `(i, n)`: by a hash of its task, model and variant, not of its
 /// epoch, so a task's epochs run in one shard, in order, and a memory kept across them
 /// (`scope: task`) carries over as in one run; and not by its place in the run, so a shard
 /// keeps its episodes when tasks are added.
@@ -95,7 +95,8 @@ pub fn in_shard(episode: &EpisodeSpec, shard: Option<(u64, u64)>) -> bool {
     let Some((i, n)) = shard else { return true };
     let task = &episode.suite.tasks[episode.task];
     // Epochs count from 1: "epoch 0" names the task and model, no episode.
-    let key = episode_id(&episode.suite.name, &task.id, &task.digest, episode.model.name(), 0);
+    let variant = episode.variant().map(|v| v.name.as_str());
+    let key = episode_id(&episode.suite.name, &task.id, &task.digest, episode.model.name(), 0, variant);
     let hex = key.strip_prefix("ep_").unwrap_or(&key);
     let value = u64::from_str_radix(&hex[..hex.len().min(16)], 16).unwrap_or(0);
     value % n == i - 1

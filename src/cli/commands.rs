@@ -235,7 +235,7 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
     comparison.alpha = args.alpha;
     if comparison.groups.len() < 2 {
         return Err(CliError::usage(
-            "nothing to compare: the runs hold fewer than two models with episodes (give two runs, or a run made with several --model)",
+            "nothing to compare: the runs hold fewer than two models with episodes (give two runs, or a run made with several --model or of a suite with variants)",
         ));
     }
     out!("{}", comparison.render());

@@ -253,14 +253,23 @@ pub struct EvalArgs {
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// A model: `provider/model` (openai/gpt-4o-mini, anthropic/claude-…, ollama/qwen3,
-    /// openai-compatible/NAME), `mock`, or `replay:PATH`. Repeat to compare several.
-    /// Needed unless `--agent oracle`, which calls no model.
-    #[arg(long = "model", short = 'm', required_unless_present = "agent")]
+    /// openai-compatible/NAME), `mock`, `echo`, or `replay:PATH`. Repeat to compare several.
+    /// Needed unless `--agent oracle`, which calls no model, or the suites are promptfoo
+    /// configs whose `providers:` name the models.
+    #[arg(long = "model", short = 'm')]
     pub models: Vec<String>,
     /// The agent kind of every suite, over their `agent.kind`: `oracle` runs each task's
     /// reference solution and says which tasks do not pass with it.
     #[arg(long, value_name = "KIND", value_parser = crate::agent::AgentKind::parse)]
     pub agent: Option<crate::agent::AgentKind>,
+    /// Run only this variant of the suites that name `variants:` (repeat for several);
+    /// suites without variants run as they are.
+    #[arg(long = "variant", value_name = "NAME")]
+    pub variants: Vec<String>,
+    /// In a promptfoo config, leave out (and list) the keys, assertion types and providers
+    /// runner does not support, instead of refusing the config.
+    #[arg(long)]
+    pub skip_unsupported: bool,
     /// The providers and prices file (default: $RUNNER_CONFIG, else ./runner.yaml if present).
     #[arg(long)]
     pub config: Option<PathBuf>,

@@ -32,12 +32,43 @@ pub struct Eval {
 /// Opens the models, checks the gates, loads the suites, opens the graders and plans a
 /// resumption, in that order (a mistake in a flag is found before the suites are read).
 pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
-    let (models, config, options) = models(args)?;
+    let load = suite::LoadOptions { skip_unsupported: args.skip_unsupported };
+    // Without --model, the models are what promptfoo configs' `providers:` name: read first.
+    let early = match (args.models.is_empty(), args.agent) {
+        (true, None) => Some(suites_with(&args.paths, load)?),
+        _ => None,
+    };
+    let providers = match &early {
+        Some(suites) => {
+            let mut named: Vec<String> = Vec::new();
+            for model in suites.iter().flat_map(|s| s.providers.iter()) {
+                if !named.contains(model) {
+                    named.push(model.clone());
+                }
+            }
+            if named.is_empty() {
+                return Err(CliError::usage(
+                    "--model is needed (or --agent, or a promptfoo config whose `providers:` name models)",
+                ));
+            }
+            Some(named)
+        }
+        None => None,
+    };
+    let (models, config, options) = models(args, providers.as_deref())?;
     let budget = run_budget(args, &config, &models)?;
     let baseline = baseline(&args.gates, &args.out)?;
     let (epochs, auto_epochs) = epochs(args)?;
     let limits = limit_overrides(args)?;
-    let suites = discover(with_agent(suites(&args.paths)?, args.agent)?, args.sandbox)?;
+    let loaded = match early {
+        Some(suites) => suites,
+        None => suites_with(&args.paths, load)?,
+    };
+    for skipped in loaded.iter().flat_map(|s| s.skipped.iter()) {
+        eprintln!("note: {skipped}");
+    }
+    let suites = with_variants(with_agent(loaded, args.agent)?, &args.variants)?;
+    let suites = discover(suites, args.sandbox)?;
     for suite in &suites {
         let time_s = limits.time_s(suite.limits.time_s);
         if time_s > MAX_EPISODE_S {
@@ -322,6 +353,9 @@ fn with_agent(suites: Vec<Arc<Suite>>, kind: Option<AgentKind>) -> Result<Vec<Ar
         .map(|mut suite| match Arc::get_mut(&mut suite) {
             Some(owned) => {
                 owned.agent.kind = kind;
+                for variant in &mut owned.variants {
+                    variant.agent.kind = kind;
+                }
                 Ok(suite)
             }
             None => {
@@ -331,14 +365,63 @@ fn with_agent(suites: Vec<Arc<Suite>>, kind: Option<AgentKind>) -> Result<Vec<Ar
         .collect()
 }
 
+/// The suites with only the variants `--variant` picks, when it is given: a suite with
+/// variants of which none is picked is left out; one without variants runs as it is. A
+/// name that no suite has is a mistake.
+fn with_variants(suites: Vec<Arc<Suite>>, picked: &[String]) -> Result<Vec<Arc<Suite>>, CliError> {
+    if picked.is_empty() {
+        return Ok(suites);
+    }
+    let unknown: Vec<&str> = picked
+        .iter()
+        .filter(|name| !suites.iter().any(|s| s.variants.iter().any(|v| &v.name == *name)))
+        .map(String::as_str)
+        .collect();
+    if !unknown.is_empty() {
+        let mut known: Vec<&str> = suites.iter().flat_map(|s| s.variants.iter().map(|v| v.name.as_str())).collect();
+        known.sort_unstable();
+        known.dedup();
+        let known = if known.is_empty() { "none".to_owned() } else { known.join(", ") };
+        return Err(CliError::usage(format!(
+            "--variant {}: no suite has such a variant (the suites' variants: {known})",
+            unknown.join(", ")
+        )));
+    }
+    let mut kept = Vec::new();
+    for mut suite in suites {
+        if suite.variants.is_empty() {
+            kept.push(suite);
+            continue;
+        }
+        let Some(owned) = Arc::get_mut(&mut suite) else {
+            let message = format!("{}: the suite is in use and cannot take --variant", suite.path.display());
+            return Err(CliError::usage(message));
+        };
+        owned.variants.retain(|v| picked.contains(&v.name));
+        if !owned.variants.is_empty() {
+            kept.push(suite);
+        }
+    }
+    Ok(kept)
+}
+
 /// Loads every suite the paths name; every error of every file is reported.
 pub fn suites(paths: &[PathBuf]) -> Result<Vec<Arc<Suite>>, CliError> {
-    suite::load_all(&suite_files(paths)?).map_err(|errors| CliError::each(Exit::Usage, errors))
+    suites_with(paths, suite::LoadOptions::default())
+}
+
+/// Loads every suite the paths name as `options` say.
+fn suites_with(paths: &[PathBuf], options: suite::LoadOptions) -> Result<Vec<Arc<Suite>>, CliError> {
+    suite::load_all_with(&suite_files(paths)?, options).map_err(|errors| CliError::each(Exit::Usage, errors))
 }
 
 /// Every `--model`, opened with recording and caching as asked; the config and the options
 /// too, for the graders.
-pub fn models(args: &EvalArgs) -> Result<(Vec<Arc<Backend>>, ModelConfig, BackendOptions), CliError> {
+/// `providers` stands for `--model` when it was not given (a promptfoo config's).
+pub fn models(
+    args: &EvalArgs,
+    providers: Option<&[String]>,
+) -> Result<(Vec<Arc<Backend>>, ModelConfig, BackendOptions), CliError> {
     let config = ModelConfig::load(args.config.as_deref()).map_err(CliError::usage)?;
     let record = match &args.record {
         Some(path) => Some(Arc::new(
@@ -357,7 +440,11 @@ pub fn models(args: &EvalArgs) -> Result<(Vec<Arc<Backend>>, ModelConfig, Backen
     let mut models: Vec<Arc<Backend>> = Vec::new();
     // The oracle calls no model; its episodes are named after `mock`, which it never asks.
     let mock = [String::from("mock")];
-    let specs = if args.models.is_empty() && args.agent.is_some() { &mock[..] } else { &args.models[..] };
+    let specs = match providers {
+        Some(named) => named,
+        None if args.models.is_empty() && args.agent.is_some() => &mock[..],
+        None => &args.models[..],
+    };
     for spec in specs {
         let backend = Backend::open(spec, &config, options.clone()).map_err(CliError::usage)?;
         if models.iter().any(|m| m.name() == backend.name()) {

@@ -11,6 +11,12 @@ fn engine() -> &'static Environment<'static> {
     ENGINE.get_or_init(|| {
         let mut env = Environment::new();
         env.set_undefined_behavior(UndefinedBehavior::Strict);
+        // promptfoo's `load`: a JSON text as a value (`{{ (style | load).tone }}`).
+        env.add_filter("load", |text: String| -> Result<minijinja::Value, minijinja::Error> {
+            serde_json::from_str::<Value>(&text).map(|v| minijinja::Value::from(minijinja::value::Serde(v))).map_err(
+                |e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, format!("`load`: not JSON: {e}")),
+            )
+        });
         env
     })
 }
@@ -89,6 +95,13 @@ mod tests {
 
     fn ctx(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn load_reads_a_json_text_as_promptfoo_does() {
+        let c = ctx(json!({"style": "{\"tone\": \"formal\"}"}));
+        assert_eq!(render("{{ (style | load).tone }}", &c).unwrap(), "formal");
+        assert!(render("{{ ('nope' | load).tone }}", &c).unwrap_err().contains("not JSON"));
     }
 
     #[test]

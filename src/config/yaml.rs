@@ -39,6 +39,13 @@ impl Locations {
         self.plain_numbers.contains(path)
     }
 
+    /// Gives `path` the position of `from` (or of its nearest recorded ancestor): for a
+    /// value made from another part of the same file, so that its errors point there.
+    pub fn alias(&mut self, path: &str, from: &str) {
+        let at = self.find(from);
+        self.by_path.insert(path.to_owned(), at);
+    }
+
     /// The position of `path`, or of its nearest recorded ancestor.
     pub fn find(&self, path: &str) -> Position {
         let mut path = path;

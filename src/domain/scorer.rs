@@ -68,6 +68,22 @@ pub enum JsonCheck {
     PathEquals { path: String, value: Value },
 }
 
+/// Checks of the answer exactly as given, nothing trimmed: promptfoo's text assertions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub enum Literal {
+    /// `equals` with `exact: true`: the whole answer is this text.
+    Equals { expected: String, negate: bool },
+    /// `starts_with`, `not_starts_with`.
+    StartsWith { expected: String, negate: bool },
+    /// `contains_any`, `contains_all` and their `not_` forms, with `ignore_case`.
+    Contains { values: Vec<String>, all: bool, negate: bool, ignore_case: bool },
+    /// `levenshtein`: the edit distance to this text is at most `max_distance`.
+    Levenshtein { expected: String, max_distance: f64 },
+    /// `is_json` (the whole answer parses) or `contains_json` (some `{…}` in it does), with a
+    /// schema it must match, and their `not_` forms.
+    Json { schema: Option<Value>, anywhere: bool, negate: bool },
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum GraderKind {
     Rubric,
@@ -89,6 +105,7 @@ pub enum Check {
         tolerance: f64,
     },
     Json(JsonCheck),
+    Literal(Literal),
     ToolCalled {
         name: String,
         negate: bool,
@@ -283,6 +300,17 @@ pub const SCORERS: &[&str] = &[
     "model_graded_qa",
     "python",
     "js",
+    "starts_with",
+    "not_starts_with",
+    "contains_any",
+    "not_contains_any",
+    "contains_all",
+    "not_contains_all",
+    "levenshtein",
+    "is_json",
+    "not_is_json",
+    "contains_json",
+    "not_contains_json",
 ];
 
 impl<'de> Deserialize<'de> for ScorerSpec {
@@ -383,6 +411,10 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
     }
     let check = match name.as_str() {
         "includes" | "not_includes" | "equals" | "not_equals" | "regex" | "not_regex" => text(arg, &mut o)?,
+        "starts_with" | "not_starts_with" | "contains_any" | "not_contains_any" | "contains_all"
+        | "not_contains_all" | "levenshtein" | "is_json" | "not_is_json" | "contains_json" | "not_contains_json" => {
+            Check::Literal(literal(arg, &mut o)?)
+        }
         "numeric" => numeric(arg, &mut o)?,
         "json" => json(arg)?,
         "tool_called" | "tool_not_called" => tool_called(arg, &mut o)?,
@@ -428,6 +460,17 @@ fn reads_text(name: &str) -> bool {
             | "json"
             | "llm_rubric"
             | "model_graded_qa"
+            | "starts_with"
+            | "not_starts_with"
+            | "contains_any"
+            | "not_contains_any"
+            | "contains_all"
+            | "not_contains_all"
+            | "levenshtein"
+            | "is_json"
+            | "not_is_json"
+            | "contains_json"
+            | "not_contains_json"
     )
 }
 
@@ -439,7 +482,68 @@ fn text(arg: Value, o: &mut Options) -> Result<Check, String> {
         _ => TextOp::Regex,
     };
     let ignore_case = o.take("ignore_case")?.unwrap_or(false);
-    Ok(Check::Text { op, expected: o.text(arg)?, negate: o.scorer.starts_with("not_"), ignore_case })
+    let negate = o.scorer.starts_with("not_");
+    if op == TextOp::Equals && o.take("exact")?.unwrap_or(false) {
+        if ignore_case {
+            return Err(format!("`{}` with `exact: true` compares the text as it is: no `ignore_case`", o.scorer));
+        }
+        return Ok(Check::Literal(Literal::Equals { expected: o.text(arg)?, negate }));
+    }
+    Ok(Check::Text { op, expected: o.text(arg)?, negate, ignore_case })
+}
+
+/// The checks of the answer as given: `starts_with`, `contains_any`/`_all` (a list, or a
+/// comma-separated text), `levenshtein` with `max_distance` (default 5), `is_json` and
+/// `contains_json` (`true`, or a JSON Schema), and their `not_` forms.
+fn literal(arg: Value, o: &mut Options) -> Result<Literal, String> {
+    let negate = o.scorer.starts_with("not_");
+    let base = o.scorer.trim_start_matches("not_").to_owned();
+    Ok(match base.as_str() {
+        "starts_with" => Literal::StartsWith { expected: o.text(arg)?, negate },
+        "contains_any" | "contains_all" => {
+            let values = match arg {
+                Value::Array(items) => items.into_iter().map(|v| o.text(v)).collect::<Result<Vec<_>, _>>()?,
+                other => comma_separated(&o.text(other)?),
+            };
+            if values.is_empty() || values.iter().any(String::is_empty) {
+                return Err(format!("`{}` takes a list of non-empty texts", o.scorer));
+            }
+            let ignore_case = o.take("ignore_case")?.unwrap_or(false);
+            Literal::Contains { values, all: base == "contains_all", negate, ignore_case }
+        }
+        "levenshtein" => {
+            let max_distance = o.take_number("max_distance")?.unwrap_or(5.0);
+            if max_distance < 0.0 {
+                return Err(format!("`max_distance` of `levenshtein` must be at least 0, not {max_distance}"));
+            }
+            Literal::Levenshtein { expected: o.text(arg)?, max_distance }
+        }
+        _ => {
+            let schema = match arg {
+                Value::Bool(true) | Value::Null => None,
+                schema @ Value::Object(_) => Some(schema),
+                other => return Err(format!("`{}` takes `true` or a JSON Schema, not {other}", o.scorer)),
+            };
+            Literal::Json { schema, anywhere: base == "contains_json", negate }
+        }
+    })
+}
+
+/// `a, b,"c, d"`: the values of a comma-separated text, trimmed; a quoted value keeps its
+/// commas (promptfoo's reading of a `contains-any` text).
+pub fn comma_separated(text: &str) -> Vec<String> {
+    let mut values = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    for c in text.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            ',' if !quoted => values.push(std::mem::take(&mut current).trim().to_owned()),
+            c => current.push(c),
+        }
+    }
+    values.push(current.trim().to_owned());
+    values
 }
 
 /// `numeric`, with a `tolerance` of at least 0.
@@ -710,6 +814,10 @@ impl ScorerSpec {
                 vec![expected.as_str()]
             }
             Check::FileContains { text, .. } => vec![text.as_str()],
+            Check::Literal(Literal::Equals { expected, .. })
+            | Check::Literal(Literal::StartsWith { expected, .. })
+            | Check::Literal(Literal::Levenshtein { expected, .. }) => vec![expected.as_str()],
+            Check::Literal(Literal::Contains { values, .. }) => values.iter().map(String::as_str).collect(),
             Check::Grader { criteria: Some(c), .. } => vec![c.as_str()],
             _ => Vec::new(),
         }

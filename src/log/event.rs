@@ -294,6 +294,9 @@ pub struct SuiteInfo {
     /// What the sandbox enforces on the suite's worlds (absent for worlds that start no process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<Value>,
+    /// The variants the run made of the suite, in order (absent when it has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variants: Vec<String>,
 }
 
 /// The suites' `limits:` as the command line overrode them for the whole run
@@ -409,6 +412,9 @@ pub enum Event {
         /// The toolset the episode drew, when its suite names `toolsets:`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         toolset: Option<String>,
+        /// The variant the episode ran under, when its suite names `variants:`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        variant: Option<String>,
     },
     ModelCall {
         model: String,

@@ -40,6 +40,8 @@ pub struct EpisodeRow {
     pub finished_us: i64,
     /// The toolset the episode drew, when its suite names `toolsets:`.
     pub toolset: Option<Arc<str>>,
+    /// The variant the episode ran under, when its suite names `variants:`.
+    pub variant: Option<Arc<str>>,
 }
 
 impl EpisodeRow {
@@ -147,8 +149,8 @@ struct Open {
     toolset: Option<u32>,
 }
 
-/// Suite, task id, task digest and model (indexes into the index's names), and epoch: what
-/// identifies an episode (its id is made from them) and sorts the table.
+/// Suite, task id, task digest, model and variant (indexes into the index's names), and
+/// epoch: what identifies an episode (its id is made from them) and sorts the table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Key {
     suite: u32,
@@ -156,6 +158,7 @@ struct Key {
     digest: u32,
     model: u32,
     epoch: u32,
+    variant: Option<u32>,
 }
 
 /// One finish of an episode: where its line is and what the lines before it said.
@@ -247,7 +250,7 @@ impl Index {
             }
             match kind {
                 "episode_started" => {
-                    let Event::EpisodeStarted { suite, task_id, task_digest, model, epoch, toolset, .. } =
+                    let Event::EpisodeStarted { suite, task_id, task_digest, model, epoch, toolset, variant, .. } =
                         serde_json::from_str(text).map_err(|e| e.to_string())?
                     else {
                         return Err(format!("not an {kind} event"));
@@ -259,6 +262,7 @@ impl Index {
                             digest: intern(task_digest),
                             model: intern(model),
                             epoch,
+                            variant: variant.map(&mut intern),
                         };
                         let toolset = toolset.map(&mut intern);
                         let started_us = micros(&head.ts);
@@ -345,14 +349,25 @@ impl Index {
         // Sorted, an episode's finishes sit together, the latest first: keep that one.
         entries.sort_unstable_by(|a, b| {
             let (x, y) = (&a.key, &b.key);
-            (name(x.suite), name(x.task), name(x.model), x.epoch, name(x.digest), std::cmp::Reverse(a.offset)).cmp(&(
-                name(y.suite),
-                name(y.task),
-                name(y.model),
-                y.epoch,
-                name(y.digest),
-                std::cmp::Reverse(b.offset),
-            ))
+            let variant = |k: &Key| k.variant.map(name);
+            (
+                name(x.suite),
+                name(x.task),
+                name(x.model),
+                variant(x),
+                x.epoch,
+                name(x.digest),
+                std::cmp::Reverse(a.offset),
+            )
+                .cmp(&(
+                    name(y.suite),
+                    name(y.task),
+                    name(y.model),
+                    variant(y),
+                    y.epoch,
+                    name(y.digest),
+                    std::cmp::Reverse(b.offset),
+                ))
         });
         entries.dedup_by(|later, first| later.key == first.key);
         entries.shrink_to_fit();
@@ -426,6 +441,7 @@ impl Index {
                 started_us: e.started_us,
                 finished_us: micros(&head.ts),
                 toolset: e.toolset.map(name),
+                variant: e.key.variant.map(name),
             });
         }
         Ok(())
@@ -484,6 +500,7 @@ mod tests {
             epoch: 1,
             environment: "kv".into(),
             toolset: None,
+            variant: None,
         }
     }
 

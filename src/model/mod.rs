@@ -5,6 +5,7 @@
 pub mod anthropic;
 pub mod cache;
 pub mod config;
+pub mod echo;
 pub mod http;
 pub mod limiter;
 pub mod mock;
@@ -270,6 +271,7 @@ pub struct BackendOptions {
 
 enum Source {
     Mock,
+    Echo,
     Http(Arc<http::HttpModel>),
     Replay(Arc<Replay>),
 }
@@ -287,6 +289,8 @@ impl Backend {
     pub fn open(spec: &str, config: &ModelConfig, options: BackendOptions) -> Result<Self, String> {
         let (name, source) = if spec == "mock" {
             ("mock".to_owned(), Source::Mock)
+        } else if spec == "echo" {
+            ("echo".to_owned(), Source::Echo)
         } else if let Some(path) = spec.strip_prefix("replay:") {
             let replay = Replay::open(std::path::Path::new(path))?;
             (replay.name().to_owned(), Source::Replay(Arc::new(replay)))
@@ -302,7 +306,7 @@ impl Backend {
             (spec.to_owned(), Source::Http(Arc::new(model)))
         } else {
             return Err(format!(
-                "unknown model `{spec}`: expected `provider/model` (e.g. openai/gpt-4o-mini), `mock`, or `replay:PATH`"
+                "unknown model `{spec}`: expected `provider/model` (e.g. openai/gpt-4o-mini), `mock`, `echo`, or `replay:PATH`"
             ));
         };
         Ok(Backend { name, source, options })

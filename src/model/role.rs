@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::cache::Cached;
 use super::config::ModelConfig;
 use super::replay::Recording;
-use super::{Backend, BackendOptions, LanguageModel, Source, mock};
+use super::{Backend, BackendOptions, LanguageModel, Source, echo, mock};
 use crate::contract::Actor;
 use crate::domain::{MockTurn, Task};
 
@@ -75,6 +75,7 @@ impl Backend {
                 let model = mock::MockModel::new(role.script(task));
                 Arc::new(if role.delayed() { model.with_delay(self.options.mock_delay_ms) } else { model })
             }
+            Source::Echo => Arc::new(echo::EchoModel),
             Source::Http(m) => m.clone(),
             Source::Replay(r) => r.episode(None, episode_id, &task.id),
         };
@@ -116,6 +117,8 @@ impl Backend {
         let uncached = match self.source {
             Source::Replay(_) => true,
             Source::Mock => matches!(role, Role::User),
+            // Nothing to save: it answers at once.
+            Source::Echo => true,
             Source::Http(_) => false,
         };
         if let (Some(options), false) = (&self.options.cache, uncached) {

@@ -336,16 +336,18 @@ impl PairTest {
     }
 }
 
-/// The episodes of one model in one run.
+/// The episodes of one model (under one variant, in suites that name `variants:`) in one run.
 pub struct GroupRef<'a> {
     pub label: String,
     pub run_id: String,
     pub model: String,
+    pub variant: Option<String>,
     pub rows: Vec<&'a EpisodeRow>,
 }
 
-/// Splits runs into groups, one per run and model, in the order given. Labels are the model
-/// names when those are unique, else `run/model`.
+/// Splits runs into groups, one per run, model and variant, in the order given (the
+/// variants in the order their suites name them). Labels are the model names (`model
+/// [variant]`) when those are unique, else `run/model`.
 pub fn groups(runs: &[Projection]) -> Vec<GroupRef<'_>> {
     let mut out: Vec<GroupRef> = Vec::new();
     let mut run_of: Vec<usize> = Vec::new();
@@ -356,10 +358,34 @@ pub fn groups(runs: &[Projection]) -> Vec<GroupRef<'_>> {
                 models.push(&e.model);
             }
         }
+        // The variants in their suites' order, then any the header does not name.
+        let mut variants: Vec<Option<&str>> = Vec::new();
+        let named = p.header.suites.iter().flat_map(|s| s.variants.iter().map(|v| Some(v.as_str())));
+        for v in named.chain(p.episodes.iter().map(|e| e.variant.as_deref())) {
+            if !variants.contains(&v) {
+                variants.push(v);
+            }
+        }
+        if variants.is_empty() {
+            variants.push(None);
+        }
         for m in models {
-            let rows: Vec<&EpisodeRow> = p.episodes.iter().filter(|e| &*e.model == m).collect();
-            out.push(GroupRef { label: m.to_string(), run_id: p.run_id.clone(), model: m.to_string(), rows });
-            run_of.push(i + 1);
+            for v in &variants {
+                let rows: Vec<&EpisodeRow> =
+                    p.episodes.iter().filter(|e| &*e.model == m && e.variant.as_deref() == *v).collect();
+                // A variant of a suite this model has no episode of (or none at all) is no group.
+                if rows.is_empty() && (v.is_some() || variants.len() > 1) {
+                    continue;
+                }
+                out.push(GroupRef {
+                    label: super::summary::label(m, *v),
+                    run_id: p.run_id.clone(),
+                    model: m.to_string(),
+                    variant: v.map(str::to_owned),
+                    rows,
+                });
+                run_of.push(i + 1);
+            }
         }
     }
     let unique = |out: &[GroupRef]| {
@@ -369,13 +395,13 @@ pub fn groups(runs: &[Projection]) -> Vec<GroupRef<'_>> {
     };
     if !unique(&out) {
         for g in &mut out {
-            g.label = format!("{}/{}", g.run_id, g.model);
+            g.label = format!("{}/{}", g.run_id, super::summary::label(&g.model, g.variant.as_deref()));
         }
     }
     // Two folders of one run id (copies, or runs of two machines): number the runs.
     if !unique(&out) {
         for (g, i) in out.iter_mut().zip(run_of) {
-            g.label = format!("#{i} {}/{}", g.run_id, g.model);
+            g.label = format!("#{i} {}/{}", g.run_id, super::summary::label(&g.model, g.variant.as_deref()));
         }
     }
     out
@@ -741,24 +767,25 @@ pub fn against_baseline(baseline: &Projection, current: &Projection) -> (Vec<Pai
     let base = groups(std::slice::from_ref(baseline));
     let now = groups(std::slice::from_ref(current));
     let (mut tests, mut unmatched) = (Vec::new(), Vec::new());
+    let name = |g: &GroupRef| super::summary::label(&g.model, g.variant.as_deref());
     for b in &now {
         let only = (base.len() == 1 && now.len() == 1).then(|| base.first()).flatten();
-        let a = base.iter().find(|a| a.model == b.model).or(only);
+        let a = base.iter().find(|a| a.model == b.model && a.variant == b.variant).or(only);
         match a {
             Some(a) => {
                 let mut t = PairTest::between(a, b);
-                t.a = format!("{}/{}", a.run_id, a.model);
-                t.b = format!("{}/{}", b.run_id, b.model);
+                t.a = format!("{}/{}", a.run_id, name(a));
+                t.b = format!("{}/{}", b.run_id, name(b));
                 if t.shared == 0 {
-                    unmatched.push(format!("{} (no task scored in both)", b.model));
+                    unmatched.push(format!("{} (no task scored in both)", name(b)));
                 } else {
                     tests.push(t);
                 }
             }
             None => unmatched.push(format!(
                 "{} (the baseline ran {})",
-                b.model,
-                base.iter().map(|g| g.model.as_str()).collect::<Vec<_>>().join(", ")
+                name(b),
+                base.iter().map(name).collect::<Vec<_>>().join(", ")
             )),
         }
     }

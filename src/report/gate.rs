@@ -46,7 +46,7 @@ pub fn gate(summary: &Summary, fail_under: Option<f64>, max_unscored: f64) -> Ga
             reasons.push(format!(
                 "gate: suite `{}` on {} passed {:.1}%, below its pass_threshold {:.1}%",
                 row.suite,
-                row.model,
+                row.label(),
                 rate * 100.0,
                 threshold * 100.0
             ));
@@ -60,7 +60,7 @@ pub fn gate(summary: &Summary, fail_under: Option<f64>, max_unscored: f64) -> Ga
             reasons.push(format!(
                 "gate: suite `{}` on {}: {} task(s) passed fewer epochs than their pass_k or the suite's k_of_n: {}{more}",
                 row.suite,
-                row.model,
+                super::summary::label(&row.model, row.variant.as_deref()),
                 row.below_k_of_n.len(),
                 shown.join(", ")
             ));
@@ -186,6 +186,7 @@ mod tests {
             started_us: 0,
             finished_us: 0,
             toolset: None,
+            variant: None,
         }
     }
 
@@ -203,6 +204,7 @@ mod tests {
             pass_k: Default::default(),
             sandbox: None,
             pass_threshold: threshold,
+            variants: Vec::new(),
         };
         let mut p = Projection { run_id: id.into(), finished: true, ..Projection::default() };
         p.header.models = vec![model.into()];

@@ -133,6 +133,8 @@ struct Listed<'a> {
     suite: &'a str,
     task_id: &'a str,
     model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    variant: Option<&'a str>,
     epoch: u32,
     outcome: &'static str,
     unscored_cause: Option<&'a str>,
@@ -149,7 +151,7 @@ struct Listed<'a> {
 
 fn stats(suite: Option<&str>, g: &GroupStats) -> Value {
     json!({
-        "suite": suite, "model": g.model, "episodes": g.episodes, "scored": g.scored, "passed": g.passed,
+        "suite": suite, "model": if g.label.is_empty() { &g.model } else { &g.label }, "episodes": g.episodes, "scored": g.scored, "passed": g.passed,
         "failed": g.scored - g.passed, "unscored": g.unscored, "cancelled": g.cancelled, "pass_rate": g.pass_rate,
         "ci_low": g.interval.map(|i| i.0), "ci_high": g.interval.map(|i| i.1), "mean_score": g.mean_score,
         "tokens": g.tokens, "cost_usd": g.cost_usd, "latency_p50_ms": g.latency_p50_ms,
@@ -180,18 +182,23 @@ fn write_data(
         .iter()
         .map(|g| stats(None, &GroupStats::of(g.label.clone(), g.run_id.clone(), g.model.clone(), &g.rows)))
         .collect();
-    let mut keys: Vec<(&str, &str)> = Vec::new();
+    let mut keys: Vec<(&str, &str, Option<&str>)> = Vec::new();
     for e in &p.episodes {
-        if !keys.contains(&(&e.suite, &e.model)) {
-            keys.push((&e.suite, &e.model));
+        let key = (&*e.suite, &*e.model, e.variant.as_deref());
+        if !keys.contains(&key) {
+            keys.push(key);
         }
     }
     let suites: Vec<Value> = keys
         .iter()
-        .map(|(suite, model)| {
-            let rows: Vec<&EpisodeRow> =
-                p.episodes.iter().filter(|e| &*e.suite == *suite && &*e.model == *model).collect();
-            stats(Some(suite), &GroupStats::of(String::new(), p.run_id.clone(), model.to_string(), &rows))
+        .map(|(suite, model, variant)| {
+            let rows: Vec<&EpisodeRow> = p
+                .episodes
+                .iter()
+                .filter(|e| &*e.suite == *suite && &*e.model == *model && e.variant.as_deref() == *variant)
+                .collect();
+            let label = super::summary::label(model, *variant);
+            stats(Some(suite), &GroupStats::of(label, p.run_id.clone(), model.to_string(), &rows))
         })
         .collect();
     let head = json!({
@@ -221,6 +228,7 @@ fn write_data(
             suite: &e.suite,
             task_id: &e.task_id,
             model: &e.model,
+            variant: e.variant.as_deref(),
             epoch: e.epoch,
             outcome: e.status(),
             unscored_cause: e.unscored_cause(),

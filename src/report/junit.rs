@@ -91,7 +91,10 @@ struct Case<'a> {
 impl Case<'_> {
     fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
         let r = self.row;
-        let name = format!("{} [{}, epoch {}]", r.task_id, r.model, r.epoch);
+        let name = match &r.variant {
+            Some(variant) => format!("{} [{}, variant {variant}, epoch {}]", r.task_id, r.model, r.epoch),
+            None => format!("{} [{}, epoch {}]", r.task_id, r.model, r.epoch),
+        };
         write!(
             out,
             "    <testcase classname=\"{}\" name=\"{}\" time=\"{:.3}\"",
@@ -154,7 +157,7 @@ pub fn markdown(summary: &Summary) -> String {
             out,
             "| {} | {} | {} | {} | {} | {} | {rate} | {} | {} | {cost} |",
             r.suite,
-            r.model,
+            r.label(),
             r.episodes,
             r.passed,
             r.failed,

@@ -101,9 +101,10 @@ impl Subscriber for Progress {
     fn event(&mut self, episode_id: Option<&str>, event: &Event) {
         let Some(id) = episode_id else { return };
         match event {
-            Event::EpisodeStarted { suite, task_id, model, epoch, .. } => {
-                let running =
-                    Running { suite: suite.clone(), task_id: task_id.clone(), model: model.clone(), epoch: *epoch };
+            Event::EpisodeStarted { suite, task_id, model, epoch, variant, .. } => {
+                // Under a variant, the line names it with the model: `(echo [terse], epoch 1)`.
+                let model = super::summary::label(model, variant.as_deref());
+                let running = Running { suite: suite.clone(), task_id: task_id.clone(), model, epoch: *epoch };
                 self.running.insert(id.to_owned(), running);
             }
             Event::EpisodeFinished { outcome, termination, steps, wall_ms, .. } => {
@@ -147,6 +148,7 @@ mod tests {
             epoch: 1,
             environment: "kv".into(),
             toolset: None,
+            variant: None,
         }
     }
 

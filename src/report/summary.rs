@@ -14,6 +14,8 @@ use crate::log::{Outcome, UnscoredCause};
 pub struct Row {
     pub suite: String,
     pub model: String,
+    /// The variant, in a suite that names `variants:`.
+    pub variant: Option<String>,
     pub episodes: u64,
     pub passed: u64,
     pub failed: u64,
@@ -34,6 +36,11 @@ pub struct Row {
 }
 
 impl Row {
+    /// The model, and the variant when there is one: `mock [terse]`.
+    pub fn label(&self) -> String {
+        label(&self.model, self.variant.as_deref())
+    }
+
     pub fn scored(&self) -> u64 {
         self.passed + self.failed
     }
@@ -74,6 +81,7 @@ pub struct TaskTally {
 pub struct EpochRow {
     pub suite: String,
     pub model: String,
+    pub variant: Option<String>,
     pub k: u64,
     pub tasks: u64,
     /// Tasks that passed their k-of-n (by default, a majority of their scored epochs).
@@ -113,7 +121,7 @@ pub struct Summary {
     pub rows: Vec<Row>,
     pub thresholds: HashMap<String, Option<f64>>,
     pub suites: HashMap<String, crate::log::event::SuiteInfo>,
-    /// By suite, model and task id.
+    /// By suite, model (with its variant, as [`label`] writes them) and task id.
     pub tasks: BTreeMap<(String, String, String), TaskTally>,
     /// By suite, model and the toolset drawn, for suites that name `toolsets:`.
     pub toolsets: BTreeMap<(String, String, String), ToolsetTally>,
@@ -201,7 +209,7 @@ impl Summary {
         for r in self.epoch_rows() {
             lines.push(vec![
                 r.suite,
-                r.model,
+                label(&r.model, r.variant.as_deref()),
                 r.tasks.to_string(),
                 r.tasks_passed.to_string(),
                 format!("{:.3}", r.pass_at_1),
@@ -256,15 +264,25 @@ impl Summary {
 
     /// Counts one episode.
     pub fn add(&mut self, e: &EpisodeRow) {
-        let at = match self.rows.iter().position(|r| *r.suite == *e.suite && *r.model == *e.model) {
+        let variant = e.variant.as_deref();
+        let at = match self
+            .rows
+            .iter()
+            .position(|r| *r.suite == *e.suite && *r.model == *e.model && r.variant.as_deref() == variant)
+        {
             Some(at) => at,
             None => {
-                self.rows.push(Row { suite: e.suite.to_string(), model: e.model.to_string(), ..Row::default() });
+                self.rows.push(Row {
+                    suite: e.suite.to_string(),
+                    model: e.model.to_string(),
+                    variant: variant.map(str::to_owned),
+                    ..Row::default()
+                });
                 self.rows.len() - 1
             }
         };
         if let Outcome::Scored { score, passed } = &e.outcome {
-            let key = (e.suite.to_string(), e.model.to_string(), e.task_id.to_string());
+            let key = (e.suite.to_string(), label(&e.model, variant), e.task_id.to_string());
             let tally = self.tasks.entry(key).or_default();
             tally.scores.push(*score);
             tally.passed += u64::from(*passed);
@@ -314,7 +332,7 @@ impl Summary {
     pub fn to_json(&self) -> serde_json::Value {
         let row = |r: &Row| {
             serde_json::json!({
-                "suite": r.suite, "model": r.model, "episodes": r.episodes, "passed": r.passed,
+                "suite": r.suite, "model": r.model, "variant": r.variant, "episodes": r.episodes, "passed": r.passed,
                 "failed": r.failed, "unscored": r.unscored, "cancelled": r.cancelled,
                 "not_run": r.not_run, "coverage": r.scored() as f64 / r.episodes.max(1) as f64,
                 "pass_rate": r.pass_rate(), "mean_steps": r.mean_steps(), "tokens": r.tokens,
@@ -327,7 +345,7 @@ impl Summary {
                 .iter()
                 .map(|e| {
                     serde_json::json!({
-                        "suite": e.suite, "model": e.model, "k": e.k, "tasks": e.tasks,
+                        "suite": e.suite, "model": e.model, "variant": e.variant, "k": e.k, "tasks": e.tasks,
                         "tasks_passed": e.tasks_passed, "pass_at_1": e.pass_at_1, "pass_at_k": e.pass_at_k,
                         "pass_hat_k": e.pass_hat_k, "task_score": e.score, "below_k_of_n": e.below_k_of_n,
                     })
@@ -374,6 +392,7 @@ impl Summary {
             let mut row = EpochRow {
                 suite: r.suite.clone(),
                 model: r.model.clone(),
+                variant: r.variant.clone(),
                 k: epochs,
                 tasks: 0,
                 tasks_passed: 0,
@@ -383,8 +402,9 @@ impl Summary {
                 score: 0.0,
                 below_k_of_n: Vec::new(),
             };
+            let model_label = r.label();
             for ((suite, model, task), tally) in &self.tasks {
-                if *suite != r.suite || *model != r.model {
+                if *suite != r.suite || *model != model_label {
                     continue;
                 }
                 let n = tally.scores.len() as u64;
@@ -454,7 +474,7 @@ impl Summary {
         for r in &self.rows {
             lines.push([
                 r.suite.clone(),
-                r.model.clone(),
+                r.label(),
                 r.episodes.to_string(),
                 r.passed.to_string(),
                 r.failed.to_string(),
@@ -519,6 +539,14 @@ impl Summary {
             let _ = writeln!(out, "warning: {warning}");
         }
         out
+    }
+}
+
+/// A model and its variant as one label: `mock [terse]`, or `mock` without a variant.
+pub fn label(model: &str, variant: Option<&str>) -> String {
+    match variant {
+        Some(variant) => format!("{model} [{variant}]"),
+        None => model.to_owned(),
     }
 }
 

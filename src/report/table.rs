@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::log::projection::{EpisodeRow, Index};
 
 /// The columns of `episodes.csv` and `episodes.parquet`, in order.
-pub const COLUMNS: [&str; 26] = [
+pub const COLUMNS: [&str; 27] = [
     "episode_id",
     "suite",
     "task_id",
@@ -33,6 +33,7 @@ pub const COLUMNS: [&str; 26] = [
     "finished_at",
     "run_id",
     "toolset",
+    "variant",
 ];
 
 /// Rows per batch written: the table is never held whole as a data frame.
@@ -72,6 +73,7 @@ pub fn frame(run_id: &str, rows: &[EpisodeRow]) -> polars::prelude::PolarsResult
         Column::new(COLUMNS[23].into(), rows.iter().map(EpisodeRow::finished_at).collect::<Vec<_>>()),
         Column::new(COLUMNS[24].into(), vec![run_id; rows.len()]),
         Column::new(COLUMNS[25].into(), rows.iter().map(|r| r.toolset.as_deref()).collect::<Vec<_>>()),
+        Column::new(COLUMNS[26].into(), rows.iter().map(|r| r.variant.as_deref()).collect::<Vec<_>>()),
     ];
     DataFrame::new(rows.len(), columns)
 }

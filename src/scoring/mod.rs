@@ -253,6 +253,7 @@ async fn apply(
         }
         Check::Numeric { expected, tolerance } => checks::numeric::check(&scene, &answer, expected, *tolerance),
         Check::Json(check) => checks::json::check(&answer, check),
+        Check::Literal(literal) => checks::literal::check(&scene, &answer, literal),
         Check::Communicated { expected, ignore_case } => checks::communicated::check(&scene, expected, *ignore_case),
         Check::ToolCalled { name, negate, actor } => {
             checks::tool_called::check(trajectory, name, *negate, actor.as_ref())

@@ -46,7 +46,7 @@ impl Default for Columns {
 }
 
 /// A row as read: where it starts, and its columns.
-type Record = (Position, Map<String, Value>);
+pub(crate) type Record = (Position, Map<String, Value>);
 
 pub(crate) struct DatasetRow {
     pub file: PathBuf,
@@ -151,7 +151,7 @@ fn map_row(
     })
 }
 
-fn read_csv(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<Record>, ConfigError> {
+pub(crate) fn read_csv(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<Record>, ConfigError> {
     let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(bytes);
     let headers = reader
         .headers()
@@ -170,7 +170,7 @@ fn read_csv(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<Record>, ConfigE
     Ok(rows)
 }
 
-fn read_jsonl(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<Record>, ConfigError> {
+pub(crate) fn read_jsonl(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<Record>, ConfigError> {
     let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::whole(path, format!("not UTF-8: {e}")))?;
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate() {

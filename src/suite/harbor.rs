@@ -225,6 +225,9 @@ pub fn load(dir: &Path) -> Result<Suite, ConfigError> {
         tasks: vec![task],
         ungraded: Vec::new(),
         toolsets: Vec::new(),
+        variants: Vec::new(),
+        providers: Vec::new(),
+        skipped: Vec::new(),
     })
 }
 

@@ -5,6 +5,8 @@
 mod code;
 pub mod dataset;
 pub mod harbor;
+pub mod promptfoo;
+pub mod variants;
 
 use crate::config::{decode, template, yaml};
 use crate::contract::{ASK_USER, Actor, CLARIFY, ENTER_PLAN_MODE, EXIT_PLAN_MODE};
@@ -71,6 +73,21 @@ pub struct Suite {
     /// `toolsets:` with their `toolset_distribution:` weights, in name order; each episode
     /// draws one ([`Suite::toolset_for`]). Empty when the suite names none.
     pub toolsets: Vec<Toolset>,
+    /// `variants:`, in the file's order: every task runs once under each. Empty when the
+    /// suite names none (its episodes then run under the suite's own settings).
+    pub variants: Vec<variants::Variant>,
+    /// The models a promptfoo config's `providers:` name: the run's, when `--model` is not given.
+    pub providers: Vec<String>,
+    /// What `--skip-unsupported` left out of a promptfoo config, one line each.
+    pub skipped: Vec<String>,
+}
+
+/// How suite files are read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LoadOptions {
+    /// Leave out (and list) what runner does not support in a promptfoo config, instead of
+    /// refusing it.
+    pub skip_unsupported: bool,
 }
 
 /// A named list of the environment's tools an episode may be offered, and its weight.
@@ -239,6 +256,10 @@ struct SuiteFile {
     toolsets: BTreeMap<String, Vec<String>>,
     /// The weight of each toolset (default: all equal).
     toolset_distribution: Option<BTreeMap<String, f64>>,
+    /// Named overrides of `agent:`, `tools:` and the tasks' input; read by `variants::decode`.
+    #[serde(default)]
+    #[allow(dead_code)]
+    variants: Value,
 }
 
 /// A suite's `cache:`.
@@ -375,10 +396,33 @@ fn user_spec(
 
 /// Loads and validates one suite file, or a Harbor task directory.
 pub fn load(path: &Path) -> Result<Suite, ConfigError> {
+    load_with(path, LoadOptions::default())
+}
+
+/// Loads and validates one suite file, a promptfoo config, or a Harbor task directory.
+pub fn load_with(path: &Path, options: LoadOptions) -> Result<Suite, ConfigError> {
     if path.is_dir() {
         return harbor::load(path);
     }
-    let (mut source, bytes) = Source::read(path)?;
+    let (source, bytes) = Source::read(path)?;
+    if !promptfoo::is_config(&source.value) {
+        return from_source(path, source, bytes, (Vec::new(), Vec::new()));
+    }
+    let translated = promptfoo::translate(&source, options.skip_unsupported)?;
+    let aliases = translated.aliases;
+    let extra = (translated.providers, translated.skipped);
+    // Its errors name the config's parts (`tests[3].assert[1]`), not the suite's it became.
+    from_source(path, translated.source, bytes, extra).map_err(|e| promptfoo::in_config_terms(e, &aliases))
+}
+
+/// A suite from its parsed file, with the providers and skipped parts of the promptfoo
+/// config it came from, if it did.
+fn from_source(
+    path: &Path,
+    mut source: Source,
+    bytes: Vec<u8>,
+    (providers, skipped): (Vec<String>, Vec<String>),
+) -> Result<Suite, ConfigError> {
     // `dataset: data/qa.csv` is short for `dataset: {path: data/qa.csv}`.
     if let Some(Value::String(p)) = source.value.get("dataset") {
         let short = json!({"path": p});
@@ -469,6 +513,8 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     }
     code::resolve(&source, "scorers", &mut file.scorers, path.parent())?;
     let toolsets = toolsets(&source, &file.toolsets, file.toolset_distribution.as_ref(), &environment)?;
+    let variants =
+        variants::resolve(&source, &variants::decode(&source)?, &file.agent, (&environment, !toolsets.is_empty()))?;
     let tools: Vec<&str> = environment.specs.iter().map(|t| t.name.as_str()).collect();
     let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
         .map_err(|(at, e)| source.error(&at, e))?
@@ -535,6 +581,9 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         let task = build_task(raw, &suite_mock, &suite_mock_subagents)
             .map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
         finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)?;
+        if let Some(task) = tasks.last() {
+            variants::check_task(&source, &variants, task)?;
+        }
     }
     for row in dataset_rows {
         let at = row.origin.clone();
@@ -542,6 +591,10 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
             .map_err(|(field, e)| ConfigError::at(&row.file, row.position, format!("{field}: {e}")))?;
         finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)
             .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
+        if let Some(task) = tasks.last() {
+            variants::check_task(&source, &variants, task)
+                .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
+        }
     }
 
     Ok(Suite {
@@ -566,6 +619,9 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         tasks,
         ungraded,
         toolsets,
+        variants,
+        providers,
+        skipped,
     })
 }
 
@@ -762,7 +818,9 @@ fn finish_task(
                 source.error(&where_, format!("in task `{}`: `model_graded_qa` needs the task's `target`", task.id))
             );
         }
-        if let Check::Json(JsonCheck::Schema(schema)) = &scorer.check {
+        if let Check::Json(JsonCheck::Schema(schema))
+        | Check::Literal(crate::domain::scorer::Literal::Json { schema: Some(schema), .. }) = &scorer.check
+        {
             jsonschema::validator_for(schema)
                 .map_err(|e| source.error(&where_, format!("invalid JSON Schema: {e}")))?;
         }
@@ -1031,10 +1089,15 @@ pub async fn discover_tools(
 /// Loads several suite files (or Harbor task directories); suite names must be unique
 /// across them.
 pub fn load_all(paths: &[std::path::PathBuf]) -> Result<Vec<Arc<Suite>>, Vec<ConfigError>> {
+    load_all_with(paths, LoadOptions::default())
+}
+
+/// Loads several suite files as `options` say; suite names must be unique across them.
+pub fn load_all_with(paths: &[std::path::PathBuf], options: LoadOptions) -> Result<Vec<Arc<Suite>>, Vec<ConfigError>> {
     let mut suites: Vec<Arc<Suite>> = Vec::new();
     let mut errors = Vec::new();
     for path in paths {
-        match load(path) {
+        match load_with(path, options) {
             Ok(suite) => {
                 if let Some(other) = suites.iter().find(|s| s.name == suite.name) {
                     errors.push(ConfigError::whole(

@@ -346,7 +346,7 @@ fn report_rebuilds_the_tables_from_the_log_alone() {
     use polars::prelude::{ParquetReader, SerReader};
     let df = ParquetReader::new(std::fs::File::open(dir.join("episodes.parquet")).unwrap()).finish().unwrap();
     assert_eq!(df.height(), 5);
-    assert_eq!(df.get_column_names().len(), 26);
+    assert_eq!(df.get_column_names().len(), 27, "26 columns, and `variant`");
     let outcome = df.column("outcome").unwrap().str().unwrap().clone();
     let outcomes: Vec<Option<&str>> = (0..df.height()).map(|i| outcome.get(i)).collect();
     let csv_outcomes: Vec<String> = table(&dir).iter().map(|r| r["outcome"].clone()).collect();

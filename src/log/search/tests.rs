@@ -29,6 +29,7 @@ impl Log {
             epoch: 1,
             environment: "shell".into(),
             toolset: None,
+            variant: None,
         };
         self.push(Some(id), event)
     }

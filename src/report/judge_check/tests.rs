@@ -42,6 +42,7 @@ fn log() -> tempfile::NamedTempFile {
             epoch: 1,
             environment: "kv".into(),
             toolset: None,
+            variant: None,
         };
         line(&mut out, &mut seq, Some(id), &started);
         let includes = Event::Score {

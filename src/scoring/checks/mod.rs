@@ -10,6 +10,7 @@ pub(crate) mod document;
 pub(crate) mod file;
 pub(crate) mod graded;
 pub(crate) mod json;
+pub(crate) mod literal;
 pub(crate) mod numeric;
 pub(crate) mod text;
 pub(crate) mod tool_called;

@@ -1,0 +1,709 @@
+//! promptfoo configs read as they are: `runner eval promptfooconfig.yaml`. A config is told
+//! from a suite by its keys (`prompts` or `providers`, and no `suite`), and translated into
+//! the runner's own suite, which then loads like any other:
+//!
+//! - `prompts` (texts, `file://` text or chat JSON files, `{raw|id, label}`) → `variants:`,
+//!   each prompt the variant's `prompt:` (a chat's system message its `agent.system`);
+//! - `providers` (`echo`, `openai:…`, `anthropic:messages:…`, `ollama:…`) → the run's models;
+//! - `tests` (inline, or `file://` CSV, JSONL, YAML or JSON) and `defaultTest` → tasks, whose
+//!   `vars` are their fields, and scorers, one per assertion (`assert-set` flattened);
+//! - the same `threshold` on every test → `pass_score`.
+//!
+//! Anything else is an error naming its line, or, with `--skip-unsupported`, left out and
+//! listed. Each translated part keeps the line of what it came from.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use crate::config::decode::{ConfigError, Source};
+use crate::config::yaml;
+
+/// Whether a parsed file is a promptfoo config rather than a suite.
+pub fn is_config(value: &Value) -> bool {
+    value
+        .as_object()
+        .is_some_and(|o| !o.contains_key("suite") && (o.contains_key("prompts") || o.contains_key("providers")))
+}
+
+/// A config as the runner's suite, with the models its providers name and what was skipped.
+pub(crate) struct Translated {
+    pub source: Source,
+    /// (path in the suite, path in the config it came from).
+    pub aliases: Vec<(String, String)>,
+    pub providers: Vec<String>,
+    pub skipped: Vec<String>,
+}
+
+const TOP_KEYS: &[&str] = &["description", "prompts", "providers", "tests", "defaultTest"];
+const TEST_KEYS: &[&str] = &["vars", "assert", "description", "threshold", "options", "metadata"];
+const ASSERT_KEYS: &[&str] = &["type", "value", "threshold", "weight", "metric", "provider"];
+
+/// Translates the promptfoo config `source` holds.
+pub(crate) fn translate(source: &Source, skip_unsupported: bool) -> Result<Translated, ConfigError> {
+    let mut t = Translator {
+        source,
+        skip: skip_unsupported,
+        skipped: Vec::new(),
+        aliases: Vec::new(),
+        dir: source.file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned(),
+    };
+    let Some(config) = source.value.as_object() else {
+        return Err(source.error("", "a promptfoo config is a mapping"));
+    };
+    for key in config.keys() {
+        if !TOP_KEYS.contains(&key.as_str()) {
+            t.unsupported(key, format!("the key `{key}`"))?;
+        }
+    }
+    let variants = t.prompts(config.get("prompts"))?;
+    let providers = t.providers(config.get("providers"))?;
+    let default = config.get("defaultTest").cloned().unwrap_or(json!({}));
+    let (defaults, suite_scorers) = t.default_test(&default)?;
+
+    let mut tasks = Vec::new();
+    let mut thresholds = Vec::new();
+    if let Some(d) = defaults.threshold {
+        thresholds.push(("defaultTest.threshold".to_owned(), d));
+    }
+    for (at, test) in t.tests(config.get("tests"))? {
+        let index = tasks.len();
+        if let Some(task) = t.task(&at, &test, index, &defaults, !suite_scorers.is_empty(), &mut thresholds)? {
+            tasks.push(task);
+        }
+    }
+    if tasks.is_empty() {
+        return Err(source.error("tests", "the config has no tests to run"));
+    }
+    let mut suite = json!({
+        "suite": source.file.file_stem().map_or("promptfoo".into(), |s| s.to_string_lossy().into_owned()),
+        "description": config.get("description").and_then(Value::as_str).unwrap_or_default(),
+        // A plain prompt, answered in one turn: a world with no tools.
+        "environment": "kv",
+        "tools": [],
+        "limits": {"max_steps": 1},
+        "variants": variants,
+        "scorers": suite_scorers,
+        "tasks": tasks,
+    });
+    if let Some((_, first)) = thresholds.first() {
+        if let Some((at, other)) = thresholds.iter().find(|(_, x)| x != first) {
+            t.unsupported(
+                at,
+                format!("a test's `threshold` of {other} beside another's of {first} (runner has one per run)"),
+            )?;
+        } else {
+            suite["pass_score"] = json!(first);
+        }
+    }
+    if let Some(model) = defaults.grader {
+        suite["grader"] = json!({"model": model});
+    }
+    let mut locations = source.locations.clone();
+    for (path, from) in &t.aliases {
+        locations.alias(path, from);
+    }
+    let translated = Source { file: source.file.clone(), value: suite, locations };
+    Ok(Translated { source: translated, aliases: t.aliases, providers, skipped: t.skipped })
+}
+
+/// An error about the translated suite as one about the config: its path (`tasks[1].scorers[0]`)
+/// becomes the part of the config that part came from (`tests[1].assert[0]`).
+pub(crate) fn in_config_terms(mut error: ConfigError, aliases: &[(String, String)]) -> ConfigError {
+    let from = aliases
+        .iter()
+        .filter(|(path, _)| {
+            error.message.strip_prefix(path.as_str()).is_some_and(|rest| rest.starts_with([':', '.', '[']))
+        })
+        .max_by_key(|(path, _)| path.len());
+    if let Some((path, original)) = from {
+        error.message = format!("{original}{}", &error.message[path.len()..]);
+    }
+    error
+}
+
+struct Translator<'a> {
+    source: &'a Source,
+    skip: bool,
+    skipped: Vec<String>,
+    /// (path in the translated suite, path in the config it came from).
+    aliases: Vec<(String, String)>,
+    dir: PathBuf,
+}
+
+/// What `defaultTest` gives every test.
+struct Defaults {
+    vars: Map<String, Value>,
+    threshold: Option<f64>,
+    grader: Option<String>,
+}
+
+impl Translator<'_> {
+    /// Something runner does not do: an error at its line, or, with `--skip-unsupported`,
+    /// a line of the list of what was left out.
+    fn unsupported(&mut self, at: &str, what: String) -> Result<(), ConfigError> {
+        let error = self.source.error(at, format!("{what} is not supported (--skip-unsupported leaves it out)"));
+        if !self.skip {
+            return Err(error);
+        }
+        let position = error.position.map_or(String::new(), |p| format!(":{}:{}", p.line, p.column));
+        self.skipped.push(format!("{}{position}: skipped {what}", self.source.file.display()));
+        Ok(())
+    }
+
+    fn read(&self, at: &str, reference: &str) -> Result<(PathBuf, String), ConfigError> {
+        let relative = reference.trim_start_matches("file://");
+        if relative.contains(['*', '?']) {
+            return Err(self.source.error(at, format!("`{reference}`: globs are not supported; name each file")));
+        }
+        let path = self.dir.join(relative);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| self.source.error(at, format!("failed to read {}: {e}", path.display())))?;
+        Ok((path, text))
+    }
+
+    /// `prompts:` as variants, named by their labels or `prompt-N`.
+    fn prompts(&mut self, value: Option<&Value>) -> Result<Map<String, Value>, ConfigError> {
+        let items: Vec<(String, &Value)> = match value {
+            None => return Err(self.source.error("", "a promptfoo config needs `prompts`")),
+            Some(Value::Array(items)) => items.iter().enumerate().map(|(i, v)| (yaml::item("prompts", i), v)).collect(),
+            Some(one) => vec![("prompts".to_owned(), one)],
+        };
+        let mut variants = Map::new();
+        for (at, item) in items {
+            let (text, label) = match item {
+                Value::String(s) => (s.clone(), None),
+                Value::Object(o) => {
+                    for key in o.keys().filter(|k| !["raw", "id", "label"].contains(&k.as_str())) {
+                        self.unsupported(&yaml::child(&at, key), format!("the prompt key `{key}`"))?;
+                    }
+                    let text = o.get("raw").or_else(|| o.get("id")).and_then(Value::as_str).unwrap_or_default();
+                    (text.to_owned(), o.get("label").and_then(Value::as_str).map(str::to_owned))
+                }
+                other => {
+                    return Err(self.source.error(&at, format!("a prompt is a text or {{raw, label}}, not {other}")));
+                }
+            };
+            let prompts = if text.starts_with("file://") {
+                let (path, content) = self.read(&at, &text)?;
+                match path.extension().and_then(|e| e.to_str()) {
+                    Some("json") => vec![content],
+                    Some("txt" | "md" | "j2" | "nunjucks") | None => {
+                        content.split("\n---\n").map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).collect()
+                    }
+                    Some(other) => {
+                        self.unsupported(&at, format!("a prompt file of type `.{other}`"))?;
+                        continue;
+                    }
+                }
+            } else {
+                vec![text]
+            };
+            for prompt in prompts {
+                let Some(variant) = self.prompt_variant(&at, &prompt)? else { continue };
+                let name = match &label {
+                    Some(label) if variants.is_empty() || !variants.contains_key(&slug(label)) => slug(label),
+                    _ => format!("prompt-{}", variants.len() + 1),
+                };
+                self.aliases.push((yaml::child("variants", &name), at.clone()));
+                variants.insert(name, variant);
+            }
+        }
+        if variants.is_empty() {
+            return Err(self.source.error("prompts", "the config has no prompt runner can use"));
+        }
+        Ok(variants)
+    }
+
+    /// One prompt: a text, or a chat (a JSON list of messages: system messages, then one
+    /// user message).
+    fn prompt_variant(&mut self, at: &str, prompt: &str) -> Result<Option<Value>, ConfigError> {
+        if prompt.trim().is_empty() {
+            return Err(self.source.error(at, "a prompt cannot be empty"));
+        }
+        let chat = prompt.trim_start().starts_with('[').then(|| serde_json::from_str::<Vec<Value>>(prompt).ok());
+        let Some(Some(messages)) = chat else { return Ok(Some(json!({"prompt": prompt}))) };
+        let mut system = Vec::new();
+        let mut user = None;
+        for m in &messages {
+            match (m.get("role").and_then(Value::as_str), m.get("content").and_then(Value::as_str)) {
+                (Some("system"), Some(content)) if user.is_none() => system.push(content),
+                (Some("user"), Some(content)) if user.is_none() => user = Some(content),
+                _ => {
+                    self.unsupported(at, "a chat prompt other than system messages then one user message".into())?;
+                    return Ok(None);
+                }
+            }
+        }
+        let Some(user) = user else {
+            self.unsupported(at, "a chat prompt without a user message".into())?;
+            return Ok(None);
+        };
+        let mut variant = json!({"prompt": user});
+        if !system.is_empty() {
+            variant["agent"] = json!({"system": system.join("\n\n")});
+        }
+        Ok(Some(variant))
+    }
+
+    /// `providers:` as model names.
+    fn providers(&mut self, value: Option<&Value>) -> Result<Vec<String>, ConfigError> {
+        let items: Vec<(String, &Value)> = match value {
+            None => return Ok(Vec::new()),
+            Some(Value::Array(items)) => {
+                items.iter().enumerate().map(|(i, v)| (yaml::item("providers", i), v)).collect()
+            }
+            Some(one) => vec![("providers".to_owned(), one)],
+        };
+        let mut models = Vec::new();
+        for (at, item) in items {
+            let id = match item {
+                Value::String(s) => s.as_str(),
+                Value::Object(o) => {
+                    for key in o.keys().filter(|k| !["id", "label"].contains(&k.as_str())) {
+                        self.unsupported(&yaml::child(&at, key), format!("the provider key `{key}`"))?;
+                    }
+                    o.get("id").and_then(Value::as_str).unwrap_or_default()
+                }
+                other => return Err(self.source.error(&at, format!("a provider is an id or {{id, …}}, not {other}"))),
+            };
+            match model_of(id) {
+                Some(model) if !models.contains(&model) => models.push(model),
+                Some(_) => {}
+                None => self.unsupported(&at, format!("the provider `{id}`"))?,
+            }
+        }
+        Ok(models)
+    }
+
+    /// `defaultTest:` — vars every test starts from, a threshold, the grader, and the
+    /// assertions every test makes (the suite's scorers).
+    fn default_test(&mut self, value: &Value) -> Result<(Defaults, Vec<Value>), ConfigError> {
+        let at = "defaultTest";
+        let Some(o) = value.as_object() else {
+            return Err(self.source.error(at, "`defaultTest` is a mapping of `vars`, `assert`, …"));
+        };
+        for key in o.keys().filter(|k| !TEST_KEYS.contains(&k.as_str())) {
+            self.unsupported(&yaml::child(at, key), format!("the key `{key}` of `defaultTest`"))?;
+        }
+        let vars = self.vars(&yaml::child(at, "vars"), o.get("vars"))?;
+        let threshold = self.threshold(&yaml::child(at, "threshold"), o.get("threshold"))?;
+        let grader = self.options(&yaml::child(at, "options"), o.get("options"))?;
+        let mut scorers = Vec::new();
+        self.assertions(&yaml::child(at, "assert"), o.get("assert"), "scorers", &mut scorers)?;
+        Ok((Defaults { vars, threshold, grader }, scorers))
+    }
+
+    /// A test's or `defaultTest`'s `options:`: only `provider`, the grader.
+    fn options(&mut self, at: &str, value: Option<&Value>) -> Result<Option<String>, ConfigError> {
+        let Some(value) = value else { return Ok(None) };
+        let Some(o) = value.as_object() else { return Err(self.source.error(at, "`options` is a mapping")) };
+        for key in o.keys().filter(|k| *k != "provider") {
+            self.unsupported(&yaml::child(at, key), format!("the option `{key}`"))?;
+        }
+        self.grader(&yaml::child(at, "provider"), o.get("provider"))
+    }
+
+    fn grader(&mut self, at: &str, value: Option<&Value>) -> Result<Option<String>, ConfigError> {
+        let id = match value {
+            None => return Ok(None),
+            Some(Value::String(id)) => id.as_str(),
+            Some(Value::Object(o)) if o.len() == 1 && o.contains_key("id") => {
+                o.get("id").and_then(Value::as_str).unwrap_or_default()
+            }
+            Some(_) => {
+                self.unsupported(at, "a grading provider other than an id".into())?;
+                return Ok(None);
+            }
+        };
+        match model_of(id) {
+            Some(model) => Ok(Some(model)),
+            None => {
+                self.unsupported(at, format!("the grading provider `{id}`"))?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn threshold(&self, at: &str, value: Option<&Value>) -> Result<Option<f64>, ConfigError> {
+        match value {
+            None => Ok(None),
+            Some(v) => match v.as_f64().or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())) {
+                Some(x) if (0.0..=1.0).contains(&x) => Ok(Some(x)),
+                _ => Err(self.source.error(at, format!("a threshold is a number from 0 to 1, not {v}"))),
+            },
+        }
+    }
+
+    fn vars(&mut self, at: &str, value: Option<&Value>) -> Result<Map<String, Value>, ConfigError> {
+        let vars = match value {
+            None => return Ok(Map::new()),
+            Some(Value::Object(o)) => o.clone(),
+            Some(Value::String(s)) if s.starts_with("file://") => {
+                self.unsupported(at, "vars from a file".into())?;
+                return Ok(Map::new());
+            }
+            Some(other) => return Err(self.source.error(at, format!("`vars` is a mapping, not {other}"))),
+        };
+        let mut kept = Map::new();
+        for (name, value) in vars {
+            let here = yaml::child(at, &name);
+            if ["id", "metadata"].contains(&name.as_str()) {
+                self.unsupported(&here, format!("a var named `{name}` (runner's task field)"))?;
+            } else if value.is_array() {
+                self.unsupported(&here, format!("the list var `{name}` (one test per value)"))?;
+            } else if value.as_str().is_some_and(|s| s.starts_with("file://")) {
+                self.unsupported(&here, format!("the var `{name}` from a file"))?;
+            } else {
+                kept.insert(name, value);
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Every test, with where it is: inline, or the rows of `file://` files.
+    fn tests(&mut self, value: Option<&Value>) -> Result<Vec<(String, Value)>, ConfigError> {
+        let items: Vec<(String, &Value)> = match value {
+            None => return Err(self.source.error("", "a promptfoo config needs `tests`")),
+            Some(Value::Array(items)) => items.iter().enumerate().map(|(i, v)| (yaml::item("tests", i), v)).collect(),
+            Some(one) => vec![("tests".to_owned(), one)],
+        };
+        let mut tests = Vec::new();
+        for (at, item) in items {
+            match item {
+                Value::String(reference) if reference.starts_with("file://") => {
+                    tests.extend(self.test_file(&at, reference)?.into_iter().map(|t| (at.clone(), t)));
+                }
+                Value::Object(_) => tests.push((at, item.clone())),
+                other => return Err(self.source.error(&at, format!("a test is a mapping or `file://…`, not {other}"))),
+            }
+        }
+        Ok(tests)
+    }
+
+    /// The tests of a CSV (a column per var; `__expected…`, `__description`, `__threshold`),
+    /// JSONL, YAML or JSON file.
+    fn test_file(&mut self, at: &str, reference: &str) -> Result<Vec<Value>, ConfigError> {
+        let (path, text) = self.read(at, reference)?;
+        let in_file = |e: String| ConfigError::whole(&path, e);
+        match path.extension().and_then(|e| e.to_str()) {
+            Some("csv") => {
+                let rows = super::dataset::read_csv(&path, text.as_bytes())?;
+                rows.into_iter().map(|(_, row)| csv_test(row).map_err(&in_file)).collect()
+            }
+            Some("jsonl") => Ok(super::dataset::read_jsonl(&path, text.as_bytes())?
+                .into_iter()
+                .map(|(_, row)| Value::Object(row))
+                .collect()),
+            Some("yaml" | "yml" | "json") => {
+                let (value, _) = yaml::parse(&text)
+                    .map_err(|e| ConfigError::at(&path, e.position, format!("invalid YAML: {}", e.message)))?;
+                match value {
+                    Value::Array(items) => Ok(items),
+                    _ => Err(in_file("a tests file holds a list of tests".into())),
+                }
+            }
+            _ => {
+                self.unsupported(at, format!("the tests file `{reference}` (CSV, JSONL, YAML or JSON are)"))?;
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// One test as a task: its vars its fields, each assertion a scorer.
+    fn task(
+        &mut self,
+        at: &str,
+        test: &Value,
+        index: usize,
+        defaults: &Defaults,
+        has_default_asserts: bool,
+        thresholds: &mut Vec<(String, f64)>,
+    ) -> Result<Option<Value>, ConfigError> {
+        let Some(o) = test.as_object() else { return Err(self.source.error(at, "a test is a mapping")) };
+        for key in o.keys().filter(|k| !TEST_KEYS.contains(&k.as_str())) {
+            self.unsupported(&yaml::child(at, key), format!("the test key `{key}`"))?;
+        }
+        let mut vars = defaults.vars.clone();
+        vars.extend(self.vars(&yaml::child(at, "vars"), o.get("vars"))?);
+        if let Some(x) = self.threshold(&yaml::child(at, "threshold"), o.get("threshold"))? {
+            thresholds.push((yaml::child(at, "threshold"), x));
+        }
+        let task_at = yaml::item("tasks", index);
+        let grader = self.options(&yaml::child(at, "options"), o.get("options"))?;
+        let mut scorers = Vec::new();
+        let scorers_at = yaml::child(&task_at, "scorers");
+        self.assertions(&yaml::child(at, "assert"), o.get("assert"), &scorers_at, &mut scorers)?;
+        if let Some(model) = grader {
+            for s in &mut scorers {
+                if s.get("llm_rubric").is_some() && s.get("model").is_none() {
+                    s["model"] = json!(model);
+                }
+            }
+        }
+        if scorers.is_empty() && !has_default_asserts {
+            self.unsupported(at, "a test without assertions (runner scores every task)".into())?;
+            return Ok(None);
+        }
+        self.aliases.push((task_at, at.to_owned()));
+        let text = |v: &Value| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let input = vars.get("input").map_or_else(|| Value::Object(vars.clone()).to_string(), text);
+        let mut task =
+            json!({"id": format!("test-{}", index + 1), "input": input, "metadata": vars, "scorers": scorers});
+        if let Some(target) = vars.get("target") {
+            task["target"] = json!(text(target));
+        }
+        if let Some(description) = o.get("description").and_then(Value::as_str) {
+            task["metadata"]["description"] = json!(description);
+        }
+        Ok(Some(task))
+    }
+
+    /// A list of assertions as scorers, appended to `out` (whose place in the suite is `to`).
+    fn assertions(
+        &mut self,
+        at: &str,
+        value: Option<&Value>,
+        to: &str,
+        out: &mut Vec<Value>,
+    ) -> Result<(), ConfigError> {
+        let items = match value {
+            None => return Ok(()),
+            Some(Value::Array(items)) => items,
+            Some(other) => return Err(self.source.error(at, format!("`assert` is a list, not {other}"))),
+        };
+        for (i, item) in items.iter().enumerate() {
+            let here = yaml::item(at, i);
+            if item.get("type").and_then(Value::as_str) == Some("assert-set") {
+                self.assert_set(&here, item, to, out)?;
+                continue;
+            }
+            if let Some(scorer) = self.assertion(&here, item)? {
+                self.aliases.push((yaml::item(to, out.len()), here));
+                out.push(scorer);
+            }
+        }
+        Ok(())
+    }
+
+    /// `assert-set`: its assertions, when the set adds nothing to them (no threshold, weight
+    /// or metric of its own), since a test passes only when every assertion does anyway.
+    fn assert_set(&mut self, at: &str, item: &Value, to: &str, out: &mut Vec<Value>) -> Result<(), ConfigError> {
+        let own = ["threshold", "weight", "metric"].into_iter().find(|k| item.get(*k).is_some());
+        if let Some(key) = own {
+            return self.unsupported(&yaml::child(at, key), format!("`{key}` on an `assert-set`"));
+        }
+        self.assertions(&yaml::child(at, "assert"), item.get("assert"), to, out)
+    }
+
+    /// One assertion as a runner scorer; `None` when it was skipped.
+    fn assertion(&mut self, at: &str, item: &Value) -> Result<Option<Value>, ConfigError> {
+        let Some(o) = item.as_object() else {
+            return Err(self.source.error(at, "an assertion is a mapping with `type`"));
+        };
+        if o.contains_key("$ref") {
+            self.unsupported(at, "an assertion by `$ref`".into())?;
+            return Ok(None);
+        }
+        for key in o.keys().filter(|k| !ASSERT_KEYS.contains(&k.as_str())) {
+            self.unsupported(&yaml::child(at, key), format!("the assertion key `{key}`"))?;
+        }
+        let Some(kind) = o.get("type").and_then(Value::as_str) else {
+            return Err(self.source.error(at, "an assertion needs a `type`"));
+        };
+        let value = o.get("value").cloned().unwrap_or(Value::Null);
+        let threshold = o.get("threshold").and_then(Value::as_f64);
+        let (negate, base) = match kind.strip_prefix("not-") {
+            Some(base) => (true, base),
+            None => (false, kind),
+        };
+        let not = if negate { "not_" } else { "" };
+        let text = |v: &Value| match v {
+            Value::String(s) => Some(Value::String(s.clone())),
+            Value::Number(n) => Some(Value::String(n.to_string())),
+            _ => None,
+        };
+        let needs_text = |s: &Self| s.source.error(&yaml::child(at, "value"), format!("`{kind}` takes a text `value`"));
+        let mut scorer = match base {
+            "equals" if value.is_object() || value.is_array() => {
+                // A structured value equals the answer parsed as JSON, deeply.
+                json!({format!("{not}is_json"): {"const": value}})
+            }
+            "equals" => json!({format!("{not}equals"): text(&value).ok_or_else(|| needs_text(self))?, "exact": true}),
+            "contains" | "icontains" => {
+                let mut s = json!({format!("{not}includes"): text(&value).ok_or_else(|| needs_text(self))?});
+                if base == "icontains" {
+                    s["ignore_case"] = json!(true);
+                }
+                s
+            }
+            "contains-any" | "contains-all" | "icontains-any" | "icontains-all" => {
+                let key = if base.ends_with("all") { "contains_all" } else { "contains_any" };
+                let mut s = json!({format!("{not}{key}"): value});
+                if base.starts_with('i') {
+                    s["ignore_case"] = json!(true);
+                }
+                s
+            }
+            "starts-with" => json!({format!("{not}starts_with"): text(&value).ok_or_else(|| needs_text(self))?}),
+            "regex" => json!({format!("{not}regex"): text(&value).ok_or_else(|| needs_text(self))?}),
+            "is-json" | "contains-json" => {
+                let key = if base == "is-json" { "is_json" } else { "contains_json" };
+                let schema = match &value {
+                    Value::Null => json!(true),
+                    Value::Object(_) => value.clone(),
+                    // A schema written as YAML or JSON text.
+                    Value::String(s) if !s.starts_with("file://") => match yaml::parse(s) {
+                        Ok((schema @ Value::Object(_), _)) => schema,
+                        _ => return Err(self.source.error(&yaml::child(at, "value"), "not a JSON Schema")),
+                    },
+                    _ => {
+                        self.unsupported(&yaml::child(at, "value"), format!("this `value` of `{kind}`"))?;
+                        return Ok(None);
+                    }
+                };
+                json!({format!("{not}{key}"): schema})
+            }
+            "levenshtein" if !negate => {
+                let expected = text(&value).ok_or_else(|| needs_text(self))?;
+                json!({"levenshtein": expected, "max_distance": threshold.filter(|t| *t > 0.0).unwrap_or(5.0)})
+            }
+            "latency" if !negate => match threshold {
+                Some(ms) => json!({"max_latency": ms / 1e3}),
+                None => return Err(self.source.error(at, "`latency` needs a `threshold` in milliseconds")),
+            },
+            "cost" if !negate => match threshold {
+                Some(usd) => json!({"max_cost": usd}),
+                None => return Err(self.source.error(at, "`cost` needs a `threshold` in USD")),
+            },
+            "llm-rubric" if !negate => {
+                let mut s = json!({"llm_rubric": text(&value).ok_or_else(|| needs_text(self))?});
+                if let Some(t) = threshold {
+                    s["threshold"] = json!(t);
+                }
+                if let Some(model) = self.grader(&yaml::child(at, "provider"), o.get("provider"))? {
+                    s["model"] = json!(model);
+                }
+                s
+            }
+            _ => {
+                self.unsupported(&yaml::child(at, "type"), format!("the assertion type `{kind}`"))?;
+                return Ok(None);
+            }
+        };
+        if !matches!(base, "llm-rubric") && o.contains_key("provider") {
+            self.unsupported(&yaml::child(at, "provider"), format!("`provider` on `{kind}`"))?;
+        }
+        if let Some(weight) = o.get("weight") {
+            scorer["weight"] = weight.clone();
+        }
+        Ok(Some(scorer))
+    }
+}
+
+/// A test from a CSV row: each column a var, `__expected` (and `__expected1`, …) an
+/// assertion written `type: value` (or a value `equals`), `__description` its description,
+/// `__threshold` its threshold.
+fn csv_test(row: Map<String, Value>) -> Result<Value, String> {
+    let mut vars = Map::new();
+    let mut asserts = Vec::new();
+    let mut test = Map::new();
+    for (column, value) in row {
+        let text = match &value {
+            Value::String(s) => s.clone(),
+            Value::Null => String::new(),
+            other => other.to_string(),
+        };
+        if column.starts_with("__expected") {
+            if !text.is_empty() {
+                asserts.push(expected(&text));
+            }
+        } else if column == "__description" {
+            test.insert("description".into(), json!(text));
+        } else if column == "__threshold" {
+            test.insert("threshold".into(), json!(text));
+        } else if let Some(other) = column.strip_prefix("__") {
+            return Err(format!("the column `__{other}` is not supported"));
+        } else {
+            vars.insert(column, value);
+        }
+    }
+    test.insert("vars".into(), Value::Object(vars));
+    test.insert("assert".into(), Value::Array(asserts));
+    Ok(Value::Object(test))
+}
+
+/// `__expected`'s shorthand: `contains: x`, `regex: …`, `is-json`, `grade: …` (a rubric), or
+/// a plain value that the answer must equal.
+fn expected(text: &str) -> Value {
+    if let Some(rubric) = text.strip_prefix("grade:") {
+        return json!({"type": "llm-rubric", "value": rubric.trim()});
+    }
+    if let Some((kind, value)) = text.split_once(':')
+        && !kind.contains(' ')
+        && !kind.is_empty()
+    {
+        return json!({"type": kind.trim(), "value": value.trim_start()});
+    }
+    if matches!(text, "is-json" | "contains-json") {
+        return json!({"type": text});
+    }
+    json!({"type": "equals", "value": text})
+}
+
+/// A provider id as runner's model: `echo`, `openai:chat:gpt-4o-mini` → `openai/gpt-4o-mini`,
+/// `anthropic:messages:…` → `anthropic/…`, `ollama:chat:qwen3` → `ollama/qwen3`.
+fn model_of(id: &str) -> Option<String> {
+    if id == "echo" {
+        return Some("echo".into());
+    }
+    let routes = [
+        ("openai:chat:", "openai"),
+        ("openai:", "openai"),
+        ("anthropic:messages:", "anthropic"),
+        ("ollama:chat:", "ollama"),
+        ("ollama:completion:", "ollama"),
+        ("ollama:", "ollama"),
+    ];
+    routes.iter().find_map(|(prefix, provider)| {
+        let model = id.strip_prefix(prefix)?;
+        (!model.is_empty() && !model.contains(':')).then(|| format!("{provider}/{model}"))
+    })
+}
+
+/// A label as a variant name: letters, digits, `.`, `_` and `-`.
+fn slug(label: &str) -> String {
+    let cut: String = label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' })
+        .collect();
+    let trimmed = cut.trim_matches('-');
+    if trimmed.is_empty() { "prompt".into() } else { trimmed.chars().take(60).collect() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn providers_map_to_models() {
+        assert_eq!(model_of("echo").as_deref(), Some("echo"));
+        assert_eq!(model_of("openai:gpt-4o-mini").as_deref(), Some("openai/gpt-4o-mini"));
+        assert_eq!(model_of("openai:chat:gpt-4o").as_deref(), Some("openai/gpt-4o"));
+        assert_eq!(model_of("anthropic:messages:claude-3-5-haiku").as_deref(), Some("anthropic/claude-3-5-haiku"));
+        assert_eq!(model_of("ollama:chat:qwen3").as_deref(), Some("ollama/qwen3"));
+        assert_eq!(model_of("openai:embedding:text-embedding-3"), None);
+        assert_eq!(model_of("bedrock:x"), None);
+    }
+
+    #[test]
+    fn csv_expectations_read_as_promptfoo_writes_them() {
+        assert_eq!(expected("contains: Paris"), json!({"type": "contains", "value": "Paris"}));
+        assert_eq!(expected("Paris"), json!({"type": "equals", "value": "Paris"}));
+        assert_eq!(expected("grade: is polite"), json!({"type": "llm-rubric", "value": "is polite"}));
+        assert_eq!(expected("is-json"), json!({"type": "is-json"}));
+    }
+}

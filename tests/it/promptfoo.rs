@@ -1,0 +1,86 @@
+//! promptfoo configs read as they are: every supported assertion type on `echo` gives the
+//! verdict promptfoo's documented semantics give (worked out by hand in the fixture), prompts
+//! are variants that `compare` pairs, and what runner does not do is refused at its line or,
+//! with `--skip-unsupported`, left out and listed.
+
+use crate::{Sandbox, of_type, read_jsonl};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/promptfoo");
+
+fn sandbox() -> Sandbox {
+    let sb = Sandbox::new();
+    for entry in std::fs::read_dir(FIXTURES).expect("the promptfoo fixtures") {
+        let path = entry.expect("an entry").path();
+        let name = path.file_name().expect("a name").to_string_lossy().into_owned();
+        sb.write(&name, &std::fs::read_to_string(&path).expect("a fixture"));
+    }
+    sb
+}
+
+/// Each test's `expect:` var, in order.
+fn expected(config: &str) -> Vec<bool> {
+    config.lines().filter_map(|l| l.split("expect: ").nth(1)).map(|rest| rest.starts_with("pass")).collect()
+}
+
+#[test]
+fn every_assertion_type_on_echo_gives_promptfoos_verdict() {
+    let sb = sandbox();
+    let run = sb.run(&["eval", "every_type.yaml", "--run-id", "all", "--out", "results", "-q"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let config = std::fs::read_to_string(sb.path().join("every_type.yaml")).expect("config");
+    let expected = expected(&config);
+    assert_eq!(expected.len(), 38);
+    let events = read_jsonl(&sb.path().join("results/all/events.jsonl"));
+    assert!(of_type(&events, "episode_started").iter().all(|e| e["model"] == "echo"), "the provider is the model");
+    let mut outcomes = vec![None; expected.len()];
+    let ids: std::collections::HashMap<&str, usize> = of_type(&events, "episode_started")
+        .iter()
+        .filter_map(|e| {
+            let n: usize = e["task_id"].as_str()?.strip_prefix("test-")?.parse().ok()?;
+            Some((e["episode_id"].as_str()?, n - 1))
+        })
+        .collect();
+    for finished in of_type(&events, "episode_finished") {
+        let index = ids[finished["episode_id"].as_str().unwrap_or_default()];
+        outcomes[index] = finished["outcome"]["passed"].as_bool();
+    }
+    for (i, (want, got)) in expected.iter().zip(&outcomes).enumerate() {
+        assert_eq!(Some(*want), *got, "test-{} should {}", i + 1, if *want { "pass" } else { "fail" });
+    }
+}
+
+#[test]
+fn prompts_are_variants_and_tests_come_from_a_csv_file() {
+    let sb = sandbox();
+    let run = sb.run(&["eval", "two_prompts.yaml", "--run-id", "two", "--out", "results", "-q"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("echo [prompt-1]") && run.stdout.contains("echo [prompt-2]"), "{run:?}");
+    let compare = sb.run(&["compare", "results/two", "--fail-on-regression"]);
+    assert_eq!(compare.code, 1, "{compare:?}");
+    assert!(compare.stdout.contains("verdict: echo [prompt-2] vs echo [prompt-1]"), "{compare:?}");
+    assert!(compare.stdout.contains("McNemar p = 0.0005"), "{compare:?}");
+}
+
+#[test]
+fn what_runner_does_not_do_is_refused_at_its_line_or_skipped_and_listed() {
+    let sb = sandbox();
+    let refused = sb.run(&["eval", "unsupported.yaml", "--out", "results", "-q"]);
+    assert_eq!(refused.code, 2, "{refused:?}");
+    assert!(
+        refused.stderr.contains("unsupported.yaml:5:1: outputPath: the key `outputPath` is not supported"),
+        "{refused:?}"
+    );
+    let skipped = sb.run(&["eval", "unsupported.yaml", "--out", "results", "-q", "--skip-unsupported"]);
+    assert_eq!(skipped.code, 0, "{skipped:?}");
+    for line in [
+        "unsupported.yaml:4:19: skipped the provider `bedrock:anthropic.claude`",
+        "unsupported.yaml:10:10: skipped the assertion type `javascript`",
+        "unsupported.yaml:11:10: skipped the assertion type `similar`",
+        "unsupported.yaml:14:10: skipped the assertion type `python`",
+        "unsupported.yaml:12:5: skipped a test without assertions",
+    ] {
+        assert!(skipped.stderr.contains(line), "{line}: {skipped:?}");
+    }
+    let validate = sb.run(&["validate", "unsupported.yaml"]);
+    assert_eq!(validate.code, 2, "validate refuses what eval would: {validate:?}");
+}
