@@ -10,6 +10,7 @@ use super::memory::Slot;
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::external::ExternalParts;
 use crate::agent::memory::{SharedStores, Stores};
+use crate::agent::memory_agent::MemoryAgentParts;
 use crate::agent::{Agent, AgentParts, CliAnswer, ProgramParts, ProgramRoom, Subagents};
 use crate::config::template;
 use std::sync::Arc;
@@ -108,7 +109,8 @@ pub async fn run_episode(
             let env = env.with_permissions(suite.permissions.clone());
             let budget = Arc::new(budget(suite, &grounds.limits, stop));
             let program = program_for(suite, task, env.world(), context.sandbox, &budget);
-            let mut agent = agent_for((&spec.id, &cast), suite, task, stores.clone(), (program, &budget));
+            let mut agent =
+                agent_for((&spec.id, &cast), suite, task, stores.clone(), (program, &budget), &grounds.run_dir);
             let ending = env.run(agent.as_mut(), task, &budget, &recorder).await;
             user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
@@ -200,6 +202,7 @@ fn agent_for(
     task: &Task,
     memory: Option<SharedStores>,
     (program, budget): (Option<ProgramParts>, &Arc<EpisodeBudget>),
+    run_dir: &std::path::Path,
 ) -> Box<dyn Agent> {
     suite.agent.kind.build(AgentParts {
         model: cast.agent.clone(),
@@ -219,7 +222,25 @@ fn agent_for(
             task: serde_json::json!({"id": task.id, "input": task.input, "metadata": task.metadata}),
             budget: budget.clone(),
         }),
+        memory_agent: (suite.agent.kind == crate::agent::AgentKind::Memory)
+            .then(|| memory_agent_parts(episode_id, suite, task, run_dir)),
     })
+}
+
+/// A `memory` agent's parts: the task's conversation, the suite's settings, the episode's
+/// thread and the run folder its checkpoints are in.
+fn memory_agent_parts(episode_id: &str, suite: &Suite, task: &Task, run_dir: &std::path::Path) -> MemoryAgentParts {
+    use crate::agent::memory_agent::{DEFAULT_FLUSH_EVERY, conversation};
+    let question_date = task.metadata.get("question_date").and_then(|d| d.as_str()).map(str::to_owned);
+    MemoryAgentParts {
+        flush_every: suite.agent.flush_every.unwrap_or(DEFAULT_FLUSH_EVERY),
+        prompts: suite.agent.prompts.clone().unwrap_or_default(),
+        sessions: conversation::sessions_of(&task.metadata).map_err(|(field, e)| format!("metadata.{field}: {e}")),
+        thread: episode_id.to_owned(),
+        run_dir: Some(run_dir.to_owned()),
+        question: task.input.clone(),
+        question_date,
+    }
 }
 
 /// The suite's system prompt rendered for the task, then what the environment adds (an

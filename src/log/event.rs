@@ -483,6 +483,24 @@ pub enum Event {
         call_id: String,
         answer: String,
     },
+    /// One invocation of the memory agent (seed 002), when it ended: its control state,
+    /// the calls it made directly and those the model wrote, and, when the model did not
+    /// write the call asked for even after a reminder, why it ended without it.
+    MemoryInvocation {
+        step: u32,
+        thread: String,
+        session: String,
+        control: String,
+        /// The message's index in its session (from 1), for the controls that process one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<u32>,
+        #[serde(default)]
+        direct: Vec<String>,
+        #[serde(default)]
+        model: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     /// The agent failed on its own (an external agent's program broke the protocol): the
     /// episode ends with `agent_error` and is scored, as any answer of the agent's is.
     AgentError {

@@ -147,6 +147,13 @@ pub struct AgentConfig {
     /// `cli` only: commands run in the world, in order, before the agent starts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub setup: Vec<String>,
+    /// `memory` only: every how many messages of a session it also flushes
+    /// ([`crate::agent::memory_agent::DEFAULT_FLUSH_EVERY`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush_every: Option<u32>,
+    /// `memory` only: its own prompts in place of the default files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<crate::agent::memory_agent::MemoryPrompts>,
 }
 
 pub const DEFAULT_MAX_CHILDREN: u32 = 3;
@@ -415,6 +422,7 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
     if let Some(memory) = &file.agent.memory {
         memory.check().map_err(|(field, e)| source.error(&format!("agent.memory.{field}"), e))?;
     }
+    check_memory_agent(&source, &file.agent)?;
     let mut file = file;
     file.agent.program = external_program(&source, &file.agent, path)?;
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
@@ -500,6 +508,10 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
         check_memory(&source, &at, &raw.memory, file.agent.memory.as_ref())?;
         let task = build_task(raw, &suite_mock, &suite_mock_subagents)
             .map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
+        if file.agent.kind == AgentKind::Memory {
+            crate::agent::memory_agent::conversation::sessions_of(&task.metadata)
+                .map_err(|(field, e)| source.error(&yaml::child(&yaml::child(&at, "metadata"), &field), e))?;
+        }
         finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)?;
     }
     for row in dataset_rows {
@@ -577,6 +589,20 @@ fn toolsets(
             Ok(Toolset { name: name.clone(), tools: tools.clone(), weight, environment: narrowed })
         })
         .collect()
+}
+
+/// The keys only a `memory` agent takes, refused to the other kinds, and checked.
+fn check_memory_agent(source: &Source, agent: &AgentConfig) -> Result<(), ConfigError> {
+    if agent.kind != AgentKind::Memory {
+        let given = [("flush_every", agent.flush_every.is_some()), ("prompts", agent.prompts.is_some())];
+        if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
+            return Err(source.error(&format!("agent.{key}"), "is for `kind: memory` agents only"));
+        }
+    }
+    if agent.flush_every == Some(0) {
+        return Err(source.error("agent.flush_every", "must be at least 1"));
+    }
+    Ok(())
 }
 
 /// An `external` agent's program, checked; `None` for the other kinds, which are refused

@@ -19,6 +19,7 @@ mod local_server;
 mod log;
 mod mcp;
 mod memory;
+mod memory_agent;
 mod models;
 mod output_caps;
 mod overrides;
