@@ -4,6 +4,7 @@
 
 pub mod dataset;
 pub mod harbor;
+pub mod longmemeval;
 
 use crate::config::{decode, template, yaml};
 use crate::contract::{ASK_USER, Actor, CLARIFY, ENTER_PLAN_MODE, EXIT_PLAN_MODE};

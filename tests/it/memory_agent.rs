@@ -254,3 +254,34 @@ fn a_replay_killed_mid_conversation_resumes_where_it_stopped_storing_nothing_twi
     let finished = of_type(&events, "episode_finished");
     assert_eq!(finished.last().unwrap()["outcome"]["passed"], true, "{}", finished.last().unwrap());
 }
+
+/// The example under `tasks/`: twelve LongMemEval questions, every type, replayed offline.
+#[test]
+fn the_longmemeval_example_replays_each_haystack_in_date_order_and_passes() {
+    let sb = Sandbox::new();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let suite = repo.join("tasks/memory-replay.yaml");
+    let run = sb.eval(&[suite.to_str().unwrap()]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished.len(), 12);
+    assert!(finished.iter().all(|e| e["outcome"]["passed"] == true), "{finished:?}");
+    let data = std::fs::read_to_string(repo.join("tasks/data/memory-replay.json")).unwrap();
+    for kind in runner::suite::longmemeval::QUESTION_TYPES {
+        assert!(data.contains(&format!("\"{kind}\"")), "the example has no `{kind}` question");
+    }
+    assert!(data.contains("_abs\""), "the example has no abstention question");
+    // `ku-2` lists its later session first: the replay starts with the earlier one.
+    let episode = of_type(&events, "episode_started").into_iter().find(|e| e["task_id"] == "ku-2").unwrap();
+    let id = &episode["episode_id"];
+    let sessions: Vec<&str> = of_type(&events, "memory_invocation")
+        .into_iter()
+        .filter(|e| &e["episode_id"] == id && e["control"] == "start_session")
+        .map(|e| e["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(sessions, ["s1", "s2"]);
+    // The evidence marks of the haystack reach nothing a model or a reader of the log sees.
+    assert!(events.iter().all(|e| !e.to_string().contains("has_answer")));
+    assert!(of_type(&events, "memory_invocation").iter().all(|e| e["error"].is_null()));
+}
