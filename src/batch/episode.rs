@@ -231,7 +231,8 @@ fn agent_for(
 /// thread and the run folder its checkpoints are in.
 fn memory_agent_parts(episode_id: &str, suite: &Suite, task: &Task, run_dir: &std::path::Path) -> MemoryAgentParts {
     use crate::agent::memory_agent::{DEFAULT_FLUSH_EVERY, conversation};
-    let question_date = task.metadata.get("question_date").and_then(|d| d.as_str()).map(str::to_owned);
+    let text = |key: &str| task.metadata.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+    let evidence = task.metadata.get("answer_session_ids").and_then(|v| v.as_array());
     MemoryAgentParts {
         flush_every: suite.agent.flush_every.unwrap_or(DEFAULT_FLUSH_EVERY),
         prompts: suite.agent.prompts.clone().unwrap_or_default(),
@@ -239,7 +240,10 @@ fn memory_agent_parts(episode_id: &str, suite: &Suite, task: &Task, run_dir: &st
         thread: episode_id.to_owned(),
         run_dir: Some(run_dir.to_owned()),
         question: task.input.clone(),
-        question_date,
+        question_date: text("question_date"),
+        question_type: text("question_type"),
+        abstention: task.metadata.get("abstention").and_then(|v| v.as_bool()).unwrap_or(false),
+        evidence_sessions: evidence.into_iter().flatten().filter_map(|v| v.as_str()).map(str::to_owned).collect(),
     }
 }
 

@@ -6,6 +6,7 @@ pub mod export;
 pub mod gate;
 pub mod html;
 pub mod junit;
+pub mod memory;
 pub mod oracle;
 pub mod progress;
 pub mod stats;

@@ -285,3 +285,34 @@ fn the_longmemeval_example_replays_each_haystack_in_date_order_and_passes() {
     assert!(events.iter().all(|e| !e.to_string().contains("has_answer")));
     assert!(of_type(&events, "memory_invocation").iter().all(|e| e["error"].is_null()));
 }
+
+#[test]
+fn retrieval_recall_counts_the_evidence_sessions_the_search_found() {
+    let sb = Sandbox::new();
+    let sessions = json!([
+        {"id": "s1", "date": "2023-05-01", "messages": [{"role": "user", "content": "I adopted a dog named Rex"}]},
+        {"id": "s2", "date": "2023-05-02", "messages": [{"role": "user", "content": "I bought a red bicycle"}]},
+    ]);
+    let yaml = format!(
+        "suite: mem\nenvironment: memory_store\nagent: {{kind: memory}}\nlimits: {{max_steps: 100}}\n\
+         scorers: [{{includes: Rex}}]\ntasks:\n  - id: t\n    input: What is my dog called?\n    \
+         metadata: {{question_type: multi-session, answer_session_ids: [s1, s2], sessions: {sessions}}}\n    mock:\n      - {}\n      - {}\n      - {}\n      - {}\n      - {}\n",
+        add_entry("The user adopted a dog named Rex"),
+        put_context("dog"),
+        add_entry("The user bought a red bicycle"),
+        put_context("bike"),
+        r#"{text: "Rex"}"#,
+    );
+    sb.write("s.yaml", &yaml);
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let answered = of_type(&sb.events(), "memory_answered")[0].clone();
+    assert_eq!(answered["retrieved_sessions"], json!(["s1"]), "{answered}");
+    assert_eq!(answered["recall"], 0.5);
+    assert_eq!(answered["entries_by_session"], json!({"s1": 1, "s2": 1}));
+    assert!(
+        run.stdout.contains("retrieval recall: 50.0% of evidence sessions found (mean over 1 questions)"),
+        "{run:?}"
+    );
+    assert!(run.stdout.contains("multi-session                     1      1    100.0%"), "{run:?}");
+}

@@ -52,6 +52,12 @@ pub struct MemoryAgentParts {
     /// the date it is asked on.
     pub question: String,
     pub question_date: Option<String>,
+    /// The question's type and whether it is an abstention question, for the report; the
+    /// sessions that hold its evidence, to tell whether the agent's reads found them.
+    /// None of these is shown to the model.
+    pub question_type: Option<String>,
+    pub abstention: bool,
+    pub evidence_sessions: Vec<String>,
 }
 
 impl MemoryAgentParts {
@@ -65,6 +71,9 @@ impl MemoryAgentParts {
             run_dir: None,
             question: String::new(),
             question_date: None,
+            question_type: None,
+            abstention: false,
+            evidence_sessions: Vec::new(),
         }
     }
 }
@@ -88,6 +97,12 @@ pub struct MemoryAgent {
     question_date: Option<String>,
     answer: AnswerStage,
     calls_made: u64,
+    question_type: Option<String>,
+    abstention: bool,
+    evidence_sessions: Vec<String>,
+    /// What this attempt's model calls used, storing and answering.
+    ingest_usage: Usage,
+    answer_usage: Usage,
 }
 
 /// One invocation under way: the seed's `tool_history`, as what the agent needs of it.
@@ -134,6 +149,11 @@ impl MemoryAgent {
             question_date: parts.question_date,
             answer: AnswerStage::NotYet,
             calls_made: 0,
+            question_type: parts.question_type,
+            abstention: parts.abstention,
+            evidence_sessions: parts.evidence_sessions,
+            ingest_usage: Usage::default(),
+            answer_usage: Usage::default(),
         }
     }
 
@@ -372,7 +392,7 @@ impl MemoryAgent {
     }
 
     async fn respond(
-        &self,
+        &mut self,
         turn: &Turn<'_>,
         messages: &[Message],
         tools: &[ToolSpec],
@@ -390,6 +410,11 @@ impl MemoryAgent {
         turn.recorder.emit(&event);
         let response = result.map_err(|e| AgentFault { cause: e.cause, message: e.message })?;
         spent.usage.add(response.usage);
+        if self.answer == AnswerStage::NotYet {
+            self.ingest_usage.add(response.usage);
+        } else {
+            self.answer_usage.add(response.usage);
+        }
         spent.cost_usd = match (spent.cost_usd, response.cost_usd) {
             (Some(a), Some(b)) => Some(a + b),
             _ => None,
@@ -423,9 +448,13 @@ impl MemoryAgent {
                 Ok(calls)
             }
             AnswerStage::Reading(ids) => {
-                let read: Vec<String> = ids
+                let observed: Vec<&Observation> = ids
                     .iter()
                     .filter_map(|id| turn.observations.iter().find(|o| o.call_id.as_deref() == Some(id)))
+                    .collect();
+                let retrieved = self.sessions_found(&observed);
+                let read: Vec<String> = observed
+                    .iter()
                     .map(|o| match (&o.error, &o.tool_result) {
                         (Some(e), _) => format!("(the memory could not be read: {})", e.message),
                         (None, Some(Value::String(s))) => s.clone(),
@@ -435,11 +464,14 @@ impl MemoryAgent {
                     .collect();
                 let prompt = self.prompts.answer(&read.join("\n\n"), &self.question, self.question_date.as_deref());
                 let messages = [Message::System { content: prompt }, Message::User { content: self.question.clone() }];
+                self.answer = AnswerStage::Given;
                 let response = self.respond(turn, &messages, &[], spent).await?;
                 let answer = response.text.unwrap_or_default();
+                self.report(turn, Some(retrieved));
                 Ok(vec![ToolCall::new(self.call_id(), FINAL_TOOL, json!({ "answer": answer }))])
             }
             _ => {
+                self.report(turn, None);
                 let answer = format!(
                     "replayed {} session(s): {} entries stored, {} invocation(s) without the call asked for",
                     self.sessions.len(),
@@ -449,6 +481,51 @@ impl MemoryAgent {
                 Ok(vec![ToolCall::new(self.call_id(), FINAL_TOOL, json!({ "answer": answer }))])
             }
         }
+    }
+}
+
+impl MemoryAgent {
+    /// The sessions of the entries the reads for the question returned, in the order
+    /// found, each once: an entry's key is `thread/session/message`.
+    fn sessions_found(&self, observed: &[&Observation]) -> Vec<String> {
+        let prefix = format!("{}/", self.thread);
+        let mut found: Vec<String> = Vec::new();
+        let entries = observed.iter().filter_map(|o| o.tool_result.as_ref()?.get("entries")?.as_array());
+        for entry in entries.flatten() {
+            let Some(key) = entry.get("key").and_then(Value::as_str) else { continue };
+            let Some((session, _)) = key.strip_prefix(&prefix).and_then(|rest| rest.rsplit_once('/')) else { continue };
+            if !found.iter().any(|s| s == session) {
+                found.push(session.to_owned());
+            }
+        }
+        found
+    }
+
+    /// The `memory_answered` event: what the replay stored and spent, and, when the agent
+    /// read the memory for a question, which evidence sessions it found.
+    fn report(&self, turn: &Turn<'_>, retrieved: Option<Vec<String>>) {
+        let recall = match (&retrieved, self.evidence_sessions.len()) {
+            (Some(found), n) if n > 0 => {
+                let hit = self.evidence_sessions.iter().filter(|s| found.contains(s)).count();
+                Some(hit as f64 / n as f64)
+            }
+            _ => None,
+        };
+        turn.recorder.emit(&Event::MemoryAnswered {
+            step: turn.budget.step,
+            thread: self.thread.clone(),
+            question_type: self.question_type.clone(),
+            abstention: self.abstention,
+            sessions: self.sessions.len() as u32,
+            entries: self.state.entries,
+            entries_by_session: self.state.entries_by_session.iter().cloned().collect(),
+            errors: self.state.errors,
+            ingest_usage: self.ingest_usage,
+            answer_usage: self.answer_usage,
+            evidence_sessions: self.evidence_sessions.clone(),
+            retrieved_sessions: retrieved.unwrap_or_default(),
+            recall,
+        });
     }
 }
 

@@ -48,6 +48,9 @@ pub struct Entry {
     pub raw_entry: String,
     pub tags: Value,
     pub time: String,
+    /// The writer's own name for it, when it gave one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// A new entry.
@@ -107,7 +110,7 @@ impl Store {
     /// The `limit` latest entries of a memory, newest first.
     pub fn list_entries(&self, at: MemoryRef<'_>, limit: u32) -> rusqlite::Result<Vec<Entry>> {
         let mut statement = self.db.prepare_cached(
-            "SELECT id, summary, raw_entry, tags, time FROM entries WHERE vault_id = ?1 AND memory_id = ?2
+            "SELECT id, summary, raw_entry, tags, time, key FROM entries WHERE vault_id = ?1 AND memory_id = ?2
              ORDER BY time DESC, id DESC LIMIT ?3",
         )?;
         let rows = statement.query_map(params![at.vault, at.memory, limit], entry_of)?;
@@ -117,14 +120,14 @@ impl Store {
     /// The entries of a memory that match `query` (FTS5 syntax), best first by BM25.
     pub fn search(&self, at: MemoryRef<'_>, query: &str, limit: u32) -> rusqlite::Result<Vec<(Entry, f64)>> {
         let mut statement = self.db.prepare_cached(
-            "SELECT e.id, e.summary, e.raw_entry, e.tags, e.time, bm25(entries_fts) AS rank
+            "SELECT e.id, e.summary, e.raw_entry, e.tags, e.time, e.key, bm25(entries_fts) AS rank
              FROM entries_fts JOIN entries e ON e.id = entries_fts.rowid
              WHERE entries_fts MATCH ?1 AND e.vault_id = ?2 AND e.memory_id = ?3
              ORDER BY rank, e.id LIMIT ?4",
         )?;
         let rows = statement.query_map(params![query, at.vault, at.memory, limit], |row| {
             // BM25 is lower for better matches; the tools report a score that grows with it.
-            Ok((entry_of(row)?, -row.get::<_, f64>(5)?))
+            Ok((entry_of(row)?, -row.get::<_, f64>(6)?))
         })?;
         rows.collect()
     }
@@ -174,6 +177,7 @@ fn entry_of(row: &rusqlite::Row<'_>) -> rusqlite::Result<Entry> {
         raw_entry: row.get(2)?,
         tags: serde_json::from_str(&tags).unwrap_or(Value::String(tags)),
         time: row.get(4)?,
+        key: row.get(5)?,
     })
 }
 
