@@ -170,7 +170,8 @@ fn each_thread_sees_only_its_own_conversation() {
     assert_eq!(run.code, 0, "{run:?}");
     // Each thread's history (what its prompts are made of) holds its own messages only.
     let db = rusqlite::Connection::open(sb.path().join("results/test/memory_agent.sqlite")).unwrap();
-    let mut statement = db.prepare("SELECT state FROM threads").unwrap();
+    let mut statement =
+        db.prepare("SELECT group_concat(content, ' | ') FROM history GROUP BY thread_id ORDER BY thread_id").unwrap();
     let states: Vec<String> = statement.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
     assert_eq!(states.len(), 2);
     for state in &states {

@@ -15,12 +15,14 @@ use super::conversation::ChatMessage;
 pub const FILE: &str = "memory_agent.sqlite";
 
 /// What a thread keeps between invocations. `to_process` and `tool_history` (seed 002)
-/// live only for one invocation and are not kept.
+/// live only for one invocation and are not kept. The history is stored a message a row,
+/// appended, so that a checkpoint costs the same at the thousandth message as at the first.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ThreadState {
     /// The index of the next invocation of the replay.
     pub next: usize,
     /// Every message processed and every retrieved context, in order.
+    #[serde(skip)]
     pub conversation_history: Vec<ChatMessage>,
     /// Where in the history the current session began (its `start_session` context).
     pub session_start: usize,
@@ -33,6 +35,8 @@ pub struct ThreadState {
 
 pub struct Checkpoints {
     db: Connection,
+    /// How many messages of the history are stored.
+    stored: usize,
 }
 
 impl Checkpoints {
@@ -41,34 +45,62 @@ impl Checkpoints {
         db.busy_timeout(std::time::Duration::from_secs(30))
             .and_then(|_| {
                 db.execute_batch(
+                    // A process killed outright loses nothing the OS was handed; only a power
+                    // loss could take the last commits, which the store's keys make harmless.
                     "PRAGMA journal_mode = WAL;
-                     CREATE TABLE IF NOT EXISTS threads (thread_id TEXT PRIMARY KEY, state TEXT NOT NULL);",
+                     PRAGMA synchronous = NORMAL;
+                     CREATE TABLE IF NOT EXISTS threads (thread_id TEXT PRIMARY KEY, state TEXT NOT NULL);
+                     CREATE TABLE IF NOT EXISTS history (
+                         thread_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL,
+                         PRIMARY KEY (thread_id, seq));",
                 )
             })
             .map_err(|e| format!("failed to set up {}: {e}", path.display()))?;
-        Ok(Checkpoints { db })
+        Ok(Checkpoints { db, stored: 0 })
     }
 
-    /// The thread's last checkpoint; a fresh state when it has none.
-    pub fn load(&self, thread: &str) -> Result<ThreadState, String> {
+    /// The thread's last checkpoint, its history included; a fresh state when it has none.
+    pub fn load(&mut self, thread: &str) -> Result<ThreadState, String> {
+        let failed = |e: rusqlite::Error| format!("failed to read the checkpoint of `{thread}`: {e}");
         let text: Option<String> = self
             .db
             .query_row("SELECT state FROM threads WHERE thread_id = ?1", params![thread], |row| row.get(0))
             .optional()
-            .map_err(|e| format!("failed to read the checkpoint of `{thread}`: {e}"))?;
-        match text {
-            None => Ok(ThreadState::default()),
-            Some(text) => {
-                serde_json::from_str(&text).map_err(|e| format!("the checkpoint of `{thread}` cannot be read: {e}"))
-            }
-        }
+            .map_err(failed)?;
+        let Some(text) = text else { return Ok(ThreadState::default()) };
+        let mut state: ThreadState =
+            serde_json::from_str(&text).map_err(|e| format!("the checkpoint of `{thread}` cannot be read: {e}"))?;
+        let mut statement =
+            self.db.prepare("SELECT role, content FROM history WHERE thread_id = ?1 ORDER BY seq").map_err(failed)?;
+        let rows = statement
+            .query_map(params![thread], |row| Ok(ChatMessage { role: row.get(0)?, content: row.get(1)? }))
+            .map_err(failed)?;
+        state.conversation_history = rows.collect::<Result<_, _>>().map_err(failed)?;
+        drop(statement);
+        self.stored = state.conversation_history.len();
+        Ok(state)
     }
 
-    pub fn save(&self, thread: &str, state: &ThreadState) -> Result<(), String> {
+    /// Stores the thread's state and the messages its history gained since the last
+    /// checkpoint, in one transaction.
+    pub fn save(&mut self, thread: &str, state: &ThreadState) -> Result<(), String> {
+        let failed = |e: rusqlite::Error| format!("failed to checkpoint `{thread}`: {e}");
         let text = serde_json::to_string(state).map_err(|e| e.to_string())?;
-        self.db
-            .execute("INSERT OR REPLACE INTO threads (thread_id, state) VALUES (?1, ?2)", params![thread, text])
-            .map_err(|e| format!("failed to checkpoint `{thread}`: {e}"))?;
+        let tx = self.db.transaction().map_err(failed)?;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO history (thread_id, seq, role, content) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .map_err(failed)?;
+            for (seq, message) in state.conversation_history.iter().enumerate().skip(self.stored) {
+                insert.execute(params![thread, seq as i64, message.role, message.content]).map_err(failed)?;
+            }
+        }
+        tx.execute("INSERT OR REPLACE INTO threads (thread_id, state) VALUES (?1, ?2)", params![thread, text])
+            .map_err(failed)?;
+        tx.commit().map_err(failed)?;
+        self.stored = state.conversation_history.len();
         Ok(())
     }
 }

@@ -167,7 +167,7 @@ impl MemoryAgent {
             return Err(fault(why.clone()));
         }
         if let Some(dir) = &self.run_dir {
-            let checkpoints = Checkpoints::open(&dir.join(checkpoint::FILE)).map_err(fault)?;
+            let mut checkpoints = Checkpoints::open(&dir.join(checkpoint::FILE)).map_err(fault)?;
             self.state = checkpoints.load(&self.thread).map_err(fault)?;
             self.checkpoints = Some(std::sync::Mutex::new(checkpoints));
         }
@@ -233,7 +233,7 @@ impl MemoryAgent {
         self.state.next += 1;
         match &self.checkpoints {
             Some(checkpoints) => {
-                let checkpoints = checkpoints.lock().unwrap_or_else(|p| p.into_inner());
+                let mut checkpoints = checkpoints.lock().unwrap_or_else(|p| p.into_inner());
                 checkpoints.save(&self.thread, &self.state).map_err(fault)
             }
             None => Ok(()),
