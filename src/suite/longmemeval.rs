@@ -12,7 +12,6 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::TaskFile;
-use super::dataset::DatasetRow;
 use crate::agent::memory_agent::conversation::{ROLES, parse_date};
 use crate::config::decode::ConfigError;
 use crate::config::yaml::Position;
@@ -29,8 +28,8 @@ pub const QUESTION_TYPES: [&str; 6] = [
     "temporal-reasoning",
 ];
 
-/// The questions of the file `path`, whose text is `bytes`, as dataset rows.
-pub(crate) fn read(path: &Path, bytes: &[u8]) -> Result<Vec<DatasetRow>, ConfigError> {
+/// The questions of the file `path`, whose text is `bytes`, as tasks, in the file's order.
+pub(crate) fn read(path: &Path, bytes: &[u8]) -> Result<Vec<TaskFile>, ConfigError> {
     let bad = |at: String, why: String| ConfigError::whole(path, format!("{at}: {why}"));
     let all: Value = serde_json::from_slice(bytes).map_err(|e| {
         ConfigError::at(path, Position { line: e.line(), column: e.column() }, format!("invalid JSON: {e}"))
@@ -38,13 +37,11 @@ pub(crate) fn read(path: &Path, bytes: &[u8]) -> Result<Vec<DatasetRow>, ConfigE
     let Value::Array(questions) = all else {
         return Err(ConfigError::whole(path, "a LongMemEval file is a JSON list of questions"));
     };
-    let mut rows = Vec::with_capacity(questions.len());
+    let mut tasks = Vec::with_capacity(questions.len());
     for (i, question) in questions.into_iter().enumerate() {
-        let task = question_task(question, i).map_err(|(at, why)| bad(at, why))?;
-        let position = Position { line: 1, column: 1 };
-        rows.push(DatasetRow { file: path.to_owned(), position, origin: format!("question [{i}]"), task });
+        tasks.push(question_task(question, i).map_err(|(at, why)| bad(at, why))?);
     }
-    Ok(rows)
+    Ok(tasks)
 }
 
 type Bad = (String, String);
@@ -202,7 +199,7 @@ mod tests {
 
     fn read_one(q: Value) -> Result<TaskFile, String> {
         let bytes = serde_json::to_vec(&json!([q])).unwrap();
-        read(Path::new("lme.json"), &bytes).map(|mut rows| rows.remove(0).task).map_err(|e| e.to_string())
+        read(Path::new("lme.json"), &bytes).map(|mut tasks| tasks.remove(0)).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -46,8 +46,11 @@ fn suite(flush_every: u32, tasks: &[(&str, Vec<String>, Vec<String>)]) -> String
     yaml
 }
 
-/// `(control, direct calls, model calls, error)` of each `memory_invocation`, in order.
-fn invocations(events: &[Value]) -> Vec<(String, Vec<String>, Vec<String>, Option<String>)> {
+/// `(control, direct calls, model calls, error)` of one `memory_invocation`.
+type Invoked = (String, Vec<String>, Vec<String>, Option<String>);
+
+/// Each `memory_invocation`, in order.
+fn invocations(events: &[Value]) -> Vec<Invoked> {
     let names = |v: &Value| v.as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_owned()).collect();
     of_type(events, "memory_invocation")
         .iter()
