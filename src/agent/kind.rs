@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::external::{ExternalAgent, ExternalParts, NoProgram};
 use super::memory::SharedStores;
+use super::memory_agent::{MemoryAgent, MemoryAgentParts};
 use super::oracle::OracleAgent;
 use super::{Agent, Subagents, ToolCallingAgent};
 use crate::model::LanguageModel;
@@ -23,6 +24,9 @@ pub enum AgentKind {
     Cli,
     /// A program proposes the calls, over the external agent protocol: [`ExternalAgent`].
     External,
+    /// Replays a conversation into a memory through control states (seed 002), then
+    /// answers the task's question from it: [`MemoryAgent`].
+    Memory,
 }
 
 /// What an agent of any kind is built from, for one episode: the model the episode's cast
@@ -52,14 +56,17 @@ pub struct AgentParts {
     pub external: Option<ExternalParts>,
     /// `session_search` over the runs the suite names, when it names some.
     pub session_search: Option<Arc<super::session_search::SessionSearch>>,
+    /// For a `memory` agent: the conversation to replay, its settings and its thread.
+    pub memory_agent: Option<MemoryAgentParts>,
 }
 
 impl AgentKind {
-    pub const ALL: [AgentKind; 4] = [AgentKind::ToolCalling, AgentKind::Oracle, AgentKind::External, AgentKind::Cli];
+    pub const ALL: [AgentKind; 5] =
+        [AgentKind::ToolCalling, AgentKind::Oracle, AgentKind::External, AgentKind::Cli, AgentKind::Memory];
 
     /// Kinds that `DESIGN.md` names but that are not built yet: refused as such, not as
     /// unknown, so that a suite written for them says what it is waiting for.
-    pub const NOT_YET: [&str; 1] = ["memory"];
+    pub const NOT_YET: [&str; 0] = [];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -67,6 +74,7 @@ impl AgentKind {
             AgentKind::Oracle => "oracle",
             AgentKind::External => "external",
             AgentKind::Cli => "cli",
+            AgentKind::Memory => "memory",
         }
     }
 
@@ -93,6 +101,10 @@ impl AgentKind {
             // A suite checks that its external agent has a program when it loads.
             (AgentKind::External, None) => Box::new(NoProgram),
             (AgentKind::Cli, _) => Box::new(super::cli::CliAgent::new(parts.model, parts.model_name, parts.program)),
+            (AgentKind::Memory, _) => {
+                let memory = parts.memory_agent.unwrap_or_else(|| MemoryAgentParts::empty(&parts.task_id));
+                Box::new(MemoryAgent::new(parts.model, &parts.model_name, memory))
+            }
         }
     }
 }
@@ -141,12 +153,11 @@ mod tests {
             assert_eq!(AgentKind::parse(kind.name()), Ok(kind));
         }
         assert_eq!(AgentKind::parse("oracle"), Ok(AgentKind::Oracle));
-        let err = AgentKind::parse("memory").unwrap_err();
-        assert!(
-            err.contains("`memory` is not available yet") && err.ends_with(": tool_calling, oracle, external, cli"),
-            "{err}"
-        );
+        assert_eq!(AgentKind::parse("memory"), Ok(AgentKind::Memory));
         let err = AgentKind::parse("toolcalling").unwrap_err();
-        assert_eq!(err, "unknown agent kind `toolcalling`, expected one of: tool_calling, oracle, external, cli");
+        assert_eq!(
+            err,
+            "unknown agent kind `toolcalling`, expected one of: tool_calling, oracle, external, cli, memory"
+        );
     }
 }

@@ -7,6 +7,7 @@ mod cli;
 pub mod external;
 mod kind;
 pub mod memory;
+pub mod memory_agent;
 mod oracle;
 pub mod plan;
 pub mod session_search;

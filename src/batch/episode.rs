@@ -10,6 +10,7 @@ use super::memory::Slot;
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::external::ExternalParts;
 use crate::agent::memory::{SharedStores, Stores};
+use crate::agent::memory_agent::MemoryAgentParts;
 use crate::agent::{Agent, AgentParts, CliAnswer, ProgramParts, ProgramRoom, Subagents};
 use crate::config::template;
 use std::sync::Arc;
@@ -117,8 +118,14 @@ pub async fn run_episode(
             let env = env.with_permissions(suite.permissions.clone());
             let budget = Arc::new(budget(suite, &grounds.limits, stop));
             let program = program_for((suite, agent_config), task, env.world(), context.sandbox, &budget);
-            let mut agent =
-                agent_for((&spec.id, &cast), (suite, agent_config), task, stores.clone(), (program, &budget));
+            let mut agent = agent_for(
+                (&spec.id, &cast),
+                (suite, agent_config),
+                task,
+                stores.clone(),
+                (program, &budget),
+                &grounds.run_dir,
+            );
             let ending = env.run(agent.as_mut(), task, &budget, &recorder).await;
             user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
@@ -218,6 +225,7 @@ fn agent_for(
     task: &Task,
     memory: Option<SharedStores>,
     (program, budget): (Option<ProgramParts>, &Arc<EpisodeBudget>),
+    run_dir: &std::path::Path,
 ) -> Box<dyn Agent> {
     agent.kind.build(AgentParts {
         model: cast.agent.clone(),
@@ -238,7 +246,29 @@ fn agent_for(
             budget: budget.clone(),
         }),
         session_search: suite.agent.searched_runs.clone(),
+        memory_agent: (suite.agent.kind == crate::agent::AgentKind::Memory)
+            .then(|| memory_agent_parts(episode_id, suite, task, run_dir)),
     })
+}
+
+/// A `memory` agent's parts: the task's conversation, the suite's settings, the episode's
+/// thread and the run folder its checkpoints are in.
+fn memory_agent_parts(episode_id: &str, suite: &Suite, task: &Task, run_dir: &std::path::Path) -> MemoryAgentParts {
+    use crate::agent::memory_agent::{DEFAULT_FLUSH_EVERY, conversation};
+    let text = |key: &str| task.metadata.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+    let evidence = task.metadata.get("answer_session_ids").and_then(|v| v.as_array());
+    MemoryAgentParts {
+        flush_every: suite.agent.flush_every.unwrap_or(DEFAULT_FLUSH_EVERY),
+        prompts: suite.agent.prompts.clone().unwrap_or_default(),
+        sessions: conversation::sessions_of(&task.metadata).map_err(|(field, e)| format!("metadata.{field}: {e}")),
+        thread: episode_id.to_owned(),
+        run_dir: Some(run_dir.to_owned()),
+        question: task.input.clone(),
+        question_date: text("question_date"),
+        question_type: text("question_type"),
+        abstention: task.metadata.get("abstention").and_then(|v| v.as_bool()).unwrap_or(false),
+        evidence_sessions: evidence.into_iter().flatten().filter_map(|v| v.as_str()).map(str::to_owned).collect(),
+    }
 }
 
 /// The suite's system prompt rendered for the task, then what the environment adds (an

@@ -130,6 +130,7 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
     release_free_memory();
     let (summary, index) = summarize(&result.events_path, args.gates.alpha)?;
     out!("\n{}", summary.render());
+    print_memory_table(&result.events_path)?;
     outln!("results: {}", result.dir.display());
     write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
     if let Some(reason) = &result.aborted {
@@ -206,6 +207,7 @@ pub fn report(args: ReportArgs) -> Result<Exit, CliError> {
     let dir = batch::resume::find_logged_run(&args.run, Path::new("results")).map_err(CliError::usage)?;
     let (summary, index) = summarize(&dir.join("events.jsonl"), args.alpha)?;
     out!("{}", summary.render());
+    print_memory_table(&dir.join("events.jsonl"))?;
     outln!("tables: {}, {}", dir.join("episodes.csv").display(), dir.join("episodes.parquet").display());
     write_reports(&index, &summary, args.junit.as_deref(), args.markdown.as_deref())?;
     if let Some(html) = &args.html {
@@ -466,6 +468,14 @@ fn summarize(events: &Path, alpha: f64) -> Result<(Summary, Index), CliError> {
     crate::report::write_atomically(&path, &json)
         .map_err(|e| CliError::results(format!("failed to write {}: {e}", path.display())))?;
     Ok((summary, index))
+}
+
+/// The memory table under the summary, for a run where the memory agent answered.
+fn print_memory_table(events: &Path) -> Result<(), CliError> {
+    if let Some(memory) = crate::report::memory::read(events).map_err(CliError::results)? {
+        out!("{}", memory.render());
+    }
+    Ok(())
 }
 
 /// `--junit`, `--markdown` and the GitHub step summary.

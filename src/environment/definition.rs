@@ -573,7 +573,11 @@ mod tests {
                 "search",
                 "fetch",
                 "extract",
-                "read_doc"
+                "read_doc",
+                "list_entries",
+                "search_entries",
+                "get_context",
+                "await_consistency"
             ]
         );
         let unmarked: Vec<String> = kinds::KINDS

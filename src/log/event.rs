@@ -1,5 +1,7 @@
 //! The events of a run: one JSON object per line of `events.jsonl`.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -509,6 +511,49 @@ pub enum Event {
         step: u32,
         call_id: String,
         answer: String,
+    },
+    /// One invocation of the memory agent (seed 002), when it ended: its control state,
+    /// the calls it made directly and those the model wrote, and, when the model did not
+    /// write the call asked for even after a reminder, why it ended without it.
+    MemoryInvocation {
+        step: u32,
+        thread: String,
+        session: String,
+        control: String,
+        /// The message's index in its session (from 1), for the controls that process one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        message: Option<u32>,
+        #[serde(default)]
+        direct: Vec<String>,
+        #[serde(default)]
+        model: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// The memory agent's replay is over and it answers: what it stored, what it spent on
+    /// storing and on answering, and which sessions its reads for the question found
+    /// against the question's evidence sessions (`recall`: the share of them found).
+    MemoryAnswered {
+        step: u32,
+        thread: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        question_type: Option<String>,
+        #[serde(default)]
+        abstention: bool,
+        sessions: u32,
+        entries: u32,
+        #[serde(default)]
+        entries_by_session: BTreeMap<String, u32>,
+        /// Invocations that ended without the call the model was asked for.
+        errors: u32,
+        ingest_usage: Usage,
+        answer_usage: Usage,
+        #[serde(default)]
+        evidence_sessions: Vec<String>,
+        #[serde(default)]
+        retrieved_sessions: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        recall: Option<f64>,
     },
     /// The agent failed on its own (an external agent's program broke the protocol): the
     /// episode ends with `agent_error` and is scored, as any answer of the agent's is.

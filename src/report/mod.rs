@@ -8,6 +8,7 @@ pub mod gate;
 pub mod html;
 pub mod judge_check;
 pub mod junit;
+pub mod memory;
 pub mod oracle;
 pub mod power;
 pub mod progress;

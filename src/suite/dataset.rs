@@ -27,6 +27,9 @@ pub struct DatasetSpec {
 pub enum Format {
     Csv,
     Jsonl,
+    /// LongMemEval's JSON list of questions, each with its haystack of sessions
+    /// (`longmemeval.rs`).
+    Longmemeval,
 }
 
 /// Which column holds each task field.
@@ -78,6 +81,16 @@ pub(crate) fn load(suite: &Source, spec: &DatasetSpec) -> Result<(Vec<DatasetRow
     let records = match format {
         Format::Csv => read_csv(&path, &bytes)?,
         Format::Jsonl => read_jsonl(&path, &bytes)?,
+        Format::Longmemeval => {
+            let tasks = super::longmemeval::read(&path, &bytes)?;
+            let rows = tasks.into_iter().enumerate().map(|(i, task)| DatasetRow {
+                file: path.clone(),
+                position: Position { line: 1, column: 1 },
+                origin: format!("question [{i}]"),
+                task,
+            });
+            return Ok((rows.collect(), bytes));
+        }
     };
     let mut rows = Vec::with_capacity(records.len());
     for (n, (position, record)) in records.into_iter().enumerate() {

@@ -7,6 +7,7 @@ pub mod dataset;
 pub mod harbor;
 pub mod promptfoo;
 pub mod variants;
+pub mod longmemeval;
 
 use crate::config::{decode, template, yaml};
 use crate::contract::{ASK_USER, Actor, CLARIFY, ENTER_PLAN_MODE, EXIT_PLAN_MODE};
@@ -175,6 +176,13 @@ pub struct AgentConfig {
     /// The runs `session_search` names, checked when the suite loaded.
     #[serde(skip)]
     pub searched_runs: Option<Arc<SessionSearch>>,
+    /// `memory` only: every how many messages of a session it also flushes
+    /// ([`crate::agent::memory_agent::DEFAULT_FLUSH_EVERY`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flush_every: Option<u32>,
+    /// `memory` only: its own prompts in place of the default files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompts: Option<crate::agent::memory_agent::MemoryPrompts>,
 }
 
 pub const DEFAULT_MAX_CHILDREN: u32 = 3;
@@ -487,6 +495,7 @@ fn from_source(
     if let Some(memory) = &file.agent.memory {
         memory.check().map_err(|(field, e)| source.error(&format!("agent.memory.{field}"), e))?;
     }
+    check_memory_agent(&source, &file.agent)?;
     let mut file = file;
     file.agent.program = external_program(&source, &file.agent, path)?;
     file.agent.searched_runs = searched_runs(&source, &file.agent, path)?;
@@ -580,6 +589,10 @@ fn from_source(
         check_memory(&source, &at, &raw.memory, file.agent.memory.as_ref())?;
         let task = build_task(raw, &suite_mock, &suite_mock_subagents)
             .map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
+        if file.agent.kind == AgentKind::Memory {
+            crate::agent::memory_agent::conversation::sessions_of(&task.metadata)
+                .map_err(|(field, e)| source.error(&yaml::child(&yaml::child(&at, "metadata"), &field), e))?;
+        }
         finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)?;
         if let Some(task) = tasks.last() {
             variants::check_task(&source, &variants, task)?;
@@ -668,6 +681,20 @@ fn toolsets(
             Ok(Toolset { name: name.clone(), tools: tools.clone(), weight, environment: narrowed })
         })
         .collect()
+}
+
+/// The keys only a `memory` agent takes, refused to the other kinds, and checked.
+fn check_memory_agent(source: &Source, agent: &AgentConfig) -> Result<(), ConfigError> {
+    if agent.kind != AgentKind::Memory {
+        let given = [("flush_every", agent.flush_every.is_some()), ("prompts", agent.prompts.is_some())];
+        if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
+            return Err(source.error(&format!("agent.{key}"), "is for `kind: memory` agents only"));
+        }
+    }
+    if agent.flush_every == Some(0) {
+        return Err(source.error("agent.flush_every", "must be at least 1"));
+    }
+    Ok(())
 }
 
 /// An `external` agent's program, checked; `None` for the other kinds, which are refused

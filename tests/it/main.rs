@@ -23,6 +23,7 @@ mod local_server;
 mod log;
 mod mcp;
 mod memory;
+mod memory_agent;
 mod models;
 mod noise;
 mod output_caps;

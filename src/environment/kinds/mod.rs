@@ -6,6 +6,7 @@
 
 pub mod kv;
 pub mod mcp;
+pub mod memory_store;
 pub mod python;
 pub mod shell;
 pub mod web;
@@ -26,13 +27,14 @@ use crate::domain::Task;
 use crate::sandbox::SandboxMode;
 use kv::Kv;
 use mcp::{Mcp, McpSpec};
+use memory_store::MemoryStore;
 use python::Python;
 use shell::Shell;
 use web::{Web, WebSetup};
 use writing::{Style, Writing};
 
 /// Every kind of environment there is. Adding a kind is adding it here.
-pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python, &Web, &Writing, &Mcp];
+pub const KINDS: &[&dyn EnvironmentKind] = &[&Shell, &Kv, &Python, &Web, &Writing, &Mcp, &MemoryStore];
 
 /// The kind named `name`.
 pub fn find(name: &str) -> Option<&'static dyn EnvironmentKind> {

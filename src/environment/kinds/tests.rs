@@ -19,7 +19,7 @@ fn task() -> Task {
 
 #[test]
 fn the_table_lists_every_kind_in_order() {
-    assert_eq!(names(), ["shell", "kv", "python", "web", "writing_room", "mcp"]);
+    assert_eq!(names(), ["shell", "kv", "python", "web", "writing_room", "mcp", "memory_store"]);
     assert_eq!(find("kv").map(|k| k.name()), Some("kv"));
     assert!(find("docker").is_none());
 }
@@ -39,6 +39,7 @@ fn each_kind_offers_its_tool_table_and_each_tool_is_named_as_its_spec() {
     check_table("kv", kv::TOOLS);
     check_table("python", python::TOOLS);
     check_table("web", web::TOOLS);
+    check_table("memory_store", memory_store::TOOLS);
 }
 
 #[test]

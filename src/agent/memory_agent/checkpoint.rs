@@ -1,0 +1,106 @@
+//! The memory agent's state per thread, checkpointed to SQLite after every invocation
+//! (`results/<run-id>/memory_agent.sqlite`). A run killed mid-conversation and resumed
+//! starts each thread at the invocation after its last checkpoint; that invocation's
+//! writes may have reached the store before the kill, and its `add_entry` key keeps them
+//! from being stored twice.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+
+use super::conversation::ChatMessage;
+
+/// The file of the run folder that holds the checkpoints.
+pub const FILE: &str = "memory_agent.sqlite";
+
+/// What a thread keeps between invocations. `to_process` and `tool_history` (seed 002)
+/// live only for one invocation and are not kept. The history is stored a message a row,
+/// appended, so that a checkpoint costs the same at the thousandth message as at the first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadState {
+    /// The index of the next invocation of the replay.
+    pub next: usize,
+    /// Every message processed and every retrieved context, in order.
+    #[serde(skip)]
+    pub conversation_history: Vec<ChatMessage>,
+    /// Where in the history the current session began (its `start_session` context).
+    pub session_start: usize,
+    /// Invocations that ended without the call the model was asked for.
+    pub errors: u32,
+    /// Entries the model wrote, and per session id.
+    pub entries: u32,
+    pub entries_by_session: Vec<(String, u32)>,
+}
+
+pub struct Checkpoints {
+    db: Connection,
+    /// How many messages of the history are stored.
+    stored: usize,
+}
+
+impl Checkpoints {
+    pub fn open(path: &Path) -> Result<Checkpoints, String> {
+        let db = Connection::open(path).map_err(|e| format!("failed to open {}: {e}", path.display()))?;
+        db.busy_timeout(std::time::Duration::from_secs(30))
+            .and_then(|_| {
+                db.execute_batch(
+                    // A process killed outright loses nothing the OS was handed; only a power
+                    // loss could take the last commits, which the store's keys make harmless.
+                    "PRAGMA journal_mode = WAL;
+                     PRAGMA synchronous = NORMAL;
+                     CREATE TABLE IF NOT EXISTS threads (thread_id TEXT PRIMARY KEY, state TEXT NOT NULL);
+                     CREATE TABLE IF NOT EXISTS history (
+                         thread_id TEXT NOT NULL, seq INTEGER NOT NULL, role TEXT NOT NULL, content TEXT NOT NULL,
+                         PRIMARY KEY (thread_id, seq));",
+                )
+            })
+            .map_err(|e| format!("failed to set up {}: {e}", path.display()))?;
+        Ok(Checkpoints { db, stored: 0 })
+    }
+
+    /// The thread's last checkpoint, its history included; a fresh state when it has none.
+    pub fn load(&mut self, thread: &str) -> Result<ThreadState, String> {
+        let failed = |e: rusqlite::Error| format!("failed to read the checkpoint of `{thread}`: {e}");
+        let text: Option<String> = self
+            .db
+            .query_row("SELECT state FROM threads WHERE thread_id = ?1", params![thread], |row| row.get(0))
+            .optional()
+            .map_err(failed)?;
+        let Some(text) = text else { return Ok(ThreadState::default()) };
+        let mut state: ThreadState =
+            serde_json::from_str(&text).map_err(|e| format!("the checkpoint of `{thread}` cannot be read: {e}"))?;
+        let mut statement =
+            self.db.prepare("SELECT role, content FROM history WHERE thread_id = ?1 ORDER BY seq").map_err(failed)?;
+        let rows = statement
+            .query_map(params![thread], |row| Ok(ChatMessage { role: row.get(0)?, content: row.get(1)? }))
+            .map_err(failed)?;
+        state.conversation_history = rows.collect::<Result<_, _>>().map_err(failed)?;
+        drop(statement);
+        self.stored = state.conversation_history.len();
+        Ok(state)
+    }
+
+    /// Stores the thread's state and the messages its history gained since the last
+    /// checkpoint, in one transaction.
+    pub fn save(&mut self, thread: &str, state: &ThreadState) -> Result<(), String> {
+        let failed = |e: rusqlite::Error| format!("failed to checkpoint `{thread}`: {e}");
+        let text = serde_json::to_string(state).map_err(|e| e.to_string())?;
+        let tx = self.db.transaction().map_err(failed)?;
+        {
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO history (thread_id, seq, role, content) VALUES (?1, ?2, ?3, ?4)",
+                )
+                .map_err(failed)?;
+            for (seq, message) in state.conversation_history.iter().enumerate().skip(self.stored) {
+                insert.execute(params![thread, seq as i64, message.role, message.content]).map_err(failed)?;
+            }
+        }
+        tx.execute("INSERT OR REPLACE INTO threads (thread_id, state) VALUES (?1, ?2)", params![thread, text])
+            .map_err(failed)?;
+        tx.commit().map_err(failed)?;
+        self.stored = state.conversation_history.len();
+        Ok(())
+    }
+}

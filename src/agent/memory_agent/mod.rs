@@ -1,0 +1,605 @@
+//! The `memory` agent (seed 002): replays a conversation into a memory, one invocation at
+//! a time, as an invoker drives it through control states. Some calls are the agent's own
+//! code (`get_context`, `list_entries`, `await_consistency`: no model); the model writes
+//! the others (`add_entry`, `put_context`) from the seed's prompts. Every call goes to the
+//! world like any agent's: the agent only proposes them.
+//!
+//! When the replay is over and the task asks a question, the agent answers it from the
+//! memory: it searches the entries for the question and reads the context document (its
+//! own calls), then asks the model with both in the prompt, and gives the model's words as
+//! its final answer.
+
+mod checkpoint;
+pub mod control;
+pub mod conversation;
+mod prompts;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::{Agent, AgentFault, Proposal, Turn};
+use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall, ToolSpec};
+use crate::log::{Event, UnscoredCause, Usage};
+use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
+pub use checkpoint::FILE as CHECKPOINT_FILE;
+use checkpoint::{Checkpoints, ThreadState};
+use control::{ADD_ENTRY, Ask, ControlState, GET_CONTEXT, Invocation, LIST_ENTRIES, Next, SEARCH_ENTRIES, decide};
+use conversation::{ChatMessage, Session};
+pub use prompts::MemoryPrompts;
+use prompts::Prompts;
+
+/// Every `flush_every`-th message of a session also flushes, unless the suite says.
+pub const DEFAULT_FLUSH_EVERY: u32 = 6;
+
+/// The vault and memory the agent writes to.
+const VAULT_ID: &str = "default";
+const MEMORY_ID: &str = "default";
+
+/// What a memory agent is built from, for one episode.
+pub struct MemoryAgentParts {
+    pub flush_every: u32,
+    pub prompts: MemoryPrompts,
+    /// The conversation to replay, already in date order, or why the task's cannot be read.
+    pub sessions: Result<Vec<Session>, String>,
+    /// The thread the agent's state is kept under (the episode's id).
+    pub thread: String,
+    /// The run folder, where the checkpoints are; `None` outside a run.
+    pub run_dir: Option<PathBuf>,
+    /// The question to answer after the replay (the task's input; none when empty), and
+    /// the date it is asked on.
+    pub question: String,
+    pub question_date: Option<String>,
+    /// The question's type and whether it is an abstention question, for the report; the
+    /// sessions that hold its evidence, to tell whether the agent's reads found them.
+    /// None of these is shown to the model.
+    pub question_type: Option<String>,
+    pub abstention: bool,
+    pub evidence_sessions: Vec<String>,
+}
+
+impl MemoryAgentParts {
+    /// Nothing to replay, no question, no checkpoints: an agent that only reports.
+    pub fn empty(thread: &str) -> Self {
+        MemoryAgentParts {
+            flush_every: DEFAULT_FLUSH_EVERY,
+            prompts: MemoryPrompts::default(),
+            sessions: Ok(Vec::new()),
+            thread: thread.to_owned(),
+            run_dir: None,
+            question: String::new(),
+            question_date: None,
+            question_type: None,
+            abstention: false,
+            evidence_sessions: Vec::new(),
+        }
+    }
+}
+
+pub struct MemoryAgent {
+    model: Arc<dyn LanguageModel>,
+    model_name: String,
+    prompts: Prompts,
+    thread: String,
+    sessions: Vec<Session>,
+    plan: Vec<Invocation>,
+    /// Why the agent cannot run (a conversation it cannot read, checkpoints it cannot open).
+    broken: Option<String>,
+    run_dir: Option<PathBuf>,
+    /// Behind a lock only so that the agent can be shared while it waits for the model.
+    checkpoints: Option<std::sync::Mutex<Checkpoints>>,
+    loaded: bool,
+    state: ThreadState,
+    current: Option<InProgress>,
+    question: String,
+    question_date: Option<String>,
+    answer: AnswerStage,
+    calls_made: u64,
+    question_type: Option<String>,
+    abstention: bool,
+    evidence_sessions: Vec<String>,
+    /// What this attempt's model calls used, storing and answering.
+    ingest_usage: Usage,
+    answer_usage: Usage,
+}
+
+/// One invocation under way: the seed's `tool_history`, as what the agent needs of it.
+struct InProgress {
+    invocation: Invocation,
+    last_tool: Option<String>,
+    /// The calls proposed last turn, by id, and whether the model wrote each.
+    pending: Vec<(String, String, bool)>,
+    direct: Vec<String>,
+    model: Vec<String>,
+    /// The reminder given after the model's first wrong answer, if it was given.
+    reminded: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum AnswerStage {
+    NotYet,
+    /// The memory's reads for the question were proposed.
+    Reading(Vec<String>),
+    Given,
+}
+
+impl MemoryAgent {
+    pub fn new(model: Arc<dyn LanguageModel>, model_name: &str, parts: MemoryAgentParts) -> Self {
+        let (sessions, broken) = match parts.sessions {
+            Ok(sessions) => (sessions, None),
+            Err(why) => (Vec::new(), Some(why)),
+        };
+        let plan = control::invocations(&sessions, parts.flush_every);
+        MemoryAgent {
+            model,
+            model_name: model_name.to_owned(),
+            prompts: Prompts::resolve(parts.prompts),
+            thread: parts.thread,
+            sessions,
+            plan,
+            broken,
+            run_dir: parts.run_dir,
+            checkpoints: None,
+            loaded: false,
+            state: ThreadState::default(),
+            current: None,
+            question: parts.question,
+            question_date: parts.question_date,
+            answer: AnswerStage::NotYet,
+            calls_made: 0,
+            question_type: parts.question_type,
+            abstention: parts.abstention,
+            evidence_sessions: parts.evidence_sessions,
+            ingest_usage: Usage::default(),
+            answer_usage: Usage::default(),
+        }
+    }
+
+    /// The thread's state as its last checkpoint left it, read once.
+    fn load(&mut self) -> Result<(), AgentFault> {
+        if self.loaded {
+            return Ok(());
+        }
+        self.loaded = true;
+        if let Some(why) = &self.broken {
+            return Err(fault(why.clone()));
+        }
+        if let Some(dir) = &self.run_dir {
+            let mut checkpoints = Checkpoints::open(&dir.join(checkpoint::FILE)).map_err(fault)?;
+            self.state = checkpoints.load(&self.thread).map_err(fault)?;
+            self.checkpoints = Some(std::sync::Mutex::new(checkpoints));
+        }
+        Ok(())
+    }
+
+    fn call_id(&mut self) -> String {
+        self.calls_made += 1;
+        format!("mem_{}", self.calls_made)
+    }
+
+    fn session(&self, invocation: &Invocation) -> &Session {
+        &self.sessions[invocation.session]
+    }
+
+    /// Starts the next invocation of the replay; `false` when the replay is over.
+    fn start_next(&mut self) -> bool {
+        let Some(&invocation) = self.plan.get(self.state.next) else { return false };
+        match invocation.control {
+            ControlState::StartSession => self.state.session_start = self.state.conversation_history.len(),
+            ControlState::ProcessMessage | ControlState::ProcessMessageAndFlush => {
+                if let Some(message) = self.to_process(&invocation) {
+                    self.state.conversation_history.push(message);
+                }
+            }
+            ControlState::EndSession => {}
+        }
+        self.current = Some(InProgress {
+            invocation,
+            last_tool: None,
+            pending: Vec::new(),
+            direct: Vec::new(),
+            model: Vec::new(),
+            reminded: None,
+        });
+        true
+    }
+
+    /// The message an invocation processes.
+    fn to_process(&self, invocation: &Invocation) -> Option<ChatMessage> {
+        let n = invocation.message?;
+        self.session(invocation).messages.get(n - 1).cloned()
+    }
+
+    /// Ends the invocation under way (with `error` when the model never wrote the call it
+    /// was asked for), logs it, and checkpoints the thread.
+    fn finish_invocation(&mut self, turn: &Turn<'_>, error: Option<String>) -> Result<(), AgentFault> {
+        let Some(done) = self.current.take() else { return Ok(()) };
+        if error.is_some() {
+            self.state.errors += 1;
+        }
+        let session = self.session(&done.invocation).id.clone();
+        turn.recorder.emit(&Event::MemoryInvocation {
+            step: turn.budget.step,
+            thread: self.thread.clone(),
+            session,
+            control: done.invocation.control.name().to_owned(),
+            message: done.invocation.message.map(|n| n as u32),
+            direct: done.direct,
+            model: done.model,
+            error,
+        });
+        self.state.next += 1;
+        match &self.checkpoints {
+            Some(checkpoints) => {
+                let mut checkpoints = checkpoints.lock().unwrap_or_else(|p| p.into_inner());
+                checkpoints.save(&self.thread, &self.state).map_err(fault)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Reads the results of last turn's calls into the invocation: the last tool that ran,
+    /// what `start_session` retrieved, the entries stored. Returns what failed, if a call did.
+    fn read(&mut self, observations: &[Observation]) -> Option<(String, bool, String)> {
+        let current = self.current.as_mut()?;
+        let pending = std::mem::take(&mut current.pending);
+        let mut failed = None;
+        for (call_id, tool, by_model) in pending {
+            let Some(obs) = observations.iter().find(|o| o.call_id.as_deref() == Some(&call_id)) else {
+                failed.get_or_insert((tool.clone(), by_model, "no result came back".to_owned()));
+                continue;
+            };
+            if let Some(error) = &obs.error {
+                failed.get_or_insert((tool.clone(), by_model, error.message.clone()));
+                continue;
+            }
+            let result = obs.tool_result.clone().unwrap_or(Value::Null);
+            if tool == GET_CONTEXT || tool == LIST_ENTRIES {
+                let label = if tool == GET_CONTEXT { "Previous context" } else { "Recent entries" };
+                let text = match &result {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                self.state
+                    .conversation_history
+                    .push(ChatMessage { role: "system".into(), content: format!("{label}:\n{text}") });
+            }
+            if tool == ADD_ENTRY && result.get("stored") != Some(&Value::Bool(false)) {
+                self.state.entries += 1;
+                let session = self.sessions[current.invocation.session].id.clone();
+                match self.state.entries_by_session.iter_mut().find(|(id, _)| *id == session) {
+                    Some((_, n)) => *n += 1,
+                    None => self.state.entries_by_session.push((session, 1)),
+                }
+            }
+            if by_model {
+                current.model.push(tool.clone());
+            } else {
+                current.direct.push(tool.clone());
+            }
+            current.last_tool = Some(tool);
+        }
+        failed
+    }
+
+    /// The calls the agent makes itself, with fixed arguments.
+    fn direct(&mut self, tools: &[&str], offered: &[ToolSpec]) -> Vec<ToolCall> {
+        let mut calls = Vec::with_capacity(tools.len());
+        for tool in tools {
+            let mut arguments = json!({});
+            if *tool == LIST_ENTRIES {
+                arguments["limit"] = json!(10);
+            }
+            stamp(&mut arguments, offered, tool, &[("vault_id", json!(VAULT_ID)), ("memory_id", json!(MEMORY_ID))]);
+            let id = self.call_id();
+            if let Some(current) = self.current.as_mut() {
+                current.pending.push((id.clone(), tool.to_string(), false));
+            }
+            calls.push(ToolCall::new(id, *tool, arguments));
+        }
+        calls
+    }
+
+    /// The seed's prompt for `ask`, for the invocation under way.
+    fn prompt(&self, ask: Ask) -> String {
+        let Some(current) = &self.current else { return String::new() };
+        let session = self.session(&current.invocation);
+        let history =
+            &self.state.conversation_history[self.state.session_start.min(self.state.conversation_history.len())..];
+        let header = format!(
+            "Vault ID: {VAULT_ID}\nMemory ID: {MEMORY_ID}\nSession: {}{}",
+            session.id,
+            session.date.as_deref().map(|d| format!(" ({d})")).unwrap_or_default()
+        );
+        match ask {
+            Ask::AddEntry => {
+                let (previous, message) = match history.split_last() {
+                    Some((last, previous)) => (previous, Some(last)),
+                    None => (history, None),
+                };
+                self.prompts.add_entry(&header, &format_messages(previous), message)
+            }
+            Ask::PutContext => self.prompts.put_context(&header, &format_messages(history)),
+        }
+    }
+
+    /// Asks the model to write the call `ask` needs; one corrective reminder when its
+    /// answer is not that call. `None` when even the reminded answer is not.
+    async fn ask_for(&mut self, turn: &Turn<'_>, ask: Ask, spent: &mut Spent) -> Result<Option<ToolCall>, AgentFault> {
+        let tool = ask.tool();
+        let Some(spec) = turn.tools.iter().find(|t| t.name == tool).cloned() else {
+            return Err(AgentFault {
+                cause: UnscoredCause::ConfigurationError,
+                message: format!("the memory agent needs the tool `{tool}`, which the environment does not offer"),
+            });
+        };
+        let mut messages = vec![
+            Message::System { content: self.prompt(ask) },
+            Message::User { content: "Execute the required operation.".into() },
+        ];
+        if let Some(reminder) = self.current.as_ref().and_then(|c| c.reminded.clone()) {
+            messages.push(Message::User { content: reminder });
+        }
+        loop {
+            let response = self.respond(turn, &messages, std::slice::from_ref(&spec), spent).await?;
+            if let Some(proposed) = response.tool_calls.iter().find(|c| c.name == tool) {
+                let mut arguments = proposed.arguments.clone();
+                let stamps = self.stamps(ask);
+                stamp(&mut arguments, turn.tools, tool, &stamps);
+                let id = self.call_id();
+                if let Some(current) = self.current.as_mut() {
+                    current.pending.push((id.clone(), tool.to_owned(), true));
+                }
+                return Ok(Some(ToolCall::new(id, tool, arguments)));
+            }
+            let Some(current) = self.current.as_mut() else { return Ok(None) };
+            if current.reminded.is_some() {
+                return Ok(None);
+            }
+            let wrote = match response.tool_calls.first() {
+                Some(other) => format!("you called `{}`", other.name),
+                None => "you called no tool".to_owned(),
+            };
+            let reminder = format!("{wrote}. Call the `{tool}` tool now, exactly once, following the rules above.");
+            turn.recorder.emit(&Event::Reminder {
+                step: turn.budget.step,
+                actor: Actor::Main,
+                kind: "memory_protocol".into(),
+                paths: Vec::new(),
+                text: reminder.clone(),
+            });
+            current.reminded = Some(reminder.clone());
+            messages.push(Message::Assistant { content: response.text.clone(), tool_calls: Vec::new() });
+            messages.push(Message::User { content: reminder });
+        }
+    }
+
+    /// What the agent's code sets in a call the model wrote: the ids of its memory and, for
+    /// an entry, when the message was said and a key that keeps a repeated call harmless.
+    fn stamps(&self, ask: Ask) -> Vec<(&'static str, Value)> {
+        let mut stamps = vec![("vault_id", json!(VAULT_ID)), ("memory_id", json!(MEMORY_ID))];
+        if let (Ask::AddEntry, Some(current)) = (ask, &self.current) {
+            let session = self.session(&current.invocation);
+            let n = current.invocation.message.unwrap_or(0);
+            stamps.push(("key", json!(format!("{}/{}/{n}", self.thread, session.id))));
+            if let Some(date) = &session.date {
+                stamps.push(("time", json!(conversation::message_time(date, n))));
+            }
+        }
+        stamps
+    }
+
+    async fn respond(
+        &mut self,
+        turn: &Turn<'_>,
+        messages: &[Message],
+        tools: &[ToolSpec],
+        spent: &mut Spent,
+    ) -> Result<ModelResponse, AgentFault> {
+        let request = ModelRequest { messages, tools, deadline: Some(&turn.budget.deadline) };
+        let (result, event) = respond_logged(
+            self.model.as_ref(),
+            &self.model_name,
+            &request,
+            turn.budget.step,
+            Caller::Actor(Actor::Main),
+        )
+        .await;
+        turn.recorder.emit(&event);
+        let response = result.map_err(|e| AgentFault { cause: e.cause, message: e.message })?;
+        spent.usage.add(response.usage);
+        if self.answer == AnswerStage::NotYet {
+            self.ingest_usage.add(response.usage);
+        } else {
+            self.answer_usage.add(response.usage);
+        }
+        spent.cost_usd = match (spent.cost_usd, response.cost_usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+        Ok(response)
+    }
+
+    /// After the replay: the question answered from the memory, or, with no question, a
+    /// report of what was stored.
+    async fn answer(&mut self, turn: &Turn<'_>, spent: &mut Spent) -> Result<Vec<ToolCall>, AgentFault> {
+        match std::mem::replace(&mut self.answer, AnswerStage::Given) {
+            AnswerStage::NotYet if !self.question.trim().is_empty() => {
+                let search =
+                    if turn.tools.iter().any(|t| t.name == SEARCH_ENTRIES) { SEARCH_ENTRIES } else { LIST_ENTRIES };
+                let mut calls = Vec::new();
+                for tool in [search, GET_CONTEXT] {
+                    let mut arguments = match tool {
+                        SEARCH_ENTRIES => json!({"query": self.question, "limit": 10}),
+                        LIST_ENTRIES => json!({"limit": 50}),
+                        _ => json!({}),
+                    };
+                    stamp(
+                        &mut arguments,
+                        turn.tools,
+                        tool,
+                        &[("vault_id", json!(VAULT_ID)), ("memory_id", json!(MEMORY_ID))],
+                    );
+                    calls.push(ToolCall::new(self.call_id(), tool, arguments));
+                }
+                self.answer = AnswerStage::Reading(calls.iter().map(|c| c.call_id.clone()).collect());
+                Ok(calls)
+            }
+            AnswerStage::Reading(ids) => {
+                let observed: Vec<&Observation> = ids
+                    .iter()
+                    .filter_map(|id| turn.observations.iter().find(|o| o.call_id.as_deref() == Some(id)))
+                    .collect();
+                let retrieved = self.sessions_found(&observed);
+                let read: Vec<String> = observed
+                    .iter()
+                    .map(|o| match (&o.error, &o.tool_result) {
+                        (Some(e), _) => format!("(the memory could not be read: {})", e.message),
+                        (None, Some(Value::String(s))) => s.clone(),
+                        (None, Some(v)) => v.to_string(),
+                        (None, None) => String::new(),
+                    })
+                    .collect();
+                let prompt = self.prompts.answer(&read.join("\n\n"), &self.question, self.question_date.as_deref());
+                let messages = [Message::System { content: prompt }, Message::User { content: self.question.clone() }];
+                self.answer = AnswerStage::Given;
+                let response = self.respond(turn, &messages, &[], spent).await?;
+                let answer = response.text.unwrap_or_default();
+                self.report(turn, Some(retrieved));
+                Ok(vec![ToolCall::new(self.call_id(), FINAL_TOOL, json!({ "answer": answer }))])
+            }
+            _ => {
+                self.report(turn, None);
+                let answer = format!(
+                    "replayed {} session(s): {} entries stored, {} invocation(s) without the call asked for",
+                    self.sessions.len(),
+                    self.state.entries,
+                    self.state.errors
+                );
+                Ok(vec![ToolCall::new(self.call_id(), FINAL_TOOL, json!({ "answer": answer }))])
+            }
+        }
+    }
+}
+
+impl MemoryAgent {
+    /// The sessions of the entries the reads for the question returned, in the order
+    /// found, each once: an entry's key is `thread/session/message`.
+    fn sessions_found(&self, observed: &[&Observation]) -> Vec<String> {
+        let prefix = format!("{}/", self.thread);
+        let mut found: Vec<String> = Vec::new();
+        let entries = observed.iter().filter_map(|o| o.tool_result.as_ref()?.get("entries")?.as_array());
+        for entry in entries.flatten() {
+            let Some(key) = entry.get("key").and_then(Value::as_str) else { continue };
+            let Some((session, _)) = key.strip_prefix(&prefix).and_then(|rest| rest.rsplit_once('/')) else { continue };
+            if !found.iter().any(|s| s == session) {
+                found.push(session.to_owned());
+            }
+        }
+        found
+    }
+
+    /// The `memory_answered` event: what the replay stored and spent, and, when the agent
+    /// read the memory for a question, which evidence sessions it found.
+    fn report(&self, turn: &Turn<'_>, retrieved: Option<Vec<String>>) {
+        let recall = match (&retrieved, self.evidence_sessions.len()) {
+            (Some(found), n) if n > 0 => {
+                let hit = self.evidence_sessions.iter().filter(|s| found.contains(s)).count();
+                Some(hit as f64 / n as f64)
+            }
+            _ => None,
+        };
+        turn.recorder.emit(&Event::MemoryAnswered {
+            step: turn.budget.step,
+            thread: self.thread.clone(),
+            question_type: self.question_type.clone(),
+            abstention: self.abstention,
+            sessions: self.sessions.len() as u32,
+            entries: self.state.entries,
+            entries_by_session: self.state.entries_by_session.iter().cloned().collect(),
+            errors: self.state.errors,
+            ingest_usage: self.ingest_usage,
+            answer_usage: self.answer_usage,
+            evidence_sessions: self.evidence_sessions.clone(),
+            retrieved_sessions: retrieved.unwrap_or_default(),
+            recall,
+        });
+    }
+}
+
+/// What a turn's model calls used and cost.
+#[derive(Default)]
+struct Spent {
+    usage: Usage,
+    cost_usd: Option<f64>,
+}
+
+#[async_trait]
+impl Agent for MemoryAgent {
+    /// One turn: read what last turn's calls did, then go on through the invocations until
+    /// one needs the world (its calls are this turn's proposal) or the replay is over.
+    async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault> {
+        self.load()?;
+        let mut spent = Spent { usage: Usage::default(), cost_usd: Some(0.0) };
+        if let Some((tool, by_model, why)) = self.read(turn.observations) {
+            let reminded = self.current.as_ref().is_some_and(|c| c.reminded.is_some());
+            match (by_model, reminded) {
+                // The model's call failed: it is asked again, once, with the error.
+                (true, false) => {
+                    if let Some(current) = self.current.as_mut() {
+                        current.reminded =
+                            Some(format!("Your `{tool}` call failed: {why}. Call `{tool}` again, correctly."));
+                    }
+                }
+                _ => self.finish_invocation(&turn, Some(format!("`{tool}` failed: {why}")))?,
+            }
+        }
+        let calls = loop {
+            if self.current.is_none() && !self.start_next() {
+                break self.answer(&turn, &mut spent).await?;
+            }
+            let (control, last_tool) = match &self.current {
+                Some(c) => (c.invocation.control, c.last_tool.clone()),
+                None => continue,
+            };
+            match decide(control, last_tool.as_deref()) {
+                Next::Direct(tools) => break self.direct(tools, turn.tools),
+                Next::Model(ask) => match self.ask_for(&turn, ask, &mut spent).await? {
+                    Some(call) => break vec![call],
+                    None => {
+                        let why = format!("the model did not call `{}`, even when reminded", ask.tool());
+                        self.finish_invocation(&turn, Some(why))?;
+                    }
+                },
+                Next::Done => self.finish_invocation(&turn, None)?,
+            }
+        };
+        Ok(Proposal { calls, usage: spent.usage, cost_usd: spent.cost_usd, ..Proposal::default() })
+    }
+}
+
+fn fault(message: String) -> AgentFault {
+    AgentFault { cause: UnscoredCause::Other("memory_error".into()), message }
+}
+
+/// Sets each of `stamps` in `arguments`, where the tool `tool` of `offered` takes it.
+fn stamp(arguments: &mut Value, offered: &[ToolSpec], tool: &str, stamps: &[(&str, Value)]) {
+    let Some(spec) = offered.iter().find(|t| t.name == tool) else { return };
+    let Some(properties) = spec.parameters.get("properties").and_then(Value::as_object) else { return };
+    let Some(map) = arguments.as_object_mut() else { return };
+    for (key, value) in stamps {
+        if properties.contains_key(*key) {
+            map.insert((*key).to_owned(), value.clone());
+        }
+    }
+}
+
+/// Messages as the prompts show them, one `role: content` per message.
+fn format_messages(messages: &[ChatMessage]) -> String {
+    if messages.is_empty() {
+        return "(none)".into();
+    }
+    messages.iter().map(|m| format!("{}: {}", m.role, m.content)).collect::<Vec<_>>().join("\n")
+}

@@ -1,0 +1,250 @@
+//! The memory table: for a run of the memory agent, accuracy per question type (and
+//! task-averaged, overall, and on abstention questions), each with its Wilson interval and
+//! scored and unscored counts; retrieval recall; tokens spent storing, answering and
+//! judging; entries written per session. All of it from the log: the latest
+//! `memory_answered` of each episode, its latest outcome and the scores of its latest scoring.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::stats::wilson;
+use crate::log::reader::{ReadError, for_each_event};
+
+/// What the table knows of one episode.
+#[derive(Debug, Default, Clone)]
+struct Question {
+    question_type: String,
+    abstention: bool,
+    /// `Some(passed)` when scored, `None` when unscored or not finished.
+    passed: Option<bool>,
+    recall: Option<f64>,
+    sessions: u64,
+    entries: u64,
+    errors: u64,
+    ingest_tokens: u64,
+    answer_tokens: u64,
+    /// The latest scoring's id and its graders' tokens.
+    judge: (String, u64),
+}
+
+/// One row of the table: a question type, the task average, all, abstention.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Accuracy {
+    pub label: String,
+    pub scored: u64,
+    pub passed: u64,
+    pub unscored: u64,
+}
+
+impl Accuracy {
+    fn of<'a>(label: &str, questions: impl Iterator<Item = &'a Question>) -> Accuracy {
+        let mut row = Accuracy { label: label.to_owned(), scored: 0, passed: 0, unscored: 0 };
+        for q in questions {
+            match q.passed {
+                Some(passed) => {
+                    row.scored += 1;
+                    row.passed += u64::from(passed);
+                }
+                None => row.unscored += 1,
+            }
+        }
+        row
+    }
+
+    pub fn rate(&self) -> Option<f64> {
+        (self.scored > 0).then(|| self.passed as f64 / self.scored as f64)
+    }
+}
+
+/// The memory figures of a run.
+#[derive(Debug, Default)]
+pub struct MemoryReport {
+    pub by_type: Vec<Accuracy>,
+    /// The mean of the types' accuracies.
+    pub task_averaged: Option<f64>,
+    pub overall: Option<Accuracy>,
+    pub abstention: Option<Accuracy>,
+    /// Mean recall over the questions whose evidence sessions are known, and how many.
+    pub recall: Option<(f64, u64)>,
+    pub ingest_tokens: u64,
+    pub answer_tokens: u64,
+    pub judge_tokens: u64,
+    pub sessions: u64,
+    pub entries: u64,
+    pub errors: u64,
+}
+
+/// The memory figures of the log `events`; `None` when no memory agent answered in it.
+pub fn read(events: &Path) -> Result<Option<MemoryReport>, ReadError> {
+    let mut questions: BTreeMap<String, Question> = BTreeMap::new();
+    // Outcomes and grader tokens arrive for every episode; only memory episodes are kept.
+    let mut outcomes: BTreeMap<String, Option<bool>> = BTreeMap::new();
+    let mut judged: BTreeMap<String, (String, u64)> = BTreeMap::new();
+    for_each_event(events, |e| {
+        let Some(episode) = e.episode_id.clone() else { return };
+        let f = &e.fields;
+        match e.kind.as_str() {
+            "memory_answered" => {
+                let tokens = |key: &str| {
+                    ["input_tokens", "output_tokens"].iter().filter_map(|t| f[key][t].as_u64()).sum::<u64>()
+                };
+                let number = |key: &str| f.get(key).and_then(Value::as_u64).unwrap_or(0);
+                let q = questions.entry(episode).or_default();
+                q.question_type = f.get("question_type").and_then(Value::as_str).unwrap_or("(none)").to_owned();
+                q.abstention = f.get("abstention").and_then(Value::as_bool).unwrap_or(false);
+                q.recall = f.get("recall").and_then(Value::as_f64);
+                q.sessions = number("sessions");
+                q.entries = number("entries");
+                q.errors = number("errors");
+                q.ingest_tokens = tokens("ingest_usage");
+                q.answer_tokens = tokens("answer_usage");
+            }
+            "episode_finished" | "episode_scored" => {
+                let outcome = &f["outcome"];
+                let passed = if outcome.get("score").is_some() { outcome["passed"].as_bool() } else { None };
+                outcomes.insert(episode, passed);
+            }
+            "score" => {
+                let scoring = f.get("scoring_id").and_then(Value::as_str).unwrap_or("initial").to_owned();
+                let usage = &f["grader"]["usage"];
+                let tokens: u64 = ["input_tokens", "output_tokens"].iter().filter_map(|t| usage[t].as_u64()).sum();
+                let judge = judged.entry(episode).or_insert_with(|| (scoring.clone(), 0));
+                if judge.0 != scoring {
+                    *judge = (scoring, 0);
+                }
+                judge.1 += tokens;
+            }
+            _ => {}
+        }
+    })?;
+    if questions.is_empty() {
+        return Ok(None);
+    }
+    for (episode, q) in questions.iter_mut() {
+        q.passed = outcomes.get(episode).copied().flatten();
+        q.judge = judged.remove(episode).unwrap_or_default();
+    }
+    Ok(Some(MemoryReport::of(questions.values())))
+}
+
+impl MemoryReport {
+    fn of<'a>(questions: impl Iterator<Item = &'a Question> + Clone) -> MemoryReport {
+        let mut types: BTreeMap<&str, Vec<&Question>> = BTreeMap::new();
+        for q in questions.clone() {
+            types.entry(&q.question_type).or_default().push(q);
+        }
+        let by_type: Vec<Accuracy> = types.iter().map(|(t, qs)| Accuracy::of(t, qs.iter().copied())).collect();
+        let rates: Vec<f64> = by_type.iter().filter_map(Accuracy::rate).collect();
+        let task_averaged = (!rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64);
+        let abstaining: Vec<&Question> = questions.clone().filter(|q| q.abstention).collect();
+        let recalls: Vec<f64> = questions.clone().filter_map(|q| q.recall).collect();
+        let sum = |f: fn(&Question) -> u64| questions.clone().map(f).sum::<u64>();
+        MemoryReport {
+            by_type,
+            task_averaged,
+            overall: Some(Accuracy::of("all", questions.clone())),
+            abstention: (!abstaining.is_empty()).then(|| Accuracy::of("abstention", abstaining.into_iter())),
+            recall: (!recalls.is_empty())
+                .then(|| (recalls.iter().sum::<f64>() / recalls.len() as f64, recalls.len() as u64)),
+            ingest_tokens: sum(|q| q.ingest_tokens),
+            answer_tokens: sum(|q| q.answer_tokens),
+            judge_tokens: sum(|q| q.judge.1),
+            sessions: sum(|q| q.sessions),
+            entries: sum(|q| q.entries),
+            errors: sum(|q| q.errors),
+        }
+    }
+
+    /// The table as the terminal shows it, under the summary.
+    pub fn render(&self) -> String {
+        let mut out = String::from("\nmemory: accuracy by question type (95% Wilson interval)\n");
+        let _ = writeln!(
+            out,
+            "{:<28} {:>6} {:>6} {:>9} {:>15} {:>8}",
+            "question type", "scored", "passed", "accuracy", "interval", "unscored"
+        );
+        let row = |out: &mut String, a: &Accuracy| {
+            let rate = a.rate().map_or("-".to_owned(), |r| format!("{:.1}%", r * 100.0));
+            let interval = wilson(a.passed, a.scored)
+                .map_or("-".to_owned(), |(lo, hi)| format!("[{:.1}, {:.1}]", lo * 100.0, hi * 100.0));
+            let _ = writeln!(
+                out,
+                "{:<28} {:>6} {:>6} {:>9} {:>15} {:>8}",
+                a.label, a.scored, a.passed, rate, interval, a.unscored
+            );
+        };
+        for a in &self.by_type {
+            row(&mut out, a);
+        }
+        if let Some(avg) = self.task_averaged {
+            let _ = writeln!(out, "{:<28} {:>6} {:>6} {:>8.1}%", "task-averaged", "", "", avg * 100.0);
+        }
+        for a in self.overall.iter().chain(&self.abstention) {
+            row(&mut out, a);
+        }
+        match self.recall {
+            Some((mean, n)) => {
+                let _ = writeln!(
+                    out,
+                    "retrieval recall: {:.1}% of evidence sessions found (mean over {n} questions)",
+                    mean * 100.0
+                );
+            }
+            None => out.push_str("retrieval recall: - (no question with known evidence read the memory)\n"),
+        }
+        let _ = writeln!(
+            out,
+            "tokens: ingest {} · answer {} · judge {}",
+            self.ingest_tokens, self.answer_tokens, self.judge_tokens
+        );
+        let per_session = if self.sessions > 0 { self.entries as f64 / self.sessions as f64 } else { 0.0 };
+        let _ = writeln!(
+            out,
+            "entries: {} in {} sessions ({per_session:.1} per session); invocations without their call: {}",
+            self.entries, self.sessions, self.errors
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(question_type: &str, abstention: bool, passed: Option<bool>, recall: Option<f64>) -> Question {
+        Question {
+            question_type: question_type.into(),
+            abstention,
+            passed,
+            recall,
+            sessions: 2,
+            entries: 4,
+            ..Question::default()
+        }
+    }
+
+    #[test]
+    fn accuracy_is_per_type_task_averaged_and_overall_with_unscored_apart() {
+        let questions = [
+            q("temporal-reasoning", false, Some(true), Some(1.0)),
+            q("temporal-reasoning", false, Some(false), Some(0.5)),
+            q("knowledge-update", false, Some(true), None),
+            q("knowledge-update", true, None, None),
+        ];
+        let report = MemoryReport::of(questions.iter());
+        let rows: Vec<(&str, u64, u64, u64)> =
+            report.by_type.iter().map(|a| (a.label.as_str(), a.scored, a.passed, a.unscored)).collect();
+        assert_eq!(rows, [("knowledge-update", 1, 1, 1), ("temporal-reasoning", 2, 1, 0)]);
+        assert_eq!(report.task_averaged, Some(0.75));
+        let overall = report.overall.as_ref().unwrap();
+        assert_eq!((overall.scored, overall.passed, overall.unscored), (3, 2, 1));
+        let abstention = report.abstention.as_ref().unwrap();
+        assert_eq!((abstention.scored, abstention.unscored), (0, 1));
+        assert_eq!(report.recall, Some((0.75, 2)));
+        assert_eq!((report.entries, report.sessions), (16, 8));
+        assert!(report.render().contains("task-averaged"), "{}", report.render());
+    }
+}
