@@ -5,6 +5,7 @@ pub mod event;
 pub mod projection;
 pub mod reader;
 pub mod secrets;
+mod timestamp;
 pub mod writer;
 
 pub use event::{

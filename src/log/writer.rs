@@ -16,18 +16,19 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::event::{Event, SCHEMA_VERSION};
+use super::timestamp::Timestamp;
 
 /// The bytes of events that may wait for the writer before emitters wait too: a few
 /// hundred milliseconds of a busy run's events.
 pub const QUEUE_BYTES: usize = 4 << 20;
 
-/// A test hook, not a setting: microseconds the writer sleeps after each line, standing
+/// A test hook, not a setting: microseconds the writer spends after each line, standing
 /// in for a slow disk.
 const WRITE_DELAY_VAR: &str = "RUNNER_LOG_WRITE_DELAY_US";
 
 struct Line {
     episode_id: Option<Arc<str>>,
-    ts: String,
+    ts: Timestamp,
     /// The event serialised by the emitter, so that serialisation runs on many cores.
     body: Vec<u8>,
     flush: bool,
@@ -208,7 +209,7 @@ impl EventLog {
             // Our own event types always serialise; a failure here is a bug in runner.
             Err(e) => panic!("failed to serialise an event: {e}"),
         };
-        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let ts = Timestamp::now();
         // The writer outlives every handle; if it died, its error surfaces at `close`.
         let size = body.len();
         let line = Line { episode_id: episode_id.cloned(), ts, body, flush };
@@ -274,7 +275,7 @@ pub(crate) fn drop_torn_tail(path: &Path) -> std::io::Result<()> {
 impl Line {
     /// What the line holds in memory while it waits, as the backlog counts it.
     fn queued_bytes(&self) -> usize {
-        std::mem::size_of::<Line>() + self.body.len() + self.ts.len()
+        std::mem::size_of::<Line>() + self.body.len()
     }
 }
 
@@ -287,14 +288,20 @@ fn write_lines(
     delay: Option<Duration>,
 ) -> std::io::Result<()> {
     let mut seq = last_seq;
+    let mut owed = Duration::ZERO;
     for line in receiver {
         seq += 1;
-        write_line(&mut out, run_id, seq, &line.ts, line.episode_id.as_deref(), &line.body)?;
+        write_line(&mut out, run_id, seq, line.ts.as_str(), line.episode_id.as_deref(), &line.body)?;
         if line.flush {
             out.flush()?;
         }
         if let Some(delay) = delay {
-            std::thread::sleep(delay);
+            // Slept in whole milliseconds, so that a delay of a few microseconds per line
+            // is kept to rather than rounded up to the timer's slack.
+            owed += delay;
+            if owed >= Duration::from_millis(1) {
+                std::thread::sleep(std::mem::take(&mut owed));
+            }
         }
         backlog.remove(line.queued_bytes());
     }
@@ -305,9 +312,8 @@ fn write_lines(
 /// A run-level event written straight to `out` with number `seq`, laid out as the writer
 /// thread lays it out: for logs written in one go (a run's first line, a merge).
 pub fn write_event(out: &mut impl Write, run_id: &str, seq: u64, event: &Event) -> std::io::Result<()> {
-    let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let quoted_id = serde_json::to_string(run_id)?;
-    write_line(out, &quoted_id, seq, &ts, None, &serde_json::to_vec(event)?)
+    write_line(out, &quoted_id, seq, Timestamp::now().as_str(), None, &serde_json::to_vec(event)?)
 }
 
 /// One line of the log: the header (`v`, `run_id` — already JSON-quoted —, `seq`, `ts`,
@@ -321,7 +327,16 @@ pub(crate) fn write_line(
     episode_id: Option<&str>,
     body: &[u8],
 ) -> std::io::Result<()> {
-    write!(out, "{{\"v\":{SCHEMA_VERSION},\"run_id\":{run_id},\"seq\":{seq},\"ts\":\"{ts}\"")?;
+    // Pieces, not `write!`: every event of a run goes through here.
+    out.write_all(b"{\"v\":")?;
+    write_decimal(out, u64::from(SCHEMA_VERSION))?;
+    out.write_all(b",\"run_id\":")?;
+    out.write_all(run_id.as_bytes())?;
+    out.write_all(b",\"seq\":")?;
+    write_decimal(out, seq)?;
+    out.write_all(b",\"ts\":\"")?;
+    out.write_all(ts.as_bytes())?;
+    out.write_all(b"\"")?;
     if let Some(id) = episode_id {
         out.write_all(b",\"episode_id\":")?;
         serde_json::to_writer(&mut *out, id)?;
@@ -331,6 +346,20 @@ pub(crate) fn write_line(
     out.write_all(b",")?;
     out.write_all(&super::secrets::scrub_bytes(body.get(1..).unwrap_or_default()))?;
     out.write_all(b"\n")
+}
+
+fn write_decimal(out: &mut impl Write, mut value: u64) -> std::io::Result<()> {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.write_all(&digits[start..])
 }
 
 /// One episode's view of the log.

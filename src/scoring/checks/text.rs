@@ -94,6 +94,7 @@ impl Patterns {
     }
 
     /// How many times a pattern was compiled.
+    #[cfg(test)]
     pub fn compilations(&self) -> usize {
         self.compilations.load(Ordering::Relaxed)
     }
