@@ -49,6 +49,7 @@ pub struct Supervised {
 /// Starts `command` (a shell) under a keeper, the shell inside `sandbox` (the keeper stays
 /// outside, to kill what the shell starts). The command should ask for its own process
 /// group; the shell then gets a group of its own, so that a `kill 0` spares the keeper.
+/// Its environment is only the variables set on it, as after `env_clear`.
 pub fn spawn(command: &mut Command, sandbox: &Arc<Confinement>) -> io::Result<Supervised> {
     spawn_passing(command, sandbox, None)
 }
@@ -105,12 +106,14 @@ pub fn spawn_passing(
     Ok(Supervised { tree, keeper, status })
 }
 
-/// A command's program and arguments, ready for `execvp` in the keeper's child: made in the
-/// runner, since nothing may be allocated after the fork.
+/// A command's program, arguments and environment, ready for `execvp` in the keeper's
+/// child: made in the runner, since nothing may be allocated after the fork.
 struct Argv {
     _strings: Vec<std::ffi::CString>,
-    /// Pointers into `_strings`, then a null.
-    pointers: Vec<*const libc::c_char>,
+    /// Pointers into `_strings`, each list ending with a null: the program and its
+    /// arguments, then the environment's `NAME=value` entries.
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
 }
 
 // SAFETY: the pointers point into the strings owned beside them, which never change.
@@ -119,15 +122,26 @@ unsafe impl Send for Argv {}
 unsafe impl Sync for Argv {}
 
 impl Argv {
+    /// The command's words, and only the variables set on it: a command is given none of
+    /// the runner's (its callers clear the environment, and the keeper's start applies the
+    /// variables only after the hook that starts the shell).
     fn of(command: &std::process::Command) -> io::Result<Argv> {
         use std::os::unix::ffi::OsStrExt;
+        let nul = |_| io::Error::new(io::ErrorKind::InvalidInput, "a command's word or variable holds a NUL byte");
         let words = std::iter::once(command.get_program()).chain(command.get_args());
-        let strings = words
-            .map(|w| std::ffi::CString::new(w.as_bytes()))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a command's word holds a NUL byte"))?;
-        let pointers = strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-        Ok(Argv { _strings: strings, pointers })
+        let words: Vec<std::ffi::CString> =
+            words.map(|w| std::ffi::CString::new(w.as_bytes())).collect::<Result<_, _>>().map_err(nul)?;
+        let variables: Vec<std::ffi::CString> = command
+            .get_envs()
+            .filter_map(|(name, value)| Some([name.as_bytes(), b"=", value?.as_bytes()].concat()))
+            .map(std::ffi::CString::new)
+            .collect::<Result<_, _>>()
+            .map_err(nul)?;
+        let ended = |strings: &[std::ffi::CString]| {
+            strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
+        };
+        let (argv, envp) = (ended(&words), ended(&variables));
+        Ok(Argv { _strings: words.into_iter().chain(variables).collect(), argv, envp })
     }
 }
 
@@ -225,8 +239,14 @@ unsafe fn enter_and_exec(shell: &Shell<'_>) -> io::Error {
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        // The environment is the command's: the keeper's start set it.
-        libc::execvp(shell.argv.pointers[0], shell.argv.pointers.as_ptr());
+        // The command's environment, also where `execvp` looks for the program. The
+        // keeper's memory is shared until `exec`: the keeper's copy changes too, and it
+        // reads no variable again.
+        unsafe extern "C" {
+            static mut environ: *const *const libc::c_char;
+        }
+        environ = shell.argv.envp.as_ptr();
+        libc::execvp(shell.argv.argv[0], shell.argv.argv.as_ptr());
         io::Error::last_os_error()
     }
 }
@@ -541,14 +561,15 @@ mod tests {
 
     /// The shell is started from the keeper without a second copy of the runner: it must
     /// still be the keeper's child, in a process group of its own, with its exit status
-    /// reported and the descriptor passed to it.
+    /// reported, the descriptor passed to it and only the variables set on it.
     #[tokio::test]
     async fn the_shell_is_the_keepers_child_in_a_group_of_its_own() {
         use tokio::io::AsyncReadExt;
         let passed = std::fs::File::open("/dev/null").unwrap();
         let mut command = tokio::process::Command::new("sh");
         command
-            .args(["-c", "read -r stat < /proc/$$/stat; echo $$ $stat; ls -l /proc/$$/fd/3; exit 7"])
+            .args(["-c", "read -r stat < /proc/$$/stat; echo $$ $stat; ls -l /proc/$$/fd/3; echo ${HOME-unset} $ONLY; exit 7"])
+            .env("ONLY", "this")
             .stdout(std::process::Stdio::piped())
             .process_group(0);
         let sandbox = super::Confinement::off("a test");
@@ -564,7 +585,8 @@ mod tests {
         let (pid, ppid, group) = (fields[0], fields[4], fields[5]);
         assert_eq!(ppid, keeper.to_string(), "the shell's parent: {out}");
         assert_eq!(group, pid, "the shell's process group: {out}");
-        assert!(out.trim_end().ends_with("/dev/null"), "descriptor 3 is the one passed: {out}");
+        assert!(out.contains("-> /dev/null\n"), "descriptor 3 is the one passed: {out}");
+        assert!(out.ends_with("\nunset this\n"), "the environment is only what was set: {out}");
         let _ = started.keeper.wait().await;
     }
 
