@@ -101,11 +101,12 @@ impl Backlog {
         queued > self.cap
     }
 
-    /// Waits until the queue is back within its cap (or the writer is gone).
+    /// Waits until the queue has drained to half its cap (or the writer is gone): waking
+    /// at every line the writer takes would cost a wake-up per event.
     fn wait_for_room(&self) {
         self.waits.fetch_add(1, Ordering::Relaxed);
         let mut guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
-        while self.bytes.load(Ordering::Acquire) > self.cap && !self.closed.load(Ordering::Acquire) {
+        while self.bytes.load(Ordering::Acquire) > self.cap / 2 && !self.closed.load(Ordering::Acquire) {
             guard = self.drained.wait(guard).unwrap_or_else(PoisonError::into_inner);
         }
     }
@@ -113,7 +114,7 @@ impl Backlog {
     /// The writer took `size` bytes off the queue.
     fn remove(&self, size: usize) {
         let before = self.bytes.fetch_sub(size, Ordering::AcqRel);
-        if before > self.cap && before - size <= self.cap {
+        if before > self.cap / 2 && before - size <= self.cap / 2 {
             self.wake_all();
         }
     }
@@ -183,9 +184,9 @@ impl EventLog {
         let backlog = Arc::new(Backlog::new(settings.queue_bytes));
         let closing = Closing(backlog.clone());
         let out = BufWriter::with_capacity(256 * 1024, file);
-        let thread = std::thread::Builder::new().name("event-log".into()).spawn(move || {
-            write_lines(receiver, out, &run_id, last_seq, &closing.0, settings.delay_per_line)
-        })?;
+        let thread = std::thread::Builder::new()
+            .name("event-log".into())
+            .spawn(move || write_lines(receiver, out, &run_id, last_seq, &closing.0, settings.delay_per_line))?;
         Ok((EventLog { sender, backlog, subscribers: Arc::new([]) }, LogWriter { thread }))
     }
 

@@ -568,7 +568,10 @@ mod tests {
         let passed = std::fs::File::open("/dev/null").unwrap();
         let mut command = tokio::process::Command::new("sh");
         command
-            .args(["-c", "read -r stat < /proc/$$/stat; echo $$ $stat; ls -l /proc/$$/fd/3; echo ${HOME-unset} $ONLY; exit 7"])
+            .args([
+                "-c",
+                "read -r stat < /proc/$$/stat; echo $$ $stat; ls -l /proc/$$/fd/3; echo ${HOME-unset} $ONLY; exit 7",
+            ])
             .env("ONLY", "this")
             .stdout(std::process::Stdio::piped())
             .process_group(0);

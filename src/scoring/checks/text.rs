@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use regex::Regex;
 
@@ -60,10 +60,14 @@ pub(crate) static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| Patterns::new(
 /// pattern for every task, say) a pattern is compiled each time it is used.
 const MAX_PATTERNS: usize = 4096;
 
+/// A compiled pattern, shared: a clone of a `Regex` would make its own matching caches
+/// again, which costs about as much as the match.
+type Compiled = Result<Arc<Regex>, String>;
+
 /// Regexes compiled once per distinct pattern, with their compile errors.
 pub(crate) struct Patterns {
     /// By pattern: case-sensitive, then case-insensitive.
-    compiled: Mutex<[HashMap<Box<str>, Result<Regex, String>>; 2]>,
+    compiled: Mutex<[HashMap<Box<str>, Compiled>; 2]>,
     capacity: usize,
     /// How many times a pattern was compiled.
     compilations: AtomicUsize,
@@ -74,9 +78,8 @@ impl Patterns {
         Patterns { compiled: Mutex::default(), capacity, compilations: AtomicUsize::new(0) }
     }
 
-    /// `pattern` compiled (cheap to clone: the compiled program is shared), or why it is
-    /// not a regex.
-    pub fn compiled(&self, pattern: &str, ignore_case: bool) -> Result<Regex, String> {
+    /// `pattern` compiled, or why it is not a regex.
+    pub fn compiled(&self, pattern: &str, ignore_case: bool) -> Compiled {
         let mut maps = self.compiled.lock().unwrap_or_else(PoisonError::into_inner);
         let map = &mut maps[usize::from(ignore_case)];
         if let Some(found) = map.get(pattern) {
@@ -86,6 +89,7 @@ impl Patterns {
         let compiled = regex::RegexBuilder::new(pattern)
             .case_insensitive(ignore_case)
             .build()
+            .map(Arc::new)
             .map_err(|e| format!("invalid regex /{pattern}/: {e}"));
         if map.len() < self.capacity {
             map.insert(pattern.into(), compiled.clone());
