@@ -6,6 +6,7 @@ pub mod projection;
 pub mod reader;
 pub mod search;
 pub mod secrets;
+mod timestamp;
 pub mod writer;
 
 pub use event::{

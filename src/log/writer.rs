@@ -1,20 +1,34 @@
 //! The event writer: every event of a run goes through one thread that numbers it and
 //! appends it to `events.jsonl` through a buffer, flushed when an episode finishes. Other
 //! consumers of the stream (the progress display) subscribe to the same events.
+//!
+//! The queue to the writer holds at most [`QUEUE_BYTES`] of events: past that, whoever
+//! emits waits until the writer has caught up, so that a slow disk slows the episodes
+//! instead of growing the runner's memory.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use super::event::{Event, SCHEMA_VERSION};
+use super::timestamp::Timestamp;
+
+/// The bytes of events that may wait for the writer before emitters wait too: a few
+/// hundred milliseconds of a busy run's events.
+pub const QUEUE_BYTES: usize = 4 << 20;
+
+/// A test hook, not a setting: microseconds the writer spends after each line, standing
+/// in for a slow disk.
+const WRITE_DELAY_VAR: &str = "RUNNER_LOG_WRITE_DELAY_US";
 
 struct Line {
     episode_id: Option<Arc<str>>,
-    ts: String,
+    ts: Timestamp,
     /// The event serialised by the emitter, so that serialisation runs on many cores.
     body: Vec<u8>,
     flush: bool,
@@ -50,7 +64,95 @@ impl Subscription {
 #[derive(Clone)]
 pub struct EventLog {
     sender: Sender<Line>,
+    backlog: Arc<Backlog>,
     subscribers: Arc<[Subscription]>,
+}
+
+/// The bytes queued for the writer, and where emitters wait for it to drain.
+struct Backlog {
+    bytes: AtomicUsize,
+    cap: usize,
+    /// The writer has stopped (done or failed): nobody waits for it any more.
+    closed: AtomicBool,
+    lock: Mutex<()>,
+    drained: Condvar,
+    /// The most bytes ever queued, and how many times an emitter waited.
+    peak: AtomicUsize,
+    waits: AtomicUsize,
+}
+
+impl Backlog {
+    fn new(cap: usize) -> Self {
+        Backlog {
+            bytes: AtomicUsize::new(0),
+            cap,
+            closed: AtomicBool::new(false),
+            lock: Mutex::new(()),
+            drained: Condvar::new(),
+            peak: AtomicUsize::new(0),
+            waits: AtomicUsize::new(0),
+        }
+    }
+
+    /// Counts `size` more bytes queued; returns whether the queue is over its cap.
+    fn add(&self, size: usize) -> bool {
+        let queued = self.bytes.fetch_add(size, Ordering::AcqRel) + size;
+        self.peak.fetch_max(queued, Ordering::Relaxed);
+        queued > self.cap
+    }
+
+    /// Waits until the queue has drained to half its cap (or the writer is gone): waking
+    /// at every line the writer takes would cost a wake-up per event.
+    fn wait_for_room(&self) {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+        let mut guard = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        while self.bytes.load(Ordering::Acquire) > self.cap / 2 && !self.closed.load(Ordering::Acquire) {
+            guard = self.drained.wait(guard).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// The writer took `size` bytes off the queue.
+    fn remove(&self, size: usize) {
+        let before = self.bytes.fetch_sub(size, Ordering::AcqRel);
+        if before > self.cap / 2 && before - size <= self.cap / 2 {
+            self.wake_all();
+        }
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
+        // Taking the lock orders this after a waiter's check of the count.
+        drop(self.lock.lock().unwrap_or_else(PoisonError::into_inner));
+        self.drained.notify_all();
+    }
+}
+
+/// The writer's side of the backlog: closes it however the writer ends, so that no
+/// emitter waits for a writer that is gone.
+struct Closing(Arc<Backlog>);
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
+/// How the writer is run: its queue's cap, and the slow-disk test hook.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriterSettings {
+    pub queue_bytes: usize,
+    pub delay_per_line: Option<Duration>,
+}
+
+impl WriterSettings {
+    fn from_env() -> Self {
+        let delay = std::env::var(WRITE_DELAY_VAR).ok().and_then(|v| v.trim().parse::<u64>().ok());
+        WriterSettings { queue_bytes: QUEUE_BYTES, delay_per_line: delay.map(Duration::from_micros) }
+    }
 }
 
 /// Owns the writer thread; `close` waits for every event to reach the disk.
@@ -66,14 +168,26 @@ impl EventLog {
 
     /// Appends to an existing log whose last event has number `last_seq`.
     pub fn append(path: &Path, run_id: &str, last_seq: u64) -> std::io::Result<(EventLog, LogWriter)> {
+        Self::append_with(path, run_id, last_seq, WriterSettings::from_env())
+    }
+
+    pub(crate) fn append_with(
+        path: &Path,
+        run_id: &str,
+        last_seq: u64,
+        settings: WriterSettings,
+    ) -> std::io::Result<(EventLog, LogWriter)> {
         drop_torn_tail(path)?;
         let file = File::options().create(true).append(true).open(path)?;
         let (sender, receiver) = channel();
         let run_id = serde_json::to_string(run_id)?;
+        let backlog = Arc::new(Backlog::new(settings.queue_bytes));
+        let closing = Closing(backlog.clone());
+        let out = BufWriter::with_capacity(256 * 1024, file);
         let thread = std::thread::Builder::new()
             .name("event-log".into())
-            .spawn(move || write_lines(receiver, BufWriter::with_capacity(256 * 1024, file), &run_id, last_seq))?;
-        Ok((EventLog { sender, subscribers: Arc::new([]) }, LogWriter { thread }))
+            .spawn(move || write_lines(receiver, out, &run_id, last_seq, &closing.0, settings.delay_per_line))?;
+        Ok((EventLog { sender, backlog, subscribers: Arc::new([]) }, LogWriter { thread }))
     }
 
     /// The same log, with `subscribers` seeing every event emitted through it from now on.
@@ -96,10 +210,17 @@ impl EventLog {
             // Our own event types always serialise; a failure here is a bug in runner.
             Err(e) => panic!("failed to serialise an event: {e}"),
         };
-        let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+        let ts = Timestamp::now();
         // The writer outlives every handle; if it died, its error surfaces at `close`.
         let size = body.len();
-        let _ = self.sender.send(Line { episode_id: episode_id.cloned(), ts, body, flush });
+        let line = Line { episode_id: episode_id.cloned(), ts, body, flush };
+        let queued = line.queued_bytes();
+        let over = self.backlog.add(queued);
+        if self.sender.send(line).is_err() {
+            self.backlog.remove(queued);
+        } else if over {
+            self.backlog.wait_for_room();
+        }
         for s in self.subscribers.iter().filter(|s| (s.wants)(event)) {
             // A subscriber that panicked has shown what it could; the run goes on.
             s.subscriber.lock().unwrap_or_else(PoisonError::into_inner).event(episode_id.map(|id| &**id), event);
@@ -152,14 +273,38 @@ pub(crate) fn drop_torn_tail(path: &Path) -> std::io::Result<()> {
     file.set_len(0)
 }
 
-fn write_lines(receiver: Receiver<Line>, mut out: BufWriter<File>, run_id: &str, last_seq: u64) -> std::io::Result<()> {
+impl Line {
+    /// What the line holds in memory while it waits, as the backlog counts it.
+    fn queued_bytes(&self) -> usize {
+        std::mem::size_of::<Line>() + self.body.len()
+    }
+}
+
+fn write_lines(
+    receiver: Receiver<Line>,
+    mut out: BufWriter<File>,
+    run_id: &str,
+    last_seq: u64,
+    backlog: &Backlog,
+    delay: Option<Duration>,
+) -> std::io::Result<()> {
     let mut seq = last_seq;
+    let mut owed = Duration::ZERO;
     for line in receiver {
         seq += 1;
-        write_line(&mut out, run_id, seq, &line.ts, line.episode_id.as_deref(), &line.body)?;
+        write_line(&mut out, run_id, seq, line.ts.as_str(), line.episode_id.as_deref(), &line.body)?;
         if line.flush {
             out.flush()?;
         }
+        if let Some(delay) = delay {
+            // Slept in whole milliseconds, so that a delay of a few microseconds per line
+            // is kept to rather than rounded up to the timer's slack.
+            owed += delay;
+            if owed >= Duration::from_millis(1) {
+                std::thread::sleep(std::mem::take(&mut owed));
+            }
+        }
+        backlog.remove(line.queued_bytes());
     }
     out.flush()?;
     out.get_ref().sync_data()
@@ -168,9 +313,8 @@ fn write_lines(receiver: Receiver<Line>, mut out: BufWriter<File>, run_id: &str,
 /// A run-level event written straight to `out` with number `seq`, laid out as the writer
 /// thread lays it out: for logs written in one go (a run's first line, a merge).
 pub fn write_event(out: &mut impl Write, run_id: &str, seq: u64, event: &Event) -> std::io::Result<()> {
-    let ts = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let quoted_id = serde_json::to_string(run_id)?;
-    write_line(out, &quoted_id, seq, &ts, None, &serde_json::to_vec(event)?)
+    write_line(out, &quoted_id, seq, Timestamp::now().as_str(), None, &serde_json::to_vec(event)?)
 }
 
 /// One line of the log: the header (`v`, `run_id` — already JSON-quoted —, `seq`, `ts`,
@@ -184,7 +328,16 @@ pub(crate) fn write_line(
     episode_id: Option<&str>,
     body: &[u8],
 ) -> std::io::Result<()> {
-    write!(out, "{{\"v\":{SCHEMA_VERSION},\"run_id\":{run_id},\"seq\":{seq},\"ts\":\"{ts}\"")?;
+    // Pieces, not `write!`: every event of a run goes through here.
+    out.write_all(b"{\"v\":")?;
+    write_decimal(out, u64::from(SCHEMA_VERSION))?;
+    out.write_all(b",\"run_id\":")?;
+    out.write_all(run_id.as_bytes())?;
+    out.write_all(b",\"seq\":")?;
+    write_decimal(out, seq)?;
+    out.write_all(b",\"ts\":\"")?;
+    out.write_all(ts.as_bytes())?;
+    out.write_all(b"\"")?;
     if let Some(id) = episode_id {
         out.write_all(b",\"episode_id\":")?;
         serde_json::to_writer(&mut *out, id)?;
@@ -194,6 +347,20 @@ pub(crate) fn write_line(
     out.write_all(b",")?;
     out.write_all(&super::secrets::scrub_bytes(body.get(1..).unwrap_or_default()))?;
     out.write_all(b"\n")
+}
+
+fn write_decimal(out: &mut impl Write, mut value: u64) -> std::io::Result<()> {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.write_all(&digits[start..])
 }
 
 /// One episode's view of the log.
@@ -223,6 +390,8 @@ impl Recorder {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
 
     #[derive(Default)]
@@ -264,6 +433,46 @@ mod tests {
         drop(log);
         writer.close().unwrap();
         assert_eq!(seen.lock().unwrap().0, [(None, fin)]);
+    }
+
+    /// Regression: the queue to the writer had no bound, so a writer that fell behind (a
+    /// slow disk) let the run's memory grow with every event emitted meanwhile.
+    #[test]
+    fn a_slow_writer_makes_emitters_wait_and_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let cap = 16 * 1024;
+        let settings = WriterSettings { queue_bytes: cap, delay_per_line: Some(Duration::from_micros(100)) };
+        let (log, writer) = EventLog::append_with(&path, "r", 0, settings).unwrap();
+        let (threads, steps) = (4, 500u32);
+        let event = |step: u32| Event::Final { step, call_id: format!("c{step}"), answer: "x".repeat(100) };
+        let emitters: Vec<_> = (0..threads)
+            .map(|t| {
+                let recorder = log.recorder(&format!("e{t}"));
+                std::thread::spawn(move || (0..steps).for_each(|step| recorder.emit(&event(step))))
+            })
+            .collect();
+        emitters.into_iter().for_each(|t| t.join().unwrap());
+        let backlog = log.backlog.clone();
+        drop(log);
+        writer.close().unwrap();
+
+        let largest = std::mem::size_of::<Line>() + serde_json::to_vec(&event(steps)).unwrap().len() + 40;
+        let peak = backlog.peak.load(Ordering::Relaxed);
+        assert!(peak <= cap + threads * largest, "{peak} bytes were queued, past {cap} and one line per emitter");
+        assert!(backlog.waits.load(Ordering::Relaxed) > 0, "no emitter waited for the slow writer");
+        let lines: Vec<Value> =
+            std::fs::read_to_string(&path).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), threads * steps as usize, "every event is written");
+        for (i, line) in lines.iter().enumerate() {
+            assert_eq!(line["seq"], i as u64 + 1, "numbered in order");
+        }
+        for t in 0..threads {
+            let id = format!("e{t}");
+            let order: Vec<u64> =
+                lines.iter().filter(|l| l["episode_id"] == id).filter_map(|l| l["step"].as_u64()).collect();
+            assert_eq!(order, (0..u64::from(steps)).collect::<Vec<_>>(), "{id}'s events in the order emitted");
+        }
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! leave its process group or session (`setsid`) or clear their environment — stays a
 //! descendant of the keeper, so it is found and killed when the command ends, however it
 //! ends. The keeper reports the shell's exit status on a pipe and reaps everything else.
+//! The keeper is a fork of the runner; the shell is started from it as `posix_spawn` does
+//! (a child sharing the keeper's memory until its `exec`), so that the runner's memory is
+//! copied once per command, not twice.
 //!
 //! The runner itself is not made a subreaper: orphans of other children (external agents,
 //! MCP servers) would then become its zombies, and telling them apart from the children
@@ -46,6 +49,7 @@ pub struct Supervised {
 /// Starts `command` (a shell) under a keeper, the shell inside `sandbox` (the keeper stays
 /// outside, to kill what the shell starts). The command should ask for its own process
 /// group; the shell then gets a group of its own, so that a `kill 0` spares the keeper.
+/// Its environment is only the variables set on it, as after `env_clear`.
 pub fn spawn(command: &mut Command, sandbox: &Arc<Confinement>) -> io::Result<Supervised> {
     spawn_passing(command, sandbox, None)
 }
@@ -70,13 +74,14 @@ pub fn spawn_passing(
     }
     let sandbox = sandbox.clone();
     sandbox.hand_over();
+    let argv = Argv::of(command.as_std())?;
     let (read, write) = status_pipe()?;
     let report = write.as_raw_fd();
     // The runner raised its own limit of open files; the command gets the one it started with.
     let files_limit = super::resources::starting_open_files_limit();
     // SAFETY: the closure runs in the forked child and only makes async-signal-safe calls
-    // (prctl, signal, fork, setpgid, setrlimit, close_range, waitpid, write, _exit, and the
-    // sandbox's own, see `Confinement::enter`); it allocates nothing.
+    // (prctl, signal, mmap, clone, setpgid, setrlimit, close_range, waitpid, write, execvp,
+    // _exit, and the sandbox's own, see `Confinement::enter`); it allocates nothing.
     unsafe {
         command.pre_exec(move || {
             // The keeper's parent is the runner; should the runner die (SIGKILL, a second
@@ -88,27 +93,9 @@ pub fn spawn_passing(
             }
             // The runtime's SIGCHLD handler was inherited; the keeper waits plainly.
             libc::signal(libc::SIGCHLD, libc::SIG_DFL);
-            match libc::fork() {
-                -1 => Err(io::Error::last_os_error()),
-                0 => {
-                    // The runner ignores SIGPIPE; a command gets the default (`yes | head`).
-                    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-                    libc::setpgid(0, 0);
-                    if let Some(limit) = &files_limit {
-                        libc::setrlimit(libc::RLIMIT_NOFILE, limit);
-                    }
-                    if let Some(fd) = pass {
-                        // dup2 onto itself would keep close-on-exec: clear it then.
-                        if fd == 3 {
-                            libc::fcntl(3, libc::F_SETFD, 0);
-                        } else if libc::dup2(fd, 3) < 0 {
-                            return Err(io::Error::last_os_error());
-                        }
-                    }
-                    sandbox.enter()
-                }
-                shell => keep(shell, report, runner),
-            }
+            let shell = Shell { argv: &argv, files_limit: files_limit.as_ref(), pass, sandbox: &sandbox, failed: 0 };
+            let pid = start_shell(shell)?;
+            keep(pid, report, runner)
         });
     }
     let keeper = command.spawn()?;
@@ -117,6 +104,151 @@ pub fn spawn_passing(
     let tree = Tree(keeper.id().map(|id| id as libc::pid_t));
     let status = pipe::Receiver::from_owned_fd(read)?;
     Ok(Supervised { tree, keeper, status })
+}
+
+/// A command's program, arguments and environment, ready for `execvp` in the keeper's
+/// child: made in the runner, since nothing may be allocated after the fork.
+struct Argv {
+    _strings: Vec<std::ffi::CString>,
+    /// Pointers into `_strings`, each list ending with a null: the program and its
+    /// arguments, then the environment's `NAME=value` entries.
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into the strings owned beside them, which never change.
+unsafe impl Send for Argv {}
+// SAFETY: as above; nothing is written through them.
+unsafe impl Sync for Argv {}
+
+impl Argv {
+    /// The command's words, and only the variables set on it: a command is given none of
+    /// the runner's (its callers clear the environment, and the keeper's start applies the
+    /// variables only after the hook that starts the shell).
+    fn of(command: &std::process::Command) -> io::Result<Argv> {
+        use std::os::unix::ffi::OsStrExt;
+        let nul = |_| io::Error::new(io::ErrorKind::InvalidInput, "a command's word or variable holds a NUL byte");
+        let words = std::iter::once(command.get_program()).chain(command.get_args());
+        let words: Vec<std::ffi::CString> =
+            words.map(|w| std::ffi::CString::new(w.as_bytes())).collect::<Result<_, _>>().map_err(nul)?;
+        let variables: Vec<std::ffi::CString> = command
+            .get_envs()
+            .filter_map(|(name, value)| Some([name.as_bytes(), b"=", value?.as_bytes()].concat()))
+            .map(std::ffi::CString::new)
+            .collect::<Result<_, _>>()
+            .map_err(nul)?;
+        let ended = |strings: &[std::ffi::CString]| {
+            strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
+        };
+        let (argv, envp) = (ended(&words), ended(&variables));
+        Ok(Argv { _strings: words.into_iter().chain(variables).collect(), argv, envp })
+    }
+}
+
+/// What the shell's start needs, on the keeper's stack; `failed` is where the shell's child
+/// leaves the error number of a failed start.
+struct Shell<'a> {
+    argv: &'a Argv,
+    files_limit: Option<&'a libc::rlimit>,
+    pass: Option<std::os::fd::RawFd>,
+    sandbox: &'a Confinement,
+    failed: libc::c_int,
+}
+
+/// The stack of the shell's child, which lives only until its `exec`.
+const SHELL_STACK_BYTES: usize = 256 * 1024;
+
+/// In the keeper: starts the shell as posix_spawn does, a child that shares the keeper's
+/// memory and runs until its `exec` while the keeper waits (`CLONE_VM | CLONE_VFORK`), so
+/// that the runner's memory, which the keeper was forked with, is not copied a second
+/// time. The shell's failure to start (its sandbox, its program) is the keeper's error.
+///
+/// SAFETY: to be called only in a freshly forked child (the keeper).
+unsafe fn start_shell(mut shell: Shell<'_>) -> io::Result<libc::pid_t> {
+    extern "C" fn run(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the keeper's `Shell`, alive while the keeper waits for this `exec`.
+        unsafe {
+            let shell = &mut *arg.cast::<Shell<'_>>();
+            let failed = enter_and_exec(shell).raw_os_error().unwrap_or(libc::EINVAL);
+            shell.failed = failed;
+            libc::_exit(127)
+        }
+    }
+    // SAFETY: a fresh mapping, given to the child as its stack and unmapped once it has
+    // exec'd or exited (CLONE_VFORK returns only then).
+    unsafe {
+        let stack = libc::mmap(
+            std::ptr::null_mut(),
+            SHELL_STACK_BYTES,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        );
+        if stack == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // No handler of the runner's may run in the child while it shares this memory.
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut before: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut before);
+        let top = stack.cast::<u8>().add(SHELL_STACK_BYTES).cast::<libc::c_void>();
+        let arg = (&mut shell as *mut Shell<'_>).cast::<libc::c_void>();
+        let pid = libc::clone(run, top, libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, arg);
+        let cloned = io::Error::last_os_error();
+        libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+        libc::munmap(stack, SHELL_STACK_BYTES);
+        if pid < 0 {
+            return Err(cloned);
+        }
+        if shell.failed != 0 {
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, 0);
+            return Err(io::Error::from_raw_os_error(shell.failed));
+        }
+        Ok(pid)
+    }
+}
+
+/// In the shell's child: its own process group, the command's limits and descriptor, the
+/// sandbox, then the program. Returns only the error that stopped it.
+///
+/// SAFETY: only in the child of [`start_shell`].
+unsafe fn enter_and_exec(shell: &Shell<'_>) -> io::Error {
+    // SAFETY: system calls on this process alone, with values prepared by the runner.
+    unsafe {
+        // The runner ignores SIGPIPE; a command gets the default (`yes | head`).
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::setpgid(0, 0);
+        if let Some(limit) = shell.files_limit {
+            libc::setrlimit(libc::RLIMIT_NOFILE, limit);
+        }
+        if let Some(fd) = shell.pass {
+            // dup2 onto itself would keep close-on-exec: clear it then.
+            if fd == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0);
+            } else if libc::dup2(fd, 3) < 0 {
+                return io::Error::last_os_error();
+            }
+        }
+        if let Err(e) = shell.sandbox.enter() {
+            return e;
+        }
+        // The keeper's mask was empty (the command's own start cleared it).
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        // The command's environment, also where `execvp` looks for the program. The
+        // keeper's memory is shared until `exec`: the keeper's copy changes too, and it
+        // reads no variable again.
+        unsafe extern "C" {
+            static mut environ: *const *const libc::c_char;
+        }
+        environ = shell.argv.envp.as_ptr();
+        libc::execvp(shell.argv.argv[0], shell.argv.argv.as_ptr());
+        io::Error::last_os_error()
+    }
 }
 
 impl Supervised {
@@ -417,6 +549,48 @@ mod tests {
         let message = e.to_string();
         assert!(message.contains(&format!("`{}` cannot be entered", gone.display())), "{message}");
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    #[tokio::test]
+    async fn a_program_that_cannot_start_is_the_spawns_error() {
+        let mut command = tokio::process::Command::new("/nonexistent/program");
+        let sandbox = super::Confinement::off("a test");
+        let Err(e) = super::spawn(&mut command, &sandbox) else { panic!("a missing program started") };
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+    }
+
+    /// The shell is started from the keeper without a second copy of the runner: it must
+    /// still be the keeper's child, in a process group of its own, with its exit status
+    /// reported, the descriptor passed to it and only the variables set on it.
+    #[tokio::test]
+    async fn the_shell_is_the_keepers_child_in_a_group_of_its_own() {
+        use tokio::io::AsyncReadExt;
+        let passed = std::fs::File::open("/dev/null").unwrap();
+        let mut command = tokio::process::Command::new("sh");
+        command
+            .args([
+                "-c",
+                "read -r stat < /proc/$$/stat; echo $$ $stat; ls -l /proc/$$/fd/3; echo ${HOME-unset} $ONLY; exit 7",
+            ])
+            .env("ONLY", "this")
+            .stdout(std::process::Stdio::piped())
+            .process_group(0);
+        let sandbox = super::Confinement::off("a test");
+        use std::os::fd::AsRawFd;
+        let mut started = super::spawn_passing(&mut command, &sandbox, Some(passed.as_raw_fd())).unwrap();
+        let keeper = started.keeper.id().unwrap() as i64;
+        let mut out = String::new();
+        started.keeper.stdout.take().unwrap().read_to_string(&mut out).await.unwrap();
+        let status = started.shell_status().await.expect("the keeper reports the shell's status");
+        assert_eq!(status.code(), Some(7), "{out}");
+        // `PID PID (sh) S PPID PGRP …`
+        let fields: Vec<&str> = out.split_whitespace().collect();
+        let (pid, ppid, group) = (fields[0], fields[4], fields[5]);
+        assert_eq!(ppid, keeper.to_string(), "the shell's parent: {out}");
+        assert_eq!(group, pid, "the shell's process group: {out}");
+        assert!(out.contains("-> /dev/null\n"), "descriptor 3 is the one passed: {out}");
+        assert!(out.ends_with("\nunset this\n"), "the environment is only what was set: {out}");
+        let _ = started.keeper.wait().await;
     }
 
     #[test]

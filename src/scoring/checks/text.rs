@@ -1,5 +1,13 @@
 //! `includes`, `equals`, `regex` and their `not_` forms: the answer (or a text of the world,
-//! with `from:`) against a text, a template of the task.
+//! with `from:`) against a text, a template of the task. Each distinct regex is compiled
+//! once per run ([`Patterns`]): a suite scores the same few patterns over and over.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use regex::Regex;
 
 use super::{Answer, Scene, Verdict, verdict};
 use crate::domain::scorer::TextOp;
@@ -37,14 +45,113 @@ pub(crate) fn check(
 /// Whether `haystack` contains, equals (trimmed) or matches `expected`; an invalid regex
 /// says so.
 pub(crate) fn matches(op: TextOp, haystack: &str, expected: &str, ignore_case: bool) -> Result<bool, String> {
-    let fold = |s: &str| if ignore_case { s.to_lowercase() } else { s.to_owned() };
+    let fold = |s| if ignore_case { Cow::Owned(str::to_lowercase(s)) } else { Cow::Borrowed(s) };
     Ok(match op {
-        TextOp::Includes => fold(haystack).contains(&fold(expected)),
+        TextOp::Includes => fold(haystack).contains(&*fold(expected)),
         TextOp::Equals => fold(haystack.trim()) == fold(expected.trim()),
-        TextOp::Regex => regex::RegexBuilder::new(expected)
+        TextOp::Regex => PATTERNS.compiled(expected, ignore_case)?.is_match(haystack),
+    })
+}
+
+/// The run's compiled regexes.
+pub(crate) static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| Patterns::new(MAX_PATTERNS));
+
+/// How many distinct patterns are kept compiled; past it (templates that render a new
+/// pattern for every task, say) a pattern is compiled each time it is used.
+const MAX_PATTERNS: usize = 4096;
+
+/// A compiled pattern, shared: a clone of a `Regex` would make its own matching caches
+/// again, which costs about as much as the match.
+type Compiled = Result<Arc<Regex>, String>;
+
+/// Regexes compiled once per distinct pattern, with their compile errors.
+pub(crate) struct Patterns {
+    /// By pattern: case-sensitive, then case-insensitive.
+    compiled: Mutex<[HashMap<Box<str>, Compiled>; 2]>,
+    capacity: usize,
+    /// How many times a pattern was compiled.
+    compilations: AtomicUsize,
+}
+
+impl Patterns {
+    pub fn new(capacity: usize) -> Self {
+        Patterns { compiled: Mutex::default(), capacity, compilations: AtomicUsize::new(0) }
+    }
+
+    /// `pattern` compiled, or why it is not a regex.
+    pub fn compiled(&self, pattern: &str, ignore_case: bool) -> Compiled {
+        let mut maps = self.compiled.lock().unwrap_or_else(PoisonError::into_inner);
+        let map = &mut maps[usize::from(ignore_case)];
+        if let Some(found) = map.get(pattern) {
+            return found.clone();
+        }
+        self.compilations.fetch_add(1, Ordering::Relaxed);
+        let compiled = regex::RegexBuilder::new(pattern)
             .case_insensitive(ignore_case)
             .build()
-            .map_err(|e| format!("invalid regex /{expected}/: {e}"))?
-            .is_match(haystack),
-    })
+            .map(Arc::new)
+            .map_err(|e| format!("invalid regex /{pattern}/: {e}"));
+        if map.len() < self.capacity {
+            map.insert(pattern.into(), compiled.clone());
+        }
+        compiled
+    }
+
+    /// How many times a pattern was compiled.
+    #[cfg(test)]
+    pub fn compilations(&self) -> usize {
+        self.compilations.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: every scoring compiled its regex again, three quarters of the CPU of a
+    /// suite of regex scorers.
+    #[test]
+    fn a_pattern_is_compiled_once_however_often_it_is_used() {
+        let patterns = Patterns::new(16);
+        for answer in ["42", "x", "17", "forty-two"] {
+            for _ in 0..10 {
+                let matched = patterns.compiled(r"^\d+$", false).unwrap().is_match(answer);
+                assert_eq!(matched, answer.chars().all(|c| c.is_ascii_digit()));
+                let upper = answer.to_uppercase();
+                assert_eq!(patterns.compiled("forty", true).unwrap().is_match(&upper), answer == "forty-two");
+            }
+        }
+        assert_eq!(patterns.compilations(), 2, "one compilation per distinct pattern");
+        // The same text as another case setting is another pattern.
+        assert!(patterns.compiled(r"^\d+$", true).is_ok());
+        assert_eq!(patterns.compilations(), 3);
+    }
+
+    #[test]
+    fn a_regex_check_keeps_its_pattern_for_the_run() {
+        let pattern = "^kept for the run: [0-9]+$";
+        assert_eq!(matches(TextOp::Regex, "kept for the run: 7", pattern, false), Ok(true));
+        let kept = PATTERNS.compiled.lock().unwrap()[0].contains_key(pattern);
+        assert!(kept, "the check compiled its pattern without keeping it");
+    }
+
+    #[test]
+    fn an_invalid_pattern_says_why_each_time_and_is_compiled_once() {
+        let patterns = Patterns::new(16);
+        for _ in 0..3 {
+            let e = patterns.compiled("(unclosed", false).unwrap_err();
+            assert!(e.starts_with("invalid regex /(unclosed/:"), "{e}");
+        }
+        assert_eq!(patterns.compilations(), 1);
+    }
+
+    #[test]
+    fn past_its_capacity_a_new_pattern_is_compiled_each_time_and_the_kept_ones_stay() {
+        let patterns = Patterns::new(1);
+        assert!(patterns.compiled("a", false).unwrap().is_match("a"));
+        assert!(patterns.compiled("b", false).unwrap().is_match("b"));
+        assert!(patterns.compiled("b", false).unwrap().is_match("b"));
+        assert!(patterns.compiled("a", false).unwrap().is_match("a"));
+        assert_eq!(patterns.compilations(), 3, "`a` kept, `b` compiled each time");
+    }
 }

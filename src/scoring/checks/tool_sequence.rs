@@ -37,7 +37,7 @@ fn arguments_match(mode: ArgMatch, expected: Option<&Value>, actual: &Value) -> 
                 match (mode, w) {
                     (ArgMatch::Pattern, Value::String(pattern)) => {
                         let text = g.as_str().map(String::from).unwrap_or_else(|| g.to_string());
-                        regex::Regex::new(pattern).is_ok_and(|re| re.is_match(&text))
+                        super::text::PATTERNS.compiled(pattern, false).is_ok_and(|re| re.is_match(&text))
                     }
                     _ => w == g,
                 }
