@@ -180,6 +180,7 @@ pub async fn run_episode(
         suite: suite.name.clone(),
         task_id: task.id.clone(),
         model: spec.model.name().to_owned(),
+        variant: variant.map(|v| v.name.clone()),
         epoch: spec.epoch,
         outcome,
         termination: ending.termination,

@@ -141,6 +141,8 @@ pub struct EpisodeReport {
     pub suite: String,
     pub task_id: String,
     pub model: String,
+    /// The variant it ran under, when its suite has variants.
+    pub variant: Option<String>,
     pub epoch: u32,
     pub outcome: Outcome,
     pub termination: Termination,
@@ -316,13 +318,13 @@ pub async fn run(
     let mut aborted = None;
     let not_run = Arc::new(AtomicU64::new(0));
     // One round of every epoch; with `--epochs auto`, one round per epoch, each of the
-    // suite × model cells that have not stopped.
+    // suite × model (× variant) cells that have not stopped.
     let rounds: Vec<Option<u32>> = match &options.auto_epochs {
         None => vec![None],
         Some(auto) => (1..=auto.max_epochs).map(Some).collect(),
     };
-    let mut active: Option<HashSet<(String, String)>> = None;
-    let mut cells: HashMap<(String, String), (u64, u64)> = HashMap::new();
+    let mut active: Option<HashSet<AutoCell>> = None;
+    let mut cells: HashMap<AutoCell, (u64, u64)> = HashMap::new();
     let mut task_memory = memory::TaskMemory::new(&dir);
     for round in rounds {
         let not_stopped = stop.clone();
@@ -347,8 +349,7 @@ pub async fn run(
             }
         };
         let in_round = |e: &EpisodeSpec| {
-            round.is_none_or(|r| e.epoch == r)
-                && active.as_ref().is_none_or(|a| a.contains(&(e.suite.name.clone(), e.model.name().to_owned())))
+            round.is_none_or(|r| e.epoch == r) && active.as_ref().is_none_or(|a| a.contains(&auto_cell(e)))
         };
         let plan = episodes(suites, &options.models, options.epochs)
             .filter(in_round)
@@ -371,7 +372,8 @@ pub async fn run(
                 Ok(report) => {
                     tally.add(&report.outcome);
                     if let Outcome::Scored { passed, .. } = report.outcome {
-                        let cell = cells.entry((report.suite.clone(), report.model.clone())).or_default();
+                        let key = (report.suite.clone(), report.model.clone(), report.variant.clone());
+                        let cell = cells.entry(key).or_default();
                         cell.0 += 1;
                         cell.1 += u64::from(passed);
                     }
@@ -394,16 +396,18 @@ pub async fn run(
         if stop.is_cancelled() || episodes_stop.is_cancelled() {
             break;
         }
-        let still: HashSet<(String, String)> = auto_cells(suites, &options.models, active.as_ref())
+        let still: HashSet<AutoCell> = auto_cells(suites, &options.models, active.as_ref())
             .into_iter()
-            .filter(|(suite, model)| {
-                let (scored, passed) = cells.get(&(suite.clone(), model.clone())).copied().unwrap_or_default();
+            .filter(|cell| {
+                let (scored, passed) = cells.get(cell).copied().unwrap_or_default();
+                let (suite, model, variant) = cell;
                 let look = (auto.decide)(epoch, passed, scored);
                 log.emit(
                     None,
                     &Event::EpochsDecided {
                         suite: suite.clone(),
                         model: model.clone(),
+                        variant: variant.clone(),
                         epoch,
                         scored,
                         passed,
@@ -458,14 +462,29 @@ pub struct EpochLook {
     pub stop: bool,
 }
 
-/// The suite × model cells of a run still adding epochs (all of them before the first look).
-fn auto_cells(
-    suites: &[Arc<Suite>],
-    models: &[Arc<Backend>],
-    active: Option<&HashSet<(String, String)>>,
-) -> Vec<(String, String)> {
-    let all = suites.iter().flat_map(|s| models.iter().map(move |m| (s.name.clone(), m.name().to_owned())));
-    all.filter(|cell| active.is_none_or(|a| a.contains(cell))).collect()
+/// A cell of `--epochs auto`: suite × model (× variant, in a suite that has them).
+type AutoCell = (String, String, Option<String>);
+
+fn auto_cell(e: &EpisodeSpec) -> AutoCell {
+    (e.suite.name.clone(), e.model.name().to_owned(), e.variant().map(|v| v.name.clone()))
+}
+
+/// The cells of a run still adding epochs (all of them before the first look).
+fn auto_cells(suites: &[Arc<Suite>], models: &[Arc<Backend>], active: Option<&HashSet<AutoCell>>) -> Vec<AutoCell> {
+    let mut all = Vec::new();
+    for suite in suites {
+        let variants: Vec<Option<String>> = match suite.variants.is_empty() {
+            true => vec![None],
+            false => suite.variants.iter().map(|v| Some(v.name.clone())).collect(),
+        };
+        for model in models {
+            for variant in &variants {
+                all.push((suite.name.clone(), model.name().to_owned(), variant.clone()));
+            }
+        }
+    }
+    all.retain(|cell| active.is_none_or(|a| a.contains(cell)));
+    all
 }
 
 /// Logs an episode the budget kept from starting: started and finished at once, unscored

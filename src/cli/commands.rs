@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::flags::{
-    CompareArgs, EvalArgs, ExportArgs, GateArgs, JudgeCheckArgs, MergeArgs, PlanArgs, RegradeArgs, ReportArgs, SearchArgs,
-    Switch,
+    CompareArgs, EvalArgs, ExportArgs, GateArgs, JudgeCheckArgs, MergeArgs, PlanArgs, RegradeArgs, ReportArgs,
+    SearchArgs, Switch,
 };
 use super::{CliError, Exit, out, outln, resolve};
 use crate::agent::AgentKind;
@@ -280,7 +280,8 @@ pub fn plan(args: PlanArgs) -> Result<Exit, CliError> {
     index
         .for_each_row(|row| {
             if let crate::log::Outcome::Scored { passed, .. } = row.outcome {
-                power::count(&mut cells, power::cell_key(&row.suite, &row.model), &row.task_id, passed);
+                let model = crate::report::summary::label(&row.model, row.variant.as_deref());
+                power::count(&mut cells, power::cell_key(&row.suite, &model), &row.task_id, passed);
             }
         })
         .map_err(CliError::results)?;

@@ -702,6 +702,8 @@ pub enum Event {
     EpochsDecided {
         suite: String,
         model: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        variant: Option<String>,
         epoch: u32,
         scored: u64,
         passed: u64,

@@ -158,3 +158,38 @@ fn epochs_auto_adds_epochs_until_the_interval_is_narrow_and_logs_each_decision()
     let refused = sb.run(&[&args[..], &["--ci-width", "0.1"]].concat());
     assert!(refused.code == 2 && refused.stderr.contains("--ci-width goes with --epochs auto"), "{refused:?}");
 }
+
+#[test]
+fn epochs_auto_decides_each_variant_apart() {
+    let sb = Sandbox::new();
+    // Under `echo` the answer is the prompt. Variant `yes` asks "ok" of every task: 4/4
+    // passes, narrow after two epochs (as in the test above). Variant `same` asks the task's
+    // own input, "ok" for two tasks and "no" for two: 2 of 4 pass each epoch. Wilson at
+    // z = 2.576 around one half is centred at 0.5 with half-width
+    // z·√(0.25/n + z²/4n²) / (1 + z²/n): n = 16 gives 2.576·√(0.015625 + 0.00648)/1.4147
+    // = 0.2707 (0.54 wide, go on); n = 20 gives 2.576·√(0.0125 + 0.004147)/1.3318 = 0.2496
+    // (0.499 wide): narrow at the fifth look, which is also the last.
+    let tasks: String =
+        (0..4).map(|i| format!("  - {{id: t{i}, input: {}}}\n", if i < 2 { "ok" } else { "no" })).collect();
+    sb.write(
+        "s.yaml",
+        &format!(
+            "suite: auto\nenvironment: kv\nscorers: [{{equals: ok}}]\nvariants:\n  yes:\n    prompt: ok\n  same:\n    prompt: \"{{{{ input }}}}\"\ntasks:\n{tasks}"
+        ),
+    );
+    let args = ["eval", "s.yaml", "--model", "echo", "--run-id", "test", "--out", "results", "--epochs", "auto"];
+    let done = sb.run(&[&args[..], &["--ci-width", "0.5", "--max-epochs", "5"]].concat());
+    assert!(done.code == 0 || done.code == 1, "{done:?}");
+    let events = sb.events();
+    let decided = crate::of_type(&events, "epochs_decided");
+    let of = |variant: &str| -> Vec<String> {
+        decided
+            .iter()
+            .filter(|e| e["variant"] == variant)
+            .map(|e| e["decision"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(of("yes"), ["continue", "stop_narrow"], "{decided:?}");
+    assert_eq!(of("same"), ["continue", "continue", "continue", "continue", "stop_narrow"], "{decided:?}");
+    assert_eq!(crate::of_type(&events, "episode_finished").len(), 4 * 2 + 4 * 5);
+}
