@@ -68,11 +68,20 @@ pub fn provider_of(model: &str) -> &str {
 struct Scope {
     spent: Spend,
     largest: Spend,
+    /// Whether `largest` is known: an admitted episode of the scope finished (or a resumed
+    /// run kept one).
+    measured: bool,
     in_flight: u64,
     stopped: Option<String>,
 }
 
 impl Scope {
+    /// Whether the next episode must wait: under a soft cap, while no episode of the scope
+    /// has finished, nobody knows what one spends, so episodes start one at a time.
+    fn must_wait(&self, caps: &Budget) -> bool {
+        !caps.is_none() && !self.measured && self.in_flight > 0
+    }
+
     /// The cap the next episode could cross: `(cap name, limit, spent)`.
     fn next_crosses(&self, caps: &Budget) -> Option<(&'static str, f64, f64)> {
         let next = (self.in_flight + 1) as f64;
@@ -100,6 +109,16 @@ impl Scope {
                 reached("max_model_calls", caps.max_model_calls.map(|c| c as f64), self.spent.model_calls as f64)
             })
     }
+}
+
+/// What [`Ledger::admit`] says of the next episode.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Admission {
+    Start,
+    /// Ask again when an episode has finished.
+    Wait,
+    /// Never: the cap it could cross, as a not-run episode's message says it.
+    Refuse(String),
 }
 
 /// An admitted episode not yet finished: its model's provider, and what it spent per provider.
@@ -137,9 +156,28 @@ impl Ledger {
     pub fn kept(&mut self, model: &str, spend: Spend) {
         self.run.spent.add(&spend);
         self.run.largest.at_least(&spend);
+        self.run.measured = true;
         let scope = self.providers.entry(provider_of(model).to_owned()).or_default();
         scope.spent.add(&spend);
         scope.largest.at_least(&spend);
+        scope.measured = true;
+    }
+
+    /// Whether the episode may start now, must wait for one in flight to finish (a soft
+    /// cap, before any episode of its scope finished), or never.
+    pub fn admission(&mut self, episode_id: &str, model: &str) -> Admission {
+        if !self.budget.hard {
+            let provider = provider_of(model);
+            let caps = self.budget.providers.get(provider).copied().unwrap_or_default();
+            let waits_for_provider = self.providers.get(provider).is_some_and(|s| s.must_wait(&caps));
+            if self.run.stopped.is_none() && (self.run.must_wait(&self.budget.run) || waits_for_provider) {
+                return Admission::Wait;
+            }
+        }
+        match self.admit(episode_id, model) {
+            Ok(()) => Admission::Start,
+            Err(why) => Admission::Refuse(why),
+        }
     }
 
     /// Whether the episode may start; `Err` says which cap stops it. Once a cap stops its
@@ -246,9 +284,13 @@ impl Subscriber for Ledger {
                 let mut total = Spend::default();
                 for (provider, spend) in &open.spent {
                     total.add(spend);
-                    self.providers.entry(provider.clone()).or_default().largest.at_least(spend);
+                    let scope = self.providers.entry(provider.clone()).or_default();
+                    scope.largest.at_least(spend);
+                    scope.measured = true;
                 }
+                self.providers.entry(open.provider.clone()).or_default().measured = true;
                 self.run.largest.at_least(&total);
+                self.run.measured = true;
                 self.run.in_flight = self.run.in_flight.saturating_sub(1);
                 if let Some(scope) = self.providers.get_mut(&open.provider) {
                     scope.in_flight = scope.in_flight.saturating_sub(1);

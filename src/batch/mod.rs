@@ -329,23 +329,32 @@ pub async fn run(
     for round in rounds {
         let not_stopped = stop.clone();
         let budgeted = !options.budget.is_none();
-        let admit = {
+        // Asked as each episode is taken from the plan; under a soft cap it waits (the
+        // stream pauses, episodes in flight go on) until what one episode spends is known.
+        let admit = |spec: EpisodeSpec| {
             let (ledger, log, not_run) = (ledger.clone(), log.clone(), not_run.clone());
-            move |spec: &EpisodeSpec| {
+            async move {
                 if !budgeted {
-                    return true;
+                    return Some(spec);
                 }
-                let mut ledger = ledger.lock().unwrap_or_else(PoisonError::into_inner);
-                let admitted = ledger.admit(&spec.id, spec.model.name());
-                let reached = ledger.take_reached();
-                drop(ledger);
-                for event in &reached {
-                    log.emit(None, event);
+                loop {
+                    let mut held = ledger.lock().unwrap_or_else(PoisonError::into_inner);
+                    let admission = held.admission(&spec.id, spec.model.name());
+                    let reached = held.take_reached();
+                    drop(held);
+                    for event in &reached {
+                        log.emit(None, event);
+                    }
+                    match admission {
+                        budget::Admission::Start => return Some(spec),
+                        budget::Admission::Wait => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
+                        budget::Admission::Refuse(why) => {
+                            log_not_run(&log, &spec, &why);
+                            not_run.fetch_add(1, Ordering::Relaxed);
+                            return None;
+                        }
+                    }
                 }
-                let Err(why) = admitted else { return true };
-                log_not_run(&log, spec, &why);
-                not_run.fetch_add(1, Ordering::Relaxed);
-                false
             }
         };
         let in_round = |e: &EpisodeSpec| {
@@ -354,19 +363,21 @@ pub async fn run(
         let plan = episodes(suites, &options.models, options.epochs)
             .filter(in_round)
             .filter(|e| options.plans(e))
-            .take_while(move |_| !not_stopped.is_cancelled())
-            .filter(admit);
-        let mut running = futures::stream::iter(plan)
-            .map(|spec| {
-                // Taken here, in plan order: a task's epochs share its memory one after another.
-                let memory = task_memory.slot(&spec);
-                let log = log.clone();
-                let stop = episodes_stop.clone();
-                let roster = options.roster.clone();
-                let grounds = grounds.clone();
-                tokio::spawn(async move { run_episode(spec, memory, &log, &roster, &grounds, &stop).await })
-            })
-            .buffer_unordered(options.jobs.max(1));
+            .take_while(move |_| !not_stopped.is_cancelled());
+        let mut running = Box::pin(
+            futures::stream::iter(plan)
+                .filter_map(admit)
+                .map(|spec| {
+                    // Taken here, in plan order: a task's epochs share its memory one after another.
+                    let memory = task_memory.slot(&spec);
+                    let log = log.clone();
+                    let stop = episodes_stop.clone();
+                    let roster = options.roster.clone();
+                    let grounds = grounds.clone();
+                    tokio::spawn(async move { run_episode(spec, memory, &log, &roster, &grounds, &stop).await })
+                })
+                .buffer_unordered(options.jobs.max(1)),
+        );
         while let Some(joined) = running.next().await {
             match joined {
                 Ok(report) => {
@@ -393,7 +404,9 @@ pub async fn run(
         }
         drop(running);
         let (Some(epoch), Some(auto)) = (round, &options.auto_epochs) else { continue };
-        if stop.is_cancelled() || episodes_stop.is_cancelled() {
+        // A budget that kept episodes of this epoch from starting leaves the interval
+        // without the data it needs: no later epoch is planned (a resume runs the rest).
+        if stop.is_cancelled() || episodes_stop.is_cancelled() || not_run.load(Ordering::Relaxed) > 0 {
             break;
         }
         let still: HashSet<AutoCell> = auto_cells(suites, &options.models, active.as_ref())

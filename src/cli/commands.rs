@@ -142,8 +142,15 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
     }
     let oracle_failed =
         suites.iter().any(|s| s.agent.kind == AgentKind::Oracle) && !oracle_verdict(&result.events_path)?;
+    // Neither interrupted nor aborted: episodes cancelled now were cancelled by a hard
+    // budget (`--budget-hard`), and a verdict without them is no pass.
+    let cancelled = summary.total().cancelled;
     match judge(&index, &summary, &args.gates, baseline)? {
         Exit::Passed if oracle_failed => Ok(Exit::GateFailed),
+        Exit::Passed if cancelled > 0 => {
+            eprintln!("incomplete: {cancelled} episode(s) cancelled by --budget-hard");
+            Ok(Exit::Incomplete)
+        }
         exit => Ok(exit),
     }
 }

@@ -243,6 +243,12 @@ fn run_budget(args: &EvalArgs, config: &ModelConfig, models: &[Arc<Backend>]) ->
     if args.max_cost_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
         return Err(CliError::usage("--max-cost-usd must be a number of dollars, 0 or more"));
     }
+    let capped = args.max_cost_usd.is_some() || args.max_run_tokens.is_some() || args.max_model_calls.is_some();
+    if capped && args.shard.is_some() {
+        return Err(CliError::usage(
+            "--max-cost-usd, --max-run-tokens and --max-model-calls cap one process: with --shard each shard would spend up to the cap; run the shards without them, or give each shard's runner.yaml a provider `budget:` of its share",
+        ));
+    }
     let budget = RunBudget {
         run: Budget {
             max_cost_usd: args.max_cost_usd,

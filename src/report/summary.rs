@@ -505,7 +505,7 @@ impl Summary {
         if total.not_run > 0 {
             let _ = writeln!(
                 out,
-                "not run: {} of {} planned episodes, a budget stopped scheduling; `runner eval ... --resume {}` with a larger budget runs them",
+                "not run: {} of {} planned episodes, a budget stopped scheduling; `runner eval ... --resume {}` with a larger budget runs them (after `--epochs auto`, with `--epochs N`, the epochs it reached)",
                 total.not_run,
                 total.episodes,
                 self.run_dir.as_deref().unwrap_or(&self.run_id)

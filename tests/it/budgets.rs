@@ -168,3 +168,48 @@ fn a_hard_budget_cancels_the_episodes_in_flight() {
     assert_eq!(not_run(&events), 4);
     assert!(of_type(&events, "budget_reached").iter().any(|e| e["hard"] == true));
 }
+
+/// `n` tasks, each two model calls (a tool call, then the answer).
+fn two_call_suite(n: usize) -> String {
+    let tasks: String = (0..n)
+        .map(|i| {
+            format!(
+                "  - {{id: t{i}, input: q{i}, mock: [{{tool_calls: [{{name: kv_get, arguments: {{key: a}}}}]}}, {{text: ok}}]}}\n"
+            )
+        })
+        .collect();
+    format!("suite: budgets\nenvironment: kv\nscorers: [{{equals: ok}}]\ntasks:\n{tasks}")
+}
+
+#[test]
+fn a_soft_cap_starts_one_episode_before_it_knows_what_one_spends() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &two_call_suite(8));
+    // Eight may run at once, but nothing has finished to say what an episode spends: the
+    // first runs alone (2 calls); then 2 spent + 2 for the next > 3, and scheduling stops.
+    let run = eval_with(&sb, &["--max-model-calls", "3", "-j", "8"]);
+    assert_eq!(run.code, 5, "{run:?}");
+    let events = sb.events();
+    assert_eq!(of_type(&events, "model_call").len(), 2, "never past the cap: {run:?}");
+    assert_eq!(not_run(&events), 7);
+    assert_eq!(of_type(&events, "budget_reached").len(), 1);
+}
+
+#[test]
+fn a_hard_cap_that_cancels_every_episode_leaves_the_run_incomplete() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &two_call_suite(8));
+    // All eight start at once; the third call reaches the cap and cancels them all.
+    let run = eval_with(&sb, &["--max-model-calls", "3", "--budget-hard", "-j", "8", "--mock-delay-ms", "100-300"]);
+    assert_eq!(run.code, 5, "incomplete, not passed: {run:?}");
+    assert!(run.stderr.contains("cancelled by --budget-hard"), "{run:?}");
+}
+
+#[test]
+fn run_wide_caps_are_refused_with_a_shard() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(2));
+    let run = eval_with(&sb, &["--max-model-calls", "3", "--shard", "1/2"]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("with --shard each shard would spend up to the cap"), "{run:?}");
+}
