@@ -5,9 +5,10 @@
 mod code;
 pub mod dataset;
 pub mod harbor;
+pub mod locomo;
+pub mod longmemeval;
 pub mod promptfoo;
 pub mod variants;
-pub mod longmemeval;
 
 use crate::config::{decode, template, yaml};
 use crate::contract::{ASK_USER, Actor, CLARIFY, ENTER_PLAN_MODE, EXIT_PLAN_MODE};

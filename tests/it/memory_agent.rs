@@ -320,3 +320,40 @@ fn retrieval_recall_counts_the_evidence_sessions_the_search_found() {
     );
     assert!(run.stdout.contains("multi-session                     1      1    100.0%"), "{run:?}");
 }
+
+/// A LoCoMo file (`tests/fixtures/locomo/mini.json`, original): each QA item is a task, its
+/// sample's sessions replayed in number order, its category the question type.
+#[test]
+fn a_locomo_file_replays_its_conversation_for_each_question() {
+    let sb = Sandbox::new();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/locomo/mini.json");
+    sb.write(
+        "locomo.yaml",
+        &format!(
+            "suite: locomo\nenvironment: memory_store\nagent: {{kind: memory, flush_every: 6}}\nlimits: {{max_steps: 100}}\n\
+             dataset: {{path: {}, format: locomo}}\ngrader: {{model: mock}}\nscorers:\n  - llm_rubric: \"{{{{ rubric }}}}\"\n    \
+             mock: [\"The answer meets the rubric.\\n{{\\\"score\\\": 1}}\"]\n",
+            data.display()
+        ),
+    );
+    let run = sb.eval(&["locomo.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let started = of_type(&events, "episode_started");
+    let ids: Vec<&str> = started.iter().map(|e| e["task_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["conv-mini-q1", "conv-mini-q2", "conv-mini-q3", "conv-mini-q4"]);
+    assert!(of_type(&events, "episode_finished").iter().all(|e| e["outcome"]["passed"] == true), "{events:?}");
+    // `session_2` comes first in the file, `session_3` has a date and no turns.
+    let first = &started[0]["episode_id"];
+    let sessions: Vec<&str> = of_type(&events, "memory_invocation")
+        .into_iter()
+        .filter(|e| &e["episode_id"] == first && e["control"] == "start_session")
+        .map(|e| e["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(sessions, ["session_1", "session_2"]);
+    assert!(of_type(&events, "memory_invocation").iter().all(|e| e["error"].is_null()));
+    for kind in ["single-hop", "temporal", "adversarial", "multi-hop"] {
+        assert!(run.stdout.contains(kind), "no `{kind}` row: {run:?}");
+    }
+    assert!(run.stdout.contains("abstention"), "{run:?}");
+}
