@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::{Sandbox, of_type, read_jsonl};
+use crate::{Sandbox, of_type, read_jsonl, tool_observations};
 
 /// A model turn that writes whichever call the agent asks for, and answers `Rex`.
 const ANY_CALL: &str = r#"{text: "Rex", tool_calls: [{name: add_entry, arguments: {summary: "noted", raw_entry: "x"}}, {name: put_context, arguments: {content: "ctx"}}]}"#;
@@ -340,11 +340,12 @@ fn a_locomo_file_replays_its_conversation_for_each_question() {
     assert_eq!(run.code, 0, "{run:?}");
     let events = sb.events();
     let started = of_type(&events, "episode_started");
-    let ids: Vec<&str> = started.iter().map(|e| e["task_id"].as_str().unwrap()).collect();
+    let mut ids: Vec<&str> = started.iter().map(|e| e["task_id"].as_str().unwrap()).collect();
+    ids.sort();
     assert_eq!(ids, ["conv-mini-q1", "conv-mini-q2", "conv-mini-q3", "conv-mini-q4"]);
     assert!(of_type(&events, "episode_finished").iter().all(|e| e["outcome"]["passed"] == true), "{events:?}");
     // `session_2` comes first in the file, `session_3` has a date and no turns.
-    let first = &started[0]["episode_id"];
+    let first = &started.iter().find(|e| e["task_id"] == "conv-mini-q1").unwrap()["episode_id"];
     let sessions: Vec<&str> = of_type(&events, "memory_invocation")
         .into_iter()
         .filter(|e| &e["episode_id"] == first && e["control"] == "start_session")
@@ -356,4 +357,54 @@ fn a_locomo_file_replays_its_conversation_for_each_question() {
         assert!(run.stdout.contains(kind), "no `{kind}` row: {run:?}");
     }
     assert!(run.stdout.contains("abstention"), "{run:?}");
+}
+
+/// The memory agent against an MCP memory server (`tests/fixtures/mcp/memory_server.py`,
+/// plain Python, its own store and ranking) in place of the built-in store: the replay
+/// stores through the server, the answer reads it back, and retrieval recall is counted
+/// from what the server's search returned — whether the server gives structured content or
+/// only JSON text.
+#[test]
+fn the_memory_agent_stores_and_answers_through_an_mcp_memory_server() {
+    let server = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp/memory_server.py");
+    for mode in ["structured", "text-only"] {
+        let sb = Sandbox::new();
+        sb.write(
+            "environments/memory.yaml",
+            &format!(
+                "kind: mcp\nservers:\n  - {{name: memory, command: /usr/bin/python3, args: [\"{server}\", {mode}]}}\n"
+            ),
+        );
+        let sessions = json!([
+            {"id": "s1", "date": "2023-05-01", "messages": [{"role": "user", "content": "I adopted a dog named Rex"}]},
+            {"id": "s2", "date": "2023-05-02", "messages": [{"role": "user", "content": "I bought a red bicycle"}]},
+        ]);
+        let yaml = format!(
+            "suite: mem\nenvironment: memory\nagent: {{kind: memory}}\nlimits: {{max_steps: 100}}\n\
+             scorers: [{{includes: Rex}}]\ntasks:\n  - id: t\n    input: What is my dog called?\n    \
+             metadata: {{question_type: multi-session, answer_session_ids: [s1, s2], sessions: {sessions}}}\n    mock:\n      - {}\n      - {}\n      - {}\n      - {}\n      - {}\n",
+            add_entry("The user adopted a dog named Rex"),
+            put_context("The user has a dog, Rex."),
+            add_entry("The user bought a red bicycle"),
+            put_context("The user has a dog, Rex, and a red bicycle."),
+            r#"{text: "Rex"}"#,
+        );
+        sb.write("s.yaml", &yaml);
+        let run = sb.eval(&["s.yaml"]);
+        assert_eq!(run.code, 0, "{mode}: {run:?}");
+        let events = sb.events();
+        assert!(of_type(&events, "memory_invocation").iter().all(|e| e["error"].is_null()), "{mode}: {events:?}");
+        let answered = of_type(&events, "memory_answered")[0].clone();
+        assert_eq!(answered["entries_by_session"], json!({"s1": 1, "s2": 1}), "{mode}: {answered}");
+        // The server ranks by shared words: only the dog entry shares any with the question.
+        assert_eq!(answered["retrieved_sessions"], json!(["s1"]), "{mode}: {answered}");
+        assert_eq!(answered["recall"], 0.5, "{mode}");
+        // The second session began with the context the first wrote, read back from the server.
+        let read_back = tool_observations(&events)
+            .iter()
+            .any(|o| o["tool_result"].to_string().contains("The user has a dog, Rex.") && o["error"].is_null());
+        assert!(read_back, "{mode}: the context was not read back: {events:?}");
+        let finished = of_type(&events, "episode_finished");
+        assert_eq!(finished[0]["outcome"]["passed"], true, "{mode}: {finished:?}");
+    }
 }
