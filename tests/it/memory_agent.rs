@@ -408,3 +408,64 @@ fn the_memory_agent_stores_and_answers_through_an_mcp_memory_server() {
         assert_eq!(finished[0]["outcome"]["passed"], true, "{mode}: {finished:?}");
     }
 }
+
+/// A memory suite whose tasks ask for the dog's name after one session, each `(id, question
+/// type, answer)`; the scorer wants `Rex`.
+fn dog_suite(environment: &str, tasks: &[(&str, &str, &str)]) -> String {
+    let mut yaml = format!(
+        "suite: mem\nenvironment: {environment}\nagent: {{kind: memory}}\nlimits: {{max_steps: 100}}\n\
+         scorers: [{{includes: Rex}}]\ntasks:\n"
+    );
+    for (id, question_type, answer) in tasks {
+        let sessions = json!([{"id": "s1", "date": "2023-05-01", "messages": [{"role": "user", "content": "I adopted a dog named Rex"}]}]);
+        yaml.push_str(&format!(
+            "  - id: {id}\n    input: What is my dog called?\n    \
+             metadata: {{question_type: {question_type}, answer_session_ids: [s1], sessions: {sessions}}}\n    \
+             mock:\n      - {}\n      - {}\n      - {{text: {answer}}}\n",
+            add_entry("The user adopted a dog named Rex"),
+            put_context("The user has a dog, Rex."),
+        ));
+    }
+    yaml
+}
+
+/// Two memory configurations — the built-in store and an MCP memory server — compared: the
+/// memory numbers side by side per question type, the questions paired by task.
+#[test]
+fn compare_shows_two_memory_configurations_side_by_side_paired_by_question() {
+    let sb = Sandbox::new();
+    let server = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp/memory_server.py");
+    sb.write(
+        "environments/memory.yaml",
+        &format!("kind: mcp\nservers:\n  - {{name: memory, command: /usr/bin/python3, args: [\"{server}\"]}}\n"),
+    );
+    sb.write(
+        "a.yaml",
+        &dog_suite("memory_store", &[("t1", "single-session-user", "Rex"), ("t2", "multi-session", "Rex")]),
+    );
+    sb.write("b.yaml", &dog_suite("memory", &[("t1", "single-session-user", "Rex"), ("t2", "multi-session", "Max")]));
+    for id in ["a", "b"] {
+        let done = sb.run(&["eval", &format!("{id}.yaml"), "--model", "mock", "--run-id", id, "--out", "results"]);
+        assert!(done.stdout.contains("memory: accuracy by question type"), "{done:?}");
+    }
+    let compared = sb.run(&["compare", "results/a", "results/b"]);
+    assert_eq!(compared.code, 0, "{compared:?}");
+    let out = &compared.stdout;
+    assert!(out.contains("memory, side by side: A = a, B = b"), "{compared:?}");
+    let row = |label: &str| {
+        out.lines().find(|l| l.starts_with(&format!("{label} "))).map(|l| l.split_whitespace().collect::<Vec<_>>())
+    };
+    // label, A (passed/scored, %), B, B-A, pairs, A only, B only, McNemar
+    assert_eq!(
+        row("multi-session"),
+        Some(vec!["multi-session", "1/1", "100.0%", "0/1", "0.0%", "-100.0", "1", "1", "0", "p=1.000"]),
+        "{out}"
+    );
+    assert_eq!(
+        row("single-session-user"),
+        Some(vec!["single-session-user", "1/1", "100.0%", "1/1", "100.0%", "+0.0", "1", "0", "0", "p=1.000"]),
+        "{out}"
+    );
+    assert_eq!(row("all").map(|r| r[1..8].join(" ")), Some("2/2 100.0% 1/2 50.0% -50.0 2 1".to_owned()), "{out}");
+    assert!(out.contains("retrieval recall") && out.contains("100.0% (n=2)"), "{out}");
+}
