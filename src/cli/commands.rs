@@ -236,9 +236,11 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
     resolve::fraction("--tolerance", Some(args.tolerance))?;
     resolve::fraction("--alpha", Some(args.alpha))?;
     let mut runs = Vec::new();
+    let mut dirs = Vec::new();
     for run in &args.runs {
         let dir = batch::resume::find_logged_run(run, Path::new("results")).map_err(CliError::usage)?;
         runs.push(Projection::from_log(&dir.join("events.jsonl")).map_err(CliError::usage)?);
+        dirs.push(dir);
     }
     let mut comparison = crate::report::compare::Comparison::of(&runs);
     comparison.alpha = args.alpha;
@@ -248,6 +250,7 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
         ));
     }
     out!("{}", comparison.render());
+    compare_memory(&runs, &dirs)?;
     let write = |path: &Path, bytes: &[u8]| {
         std::fs::write(path, bytes).map_err(|e| CliError::results(format!("failed to write {}: {e}", path.display())))
     };
@@ -268,6 +271,23 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
     }
     let regressed = verdicts.iter().any(|t| t.regressed(args.tolerance, args.alpha));
     Ok(if args.fail_on_regression && regressed { Exit::GateFailed } else { Exit::Passed })
+}
+
+/// Under `compare`'s groups, when the first run and another are memory-agent runs: their
+/// memory tables side by side, questions paired (`report/memory_compare.rs`).
+fn compare_memory(runs: &[Projection], dirs: &[std::path::PathBuf]) -> Result<(), CliError> {
+    let mut memories = Vec::with_capacity(dirs.len());
+    for (run, dir) in runs.iter().zip(dirs) {
+        let report = crate::report::memory::read(&dir.join("events.jsonl")).map_err(CliError::results)?;
+        memories.push((run.run_id.as_str(), report));
+    }
+    let Some(((first, Some(a)), others)) = memories.split_first() else { return Ok(()) };
+    for (other, b) in others {
+        if let Some(b) = b {
+            out!("{}", crate::report::memory_compare::render((first, a), (other, b)));
+        }
+    }
+    Ok(())
 }
 
 /// `runner plan`: from a run's observed variances, the epochs and tasks a paired comparison

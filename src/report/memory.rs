@@ -16,6 +16,8 @@ use crate::log::reader::{ReadError, for_each_event};
 /// What the table knows of one episode.
 #[derive(Debug, Default, Clone)]
 struct Question {
+    /// The task and epoch: what pairs a question with itself in another run.
+    task: (String, u64),
     question_type: String,
     abstention: bool,
     /// `Some(passed)` when scored, `None` when unscored or not finished.
@@ -75,6 +77,18 @@ pub struct MemoryReport {
     pub sessions: u64,
     pub entries: u64,
     pub errors: u64,
+    /// Each question's task and epoch, type, whether it is an abstention question, and
+    /// whether it passed (`None`: unscored): what `compare` pairs.
+    pub questions: Vec<PairedQuestion>,
+}
+
+/// One question as `compare` pairs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PairedQuestion {
+    pub task: (String, u64),
+    pub question_type: String,
+    pub abstention: bool,
+    pub passed: Option<bool>,
 }
 
 /// The memory figures of the log `events`; `None` when no memory agent answered in it.
@@ -83,6 +97,7 @@ pub fn read(events: &Path) -> Result<Option<MemoryReport>, ReadError> {
     // Outcomes and grader tokens arrive for every episode; only memory episodes are kept.
     let mut outcomes: BTreeMap<String, Option<bool>> = BTreeMap::new();
     let mut judged: BTreeMap<String, (String, u64)> = BTreeMap::new();
+    let mut tasks: BTreeMap<String, (String, u64)> = BTreeMap::new();
     for_each_event(events, |e| {
         let Some(episode) = e.episode_id.clone() else { return };
         let f = &e.fields;
@@ -101,6 +116,10 @@ pub fn read(events: &Path) -> Result<Option<MemoryReport>, ReadError> {
                 q.errors = number("errors");
                 q.ingest_tokens = tokens("ingest_usage");
                 q.answer_tokens = tokens("answer_usage");
+            }
+            "episode_started" => {
+                let task = f.get("task_id").and_then(Value::as_str).unwrap_or_default().to_owned();
+                tasks.insert(episode, (task, f.get("epoch").and_then(Value::as_u64).unwrap_or(1)));
             }
             "episode_finished" | "episode_scored" => {
                 let outcome = &f["outcome"];
@@ -126,6 +145,7 @@ pub fn read(events: &Path) -> Result<Option<MemoryReport>, ReadError> {
     for (episode, q) in questions.iter_mut() {
         q.passed = outcomes.get(episode).copied().flatten();
         q.judge = judged.remove(episode).unwrap_or_default();
+        q.task = tasks.remove(episode).unwrap_or_else(|| (episode.clone(), 1));
     }
     Ok(Some(MemoryReport::of(questions.values())))
 }
@@ -155,6 +175,14 @@ impl MemoryReport {
             sessions: sum(|q| q.sessions),
             entries: sum(|q| q.entries),
             errors: sum(|q| q.errors),
+            questions: questions
+                .map(|q| PairedQuestion {
+                    task: q.task.clone(),
+                    question_type: q.question_type.clone(),
+                    abstention: q.abstention,
+                    passed: q.passed,
+                })
+                .collect(),
         }
     }
 

@@ -9,6 +9,7 @@ pub mod html;
 pub mod judge_check;
 pub mod junit;
 pub mod memory;
+pub mod memory_compare;
 pub mod oracle;
 pub mod power;
 pub mod progress;

@@ -30,6 +30,8 @@ pub enum Format {
     /// LongMemEval's JSON list of questions, each with its haystack of sessions
     /// (`longmemeval.rs`).
     Longmemeval,
+    /// LoCoMo's JSON list of samples, a conversation and its QA items each (`locomo.rs`).
+    Locomo,
 }
 
 /// Which column holds each task field.
@@ -81,8 +83,11 @@ pub(crate) fn load(suite: &Source, spec: &DatasetSpec) -> Result<(Vec<DatasetRow
     let records = match format {
         Format::Csv => read_csv(&path, &bytes)?,
         Format::Jsonl => read_jsonl(&path, &bytes)?,
-        Format::Longmemeval => {
-            let tasks = super::longmemeval::read(&path, &bytes)?;
+        Format::Longmemeval | Format::Locomo => {
+            let tasks = match format {
+                Format::Locomo => super::locomo::read(&path, &bytes)?,
+                _ => super::longmemeval::read(&path, &bytes)?,
+            };
             let rows = tasks.into_iter().enumerate().map(|(i, task)| DatasetRow {
                 file: path.clone(),
                 position: Position { line: 1, column: 1 },

@@ -5,6 +5,7 @@
 mod code;
 pub mod dataset;
 pub mod harbor;
+pub mod locomo;
 pub mod longmemeval;
 pub mod promptfoo;
 pub mod variants;

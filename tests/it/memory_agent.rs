@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::{Sandbox, of_type, read_jsonl};
+use crate::{Sandbox, of_type, read_jsonl, tool_observations};
 
 /// A model turn that writes whichever call the agent asks for, and answers `Rex`.
 const ANY_CALL: &str = r#"{text: "Rex", tool_calls: [{name: add_entry, arguments: {summary: "noted", raw_entry: "x"}}, {name: put_context, arguments: {content: "ctx"}}]}"#;
@@ -319,4 +319,153 @@ fn retrieval_recall_counts_the_evidence_sessions_the_search_found() {
         "{run:?}"
     );
     assert!(run.stdout.contains("multi-session                     1      1    100.0%"), "{run:?}");
+}
+
+/// A LoCoMo file (`tests/fixtures/locomo/mini.json`, original): each QA item is a task, its
+/// sample's sessions replayed in number order, its category the question type.
+#[test]
+fn a_locomo_file_replays_its_conversation_for_each_question() {
+    let sb = Sandbox::new();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/locomo/mini.json");
+    sb.write(
+        "locomo.yaml",
+        &format!(
+            "suite: locomo\nenvironment: memory_store\nagent: {{kind: memory, flush_every: 6}}\nlimits: {{max_steps: 100}}\n\
+             dataset: {{path: {}, format: locomo}}\ngrader: {{model: mock}}\nscorers:\n  - llm_rubric: \"{{{{ rubric }}}}\"\n    \
+             mock: [\"The answer meets the rubric.\\n{{\\\"score\\\": 1}}\"]\n",
+            data.display()
+        ),
+    );
+    let run = sb.eval(&["locomo.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let started = of_type(&events, "episode_started");
+    let mut ids: Vec<&str> = started.iter().map(|e| e["task_id"].as_str().unwrap()).collect();
+    ids.sort();
+    assert_eq!(ids, ["conv-mini-q1", "conv-mini-q2", "conv-mini-q3", "conv-mini-q4"]);
+    assert!(of_type(&events, "episode_finished").iter().all(|e| e["outcome"]["passed"] == true), "{events:?}");
+    // `session_2` comes first in the file, `session_3` has a date and no turns.
+    let first = &started.iter().find(|e| e["task_id"] == "conv-mini-q1").unwrap()["episode_id"];
+    let sessions: Vec<&str> = of_type(&events, "memory_invocation")
+        .into_iter()
+        .filter(|e| &e["episode_id"] == first && e["control"] == "start_session")
+        .map(|e| e["session"].as_str().unwrap())
+        .collect();
+    assert_eq!(sessions, ["session_1", "session_2"]);
+    assert!(of_type(&events, "memory_invocation").iter().all(|e| e["error"].is_null()));
+    for kind in ["single-hop", "temporal", "adversarial", "multi-hop"] {
+        assert!(run.stdout.contains(kind), "no `{kind}` row: {run:?}");
+    }
+    assert!(run.stdout.contains("abstention"), "{run:?}");
+}
+
+/// The memory agent against an MCP memory server (`tests/fixtures/mcp/memory_server.py`,
+/// plain Python, its own store and ranking) in place of the built-in store: the replay
+/// stores through the server, the answer reads it back, and retrieval recall is counted
+/// from what the server's search returned — whether the server gives structured content or
+/// only JSON text.
+#[test]
+fn the_memory_agent_stores_and_answers_through_an_mcp_memory_server() {
+    let server = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp/memory_server.py");
+    for mode in ["structured", "text-only"] {
+        let sb = Sandbox::new();
+        sb.write(
+            "environments/memory.yaml",
+            &format!(
+                "kind: mcp\nservers:\n  - {{name: memory, command: /usr/bin/python3, args: [\"{server}\", {mode}]}}\n"
+            ),
+        );
+        let sessions = json!([
+            {"id": "s1", "date": "2023-05-01", "messages": [{"role": "user", "content": "I adopted a dog named Rex"}]},
+            {"id": "s2", "date": "2023-05-02", "messages": [{"role": "user", "content": "I bought a red bicycle"}]},
+        ]);
+        let yaml = format!(
+            "suite: mem\nenvironment: memory\nagent: {{kind: memory}}\nlimits: {{max_steps: 100}}\n\
+             scorers: [{{includes: Rex}}]\ntasks:\n  - id: t\n    input: What is my dog called?\n    \
+             metadata: {{question_type: multi-session, answer_session_ids: [s1, s2], sessions: {sessions}}}\n    mock:\n      - {}\n      - {}\n      - {}\n      - {}\n      - {}\n",
+            add_entry("The user adopted a dog named Rex"),
+            put_context("The user has a dog, Rex."),
+            add_entry("The user bought a red bicycle"),
+            put_context("The user has a dog, Rex, and a red bicycle."),
+            r#"{text: "Rex"}"#,
+        );
+        sb.write("s.yaml", &yaml);
+        let run = sb.eval(&["s.yaml"]);
+        assert_eq!(run.code, 0, "{mode}: {run:?}");
+        let events = sb.events();
+        assert!(of_type(&events, "memory_invocation").iter().all(|e| e["error"].is_null()), "{mode}: {events:?}");
+        let answered = of_type(&events, "memory_answered")[0].clone();
+        assert_eq!(answered["entries_by_session"], json!({"s1": 1, "s2": 1}), "{mode}: {answered}");
+        // The server ranks by shared words: only the dog entry shares any with the question.
+        assert_eq!(answered["retrieved_sessions"], json!(["s1"]), "{mode}: {answered}");
+        assert_eq!(answered["recall"], 0.5, "{mode}");
+        // The second session began with the context the first wrote, read back from the server.
+        let read_back = tool_observations(&events)
+            .iter()
+            .any(|o| o["tool_result"].to_string().contains("The user has a dog, Rex.") && o["error"].is_null());
+        assert!(read_back, "{mode}: the context was not read back: {events:?}");
+        let finished = of_type(&events, "episode_finished");
+        assert_eq!(finished[0]["outcome"]["passed"], true, "{mode}: {finished:?}");
+    }
+}
+
+/// A memory suite whose tasks ask for the dog's name after one session, each `(id, question
+/// type, answer)`; the scorer wants `Rex`.
+fn dog_suite(environment: &str, tasks: &[(&str, &str, &str)]) -> String {
+    let mut yaml = format!(
+        "suite: mem\nenvironment: {environment}\nagent: {{kind: memory}}\nlimits: {{max_steps: 100}}\n\
+         scorers: [{{includes: Rex}}]\ntasks:\n"
+    );
+    for (id, question_type, answer) in tasks {
+        let sessions = json!([{"id": "s1", "date": "2023-05-01", "messages": [{"role": "user", "content": "I adopted a dog named Rex"}]}]);
+        yaml.push_str(&format!(
+            "  - id: {id}\n    input: What is my dog called?\n    \
+             metadata: {{question_type: {question_type}, answer_session_ids: [s1], sessions: {sessions}}}\n    \
+             mock:\n      - {}\n      - {}\n      - {{text: {answer}}}\n",
+            add_entry("The user adopted a dog named Rex"),
+            put_context("The user has a dog, Rex."),
+        ));
+    }
+    yaml
+}
+
+/// Two memory configurations — the built-in store and an MCP memory server — compared: the
+/// memory numbers side by side per question type, the questions paired by task.
+#[test]
+fn compare_shows_two_memory_configurations_side_by_side_paired_by_question() {
+    let sb = Sandbox::new();
+    let server = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/mcp/memory_server.py");
+    sb.write(
+        "environments/memory.yaml",
+        &format!("kind: mcp\nservers:\n  - {{name: memory, command: /usr/bin/python3, args: [\"{server}\"]}}\n"),
+    );
+    sb.write(
+        "a.yaml",
+        &dog_suite("memory_store", &[("t1", "single-session-user", "Rex"), ("t2", "multi-session", "Rex")]),
+    );
+    sb.write("b.yaml", &dog_suite("memory", &[("t1", "single-session-user", "Rex"), ("t2", "multi-session", "Max")]));
+    for id in ["a", "b"] {
+        let done = sb.run(&["eval", &format!("{id}.yaml"), "--model", "mock", "--run-id", id, "--out", "results"]);
+        assert!(done.stdout.contains("memory: accuracy by question type"), "{done:?}");
+    }
+    let compared = sb.run(&["compare", "results/a", "results/b"]);
+    assert_eq!(compared.code, 0, "{compared:?}");
+    let out = &compared.stdout;
+    assert!(out.contains("memory, side by side: A = a, B = b"), "{compared:?}");
+    let row = |label: &str| {
+        out.lines().find(|l| l.starts_with(&format!("{label} "))).map(|l| l.split_whitespace().collect::<Vec<_>>())
+    };
+    // label, A (passed/scored, %), B, B-A, pairs, A only, B only, McNemar
+    assert_eq!(
+        row("multi-session"),
+        Some(vec!["multi-session", "1/1", "100.0%", "0/1", "0.0%", "-100.0", "1", "1", "0", "p=1.000"]),
+        "{out}"
+    );
+    assert_eq!(
+        row("single-session-user"),
+        Some(vec!["single-session-user", "1/1", "100.0%", "1/1", "100.0%", "+0.0", "1", "0", "0", "p=1.000"]),
+        "{out}"
+    );
+    assert_eq!(row("all").map(|r| r[1..8].join(" ")), Some("2/2 100.0% 1/2 50.0% -50.0 2 1".to_owned()), "{out}");
+    assert!(out.contains("retrieval recall") && out.contains("100.0% (n=2)"), "{out}");
 }

@@ -255,7 +255,7 @@ impl MemoryAgent {
                 failed.get_or_insert((tool.clone(), by_model, error.message.clone()));
                 continue;
             }
-            let result = obs.tool_result.clone().unwrap_or(Value::Null);
+            let result = payload(obs.tool_result.as_ref());
             if tool == GET_CONTEXT || tool == LIST_ENTRIES {
                 let label = if tool == GET_CONTEXT { "Previous context" } else { "Recent entries" };
                 let text = match &result {
@@ -455,11 +455,11 @@ impl MemoryAgent {
                 let retrieved = self.sessions_found(&observed);
                 let read: Vec<String> = observed
                     .iter()
-                    .map(|o| match (&o.error, &o.tool_result) {
+                    .map(|o| match (&o.error, payload(o.tool_result.as_ref())) {
                         (Some(e), _) => format!("(the memory could not be read: {})", e.message),
-                        (None, Some(Value::String(s))) => s.clone(),
-                        (None, Some(v)) => v.to_string(),
-                        (None, None) => String::new(),
+                        (None, Value::String(s)) => s,
+                        (None, Value::Null) => String::new(),
+                        (None, v) => v.to_string(),
                     })
                     .collect();
                 let prompt = self.prompts.answer(&read.join("\n\n"), &self.question, self.question_date.as_deref());
@@ -490,7 +490,8 @@ impl MemoryAgent {
     fn sessions_found(&self, observed: &[&Observation]) -> Vec<String> {
         let prefix = format!("{}/", self.thread);
         let mut found: Vec<String> = Vec::new();
-        let entries = observed.iter().filter_map(|o| o.tool_result.as_ref()?.get("entries")?.as_array());
+        let results: Vec<Value> = observed.iter().map(|o| payload(o.tool_result.as_ref())).collect();
+        let entries = results.iter().filter_map(|result| result.get("entries")?.as_array());
         for entry in entries.flatten() {
             let Some(key) = entry.get("key").and_then(Value::as_str) else { continue };
             let Some((session, _)) = key.strip_prefix(&prefix).and_then(|rest| rest.rsplit_once('/')) else { continue };
@@ -578,6 +579,25 @@ impl Agent for MemoryAgent {
         };
         Ok(Proposal { calls, usage: spent.usage, cost_usd: spent.cost_usd, ..Proposal::default() })
     }
+}
+
+/// What a memory tool answered, whichever world served it: the built-in store's value as
+/// it is; an MCP server's result (`{content: [blocks], structuredContent?}`) as its
+/// structured content, else its text — parsed, when the text is JSON. The agent reads
+/// `stored`, `entries` and the context from this, so a server that speaks the protocol
+/// serves it as the built-in store does.
+fn payload(result: Option<&Value>) -> Value {
+    let Some(result) = result else { return Value::Null };
+    let blocks = match result.get("content").and_then(Value::as_array) {
+        Some(blocks) if blocks.iter().all(|b| b.get("type").is_some_and(Value::is_string)) => blocks,
+        _ => return result.clone(),
+    };
+    if let Some(structured) = result.get("structuredContent") {
+        return structured.clone();
+    }
+    let text: Vec<&str> = blocks.iter().filter_map(|b| b.get("text").and_then(Value::as_str)).collect();
+    let text = text.join("\n");
+    serde_json::from_str(&text).unwrap_or(Value::String(text))
 }
 
 fn fault(message: String) -> AgentFault {
