@@ -278,13 +278,22 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
 fn compare_memory(runs: &[Projection], dirs: &[std::path::PathBuf]) -> Result<(), CliError> {
     let mut memories = Vec::with_capacity(dirs.len());
     for (run, dir) in runs.iter().zip(dirs) {
-        let report = crate::report::memory::read(&dir.join("events.jsonl")).map_err(CliError::results)?;
-        memories.push((run.run_id.as_str(), report));
+        let groups = crate::report::memory::read(&dir.join("events.jsonl")).map_err(CliError::results)?;
+        memories.push((run.run_id.as_str(), groups));
     }
-    let Some(((first, Some(a)), others)) = memories.split_first() else { return Ok(()) };
-    for (other, b) in others {
-        if let Some(b) = b {
+    let Some(((first, a_groups), others)) = memories.split_first() else { return Ok(()) };
+    for (other, b_groups) in others {
+        // Two runs of one configuration each pair whatever their names; otherwise the
+        // groups of the same suite, model and variant pair.
+        if let ([(_, a)], [(_, b)]) = (a_groups.as_slice(), b_groups.as_slice()) {
             out!("{}", crate::report::memory_compare::render((first, a), (other, b)));
+            continue;
+        }
+        for (group, a) in a_groups {
+            if let Some((_, b)) = b_groups.iter().find(|(g, _)| g == group) {
+                let (a_name, b_name) = (format!("{first} {group}"), format!("{other} {group}"));
+                out!("{}", crate::report::memory_compare::render((&a_name, a), (&b_name, b)));
+            }
         }
     }
     Ok(())
@@ -500,7 +509,12 @@ fn summarize(events: &Path, alpha: f64) -> Result<(Summary, Index), CliError> {
 
 /// The memory table under the summary, for a run where the memory agent answered.
 fn print_memory_table(events: &Path) -> Result<(), CliError> {
-    if let Some(memory) = crate::report::memory::read(events).map_err(CliError::results)? {
+    let groups = crate::report::memory::read(events).map_err(CliError::results)?;
+    let named = groups.len() > 1;
+    for (group, memory) in &groups {
+        if named {
+            out!("\nmemory of {group}:");
+        }
         out!("{}", memory.render());
     }
     Ok(())

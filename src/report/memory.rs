@@ -16,6 +16,8 @@ use crate::log::reader::{ReadError, for_each_event};
 /// What the table knows of one episode.
 #[derive(Debug, Default, Clone)]
 struct Question {
+    /// The suite and the model (and variant) that answered: each is a table of its own.
+    group: String,
     /// The task and epoch: what pairs a question with itself in another run.
     task: (String, u64),
     question_type: String,
@@ -91,13 +93,15 @@ pub struct PairedQuestion {
     pub passed: Option<bool>,
 }
 
-/// The memory figures of the log `events`; `None` when no memory agent answered in it.
-pub fn read(events: &Path) -> Result<Option<MemoryReport>, ReadError> {
+/// The memory figures of the log `events`, one report per suite and model (and variant),
+/// named `suite · model [variant]`; empty when no memory agent answered in it.
+pub fn read(events: &Path) -> Result<Vec<(String, MemoryReport)>, ReadError> {
     let mut questions: BTreeMap<String, Question> = BTreeMap::new();
     // Outcomes and grader tokens arrive for every episode; only memory episodes are kept.
     let mut outcomes: BTreeMap<String, Option<bool>> = BTreeMap::new();
     let mut judged: BTreeMap<String, (String, u64)> = BTreeMap::new();
     let mut tasks: BTreeMap<String, (String, u64)> = BTreeMap::new();
+    let mut groups: BTreeMap<String, String> = BTreeMap::new();
     for_each_event(events, |e| {
         let Some(episode) = e.episode_id.clone() else { return };
         let f = &e.fields;
@@ -119,6 +123,9 @@ pub fn read(events: &Path) -> Result<Option<MemoryReport>, ReadError> {
             }
             "episode_started" => {
                 let task = f.get("task_id").and_then(Value::as_str).unwrap_or_default().to_owned();
+                let text = |key: &str| f.get(key).and_then(Value::as_str).unwrap_or_default();
+                let model = super::summary::label(text("model"), f.get("variant").and_then(Value::as_str));
+                groups.insert(episode.clone(), format!("{} · {model}", text("suite")));
                 tasks.insert(episode, (task, f.get("epoch").and_then(Value::as_u64).unwrap_or(1)));
             }
             "episode_finished" | "episode_scored" => {
@@ -139,15 +146,15 @@ pub fn read(events: &Path) -> Result<Option<MemoryReport>, ReadError> {
             _ => {}
         }
     })?;
-    if questions.is_empty() {
-        return Ok(None);
+    let mut by_group: BTreeMap<String, Vec<Question>> = BTreeMap::new();
+    for (episode, mut q) in questions {
+        q.passed = outcomes.get(&episode).copied().flatten();
+        q.judge = judged.remove(&episode).unwrap_or_default();
+        q.group = groups.remove(&episode).unwrap_or_default();
+        q.task = tasks.remove(&episode).unwrap_or_else(|| (episode.clone(), 1));
+        by_group.entry(q.group.clone()).or_default().push(q);
     }
-    for (episode, q) in questions.iter_mut() {
-        q.passed = outcomes.get(episode).copied().flatten();
-        q.judge = judged.remove(episode).unwrap_or_default();
-        q.task = tasks.remove(episode).unwrap_or_else(|| (episode.clone(), 1));
-    }
-    Ok(Some(MemoryReport::of(questions.values())))
+    Ok(by_group.into_iter().map(|(group, qs)| (group, MemoryReport::of(qs.iter()))).collect())
 }
 
 impl MemoryReport {

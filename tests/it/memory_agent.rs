@@ -469,3 +469,27 @@ fn compare_shows_two_memory_configurations_side_by_side_paired_by_question() {
     assert_eq!(row("all").map(|r| r[1..8].join(" ")), Some("2/2 100.0% 1/2 50.0% -50.0 2 1".to_owned()), "{out}");
     assert!(out.contains("retrieval recall") && out.contains("100.0% (n=2)"), "{out}");
 }
+
+#[test]
+fn the_memory_table_is_one_per_model_never_their_blend() {
+    let sb = Sandbox::new();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let suite = repo.join("tasks/memory-replay.yaml");
+    let args = ["eval", suite.to_str().unwrap(), "--model", "mock", "--model", "echo", "--run-id", "test"];
+    let run = sb.run(&[&args[..], &["--out", "results"]].concat());
+    // `echo` answers with the prompt: its verdicts are its own, and they must not be
+    // counted into mock's twelve passes (nor mock's into echo's).
+    assert!(run.code == 0 || run.code == 1, "{run:?}");
+    let table = |model: &str| -> String {
+        let heading = format!("memory of memory-replay · {model}:");
+        let start = run.stdout.find(&heading).unwrap_or_else(|| panic!("no table for {model}: {run:?}"));
+        let rest = &run.stdout[start + heading.len()..];
+        rest[..rest.find("memory of ").unwrap_or(rest.len())].to_owned()
+    };
+    let all = |text: &str| -> Vec<String> {
+        let line = text.lines().find(|l| l.starts_with("all ")).unwrap_or_default();
+        line.split_whitespace().skip(1).take(2).map(str::to_owned).collect()
+    };
+    assert_eq!(all(&table("mock")), ["12", "12"], "mock's twelve questions, all passed");
+    assert_eq!(all(&table("echo"))[0], "12", "echo's twelve questions");
+}
