@@ -425,14 +425,18 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
                 continue;
             };
             let c = checks.get_mut(&label.scorer).ok_or("a scorer with a verdict has a check")?;
-            c.confusion.add(label.passed, score.passed);
-            raters.entry(label.scorer.clone()).or_default().insert(rater.clone());
             let unit = units
                 .entry(label.scorer.clone())
                 .or_default()
                 .entry(id.to_owned())
                 .or_insert_with(|| Unit { judge: score.passed, raters: BTreeMap::new() });
-            unit.raters.entry(rater.clone()).or_insert(label.passed);
+            // The first label of a rater for an episode counts, in every figure alike.
+            if unit.raters.contains_key(&rater) {
+                continue;
+            }
+            unit.raters.insert(rater.clone(), label.passed);
+            c.confusion.add(label.passed, score.passed);
+            raters.entry(label.scorer.clone()).or_default().insert(rater.clone());
             if label.passed != score.passed {
                 c.disagreements.push(Disagreement {
                     episode_id: id.to_owned(),

@@ -218,3 +218,15 @@ fn the_score_view_reads_what_the_event_writes() {
     let grader = view.grader.unwrap();
     assert_eq!((grader.model.as_deref(), grader.samples, grader.agreement), (Some("mock"), Some(3), Some(2.0 / 3.0)));
 }
+
+#[test]
+fn a_raters_repeated_label_counts_once_in_every_figure() {
+    let file = log();
+    // The same person labels t1's episode twice, `fail` both times: one pair, not two.
+    let twice = "{\"task_id\": \"t1\", \"scorer\": \"llm_rubric\", \"verdict\": false}\n";
+    let labels = labels(&format!("{twice}{twice}"), "jsonl").unwrap();
+    let checked = check(file.path(), &labels, None).unwrap();
+    let c = checked.scorers[0].confusion;
+    assert_eq!(c.both_pass + c.people_pass_judge_fail + c.people_fail_judge_pass + c.both_fail, 1, "{c:?}");
+    assert_eq!(checked.scorers[0].disagreements.len() as u64, c.people_fail_judge_pass + c.people_pass_judge_fail);
+}

@@ -2,6 +2,8 @@
 # file), it answers one JSON line on stdin with one JSON line on stdout, for as long as the
 # runner keeps it. Argument 1 is the scorer file ("" for inline expressions).
 import importlib.util
+import asyncio
+import inspect
 import json
 import math
 import os
@@ -114,6 +116,8 @@ for line in sys.stdin:
         else:
             names = dict(context, output=output, context=context)
             result = inline(request["expression"], names)
+        if inspect.iscoroutine(result):
+            result = asyncio.run(result)
         try:
             answer["result"] = json.loads(json.dumps(result, allow_nan=False))
         except (TypeError, ValueError):
