@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::flags::{
-    CompareArgs, EvalArgs, ExportArgs, GateArgs, JudgeCheckArgs, MergeArgs, PlanArgs, RegradeArgs, ReportArgs, SearchArgs,
-    Switch,
+    CompareArgs, EvalArgs, ExportArgs, GateArgs, JudgeCheckArgs, MergeArgs, PlanArgs, RegradeArgs, ReportArgs,
+    SearchArgs, Switch,
 };
 use super::{CliError, Exit, out, outln, resolve};
 use crate::agent::AgentKind;
