@@ -21,6 +21,9 @@ use crate::model::config::ModelConfig;
 use crate::model::{Backend, BackendOptions, LanguageModel, Role, lend_beside, open_beside};
 pub use checks::FILE_SCAN_CAP;
 pub use checks::communicated::told_user;
+#[cfg(test)]
+pub(crate) use checks::text::PATTERNS;
+pub use checks::text::keep_pattern;
 use checks::{Answer, Scene, Verdict};
 pub use spec::{ArgMatch, Budget, Check, ExpectedCall, GraderKind, JsonCheck, ScorerSpec, TextOp};
 

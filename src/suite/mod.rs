@@ -824,7 +824,16 @@ fn finish_task(
         for text in scorer.templates() {
             let rendered = template::render(text, &ctx)
                 .map_err(|e| source.error(&where_, format!("in task `{}`: {e}", task.id)))?;
-            if let Check::Text { op: TextOp::Regex, .. } | Check::FileContains { regex: true, .. } = scorer.check {
+            let ignore_case = match scorer.check {
+                Check::Text { op: TextOp::Regex, ignore_case, .. } => Some(ignore_case),
+                Check::FileContains { regex: true, .. } => Some(false),
+                _ => None,
+            };
+            // Compiled once per distinct pattern and kept for scoring; only a refusal is
+            // compiled again, for its message.
+            if let Some(ignore_case) = ignore_case
+                && !crate::scoring::keep_pattern(&rendered, ignore_case)
+            {
                 regex::Regex::new(&rendered).map_err(|e| source.error(&where_, format!("invalid regex: {e}")))?;
             }
             if let Check::Numeric { .. } = scorer.check {
@@ -1167,6 +1176,23 @@ mod tests {
         std::fs::write(&path, "suite: s\nenvironment: kv\nscorers: [{includes: x}]\ntasks: [{id: a, input: hi}]\n")
             .unwrap_or_else(|e| panic!("{e}"));
         load(&path).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Regression: the loader compiled every regex of every task again to check it, and
+    /// threw it away: most of the CPU of a 1,000-test suite of regex scorers.
+    #[test]
+    fn the_loader_keeps_the_patterns_it_checks_for_scoring() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("s.yaml");
+        let yaml = "suite: s\nenvironment: kv\nscorers:\n  - regex: '^kept by the loader \\d+$'\n  \
+                    - {regex: 'also kept {{ target }}', ignore_case: true}\ntasks:\n  \
+                    - {id: a, input: hi, target: one}\n  - {id: b, input: hi, target: two}\n";
+        std::fs::write(&path, yaml).unwrap_or_else(|e| panic!("{e}"));
+        load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let patterns = &crate::scoring::PATTERNS;
+        assert!(patterns.kept(r"^kept by the loader \d+$", false), "the fixed pattern was not kept");
+        assert!(patterns.kept("also kept one", true) && patterns.kept("also kept two", true), "rendered ones");
+        assert!(!patterns.kept("also kept one", false), "kept under its own case setting");
     }
 
     #[test]

@@ -53,6 +53,13 @@ pub(crate) fn matches(op: TextOp, haystack: &str, expected: &str, ignore_case: b
     })
 }
 
+/// Compiles `pattern` into the run's regexes, so that scoring finds it compiled: a suite's
+/// loader checks every rendered pattern of every task, the same few patterns thousands of
+/// times. Whether it compiled.
+pub fn keep_pattern(pattern: &str, ignore_case: bool) -> bool {
+    PATTERNS.compiled(pattern, ignore_case).is_ok()
+}
+
 /// The run's compiled regexes.
 pub(crate) static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| Patterns::new(MAX_PATTERNS));
 
@@ -95,6 +102,12 @@ impl Patterns {
             map.insert(pattern.into(), compiled.clone());
         }
         compiled
+    }
+
+    /// Whether `pattern` is kept compiled.
+    #[cfg(test)]
+    pub fn kept(&self, pattern: &str, ignore_case: bool) -> bool {
+        self.compiled.lock().unwrap_or_else(PoisonError::into_inner)[usize::from(ignore_case)].contains_key(pattern)
     }
 
     /// How many times a pattern was compiled.
