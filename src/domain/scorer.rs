@@ -229,6 +229,8 @@ pub struct CodeScorer {
     pub threshold: Option<f64>,
     /// The interpreter: a path or a name on `PATH` (`python3` or `node` when not set).
     pub interpreter: Option<String>,
+    /// `not_python`, `not_js`: the verdict turned over (the score kept, as promptfoo's `not-`).
+    pub negate: bool,
 }
 
 /// Which agents' calls a trajectory scorer looks at: `actor: main`, `actor: main.1` (one
@@ -300,6 +302,8 @@ pub const SCORERS: &[&str] = &[
     "model_graded_qa",
     "python",
     "js",
+    "not_python",
+    "not_js",
     "starts_with",
     "not_starts_with",
     "contains_any",
@@ -425,8 +429,8 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
         "file_contains" => file_contains(arg, &o)?,
         "document" => document(arg, &mut o)?,
         "check" => command(arg, &mut o)?,
-        "python" => code(Language::Python, arg, &mut o)?,
-        "js" => code(Language::Js, arg, &mut o)?,
+        "python" | "not_python" => code(Language::Python, arg, &mut o, name.starts_with("not_"))?,
+        "js" | "not_js" => code(Language::Js, arg, &mut o, name.starts_with("not_"))?,
         _ => grader(arg, &mut o)?,
     };
     o.finish()?;
@@ -701,7 +705,7 @@ const CODE_TIMEOUT_S: f64 = 10.0;
 
 /// `python:` and `js:`: `file:function`, `file` (function `score`) or an inline expression,
 /// with `timeout_s`, `threshold` and `interpreter`.
-fn code(language: Language, arg: Value, o: &mut Options) -> Result<Check, String> {
+fn code(language: Language, arg: Value, o: &mut Options, negate: bool) -> Result<Check, String> {
     let key = language.key();
     let text = match arg {
         Value::String(s) if !s.trim().is_empty() => s,
@@ -731,7 +735,7 @@ fn code(language: Language, arg: Value, o: &mut Options) -> Result<Check, String
     if interpreter.as_deref().is_some_and(|i| i.trim().is_empty()) {
         return Err(format!("the `interpreter` of `{key}` names a program, not an empty text"));
     }
-    Ok(Check::Code(CodeScorer { language, source, timeout_s, threshold, interpreter }))
+    Ok(Check::Code(CodeScorer { language, source, timeout_s, threshold, interpreter, negate }))
 }
 
 /// A name a function can have in Python and JavaScript.

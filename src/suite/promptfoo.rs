@@ -6,7 +6,8 @@
 //!   each prompt the variant's `prompt:` (a chat's system message its `agent.system`);
 //! - `providers` (`echo`, `openai:…`, `anthropic:messages:…`, `ollama:…`) → the run's models;
 //! - `tests` (inline, or `file://` CSV, JSONL, YAML or JSON) and `defaultTest` → tasks, whose
-//!   `vars` are their fields, and scorers, one per assertion (`assert-set` flattened);
+//!   `vars` are their fields, and scorers, one per assertion (`assert-set` flattened;
+//!   `python`/`javascript` the `python:`/`js:` code scorers);
 //! - the same `threshold` on every test → `pass_score`.
 //!
 //! Anything else is an error naming its line, or, with `--skip-unsupported`, left out and
@@ -589,6 +590,15 @@ impl Translator<'_> {
                 }
                 s
             }
+            "python" | "javascript" => {
+                let Some(code) = self.code(at, base, &value)? else { return Ok(None) };
+                let key = if base == "python" { "python" } else { "js" };
+                let mut s = json!({format!("{not}{key}"): code});
+                if let Some(t) = threshold {
+                    s["threshold"] = json!(t);
+                }
+                s
+            }
             _ => {
                 self.unsupported(&yaml::child(at, "type"), format!("the assertion type `{kind}`"))?;
                 return Ok(None);
@@ -601,6 +611,32 @@ impl Translator<'_> {
             scorer["weight"] = weight.clone();
         }
         Ok(Some(scorer))
+    }
+
+    /// A `python` or `javascript` assertion's value as a code scorer's: an inline
+    /// expression (or, over several lines, a body that `return`s), or `file://path:function`
+    /// (a Python file alone names its function `get_assert`, as promptfoo's default).
+    fn code(&mut self, at: &str, kind: &str, value: &Value) -> Result<Option<String>, ConfigError> {
+        let Value::String(text) = value else {
+            return Err(self
+                .source
+                .error(&yaml::child(at, "value"), format!("`{kind}` takes code or `file://…` as its `value`")));
+        };
+        let Some(file) = text.trim().strip_prefix("file://") else { return Ok(Some(text.clone())) };
+        let has_function = file
+            .rsplit_once(':')
+            .is_some_and(|(path, _)| [".py", ".js", ".mjs", ".cjs"].iter().any(|e| path.ends_with(e)));
+        if has_function {
+            return Ok(Some(file.to_owned()));
+        }
+        if kind == "python" && file.ends_with(".py") {
+            return Ok(Some(format!("{file}:get_assert")));
+        }
+        self.unsupported(
+            &yaml::child(at, "value"),
+            format!("`{kind}: {text}` without a function's name (write `file://{file}:function`)"),
+        )?;
+        Ok(None)
     }
 }
 

@@ -32,15 +32,32 @@ fn every_assertion_type_on_echo_gives_promptfoos_verdict() {
     assert_eq!(expected.len(), 38);
     let events = read_jsonl(&sb.path().join("results/all/events.jsonl"));
     assert!(of_type(&events, "episode_started").iter().all(|e| e["model"] == "echo"), "the provider is the model");
+    check_verdicts(&events, &expected);
+}
+
+#[test]
+fn python_and_javascript_assertions_give_promptfoos_verdict() {
+    let sb = sandbox();
+    let run = sb.run(&["eval", "code_types.yaml", "--run-id", "code", "--out", "results", "-q"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let config = std::fs::read_to_string(sb.path().join("code_types.yaml")).expect("config");
+    let expected = expected(&config);
+    assert_eq!(expected.len(), 18);
+    let events = read_jsonl(&sb.path().join("results/code/events.jsonl"));
+    check_verdicts(&events, &expected);
+}
+
+/// Each test's episode passed or failed as `expected` says, in the order of the tests.
+fn check_verdicts(events: &[serde_json::Value], expected: &[bool]) {
     let mut outcomes = vec![None; expected.len()];
-    let ids: std::collections::HashMap<&str, usize> = of_type(&events, "episode_started")
+    let ids: std::collections::HashMap<&str, usize> = of_type(events, "episode_started")
         .iter()
         .filter_map(|e| {
             let n: usize = e["task_id"].as_str()?.strip_prefix("test-")?.parse().ok()?;
             Some((e["episode_id"].as_str()?, n - 1))
         })
         .collect();
-    for finished in of_type(&events, "episode_finished") {
+    for finished in of_type(events, "episode_finished") {
         let index = ids[finished["episode_id"].as_str().unwrap_or_default()];
         outcomes[index] = finished["outcome"]["passed"].as_bool();
     }
@@ -74,9 +91,9 @@ fn what_runner_does_not_do_is_refused_at_its_line_or_skipped_and_listed() {
     assert_eq!(skipped.code, 0, "{skipped:?}");
     for line in [
         "unsupported.yaml:4:19: skipped the provider `bedrock:anthropic.claude`",
-        "unsupported.yaml:10:10: skipped the assertion type `javascript`",
+        "unsupported.yaml:10:10: skipped the assertion type `rouge-n`",
         "unsupported.yaml:11:10: skipped the assertion type `similar`",
-        "unsupported.yaml:14:10: skipped the assertion type `python`",
+        "unsupported.yaml:14:10: skipped the assertion type `bleu`",
         "unsupported.yaml:12:5: skipped a test without assertions",
     ] {
         assert!(skipped.stderr.contains(line), "{line}: {skipped:?}");
