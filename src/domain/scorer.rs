@@ -88,6 +88,10 @@ pub enum Literal {
 pub enum GraderKind {
     Rubric,
     Qa,
+    /// `model_graded_closedqa`: whether the answer meets a criterion, yes or no.
+    ClosedQa,
+    /// `factuality`: the answer's facts against a reference answer.
+    Factuality,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -300,6 +304,8 @@ pub const SCORERS: &[&str] = &[
     "check",
     "llm_rubric",
     "model_graded_qa",
+    "model_graded_closedqa",
+    "factuality",
     "python",
     "js",
     "not_python",
@@ -464,6 +470,8 @@ fn reads_text(name: &str) -> bool {
             | "json"
             | "llm_rubric"
             | "model_graded_qa"
+            | "model_graded_closedqa"
+            | "factuality"
             | "starts_with"
             | "not_starts_with"
             | "contains_any"
@@ -745,12 +753,18 @@ fn is_identifier(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
 }
 
-/// `llm_rubric` (criteria) and `model_graded_qa` (no argument), with `samples`,
-/// `threshold`, `model`, `template` and `mock`.
+/// `llm_rubric` (criteria), `model_graded_closedqa` (a criterion), `factuality` (the
+/// reference answer) and `model_graded_qa` (no argument), with `samples`, `threshold`,
+/// `model`, `template` and `mock`.
 fn grader(arg: Value, o: &mut Options) -> Result<Check, String> {
-    let kind = if o.scorer == "llm_rubric" { GraderKind::Rubric } else { GraderKind::Qa };
+    let kind = match o.scorer.as_str() {
+        "llm_rubric" => GraderKind::Rubric,
+        "model_graded_closedqa" => GraderKind::ClosedQa,
+        "factuality" => GraderKind::Factuality,
+        _ => GraderKind::Qa,
+    };
     let criteria = match (kind, arg) {
-        (GraderKind::Rubric, v) => Some(o.text(v)?),
+        (GraderKind::Rubric | GraderKind::ClosedQa | GraderKind::Factuality, v) => Some(o.text(v)?),
         (GraderKind::Qa, Value::Null | Value::Bool(true)) => None,
         (GraderKind::Qa, Value::Object(m)) if m.is_empty() => None,
         (GraderKind::Qa, other) => {

@@ -38,6 +38,8 @@ pub(crate) struct Translated {
 
 const TOP_KEYS: &[&str] = &["description", "prompts", "providers", "tests", "defaultTest"];
 const TEST_KEYS: &[&str] = &["vars", "assert", "description", "threshold", "options", "metadata"];
+/// The assertion types a grader model answers (and that take a `provider`).
+const GRADED: &[&str] = &["llm-rubric", "model-graded-closedqa", "factuality"];
 const ASSERT_KEYS: &[&str] = &["type", "value", "threshold", "weight", "metric", "provider"];
 
 /// Translates the promptfoo config `source` holds.
@@ -437,7 +439,9 @@ impl Translator<'_> {
         self.assertions(&yaml::child(at, "assert"), o.get("assert"), &scorers_at, &mut scorers)?;
         if let Some(model) = grader {
             for s in &mut scorers {
-                if s.get("llm_rubric").is_some() && s.get("model").is_none() {
+                if ["llm_rubric", "model_graded_closedqa", "factuality"].iter().any(|k| s.get(k).is_some())
+                    && s.get("model").is_none()
+                {
                     s["model"] = json!(model);
                 }
             }
@@ -580,8 +584,13 @@ impl Translator<'_> {
                 Some(usd) => json!({"max_cost": usd}),
                 None => return Err(self.source.error(at, "`cost` needs a `threshold` in USD")),
             },
-            "llm-rubric" if !negate => {
-                let mut s = json!({"llm_rubric": text(&value).ok_or_else(|| needs_text(self))?});
+            "llm-rubric" | "model-graded-closedqa" | "factuality" if !negate => {
+                let key = match base {
+                    "llm-rubric" => "llm_rubric",
+                    "model-graded-closedqa" => "model_graded_closedqa",
+                    _ => "factuality",
+                };
+                let mut s = json!({key: text(&value).ok_or_else(|| needs_text(self))?});
                 if let Some(t) = threshold {
                     s["threshold"] = json!(t);
                 }
@@ -604,7 +613,7 @@ impl Translator<'_> {
                 return Ok(None);
             }
         };
-        if !matches!(base, "llm-rubric") && o.contains_key("provider") {
+        if !GRADED.contains(&base) && o.contains_key("provider") {
             self.unsupported(&yaml::child(at, "provider"), format!("`provider` on `{kind}`"))?;
         }
         if let Some(weight) = o.get("weight") {

@@ -47,6 +47,53 @@ fn python_and_javascript_assertions_give_promptfoos_verdict() {
     check_verdicts(&events, &expected);
 }
 
+/// The grader: an OpenAI-compatible server that answers by the marker in the output it is
+/// shown, reasoning first and its letter on the last line, as the prompts ask.
+async fn grader_server() -> wiremock::MockServer {
+    use wiremock::matchers::{body_string_contains, method};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    let markers = [("GOOD", "Y"), ("BAD", "N"), ("CAT-A", "(A)"), ("CAT-B", "(B)"), ("CAT-C", "C")];
+    for (marker, letter) in markers.into_iter().chain([("CAT-D", "(D)"), ("CAT-E", "E")]) {
+        let reply = serde_json::json!({
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": format!("Step by step: it fits.\n{letter}")}}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 8},
+        });
+        Mock::given(method("POST"))
+            .and(body_string_contains(marker))
+            .respond_with(ResponseTemplate::new(200).set_body_json(reply))
+            .mount(&server)
+            .await;
+    }
+    server
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn closedqa_and_factuality_give_promptfoos_verdict_on_the_graders_answer() {
+    let server = grader_server().await;
+    let sb = sandbox();
+    sb.write("local.yaml", &format!("providers:\n  local: {{api: openai, base_url: \"{}/v1\"}}\n", server.uri()));
+    let mut cmd = sb.command();
+    cmd.args(["eval", "graded.yaml", "--config", "local.yaml", "--grader", "local/grader"])
+        .args(["--run-id", "graded", "--out", "results", "-q"])
+        .env_remove("RUNNER_CONFIG");
+    let run =
+        tokio::task::spawn_blocking(move || crate::Run::from(cmd.output().expect("runner"))).await.expect("the run");
+    assert_eq!(run.code, 0, "{run:?}");
+    let config = std::fs::read_to_string(sb.path().join("graded.yaml")).expect("config");
+    let expected = expected(&config);
+    assert_eq!(expected.len(), 7);
+    let events = read_jsonl(&sb.path().join("results/graded/events.jsonl"));
+    check_verdicts(&events, &expected);
+    let scores = of_type(&events, "score");
+    let d = scores.iter().find(|s| s["explanation"].as_str().is_some_and(|e| e.starts_with("(D)")));
+    assert!(
+        d.is_some_and(|s| s["explanation"] == "(D) disagrees with the expert answer: Step by step: it fits."),
+        "{scores:?}"
+    );
+}
+
 /// Each test's episode passed or failed as `expected` says, in the order of the tests.
 fn check_verdicts(events: &[serde_json::Value], expected: &[bool]) {
     let mut outcomes = vec![None; expected.len()];
