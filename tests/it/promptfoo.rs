@@ -47,6 +47,18 @@ fn python_and_javascript_assertions_give_promptfoos_verdict() {
     check_verdicts(&events, &expected);
 }
 
+#[test]
+fn scenarios_run_each_config_entry_with_each_test() {
+    let sb = sandbox();
+    let run = sb.run(&["eval", "scenarios.yaml", "--run-id", "sc", "--out", "results", "-q"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = read_jsonl(&sb.path().join("results/sc/events.jsonl"));
+    // test-1: "Hey, Di" (the config's own test); Bonjour × Ana, Bonjour × Bo ("Ciao, Bo":
+    // the test's var over the entry's), Hallo × Ana (the entry's `starts-with` too),
+    // Hallo × Bo ("Ciao, Bo" does not start with Hallo); a scenario without tests: "Hi, Cy".
+    check_verdicts(&events, &[true, true, true, true, false, true]);
+}
+
 /// The grader: an OpenAI-compatible server that answers by the marker in the output it is
 /// shown, reasoning first and its letter on the last line, as the prompts ask.
 async fn grader_server() -> wiremock::MockServer {
