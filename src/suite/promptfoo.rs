@@ -72,11 +72,10 @@ pub(crate) fn translate(source: &Source, skip_unsupported: bool) -> Result<Trans
     if let Some(d) = defaults.threshold {
         thresholds.push(("defaultTest.threshold".to_owned(), d));
     }
-    let mut tests: Vec<(String, Value, Option<(String, Value)>)> =
-        match (config.get("tests"), config.contains_key("scenarios")) {
-            (None, true) => Vec::new(),
-            (tests, _) => t.tests(tests)?.into_iter().map(|(at, test)| (at, test, None)).collect(),
-        };
+    let mut tests: Vec<Placed> = match (config.get("tests"), config.contains_key("scenarios")) {
+        (None, true) => Vec::new(),
+        (tests, _) => t.tests(tests)?.into_iter().map(|(at, test)| (at, test, None)).collect(),
+    };
     tests.extend(t.scenarios(config.get("scenarios"))?);
     for (at, test, scenario) in tests {
         let index = tasks.len();
@@ -135,6 +134,9 @@ pub(crate) fn in_config_terms(mut error: ConfigError, aliases: &[(String, String
     }
     error
 }
+
+/// A test and where it is, with the scenario `config` entry it runs under and where that is.
+type Placed = (String, Value, Option<(String, Value)>);
 
 struct Translator<'a> {
     source: &'a Source,
@@ -427,11 +429,7 @@ impl Translator<'_> {
     /// `scenarios:`: each entry of a scenario's `config` with each of its `tests` (or alone,
     /// without tests), as promptfoo runs them: (the test's path, the test, the entry's path
     /// and the entry).
-    #[allow(clippy::type_complexity)]
-    fn scenarios(
-        &mut self,
-        value: Option<&Value>,
-    ) -> Result<Vec<(String, Value, Option<(String, Value)>)>, ConfigError> {
+    fn scenarios(&mut self, value: Option<&Value>) -> Result<Vec<Placed>, ConfigError> {
         let items = match value {
             None => return Ok(Vec::new()),
             Some(Value::Array(items)) => items,
