@@ -3,7 +3,7 @@
 //! are variants that `compare` pairs, and what runner does not do is refused at its line or,
 //! with `--skip-unsupported`, left out and listed.
 
-use crate::{Sandbox, of_type, read_jsonl};
+use crate::{Sandbox, have_python, of_type, read_jsonl};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/promptfoo");
 
@@ -37,6 +37,15 @@ fn every_assertion_type_on_echo_gives_promptfoos_verdict() {
 
 #[test]
 fn python_and_javascript_assertions_give_promptfoos_verdict() {
+    let node =
+        std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("node").is_file()));
+    if !node {
+        eprintln!("skipped: no node on PATH");
+        return;
+    }
+    if !have_python() {
+        return;
+    }
     let sb = sandbox();
     let run = sb.run(&["eval", "code_types.yaml", "--run-id", "code", "--out", "results", "-q"]);
     assert_eq!(run.code, 0, "{run:?}");
