@@ -88,6 +88,10 @@ pub enum Literal {
 pub enum GraderKind {
     Rubric,
     Qa,
+    /// `model_graded_closedqa`: whether the answer meets a criterion, yes or no.
+    ClosedQa,
+    /// `factuality`: the answer's facts against a reference answer.
+    Factuality,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -229,6 +233,8 @@ pub struct CodeScorer {
     pub threshold: Option<f64>,
     /// The interpreter: a path or a name on `PATH` (`python3` or `node` when not set).
     pub interpreter: Option<String>,
+    /// `not_python`, `not_js`: the verdict turned over (the score kept, as promptfoo's `not-`).
+    pub negate: bool,
 }
 
 /// Which agents' calls a trajectory scorer looks at: `actor: main`, `actor: main.1` (one
@@ -298,8 +304,12 @@ pub const SCORERS: &[&str] = &[
     "check",
     "llm_rubric",
     "model_graded_qa",
+    "model_graded_closedqa",
+    "factuality",
     "python",
     "js",
+    "not_python",
+    "not_js",
     "starts_with",
     "not_starts_with",
     "contains_any",
@@ -425,8 +435,8 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
         "file_contains" => file_contains(arg, &o)?,
         "document" => document(arg, &mut o)?,
         "check" => command(arg, &mut o)?,
-        "python" => code(Language::Python, arg, &mut o)?,
-        "js" => code(Language::Js, arg, &mut o)?,
+        "python" | "not_python" => code(Language::Python, arg, &mut o, name.starts_with("not_"))?,
+        "js" | "not_js" => code(Language::Js, arg, &mut o, name.starts_with("not_"))?,
         _ => grader(arg, &mut o)?,
     };
     o.finish()?;
@@ -460,6 +470,8 @@ fn reads_text(name: &str) -> bool {
             | "json"
             | "llm_rubric"
             | "model_graded_qa"
+            | "model_graded_closedqa"
+            | "factuality"
             | "starts_with"
             | "not_starts_with"
             | "contains_any"
@@ -701,7 +713,7 @@ const CODE_TIMEOUT_S: f64 = 10.0;
 
 /// `python:` and `js:`: `file:function`, `file` (function `score`) or an inline expression,
 /// with `timeout_s`, `threshold` and `interpreter`.
-fn code(language: Language, arg: Value, o: &mut Options) -> Result<Check, String> {
+fn code(language: Language, arg: Value, o: &mut Options, negate: bool) -> Result<Check, String> {
     let key = language.key();
     let text = match arg {
         Value::String(s) if !s.trim().is_empty() => s,
@@ -731,7 +743,7 @@ fn code(language: Language, arg: Value, o: &mut Options) -> Result<Check, String
     if interpreter.as_deref().is_some_and(|i| i.trim().is_empty()) {
         return Err(format!("the `interpreter` of `{key}` names a program, not an empty text"));
     }
-    Ok(Check::Code(CodeScorer { language, source, timeout_s, threshold, interpreter }))
+    Ok(Check::Code(CodeScorer { language, source, timeout_s, threshold, interpreter, negate }))
 }
 
 /// A name a function can have in Python and JavaScript.
@@ -741,12 +753,18 @@ fn is_identifier(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
 }
 
-/// `llm_rubric` (criteria) and `model_graded_qa` (no argument), with `samples`,
-/// `threshold`, `model`, `template` and `mock`.
+/// `llm_rubric` (criteria), `model_graded_closedqa` (a criterion), `factuality` (the
+/// reference answer) and `model_graded_qa` (no argument), with `samples`, `threshold`,
+/// `model`, `template` and `mock`.
 fn grader(arg: Value, o: &mut Options) -> Result<Check, String> {
-    let kind = if o.scorer == "llm_rubric" { GraderKind::Rubric } else { GraderKind::Qa };
+    let kind = match o.scorer.as_str() {
+        "llm_rubric" => GraderKind::Rubric,
+        "model_graded_closedqa" => GraderKind::ClosedQa,
+        "factuality" => GraderKind::Factuality,
+        _ => GraderKind::Qa,
+    };
     let criteria = match (kind, arg) {
-        (GraderKind::Rubric, v) => Some(o.text(v)?),
+        (GraderKind::Rubric | GraderKind::ClosedQa | GraderKind::Factuality, v) => Some(o.text(v)?),
         (GraderKind::Qa, Value::Null | Value::Bool(true)) => None,
         (GraderKind::Qa, Value::Object(m)) if m.is_empty() => None,
         (GraderKind::Qa, other) => {

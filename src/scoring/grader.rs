@@ -53,6 +53,52 @@ Compare the agent's final answer with the expert answer. Ignore differences of s
 {"score": 1}
 The last line of your reply must be that JSON object only: no other text, no code fence."#;
 
+/// The default prompt of `model_graded_closedqa`: promptfoo's question, whether the
+/// submission meets the criterion, answered Y or N on the last line.
+pub const CLOSEDQA_TEMPLATE: &str = r#"You are assessing a submitted answer to a task against a criterion.
+
+[Task]
+{{ input }}
+
+[Submission]
+{% if answer %}{{ answer }}{% else %}(no answer was submitted){% endif %}
+
+[Criterion]
+{{ criteria }}
+
+Does the submission meet the criterion? Reason step by step first, so that your conclusion is right; do not state it at the start. Then end your reply with a line holding only the letter Y if the submission meets the criterion, or N if it does not, without quotes or punctuation."#;
+
+/// The default prompt of `factuality`: promptfoo's five relations between a submission and
+/// an expert answer, chosen by letter on the last line.
+pub const FACTUALITY_TEMPLATE: &str = r#"You are comparing the factual content of a submitted answer with an expert answer.
+
+[Question]
+{{ input }}
+
+[Expert answer]
+{{ criteria }}
+
+[Submission]
+{% if answer %}{{ answer }}{% else %}(no answer was submitted){% endif %}
+
+Compare the factual content of the submission with the expert answer; ignore differences of style, grammar and punctuation. They relate in one of these ways:
+(A) The submission is a subset of the expert answer and fully consistent with it.
+(B) The submission is a superset of the expert answer and fully consistent with it.
+(C) The submission contains all the same details as the expert answer.
+(D) There is a disagreement between the submission and the expert answer.
+(E) The answers differ, but these differences do not matter for factuality.
+Reason step by step first. Then end your reply with a line holding only the letter of your choice: A, B, C, D or E."#;
+
+/// What each of `factuality`'s choices means, and whether it passes (promptfoo's default:
+/// all but a disagreement).
+const FACTUALITY_CHOICES: [(char, &str, bool); 5] = [
+    ('A', "a consistent subset of the expert answer", true),
+    ('B', "a consistent superset of the expert answer", true),
+    ('C', "the same details as the expert answer", true),
+    ('D', "disagrees with the expert answer", false),
+    ('E', "differs from the expert answer in ways that do not matter for factuality", true),
+];
+
 /// The longest explanation kept, in characters.
 const MAX_EXPLANATION_CHARS: usize = 2000;
 
@@ -62,6 +108,10 @@ pub enum GraderKind {
     Rubric,
     /// `model_graded_qa`: judge the answer against the target.
     Qa,
+    /// `model_graded_closedqa`: does the answer meet the criterion, Y or N.
+    ClosedQa,
+    /// `factuality`: the answer against a reference, one of five relations.
+    Factuality,
 }
 
 impl GraderKind {
@@ -70,6 +120,8 @@ impl GraderKind {
         match self {
             GraderKind::Rubric => "rubric",
             GraderKind::Qa => "qa",
+            GraderKind::ClosedQa => "closedqa",
+            GraderKind::Factuality => "factuality",
         }
     }
 
@@ -77,6 +129,8 @@ impl GraderKind {
         match self {
             GraderKind::Rubric => RUBRIC_TEMPLATE,
             GraderKind::Qa => QA_TEMPLATE,
+            GraderKind::ClosedQa => CLOSEDQA_TEMPLATE,
+            GraderKind::Factuality => FACTUALITY_TEMPLATE,
         }
     }
 }
@@ -214,7 +268,7 @@ pub async fn grade(input: &GraderInput<'_>, settings: &GraderSettings) -> Result
             usage.add(response.usage);
             cost_usd = cost_usd.zip(response.cost_usd).map(|(a, b)| a + b);
             let text = response.text.unwrap_or_default();
-            let parsed = parse(&text);
+            let parsed = parse(input.kind, &text);
             raw_outputs.push(text);
             match parsed {
                 Ok(parsed) => {
@@ -302,9 +356,46 @@ fn trim_middle(text: &str, max_chars: usize) -> String {
     trimmed
 }
 
+/// A grader's reply as its kind asks for it: a JSON score, a Y or N, or a letter from A to E.
+fn parse(kind: GraderKind, output: &str) -> Result<Sample, String> {
+    match kind {
+        GraderKind::Rubric | GraderKind::Qa => parse_score(output),
+        GraderKind::ClosedQa | GraderKind::Factuality => parse_choice(kind, output),
+    }
+}
+
+/// The last non-empty line holds only a letter (`Y`/`N`, or `A`–`E`; quotes, brackets,
+/// `*` and a final `.` aside); what comes before it is the explanation.
+fn parse_choice(kind: GraderKind, output: &str) -> Result<Sample, String> {
+    let lines: Vec<&str> = output.lines().collect();
+    let Some(last) = lines.iter().rposition(|l| !l.trim().is_empty()) else {
+        return Err("the output is empty".into());
+    };
+    let letter = lines[last].trim().trim_end_matches('.').trim_matches(|c: char| "\"'*()[]` ".contains(c));
+    let before = cut(lines[..last].join("\n").trim(), MAX_EXPLANATION_CHARS);
+    let mut chars = letter.chars();
+    let (Some(letter), None) = (chars.next().map(|c| c.to_ascii_uppercase()), chars.next()) else {
+        return Err("its last line is not a single letter".into());
+    };
+    let (score, meaning) = match kind {
+        GraderKind::ClosedQa => match letter {
+            'Y' => (1.0, "meets the criterion"),
+            'N' => (0.0, "does not meet the criterion"),
+            _ => return Err("its last line is neither Y nor N".into()),
+        },
+        _ => match FACTUALITY_CHOICES.iter().find(|(c, _, _)| *c == letter) {
+            Some((_, meaning, passes)) => (if *passes { 1.0 } else { 0.0 }, *meaning),
+            None => return Err("its last line is not one of A, B, C, D, E".into()),
+        },
+    };
+    let explanation =
+        if before.is_empty() { format!("({letter}) {meaning}") } else { format!("({letter}) {meaning}: {before}") };
+    Ok(Sample { score, explanation: cut(&explanation, MAX_EXPLANATION_CHARS) })
+}
+
 /// The last non-empty line (fences aside) must be a JSON object whose `score` is a
 /// number in [0, 1]; what comes before it is the explanation.
-fn parse(output: &str) -> Result<Sample, String> {
+fn parse_score(output: &str) -> Result<Sample, String> {
     let lines: Vec<&str> = output.lines().collect();
     let is_fence = |line: &str| {
         let line = line.trim();
@@ -606,8 +697,25 @@ mod tests {
 
     /// `Some(score)` when `output` parses, `None` when it must not.
     fn check(output: &str, expected: Option<f64>) {
-        let parsed = parse(output).map(|s| s.score);
+        let parsed = parse_score(output).map(|s| s.score);
         assert_eq!(parsed.as_ref().ok().copied(), expected, "{output:?} parsed as {parsed:?}");
+    }
+
+    #[test]
+    fn closedqa_reads_y_or_n_and_factuality_a_letter_failing_only_d() {
+        let choice = |kind, output: &str| parse(kind, output).map(|s| s.score);
+        assert_eq!(choice(GraderKind::ClosedQa, "It names Paris.\nY"), Ok(1.0));
+        assert_eq!(choice(GraderKind::ClosedQa, "No city.\n\nN\n"), Ok(0.0));
+        assert_eq!(choice(GraderKind::ClosedQa, "**y**"), Ok(1.0));
+        assert!(choice(GraderKind::ClosedQa, "Yes").is_err(), "a word is not the letter");
+        assert!(choice(GraderKind::ClosedQa, "Y\nbecause").is_err(), "the letter is the last line");
+        for (letter, score) in [("A", 1.0), ("(B)", 1.0), ("C.", 1.0), ("(D)", 0.0), ("E", 1.0)] {
+            assert_eq!(choice(GraderKind::Factuality, &format!("Step by step.\n{letter}")), Ok(score), "{letter}");
+        }
+        assert!(choice(GraderKind::Factuality, "F").is_err());
+        assert!(choice(GraderKind::Factuality, "Y").is_err());
+        let why = parse(GraderKind::Factuality, "It says 1900.\nD").unwrap().explanation;
+        assert_eq!(why, "(D) disagrees with the expert answer: It says 1900.");
     }
 
     #[test]
@@ -629,10 +737,10 @@ mod tests {
 
     #[test]
     fn the_explanation_is_the_text_before_the_score() {
-        let sample = parse("  Step 1: ok.\nStep 2: ok.\n```json\n{\"score\": 1}\n```").unwrap();
+        let sample = parse_score("  Step 1: ok.\nStep 2: ok.\n```json\n{\"score\": 1}\n```").unwrap();
         assert_eq!(sample.explanation, "Step 1: ok.\nStep 2: ok.");
         let long = format!("{}\n{{\"score\": 1}}", "é".repeat(5_000));
-        assert_eq!(parse(&long).unwrap().explanation.chars().count(), MAX_EXPLANATION_CHARS + 1);
+        assert_eq!(parse_score(&long).unwrap().explanation.chars().count(), MAX_EXPLANATION_CHARS + 1);
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //!   each prompt the variant's `prompt:` (a chat's system message its `agent.system`);
 //! - `providers` (`echo`, `openai:…`, `anthropic:messages:…`, `ollama:…`) → the run's models;
 //! - `tests` (inline, or `file://` CSV, JSONL, YAML or JSON) and `defaultTest` → tasks, whose
-//!   `vars` are their fields, and scorers, one per assertion (`assert-set` flattened);
+//!   `vars` are their fields, and scorers, one per assertion (`assert-set` flattened;
+//!   `python`/`javascript` the `python:`/`js:` code scorers);
+//! - `scenarios` → a task for each entry of a scenario's `config` with each of its tests;
 //! - the same `threshold` on every test → `pass_score`.
 //!
 //! Anything else is an error naming its line, or, with `--skip-unsupported`, left out and
@@ -35,8 +37,12 @@ pub(crate) struct Translated {
     pub skipped: Vec<String>,
 }
 
-const TOP_KEYS: &[&str] = &["description", "prompts", "providers", "tests", "defaultTest"];
+const TOP_KEYS: &[&str] = &["description", "prompts", "providers", "tests", "defaultTest", "scenarios"];
+/// The keys of an entry of a scenario's `config` (promptfoo drops its `options`).
+const SCENARIO_KEYS: &[&str] = &["vars", "assert", "description", "threshold", "metadata"];
 const TEST_KEYS: &[&str] = &["vars", "assert", "description", "threshold", "options", "metadata"];
+/// The assertion types a grader model answers (and that take a `provider`).
+const GRADED: &[&str] = &["llm-rubric", "model-graded-closedqa", "factuality"];
 const ASSERT_KEYS: &[&str] = &["type", "value", "threshold", "weight", "metric", "provider"];
 
 /// Translates the promptfoo config `source` holds.
@@ -66,9 +72,16 @@ pub(crate) fn translate(source: &Source, skip_unsupported: bool) -> Result<Trans
     if let Some(d) = defaults.threshold {
         thresholds.push(("defaultTest.threshold".to_owned(), d));
     }
-    for (at, test) in t.tests(config.get("tests"))? {
+    let mut tests: Vec<Placed> = match (config.get("tests"), config.contains_key("scenarios")) {
+        (None, true) => Vec::new(),
+        (tests, _) => t.tests(tests)?.into_iter().map(|(at, test)| (at, test, None)).collect(),
+    };
+    tests.extend(t.scenarios(config.get("scenarios"))?);
+    for (at, test, scenario) in tests {
         let index = tasks.len();
-        if let Some(task) = t.task(&at, &test, index, &defaults, !suite_scorers.is_empty(), &mut thresholds)? {
+        let lead = scenario.as_ref().map(|(at, entry)| (at.as_str(), entry));
+        let has_default_asserts = !suite_scorers.is_empty();
+        if let Some(task) = t.task(&at, &test, lead, index, &defaults, has_default_asserts, &mut thresholds)? {
             tasks.push(task);
         }
     }
@@ -121,6 +134,9 @@ pub(crate) fn in_config_terms(mut error: ConfigError, aliases: &[(String, String
     }
     error
 }
+
+/// A test and where it is, with the scenario `config` entry it runs under and where that is.
+type Placed = (String, Value, Option<(String, Value)>);
 
 struct Translator<'a> {
     source: &'a Source,
@@ -364,7 +380,7 @@ impl Translator<'_> {
     /// Every test, with where it is: inline, or the rows of `file://` files.
     fn tests(&mut self, value: Option<&Value>) -> Result<Vec<(String, Value)>, ConfigError> {
         let items: Vec<(String, &Value)> = match value {
-            None => return Err(self.source.error("", "a promptfoo config needs `tests`")),
+            None => return Err(self.source.error("", "a promptfoo config needs `tests` or `scenarios`")),
             Some(Value::Array(items)) => items.iter().enumerate().map(|(i, v)| (yaml::item("tests", i), v)).collect(),
             Some(one) => vec![("tests".to_owned(), one)],
         };
@@ -410,11 +426,67 @@ impl Translator<'_> {
         }
     }
 
-    /// One test as a task: its vars its fields, each assertion a scorer.
+    /// `scenarios:`: each entry of a scenario's `config` with each of its `tests` (or alone,
+    /// without tests), as promptfoo runs them: (the test's path, the test, the entry's path
+    /// and the entry).
+    fn scenarios(&mut self, value: Option<&Value>) -> Result<Vec<Placed>, ConfigError> {
+        let items = match value {
+            None => return Ok(Vec::new()),
+            Some(Value::Array(items)) => items,
+            Some(other) => return Err(self.source.error("scenarios", format!("`scenarios` is a list, not {other}"))),
+        };
+        let mut tests = Vec::new();
+        for (i, scenario) in items.iter().enumerate() {
+            let at = yaml::item("scenarios", i);
+            let Some(o) = scenario.as_object() else {
+                return Err(self.source.error(&at, "a scenario is a mapping of `config` and `tests`"));
+            };
+            for key in o.keys().filter(|k| !["config", "tests", "description"].contains(&k.as_str())) {
+                self.unsupported(&yaml::child(&at, key), format!("the scenario key `{key}`"))?;
+            }
+            let config_at = yaml::child(&at, "config");
+            let Some(Value::Array(entries)) = o.get("config") else {
+                return Err(self.source.error(&config_at, "a scenario needs `config`, a list of `{vars, assert}`"));
+            };
+            let scenario_tests = match o.get("tests") {
+                None => vec![(at.clone(), json!({}))],
+                Some(Value::Array(list)) => list
+                    .iter()
+                    .enumerate()
+                    .map(|(j, t)| (yaml::item(&yaml::child(&at, "tests"), j), t.clone()))
+                    .collect(),
+                Some(other) => {
+                    return Err(self
+                        .source
+                        .error(&yaml::child(&at, "tests"), format!("a scenario's `tests` is a list, not {other}")));
+                }
+            };
+            for (k, entry) in entries.iter().enumerate() {
+                let entry_at = yaml::item(&config_at, k);
+                let Some(fields) = entry.as_object() else {
+                    return Err(self
+                        .source
+                        .error(&entry_at, "an entry of a scenario's `config` is a mapping of `vars`, …"));
+                };
+                for key in fields.keys().filter(|k| !SCENARIO_KEYS.contains(&k.as_str())) {
+                    self.unsupported(&yaml::child(&entry_at, key), format!("the scenario config key `{key}`"))?;
+                }
+                for (test_at, test) in &scenario_tests {
+                    tests.push((test_at.clone(), test.clone(), Some((entry_at.clone(), entry.clone()))));
+                }
+            }
+        }
+        Ok(tests)
+    }
+
+    /// One test as a task: its vars its fields, each assertion a scorer. A scenario's
+    /// config entry (`lead`) gives vars under the test's and assertions before its own.
+    #[allow(clippy::too_many_arguments)]
     fn task(
         &mut self,
         at: &str,
         test: &Value,
+        lead: Option<(&str, &Value)>,
         index: usize,
         defaults: &Defaults,
         has_default_asserts: bool,
@@ -425,18 +497,31 @@ impl Translator<'_> {
             self.unsupported(&yaml::child(at, key), format!("the test key `{key}`"))?;
         }
         let mut vars = defaults.vars.clone();
+        let task_at = yaml::item("tasks", index);
+        let scorers_at = yaml::child(&task_at, "scorers");
+        let mut scorers = Vec::new();
+        let mut threshold_at = None;
+        let mut description = None;
+        if let Some((lead_at, entry)) = lead {
+            vars.extend(self.vars(&yaml::child(lead_at, "vars"), entry.get("vars"))?);
+            if let Some(x) = self.threshold(&yaml::child(lead_at, "threshold"), entry.get("threshold"))? {
+                threshold_at = Some((yaml::child(lead_at, "threshold"), x));
+            }
+            description = entry.get("description").and_then(Value::as_str);
+            self.assertions(&yaml::child(lead_at, "assert"), entry.get("assert"), &scorers_at, &mut scorers)?;
+        }
         vars.extend(self.vars(&yaml::child(at, "vars"), o.get("vars"))?);
         if let Some(x) = self.threshold(&yaml::child(at, "threshold"), o.get("threshold"))? {
-            thresholds.push((yaml::child(at, "threshold"), x));
+            threshold_at = Some((yaml::child(at, "threshold"), x));
         }
-        let task_at = yaml::item("tasks", index);
+        thresholds.extend(threshold_at);
         let grader = self.options(&yaml::child(at, "options"), o.get("options"))?;
-        let mut scorers = Vec::new();
-        let scorers_at = yaml::child(&task_at, "scorers");
         self.assertions(&yaml::child(at, "assert"), o.get("assert"), &scorers_at, &mut scorers)?;
         if let Some(model) = grader {
             for s in &mut scorers {
-                if s.get("llm_rubric").is_some() && s.get("model").is_none() {
+                if ["llm_rubric", "model_graded_closedqa", "factuality"].iter().any(|k| s.get(k).is_some())
+                    && s.get("model").is_none()
+                {
                     s["model"] = json!(model);
                 }
             }
@@ -456,7 +541,7 @@ impl Translator<'_> {
         if let Some(target) = vars.get("target") {
             task["target"] = json!(text(target));
         }
-        if let Some(description) = o.get("description").and_then(Value::as_str) {
+        if let Some(description) = o.get("description").and_then(Value::as_str).or(description) {
             task["metadata"]["description"] = json!(description);
         }
         Ok(Some(task))
@@ -579,8 +664,13 @@ impl Translator<'_> {
                 Some(usd) => json!({"max_cost": usd}),
                 None => return Err(self.source.error(at, "`cost` needs a `threshold` in USD")),
             },
-            "llm-rubric" if !negate => {
-                let mut s = json!({"llm_rubric": text(&value).ok_or_else(|| needs_text(self))?});
+            "llm-rubric" | "model-graded-closedqa" | "factuality" if !negate => {
+                let key = match base {
+                    "llm-rubric" => "llm_rubric",
+                    "model-graded-closedqa" => "model_graded_closedqa",
+                    _ => "factuality",
+                };
+                let mut s = json!({key: text(&value).ok_or_else(|| needs_text(self))?});
                 if let Some(t) = threshold {
                     s["threshold"] = json!(t);
                 }
@@ -589,18 +679,58 @@ impl Translator<'_> {
                 }
                 s
             }
+            "python" | "javascript" => {
+                let Some(code) = self.code(at, base, &value)? else { return Ok(None) };
+                let key = if base == "python" { "python" } else { "js" };
+                let mut s = json!({format!("{not}{key}"): code});
+                if let Some(t) = threshold {
+                    s["threshold"] = json!(t);
+                }
+                s
+            }
+            "similar" => {
+                let why = "(it compares embeddings, and runner configures no embedding model)";
+                self.unsupported(&yaml::child(at, "type"), format!("the assertion type `{kind}` {why}"))?;
+                return Ok(None);
+            }
             _ => {
                 self.unsupported(&yaml::child(at, "type"), format!("the assertion type `{kind}`"))?;
                 return Ok(None);
             }
         };
-        if !matches!(base, "llm-rubric") && o.contains_key("provider") {
+        if !GRADED.contains(&base) && o.contains_key("provider") {
             self.unsupported(&yaml::child(at, "provider"), format!("`provider` on `{kind}`"))?;
         }
         if let Some(weight) = o.get("weight") {
             scorer["weight"] = weight.clone();
         }
         Ok(Some(scorer))
+    }
+
+    /// A `python` or `javascript` assertion's value as a code scorer's: an inline
+    /// expression (or, over several lines, a body that `return`s), or `file://path:function`
+    /// (a Python file alone names its function `get_assert`, as promptfoo's default).
+    fn code(&mut self, at: &str, kind: &str, value: &Value) -> Result<Option<String>, ConfigError> {
+        let Value::String(text) = value else {
+            return Err(self
+                .source
+                .error(&yaml::child(at, "value"), format!("`{kind}` takes code or `file://…` as its `value`")));
+        };
+        let Some(file) = text.trim().strip_prefix("file://") else { return Ok(Some(text.clone())) };
+        let has_function = file
+            .rsplit_once(':')
+            .is_some_and(|(path, _)| [".py", ".js", ".mjs", ".cjs"].iter().any(|e| path.ends_with(e)));
+        if has_function {
+            return Ok(Some(file.to_owned()));
+        }
+        if kind == "python" && file.ends_with(".py") {
+            return Ok(Some(format!("{file}:get_assert")));
+        }
+        self.unsupported(
+            &yaml::child(at, "value"),
+            format!("`{kind}: {text}` without a function's name (write `file://{file}:function`)"),
+        )?;
+        Ok(None)
     }
 }
 

@@ -3,7 +3,7 @@
 //! are variants that `compare` pairs, and what runner does not do is refused at its line or,
 //! with `--skip-unsupported`, left out and listed.
 
-use crate::{Sandbox, of_type, read_jsonl};
+use crate::{Sandbox, have_python, of_type, read_jsonl};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/promptfoo");
 
@@ -32,15 +32,100 @@ fn every_assertion_type_on_echo_gives_promptfoos_verdict() {
     assert_eq!(expected.len(), 38);
     let events = read_jsonl(&sb.path().join("results/all/events.jsonl"));
     assert!(of_type(&events, "episode_started").iter().all(|e| e["model"] == "echo"), "the provider is the model");
+    check_verdicts(&events, &expected);
+}
+
+#[test]
+fn python_and_javascript_assertions_give_promptfoos_verdict() {
+    let node =
+        std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("node").is_file()));
+    if !node {
+        eprintln!("skipped: no node on PATH");
+        return;
+    }
+    if !have_python() {
+        return;
+    }
+    let sb = sandbox();
+    let run = sb.run(&["eval", "code_types.yaml", "--run-id", "code", "--out", "results", "-q"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let config = std::fs::read_to_string(sb.path().join("code_types.yaml")).expect("config");
+    let expected = expected(&config);
+    assert_eq!(expected.len(), 18);
+    let events = read_jsonl(&sb.path().join("results/code/events.jsonl"));
+    check_verdicts(&events, &expected);
+}
+
+#[test]
+fn scenarios_run_each_config_entry_with_each_test() {
+    let sb = sandbox();
+    let run = sb.run(&["eval", "scenarios.yaml", "--run-id", "sc", "--out", "results", "-q"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = read_jsonl(&sb.path().join("results/sc/events.jsonl"));
+    // test-1: "Hey, Di" (the config's own test); Bonjour × Ana, Bonjour × Bo ("Ciao, Bo":
+    // the test's var over the entry's), Hallo × Ana (the entry's `starts-with` too),
+    // Hallo × Bo ("Ciao, Bo" does not start with Hallo); a scenario without tests: "Hi, Cy".
+    check_verdicts(&events, &[true, true, true, true, false, true]);
+}
+
+/// The grader: an OpenAI-compatible server that answers by the marker in the output it is
+/// shown, reasoning first and its letter on the last line, as the prompts ask.
+async fn grader_server() -> wiremock::MockServer {
+    use wiremock::matchers::{body_string_contains, method};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::start().await;
+    let markers = [("GOOD", "Y"), ("BAD", "N"), ("CAT-A", "(A)"), ("CAT-B", "(B)"), ("CAT-C", "C")];
+    for (marker, letter) in markers.into_iter().chain([("CAT-D", "(D)"), ("CAT-E", "E")]) {
+        let reply = serde_json::json!({
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": format!("Step by step: it fits.\n{letter}")}}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 8},
+        });
+        Mock::given(method("POST"))
+            .and(body_string_contains(marker))
+            .respond_with(ResponseTemplate::new(200).set_body_json(reply))
+            .mount(&server)
+            .await;
+    }
+    server
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn closedqa_and_factuality_give_promptfoos_verdict_on_the_graders_answer() {
+    let server = grader_server().await;
+    let sb = sandbox();
+    sb.write("local.yaml", &format!("providers:\n  local: {{api: openai, base_url: \"{}/v1\"}}\n", server.uri()));
+    let mut cmd = sb.command();
+    cmd.args(["eval", "graded.yaml", "--config", "local.yaml", "--grader", "local/grader"])
+        .args(["--run-id", "graded", "--out", "results", "-q"])
+        .env_remove("RUNNER_CONFIG");
+    let run =
+        tokio::task::spawn_blocking(move || crate::Run::from(cmd.output().expect("runner"))).await.expect("the run");
+    assert_eq!(run.code, 0, "{run:?}");
+    let config = std::fs::read_to_string(sb.path().join("graded.yaml")).expect("config");
+    let expected = expected(&config);
+    assert_eq!(expected.len(), 7);
+    let events = read_jsonl(&sb.path().join("results/graded/events.jsonl"));
+    check_verdicts(&events, &expected);
+    let scores = of_type(&events, "score");
+    let d = scores.iter().find(|s| s["explanation"].as_str().is_some_and(|e| e.starts_with("(D)")));
+    assert!(
+        d.is_some_and(|s| s["explanation"] == "(D) disagrees with the expert answer: Step by step: it fits."),
+        "{scores:?}"
+    );
+}
+
+/// Each test's episode passed or failed as `expected` says, in the order of the tests.
+fn check_verdicts(events: &[serde_json::Value], expected: &[bool]) {
     let mut outcomes = vec![None; expected.len()];
-    let ids: std::collections::HashMap<&str, usize> = of_type(&events, "episode_started")
+    let ids: std::collections::HashMap<&str, usize> = of_type(events, "episode_started")
         .iter()
         .filter_map(|e| {
             let n: usize = e["task_id"].as_str()?.strip_prefix("test-")?.parse().ok()?;
             Some((e["episode_id"].as_str()?, n - 1))
         })
         .collect();
-    for finished in of_type(&events, "episode_finished") {
+    for finished in of_type(events, "episode_finished") {
         let index = ids[finished["episode_id"].as_str().unwrap_or_default()];
         outcomes[index] = finished["outcome"]["passed"].as_bool();
     }
@@ -74,9 +159,9 @@ fn what_runner_does_not_do_is_refused_at_its_line_or_skipped_and_listed() {
     assert_eq!(skipped.code, 0, "{skipped:?}");
     for line in [
         "unsupported.yaml:4:19: skipped the provider `bedrock:anthropic.claude`",
-        "unsupported.yaml:10:10: skipped the assertion type `javascript`",
+        "unsupported.yaml:10:10: skipped the assertion type `rouge-n`",
         "unsupported.yaml:11:10: skipped the assertion type `similar`",
-        "unsupported.yaml:14:10: skipped the assertion type `python`",
+        "unsupported.yaml:14:10: skipped the assertion type `bleu`",
         "unsupported.yaml:12:5: skipped a test without assertions",
     ] {
         assert!(skipped.stderr.contains(line), "{line}: {skipped:?}");

@@ -49,7 +49,10 @@ pub(crate) async fn check(scene: &Scene<'_>, code: &CodeScorer, workers: &Worker
     let files = scene.world.files().and_then(|f| f.working_directory());
     let name = describe(code);
     match workers.call(&key, request, files, limit).await {
-        Reply::Returned(value) => judge(&name, &value, code.threshold),
+        Reply::Returned(value) => {
+            let verdict = judge(&name, &value, code.threshold)?;
+            Ok(if code.negate { turned(verdict, value.is_boolean()) } else { verdict })
+        }
         Reply::Other(shown) => Err(not_a_verdict(&name, &shown)),
         Reply::Raised(traceback) => Err(fault(format!("{name} raised:\n{traceback}"))),
         Reply::Failed(why) => Err(fault(format!("{name}: {why}"))),
@@ -98,6 +101,8 @@ fn judge(name: &str, value: &Value, threshold: Option<f64>) -> Result<Verdict, S
                 }
                 _ => return Err(not_a_verdict(name, &value.to_string())),
             };
+            // A score under the threshold fails, whatever `pass` says.
+            let passed = passed && threshold.is_none_or(|t| value >= t);
             let explanation = match reason {
                 Some(reason) => format!("{name}: {reason}"),
                 None => format!("{name} returned {value}"),
@@ -106,6 +111,13 @@ fn judge(name: &str, value: &Value, threshold: Option<f64>) -> Result<Verdict, S
         }
         other => Err(not_a_verdict(name, &other.to_string())),
     }
+}
+
+/// A `not_` scorer's verdict: passed and failed swapped; a bool's score follows its
+/// verdict, a number's or an object's is kept.
+fn turned((passed, score, explanation, provenance): Verdict, was_bool: bool) -> Verdict {
+    let score = if was_bool { 1.0 - score } else { score };
+    (!passed, score, format!("not: {explanation}"), provenance)
 }
 
 fn not_a_verdict(name: &str, shown: &str) -> ScoringFault {
@@ -146,6 +158,12 @@ mod tests {
         let reasoned = j(json!({"pass": false, "score": 0.25, "reason": "too long"}), None).unwrap();
         assert_eq!(reasoned, (false, 0.25, "s: too long".into()));
         assert_eq!(j(json!({"score": 0.9}), Some(0.8)).map(|v| v.0), Ok(true));
+        assert_eq!(j(json!({"pass": true, "score": 0.5}), Some(0.8)).map(|v| v.0), Ok(false), "under the threshold");
+        let not =
+            |v: Value, t: Option<f64>| judge("s", &v, t).map(|x| turned(x, v.is_boolean())).map(|(p, x, _, _)| (p, x));
+        assert_eq!(not(json!(true), None), Ok((false, 0.0)));
+        assert_eq!(not(json!(false), None), Ok((true, 1.0)));
+        assert_eq!(not(json!(0.3), Some(0.5)), Ok((true, 0.3)), "a number's score is kept");
         for bad in [json!("yes"), json!(null), json!([1]), json!({"reason": "no verdict"}), json!({"pass": "yes"})] {
             let fault = judge("s", &bad, None).unwrap_err();
             assert_eq!(fault.cause, UnscoredCause::ScorerError);

@@ -1,4 +1,4 @@
-//! `llm_rubric` and `model_graded_qa`: a grader model's verdict on the answer, with the
+//! `llm_rubric`, `model_graded_qa`, `model_graded_closedqa` and `factuality`: a grader model's verdict on the answer, with the
 //! trajectory as context. The grading itself (template, verdict parsing, samples) is
 //! `scoring::grader`; here the grader model is chosen, logged, and asked.
 
@@ -61,6 +61,8 @@ pub(crate) async fn check(
         kind: match asked.kind {
             GraderKind::Rubric => grader::GraderKind::Rubric,
             GraderKind::Qa => grader::GraderKind::Qa,
+            GraderKind::ClosedQa => grader::GraderKind::ClosedQa,
+            GraderKind::Factuality => grader::GraderKind::Factuality,
         },
         input: &episode.task.input,
         target: episode.task.target.as_deref(),

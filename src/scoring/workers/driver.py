@@ -87,7 +87,8 @@ def inline(expression, names):
     code = compiled.get(expression)
     if code is None:
         text = expression.strip()
-        if "\n" in text:
+        # Several lines, or one `return` statement: a function's body.
+        if "\n" in text or re.match(r"return\b", text):
             body = "\n".join("    " + line for line in expression.splitlines())
             code = ("body", compile("def __scorer__():\n" + body + "\n", "<python scorer>", "exec"))
         else:
