@@ -88,6 +88,7 @@ pub(crate) fn translate(source: &Source, skip_unsupported: bool) -> Result<Trans
     if tasks.is_empty() {
         return Err(source.error("tests", "the config has no tests to run"));
     }
+    let n_tasks = tasks.len();
     let mut suite = json!({
         "suite": source.file.file_stem().map_or("promptfoo".into(), |s| s.to_string_lossy().into_owned()),
         "description": config.get("description").and_then(Value::as_str).unwrap_or_default(),
@@ -100,10 +101,19 @@ pub(crate) fn translate(source: &Source, skip_unsupported: bool) -> Result<Trans
         "tasks": tasks,
     });
     if let Some((_, first)) = thresholds.first() {
+        // A test without a threshold passes only when every assertion passes: one threshold
+        // for the run holds only when it covers every test.
+        let covered = thresholds.iter().any(|(at, _)| at == "defaultTest.threshold") || thresholds.len() >= n_tasks;
         if let Some((at, other)) = thresholds.iter().find(|(_, x)| x != first) {
             t.unsupported(
                 at,
                 format!("a test's `threshold` of {other} beside another's of {first} (runner has one per run)"),
+            )?;
+        } else if !covered {
+            let (at, _) = &thresholds[0];
+            t.unsupported(
+                at,
+                format!("a `threshold` of {first} on some tests only (runner has one per run; put it in defaultTest)"),
             )?;
         } else {
             suite["pass_score"] = json!(first);
@@ -654,7 +664,7 @@ impl Translator<'_> {
             }
             "levenshtein" if !negate => {
                 let expected = text(&value).ok_or_else(|| needs_text(self))?;
-                json!({"levenshtein": expected, "max_distance": threshold.filter(|t| *t > 0.0).unwrap_or(5.0)})
+                json!({"levenshtein": expected, "max_distance": threshold.unwrap_or(5.0)})
             }
             "latency" if !negate => match threshold {
                 Some(ms) => json!({"max_latency": ms / 1e3}),

@@ -29,7 +29,7 @@ fn every_assertion_type_on_echo_gives_promptfoos_verdict() {
     assert_eq!(run.code, 0, "{run:?}");
     let config = std::fs::read_to_string(sb.path().join("every_type.yaml")).expect("config");
     let expected = expected(&config);
-    assert_eq!(expected.len(), 38);
+    assert_eq!(expected.len(), 39);
     let events = read_jsonl(&sb.path().join("results/all/events.jsonl"));
     assert!(of_type(&events, "episode_started").iter().all(|e| e["model"] == "echo"), "the provider is the model");
     check_verdicts(&events, &expected);
