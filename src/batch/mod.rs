@@ -338,10 +338,10 @@ pub async fn run(
                     return Some(spec);
                 }
                 loop {
-                    let mut held = ledger.lock().unwrap_or_else(PoisonError::into_inner);
-                    let admission = held.admission(&spec.id, spec.model.name());
-                    let reached = held.take_reached();
-                    drop(held);
+                    let (admission, reached) = {
+                        let mut held = ledger.lock().unwrap_or_else(PoisonError::into_inner);
+                        (held.admission(&spec.id, spec.model.name()), held.take_reached())
+                    };
                     for event in &reached {
                         log.emit(None, event);
                     }
