@@ -6,6 +6,7 @@
 //! Statistics are grouped by one key, [`CellKey`] (suite × model), made only by
 //! [`cell_key`]: a new dimension (a prompt variant) is added there and nowhere else.
 
+use super::stats::wilson_at;
 use std::collections::BTreeMap;
 
 /// The power every minimum detectable difference is computed for.
@@ -379,21 +380,6 @@ impl StoppingRule {
         };
         Look { low, high, level, decision }
     }
-}
-
-/// The Wilson score interval for `passed` of `n` at `z` standard errors; `None` when
-/// `n == 0` or `passed > n`.
-pub fn wilson_at(passed: u64, n: u64, z: f64) -> Option<(f64, f64)> {
-    if n == 0 || passed > n {
-        return None;
-    }
-    let n = n as f64;
-    let p = passed as f64 / n;
-    let z2 = z * z;
-    let denom = 1.0 + z2 / n;
-    let center = (p + z2 / (2.0 * n)) / denom;
-    let half = z / denom * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
-    Some(((center - half).clamp(0.0, 1.0), (center + half).clamp(0.0, 1.0)))
 }
 
 #[cfg(test)]

@@ -36,15 +36,21 @@ const Z_95: f64 = 1.959963984540054;
 /// errors (computed at `p`, not at the observed rate), so unlike the normal "Wald" interval it stays
 /// inside `[0, 1]` and is sensible for 0 or `n` passes. Also None when `passed > n` (not a proportion).
 pub fn wilson(passed: u64, n: u64) -> Option<(f64, f64)> {
+    wilson_at(passed, n, Z_95)
+}
+
+/// The Wilson score interval for `passed` of `n` at `z` standard errors; `None` when
+/// `n == 0` or `passed > n`.
+pub fn wilson_at(passed: u64, n: u64, z: f64) -> Option<(f64, f64)> {
     if n == 0 || passed > n {
         return None;
     }
     let n = n as f64;
     let p = passed as f64 / n;
-    let z2 = Z_95 * Z_95;
+    let z2 = z * z;
     let denom = 1.0 + z2 / n;
     let center = (p + z2 / (2.0 * n)) / denom;
-    let half = Z_95 / denom * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
+    let half = z / denom * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).sqrt();
     Some(((center - half).clamp(0.0, 1.0), (center + half).clamp(0.0, 1.0)))
 }
 

@@ -149,24 +149,7 @@ fn map_row(
         None => take("id", "id", false)?,
     };
     let id = id.unwrap_or_else(|| Text(format!("row-{row}")));
-    Ok(TaskFile {
-        id,
-        input,
-        target,
-        files: Default::default(),
-        metadata: record,
-        scorers: Vec::new(),
-        mock: None,
-        mock_subagents: None,
-        answers: Vec::new(),
-        user: None,
-        conversation: false,
-        mock_user: None,
-        memory: Default::default(),
-        solution: Vec::new(),
-        tags: Vec::new(),
-        pass_k: None,
-    })
+    Ok(TaskFile { id, input, target, metadata: record, ..TaskFile::default() })
 }
 
 pub(crate) fn read_csv(path: &std::path::Path, bytes: &[u8]) -> Result<Vec<Record>, ConfigError> {

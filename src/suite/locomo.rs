@@ -178,19 +178,10 @@ fn question_task(
         id: Text(id.to_owned()),
         input: Text(input),
         target: Some(Text(answer)),
-        files: Default::default(),
         metadata,
-        scorers: Vec::new(),
         mock,
-        mock_subagents: None,
-        answers: Vec::new(),
-        user: None,
-        conversation: false,
-        mock_user: None,
-        memory: Default::default(),
-        solution: Vec::new(),
         tags: vec![(*question_type).to_owned()],
-        pass_k: None,
+        ..TaskFile::default()
     })
 }
 

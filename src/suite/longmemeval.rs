@@ -137,19 +137,10 @@ fn question_task(question: Value, i: usize) -> Result<TaskFile, Bad> {
         id: Text(id),
         input: Text(input),
         target: Some(Text(answer)),
-        files: Default::default(),
         metadata,
-        scorers: Vec::new(),
         mock,
-        mock_subagents: None,
-        answers: Vec::new(),
-        user: None,
-        conversation: false,
-        mock_user: None,
-        memory: Default::default(),
-        solution: Vec::new(),
         tags: vec![question_type],
-        pass_k: None,
+        ..TaskFile::default()
     })
 }
 

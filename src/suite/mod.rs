@@ -280,7 +280,7 @@ struct CacheSettings {
     share_epochs: bool,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct TaskFile {
     pub id: Text,
