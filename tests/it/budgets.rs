@@ -213,3 +213,20 @@ fn run_wide_caps_are_refused_with_a_shard() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("with --shard each shard would spend up to the cap"), "{run:?}");
 }
+
+#[test]
+fn an_epoch_a_budget_cut_short_is_the_last_epochs_auto_plans() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite(8));
+    // One call an episode, three allowed: epoch 1 runs three episodes and five are not run;
+    // no second or third epoch is planned (each would log eight more not-run episodes).
+    let run = eval_with(
+        &sb,
+        &["--max-model-calls", "3", "-j", "1", "--epochs", "auto", "--ci-width", "0.1", "--max-epochs", "3"],
+    );
+    assert_eq!(run.code, 5, "{run:?}");
+    let events = sb.events();
+    assert_eq!(of_type(&events, "episode_finished").len(), 8, "one epoch planned: {run:?}");
+    assert_eq!(not_run(&events), 5);
+    assert!(of_type(&events, "epochs_decided").is_empty(), "no look after a cut epoch");
+}

@@ -169,3 +169,23 @@ fn a_scorer_file_that_fails_to_load_leaves_each_episode_unscored_with_its_traceb
         assert!(o["message"].as_str().unwrap_or_default().contains("RuntimeError: half written"), "{o}");
     }
 }
+
+#[test]
+fn a_python_scorer_written_async_is_awaited() {
+    if !have_python() {
+        return;
+    }
+    let sb = Sandbox::new();
+    sb.write(
+        "check.py",
+        "import asyncio\n\nasync def score(output, context):\n    await asyncio.sleep(0)\n    return output == 'hi'\n",
+    );
+    sb.write(
+        "s.yaml",
+        "suite: s\nenvironment: kv\nscorers:\n  - python: check.py:score\ntasks:\n  - {id: a, input: hi, mock: [{text: hi}]}\n  - {id: b, input: hi, mock: [{text: no}]}\n",
+    );
+    let run = sb.eval(&["s.yaml"]);
+    let outcomes = outcomes(&sb.events());
+    assert_eq!(outcomes["a"]["passed"], true, "{outcomes:?} {run:?}");
+    assert_eq!(outcomes["b"]["passed"], false, "{outcomes:?} {run:?}");
+}
