@@ -1,7 +1,9 @@
 //! `agent.memory.scope: task`: the agent's memory stores kept across a task's epochs (per
-//! model) in the run folder, `results/<run-id>/memory/<suite>.<task>.<model>.<hash>.json`.
-//! The epochs of one task then run one after another, in epoch order, each starting from
-//! what the last scored one left; a resumed run reads the same files.
+//! model) in the run folder, one file per epoch that saved them,
+//! `results/<run-id>/memory/<suite>.<task>.<model>.<hash>.e<N>.json`. The epochs of one task
+//! run one after another, in epoch order, each starting from what the last scored epoch
+//! before it left — never its own earlier save, so an epoch run again by a resume starts
+//! where it first started.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -22,7 +24,11 @@ pub struct TaskMemory {
 /// One episode's turn at a task's stored memory: it waits for the epoch before it, reads
 /// the stores, and writes them back when it was scored.
 pub struct Slot {
+    /// The task's file; each epoch saves beside it as `….eN.json`.
     path: PathBuf,
+    epoch: u32,
+    /// The file `open` read the stores from.
+    read: Option<PathBuf>,
     after: Option<oneshot::Receiver<()>>,
     /// Dropped with the slot: the next epoch may start.
     _done: oneshot::Sender<()>,
@@ -49,7 +55,7 @@ impl TaskMemory {
         let path = self.dir.join(file_name(&spec.suite.name, &task.id, &model));
         let (done, next) = oneshot::channel();
         let after = self.last.insert(path.clone(), next);
-        Some(Slot { path, after, _done: done })
+        Some(Slot { path, epoch: spec.epoch, read: None, after, _done: done })
     }
 }
 
@@ -76,29 +82,45 @@ impl Slot {
             // An error only says the slot before was dropped: it ended either way.
             let _ = after.await;
         }
-        match std::fs::read(&self.path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| format!("failed to read the task's memory {}: {e}", self.path.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("failed to read the task's memory {}: {e}", self.path.display())),
+        // The latest epoch before this one that left stores: never this epoch's own, so an
+        // epoch run again (a resume after a crash) starts where it first started.
+        for epoch in (1..self.epoch).rev() {
+            let path = self.saved_by(epoch);
+            match std::fs::read(&path) {
+                Ok(bytes) => {
+                    self.read = Some(path.clone());
+                    return serde_json::from_slice(&bytes)
+                        .map(Some)
+                        .map_err(|e| format!("failed to read the task's memory {}: {e}", path.display()));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(format!("failed to read the task's memory {}: {e}", path.display())),
+            }
         }
+        Ok(None)
     }
 
-    /// The file the stores are kept in.
+    /// The file epoch `epoch` saved its stores in.
+    fn saved_by(&self, epoch: u32) -> PathBuf {
+        self.path.with_extension(format!("e{epoch}.json"))
+    }
+
+    /// The file the stores were read from (else the task's file, beside which each epoch
+    /// saves its own).
     pub fn path(&self) -> &Path {
-        &self.path
+        self.read.as_deref().unwrap_or(&self.path)
     }
 
-    /// Writes the stores in one step (a temporary file renamed over the old one).
+    /// Writes this epoch's stores in one step (a temporary file renamed into place).
     pub fn save(&self, entries: &Entries) -> Result<(), String> {
-        let failed = |e: std::io::Error| format!("failed to write the task's memory {}: {e}", self.path.display());
-        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let path = self.saved_by(self.epoch);
+        let failed = |e: std::io::Error| format!("failed to write the task's memory {}: {e}", path.display());
+        let dir = path.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(dir).map_err(failed)?;
         let bytes = serde_json::to_vec_pretty(entries).unwrap_or_default();
-        let staged = self.path.with_extension("json.tmp");
+        let staged = path.with_extension("json.tmp");
         std::fs::write(&staged, crate::log::secrets::scrub_bytes(&bytes)).map_err(failed)?;
-        std::fs::rename(&staged, &self.path).map_err(failed)
+        std::fs::rename(&staged, &path).map_err(failed)
     }
 }
 

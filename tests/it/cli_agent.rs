@@ -72,7 +72,7 @@ fn a_cli_agent_that_never_exits_is_killed_at_its_time_limit() {
     }
     let sb = Sandbox::new();
     let suite = "suite: cli\nenvironment: shell\nlimits: {time_s: 1}\n\
-                 agent: {kind: cli, command: [python3, -c, \"import subprocess, time; subprocess.Popen(['sleep', '300']); time.sleep(300)\"]}\n\
+                 agent: {kind: cli, command: [python3, -c, \"import subprocess, time; subprocess.Popen(['sleep', '317']); time.sleep(300)\"]}\n\
                  tasks:\n  - {id: t, input: wait, scorers: [{equals: x}], mock: [{text: x}]}\n";
     sb.write("s.yaml", suite);
     let started = std::time::Instant::now();
@@ -81,7 +81,7 @@ fn a_cli_agent_that_never_exits_is_killed_at_its_time_limit() {
     let events = sb.events();
     let finished = of_type(&events, "episode_finished");
     assert_eq!(finished[0]["termination"], "time_limit", "{run:?}");
-    let left = std::process::Command::new("pgrep").args(["-f", "sleep 300"]).output().unwrap();
+    let left = std::process::Command::new("pgrep").args(["-f", "sleep 317"]).output().unwrap();
     assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "its whole tree was killed");
 }
 

@@ -87,7 +87,9 @@ fn with_scope_task_each_epoch_starts_from_what_the_one_before_left_even_run_at_o
     assert_eq!(by_epoch[&1], first_epoch());
     assert_eq!(by_epoch[&2], later_epoch());
     assert_eq!(by_epoch[&3], later_epoch());
-    assert_eq!(memory_files(&sb), [json!({"memory": [], "user": ["is called Ada", "likes tea"]})]);
+    // Each epoch saves what it leaves in a file of its own; all three left the same stores.
+    let left = json!({"memory": [], "user": ["is called Ada", "likes tea"]});
+    assert_eq!(memory_files(&sb), [left.clone(), left.clone(), left]);
     // The world never saw a memory call.
     assert!(of_type(&sb.events(), "action_dispatched").iter().all(|d| d["call"]["name"] != "memory"));
 }
@@ -138,7 +140,13 @@ fn memory_read_back_from_the_run_folder_gets_the_suites_checks() {
     cut_after_the_first_finish(&events);
     // The kept stores now hold an entry twice, which the memory tool refuses.
     let dir = sb.path().join("results/test/memory");
-    let file = std::fs::read_dir(&dir).unwrap().flatten().next().unwrap().path();
+    // What epoch 1 left, which the resumed epoch 2 starts from.
+    let file = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with(".e1.json"))
+        .unwrap();
     std::fs::write(&file, r#"{"memory": [], "user": ["is called Ada", "is called Ada"]}"#).unwrap();
 
     let resumed = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "test", "--out", "results"]);
