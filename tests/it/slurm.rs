@@ -186,7 +186,12 @@ fn an_array_of_shards_merges_into_the_unsharded_run() {
         .output()
         .expect("run runner");
     let whole_s = started.elapsed();
-    assert!(whole.status.success(), "the unsharded run: {}", String::from_utf8_lossy(&whole.stderr));
+    assert!(
+        whole.status.success(),
+        "the unsharded run: {}\n{}",
+        String::from_utf8_lossy(&whole.stderr),
+        String::from_utf8_lossy(&whole.stdout)
+    );
 
     let cluster = Cluster::start(tmp.path().join("cluster"));
     let submitted = Instant::now();
