@@ -5,6 +5,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
+mod common;
+use common::cpu_time;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio_util::sync::CancellationToken;
 
@@ -55,15 +57,6 @@ fn bench_episode(c: &mut Criterion, suite: &str, name: &str, steps: u32) {
     println!("{name}: CPU per episode {per_episode}");
     drop(log);
     writer.close().expect("log closes");
-}
-
-/// The process's CPU time (user and system) so far.
-fn cpu_time() -> std::time::Duration {
-    // SAFETY: getrusage writes into the struct it is given and reads nothing else.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    let of = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    of(usage.ru_utime) + of(usage.ru_stime)
 }
 
 /// The CPU time (every thread of the process: the log's writer included) of one run of

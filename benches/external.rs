@@ -6,8 +6,10 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
+mod common;
+use common::cpu_time;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio_util::sync::CancellationToken;
 
@@ -68,15 +70,6 @@ fn protocol_round_trip(c: &mut Criterion) {
     );
     drop(log);
     writer.close().expect("log closes");
-}
-
-/// The process's CPU time (user and system) so far.
-fn cpu_time() -> Duration {
-    // SAFETY: getrusage writes into the struct it is given and reads nothing else.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    let of = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    of(usage.ru_utime) + of(usage.ru_stime)
 }
 
 /// Runner's CPU and the wall time of one run of `episode`, in seconds: medians of 5 rounds of 30.

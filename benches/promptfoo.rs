@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+mod common;
+use common::cpu_time;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio_util::sync::CancellationToken;
 
@@ -23,14 +25,6 @@ fn config() -> String {
         ));
     }
     text
-}
-
-fn cpu_time() -> std::time::Duration {
-    // SAFETY: getrusage writes into the struct it is given and reads nothing else.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    let of = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    of(usage.ru_utime) + of(usage.ru_stime)
 }
 
 fn promptfoo(c: &mut Criterion) {
