@@ -173,8 +173,10 @@ fn an_episode_that_made_a_very_deep_tree_is_removed_and_the_run_finishes() {
     // Whatever the run leaves is removed by `rm` (iterative) before the test's own folder
     // is (recursive, in this thread).
     let _cleanup = RemoveWithRm(tmp.clone());
-    let deep =
-        "python3 -c \\\"import os\\nfor _ in range(20000):\\n    os.mkdir('d'); os.chdir('d')\\nprint('deep')\\\"";
+    // Built from the bottom up, each step at the top of the episode's folder: mkdir'ing
+    // down a deep path costs, under Landlock, a walk to the root per call (quadratic in the
+    // depth: minutes on a loaded machine), while these renames touch only shallow paths.
+    let deep = "python3 -c \\\"import os\\nos.mkdir('d')\\nfor _ in range(19999):\\n    os.mkdir('e'); os.rename('d', 'e/d'); os.rename('e', 'd')\\nprint('deep')\\\"";
     sb.write(
         "s.yaml",
         &format!(
