@@ -67,14 +67,19 @@ fn a_tool_calling_answer_searches_the_store_then_answers_and_recall_counts_its_r
     assert_eq!(run.code, 0, "{run:?}");
     let events = sb.events();
     assert_eq!(answering_calls(&events), ["search_entries", "final_answer"]);
-    // The search reached the store: its result holds the entry that matches.
+    // The search reached the store: its result holds the one entry that matches.
+    let search = of_type(&events, "action_dispatched")
+        .into_iter()
+        .find(|e| e["call"]["name"] == "search_entries")
+        .map(|e| e["call"]["call_id"].clone())
+        .unwrap();
     let found = tool_observations(&events)
         .into_iter()
-        .find(|o| {
-            o["tool_result"].to_string().contains("The user adopted a dog") && o["tool_result"]["entries"].is_array()
-        })
+        .find(|o| o["call_id"] == search)
         .unwrap_or_else(|| panic!("no search result: {events:?}"));
-    assert_eq!(found["tool_result"]["entries"].as_array().unwrap().len(), 1, "{found}");
+    let entries = found["tool_result"]["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 1, "{found}");
+    assert_eq!(entries[0]["summary"], "The user adopted a dog", "{found}");
     let refused: Vec<&Value> =
         of_type(&events, "agent_action").into_iter().filter(|e| e["name"] == "add_entry").collect();
     assert_eq!(refused.len(), 1, "{events:?}");
