@@ -243,7 +243,7 @@ fn agent_for(
         external: agent.program.as_ref().map(|program| ExternalParts {
             program: program.clone(),
             episode_id: episode_id.to_owned(),
-            task: serde_json::json!({"id": task.id, "input": task.input, "metadata": task.metadata}),
+            task: serde_json::json!({"id": task.id, "input": task.input, "metadata": task.full_metadata()}),
             budget: budget.clone(),
         }),
         session_search: suite.agent.searched_runs.clone(),
@@ -261,7 +261,8 @@ fn memory_agent_parts(episode_id: &str, suite: &Suite, task: &Task, run_dir: &st
     MemoryAgentParts {
         flush_every: suite.agent.flush_every.unwrap_or(DEFAULT_FLUSH_EVERY),
         prompts: suite.agent.prompts.clone().unwrap_or_default(),
-        sessions: conversation::sessions_of(&task.metadata).map_err(|(field, e)| format!("metadata.{field}: {e}")),
+        sessions: conversation::sessions_of(task.metadata_field("sessions"))
+            .map_err(|(field, e)| format!("metadata.{field}: {e}")),
         thread: episode_id.to_owned(),
         run_dir: Some(run_dir.to_owned()),
         question: task.input.clone(),
@@ -269,6 +270,8 @@ fn memory_agent_parts(episode_id: &str, suite: &Suite, task: &Task, run_dir: &st
         question_type: text("question_type"),
         abstention: task.metadata.get("abstention").and_then(|v| v.as_bool()).unwrap_or(false),
         evidence_sessions: evidence.into_iter().flatten().filter_map(|v| v.as_str()).map(str::to_owned).collect(),
+        evidence_turns: conversation::evidence_turns(&task.metadata),
+        answering: suite.agent.answering.clone().unwrap_or_default(),
     }
 }
 

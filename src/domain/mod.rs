@@ -59,6 +59,24 @@ pub struct Task {
     pub tags: Vec<String>,
     /// `pass_k: {k, n}`: the task runs n epochs and passes when k of them pass.
     pub pass_k: Option<PassK>,
+    /// Metadata the task shares with others, held once for all of them (a LoCoMo
+    /// conversation, which each of its questions replays); the task's own wins.
+    pub shared: Option<Arc<SharedMetadata>>,
+}
+
+/// Metadata several tasks share, and its digest (part of each task's).
+#[derive(Debug, PartialEq)]
+pub struct SharedMetadata {
+    pub fields: Map<String, Value>,
+    pub digest: String,
+}
+
+impl SharedMetadata {
+    pub fn new(fields: Map<String, Value>) -> SharedMetadata {
+        use sha2::{Digest, Sha256};
+        let digest = hex::encode(Sha256::digest(Value::Object(fields.clone()).to_string().as_bytes()));
+        SharedMetadata { fields, digest }
+    }
 }
 
 /// A task's k-of-n gate over its epochs.
@@ -109,7 +127,25 @@ impl Task {
             copies: Vec::new(),
             tags: Vec::new(),
             pass_k: None,
+            shared: None,
         }
+    }
+
+    /// A field of the task's metadata, its own or shared.
+    pub fn metadata_field(&self, key: &str) -> Option<&Value> {
+        self.metadata.get(key).or_else(|| self.shared.as_ref()?.fields.get(key))
+    }
+
+    /// The task's metadata with the shared fields it does not override: a copy, for the
+    /// few readers that want it whole (an external agent's task).
+    pub fn full_metadata(&self) -> Map<String, Value> {
+        let mut all = self.metadata.clone();
+        if let Some(shared) = &self.shared {
+            for (key, value) in &shared.fields {
+                all.entry(key.clone()).or_insert_with(|| value.clone());
+            }
+        }
+        all
     }
 }
 

@@ -364,6 +364,13 @@ pub struct ModelCallTiming {
     pub actor: Actor,
 }
 
+/// One turn of a replayed conversation: its session's id and its message number (from 1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnRef {
+    pub session: String,
+    pub turn: u32,
+}
+
 /// How an action the agent handled itself relates to the world (seed 001).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -554,6 +561,14 @@ pub enum Event {
         retrieved_sessions: Vec<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         recall: Option<f64>,
+        /// The turns that hold the evidence, and those among the entries the reads
+        /// returned; `turn_recall` is the share found.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        evidence_turns: Vec<TurnRef>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        retrieved_turns: Vec<TurnRef>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        turn_recall: Option<f64>,
     },
     /// The agent failed on its own (an external agent's program broke the protocol): the
     /// episode ends with `agent_error` and is scored, as any answer of the agent's is.

@@ -10,7 +10,7 @@ mod timestamp;
 pub mod writer;
 
 pub use event::{
-    ActionClass, DecidedBy, Event, Outcome, PermissionDecision, ProgramEnd, Termination, UnscoredCause, Usage,
+    ActionClass, DecidedBy, Event, Outcome, PermissionDecision, ProgramEnd, Termination, TurnRef, UnscoredCause, Usage,
 };
 pub use reader::{LoggedEvent, for_each_event, read_events};
 pub use writer::{EventLog, LogWriter, Recorder, Subscriber, Subscription};

@@ -1,6 +1,7 @@
 //! The memory table: for a run of the memory agent, accuracy per question type (and
 //! task-averaged, overall, and on abstention questions), each with its Wilson interval and
-//! scored and unscored counts; retrieval recall; tokens spent storing, answering and
+//! scored and unscored counts; retrieval recall, by evidence session and by evidence turn;
+//! tokens spent storing, answering and
 //! judging; entries written per session. All of it from the log: the latest
 //! `memory_answered` of each episode, its latest outcome and the scores of its latest scoring.
 
@@ -25,6 +26,7 @@ struct Question {
     /// `Some(passed)` when scored, `None` when unscored or not finished.
     passed: Option<bool>,
     recall: Option<f64>,
+    turn_recall: Option<f64>,
     sessions: u64,
     entries: u64,
     errors: u64,
@@ -73,6 +75,8 @@ pub struct MemoryReport {
     pub abstention: Option<Accuracy>,
     /// Mean recall over the questions whose evidence sessions are known, and how many.
     pub recall: Option<(f64, u64)>,
+    /// Mean recall over the questions whose evidence turns are known, and how many.
+    pub turn_recall: Option<(f64, u64)>,
     pub ingest_tokens: u64,
     pub answer_tokens: u64,
     pub judge_tokens: u64,
@@ -115,6 +119,7 @@ pub fn read(events: &Path) -> Result<Vec<(String, MemoryReport)>, ReadError> {
                 q.question_type = f.get("question_type").and_then(Value::as_str).unwrap_or("(none)").to_owned();
                 q.abstention = f.get("abstention").and_then(Value::as_bool).unwrap_or(false);
                 q.recall = f.get("recall").and_then(Value::as_f64);
+                q.turn_recall = f.get("turn_recall").and_then(Value::as_f64);
                 q.sessions = number("sessions");
                 q.entries = number("entries");
                 q.errors = number("errors");
@@ -167,15 +172,17 @@ impl MemoryReport {
         let rates: Vec<f64> = by_type.iter().filter_map(Accuracy::rate).collect();
         let task_averaged = (!rates.is_empty()).then(|| rates.iter().sum::<f64>() / rates.len() as f64);
         let abstaining: Vec<&Question> = questions.clone().filter(|q| q.abstention).collect();
-        let recalls: Vec<f64> = questions.clone().filter_map(|q| q.recall).collect();
+        let mean = |recalls: Vec<f64>| {
+            (!recalls.is_empty()).then(|| (recalls.iter().sum::<f64>() / recalls.len() as f64, recalls.len() as u64))
+        };
         let sum = |f: fn(&Question) -> u64| questions.clone().map(f).sum::<u64>();
         MemoryReport {
             by_type,
             task_averaged,
             overall: Some(Accuracy::of("all", questions.clone())),
             abstention: (!abstaining.is_empty()).then(|| Accuracy::of("abstention", abstaining.into_iter())),
-            recall: (!recalls.is_empty())
-                .then(|| (recalls.iter().sum::<f64>() / recalls.len() as f64, recalls.len() as u64)),
+            recall: mean(questions.clone().filter_map(|q| q.recall).collect()),
+            turn_recall: mean(questions.clone().filter_map(|q| q.turn_recall).collect()),
             ingest_tokens: sum(|q| q.ingest_tokens),
             answer_tokens: sum(|q| q.answer_tokens),
             judge_tokens: sum(|q| q.judge.1),
@@ -230,6 +237,18 @@ impl MemoryReport {
             }
             None => out.push_str("retrieval recall: - (no question with known evidence read the memory)\n"),
         }
+        match self.turn_recall {
+            Some((mean, n)) => {
+                let _ = writeln!(
+                    out,
+                    "retrieval recall by turn: {:.1}% of evidence turns found (mean over {n} questions)",
+                    mean * 100.0
+                );
+            }
+            None => {
+                out.push_str("retrieval recall by turn: - (no question with known evidence turns read the memory)\n")
+            }
+        }
         let _ = writeln!(
             out,
             "tokens: ingest {} · answer {} · judge {}",
@@ -255,6 +274,7 @@ mod tests {
             abstention,
             passed,
             recall,
+            turn_recall: recall.map(|r| r / 2.0),
             sessions: 2,
             entries: 4,
             ..Question::default()
@@ -279,6 +299,11 @@ mod tests {
         let abstention = report.abstention.as_ref().unwrap();
         assert_eq!((abstention.scored, abstention.unscored), (0, 1));
         assert_eq!(report.recall, Some((0.75, 2)));
+        // Half of each: (0.5 + 0.25) / 2.
+        assert_eq!(report.turn_recall, Some((0.375, 2)));
+        assert!(
+            report.render().contains("retrieval recall by turn: 37.5% of evidence turns found (mean over 2 questions)")
+        );
         assert_eq!((report.entries, report.sessions), (16, 8));
         assert!(report.render().contains("task-averaged"), "{}", report.render());
     }

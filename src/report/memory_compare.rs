@@ -105,9 +105,10 @@ pub fn render((a_name, a): (&str, &MemoryReport), (b_name, b): (&str, &MemoryRep
             p
         );
     }
-    let recall =
-        |r: &MemoryReport| r.recall.map_or("-".to_owned(), |(mean, n)| format!("{:.1}% (n={n})", mean * 100.0));
-    let _ = writeln!(out, "{:<28} {:>15} {:>15}", "retrieval recall", recall(a), recall(b));
+    let recall = |r: Option<(f64, u64)>| r.map_or("-".to_owned(), |(mean, n)| format!("{:.1}% (n={n})", mean * 100.0));
+    let _ = writeln!(out, "{:<28} {:>15} {:>15}", "retrieval recall (sessions)", recall(a.recall), recall(b.recall));
+    let _ =
+        writeln!(out, "{:<28} {:>15} {:>15}", "retrieval recall (turns)", recall(a.turn_recall), recall(b.turn_recall));
     for (label, figure) in [
         ("ingest tokens", (|r: &MemoryReport| r.ingest_tokens) as fn(&MemoryReport) -> u64),
         ("answer tokens", |r| r.answer_tokens),

@@ -3,13 +3,15 @@
 //! `speaker_b` in dated sessions — `session_N` lists of `{speaker, dia_id, text}` beside
 //! `session_N_date_time` — and `qa` items of `question`, `answer`, `evidence` (dia ids) and
 //! `category` 1–5) as tasks for the memory agent, one per QA item, like LongMemEval's: the
-//! sample's sessions become `metadata.sessions`, the evidence dia ids `D<session>:<turn>`
-//! name the evidence sessions (retrieval recall), the category the question type and the
-//! judge's rubric. Category 5 questions are adversarial: the conversation never says, and a
+//! sample's sessions become `metadata.sessions` — held once and shared by the sample's
+//! questions (`Task::shared`), not copied into each — the evidence dia ids
+//! `D<session>:<turn>` name the evidence sessions and turns (retrieval recall), the
+//! category the question type and the judge's rubric. Category 5 questions are adversarial: the conversation never says, and a
 //! reply that gives their `adversarial_answer` is wrong, so they are abstention questions.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
@@ -17,8 +19,8 @@ use super::TaskFile;
 use crate::agent::memory_agent::conversation::parse_date;
 use crate::config::decode::ConfigError;
 use crate::config::yaml::Position;
-use crate::domain::MockTurn;
 use crate::domain::text::Text;
+use crate::domain::{MockTurn, SharedMetadata};
 
 /// The question type of each category, 1 to 5, as LoCoMo's evaluation names them.
 pub const QUESTION_TYPES: [&str; 5] = ["multi-hop", "temporal", "open-domain", "single-hop", "adversarial"];
@@ -63,21 +65,45 @@ fn sample_tasks(sample: Value, i: usize, tasks: &mut Vec<TaskFile>) -> Result<()
             at("conversation"),
             "must be an object (speaker_a, speaker_b, session_N, session_N_date_time)".to_owned(),
         ))?;
-    let (sessions, last_date) = sessions_of(conversation, &|field| at(&format!("conversation.{field}")))?;
+    let read = sessions_of(conversation, &|field| at(&format!("conversation.{field}")))?;
+    let mut shared = Map::new();
+    shared.insert("sessions".into(), Value::Array(read.sessions));
+    let shared = Arc::new(SharedMetadata::new(shared));
+    let sessions = match shared.fields.get("sessions") {
+        Some(Value::Array(sessions)) => sessions.as_slice(),
+        _ => &[],
+    };
+    let conversation = Conversation { sessions, shared: &shared, dia: &read.dia };
     let qa = sample.get("qa").ok_or((at("qa"), "is missing".to_owned()))?;
     let qa = qa.as_array().ok_or((at("qa"), "must be a list of questions".to_owned()))?;
     for (k, item) in qa.iter().enumerate() {
         let at = |field: &str| at(&format!("qa[{k}]{field}"));
         let item = item.as_object().ok_or((at(""), "must be an object (a question)".to_owned()))?;
-        tasks.push(question_task(item, &format!("{sample_id}-q{}", k + 1), &sessions, &last_date, &at)?);
+        tasks.push(question_task(item, &format!("{sample_id}-q{}", k + 1), &conversation, &read.last_date, &at)?);
     }
     Ok(())
+}
+
+/// A sample's conversation as read: its sessions, and where each dia id is.
+struct Read {
+    sessions: Vec<Value>,
+    /// The date of the last session (when the questions are asked).
+    last_date: String,
+    /// Each turn's dia id, and its session id and message number (from 1).
+    dia: HashMap<String, (String, u32)>,
+}
+
+/// A sample's conversation, as its questions see it.
+struct Conversation<'a> {
+    sessions: &'a [Value],
+    shared: &'a Arc<SharedMetadata>,
+    dia: &'a HashMap<String, (String, u32)>,
 }
 
 /// The sample's sessions in number order, as `metadata.sessions` wants them, and the date
 /// of the last (when its questions are asked). A session's speakers become `user`
 /// (`speaker_a`) and `assistant` (`speaker_b`), each message led by the speaker's name.
-fn sessions_of(conversation: &Map<String, Value>, at: &dyn Fn(&str) -> String) -> Result<(Vec<Value>, String), Bad> {
+fn sessions_of(conversation: &Map<String, Value>, at: &dyn Fn(&str) -> String) -> Result<Read, Bad> {
     let speaker = |key: &str| -> Result<String, Bad> {
         conversation.get(key).and_then(Value::as_str).map(str::to_owned).ok_or((at(key), "must be a string".into()))
     };
@@ -92,6 +118,7 @@ fn sessions_of(conversation: &Map<String, Value>, at: &dyn Fn(&str) -> String) -
     }
     let mut sessions = Vec::with_capacity(numbered.len());
     let mut last_date = String::new();
+    let mut dia = HashMap::new();
     for (n, (key, turns)) in numbered {
         let date_key = format!("{key}_date_time");
         let date = match conversation.get(&date_key) {
@@ -117,6 +144,9 @@ fn sessions_of(conversation: &Map<String, Value>, at: &dyn Fn(&str) -> String) -
                 content.push_str(&format!(" [shares a photo: {caption}]"));
             }
             messages.push(json!({"role": role, "content": content}));
+            if let Some(id) = turn.get("dia_id").and_then(Value::as_str) {
+                dia.insert(id.to_owned(), (format!("session_{n}"), messages.len() as u32));
+            }
         }
         sessions.push(json!({"id": format!("session_{n}"), "date": date, "messages": messages}));
         last_date = date;
@@ -124,13 +154,13 @@ fn sessions_of(conversation: &Map<String, Value>, at: &dyn Fn(&str) -> String) -
     if sessions.is_empty() {
         return Err((at("session_1"), "is missing: a conversation has at least one session".into()));
     }
-    Ok((sessions, last_date))
+    Ok(Read { sessions, last_date, dia })
 }
 
 fn question_task(
     item: &Map<String, Value>,
     id: &str,
-    sessions: &[Value],
+    conversation: &Conversation<'_>,
     question_date: &str,
     at: &dyn Fn(&str) -> String,
 ) -> Result<TaskFile, Bad> {
@@ -156,7 +186,7 @@ fn question_task(
     } else {
         (text("answer")?.ok_or((at(".answer"), "is missing".to_owned()))?, None)
     };
-    let evidence = evidence_sessions(item, sessions, at)?;
+    let (evidence, turns) = evidence_of(item, conversation, at)?;
     let mock = match item.get("mock") {
         None => None,
         Some(turns) => Some(
@@ -173,12 +203,13 @@ fn question_task(
         metadata.insert("adversarial_answer".into(), json!(trap));
     }
     metadata.insert("answer_session_ids".into(), Value::Array(evidence));
-    metadata.insert("sessions".into(), Value::Array(sessions.to_vec()));
+    metadata.insert("evidence_turns".into(), Value::Array(turns));
     Ok(TaskFile {
         id: Text(id.to_owned()),
         input: Text(input),
         target: Some(Text(answer)),
         metadata,
+        shared: Some(conversation.shared.clone()),
         mock,
         tags: vec![(*question_type).to_owned()],
         ..TaskFile::default()
@@ -186,16 +217,19 @@ fn question_task(
 }
 
 /// The sessions the evidence dia ids (`D<session>:<turn>`) point into, each once, in the
-/// order named. The published file writes a few as `"D8:6; D9:17"`; a fragment that names
-/// no session (a bare `"D"`) points nowhere and is passed over.
-fn evidence_sessions(
+/// order named, and the turns they name (`{session, turn}`, the turn where the dia id is in
+/// its session, else its number). The published file writes a few as `"D8:6; D9:17"`; a
+/// fragment that names no session (a bare `"D"`) points nowhere and is passed over.
+fn evidence_of(
     item: &Map<String, Value>,
-    sessions: &[Value],
+    conversation: &Conversation<'_>,
     at: &dyn Fn(&str) -> String,
-) -> Result<Vec<Value>, Bad> {
+) -> Result<(Vec<Value>, Vec<Value>), Bad> {
+    let sessions = conversation.sessions;
     let Some(given) = item.get("evidence") else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     };
+    let mut turns: Vec<Value> = Vec::new();
     let given = given.as_array().ok_or((at(".evidence"), "must be a list of dia ids (`D1:3`)".to_owned()))?;
     let mut found: Vec<Value> = Vec::new();
     for (j, dia) in given.iter().enumerate() {
@@ -210,12 +244,22 @@ fn evidence_sessions(
                     format!("`{dia}` points into `{session}`, which the conversation does not have"),
                 ));
             }
+            let turn = match conversation.dia.get(piece) {
+                Some((session, n)) => Some((session.clone(), *n)),
+                None => piece.split(':').nth(1).and_then(|t| t.parse::<u32>().ok()).map(|n| (session.clone(), n)),
+            };
+            if let Some((session, turn)) = turn {
+                let turn = json!({"session": session, "turn": turn});
+                if !turns.contains(&turn) {
+                    turns.push(turn);
+                }
+            }
             if !found.iter().any(|f| f == session.as_str()) {
                 found.push(json!(session));
             }
         }
     }
-    Ok(found)
+    Ok((found, turns))
 }
 
 /// The judge's rubric for a question of `question_type` whose expected answer is `answer`;
@@ -270,7 +314,11 @@ mod tests {
         assert_eq!(first.metadata["question_type"], "single-hop");
         assert_eq!(first.metadata["answer_session_ids"], json!(["session_2"]));
         assert_eq!(first.metadata["question_date"], "2023-05-03T09:00:00Z");
-        let sessions = &first.metadata["sessions"];
+        // The sessions are the sample's, held once for both questions, not in their own metadata.
+        assert!(first.metadata.get("sessions").is_none());
+        let shared = first.shared.as_ref().unwrap();
+        assert!(Arc::ptr_eq(shared, second.shared.as_ref().unwrap()));
+        let sessions = &shared.fields["sessions"];
         assert_eq!(sessions[0]["id"], "session_1");
         assert_eq!(sessions[0]["date"], "2023-05-01T13:56:00Z");
         assert_eq!(sessions[0]["messages"][0], json!({"role": "user", "content": "Ana: I adopted a cat."}));
@@ -280,6 +328,11 @@ mod tests {
         );
         assert_eq!(second.metadata["abstention"], true);
         assert_eq!(second.metadata["answer_session_ids"], json!(["session_1", "session_2"]));
+        assert_eq!(first.metadata["evidence_turns"], json!([{"session": "session_2", "turn": 1}]));
+        assert_eq!(
+            second.metadata["evidence_turns"],
+            json!([{"session": "session_1", "turn": 1}, {"session": "session_2", "turn": 1}])
+        );
         assert!(second.metadata["rubric"].as_str().unwrap().contains("`a dog`"));
     }
 

@@ -4,7 +4,8 @@
 //! as tasks for the memory agent: the haystack becomes `metadata.sessions` (replayed in
 //! date order), the question the input, the answer the target, and the question's type
 //! picks the judge's rubric (`metadata.rubric`, for `llm_rubric: "{{ rubric }}"`). A turn's
-//! `has_answer` is dropped here: no task field carries it to a model.
+//! `has_answer` is dropped from the messages here: only the report's recall by turn reads
+//! which turns had it (`metadata.evidence_turns`: `[{session, turn}]`, never in a prompt).
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -87,6 +88,8 @@ fn question_task(question: Value, i: usize) -> Result<TaskFile, Bad> {
     }
     let mut sessions = Vec::with_capacity(haystack.len());
     let mut known = HashSet::new();
+    // The turns marked `has_answer`, kept for the report's recall by turn alone.
+    let mut evidence_turns = Vec::new();
     for (j, ((id, date), turns)) in ids.iter().zip(&dates).zip(&haystack).enumerate() {
         let id = id.as_str().ok_or((at(&format!("haystack_session_ids[{j}]")), "must be a string".to_owned()))?;
         known.insert(id.to_owned());
@@ -103,8 +106,11 @@ fn question_task(question: Value, i: usize) -> Result<TaskFile, Bad> {
             if !ROLES.contains(&role) {
                 return Err((field("role"), format!("unknown role `{role}`, expected one of: {}", ROLES.join(", "))));
             }
-            // Only the role and the content: `has_answer` stays out of every task field.
+            // Only the role and the content: `has_answer` stays out of every message.
             messages.push(json!({"role": role, "content": get("content")?}));
+            if turn.get("has_answer").and_then(Value::as_bool) == Some(true) {
+                evidence_turns.push(json!({"session": id, "turn": k + 1}));
+            }
         }
         sessions.push(json!({"id": id, "date": date, "messages": messages}));
     }
@@ -132,6 +138,7 @@ fn question_task(question: Value, i: usize) -> Result<TaskFile, Bad> {
     metadata.insert("question_date".into(), json!(question_date));
     metadata.insert("abstention".into(), json!(abstention));
     metadata.insert("answer_session_ids".into(), Value::Array(evidence));
+    metadata.insert("evidence_turns".into(), Value::Array(evidence_turns));
     metadata.insert("sessions".into(), Value::Array(sessions));
     Ok(TaskFile {
         id: Text(id),
@@ -203,6 +210,10 @@ mod tests {
         assert!(!metadata.contains("has_answer"), "{metadata}");
         assert_eq!(task.metadata["question_date"], "2023-06-01T09:00:00Z");
         assert_eq!(task.metadata["sessions"][0]["date"], "2023-05-21T10:00:00Z");
+        // Session `b`'s first turn has the answer: the report knows it, no message says it.
+        assert_eq!(task.metadata["evidence_turns"], json!([{"session": "b", "turn": 1}]));
+        let messages = task.metadata["sessions"].to_string();
+        assert!(!messages.contains("has_answer") && !messages.contains("evidence"), "{messages}");
     }
 
     #[test]

@@ -184,6 +184,10 @@ pub struct AgentConfig {
     /// `memory` only: its own prompts in place of the default files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompts: Option<crate::agent::memory_agent::MemoryPrompts>,
+    /// `memory` only: how the question is answered after the replay, `{with: context}`
+    /// (the default) or `{with: tools, tools: [...], max_steps: N}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answering: Option<crate::agent::memory_agent::Answering>,
 }
 
 pub const DEFAULT_MAX_CHILDREN: u32 = 3;
@@ -290,6 +294,9 @@ pub(crate) struct TaskFile {
     pub files: BTreeMap<String, Text>,
     #[serde(default)]
     pub metadata: Map<String, Value>,
+    /// Metadata shared with other tasks of the same file (a dataset reader's, never written).
+    #[serde(skip)]
+    pub shared: Option<Arc<crate::domain::SharedMetadata>>,
     #[serde(default)]
     pub scorers: Vec<ScorerSpec>,
     pub mock: Option<Vec<MockTurn>>,
@@ -591,7 +598,7 @@ fn from_source(
         let task = build_task(raw, &suite_mock, &suite_mock_subagents)
             .map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
         if file.agent.kind == AgentKind::Memory {
-            crate::agent::memory_agent::conversation::sessions_of(&task.metadata)
+            crate::agent::memory_agent::conversation::sessions_of(task.metadata_field("sessions"))
                 .map_err(|(field, e)| source.error(&yaml::child(&yaml::child(&at, "metadata"), &field), e))?;
         }
         finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)?;
@@ -687,13 +694,20 @@ fn toolsets(
 /// The keys only a `memory` agent takes, refused to the other kinds, and checked.
 fn check_memory_agent(source: &Source, agent: &AgentConfig) -> Result<(), ConfigError> {
     if agent.kind != AgentKind::Memory {
-        let given = [("flush_every", agent.flush_every.is_some()), ("prompts", agent.prompts.is_some())];
+        let given = [
+            ("flush_every", agent.flush_every.is_some()),
+            ("prompts", agent.prompts.is_some()),
+            ("answering", agent.answering.is_some()),
+        ];
         if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
             return Err(source.error(&format!("agent.{key}"), "is for `kind: memory` agents only"));
         }
     }
     if agent.flush_every == Some(0) {
         return Err(source.error("agent.flush_every", "must be at least 1"));
+    }
+    if let Some(answering) = &agent.answering {
+        answering.check().map_err(|(field, why)| source.error(&format!("agent.answering.{field}"), why))?;
     }
     Ok(())
 }
@@ -891,6 +905,9 @@ pub(crate) fn build_task(
         if !raw.memory.is_empty() {
             content["memory"] = json!(raw.memory);
         }
+        if let Some(shared) = &raw.shared {
+            content["shared"] = json!(shared.digest);
+        }
         hex::encode(Sha256::digest(content.to_string().as_bytes()))
     };
     let mut task = Task {
@@ -912,6 +929,7 @@ pub(crate) fn build_task(
         copies: Vec::new(),
         tags: raw.tags,
         pass_k: raw.pass_k,
+        shared: raw.shared,
     };
     let ctx = task.template_context();
     let render_script = |script: &[MockTurn]| -> Result<Arc<[MockTurn]>, String> {

@@ -97,7 +97,8 @@ impl Checkpoints {
                 insert.execute(params![thread, seq as i64, message.role, message.content]).map_err(failed)?;
             }
         }
-        tx.execute("INSERT OR REPLACE INTO threads (thread_id, state) VALUES (?1, ?2)", params![thread, text])
+        tx.prepare_cached("INSERT OR REPLACE INTO threads (thread_id, state) VALUES (?1, ?2)")
+            .and_then(|mut statement| statement.execute(params![thread, text]))
             .map_err(failed)?;
         tx.commit().map_err(failed)?;
         self.stored = state.conversation_history.len();

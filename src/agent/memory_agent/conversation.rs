@@ -25,10 +25,11 @@ pub struct Session {
 /// The roles a replayed message may have.
 pub const ROLES: [&str; 3] = ["user", "assistant", "system"];
 
-/// The sessions of a task's metadata (`sessions: [{id, date, messages: [{role, content}]}]`),
-/// in date order (the given order when a session has no date). An error names the field.
-pub fn sessions_of(metadata: &serde_json::Map<String, Value>) -> Result<Vec<Session>, (String, String)> {
-    let Some(given) = metadata.get("sessions") else {
+/// The sessions of a task's metadata (`sessions: [{id, date, messages: [{role, content}]}]`,
+/// the field given), in date order (the given order when a session has no date). An error
+/// names the field.
+pub fn sessions_of(given: Option<&Value>) -> Result<Vec<Session>, (String, String)> {
+    let Some(given) = given else {
         return Ok(Vec::new());
     };
     let list = given.as_array().ok_or(("sessions".to_owned(), "must be a list of sessions".to_owned()))?;
@@ -69,6 +70,21 @@ pub fn sessions_of(metadata: &serde_json::Map<String, Value>) -> Result<Vec<Sess
         sessions.sort_by(|a, b| a.date.cmp(&b.date));
     }
     Ok(sessions)
+}
+
+/// The turns that hold a question's evidence, for the report only: `metadata.evidence_turns`
+/// (`[{session, turn}]`, the turn numbered from 1 in its session), as the LongMemEval and
+/// LoCoMo readers write it; what is not of that shape is passed over.
+pub fn evidence_turns(metadata: &serde_json::Map<String, Value>) -> Vec<(String, u32)> {
+    let Some(Value::Array(turns)) = metadata.get("evidence_turns") else { return Vec::new() };
+    turns
+        .iter()
+        .filter_map(|t| {
+            let session = t.get("session")?.as_str()?.to_owned();
+            let turn = u32::try_from(t.get("turn")?.as_u64()?).ok()?;
+            Some((session, turn))
+        })
+        .collect()
 }
 
 /// A date as the memory benchmarks write them, as RFC 3339 (UTC): `2023-05-20`,
@@ -132,7 +148,7 @@ mod tests {
             {"id": "b", "date": "2023/05/21 (Sun) 10:00", "messages": [{"role": "user", "content": "later", "has_answer": true}]},
             {"id": "a", "date": "2023/05/20 (Sat) 10:00", "messages": [{"role": "assistant", "content": "earlier"}]},
         ]});
-        let sessions = sessions_of(metadata.as_object().unwrap()).unwrap();
+        let sessions = sessions_of(metadata.get("sessions")).unwrap();
         let ids: Vec<&str> = sessions.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, ["a", "b"]);
         let stored = serde_json::to_string(&sessions[1].messages).unwrap();
@@ -143,7 +159,7 @@ mod tests {
     fn an_unknown_role_is_named_with_its_path() {
         let metadata =
             json!({"sessions": [{"messages": [{"role": "user", "content": "x"}, {"role": "bot", "content": "y"}]}]});
-        let (field, why) = sessions_of(metadata.as_object().unwrap()).unwrap_err();
+        let (field, why) = sessions_of(metadata.get("sessions")).unwrap_err();
         assert_eq!(field, "sessions[0].messages[1].role");
         assert!(why.contains("unknown role `bot`"), "{why}");
     }

@@ -5,10 +5,14 @@
 //! world like any agent's: the agent only proposes them.
 //!
 //! When the replay is over and the task asks a question, the agent answers it from the
-//! memory: it searches the entries for the question and reads the context document (its
-//! own calls), then asks the model with both in the prompt, and gives the model's words as
-//! its final answer.
+//! memory, as the suite chooses (`answering.rs`): by default it searches the entries for
+//! the question and reads the context document (its own calls), then asks the model with
+//! both in the prompt, and gives the model's words as its final answer; with
+//! `answering: {with: tools}` a tool-calling agent offered only the store's read tools
+//! answers. Either way, what the reads returned gives retrieval recall: by evidence session
+//! and by evidence turn (an entry's key names the session and message it was written for).
 
+pub mod answering;
 mod checkpoint;
 pub mod control;
 pub mod conversation;
@@ -20,10 +24,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::{Agent, AgentFault, Proposal, Turn};
+use super::{Agent, AgentFault, Proposal, ToolCallingAgent, Turn};
 use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall, ToolSpec};
-use crate::log::{Event, UnscoredCause, Usage};
+use crate::log::{Event, TurnRef, UnscoredCause, Usage};
 use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
+use answering::ToolAnswer;
+pub use answering::{AnswerWith, Answering};
 pub use checkpoint::FILE as CHECKPOINT_FILE;
 use checkpoint::{Checkpoints, ThreadState};
 use control::{ADD_ENTRY, Ask, ControlState, GET_CONTEXT, Invocation, LIST_ENTRIES, Next, SEARCH_ENTRIES, decide};
@@ -58,6 +64,10 @@ pub struct MemoryAgentParts {
     pub question_type: Option<String>,
     pub abstention: bool,
     pub evidence_sessions: Vec<String>,
+    /// The turns that hold the evidence, as (session id, message number from 1).
+    pub evidence_turns: Vec<(String, u32)>,
+    /// How the question is answered.
+    pub answering: Answering,
 }
 
 impl MemoryAgentParts {
@@ -74,6 +84,8 @@ impl MemoryAgentParts {
             question_type: None,
             abstention: false,
             evidence_sessions: Vec::new(),
+            evidence_turns: Vec::new(),
+            answering: Answering::default(),
         }
     }
 }
@@ -100,6 +112,12 @@ pub struct MemoryAgent {
     question_type: Option<String>,
     abstention: bool,
     evidence_sessions: Vec<String>,
+    evidence_turns: Vec<(String, u32)>,
+    answering: Answering,
+    /// The tool-calling agent answering, once it started (`answering: {with: tools}`).
+    tool_answer: Option<ToolAnswer>,
+    /// Why the answering agent failed on its own (it never gave its answer).
+    failed: Option<String>,
     /// What this attempt's model calls used, storing and answering.
     ingest_usage: Usage,
     answer_usage: Usage,
@@ -122,6 +140,8 @@ enum AnswerStage {
     NotYet,
     /// The memory's reads for the question were proposed.
     Reading(Vec<String>),
+    /// A tool-calling agent is answering.
+    Tools,
     Given,
 }
 
@@ -152,6 +172,10 @@ impl MemoryAgent {
             question_type: parts.question_type,
             abstention: parts.abstention,
             evidence_sessions: parts.evidence_sessions,
+            evidence_turns: parts.evidence_turns,
+            answering: parts.answering,
+            tool_answer: None,
+            failed: None,
             ingest_usage: Usage::default(),
             answer_usage: Usage::default(),
         }
@@ -426,6 +450,21 @@ impl MemoryAgent {
     /// report of what was stored.
     async fn answer(&mut self, turn: &Turn<'_>, spent: &mut Spent) -> Result<Vec<ToolCall>, AgentFault> {
         match std::mem::replace(&mut self.answer, AnswerStage::Given) {
+            AnswerStage::NotYet if !self.question.trim().is_empty() && self.answering.with == AnswerWith::Tools => {
+                let agent = ToolCallingAgent::new(
+                    self.model.clone(),
+                    &self.model_name,
+                    Some(self.prompts.answer_with_tools(self.question_date.as_deref())),
+                    false,
+                );
+                self.tool_answer = Some(ToolAnswer::new(agent, &self.answering, &self.question));
+                self.answer = AnswerStage::Tools;
+                self.answer_with_tools(turn, spent).await
+            }
+            AnswerStage::Tools => {
+                self.answer = AnswerStage::Tools;
+                self.answer_with_tools(turn, spent).await
+            }
             AnswerStage::NotYet if !self.question.trim().is_empty() => {
                 let search =
                     if turn.tools.iter().any(|t| t.name == SEARCH_ENTRIES) { SEARCH_ENTRIES } else { LIST_ENTRIES };
@@ -452,7 +491,8 @@ impl MemoryAgent {
                     .iter()
                     .filter_map(|id| turn.observations.iter().find(|o| o.call_id.as_deref() == Some(id)))
                     .collect();
-                let retrieved = self.sessions_found(&observed);
+                let results: Vec<Value> = observed.iter().map(|o| payload(o.tool_result.as_ref())).collect();
+                let retrieved = self.found(&results);
                 let read: Vec<String> = observed
                     .iter()
                     .map(|o| match (&o.error, payload(o.tool_result.as_ref())) {
@@ -485,33 +525,78 @@ impl MemoryAgent {
 }
 
 impl MemoryAgent {
-    /// The sessions of the entries the reads for the question returned, in the order
-    /// found, each once: an entry's key is `thread/session/message`.
-    fn sessions_found(&self, observed: &[&Observation]) -> Vec<String> {
-        let prefix = format!("{}/", self.thread);
-        let mut found: Vec<String> = Vec::new();
-        let results: Vec<Value> = observed.iter().map(|o| payload(o.tool_result.as_ref())).collect();
+    /// One turn of the tool-calling answer: its calls, and once it answers, the report.
+    async fn answer_with_tools(&mut self, turn: &Turn<'_>, spent: &mut Spent) -> Result<Vec<ToolCall>, AgentFault> {
+        let Some(answer) = self.tool_answer.as_mut() else { return Ok(Vec::new()) };
+        let answered = answer.propose(turn).await?;
+        let proposal = answered.proposal;
+        spent.usage.add(proposal.usage);
+        self.answer_usage.add(proposal.usage);
+        spent.cost_usd = match (spent.cost_usd, proposal.cost_usd) {
+            (Some(a), Some(b)) => Some(a + b),
+            _ => None,
+        };
+        if answered.done {
+            self.answer = AnswerStage::Given;
+            let results = std::mem::take(&mut answer.read);
+            let retrieved = self.found(&results);
+            self.report(turn, Some(retrieved));
+        }
+        self.failed = proposal.failed;
+        Ok(proposal.calls)
+    }
+
+    /// What the reads for the question returned: the entries' sources, each once, in the
+    /// order found. An entry the agent wrote has the key `thread/session/message`.
+    fn found(&self, results: &[Value]) -> Found {
+        let mut found = Found::default();
         let entries = results.iter().filter_map(|result| result.get("entries")?.as_array());
         for entry in entries.flatten() {
             let Some(key) = entry.get("key").and_then(Value::as_str) else { continue };
-            let Some((session, _)) = key.strip_prefix(&prefix).and_then(|rest| rest.rsplit_once('/')) else { continue };
-            if !found.iter().any(|s| s == session) {
-                found.push(session.to_owned());
+            let Some((session, n)) = self.source(key) else { continue };
+            if !found.sessions.iter().any(|s| s == session) {
+                found.sessions.push(session.to_owned());
+            }
+            if !found.turns.iter().any(|(s, m)| s == session && *m == n) {
+                found.turns.push((session.to_owned(), n));
             }
         }
         found
     }
 
+    /// The session and message number an entry's key names: `…/<session id>/<n>`, the
+    /// session one of the conversation's (the longest id that fits, so that an id with a
+    /// `/` in it is read whole).
+    fn source(&self, key: &str) -> Option<(&str, u32)> {
+        let (rest, n) = key.rsplit_once('/')?;
+        let n: u32 = n.parse().ok()?;
+        let session = self
+            .sessions
+            .iter()
+            .map(|s| s.id.as_str())
+            .filter(|id| rest.strip_suffix(id).is_some_and(|before| before.ends_with('/')))
+            .max_by_key(|id| id.len())?;
+        Some((session, n))
+    }
+
     /// The `memory_answered` event: what the replay stored and spent, and, when the agent
-    /// read the memory for a question, which evidence sessions it found.
-    fn report(&self, turn: &Turn<'_>, retrieved: Option<Vec<String>>) {
+    /// read the memory for a question, which evidence sessions and turns it found.
+    fn report(&self, turn: &Turn<'_>, retrieved: Option<Found>) {
         let recall = match (&retrieved, self.evidence_sessions.len()) {
             (Some(found), n) if n > 0 => {
-                let hit = self.evidence_sessions.iter().filter(|s| found.contains(s)).count();
+                let hit = self.evidence_sessions.iter().filter(|s| found.sessions.contains(s)).count();
                 Some(hit as f64 / n as f64)
             }
             _ => None,
         };
+        let turn_recall = match (&retrieved, self.evidence_turns.len()) {
+            (Some(found), n) if n > 0 => {
+                let hit = self.evidence_turns.iter().filter(|t| found.turns.contains(t)).count();
+                Some(hit as f64 / n as f64)
+            }
+            _ => None,
+        };
+        let retrieved = retrieved.unwrap_or_default();
         turn.recorder.emit(&Event::MemoryAnswered {
             step: turn.budget.step,
             thread: self.thread.clone(),
@@ -524,10 +609,21 @@ impl MemoryAgent {
             ingest_usage: self.ingest_usage,
             answer_usage: self.answer_usage,
             evidence_sessions: self.evidence_sessions.clone(),
-            retrieved_sessions: retrieved.unwrap_or_default(),
+            retrieved_sessions: retrieved.sessions,
             recall,
+            evidence_turns: self.evidence_turns.iter().map(|(s, n)| TurnRef { session: s.clone(), turn: *n }).collect(),
+            retrieved_turns: retrieved.turns.into_iter().map(|(session, turn)| TurnRef { session, turn }).collect(),
+            turn_recall,
         });
     }
+}
+
+/// The sources of the entries the answer's reads returned.
+#[derive(Debug, Default)]
+struct Found {
+    sessions: Vec<String>,
+    /// (session id, message number from 1).
+    turns: Vec<(String, u32)>,
 }
 
 /// What a turn's model calls used and cost.
@@ -577,7 +673,13 @@ impl Agent for MemoryAgent {
                 Next::Done => self.finish_invocation(&turn, None)?,
             }
         };
-        Ok(Proposal { calls, usage: spent.usage, cost_usd: spent.cost_usd, ..Proposal::default() })
+        Ok(Proposal {
+            calls,
+            usage: spent.usage,
+            cost_usd: spent.cost_usd,
+            failed: self.failed.take(),
+            ..Proposal::default()
+        })
     }
 }
 

@@ -15,6 +15,8 @@ pub struct MemoryPrompts {
     pub summary: Option<String>,
     pub context: Option<String>,
     pub answer: Option<String>,
+    /// The rules of a tool-calling answer (`answering: {with: tools}`).
+    pub answer_tools: Option<String>,
 }
 
 pub struct Prompts {
@@ -23,6 +25,7 @@ pub struct Prompts {
     summary: String,
     context: String,
     answer: String,
+    answer_tools: String,
 }
 
 impl Prompts {
@@ -34,6 +37,7 @@ impl Prompts {
             summary: pick(own.summary, include_str!("prompts/summary.md")),
             context: pick(own.context, include_str!("prompts/context.md")),
             answer: pick(own.answer, include_str!("prompts/answer.md")),
+            answer_tools: pick(own.answer_tools, include_str!("prompts/answer_tools.md")),
         }
     }
 
@@ -69,5 +73,11 @@ impl Prompts {
             prefix = self.agent_prefix,
             rules = self.answer
         )
+    }
+
+    /// The system prompt of a tool-calling answer; the question is its first message.
+    pub fn answer_with_tools(&self, date: Option<&str>) -> String {
+        let date = date.map(|d| format!("\n\nThe question is asked on: {d}")).unwrap_or_default();
+        format!("{prefix}\n\n{rules}{date}\n", prefix = self.agent_prefix, rules = self.answer_tools)
     }
 }

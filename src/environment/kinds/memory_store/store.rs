@@ -82,27 +82,22 @@ impl Store {
         ensure_memory(&tx, at)?;
         if let Some(key) = entry.key {
             let known: Option<i64> = tx
-                .query_row(
-                    "SELECT id FROM entries WHERE vault_id = ?1 AND memory_id = ?2 AND key = ?3",
-                    params![at.vault, at.memory, key],
-                    |row| row.get(0),
-                )
+                .prepare_cached("SELECT id FROM entries WHERE vault_id = ?1 AND memory_id = ?2 AND key = ?3")?
+                .query_row(params![at.vault, at.memory, key], |row| row.get(0))
                 .optional()?;
             if let Some(id) = known {
                 return Ok((id, false));
             }
         }
         let tags = entry.tags.to_string();
-        tx.execute(
+        tx.prepare_cached(
             "INSERT INTO entries (vault_id, memory_id, summary, raw_entry, tags, time, key)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![at.vault, at.memory, entry.summary, entry.raw_entry, tags, entry.time, entry.key],
-        )?;
+        )?
+        .execute(params![at.vault, at.memory, entry.summary, entry.raw_entry, tags, entry.time, entry.key])?;
         let id = tx.last_insert_rowid();
-        tx.execute(
-            "INSERT INTO entries_fts (rowid, summary, raw_entry, tags) VALUES (?1, ?2, ?3, ?4)",
-            params![id, entry.summary, entry.raw_entry, tags_text(entry.tags)],
-        )?;
+        tx.prepare_cached("INSERT INTO entries_fts (rowid, summary, raw_entry, tags) VALUES (?1, ?2, ?3, ?4)")?
+            .execute(params![id, entry.summary, entry.raw_entry, tags_text(entry.tags)])?;
         tx.commit()?;
         Ok((id, true))
     }
@@ -135,11 +130,8 @@ impl Store {
     pub fn context(&self, at: MemoryRef<'_>) -> rusqlite::Result<(String, Option<String>)> {
         let found = self
             .db
-            .query_row(
-                "SELECT context, context_time FROM memories WHERE vault_id = ?1 AND memory_id = ?2",
-                params![at.vault, at.memory],
-                |row| Ok((row.get(0)?, row.get(1)?)),
-            )
+            .prepare_cached("SELECT context, context_time FROM memories WHERE vault_id = ?1 AND memory_id = ?2")?
+            .query_row(params![at.vault, at.memory], |row| Ok((row.get(0)?, row.get(1)?)))
             .optional()?;
         Ok(found.unwrap_or_default())
     }
@@ -147,25 +139,24 @@ impl Store {
     pub fn put_context(&mut self, at: MemoryRef<'_>, content: &str, time: &str) -> rusqlite::Result<()> {
         let tx = self.db.transaction()?;
         ensure_memory(&tx, at)?;
-        tx.execute(
+        tx.prepare_cached(
             "UPDATE memories SET context = ?3, context_time = ?4 WHERE vault_id = ?1 AND memory_id = ?2",
-            params![at.vault, at.memory, content, time],
-        )?;
+        )?
+        .execute(params![at.vault, at.memory, content, time])?;
         tx.commit()
     }
 
     /// How many entries a memory holds.
     pub fn count(&self, at: MemoryRef<'_>) -> rusqlite::Result<i64> {
-        self.db.query_row(
-            "SELECT count(*) FROM entries WHERE vault_id = ?1 AND memory_id = ?2",
-            params![at.vault, at.memory],
-            |row| row.get(0),
-        )
+        self.db
+            .prepare_cached("SELECT count(*) FROM entries WHERE vault_id = ?1 AND memory_id = ?2")?
+            .query_row(params![at.vault, at.memory], |row| row.get(0))
     }
 }
 
 fn ensure_memory(tx: &rusqlite::Transaction<'_>, at: MemoryRef<'_>) -> rusqlite::Result<()> {
-    tx.execute("INSERT OR IGNORE INTO memories (vault_id, memory_id) VALUES (?1, ?2)", params![at.vault, at.memory])?;
+    tx.prepare_cached("INSERT OR IGNORE INTO memories (vault_id, memory_id) VALUES (?1, ?2)")?
+        .execute(params![at.vault, at.memory])?;
     Ok(())
 }
 
