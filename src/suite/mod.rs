@@ -184,6 +184,9 @@ pub struct AgentConfig {
     /// `memory` only: its own prompts in place of the default files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompts: Option<crate::agent::memory_agent::MemoryPrompts>,
+    /// `memory` only: whether one ingestion serves every episode of the same key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingest: Option<crate::agent::memory_agent::ingestion::IngestSettings>,
 }
 
 pub const DEFAULT_MAX_CHILDREN: u32 = 3;
@@ -687,7 +690,11 @@ fn toolsets(
 /// The keys only a `memory` agent takes, refused to the other kinds, and checked.
 fn check_memory_agent(source: &Source, agent: &AgentConfig) -> Result<(), ConfigError> {
     if agent.kind != AgentKind::Memory {
-        let given = [("flush_every", agent.flush_every.is_some()), ("prompts", agent.prompts.is_some())];
+        let given = [
+            ("flush_every", agent.flush_every.is_some()),
+            ("prompts", agent.prompts.is_some()),
+            ("ingest", agent.ingest.is_some()),
+        ];
         if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
             return Err(source.error(&format!("agent.{key}"), "is for `kind: memory` agents only"));
         }

@@ -24,6 +24,7 @@ mod log;
 mod mcp;
 mod memory;
 mod memory_agent;
+mod memory_stages;
 mod models;
 mod noise;
 mod output_caps;
