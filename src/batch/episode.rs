@@ -262,7 +262,12 @@ fn agent_for(
 
 /// A `memory` agent's parts: the task's conversation, the agent's settings (the suite's,
 /// or its variant's), the episode's thread and the run folder its checkpoints are in.
-fn memory_agent_parts(episode_id: &str, agent: &AgentConfig, task: &Task, run_dir: &std::path::Path) -> MemoryAgentParts {
+fn memory_agent_parts(
+    episode_id: &str,
+    agent: &AgentConfig,
+    task: &Task,
+    run_dir: &std::path::Path,
+) -> MemoryAgentParts {
     use crate::agent::memory_agent::{DEFAULT_FLUSH_EVERY, conversation};
     let text = |key: &str| task.metadata.get(key).and_then(|v| v.as_str()).map(str::to_owned);
     let evidence = task.metadata.get("answer_session_ids").and_then(|v| v.as_array());

@@ -82,7 +82,11 @@ pub fn differences(a: &Judges, b: &Judges) -> Vec<String> {
             .map(|k| {
                 let values = |j: &Judged| {
                     let set = j.settings.get(k).cloned().unwrap_or_default();
-                    if set.len() == 1 { set.into_iter().next().unwrap_or_default() } else { format!("{} values", set.len()) }
+                    if set.len() == 1 {
+                        set.into_iter().next().unwrap_or_default()
+                    } else {
+                        format!("{} values", set.len())
+                    }
                 };
                 format!("{k} {} vs {}", values(ja), values(jb))
             })
@@ -128,7 +132,8 @@ mod tests {
         let b = Judges { by_scorer: [("llm_rubric".to_owned(), judged("d2", "openai/b"))].into() };
         assert_eq!(differences(&a, &a), Vec::<String>::new());
         assert_eq!(differences(&a, &b), ["`llm_rubric`: model \"openai/a\" vs \"openai/b\""]);
-        let old = Judges { by_scorer: [("llm_rubric".to_owned(), Judged { undigested: 2, ..Judged::default() })].into() };
+        let old =
+            Judges { by_scorer: [("llm_rubric".to_owned(), Judged { undigested: 2, ..Judged::default() })].into() };
         assert!(differences(&a, &old)[0].contains("no judge digest"));
     }
 }

@@ -55,7 +55,10 @@ impl Respond for Server {
             ("ingest".to_owned(), call("put_context", json!({"content": "what was said"})))
         } else if model.starts_with("judge") {
             let score = if model == "judge-fail" { 0 } else { 1 };
-            (format!("judge:{model}"), json!({"role": "assistant", "content": format!("Judged.\n{{\"score\": {score}}}")}))
+            (
+                format!("judge:{model}"),
+                json!({"role": "assistant", "content": format!("Judged.\n{{\"score\": {score}}}")}),
+            )
         } else {
             ("answer".to_owned(), json!({"role": "assistant", "content": "Biscuit"}))
         };
@@ -236,7 +239,12 @@ async fn compare_says_whether_two_runs_judges_are_comparable_and_names_what_diff
     assert_eq!(regraded.code, 0, "{regraded:?}");
     let differ = sb.run(&["compare", "results/one", "results/two"]);
     assert_eq!(differ.code, 0, "{differ:?}");
-    assert!(differ.stdout.contains("judges: one and two are NOT comparable: `llm_rubric`: sampling {} vs {\"temperature\":0.7}"), "{differ:?}");
+    assert!(
+        differ
+            .stdout
+            .contains("judges: one and two are NOT comparable: `llm_rubric`: sampling {} vs {\"temperature\":0.7}"),
+        "{differ:?}"
+    );
     assert!(differ.stderr.contains("warning: the judges of one and two differ: `llm_rubric`: sampling"), "{differ:?}");
 }
 
@@ -261,7 +269,9 @@ fn checkpointed(sb: &Sandbox) -> u64 {
 fn an_ingestion_killed_midway_is_not_reused_the_resumed_replay_finishes_and_serves_the_next_epoch() {
     let sb = Sandbox::new();
     let n = 30;
-    let turns: Vec<Value> = (0..n).map(|i| json!({"role": if i % 2 == 0 {"user"} else {"assistant"}, "content": format!("message {i}")})).collect();
+    let turns: Vec<Value> = (0..n)
+        .map(|i| json!({"role": if i % 2 == 0 {"user"} else {"assistant"}, "content": format!("message {i}")}))
+        .collect();
     let sessions = json!([{"id": "s1", "date": "2023/05/20 (Sat) 10:00", "messages": turns}]);
     let any = r#"{text: "Rex", tool_calls: [{name: add_entry, arguments: {summary: "noted", raw_entry: "x"}}, {name: put_context, arguments: {content: "ctx"}}]}"#;
     let mock: Vec<&str> = vec![any; 2 * n];

@@ -64,11 +64,8 @@ pub struct KeyParts<'a> {
 
 /// The ingestion's key: the first 32 hex digits of the sha256 of what determines it.
 pub fn key(parts: &KeyParts<'_>) -> String {
-    let sessions: Vec<Value> = parts
-        .sessions
-        .iter()
-        .map(|s| json!({"id": s.id, "date": s.date, "messages": s.messages}))
-        .collect();
+    let sessions: Vec<Value> =
+        parts.sessions.iter().map(|s| json!({"id": s.id, "date": s.date, "messages": s.messages})).collect();
     let haystack = hex::encode(Sha256::digest(serde_json::to_vec(&sessions).unwrap_or_default()));
     let what = json!({
         "haystack": haystack,
@@ -204,7 +201,8 @@ impl Lease {
         let folder = self.run_dir.join(FOLDER);
         let aside = folder.join(format!(".{}.{}.partial", self.key, std::process::id()));
         let done = folder.join(&self.key);
-        let failed = |what: &str, e: &dyn std::fmt::Display| format!("failed to save the ingestion {}: {what}: {e}", self.key);
+        let failed =
+            |what: &str, e: &dyn std::fmt::Display| format!("failed to save the ingestion {}: {what}: {e}", self.key);
         if aside.exists() {
             std::fs::remove_dir_all(&aside).map_err(|e| failed("a partial copy", &e))?;
         }
