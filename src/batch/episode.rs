@@ -10,15 +10,18 @@ use super::memory::Slot;
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::external::ExternalParts;
 use crate::agent::memory::{SharedStores, Stores};
-use crate::agent::memory_agent::MemoryAgentParts;
+use crate::agent::memory_agent::ingestion::{self, Claim, Ingestions};
+use crate::agent::memory_agent::{IngestionPlan, MemoryAgentParts};
 use crate::agent::{Agent, AgentParts, CliAnswer, ProgramParts, ProgramRoom, Subagents};
 use crate::config::template;
+use crate::contract::Actor;
+use crate::model::Role;
 use std::sync::Arc;
 
 use crate::domain::Task;
 use crate::environment::World;
 use crate::environment::{Ending, Environment, EpisodeBudget, SetupContext};
-use crate::log::event::{INITIAL_SCORING, LimitOverrides};
+use crate::log::event::{INITIAL_SCORING, LimitOverrides, Stage};
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::sandbox::SandboxMode;
 use crate::scoring::{self, Finished};
@@ -83,7 +86,13 @@ pub async fn run_episode(
         variant: variant.map(|v| v.name.clone()),
     });
 
-    let cast = Cast::of(&spec, roster);
+    let mut cast = Cast::of(&spec, roster);
+    let mut memory_agent = (agent_config.kind == crate::agent::AgentKind::Memory)
+        .then(|| memory_agent_parts(&spec.id, agent_config, task, &grounds.run_dir));
+    let ingested = match memory_agent.as_mut() {
+        Some(parts) => claim_ingestion(parts, (&spec, task, &mut cast), environment, &grounds.run_dir).await,
+        None => Ok(()),
+    };
     let mut loop_ms = None;
     let mut user_spent = None;
     let mut agent_program = None;
@@ -100,7 +109,7 @@ pub async fn run_episode(
         };
         Stores::new(config, initial).shared()
     });
-    let setup = match (&kept, &task.unavailable) {
+    let setup = match (kept.as_ref().and(ingested.as_ref()), &task.unavailable) {
         // The runner's own file, not the agent's doing: nothing runs, the episode is unscored.
         (Err(message), _) => Err((UnscoredCause::Other("memory_error".into()), message.clone())),
         // A world this host cannot give (a Harbor task's image): nobody's answer.
@@ -124,7 +133,7 @@ pub async fn run_episode(
                 task,
                 stores.clone(),
                 (program, &budget),
-                &grounds.run_dir,
+                memory_agent.take(),
             );
             let ending = env.run(agent.as_mut(), task, &budget, &recorder).await;
             user_spent = env.user().spent();
@@ -226,7 +235,7 @@ fn agent_for(
     task: &Task,
     memory: Option<SharedStores>,
     (program, budget): (Option<ProgramParts>, &Arc<EpisodeBudget>),
-    run_dir: &std::path::Path,
+    memory_agent: Option<MemoryAgentParts>,
 ) -> Box<dyn Agent> {
     agent.kind.build(AgentParts {
         model: cast.agent.clone(),
@@ -247,20 +256,24 @@ fn agent_for(
             budget: budget.clone(),
         }),
         session_search: suite.agent.searched_runs.clone(),
-        memory_agent: (suite.agent.kind == crate::agent::AgentKind::Memory)
-            .then(|| memory_agent_parts(episode_id, suite, task, run_dir)),
+        memory_agent,
     })
 }
 
-/// A `memory` agent's parts: the task's conversation, the suite's settings, the episode's
-/// thread and the run folder its checkpoints are in.
-fn memory_agent_parts(episode_id: &str, suite: &Suite, task: &Task, run_dir: &std::path::Path) -> MemoryAgentParts {
+/// A `memory` agent's parts: the task's conversation, the agent's settings (the suite's,
+/// or its variant's), the episode's thread and the run folder its checkpoints are in.
+fn memory_agent_parts(
+    episode_id: &str,
+    agent: &AgentConfig,
+    task: &Task,
+    run_dir: &std::path::Path,
+) -> MemoryAgentParts {
     use crate::agent::memory_agent::{DEFAULT_FLUSH_EVERY, conversation};
     let text = |key: &str| task.metadata.get(key).and_then(|v| v.as_str()).map(str::to_owned);
     let evidence = task.metadata.get("answer_session_ids").and_then(|v| v.as_array());
     MemoryAgentParts {
-        flush_every: suite.agent.flush_every.unwrap_or(DEFAULT_FLUSH_EVERY),
-        prompts: suite.agent.prompts.clone().unwrap_or_default(),
+        flush_every: agent.flush_every.unwrap_or(DEFAULT_FLUSH_EVERY),
+        prompts: agent.prompts.clone().unwrap_or_default(),
         sessions: conversation::sessions_of(task.metadata_field("sessions"))
             .map_err(|(field, e)| format!("metadata.{field}: {e}")),
         thread: episode_id.to_owned(),
@@ -271,8 +284,54 @@ fn memory_agent_parts(episode_id: &str, suite: &Suite, task: &Task, run_dir: &st
         abstention: task.metadata.get("abstention").and_then(|v| v.as_bool()).unwrap_or(false),
         evidence_sessions: evidence.into_iter().flatten().filter_map(|v| v.as_str()).map(str::to_owned).collect(),
         evidence_turns: conversation::evidence_turns(&task.metadata),
-        answering: suite.agent.answering.clone().unwrap_or_default(),
+        answering: agent.answering.clone().unwrap_or_default(),
+        ingestion: IngestionPlan::Own,
+        share_ingestion: agent.ingest.unwrap_or_default().share,
     }
+}
+
+/// A `memory` agent over the built-in `memory_store`, sharing its ingestion (the
+/// default): the finished ingestion of its key, restored into the episode's store (under
+/// `mock`, the script's turns that replay played are skipped), or the key's lease, for
+/// which it waits while another episode replays the same haystack. A store the runner
+/// cannot see (an MCP server's) is filled by each episode's own replay.
+async fn claim_ingestion(
+    parts: &mut MemoryAgentParts,
+    (spec, task, cast): (&EpisodeSpec, &Task, &mut Cast<'_>),
+    environment: &crate::environment::Definition,
+    run_dir: &std::path::Path,
+) -> Result<(), String> {
+    use crate::environment::kinds::memory_store;
+    let kind = environment.kind.map(|k| k.name());
+    let (true, Some(kind @ "memory_store"), Ok(sessions)) = (parts.share_ingestion, kind, &parts.sessions) else {
+        return Ok(());
+    };
+    if sessions.is_empty() {
+        return Ok(());
+    }
+    let key = ingestion::key(&ingestion::KeyParts {
+        sessions,
+        flush_every: parts.flush_every,
+        prompts: &parts.prompts,
+        model: cast.under_test.name(),
+        sampling: &cast.agent.sampling(),
+        environment: &format!("{kind}:{}", environment.name),
+    });
+    let store = memory_store::store_path(&run_dir.join(memory_store::FOLDER), &spec.id);
+    parts.ingestion = match Ingestions::of(run_dir).claim(&key, &spec.id, &store).await? {
+        Claim::Todo(lease) => IngestionPlan::Shared(lease),
+        Claim::Done(ingested) => {
+            ingested.restore_into(run_dir, &store)?;
+            if spec.model.name() == "mock" && ingested.model_calls > 0 {
+                let mut rest = task.clone();
+                rest.mock = task.mock.iter().skip(ingested.model_calls as usize).cloned().collect();
+                let epoch = (!spec.suite.share_epochs).then_some(spec.epoch);
+                cast.agent = spec.model.lend_in_epoch(Role::Agent(&Actor::Main), &rest, &spec.id, epoch);
+            }
+            IngestionPlan::Restored(ingested)
+        }
+    };
+    Ok(())
 }
 
 /// The suite's system prompt rendered for the task, then what the environment adds (an
@@ -344,6 +403,9 @@ async fn outcome_of(
         world_limit: Duration::from_secs_f64(time_s),
         sandbox,
     };
+    if suite.agent.kind == crate::agent::AgentKind::Memory {
+        recorder.emit(&Event::Stage { stage: Stage::Judge, ingestion: None });
+    }
     let scores = match scoring::score(&suite.scorers, &task.scorers, &finished, world, cast.graders).await {
         Ok(scores) => scores,
         Err(fault) => {

@@ -251,6 +251,7 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
     }
     out!("{}", comparison.render());
     compare_memory(&runs, &dirs)?;
+    compare_judges(&runs, &dirs)?;
     let write = |path: &Path, bytes: &[u8]| {
         std::fs::write(path, bytes).map_err(|e| CliError::results(format!("failed to write {}: {e}", path.display())))
     };
@@ -271,6 +272,32 @@ pub fn compare(args: CompareArgs) -> Result<Exit, CliError> {
     }
     let regressed = verdicts.iter().any(|t| t.regressed(args.tolerance, args.alpha));
     Ok(if args.fail_on_regression && regressed { Exit::GateFailed } else { Exit::Passed })
+}
+
+/// Whether the first run's judges and each other run's are comparable (the same judge
+/// digest for each scorer both graded with a model); a warning naming what differs when not.
+fn compare_judges(runs: &[Projection], dirs: &[std::path::PathBuf]) -> Result<(), CliError> {
+    use crate::report::judges;
+    let mut all = Vec::with_capacity(dirs.len());
+    for dir in dirs {
+        all.push(judges::read(&dir.join("events.jsonl")).map_err(CliError::results)?);
+    }
+    let Some((first, others)) = all.split_first() else { return Ok(()) };
+    for (other, run) in others.iter().zip(&runs[1..]) {
+        let shared = judges::shared(first, other);
+        if shared.is_empty() {
+            continue;
+        }
+        let (a, b) = (&runs[0].run_id, &run.run_id);
+        let differences = judges::differences(first, other);
+        if differences.is_empty() {
+            outln!("judges: {a} and {b} are comparable: {}", shared.join(", "));
+        } else {
+            outln!("judges: {a} and {b} are NOT comparable: {}", differences.join("; "));
+            eprintln!("warning: the judges of {a} and {b} differ: {}", differences.join("; "));
+        }
+    }
+    Ok(())
 }
 
 /// Under `compare`'s groups, when the first run and another are memory-agent runs: their

@@ -371,6 +371,15 @@ pub struct TurnRef {
     pub turn: u32,
 }
 
+/// The stages of an episode of a conversation-replay benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stage {
+    Ingest,
+    Answer,
+    Judge,
+}
+
 /// How an action the agent handled itself relates to the world (seed 001).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -569,6 +578,30 @@ pub enum Event {
         retrieved_turns: Vec<TurnRef>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         turn_recall: Option<f64>,
+    },
+    /// The episode enters a stage: `ingest` (a memory agent replays its haystack, or
+    /// restores a saved ingestion), `answer`, `judge` (the scorers). The episode's events
+    /// that follow, up to the next `stage`, belong to it.
+    Stage {
+        stage: Stage,
+        /// For `ingest`: the key of the ingestion, when it is shared.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ingestion: Option<String>,
+    },
+    /// A memory agent's episode restored a finished ingestion in place of replaying its
+    /// haystack: its key, the episode that replayed it, the entries it holds and the model
+    /// calls the replay made (none is made again).
+    IngestReused {
+        key: String,
+        from_episode: String,
+        entries: u32,
+        model_calls: u32,
+    },
+    /// A replay's result was saved under its key, for the episodes that need the same one.
+    IngestSaved {
+        key: String,
+        entries: u32,
+        model_calls: u32,
     },
     /// The agent failed on its own (an external agent's program broke the protocol): the
     /// episode ends with `agent_error` and is scored, as any answer of the agent's is.

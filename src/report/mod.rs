@@ -7,6 +7,7 @@ pub mod export;
 pub mod gate;
 pub mod html;
 pub mod judge_check;
+pub mod judges;
 pub mod junit;
 pub mod memory;
 pub mod memory_compare;

@@ -310,6 +310,30 @@ pub async fn grade(input: &GraderInput<'_>, settings: &GraderSettings) -> Result
     })
 }
 
+/// Everything of a judge that decides its verdicts, save the answer it is shown: its model
+/// and the sampling it is sent with (the provider's, from `runner.yaml`), its template, the
+/// kind, the criteria as rendered for the task, how many samples and the pass threshold,
+/// the retries and the prompt's size limit. Texts are given as their sha256 digests.
+pub fn judge_settings(input: &GraderInput<'_>, settings: &GraderSettings, verdict: &Verdict) -> Value {
+    let digest = |text: &str| hex::encode(Sha256::digest(text.as_bytes()));
+    serde_json::json!({
+        "model": verdict.model,
+        "sampling": settings.model.sampling(),
+        "template": verdict.template_digest,
+        "kind": input.kind.as_str(),
+        "criteria": input.criteria.map(digest),
+        "samples": settings.samples.max(1),
+        "threshold": settings.threshold,
+        "retries": settings.retries,
+        "max_prompt_chars": settings.max_prompt_chars,
+    })
+}
+
+/// The judge's one digest: the sha256 of its [`judge_settings`] (keys sorted).
+pub fn judge_digest(settings: &Value) -> String {
+    hex::encode(Sha256::digest(serde_json::to_vec(settings).unwrap_or_default()))
+}
+
 /// Renders the prompt, cutting the middle of the trajectory until the prompt fits in
 /// `max_chars` (or the trajectory is gone: the rest of the prompt is never cut).
 fn render_prompt(template_text: &str, input: &GraderInput<'_>, max_chars: usize) -> Result<String, String> {

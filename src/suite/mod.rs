@@ -188,6 +188,9 @@ pub struct AgentConfig {
     /// (the default) or `{with: tools, tools: [...], max_steps: N}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answering: Option<crate::agent::memory_agent::Answering>,
+    /// `memory` only: whether one ingestion serves every episode of the same key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingest: Option<crate::agent::memory_agent::ingestion::IngestSettings>,
 }
 
 pub const DEFAULT_MAX_CHILDREN: u32 = 3;
@@ -698,6 +701,7 @@ fn check_memory_agent(source: &Source, agent: &AgentConfig) -> Result<(), Config
             ("flush_every", agent.flush_every.is_some()),
             ("prompts", agent.prompts.is_some()),
             ("answering", agent.answering.is_some()),
+            ("ingest", agent.ingest.is_some()),
         ];
         if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
             return Err(source.error(&format!("agent.{key}"), "is for `kind: memory` agents only"));

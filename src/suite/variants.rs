@@ -62,6 +62,9 @@ struct AgentOverride {
     max_children: Option<u32>,
     max_depth: Option<u32>,
     plan_mode: Option<bool>,
+    /// `memory` agents: prompts over the suite's, each one given replacing its own.
+    prompts: Option<crate::agent::memory_agent::MemoryPrompts>,
+    flush_every: Option<u32>,
 }
 
 /// A variant's name: it appears in episode ids, tables and labels.
@@ -104,6 +107,19 @@ pub(crate) fn resolve(
         merged.max_children = over.max_children.or(merged.max_children);
         merged.max_depth = over.max_depth.or(merged.max_depth);
         let agent_at = yaml::child(&at, "agent");
+        if over.prompts.is_some() || over.flush_every.is_some() {
+            let key = if over.prompts.is_some() { "prompts" } else { "flush_every" };
+            if merged.kind != crate::agent::AgentKind::Memory {
+                return Err(source.error(&yaml::child(&agent_at, key), "is for `kind: memory` agents only"));
+            }
+            if over.flush_every == Some(0) {
+                return Err(source.error(&yaml::child(&agent_at, "flush_every"), "must be at least 1"));
+            }
+            merged.flush_every = over.flush_every.or(merged.flush_every);
+            if let Some(own) = &over.prompts {
+                merged.prompts = Some(own.clone().over(merged.prompts.take().unwrap_or_default()));
+            }
+        }
         for (key, value) in [("max_children", over.max_children), ("max_depth", over.max_depth)] {
             let here = yaml::child(&agent_at, key);
             if value == Some(0) {

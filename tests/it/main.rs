@@ -25,6 +25,7 @@ mod mcp;
 mod memory;
 mod memory_agent;
 mod memory_answering;
+mod memory_stages;
 mod models;
 mod noise;
 mod output_caps;

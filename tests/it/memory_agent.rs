@@ -344,8 +344,13 @@ fn a_locomo_file_replays_its_conversation_for_each_question() {
     ids.sort();
     assert_eq!(ids, ["conv-mini-q1", "conv-mini-q2", "conv-mini-q3", "conv-mini-q4"]);
     assert!(of_type(&events, "episode_finished").iter().all(|e| e["outcome"]["passed"] == true), "{events:?}");
+    // One replay of the conversation serves its four questions.
+    let mut replayed: Vec<&Value> = of_type(&events, "memory_invocation").iter().map(|e| &e["episode_id"]).collect();
+    replayed.dedup();
+    assert_eq!(replayed.len(), 1, "{replayed:?}");
+    assert_eq!(of_type(&events, "ingest_reused").len(), 3);
     // `session_2` comes first in the file, `session_3` has a date and no turns.
-    let first = &started.iter().find(|e| e["task_id"] == "conv-mini-q1").unwrap()["episode_id"];
+    let first = replayed[0];
     let sessions: Vec<&str> = of_type(&events, "memory_invocation")
         .into_iter()
         .filter(|e| &e["episode_id"] == first && e["control"] == "start_session")

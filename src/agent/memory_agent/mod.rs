@@ -16,6 +16,7 @@ pub mod answering;
 mod checkpoint;
 pub mod control;
 pub mod conversation;
+pub mod ingestion;
 mod prompts;
 
 use std::path::PathBuf;
@@ -26,6 +27,7 @@ use serde_json::{Value, json};
 
 use super::{Agent, AgentFault, Proposal, ToolCallingAgent, Turn};
 use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall, ToolSpec};
+use crate::log::event::Stage;
 use crate::log::{Event, TurnRef, UnscoredCause, Usage};
 use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
 use answering::ToolAnswer;
@@ -34,6 +36,7 @@ pub use checkpoint::FILE as CHECKPOINT_FILE;
 use checkpoint::{Checkpoints, ThreadState};
 use control::{ADD_ENTRY, Ask, ControlState, GET_CONTEXT, Invocation, LIST_ENTRIES, Next, SEARCH_ENTRIES, decide};
 use conversation::{ChatMessage, Session};
+use ingestion::{Ingested, Lease};
 pub use prompts::MemoryPrompts;
 use prompts::Prompts;
 
@@ -68,6 +71,21 @@ pub struct MemoryAgentParts {
     pub evidence_turns: Vec<(String, u32)>,
     /// How the question is answered.
     pub answering: Answering,
+    /// Whether the episode replays its haystack, and whether it saves the result for others.
+    pub ingestion: IngestionPlan,
+    /// `ingest: {share}`: whether one ingestion may serve every episode of the same key.
+    pub share_ingestion: bool,
+}
+
+/// How an episode's memory gets filled.
+pub enum IngestionPlan {
+    /// It replays its haystack, for itself alone.
+    Own,
+    /// It replays its haystack, holding the key's lease, and saves the result for the
+    /// episodes that need the same.
+    Shared(Lease),
+    /// Another episode's replay, restored: no model call ingests.
+    Restored(Box<Ingested>),
 }
 
 impl MemoryAgentParts {
@@ -86,6 +104,8 @@ impl MemoryAgentParts {
             evidence_sessions: Vec::new(),
             evidence_turns: Vec::new(),
             answering: Answering::default(),
+            ingestion: IngestionPlan::Own,
+            share_ingestion: false,
         }
     }
 }
@@ -121,6 +141,14 @@ pub struct MemoryAgent {
     /// What this attempt's model calls used, storing and answering.
     ingest_usage: Usage,
     answer_usage: Usage,
+    /// The model calls of this attempt's replay.
+    ingest_calls: u32,
+    ingestion: IngestionPlan,
+    /// The stage the agent last announced.
+    stage: Option<Stage>,
+    /// The thread whose replay wrote the entries' keys: another episode's, when its
+    /// ingestion was restored.
+    key_thread: Option<String>,
 }
 
 /// One invocation under way: the seed's `tool_history`, as what the agent needs of it.
@@ -178,6 +206,10 @@ impl MemoryAgent {
             failed: None,
             ingest_usage: Usage::default(),
             answer_usage: Usage::default(),
+            ingest_calls: 0,
+            ingestion: parts.ingestion,
+            stage: None,
+            key_thread: None,
         }
     }
 
@@ -193,8 +225,60 @@ impl MemoryAgent {
         if let Some(dir) = &self.run_dir {
             let mut checkpoints = Checkpoints::open(&dir.join(checkpoint::FILE)).map_err(fault)?;
             self.state = checkpoints.load(&self.thread).map_err(fault)?;
+            if let IngestionPlan::Restored(ingested) = &self.ingestion {
+                self.state = ingested.thread_state();
+                checkpoints.save(&self.thread, &self.state).map_err(fault)?;
+            }
             self.checkpoints = Some(std::sync::Mutex::new(checkpoints));
+        } else if let IngestionPlan::Restored(ingested) = &self.ingestion {
+            self.state = ingested.thread_state();
         }
+        if let IngestionPlan::Restored(ingested) = &self.ingestion {
+            self.key_thread = Some(ingested.episode.clone());
+        }
+        Ok(())
+    }
+
+    /// Announces the ingest stage, once: the key of a shared ingestion, and, when it was
+    /// restored, which one.
+    fn begin_ingest(&mut self, turn: &Turn<'_>) {
+        if self.stage.is_some() {
+            return;
+        }
+        self.stage = Some(Stage::Ingest);
+        let key = match &self.ingestion {
+            IngestionPlan::Own => None,
+            IngestionPlan::Shared(lease) => Some(lease.key.clone()),
+            IngestionPlan::Restored(ingested) => Some(ingested.key.clone()),
+        };
+        turn.recorder.emit(&Event::Stage { stage: Stage::Ingest, ingestion: key });
+        if let IngestionPlan::Restored(ingested) = &self.ingestion {
+            turn.recorder.emit(&Event::IngestReused {
+                key: ingested.key.clone(),
+                from_episode: ingested.episode.clone(),
+                entries: ingested.state.entries,
+                model_calls: ingested.model_calls,
+            });
+        }
+    }
+
+    /// The replay is over: a shared one is saved for the episodes that need it, and the
+    /// answer stage begins.
+    fn end_ingest(&mut self, turn: &Turn<'_>) -> Result<(), AgentFault> {
+        if self.stage == Some(Stage::Answer) {
+            return Ok(());
+        }
+        if let IngestionPlan::Shared(lease) = std::mem::replace(&mut self.ingestion, IngestionPlan::Own) {
+            let key = lease.key.clone();
+            lease.save(&self.state, self.ingest_calls, self.ingest_usage).map_err(fault)?;
+            turn.recorder.emit(&Event::IngestSaved {
+                key,
+                entries: self.state.entries,
+                model_calls: self.ingest_calls,
+            });
+        }
+        self.stage = Some(Stage::Answer);
+        turn.recorder.emit(&Event::Stage { stage: Stage::Answer, ingestion: None });
         Ok(())
     }
 
@@ -435,6 +519,7 @@ impl MemoryAgent {
         let response = result.map_err(|e| AgentFault { cause: e.cause, message: e.message })?;
         spent.usage.add(response.usage);
         if self.answer == AnswerStage::NotYet {
+            self.ingest_calls += 1;
             self.ingest_usage.add(response.usage);
         } else {
             self.answer_usage.add(response.usage);
@@ -538,9 +623,10 @@ impl MemoryAgent {
         };
         if answered.done {
             self.answer = AnswerStage::Given;
+            // An answering agent that read nothing has no recall to count, rather than none found.
             let results = std::mem::take(&mut answer.read);
-            let retrieved = self.found(&results);
-            self.report(turn, Some(retrieved));
+            let retrieved = (!results.is_empty()).then(|| self.found(&results));
+            self.report(turn, retrieved);
         }
         self.failed = proposal.failed;
         Ok(proposal.calls)
@@ -564,18 +650,15 @@ impl MemoryAgent {
         found
     }
 
-    /// The session and message number an entry's key names: `…/<session id>/<n>`, the
-    /// session one of the conversation's (the longest id that fits, so that an id with a
-    /// `/` in it is read whole).
+    /// The session and message number an entry's key names: `<thread>/<session id>/<n>`,
+    /// the thread the replay ran under (this episode's, or the one whose ingestion it
+    /// restored) and the session one of the conversation's.
     fn source(&self, key: &str) -> Option<(&str, u32)> {
-        let (rest, n) = key.rsplit_once('/')?;
+        let thread = self.key_thread.as_deref().unwrap_or(&self.thread);
+        let rest = key.strip_prefix(thread)?.strip_prefix('/')?;
+        let (session, n) = rest.rsplit_once('/')?;
         let n: u32 = n.parse().ok()?;
-        let session = self
-            .sessions
-            .iter()
-            .map(|s| s.id.as_str())
-            .filter(|id| rest.strip_suffix(id).is_some_and(|before| before.ends_with('/')))
-            .max_by_key(|id| id.len())?;
+        let session = self.sessions.iter().map(|s| s.id.as_str()).find(|id| *id == session)?;
         Some((session, n))
     }
 
@@ -639,6 +722,7 @@ impl Agent for MemoryAgent {
     /// one needs the world (its calls are this turn's proposal) or the replay is over.
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault> {
         self.load()?;
+        self.begin_ingest(&turn);
         let mut spent = Spent { usage: Usage::default(), cost_usd: Some(0.0) };
         if let Some((tool, by_model, why)) = self.read(turn.observations) {
             let reminded = self.current.as_ref().is_some_and(|c| c.reminded.is_some());
@@ -655,6 +739,7 @@ impl Agent for MemoryAgent {
         }
         let calls = loop {
             if self.current.is_none() && !self.start_next() {
+                self.end_ingest(&turn)?;
                 break self.answer(&turn, &mut spent).await?;
             }
             let (control, last_tool) = match &self.current {

@@ -19,6 +19,20 @@ pub struct MemoryPrompts {
     pub answer_tools: Option<String>,
 }
 
+impl MemoryPrompts {
+    /// These prompts, each one not given taken from `base`.
+    pub fn over(self, base: MemoryPrompts) -> MemoryPrompts {
+        MemoryPrompts {
+            agent_prefix: self.agent_prefix.or(base.agent_prefix),
+            entry_capture: self.entry_capture.or(base.entry_capture),
+            summary: self.summary.or(base.summary),
+            context: self.context.or(base.context),
+            answer: self.answer.or(base.answer),
+            answer_tools: self.answer_tools.or(base.answer_tools),
+        }
+    }
+}
+
 pub struct Prompts {
     agent_prefix: String,
     entry_capture: String,
@@ -39,6 +53,19 @@ impl Prompts {
             answer: pick(own.answer, include_str!("prompts/answer.md")),
             answer_tools: pick(own.answer_tools, include_str!("prompts/answer_tools.md")),
         }
+    }
+
+    /// The digest of the prompts the replay uses (all but the answer's): part of an
+    /// ingestion's key.
+    pub fn ingest_digest(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let texts = [&self.agent_prefix, &self.entry_capture, &self.summary, &self.context];
+        let mut hasher = Sha256::new();
+        for text in texts {
+            hasher.update((text.len() as u64).to_le_bytes());
+            hasher.update(text.as_bytes());
+        }
+        hex::encode(hasher.finalize())
     }
 
     pub fn add_entry(&self, header: &str, previous: &str, message: Option<&ChatMessage>) -> String {

@@ -80,9 +80,11 @@ pub(crate) async fn check(
     };
     match grader::grade(&input, &settings).await {
         Ok(v) => {
+            let judge = grader::judge_settings(&input, &settings, &v);
             let provenance = json!({
                 "model": v.model, "template_digest": v.template_digest, "samples": asked.samples,
                 "agreement": v.agreement, "raw_outputs": v.raw_outputs, "usage": v.usage, "cost_usd": v.cost_usd,
+                "judge": grader::judge_digest(&judge), "judge_settings": judge,
             });
             Ok((v.passed, v.score, v.explanation, Some(provenance)))
         }

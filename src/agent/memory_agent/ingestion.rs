@@ -1,0 +1,271 @@
+//! One ingestion serving many episodes. What a replay leaves (the memory store, and the
+//! thread's checkpointed state) depends only on the haystack, the model that wrote the
+//! entries, the agent's ingest settings (`flush_every`, the storing prompts) and the
+//! environment: its [`key`]. The first episode that needs a key replays the haystack and
+//! saves the result under `results/<run-id>/ingestions/<key>/`; every later episode with
+//! that key (another variant of the answering side, another epoch) restores it and makes
+//! no model call to ingest.
+//!
+//! Two episodes that need one key at once: one holds the key's lock while it replays, the
+//! other waits for it, then restores. A folder appears under its key only when it is
+//! whole (it is written aside and renamed), so an ingestion killed midway is never reused.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::OwnedMutexGuard;
+
+use super::checkpoint::ThreadState;
+use super::conversation::{ChatMessage, Session};
+use super::prompts::{MemoryPrompts, Prompts};
+use crate::log::Usage;
+
+/// The folder of the run folder that holds the finished ingestions.
+pub const FOLDER: &str = "ingestions";
+
+const STORE_FILE: &str = "store.sqlite";
+const STATE_FILE: &str = "ingestion.json";
+
+/// A suite's `agent: {kind: memory, ingest: {share: …}}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestSettings {
+    /// One ingestion per key serves every episode that needs it (the default); `false`
+    /// replays the haystack in every episode, each epoch and variant on its own.
+    #[serde(default = "yes")]
+    pub share: bool,
+}
+
+impl Default for IngestSettings {
+    fn default() -> Self {
+        IngestSettings { share: true }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// What determines an ingestion, each part as its digest or value; [`key`] hashes it.
+pub struct KeyParts<'a> {
+    pub sessions: &'a [Session],
+    pub flush_every: u32,
+    pub prompts: &'a MemoryPrompts,
+    /// The model that writes the entries, and the sampling it is sent with.
+    pub model: &'a str,
+    pub sampling: &'a Map<String, Value>,
+    /// The environment, as its kind and name.
+    pub environment: &'a str,
+}
+
+/// The ingestion's key: the first 32 hex digits of the sha256 of what determines it.
+pub fn key(parts: &KeyParts<'_>) -> String {
+    let sessions: Vec<Value> =
+        parts.sessions.iter().map(|s| json!({"id": s.id, "date": s.date, "messages": s.messages})).collect();
+    let haystack = hex::encode(Sha256::digest(serde_json::to_vec(&sessions).unwrap_or_default()));
+    let what = json!({
+        "haystack": haystack,
+        "flush_every": parts.flush_every,
+        "prompts": Prompts::resolve(parts.prompts.clone()).ingest_digest(),
+        "model": parts.model,
+        "sampling": parts.sampling,
+        "environment": parts.environment,
+    });
+    let digest = hex::encode(Sha256::digest(serde_json::to_vec(&what).unwrap_or_default()));
+    digest[..32].to_owned()
+}
+
+/// A finished ingestion, as saved: the thread's state at the end of the replay (history
+/// included), whose thread wrote the entries' keys, and what its model calls spent.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Ingested {
+    pub key: String,
+    /// The episode that replayed the haystack; its id is the thread of the entries' keys.
+    pub episode: String,
+    pub state: ThreadState,
+    pub history: Vec<ChatMessage>,
+    /// The model calls the replay made (a `mock` script's turns it played).
+    pub model_calls: u32,
+    pub usage: Usage,
+}
+
+impl Ingested {
+    /// Puts the saved store in `store` (the episode's store file), replacing what is there.
+    pub fn restore_into(&self, run_dir: &Path, store: &Path) -> Result<(), String> {
+        let saved = run_dir.join(FOLDER).join(&self.key).join(STORE_FILE);
+        for stale in [store.to_owned(), with_suffix(store, "-wal"), with_suffix(store, "-shm")] {
+            match std::fs::remove_file(&stale) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("failed to remove {}: {e}", stale.display())),
+            }
+        }
+        if let Some(parent) = store.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
+        }
+        std::fs::copy(&saved, store)
+            .map(|_| ())
+            .map_err(|e| format!("failed to copy the ingestion {} to {}: {e}", saved.display(), store.display()))
+    }
+
+    /// The thread state an episode restored from this ingestion starts its answer from.
+    pub fn thread_state(&self) -> ThreadState {
+        ThreadState { conversation_history: self.history.clone(), ..self.state.clone() }
+    }
+}
+
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// The run's ingestions: the finished ones in the run folder, and a lock per key.
+pub struct Ingestions {
+    run_dir: PathBuf,
+    locks: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+/// What an episode does about its key: restore a finished ingestion, or replay the
+/// haystack holding the key's lock, and save the result.
+pub enum Claim {
+    Done(Box<Ingested>),
+    Todo(Lease),
+}
+
+impl Ingestions {
+    /// The ingestions of the run in `run_dir`: one table of locks per run folder in this
+    /// process, whichever episode asks.
+    pub fn of(run_dir: &Path) -> Arc<Ingestions> {
+        static RUNS: std::sync::OnceLock<std::sync::Mutex<HashMap<PathBuf, Arc<Ingestions>>>> =
+            std::sync::OnceLock::new();
+        let mut runs = RUNS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        runs.entry(run_dir.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Ingestions { run_dir: run_dir.to_owned(), locks: std::sync::Mutex::new(HashMap::new()) })
+            })
+            .clone()
+    }
+
+    /// Waits while another episode replays the key's haystack, then says what to do.
+    pub async fn claim(&self, key: &str, episode: &str, store: &Path) -> Result<Claim, String> {
+        let lock = {
+            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            locks.entry(key.to_owned()).or_default().clone()
+        };
+        let guard = lock.lock_owned().await;
+        match self.finished(key)? {
+            Some(ingested) => Ok(Claim::Done(Box::new(ingested))),
+            None => Ok(Claim::Todo(Lease {
+                _guard: guard,
+                key: key.to_owned(),
+                run_dir: self.run_dir.clone(),
+                episode: episode.to_owned(),
+                store: store.to_owned(),
+            })),
+        }
+    }
+
+    /// The finished ingestion of `key`, when there is one.
+    fn finished(&self, key: &str) -> Result<Option<Ingested>, String> {
+        let state = self.run_dir.join(FOLDER).join(key).join(STATE_FILE);
+        let text = match std::fs::read_to_string(&state) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("failed to read {}: {e}", state.display())),
+        };
+        serde_json::from_str(&text).map(Some).map_err(|e| format!("{} cannot be read: {e}", state.display()))
+    }
+}
+
+/// The right to replay a key's haystack: held from the claim until the result is saved
+/// (or the episode ends without it, and the next episode that needs the key replays it).
+pub struct Lease {
+    _guard: OwnedMutexGuard<()>,
+    pub key: String,
+    run_dir: PathBuf,
+    episode: String,
+    /// The episode's store, which the replay fills.
+    store: PathBuf,
+}
+
+impl Lease {
+    /// Saves the replay's result under the key: a copy of the store taken through SQLite
+    /// (so that what its log holds is in), and the thread's state, written aside and
+    /// renamed into place.
+    pub fn save(self, state: &ThreadState, model_calls: u32, usage: Usage) -> Result<(), String> {
+        let folder = self.run_dir.join(FOLDER);
+        let aside = folder.join(format!(".{}.{}.partial", self.key, std::process::id()));
+        let done = folder.join(&self.key);
+        let failed =
+            |what: &str, e: &dyn std::fmt::Display| format!("failed to save the ingestion {}: {what}: {e}", self.key);
+        if aside.exists() {
+            std::fs::remove_dir_all(&aside).map_err(|e| failed("a partial copy", &e))?;
+        }
+        std::fs::create_dir_all(&aside).map_err(|e| failed("its folder", &e))?;
+        let db = rusqlite::Connection::open(&self.store).map_err(|e| failed("the store", &e))?;
+        let copy = aside.join(STORE_FILE);
+        db.execute("VACUUM INTO ?1", [copy.to_string_lossy()]).map_err(|e| failed("the store's copy", &e))?;
+        let ingested = Ingested {
+            key: self.key.clone(),
+            episode: self.episode.clone(),
+            state: state.clone(),
+            history: state.conversation_history.clone(),
+            model_calls,
+            usage,
+        };
+        let text = serde_json::to_vec(&ingested).map_err(|e| failed("its state", &e))?;
+        std::fs::write(aside.join(STATE_FILE), text).map_err(|e| failed("its state", &e))?;
+        if done.exists() {
+            std::fs::remove_dir_all(&done).map_err(|e| failed("an older copy", &e))?;
+        }
+        std::fs::rename(&aside, &done).map_err(|e| failed("its folder", &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session(text: &str) -> Session {
+        Session {
+            id: "s1".into(),
+            date: Some("2023-05-20T00:00:00Z".into()),
+            messages: vec![ChatMessage { role: "user".into(), content: text.into() }],
+        }
+    }
+
+    #[test]
+    fn the_key_changes_with_each_part_that_decides_the_ingestion_and_only_those() {
+        let sessions = [session("my dog is Rex")];
+        let prompts = MemoryPrompts::default();
+        let sampling = Map::new();
+        let base = KeyParts {
+            sessions: &sessions,
+            flush_every: 6,
+            prompts: &prompts,
+            model: "openai/m",
+            sampling: &sampling,
+            environment: "memory_store:memory_store",
+        };
+        let k = key(&base);
+        assert_eq!(k, key(&base), "a key is stable");
+        let other_sessions = [session("my dog is Max")];
+        assert_ne!(k, key(&KeyParts { sessions: &other_sessions, ..base }));
+        assert_ne!(k, key(&KeyParts { flush_every: 5, ..base }));
+        assert_ne!(k, key(&KeyParts { model: "openai/other", ..base }));
+        assert_ne!(k, key(&KeyParts { environment: "mcp:mem", ..base }));
+        let mut hot = Map::new();
+        hot.insert("temperature".into(), json!(1.0));
+        assert_ne!(k, key(&KeyParts { sampling: &hot, ..base }));
+        let capture = MemoryPrompts { entry_capture: Some("Store everything.".into()), ..MemoryPrompts::default() };
+        assert_ne!(k, key(&KeyParts { prompts: &capture, ..base }));
+        // The answering prompt is not the ingestion's.
+        let answer = MemoryPrompts { answer: Some("Answer in one word.".into()), ..MemoryPrompts::default() };
+        assert_eq!(k, key(&KeyParts { prompts: &answer, ..base }));
+    }
+}
