@@ -81,6 +81,7 @@ pub async fn run_episode(
         environment: suite.environment.name.clone(),
         toolset: toolset.map(|t| t.name.clone()),
         variant: variant.map(|v| v.name.clone()),
+        sampling: agent_config.sampling.clone(),
     });
 
     let cast = Cast::of(&spec, roster);

@@ -62,6 +62,8 @@ struct AgentOverride {
     max_children: Option<u32>,
     max_depth: Option<u32>,
     plan_mode: Option<bool>,
+    /// Over the suite's `agent.sampling`, key by key.
+    sampling: Option<serde_json::Map<String, Value>>,
 }
 
 /// A variant's name: it appears in episode ids, tables and labels.
@@ -104,6 +106,11 @@ pub(crate) fn resolve(
         merged.max_children = over.max_children.or(merged.max_children);
         merged.max_depth = over.max_depth.or(merged.max_depth);
         let agent_at = yaml::child(&at, "agent");
+        if let Some(sampling) = &over.sampling {
+            crate::model::config::check_sampling(sampling)
+                .map_err(|(key, e)| source.error(&yaml::child(&yaml::child(&agent_at, "sampling"), &key), e))?;
+            merged.sampling.extend(sampling.clone());
+        }
         for (key, value) in [("max_children", over.max_children), ("max_depth", over.max_depth)] {
             let here = yaml::child(&agent_at, key);
             if value == Some(0) {

@@ -38,6 +38,7 @@ mod replay;
 mod report;
 mod root_power;
 mod runs;
+mod sampling;
 mod sandbox;
 mod scoring;
 mod scripts;
