@@ -424,7 +424,10 @@ mod tests {
     #[test]
     fn sampling_passes_unknown_keys_and_refuses_wrong_types_and_built_keys() {
         let check = |text: &str| check_sampling(&serde_json::from_str(text).unwrap()).map_err(|(key, _)| key);
-        assert_eq!(check(r#"{"temperature": 1.0, "max_tokens": 200, "seed": 7, "stop": ["\n"], "reasoning_effort": "low"}"#), Ok(()));
+        assert_eq!(
+            check(r#"{"temperature": 1.0, "max_tokens": 200, "seed": 7, "stop": ["\n"], "reasoning_effort": "low"}"#),
+            Ok(())
+        );
         assert_eq!(check(r#"{"response_format": {"type": "json_object"}, "seed": -3}"#), Ok(()));
         assert_eq!(check(r#"{"temperature": "hot"}"#), Err("temperature".into()));
         assert_eq!(check(r#"{"max_tokens": 0}"#), Err("max_tokens".into()));

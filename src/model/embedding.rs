@@ -24,7 +24,9 @@ impl Embedder {
     /// must speak the OpenAI API) at `base_url` when given, else at the provider's.
     pub fn open(spec: &str, base_url: Option<&str>, config: &ModelConfig) -> Result<Self, String> {
         let Some((provider, model)) = spec.split_once('/').filter(|(p, m)| !p.is_empty() && !m.is_empty()) else {
-            return Err(format!("the embedding model `{spec}` is not `provider/model` (e.g. openai/text-embedding-3-small)"));
+            return Err(format!(
+                "the embedding model `{spec}` is not `provider/model` (e.g. openai/text-embedding-3-small)"
+            ));
         };
         let Some(p) = config.providers.get(provider) else {
             return Err(format!("unknown provider `{provider}` in the embedding model `{spec}`"));
@@ -58,7 +60,8 @@ impl Embedder {
             let head: String = body.chars().take(300).collect();
             return Err(failed(format!("answered {status}: {head}")));
         }
-        let parsed: Value = serde_json::from_str(&body).map_err(|e| failed(format!("the response is not JSON: {e}")))?;
+        let parsed: Value =
+            serde_json::from_str(&body).map_err(|e| failed(format!("the response is not JSON: {e}")))?;
         read_embeddings(&parsed, texts.len()).map_err(failed)
     }
 }
@@ -69,10 +72,12 @@ fn read_embeddings(body: &Value, expected: usize) -> Result<Vec<Vec<f64>>, Strin
     let mut vectors: Vec<Option<Vec<f64>>> = vec![None; expected];
     for (position, item) in data.iter().enumerate() {
         let index = item.get("index").and_then(Value::as_u64).map_or(position, |i| i as usize);
-        let numbers = item.get("embedding").and_then(Value::as_array).ok_or("an item of `data` has no `embedding` list")?;
+        let numbers =
+            item.get("embedding").and_then(Value::as_array).ok_or("an item of `data` has no `embedding` list")?;
         let vector: Option<Vec<f64>> = numbers.iter().map(Value::as_f64).collect();
         let vector = vector.ok_or("an `embedding` holds something other than numbers")?;
-        let slot = vectors.get_mut(index).ok_or(format!("an embedding has the index {index}, beyond the {expected} asked"))?;
+        let slot =
+            vectors.get_mut(index).ok_or(format!("an embedding has the index {index}, beyond the {expected} asked"))?;
         *slot = Some(vector);
     }
     vectors.into_iter().enumerate().map(|(i, v)| v.ok_or(format!("no embedding came back for input {i}"))).collect()
@@ -107,7 +112,9 @@ mod tests {
     fn embeddings_are_put_in_the_order_of_their_index() {
         let body = json!({"data": [{"index": 1, "embedding": [0.0, 1.0]}, {"index": 0, "embedding": [1.0, 0.0]}]});
         assert_eq!(read_embeddings(&body, 2).unwrap(), vec![vec![1.0, 0.0], vec![0.0, 1.0]]);
-        assert!(read_embeddings(&json!({"data": [{"index": 0, "embedding": [1.0]}]}), 2).unwrap_err().contains("input 1"));
+        assert!(
+            read_embeddings(&json!({"data": [{"index": 0, "embedding": [1.0]}]}), 2).unwrap_err().contains("input 1")
+        );
         assert!(read_embeddings(&json!({"object": "list"}), 1).unwrap_err().contains("no `data`"));
     }
 }

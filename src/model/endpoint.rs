@@ -250,7 +250,8 @@ impl LanguageModel for Asked {
         let mut call = self.shared.client.request(endpoint.method.clone(), &endpoint.url);
         let mut typed = false;
         for (name, value) in &endpoint.headers {
-            let header = HeaderName::from_bytes(name.as_bytes()).map_err(|e| self.refused(format!("header `{name}`: {e}")))?;
+            let header =
+                HeaderName::from_bytes(name.as_bytes()).map_err(|e| self.refused(format!("header `{name}`: {e}")))?;
             let value =
                 HeaderValue::from_str(&render(value)?).map_err(|e| self.refused(format!("header `{name}`: {e}")))?;
             typed |= header == CONTENT_TYPE;
@@ -347,7 +348,10 @@ mod tests {
         let content = Transform::parse("json.choices[0].message.content").unwrap();
         assert_eq!(content.apply(body).unwrap(), "Paris");
         assert_eq!(Transform::parse("json.n").unwrap().apply(body).unwrap(), "3");
-        assert_eq!(Transform::parse("json.choices[0]").unwrap().apply(body).unwrap(), r#"{"message":{"content":"Paris"}}"#);
+        assert_eq!(
+            Transform::parse("json.choices[0]").unwrap().apply(body).unwrap(),
+            r#"{"message":{"content":"Paris"}}"#
+        );
         let missing = Transform::parse("json.choices[1].message").unwrap().apply(body).unwrap_err();
         assert!(missing.contains("[1]"), "{missing}");
         assert_eq!(Transform::Whole.apply("\"hi\"").unwrap(), "hi");

@@ -8,8 +8,8 @@
 //! nothing listens there (a wrong port, a server not started), and retrying would only
 //! delay saying so.
 
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;

@@ -339,7 +339,9 @@ impl Replay {
         for e in entries {
             let tape = match (&e.scorer, e.user) {
                 (None, false) => &mut agent,
-                _ => graders.entry(e.model.clone()).or_insert_with(|| Tape { sampling: e.sampling.clone(), ..Tape::default() }),
+                _ => graders
+                    .entry(e.model.clone())
+                    .or_insert_with(|| Tape { sampling: e.sampling.clone(), ..Tape::default() }),
             };
             tape.push(e);
         }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::cache::Cached;
-use super::http::Sampled;
 use super::config::ModelConfig;
+use super::http::Sampled;
 use super::replay::Recording;
 use super::{Backend, BackendOptions, LanguageModel, Source, echo, mock};
 use crate::contract::Actor;

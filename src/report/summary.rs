@@ -197,6 +197,7 @@ impl Summary {
             ]);
         }
         let needed = power::mcnemar_min_discordant(alpha);
+        let tasks = |n: u64| if n == 1 { "1 task".to_owned() } else { format!("{n} tasks") };
         let mut out = String::new();
         if lines.len() > 1 {
             out.push_str(&table(&lines));
@@ -209,8 +210,16 @@ impl Summary {
                 );
             }
             if !unmeasurable.is_empty() {
-                let named: Vec<String> =
-                    unmeasurable.iter().map(|(k, n)| format!("{} {} ({n} tasks)", k.suite, k.model)).collect();
+                // A few are named; a long list would be the noise this line replaces.
+                const NAMED: usize = 3;
+                let mut named: Vec<String> = unmeasurable
+                    .iter()
+                    .take(NAMED)
+                    .map(|(k, n)| format!("{} {} ({})", k.suite, k.model, tasks(*n)))
+                    .collect();
+                if unmeasurable.len() > NAMED {
+                    named.push(format!("and {} more", unmeasurable.len() - NAMED));
+                }
                 let _ = writeln!(
                     out,
                     "no MDE: too few tasks for the McNemar test to detect any drop (it needs {needed}): {}",
@@ -218,10 +227,10 @@ impl Summary {
                 );
             }
         } else if let Some(most) = unmeasurable.iter().map(|(_, n)| *n).max() {
-            let tasks = if unmeasurable.len() == 1 { format!("{most} tasks") } else { format!("at most {most} tasks") };
+            let counted = if unmeasurable.len() == 1 { tasks(most) } else { format!("at most {}", tasks(most)) };
             let _ = writeln!(
                 out,
-                "noise: too few tasks for the McNemar test to detect any drop ({tasks}; it needs {needed}); see `runner plan RUN --mde 5`"
+                "noise: too few tasks for the McNemar test to detect any drop ({counted}; it needs {needed}); see `runner plan RUN --mde 5`"
             );
         }
         out

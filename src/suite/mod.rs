@@ -429,7 +429,8 @@ pub fn load_with(path: &Path, options: LoadOptions) -> Result<Suite, ConfigError
     let extra = (translated.providers, translated.skipped);
     let endpoints = translated.endpoints.into_iter().map(|(name, e)| (name, Arc::new(e))).collect();
     // Its errors name the config's parts (`tests[3].assert[1]`), not the suite's it became.
-    let suite = from_source(path, translated.source, bytes, extra).map_err(|e| promptfoo::in_config_terms(e, &aliases))?;
+    let suite =
+        from_source(path, translated.source, bytes, extra).map_err(|e| promptfoo::in_config_terms(e, &aliases))?;
     Ok(Suite { endpoints, ..suite })
 }
 

@@ -531,11 +531,7 @@ impl Translator<'_> {
 
     /// A test's or `defaultTest`'s `options:`: only `provider`, the grader, or the
     /// embedding model (`openai:embedding:…`, or `{embedding: …, text: …}`, both).
-    fn options(
-        &mut self,
-        at: &str,
-        value: Option<&Value>,
-    ) -> Result<(Option<String>, Option<Embedding>), ConfigError> {
+    fn options(&mut self, at: &str, value: Option<&Value>) -> Result<(Option<String>, Option<Embedding>), ConfigError> {
         let Some(value) = value else { return Ok((None, None)) };
         let Some(o) = value.as_object() else { return Err(self.source.error(at, "`options` is a mapping")) };
         for key in o.keys().filter(|k| *k != "provider") {
@@ -569,7 +565,12 @@ impl Translator<'_> {
             (["openai", "ollama"].contains(&provider) && !model.is_empty()).then(|| format!("{provider}/{model}"))
         });
         let Some(model) = model else {
-            self.unsupported(at, format!("the embedding provider `{id}` (runner's are `openai:embedding:MODEL`, `ollama:embedding:MODEL`)"))?;
+            self.unsupported(
+                at,
+                format!(
+                    "the embedding provider `{id}` (runner's are `openai:embedding:MODEL`, `ollama:embedding:MODEL`)"
+                ),
+            )?;
             return Ok(None);
         };
         let mut url = None;
@@ -585,7 +586,8 @@ impl Translator<'_> {
                 for (key, v) in config {
                     match (key.as_str(), v) {
                         ("apiBaseUrl", Value::String(base)) => url = Some(base.clone()),
-                        _ => self.unsupported(&yaml::child(&config_at, key), format!("the embedding config key `{key}`"))?,
+                        _ => self
+                            .unsupported(&yaml::child(&config_at, key), format!("the embedding config key `{key}`"))?,
                     }
                 }
             }

@@ -31,6 +31,7 @@ mod overrides;
 mod permission_paths;
 mod permissions;
 mod promptfoo;
+mod promptfoo_providers;
 mod provider_refusals;
 mod python_world;
 mod races;

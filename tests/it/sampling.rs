@@ -88,7 +88,8 @@ async fn each_variant_sends_its_own_sampling_over_the_providers_and_is_cached_ap
 
     let events = read_jsonl(&sb.path().join("results/one/events.jsonl"));
     let started = of_type(&events, "episode_started");
-    let by_variant = |name: &str| started.iter().find(|e| e["variant"] == name).map(|e| (*e).clone()).unwrap_or(Value::Null);
+    let by_variant =
+        |name: &str| started.iter().find(|e| e["variant"] == name).map(|e| (*e).clone()).unwrap_or(Value::Null);
     assert_eq!(by_variant("cold")["sampling"], json!({"max_tokens": 50}));
     assert_eq!(by_variant("hot")["sampling"], json!({"temperature": 1.0, "max_tokens": 200, "seed": 7}));
     let calls = of_type(&events, "model_call");
