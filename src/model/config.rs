@@ -291,28 +291,18 @@ pub fn check_sampling(sampling: &Map<String, Value>) -> Result<(), (String, Stri
             };
             return Err((key.clone(), why.into()));
         }
+        let texts = value.as_array().is_some_and(|items| items.iter().all(Value::is_string));
         match key.as_str() {
-            "temperature" | "top_p" | "min_p" | "frequency_penalty" | "presence_penalty" | "repetition_penalty" => {
-                if !value.as_f64().is_some_and(f64::is_finite) {
-                    return wrong("a number");
-                }
+            "temperature" | "top_p" | "min_p" | "frequency_penalty" | "presence_penalty" | "repetition_penalty"
+                if !value.as_f64().is_some_and(f64::is_finite) =>
+            {
+                return wrong("a number");
             }
-            "max_tokens" | "max_completion_tokens" | "top_k" | "n" => {
-                if !value.as_u64().is_some_and(|n| n >= 1) {
-                    return wrong("a whole number, 1 or more");
-                }
+            "max_tokens" | "max_completion_tokens" | "top_k" | "n" if value.as_u64().is_none_or(|n| n < 1) => {
+                return wrong("a whole number, 1 or more");
             }
-            "seed" => {
-                if value.as_i64().is_none() && value.as_u64().is_none() {
-                    return wrong("a whole number");
-                }
-            }
-            "stop" | "stop_sequences" => {
-                let texts = value.as_array().is_some_and(|items| items.iter().all(Value::is_string));
-                if !value.is_string() && !texts {
-                    return wrong("a text or a list of texts");
-                }
-            }
+            "seed" if value.as_i64().is_none() && value.as_u64().is_none() => return wrong("a whole number"),
+            "stop" | "stop_sequences" if !value.is_string() && !texts => return wrong("a text or a list of texts"),
             _ if value.is_null() => return wrong("a value"),
             _ => {}
         }

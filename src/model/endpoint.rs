@@ -246,14 +246,14 @@ impl LanguageModel for Asked {
         let endpoint = &self.shared.endpoint;
         let mut context = self.fields.clone();
         context.insert("prompt".into(), Value::String(echo::echoed(request.messages)));
-        let render = |text: &str| template::render(text, &context).map_err(|e| self.refused(e));
+        let render = |text: &str| template::render(text, &context);
         let mut call = self.shared.client.request(endpoint.method.clone(), &endpoint.url);
         let mut typed = false;
         for (name, value) in &endpoint.headers {
             let header =
                 HeaderName::from_bytes(name.as_bytes()).map_err(|e| self.refused(format!("header `{name}`: {e}")))?;
-            let value =
-                HeaderValue::from_str(&render(value)?).map_err(|e| self.refused(format!("header `{name}`: {e}")))?;
+            let value = HeaderValue::from_str(&render(value).map_err(|e| self.refused(e))?)
+                .map_err(|e| self.refused(format!("header `{name}`: {e}")))?;
             typed |= header == CONTENT_TYPE;
             call = call.header(header, value);
         }
@@ -268,7 +268,7 @@ impl LanguageModel for Asked {
                 body
             }
             Some(Body::Text(text)) => {
-                let body = render(text)?;
+                let body = render(text).map_err(|e| self.refused(e))?;
                 if !typed {
                     call = call.header(CONTENT_TYPE, "text/plain");
                 }

@@ -124,6 +124,9 @@ pub struct Finished<'a> {
     pub sandbox: crate::sandbox::SandboxMode,
 }
 
+/// An embedding model and the base URL it is asked at, when not its provider's.
+type EmbedderKey = (String, Option<String>);
+
 /// The grader models of a run, opened once.
 #[derive(Default)]
 pub struct Graders {
@@ -135,7 +138,7 @@ pub struct Graders {
     /// The providers, for the embedding models of `similar` scorers.
     config: ModelConfig,
     /// Those embedding models, opened when first needed, by model and base URL.
-    embedders: std::sync::Mutex<HashMap<(String, Option<String>), Arc<Embedder>>>,
+    embedders: std::sync::Mutex<HashMap<EmbedderKey, Arc<Embedder>>>,
 }
 
 impl Graders {

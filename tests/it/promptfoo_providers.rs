@@ -36,9 +36,12 @@ async fn run(sb: &Sandbox, args: &[&str]) -> Run {
 
 /// A translation service: answers `{"result": {"choices": [{"text": …}]}}`, "Bonjour" for
 /// French and "Hund" otherwise, and keeps each request.
+/// Each request's body and its `X-Team` header.
+type Seen = Arc<Mutex<Vec<(Value, Option<String>)>>>;
+
 #[derive(Clone, Default)]
 struct Translator {
-    seen: Arc<Mutex<Vec<(Value, Option<String>)>>>,
+    seen: Seen,
 }
 
 impl Respond for Translator {
