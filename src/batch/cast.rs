@@ -138,11 +138,15 @@ impl<'a> Cast<'a> {
         let (backend, suite, index, episode_id) = (spec.model.clone(), spec.suite.clone(), spec.task, spec.id.clone());
         // Each epoch answered anew, unless the suite shares the cache between them.
         let epoch = (!spec.suite.share_epochs).then_some(spec.epoch);
-        let subagents: ModelFor =
-            Arc::new(move |actor| backend.lend_in_epoch(Role::Agent(actor), &suite.tasks[index], &episode_id, epoch));
+        // The agents' sampling: the suite's, or its variant's over it.
+        let sampling = spec.variant().map_or(&spec.suite.agent.sampling, |v| &v.agent.sampling).clone();
+        let agent = spec.model.lend_in_epoch(Role::Agent(&Actor::Main), task, &spec.id, epoch, &sampling);
+        let subagents: ModelFor = Arc::new(move |actor| {
+            backend.lend_in_epoch(Role::Agent(actor), &suite.tasks[index], &episode_id, epoch, &sampling)
+        });
         Cast {
             under_test: spec.model.clone(),
-            agent: spec.model.lend_in_epoch(Role::Agent(&Actor::Main), task, &spec.id, epoch),
+            agent,
             subagents,
             user: user_model(spec, roster),
             graders: &roster.graders,

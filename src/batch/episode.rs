@@ -84,6 +84,7 @@ pub async fn run_episode(
         environment: suite.environment.name.clone(),
         toolset: toolset.map(|t| t.name.clone()),
         variant: variant.map(|v| v.name.clone()),
+        sampling: agent_config.sampling.clone(),
     });
 
     let mut cast = Cast::of(&spec, roster);
@@ -326,7 +327,8 @@ async fn claim_ingestion(
                 let mut rest = task.clone();
                 rest.mock = task.mock.iter().skip(ingested.model_calls as usize).cloned().collect();
                 let epoch = (!spec.suite.share_epochs).then_some(spec.epoch);
-                cast.agent = spec.model.lend_in_epoch(Role::Agent(&Actor::Main), &rest, &spec.id, epoch);
+                let sampling = spec.variant().map_or(&spec.suite.agent.sampling, |v| &v.agent.sampling);
+                cast.agent = spec.model.lend_in_epoch(Role::Agent(&Actor::Main), &rest, &spec.id, epoch, sampling);
             }
             IngestionPlan::Restored(ingested)
         }

@@ -514,6 +514,7 @@ fn log_not_run(log: &EventLog, spec: &EpisodeSpec, why: &str) {
         environment: spec.suite.environment.name.clone(),
         toolset: spec.suite.toolset_for(&spec.id).map(|t| t.name.clone()),
         variant: spec.variant().map(|v| v.name.clone()),
+        sampling: spec.variant().map_or(&spec.suite.agent.sampling, |v| &v.agent.sampling).clone(),
     });
     recorder.emit(&Event::EpisodeFinished {
         outcome: Outcome::Unscored { cause: UnscoredCause::Budget, message: format!("not run: {why}") },

@@ -55,7 +55,10 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         }
         None => None,
     };
-    let (models, config, options) = models(args, providers.as_deref())?;
+    // The `http` providers' endpoints, which open as models like the others.
+    let endpoints = early.iter().flatten().flat_map(|s| s.endpoints.iter()).map(|(k, v)| (k.clone(), v.clone()));
+    let endpoints: std::collections::BTreeMap<_, _> = endpoints.collect();
+    let (models, config, options) = models(args, providers.as_deref(), endpoints)?;
     let budget = run_budget(args, &config, &models)?;
     let baseline = baseline(&args.gates, &args.out)?;
     let (epochs, auto_epochs) = epochs(args)?;
@@ -427,8 +430,10 @@ fn suites_with(paths: &[PathBuf], options: suite::LoadOptions) -> Result<Vec<Arc
 pub fn models(
     args: &EvalArgs,
     providers: Option<&[String]>,
+    endpoints: std::collections::BTreeMap<String, Arc<crate::model::endpoint::Endpoint>>,
 ) -> Result<(Vec<Arc<Backend>>, ModelConfig, BackendOptions), CliError> {
-    let config = ModelConfig::load(args.config.as_deref()).map_err(CliError::usage)?;
+    let mut config = ModelConfig::load(args.config.as_deref()).map_err(CliError::usage)?;
+    config.endpoints.extend(endpoints);
     let record = match &args.record {
         Some(path) => Some(Arc::new(
             CassetteWriter::create(path)

@@ -171,6 +171,17 @@ pub enum Check {
     /// A code scorer: a function in a file, or an inline expression, run in a long-lived
     /// worker process of its language (`scoring/workers/`).
     Code(CodeScorer),
+    /// `similar`, `not_similar`: the cosine similarity of the embeddings of the answer and
+    /// of a text (a template), from an embedding model, against a threshold.
+    Similar {
+        expected: String,
+        threshold: f64,
+        /// `provider/model`: an embedding model of an OpenAI-compatible provider.
+        embedding: String,
+        /// The embedding server's base URL, over the provider's.
+        embedding_url: Option<String>,
+        negate: bool,
+    },
     /// An LLM grader.
     Grader {
         kind: GraderKind,
@@ -321,6 +332,8 @@ pub const SCORERS: &[&str] = &[
     "not_is_json",
     "contains_json",
     "not_contains_json",
+    "similar",
+    "not_similar",
 ];
 
 impl<'de> Deserialize<'de> for ScorerSpec {
@@ -437,6 +450,7 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
         "check" => command(arg, &mut o)?,
         "python" | "not_python" => code(Language::Python, arg, &mut o, name.starts_with("not_"))?,
         "js" | "not_js" => code(Language::Js, arg, &mut o, name.starts_with("not_"))?,
+        "similar" | "not_similar" => similar(arg, &mut o)?,
         _ => grader(arg, &mut o)?,
     };
     o.finish()?;
@@ -483,7 +497,27 @@ fn reads_text(name: &str) -> bool {
             | "not_is_json"
             | "contains_json"
             | "not_contains_json"
+            | "similar"
+            | "not_similar"
     )
+}
+
+/// `similar: TEXT` with `embedding: provider/model` (and `embedding_url:` for a server of
+/// its own), `threshold` (0.75, promptfoo's default) and the `not_` form.
+fn similar(arg: Value, o: &mut Options) -> Result<Check, String> {
+    let expected = o.text(arg)?;
+    let threshold = o.take_number("threshold")?.unwrap_or(0.75);
+    if !(-1.0..=1.0).contains(&threshold) {
+        return Err(format!("`threshold` of `{}` is a cosine similarity, from -1 to 1, not {threshold}", o.scorer));
+    }
+    let Some(embedding) = o.take::<String>("embedding")? else {
+        return Err(format!(
+            "`{}` needs `embedding: provider/model`, an embedding model (e.g. openai/text-embedding-3-small)",
+            o.scorer
+        ));
+    };
+    let embedding_url = o.take("embedding_url")?;
+    Ok(Check::Similar { expected, threshold, embedding, embedding_url, negate: o.scorer.starts_with("not_") })
 }
 
 /// `includes`, `equals`, `regex` and their `not_` forms, with `ignore_case`.
@@ -834,7 +868,8 @@ impl ScorerSpec {
             Check::FileContains { text, .. } => vec![text.as_str()],
             Check::Literal(Literal::Equals { expected, .. })
             | Check::Literal(Literal::StartsWith { expected, .. })
-            | Check::Literal(Literal::Levenshtein { expected, .. }) => vec![expected.as_str()],
+            | Check::Literal(Literal::Levenshtein { expected, .. })
+            | Check::Similar { expected, .. } => vec![expected.as_str()],
             Check::Literal(Literal::Contains { values, .. }) => values.iter().map(String::as_str).collect(),
             Check::Grader { criteria: Some(c), .. } => vec![c.as_str()],
             _ => Vec::new(),

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::contract::{Actor, Observation, ToolCall};
 use crate::domain::selection::Selection;
@@ -433,6 +433,10 @@ pub enum Event {
         /// The variant the episode ran under, when its suite names `variants:`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         variant: Option<String>,
+        /// The sampling settings its agents' model calls get over their provider's (its
+        /// suite's or variant's `agent.sampling`); absent when none.
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        sampling: Map<String, Value>,
     },
     ModelCall {
         model: String,

@@ -501,6 +501,7 @@ mod tests {
             environment: "kv".into(),
             toolset: None,
             variant: None,
+            sampling: Default::default(),
         }
     }
 

@@ -92,6 +92,8 @@ pub struct ModelConfig {
     pub providers: BTreeMap<String, Provider>,
     /// Keyed by the full model name: `openai/gpt-4o-mini`.
     pub prices: BTreeMap<String, Price>,
+    /// HTTP endpoints as models (a promptfoo config's `http` providers), by model name.
+    pub endpoints: BTreeMap<String, std::sync::Arc<super::endpoint::Endpoint>>,
     /// Where it was read from, if anywhere.
     pub file: Option<PathBuf>,
 }
@@ -148,7 +150,7 @@ impl Default for ModelConfig {
             Some("OPENAI_COMPATIBLE_API_KEY"),
         );
         let providers = [openai, anthropic, ollama, compatible].into_iter().map(|p| (p.name.clone(), p)).collect();
-        ModelConfig { providers, prices: BTreeMap::new(), file: None }
+        ModelConfig { providers, prices: BTreeMap::new(), endpoints: BTreeMap::new(), file: None }
     }
 }
 
@@ -248,6 +250,7 @@ impl ModelConfig {
                 p.max_retries = v;
             }
             if let Some(v) = f.sampling {
+                check_sampling(&v).map_err(|(key, e)| source.error(&format!("{at}.sampling.{key}"), e))?;
                 p.sampling.extend(v);
             }
             if let Some(v) = f.parallel_tool_calls {
@@ -267,6 +270,44 @@ impl ModelConfig {
         self.file = Some(path.to_owned());
         Ok(())
     }
+}
+
+/// The keys of a request body that runner builds itself: sampling settings cannot set them.
+const BUILT_KEYS: &[&str] = &["model", "messages", "tools", "tool_choice", "stream", "system", "parallel_tool_calls"];
+
+/// Checks sampling settings (a provider's, a suite's or a variant's `sampling:`) before they
+/// are merged into request bodies. Providers take keys runner does not know (`reasoning_effort`,
+/// `response_format`, …), so any key passes through, but the keys every provider documents
+/// must have their type, and the keys runner builds the body from are refused. `Err` names
+/// the key and what is wrong with it.
+pub fn check_sampling(sampling: &Map<String, Value>) -> Result<(), (String, String)> {
+    for (key, value) in sampling {
+        let wrong = |what: &str| Err((key.clone(), format!("must be {what}, not {value}")));
+        if BUILT_KEYS.contains(&key.as_str()) {
+            let why = if key == "parallel_tool_calls" {
+                "is a provider's setting (`providers.NAME.parallel_tool_calls` in runner.yaml), not a sampling one"
+            } else {
+                "is part of the request runner builds; sampling settings cannot set it"
+            };
+            return Err((key.clone(), why.into()));
+        }
+        let texts = value.as_array().is_some_and(|items| items.iter().all(Value::is_string));
+        match key.as_str() {
+            "temperature" | "top_p" | "min_p" | "frequency_penalty" | "presence_penalty" | "repetition_penalty"
+                if !value.as_f64().is_some_and(f64::is_finite) =>
+            {
+                return wrong("a number");
+            }
+            "max_tokens" | "max_completion_tokens" | "top_k" | "n" if value.as_u64().is_none_or(|n| n < 1) => {
+                return wrong("a whole number, 1 or more");
+            }
+            "seed" if value.as_i64().is_none() && value.as_u64().is_none() => return wrong("a whole number"),
+            "stop" | "stop_sequences" if !value.is_string() && !texts => return wrong("a text or a list of texts"),
+            _ if value.is_null() => return wrong("a value"),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 impl Provider {
@@ -368,6 +409,22 @@ mod tests {
         std::fs::write(&path, "providers:\n  local:\n    base_url: http://x\n").unwrap();
         let e = ModelConfig::load(Some(&path)).unwrap_err().to_string();
         assert!(e.contains("runner.yaml:2:3:") && e.contains("api: openai"), "{e}");
+    }
+
+    #[test]
+    fn sampling_passes_unknown_keys_and_refuses_wrong_types_and_built_keys() {
+        let check = |text: &str| check_sampling(&serde_json::from_str(text).unwrap()).map_err(|(key, _)| key);
+        assert_eq!(
+            check(r#"{"temperature": 1.0, "max_tokens": 200, "seed": 7, "stop": ["\n"], "reasoning_effort": "low"}"#),
+            Ok(())
+        );
+        assert_eq!(check(r#"{"response_format": {"type": "json_object"}, "seed": -3}"#), Ok(()));
+        assert_eq!(check(r#"{"temperature": "hot"}"#), Err("temperature".into()));
+        assert_eq!(check(r#"{"max_tokens": 0}"#), Err("max_tokens".into()));
+        assert_eq!(check(r#"{"max_tokens": 1.5}"#), Err("max_tokens".into()));
+        assert_eq!(check(r#"{"stop": [1]}"#), Err("stop".into()));
+        assert_eq!(check(r#"{"messages": []}"#), Err("messages".into()));
+        assert_eq!(check(r#"{"logprobs": null}"#), Err("logprobs".into()));
     }
 
     #[test]

@@ -8,8 +8,8 @@
 //! nothing listens there (a wrong port, a server not started), and retrying would only
 //! delay saying so.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -104,11 +104,18 @@ impl HttpModel {
         }
     }
 
-    fn encode(&self, request: &ModelRequest<'_>) -> Value {
-        match self.provider.api {
+    /// The request body, with `sampling` (the provider's, or an episode's over it) merged in.
+    fn encode(&self, request: &ModelRequest<'_>, sampling: &Map<String, Value>) -> Value {
+        let mut body = match self.provider.api {
             Api::Openai => openai::encode(&self.model, request, &self.provider),
             Api::Anthropic => anthropic::encode(&self.model, request, &self.provider),
+        };
+        if let Value::Object(fields) = &mut body {
+            for (key, value) in sampling {
+                fields.insert(key.clone(), value.clone());
+            }
         }
+        body
     }
 
     fn decode(&self, body: &Value) -> Result<ModelResponse, String> {
@@ -319,7 +326,55 @@ impl LanguageModel for HttpModel {
     }
 
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let body = self.encode(request);
+        self.respond_sampled(request, &self.provider.sampling).await
+    }
+}
+
+/// A provider's model lent to one episode's agents with their own sampling settings (a
+/// suite's or a variant's `agent.sampling`) over the provider's: sent in each request body,
+/// and, through [`LanguageModel::sampling`], part of the cache key, the request digest and
+/// the `model_call` event.
+pub struct Sampled {
+    model: Arc<HttpModel>,
+    /// The provider's settings with the episode's over them.
+    sampling: Map<String, Value>,
+}
+
+impl Sampled {
+    pub fn new(model: Arc<HttpModel>, over: &Map<String, Value>) -> Self {
+        let mut sampling = model.provider.sampling.clone();
+        sampling.extend(over.iter().map(|(k, v)| (k.clone(), v.clone())));
+        Sampled { model, sampling }
+    }
+}
+
+#[async_trait]
+impl LanguageModel for Sampled {
+    fn name(&self) -> &str {
+        &self.model.name
+    }
+
+    fn sampling(&self) -> Map<String, Value> {
+        self.sampling.clone()
+    }
+
+    fn endpoint(&self) -> Option<&str> {
+        Some(&self.model.url)
+    }
+
+    async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
+        self.model.respond_sampled(request, &self.sampling).await
+    }
+}
+
+impl HttpModel {
+    /// Asks the model with `sampling` in the request body, retrying as the provider allows.
+    async fn respond_sampled(
+        &self,
+        request: &ModelRequest<'_>,
+        sampling: &Map<String, Value>,
+    ) -> Result<ModelResponse, ModelError> {
+        let body = self.encode(request, sampling);
         let mut attempts = 0;
         loop {
             attempts += 1;

@@ -6,6 +6,8 @@ pub mod anthropic;
 pub mod cache;
 pub mod config;
 pub mod echo;
+pub mod embedding;
+pub mod endpoint;
 pub mod http;
 pub mod limiter;
 pub mod mock;
@@ -273,6 +275,8 @@ enum Source {
     Mock,
     Echo,
     Http(Arc<http::HttpModel>),
+    /// An HTTP endpoint of a promptfoo config's `http` provider.
+    Endpoint(Arc<endpoint::EndpointModel>),
     Replay(Arc<Replay>),
 }
 
@@ -291,6 +295,8 @@ impl Backend {
             ("mock".to_owned(), Source::Mock)
         } else if spec == "echo" {
             ("echo".to_owned(), Source::Echo)
+        } else if let Some(configured) = config.endpoints.get(spec) {
+            (spec.to_owned(), Source::Endpoint(Arc::new(endpoint::EndpointModel::new(spec, configured.clone())?)))
         } else if let Some(path) = spec.strip_prefix("replay:") {
             let replay = Replay::open(std::path::Path::new(path))?;
             (replay.name().to_owned(), Source::Replay(Arc::new(replay)))

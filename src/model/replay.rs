@@ -150,6 +150,9 @@ const MISSES_SHOWN: usize = 10;
 #[derive(Default)]
 struct Tape {
     sampling: Map<String, Value>,
+    /// Each episode's own, when it differs from the first call's (variants may set their
+    /// agents' sampling).
+    sampling_of: HashMap<String, Map<String, Value>>,
     /// Responses (or failures) per (episode, digest), served in recorded order.
     queues: Mutex<HashMap<(String, String), VecDeque<Recorded>>>,
     /// How many responses each (episode, digest) had, to tell "used up" from "never recorded".
@@ -162,8 +165,12 @@ struct Tape {
 }
 
 impl Tape {
-    fn push(&mut self, episode: Option<String>, digest: String, request: Option<CanonicalRequest>, response: Recorded) {
+    fn push(&mut self, call: Call) {
+        let Call { episode, digest, request, response, sampling, .. } = call;
         let episode = episode.unwrap_or_else(|| ANY_EPISODE.to_owned());
+        if sampling != self.sampling {
+            self.sampling_of.entry(episode.clone()).or_insert(sampling);
+        }
         *self.calls.entry(episode.clone()).or_default() += 1;
         *self.recorded.entry((episode.clone(), digest.clone())).or_default() += 1;
         self.queues
@@ -332,9 +339,11 @@ impl Replay {
         for e in entries {
             let tape = match (&e.scorer, e.user) {
                 (None, false) => &mut agent,
-                _ => graders.entry(e.model).or_insert_with(|| Tape { sampling: e.sampling.clone(), ..Tape::default() }),
+                _ => graders
+                    .entry(e.model.clone())
+                    .or_insert_with(|| Tape { sampling: e.sampling.clone(), ..Tape::default() }),
             };
-            tape.push(e.episode, e.digest, e.request, e.response);
+            tape.push(e);
         }
         Ok(Replay { name, source: events, agent, graders, misses: AtomicUsize::new(0) })
     }
@@ -469,7 +478,8 @@ impl LanguageModel for EpisodeReplay {
     }
 
     fn sampling(&self) -> Map<String, Value> {
-        self.replay.tape(self.grader.as_deref()).map(|t| t.sampling.clone()).unwrap_or_default()
+        let tape = self.replay.tape(self.grader.as_deref());
+        tape.map(|t| t.sampling_of.get(&self.episode).unwrap_or(&t.sampling).clone()).unwrap_or_default()
     }
 
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {

@@ -4,8 +4,11 @@
 
 use std::sync::Arc;
 
+use serde_json::{Map, Value};
+
 use super::cache::Cached;
 use super::config::ModelConfig;
+use super::http::Sampled;
 use super::replay::Recording;
 use super::{Backend, BackendOptions, LanguageModel, Source, echo, mock};
 use crate::contract::Actor;
@@ -58,17 +61,21 @@ impl Backend {
     /// a replay serves the recorded agent's calls, a provider is called; then cached and
     /// recorded as the run asked.
     pub fn lend(&self, role: Role<'_>, task: &Task, episode_id: &str) -> Arc<dyn LanguageModel> {
-        self.lend_in_epoch(role, task, episode_id, None)
+        self.lend_in_epoch(role, task, episode_id, None, &Map::new())
     }
 
     /// [`Backend::lend`], the cache keyed by `epoch` too (`None`: shared by the epochs), so
-    /// that an episode's repeats are answered anew rather than from each other's entries.
+    /// that an episode's repeats are answered anew rather than from each other's entries,
+    /// and a provider's model asked with `sampling` over the provider's settings (an
+    /// agent's: its suite's or variant's `agent.sampling`). `mock`, `echo` and replays
+    /// answer as scripted or recorded, whatever the sampling.
     pub fn lend_in_epoch(
         &self,
         role: Role<'_>,
         task: &Task,
         episode_id: &str,
         epoch: Option<u32>,
+        sampling: &Map<String, Value>,
     ) -> Arc<dyn LanguageModel> {
         let model: Arc<dyn LanguageModel> = match &self.source {
             Source::Mock => {
@@ -76,7 +83,9 @@ impl Backend {
                 Arc::new(if role.delayed() { model.with_delay(self.options.mock_delay_ms) } else { model })
             }
             Source::Echo => Arc::new(echo::EchoModel),
-            Source::Http(m) => m.clone(),
+            Source::Http(m) if sampling.is_empty() => m.clone(),
+            Source::Http(m) => Arc::new(Sampled::new(m.clone(), sampling)),
+            Source::Endpoint(m) => Arc::new(m.for_task(task.template_context())),
             Source::Replay(r) => r.episode(None, episode_id, &task.id),
         };
         self.wrap(role, model, episode_id, epoch)
@@ -119,6 +128,9 @@ impl Backend {
             Source::Mock => matches!(role, Role::User),
             // Nothing to save: it answers at once.
             Source::Echo => true,
+            // Its requests are rendered from the task's fields too, which the request
+            // digest does not see: two tasks asking the same prompt are not the same call.
+            Source::Endpoint(_) => true,
             Source::Http(_) => false,
         };
         if let (Some(options), false) = (&self.options.cache, uncached) {

@@ -148,7 +148,7 @@ impl Decomposition {
 
 /// The smallest `k` with `2 · 0.5^k < alpha`: the fewest discordant tasks, all one way, with
 /// which the exact two-sided McNemar test rejects.
-fn mcnemar_min_discordant(alpha: f64) -> u64 {
+pub fn mcnemar_min_discordant(alpha: f64) -> u64 {
     let mut k = 1;
     while 2.0 * 0.5_f64.powi(k as i32) >= alpha && k < 2000 {
         k += 1;

@@ -149,6 +149,7 @@ mod tests {
             environment: "kv".into(),
             toolset: None,
             variant: None,
+            sampling: Default::default(),
         }
     }
 

@@ -161,7 +161,9 @@ impl Summary {
         power::decompose(&cells)
     }
 
-    /// The noise table: within- and between-task variance and the noise floor.
+    /// The noise table: within- and between-task variance and the noise floor, for the
+    /// suites and models where a floor exists; the others, too small for the McNemar test
+    /// to detect any drop, are named in one line under it (or alone, when none has one).
     pub fn render_noise(&self) -> String {
         let alpha = self.alpha();
         let mde_header = format!("MDE (80%, α={alpha})");
@@ -169,6 +171,7 @@ impl Summary {
             ["suite", "model", "tasks", "epochs/task", "within-task var", "between-task var", "total var", &mde_header];
         let mut lines: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
         let mut bounded = false;
+        let mut unmeasurable = Vec::new();
         for (key, d) in self.noise() {
             let var = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.4}"));
             let mde = match d.detectable(alpha) {
@@ -177,7 +180,10 @@ impl Summary {
                     bounded = true;
                     format!("≤ {:.1} pts", m * 100.0)
                 }
-                None => format!("none: {} tasks", d.tasks),
+                None => {
+                    unmeasurable.push((key, d.tasks));
+                    continue;
+                }
             };
             lines.push(vec![
                 key.suite,
@@ -190,13 +196,41 @@ impl Summary {
                 mde,
             ]);
         }
-        let mut out = table(&lines);
-        out.push_str(
-            "MDE: the smallest drop of pass rate a paired comparison of this many tasks and epochs detects with 80% power (none: too few tasks for the McNemar test); `runner plan RUN --mde 5` says what 5 points needs\n",
-        );
-        if bounded {
+        let needed = power::mcnemar_min_discordant(alpha);
+        let tasks = |n: u64| if n == 1 { "1 task".to_owned() } else { format!("{n} tasks") };
+        let mut out = String::new();
+        if lines.len() > 1 {
+            out.push_str(&table(&lines));
             out.push_str(
-                "≤: one epoch per task cannot tell epochs' noise from tasks'; the bound counts it all as noise\n",
+                "MDE: the smallest drop of pass rate a paired comparison of this many tasks and epochs detects with 80% power; `runner plan RUN --mde 5` says what 5 points needs\n",
+            );
+            if bounded {
+                out.push_str(
+                    "≤: one epoch per task cannot tell epochs' noise from tasks'; the bound counts it all as noise\n",
+                );
+            }
+            if !unmeasurable.is_empty() {
+                // A few are named; a long list would be the noise this line replaces.
+                const NAMED: usize = 3;
+                let mut named: Vec<String> = unmeasurable
+                    .iter()
+                    .take(NAMED)
+                    .map(|(k, n)| format!("{} {} ({})", k.suite, k.model, tasks(*n)))
+                    .collect();
+                if unmeasurable.len() > NAMED {
+                    named.push(format!("and {} more", unmeasurable.len() - NAMED));
+                }
+                let _ = writeln!(
+                    out,
+                    "no MDE: too few tasks for the McNemar test to detect any drop (it needs {needed}): {}",
+                    named.join(", ")
+                );
+            }
+        } else if let Some(most) = unmeasurable.iter().map(|(_, n)| *n).max() {
+            let counted = if unmeasurable.len() == 1 { tasks(most) } else { format!("at most {}", tasks(most)) };
+            let _ = writeln!(
+                out,
+                "noise: too few tasks for the McNemar test to detect any drop ({counted}; it needs {needed}); see `runner plan RUN --mde 5`"
             );
         }
         out

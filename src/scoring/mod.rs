@@ -18,6 +18,7 @@ use crate::domain::{MockTurn, Task};
 use crate::environment::{Ending, World};
 use crate::log::UnscoredCause;
 use crate::model::config::ModelConfig;
+use crate::model::embedding::Embedder;
 use crate::model::{Backend, BackendOptions, LanguageModel, Role, lend_beside, open_beside};
 pub use checks::FILE_SCAN_CAP;
 pub use checks::communicated::told_user;
@@ -123,6 +124,9 @@ pub struct Finished<'a> {
     pub sandbox: crate::sandbox::SandboxMode,
 }
 
+/// An embedding model and the base URL it is asked at, when not its provider's.
+type EmbedderKey = (String, Option<String>);
+
 /// The grader models of a run, opened once.
 #[derive(Default)]
 pub struct Graders {
@@ -131,6 +135,10 @@ pub struct Graders {
     backends: HashMap<String, Arc<Backend>>,
     /// The code scorers' workers, started when first needed and kept for the run.
     pub workers: workers::Workers,
+    /// The providers, for the embedding models of `similar` scorers.
+    config: ModelConfig,
+    /// Those embedding models, opened when first needed, by model and base URL.
+    embedders: std::sync::Mutex<HashMap<EmbedderKey, Arc<Embedder>>>,
 }
 
 impl Graders {
@@ -155,7 +163,20 @@ impl Graders {
                 backends.insert(name, Arc::new(backend));
             }
         }
-        Ok(Graders { forced, backends, workers: workers::Workers::default() })
+        let config = config.clone();
+        Ok(Graders { forced, backends, workers: workers::Workers::default(), config, embedders: Default::default() })
+    }
+
+    /// The embedding model `name` (at `base_url` when given), opened once for the run.
+    fn embedder(&self, name: &str, base_url: Option<&str>) -> Result<Arc<Embedder>, String> {
+        let key = (name.to_owned(), base_url.map(String::from));
+        let mut opened = self.embedders.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(embedder) = opened.get(&key) {
+            return Ok(embedder.clone());
+        }
+        let embedder = Arc::new(Embedder::open(name, base_url, &self.config)?);
+        opened.insert(key, embedder.clone());
+        Ok(embedder)
     }
 
     /// The grader `name` for one scorer on one episode: scripted turns for `mock`, the
@@ -276,6 +297,16 @@ async fn apply(
             checks::verifier::check(world, &verifier).await?
         }
         Check::Code(code) => checks::code::check(&scene, code, &graders.workers).await?,
+        Check::Similar { expected, threshold, embedding, embedding_url, negate } => {
+            let asked = checks::similar::Asked {
+                expected,
+                threshold: *threshold,
+                embedding,
+                embedding_url: embedding_url.as_deref(),
+                negate: *negate,
+            };
+            checks::similar::check(&scene, &answer, &asked, graders).await?
+        }
         Check::Grader { kind, criteria, model, template, samples, threshold, mock } => {
             let asked = checks::graded::Asked {
                 kind: *kind,

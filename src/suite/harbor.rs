@@ -227,6 +227,7 @@ pub fn load(dir: &Path) -> Result<Suite, ConfigError> {
         toolsets: Vec::new(),
         variants: Vec::new(),
         providers: Vec::new(),
+        endpoints: Default::default(),
         skipped: Vec::new(),
     })
 }

@@ -80,6 +80,8 @@ pub struct Suite {
     pub variants: Vec<variants::Variant>,
     /// The models a promptfoo config's `providers:` name: the run's, when `--model` is not given.
     pub providers: Vec<String>,
+    /// The HTTP endpoints among those models (a promptfoo config's `http` providers).
+    pub endpoints: BTreeMap<String, Arc<crate::model::endpoint::Endpoint>>,
     /// What `--skip-unsupported` left out of a promptfoo config, one line each.
     pub skipped: Vec<String>,
 }
@@ -148,6 +150,11 @@ pub struct AgentConfig {
     /// When true, the agent offers `enter_plan_mode` (and, in plan mode, `exit_plan_mode`).
     #[serde(default)]
     pub plan_mode: bool,
+    /// Sampling settings of the agents' model calls (`temperature`, `max_tokens`, `seed`, …),
+    /// merged into their request bodies over the provider's; the graders and a simulated
+    /// user keep their provider's.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub sampling: Map<String, Value>,
     /// The bounded memory: the `memory` tool and its stores in the system prompt.
     pub memory: Option<MemoryConfig>,
     /// `external` and `cli`: the program and its arguments. An external agent's runs in the
@@ -430,8 +437,11 @@ pub fn load_with(path: &Path, options: LoadOptions) -> Result<Suite, ConfigError
     let translated = promptfoo::translate(&source, options.skip_unsupported)?;
     let aliases = translated.aliases;
     let extra = (translated.providers, translated.skipped);
+    let endpoints = translated.endpoints.into_iter().map(|(name, e)| (name, Arc::new(e))).collect();
     // Its errors name the config's parts (`tests[3].assert[1]`), not the suite's it became.
-    from_source(path, translated.source, bytes, extra).map_err(|e| promptfoo::in_config_terms(e, &aliases))
+    let suite =
+        from_source(path, translated.source, bytes, extra).map_err(|e| promptfoo::in_config_terms(e, &aliases))?;
+    Ok(Suite { endpoints, ..suite })
 }
 
 /// A suite from its parsed file, with the providers and skipped parts of the promptfoo
@@ -486,6 +496,8 @@ fn from_source(
     {
         return Err(source.error("limits.max_cost_usd", format!("must be a positive number of USD, got {usd}")));
     }
+    crate::model::config::check_sampling(&file.agent.sampling)
+        .map_err(|(key, e)| source.error(&format!("agent.sampling.{key}"), e))?;
     for (key, value) in [("agent.max_children", file.agent.max_children), ("agent.max_depth", file.agent.max_depth)] {
         if value == Some(0) {
             return Err(source.error(key, "must be at least 1"));
@@ -645,6 +657,7 @@ fn from_source(
         toolsets,
         variants,
         providers,
+        endpoints: BTreeMap::new(),
         skipped,
     })
 }

@@ -20,6 +20,7 @@ use serde_json::{Map, Value, json};
 
 use crate::config::decode::{ConfigError, Source};
 use crate::config::yaml;
+use crate::model::endpoint::{Body, Endpoint, Transform};
 
 /// Whether a parsed file is a promptfoo config rather than a suite.
 pub fn is_config(value: &Value) -> bool {
@@ -34,6 +35,8 @@ pub(crate) struct Translated {
     /// (path in the suite, path in the config it came from).
     pub aliases: Vec<(String, String)>,
     pub providers: Vec<String>,
+    /// The `http` providers' endpoints, by the model name `providers` gives them.
+    pub endpoints: Vec<(String, Endpoint)>,
     pub skipped: Vec<String>,
 }
 
@@ -53,6 +56,7 @@ pub(crate) fn translate(source: &Source, skip_unsupported: bool) -> Result<Trans
         skipped: Vec::new(),
         aliases: Vec::new(),
         dir: source.file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned(),
+        embedding: None,
     };
     let Some(config) = source.value.as_object() else {
         return Err(source.error("", "a promptfoo config is a mapping"));
@@ -63,7 +67,7 @@ pub(crate) fn translate(source: &Source, skip_unsupported: bool) -> Result<Trans
         }
     }
     let variants = t.prompts(config.get("prompts"))?;
-    let providers = t.providers(config.get("providers"))?;
+    let Providers { models: providers, endpoints, sampling } = t.providers(config.get("providers"))?;
     let default = config.get("defaultTest").cloned().unwrap_or(json!({}));
     let (defaults, suite_scorers) = t.default_test(&default)?;
 
@@ -122,12 +126,16 @@ pub(crate) fn translate(source: &Source, skip_unsupported: bool) -> Result<Trans
     if let Some(model) = defaults.grader {
         suite["grader"] = json!({"model": model});
     }
+    if let Some((at, sampling)) = sampling {
+        suite["agent"] = json!({"sampling": sampling});
+        t.aliases.push(("agent.sampling".into(), at));
+    }
     let mut locations = source.locations.clone();
     for (path, from) in &t.aliases {
         locations.alias(path, from);
     }
     let translated = Source { file: source.file.clone(), value: suite, locations };
-    Ok(Translated { source: translated, aliases: t.aliases, providers, skipped: t.skipped })
+    Ok(Translated { source: translated, aliases: t.aliases, providers, endpoints, skipped: t.skipped })
 }
 
 /// An error about the translated suite as one about the config: its path (`tasks[1].scorers[0]`)
@@ -145,6 +153,47 @@ pub(crate) fn in_config_terms(mut error: ConfigError, aliases: &[(String, String
     error
 }
 
+/// What `providers:` gives the run.
+#[derive(Default)]
+struct Providers {
+    models: Vec<String>,
+    endpoints: Vec<(String, Endpoint)>,
+    /// The providers' sampling settings and where the first were written.
+    sampling: Option<(String, Map<String, Value>)>,
+}
+
+/// The keys of a provider's `config` that are sampling settings (promptfoo passes them to
+/// the provider's API, as runner does).
+const SAMPLING_KEYS: &[&str] = &[
+    "temperature",
+    "max_tokens",
+    "max_completion_tokens",
+    "top_p",
+    "top_k",
+    "seed",
+    "stop",
+    "frequency_penalty",
+    "presence_penalty",
+];
+
+/// A provider's id: the text itself, or its `id:`.
+fn provider_id(value: &Value) -> Option<&str> {
+    match value {
+        Value::String(id) => Some(id),
+        other => other.get("id").and_then(Value::as_str),
+    }
+}
+
+/// Whether a provider id names an embedding model.
+fn is_embedding(id: &str) -> bool {
+    id.contains(":embedding:") || id.contains(":embeddings:")
+}
+
+/// promptfoo's HTTP provider: `http`, `https`, or the URL itself as the id.
+fn is_http(id: &str) -> bool {
+    matches!(id, "http" | "https") || id.starts_with("http://") || id.starts_with("https://")
+}
+
 /// A test and where it is, with the scenario `config` entry it runs under and where that is.
 type Placed = (String, Value, Option<(String, Value)>);
 
@@ -155,6 +204,9 @@ struct Translator<'a> {
     /// (path in the translated suite, path in the config it came from).
     aliases: Vec<(String, String)>,
     dir: PathBuf,
+    /// The embedding model `similar` assertions use when they name none: the test's
+    /// `options.provider`, else `defaultTest`'s.
+    embedding: Option<Embedding>,
 }
 
 /// What `defaultTest` gives every test.
@@ -162,6 +214,13 @@ struct Defaults {
     vars: Map<String, Value>,
     threshold: Option<f64>,
     grader: Option<String>,
+}
+
+/// An embedding model for `similar`: runner's `provider/model`, and a base URL of its own.
+#[derive(Clone)]
+struct Embedding {
+    model: String,
+    url: Option<String>,
 }
 
 impl Translator<'_> {
@@ -200,7 +259,7 @@ impl Translator<'_> {
             let (text, label) = match item {
                 Value::String(s) => (s.clone(), None),
                 Value::Object(o) => {
-                    for key in o.keys().filter(|k| !["raw", "id", "label"].contains(&k.as_str())) {
+                    for key in o.keys().filter(|k| !["raw", "id", "label", "config"].contains(&k.as_str())) {
                         self.unsupported(&yaml::child(&at, key), format!("the prompt key `{key}`"))?;
                     }
                     let text = o.get("raw").or_else(|| o.get("id")).and_then(Value::as_str).unwrap_or_default();
@@ -225,13 +284,26 @@ impl Translator<'_> {
             } else {
                 vec![text]
             };
+            // A prompt's `config` is promptfoo's provider config for this prompt: its sampling.
+            let config_at = yaml::child(&at, "config");
+            let sampling = match item.get("config") {
+                Some(config) => self.sampling(&config_at, config)?,
+                None => Map::new(),
+            };
             for prompt in prompts {
-                let Some(variant) = self.prompt_variant(&at, &prompt)? else { continue };
+                let Some(mut variant) = self.prompt_variant(&at, &prompt)? else { continue };
+                if !sampling.is_empty() {
+                    variant["agent"]["sampling"] = Value::Object(sampling.clone());
+                }
                 let name = match &label {
                     Some(label) if variants.is_empty() || !variants.contains_key(&slug(label)) => slug(label),
                     _ => format!("prompt-{}", variants.len() + 1),
                 };
                 self.aliases.push((yaml::child("variants", &name), at.clone()));
+                if !sampling.is_empty() {
+                    let sampled = yaml::child(&yaml::child(&yaml::child("variants", &name), "agent"), "sampling");
+                    self.aliases.push((sampled, config_at.clone()));
+                }
                 variants.insert(name, variant);
             }
         }
@@ -272,34 +344,170 @@ impl Translator<'_> {
         Ok(Some(variant))
     }
 
-    /// `providers:` as model names.
-    fn providers(&mut self, value: Option<&Value>) -> Result<Vec<String>, ConfigError> {
+    /// `providers:` as model names, the `http` ones' endpoints, and the sampling settings
+    /// their `config:` gives (one set for the run: runner's sampling is the suite's, or a
+    /// prompt's).
+    fn providers(&mut self, value: Option<&Value>) -> Result<Providers, ConfigError> {
         let items: Vec<(String, &Value)> = match value {
-            None => return Ok(Vec::new()),
+            None => return Ok(Providers::default()),
             Some(Value::Array(items)) => {
                 items.iter().enumerate().map(|(i, v)| (yaml::item("providers", i), v)).collect()
             }
             Some(one) => vec![("providers".to_owned(), one)],
         };
-        let mut models = Vec::new();
+        let mut out = Providers::default();
         for (at, item) in items {
-            let id = match item {
-                Value::String(s) => s.as_str(),
+            let (id, label, config) = match item {
+                Value::String(s) => (s.as_str(), None, None),
                 Value::Object(o) => {
-                    for key in o.keys().filter(|k| !["id", "label"].contains(&k.as_str())) {
+                    for key in o.keys().filter(|k| !["id", "label", "config"].contains(&k.as_str())) {
                         self.unsupported(&yaml::child(&at, key), format!("the provider key `{key}`"))?;
                     }
-                    o.get("id").and_then(Value::as_str).unwrap_or_default()
+                    let label = o.get("label").and_then(Value::as_str);
+                    (o.get("id").and_then(Value::as_str).unwrap_or_default(), label, o.get("config"))
                 }
                 other => return Err(self.source.error(&at, format!("a provider is an id or {{id, …}}, not {other}"))),
             };
+            let config_at = yaml::child(&at, "config");
+            if is_http(id) {
+                let Some(endpoint) = self.endpoint(&at, id, config)? else { continue };
+                let host = reqwest::Url::parse(&endpoint.url).ok().and_then(|u| {
+                    let host = u.host_str()?.to_owned();
+                    Some(u.port().map_or(host.clone(), |p| format!("{host}-{p}")))
+                });
+                let base = format!("http/{}", slug(label.or(host.as_deref()).unwrap_or("endpoint")));
+                let mut name = base.clone();
+                let mut n = 1;
+                while out.models.contains(&name) {
+                    n += 1;
+                    name = format!("{base}-{n}");
+                }
+                out.models.push(name.clone());
+                out.endpoints.push((name, endpoint));
+                continue;
+            }
             match model_of(id) {
-                Some(model) if !models.contains(&model) => models.push(model),
+                Some(model) if !out.models.contains(&model) => out.models.push(model),
                 Some(_) => {}
-                None => self.unsupported(&at, format!("the provider `{id}`"))?,
+                None => {
+                    self.unsupported(&at, format!("the provider `{id}`"))?;
+                    continue;
+                }
+            }
+            let sampling = match config {
+                Some(config) => self.sampling(&config_at, config)?,
+                None => Map::new(),
+            };
+            match &out.sampling {
+                _ if sampling.is_empty() => {}
+                None => out.sampling = Some((config_at, sampling)),
+                Some((_, first)) if *first == sampling => {}
+                Some((first_at, _)) => {
+                    let what = format!(
+                        "sampling settings other than those of {first_at} (runner's sampling is one per run, or per prompt: put them in each prompt's `config`)"
+                    );
+                    self.unsupported(&config_at, what)?;
+                }
             }
         }
-        Ok(models)
+        Ok(out)
+    }
+
+    /// A provider's or a prompt's `config:` as sampling settings; any other key is not
+    /// supported.
+    fn sampling(&mut self, at: &str, config: &Value) -> Result<Map<String, Value>, ConfigError> {
+        let Some(o) = config.as_object() else {
+            return Err(self.source.error(at, format!("`config` is a mapping, not {config}")));
+        };
+        let mut sampling = Map::new();
+        for (key, value) in o {
+            if SAMPLING_KEYS.contains(&key.as_str()) {
+                sampling.insert(key.clone(), value.clone());
+            } else {
+                self.unsupported(&yaml::child(at, key), format!("the provider config key `{key}`"))?;
+            }
+        }
+        Ok(sampling)
+    }
+
+    /// An `http` provider's endpoint: `config: {url, method, headers, body, transformResponse}`
+    /// (the id itself may be the URL). `None` when it was skipped.
+    fn endpoint(&mut self, at: &str, id: &str, config: Option<&Value>) -> Result<Option<Endpoint>, ConfigError> {
+        let config_at = yaml::child(at, "config");
+        let empty = Map::new();
+        let config = match config {
+            None => &empty,
+            Some(Value::Object(o)) => o,
+            Some(other) => return Err(self.source.error(&config_at, format!("`config` is a mapping, not {other}"))),
+        };
+        const KEYS: &[&str] = &["url", "method", "headers", "body", "transformResponse"];
+        for key in config.keys().filter(|k| !KEYS.contains(&k.as_str())) {
+            self.unsupported(&yaml::child(&config_at, key), format!("the http provider key `{key}`"))?;
+        }
+        let here = |key: &str| yaml::child(&config_at, key);
+        let url = match (config.get("url"), id) {
+            (Some(Value::String(url)), _) => url.as_str(),
+            (Some(other), _) => return Err(self.source.error(&here("url"), format!("`url` is a text, not {other}"))),
+            (None, "http" | "https") => {
+                return Err(self.source.error(at, "an `http` provider needs `config.url`"));
+            }
+            (None, url) => url,
+        };
+        let method = match config.get("method") {
+            None => None,
+            Some(Value::String(m)) => Some(m.as_str()),
+            Some(other) => {
+                return Err(self.source.error(&here("method"), format!("`method` is a text, not {other}")));
+            }
+        };
+        let url_at = if config.contains_key("url") { here("url") } else { yaml::child(at, "id") };
+        let mut endpoint = Endpoint::new(url, method).map_err(|e| {
+            let at = if e.contains("method") { here("method") } else { url_at.clone() };
+            self.source.error(&at, e)
+        })?;
+        match config.get("headers") {
+            None => {}
+            Some(Value::Object(headers)) => {
+                for (name, value) in headers {
+                    let value = match value {
+                        Value::String(s) => s.clone(),
+                        Value::Number(_) | Value::Bool(_) => value.to_string(),
+                        other => {
+                            let message = format!("a header's value is a text, not {other}");
+                            return Err(self.source.error(&yaml::child(&here("headers"), name), message));
+                        }
+                    };
+                    endpoint.headers.push((name.clone(), value));
+                }
+            }
+            Some(other) => {
+                return Err(self.source.error(&here("headers"), format!("`headers` is a mapping, not {other}")));
+            }
+        }
+        endpoint.body = match config.get("body") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) => Some(Body::Text(text.clone())),
+            Some(value) => Some(Body::Json(value.clone())),
+        };
+        match config.get("transformResponse") {
+            None => {}
+            Some(Value::String(written)) => match Transform::parse(written) {
+                Ok(transform) => endpoint.transform = transform,
+                Err(_) if self.skip => {
+                    self.unsupported(&here("transformResponse"), format!("the transformResponse `{written}`"))?;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    let message = format!("{e} (--skip-unsupported leaves this provider out)");
+                    return Err(self.source.error(&here("transformResponse"), message));
+                }
+            },
+            Some(other) => {
+                let message = format!("`transformResponse` is a text, not {other}");
+                return Err(self.source.error(&here("transformResponse"), message));
+            }
+        }
+        Ok(Some(endpoint))
     }
 
     /// `defaultTest:` — vars every test starts from, a threshold, the grader, and the
@@ -314,20 +522,77 @@ impl Translator<'_> {
         }
         let vars = self.vars(&yaml::child(at, "vars"), o.get("vars"))?;
         let threshold = self.threshold(&yaml::child(at, "threshold"), o.get("threshold"))?;
-        let grader = self.options(&yaml::child(at, "options"), o.get("options"))?;
+        let (grader, embedding) = self.options(&yaml::child(at, "options"), o.get("options"))?;
+        self.embedding = embedding;
         let mut scorers = Vec::new();
         self.assertions(&yaml::child(at, "assert"), o.get("assert"), "scorers", &mut scorers)?;
         Ok((Defaults { vars, threshold, grader }, scorers))
     }
 
-    /// A test's or `defaultTest`'s `options:`: only `provider`, the grader.
-    fn options(&mut self, at: &str, value: Option<&Value>) -> Result<Option<String>, ConfigError> {
-        let Some(value) = value else { return Ok(None) };
+    /// A test's or `defaultTest`'s `options:`: only `provider`, the grader, or the
+    /// embedding model (`openai:embedding:…`, or `{embedding: …, text: …}`, both).
+    fn options(&mut self, at: &str, value: Option<&Value>) -> Result<(Option<String>, Option<Embedding>), ConfigError> {
+        let Some(value) = value else { return Ok((None, None)) };
         let Some(o) = value.as_object() else { return Err(self.source.error(at, "`options` is a mapping")) };
         for key in o.keys().filter(|k| *k != "provider") {
             self.unsupported(&yaml::child(at, key), format!("the option `{key}`"))?;
         }
-        self.grader(&yaml::child(at, "provider"), o.get("provider"))
+        let at = yaml::child(at, "provider");
+        let provider = o.get("provider");
+        if let Some(Value::Object(kinds)) = provider
+            && !kinds.contains_key("id")
+        {
+            for key in kinds.keys().filter(|k| !["text", "embedding"].contains(&k.as_str())) {
+                self.unsupported(&yaml::child(&at, key), format!("the provider kind `{key}`"))?;
+            }
+            let grader = self.grader(&yaml::child(&at, "text"), kinds.get("text"))?;
+            let embedding = self.embedding_of(&yaml::child(&at, "embedding"), kinds.get("embedding"))?;
+            return Ok((grader, embedding));
+        }
+        if provider.and_then(provider_id).is_some_and(is_embedding) {
+            return Ok((None, self.embedding_of(&at, provider)?));
+        }
+        Ok((self.grader(&at, provider)?, None))
+    }
+
+    /// An embedding provider: `openai:embedding:MODEL` (or `ollama:embeddings:…`), with
+    /// `config.apiBaseUrl` for a server of its own.
+    fn embedding_of(&mut self, at: &str, value: Option<&Value>) -> Result<Option<Embedding>, ConfigError> {
+        let Some(value) = value else { return Ok(None) };
+        let id = provider_id(value).unwrap_or_default();
+        let model = id.split_once(':').and_then(|(provider, rest)| {
+            let model = rest.strip_prefix("embeddings:").or_else(|| rest.strip_prefix("embedding:"))?;
+            (["openai", "ollama"].contains(&provider) && !model.is_empty()).then(|| format!("{provider}/{model}"))
+        });
+        let Some(model) = model else {
+            self.unsupported(
+                at,
+                format!(
+                    "the embedding provider `{id}` (runner's are `openai:embedding:MODEL`, `ollama:embedding:MODEL`)"
+                ),
+            )?;
+            return Ok(None);
+        };
+        let mut url = None;
+        if let Some(o) = value.as_object() {
+            for key in o.keys().filter(|k| !["id", "config"].contains(&k.as_str())) {
+                self.unsupported(&yaml::child(at, key), format!("the provider key `{key}`"))?;
+            }
+            if let Some(config) = o.get("config") {
+                let config_at = yaml::child(at, "config");
+                let Some(config) = config.as_object() else {
+                    return Err(self.source.error(&config_at, "`config` is a mapping"));
+                };
+                for (key, v) in config {
+                    match (key.as_str(), v) {
+                        ("apiBaseUrl", Value::String(base)) => url = Some(base.clone()),
+                        _ => self
+                            .unsupported(&yaml::child(&config_at, key), format!("the embedding config key `{key}`"))?,
+                    }
+                }
+            }
+        }
+        Ok(Some(Embedding { model, url }))
     }
 
     fn grader(&mut self, at: &str, value: Option<&Value>) -> Result<Option<String>, ConfigError> {
@@ -506,6 +771,11 @@ impl Translator<'_> {
         for key in o.keys().filter(|k| !TEST_KEYS.contains(&k.as_str())) {
             self.unsupported(&yaml::child(at, key), format!("the test key `{key}`"))?;
         }
+        let (grader, embedding) = self.options(&yaml::child(at, "options"), o.get("options"))?;
+        let outer = self.embedding.clone();
+        if embedding.is_some() {
+            self.embedding = embedding;
+        }
         let mut vars = defaults.vars.clone();
         let task_at = yaml::item("tasks", index);
         let scorers_at = yaml::child(&task_at, "scorers");
@@ -525,8 +795,8 @@ impl Translator<'_> {
             threshold_at = Some((yaml::child(at, "threshold"), x));
         }
         thresholds.extend(threshold_at);
-        let grader = self.options(&yaml::child(at, "options"), o.get("options"))?;
         self.assertions(&yaml::child(at, "assert"), o.get("assert"), &scorers_at, &mut scorers)?;
+        self.embedding = outer;
         if let Some(model) = grader {
             for s in &mut scorers {
                 if ["llm_rubric", "model_graded_closedqa", "factuality"].iter().any(|k| s.get(k).is_some())
@@ -699,16 +969,26 @@ impl Translator<'_> {
                 s
             }
             "similar" => {
-                let why = "(it compares embeddings, and runner configures no embedding model)";
-                self.unsupported(&yaml::child(at, "type"), format!("the assertion type `{kind}` {why}"))?;
-                return Ok(None);
+                let own = self.embedding_of(&yaml::child(at, "provider"), o.get("provider"))?;
+                let Some(embedding) = own.or_else(|| self.embedding.clone()) else {
+                    let why = "without an embedding model (name one: `provider: openai:embedding:MODEL` on it, or in `defaultTest.options.provider`)";
+                    self.unsupported(&yaml::child(at, "type"), format!("the assertion type `{kind}` {why}"))?;
+                    return Ok(None);
+                };
+                let mut s = json!({format!("{not}similar"): text(&value).ok_or_else(|| needs_text(self))?});
+                s["threshold"] = json!(threshold.unwrap_or(0.75));
+                s["embedding"] = json!(embedding.model);
+                if let Some(url) = embedding.url {
+                    s["embedding_url"] = json!(url);
+                }
+                s
             }
             _ => {
                 self.unsupported(&yaml::child(at, "type"), format!("the assertion type `{kind}`"))?;
                 return Ok(None);
             }
         };
-        if !GRADED.contains(&base) && o.contains_key("provider") {
+        if !GRADED.contains(&base) && base != "similar" && o.contains_key("provider") {
             self.unsupported(&yaml::child(at, "provider"), format!("`provider` on `{kind}`"))?;
         }
         if let Some(weight) = o.get("weight") {

@@ -65,6 +65,8 @@ struct AgentOverride {
     /// `memory` agents: prompts over the suite's, each one given replacing its own.
     prompts: Option<crate::agent::memory_agent::MemoryPrompts>,
     flush_every: Option<u32>,
+    /// Over the suite's `agent.sampling`, key by key.
+    sampling: Option<serde_json::Map<String, Value>>,
 }
 
 /// A variant's name: it appears in episode ids, tables and labels.
@@ -119,6 +121,11 @@ pub(crate) fn resolve(
             if let Some(own) = &over.prompts {
                 merged.prompts = Some(own.clone().over(merged.prompts.take().unwrap_or_default()));
             }
+        }
+        if let Some(sampling) = &over.sampling {
+            crate::model::config::check_sampling(sampling)
+                .map_err(|(key, e)| source.error(&yaml::child(&yaml::child(&agent_at, "sampling"), &key), e))?;
+            merged.sampling.extend(sampling.clone());
         }
         for (key, value) in [("max_children", over.max_children), ("max_depth", over.max_depth)] {
             let here = yaml::child(&agent_at, key);

@@ -193,3 +193,28 @@ fn epochs_auto_decides_each_variant_apart() {
     assert_eq!(of("same"), ["continue", "continue", "continue", "continue", "stop_narrow"], "{decided:?}");
     assert_eq!(crate::of_type(&events, "episode_finished").len(), 4 * 2 + 4 * 5);
 }
+
+/// A suite too small for any drop to be detected gets one line, not a table of `none` rows;
+/// a suite large enough keeps its row.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_suite_too_small_to_measure_gets_one_line_instead_of_the_table() {
+    let sb = Sandbox::new();
+    let tasks = |n: usize| -> String {
+        (0..n).map(|i| format!("  - {{id: t{i}, input: q{i}, mock: [{{text: ok}}]}}\n")).collect()
+    };
+    sb.write("small.yaml", &format!("suite: small\nenvironment: kv\nscorers: [{{equals: ok}}]\ntasks:\n{}", tasks(3)));
+    let small = run(&sb, &["eval", "small.yaml", "--model", "mock", "--out", "results"]).await;
+    assert_eq!(small.code, 0, "{small:?}");
+    assert!(!small.stdout.contains("within-task var") && !small.stdout.contains("none:"), "{small:?}");
+    // Six tasks all flipped one way is the least the exact test rejects at 5%: 2 · 0.5⁶ < 0.05.
+    let line = "noise: too few tasks for the McNemar test to detect any drop (3 tasks; it needs 6); see `runner plan RUN --mde 5`";
+    assert!(small.stdout.lines().any(|l| l == line), "{small:?}");
+
+    sb.write("large.yaml", &format!("suite: large\nenvironment: kv\nscorers: [{{equals: ok}}]\ntasks:\n{}", tasks(8)));
+    let both = run(&sb, &["eval", "small.yaml", "large.yaml", "--model", "mock", "--out", "results"]).await;
+    assert_eq!(both.code, 0, "{both:?}");
+    assert!(both.stdout.lines().any(|l| l.starts_with("large ") && l.contains(" pts")), "{both:?}");
+    assert!(!both.stdout.lines().any(|l| l.starts_with("small ") && l.contains("0.0000")), "{both:?}");
+    let named = "no MDE: too few tasks for the McNemar test to detect any drop (it needs 6): small mock (3 tasks)";
+    assert!(both.stdout.lines().any(|l| l == named), "{both:?}");
+}

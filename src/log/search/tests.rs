@@ -30,6 +30,7 @@ impl Log {
             environment: "shell".into(),
             toolset: None,
             variant: None,
+            sampling: Default::default(),
         };
         self.push(Some(id), event)
     }

@@ -43,6 +43,7 @@ fn log() -> tempfile::NamedTempFile {
             environment: "kv".into(),
             toolset: None,
             variant: None,
+            sampling: Default::default(),
         };
         line(&mut out, &mut seq, Some(id), &started);
         let includes = Event::Score {

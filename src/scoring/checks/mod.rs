@@ -12,6 +12,7 @@ pub(crate) mod graded;
 pub(crate) mod json;
 pub(crate) mod literal;
 pub(crate) mod numeric;
+pub(crate) mod similar;
 pub(crate) mod text;
 pub(crate) mod tool_called;
 pub(crate) mod tool_sequence;

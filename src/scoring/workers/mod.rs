@@ -87,7 +87,7 @@ impl Workers {
                 Err(Unstarted::Failed(why)) => return Reply::Failed(why),
             },
         };
-        let lent = match files {
+        let mut lent = match files {
             Some(folder) => match Lent::into(folder, worker.view.path()) {
                 Ok(lent) => Some(lent),
                 Err(e) => {
@@ -98,10 +98,13 @@ impl Workers {
         };
         request["context"]["files"] = lent.as_ref().map_or(Value::Null, |l| Value::from(l.path()));
         let answer = worker.ask(request, limit).await;
-        drop(lent);
+        // A view that still holds an episode's files must serve no other: its worker stops.
+        let clean = lent.as_mut().is_none_or(Lent::give_back);
         match answer {
             Ok(answer) => {
-                pool.idle.lock().unwrap_or_else(|p| p.into_inner()).push(worker);
+                if clean {
+                    pool.idle.lock().unwrap_or_else(|p| p.into_inner()).push(worker);
+                }
                 if let Some(raised) = answer.get("error").and_then(Value::as_str) {
                     Reply::Raised(raised.to_owned())
                 } else if let Some(other) = answer.get("other").and_then(Value::as_str) {
@@ -149,26 +152,92 @@ impl Workers {
 }
 
 /// An episode's working directory moved into a worker's view for one call, and moved back
-/// when dropped (however the call ended).
+/// when given back or dropped (however the call ended).
 struct Lent {
     home: PathBuf,
     lent: PathBuf,
+    returned: bool,
 }
 
 impl Lent {
     fn into(folder: &Path, view: &Path) -> std::io::Result<Lent> {
         let lent = view.join("files");
         std::fs::rename(folder, &lent)?;
-        Ok(Lent { home: folder.to_path_buf(), lent })
+        Ok(Lent { home: folder.to_path_buf(), lent, returned: false })
     }
 
     fn path(&self) -> String {
         self.lent.to_string_lossy().into_owned()
     }
+
+    /// Moves the folder back home. When that fails, says so and clears the view, so that
+    /// the worker's next call never sees this episode's files; `false` when even that
+    /// failed and the worker's view is not clean.
+    fn give_back(&mut self) -> bool {
+        if std::mem::replace(&mut self.returned, true) {
+            return true;
+        }
+        let Err(e) = std::fs::rename(&self.lent, &self.home) else { return true };
+        let cleared = std::fs::remove_dir_all(&self.lent);
+        eprintln!(
+            "warning: failed to move the episode's files back from {} to {}: {e}; {}",
+            self.lent.display(),
+            self.home.display(),
+            match &cleared {
+                Ok(()) => "they were removed from the scorer's worker".to_owned(),
+                Err(e) => format!("nor could they be removed ({e}): the worker is stopped"),
+            }
+        );
+        cleared.is_ok() || !self.lent.exists()
+    }
 }
 
 impl Drop for Lent {
     fn drop(&mut self) {
-        let _ = std::fs::rename(&self.lent, &self.home);
+        self.give_back();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_lent_and_given_back_is_home_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, view) = (dir.path().join("episode"), dir.path().join("view"));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&view).unwrap();
+        std::fs::write(home.join("a.txt"), "a").unwrap();
+        let mut lent = Lent::into(&home, &view).unwrap();
+        assert!(!home.exists() && view.join("files/a.txt").is_file());
+        assert!(lent.give_back());
+        assert_eq!(std::fs::read_to_string(home.join("a.txt")).unwrap(), "a");
+        assert!(!view.join("files").exists());
+    }
+
+    /// Regression: a failed move back was ignored, and the worker's next call found the
+    /// episode's files still in its view (or could not lend its own folder there).
+    #[test]
+    fn a_failed_move_back_leaves_no_stale_folder_in_the_view() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, view) = (dir.path().join("episode"), dir.path().join("view"));
+        std::fs::create_dir_all(&home).unwrap();
+        std::fs::create_dir_all(&view).unwrap();
+        std::fs::write(home.join("secret.txt"), "first episode").unwrap();
+        let mut lent = Lent::into(&home, &view).unwrap();
+        // Something took the folder's place meanwhile: a directory cannot be renamed onto a file.
+        std::fs::write(&home, "in the way").unwrap();
+        assert!(lent.give_back(), "the view was cleared");
+        assert!(!view.join("files").exists(), "no stale folder in the worker's view");
+        drop(lent);
+
+        let next = dir.path().join("next");
+        std::fs::create_dir_all(&next).unwrap();
+        std::fs::write(next.join("mine.txt"), "second episode").unwrap();
+        let lent = Lent::into(&next, &view).unwrap();
+        assert!(view.join("files/mine.txt").is_file() && !view.join("files/secret.txt").exists());
+        drop(lent);
+        assert!(next.join("mine.txt").is_file());
     }
 }
