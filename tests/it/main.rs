@@ -31,6 +31,7 @@ mod overrides;
 mod permission_paths;
 mod permissions;
 mod promptfoo;
+mod promptfoo_side_by_side;
 mod provider_refusals;
 mod python_world;
 mod races;
