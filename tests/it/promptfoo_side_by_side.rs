@@ -201,7 +201,11 @@ fn promptfoo() -> Option<PathBuf> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/runner-promptfoo")))?;
     let bin = dir.join("bin/promptfoo");
-    assert!(bin.is_file(), "RUNNER_PROMPTFOO_TEST is set but {} is missing: run scripts/install-promptfoo.sh", bin.display());
+    assert!(
+        bin.is_file(),
+        "RUNNER_PROMPTFOO_TEST is set but {} is missing: run scripts/install-promptfoo.sh",
+        bin.display()
+    );
     Some(bin)
 }
 
