@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The same promptfoo configs run by runner and by promptfoo itself, on `echo`, side by side:
 #
-#   benches/promptfoo-side-by-side.sh [ROUNDS] [RUNNER_BINARY]    (3, target/release/runner)
+#   benches/promptfoo-side-by-side.sh [ROUNDS] [RUNNER_BINARY] [PYTHON_TESTS]
+#                                      (3, target/release/runner, 1000)
 #
-# Two configs of 1,000 tests each, generated here:
-#   deterministic  three assertions a test, from a mix of the common types (equals, contains,
+# Two configs, generated here:
+#   deterministic  1,000 tests, three assertions a test, from a mix of the common types (equals, contains,
 #                  icontains, contains-any, contains-all, starts-with, regex, is-json,
 #                  contains-json, levenshtein, not-contains, javascript); about a fifth fail
-#   python         one inline `python` assertion a test (runner: a worker started once per
+#   python         PYTHON_TESTS tests, one inline `python` assertion each (runner: a worker started once per
 #                  run; promptfoo: an interpreter per assertion)
 # Each is run ROUNDS times by each tool, interleaved (runner, promptfoo, runner, …); every
 # round prints CPU (user+sys of the process and its children) and wall time, and the
@@ -18,15 +19,16 @@ set -euo pipefail
 rounds=${1:-3}
 here=$(cd "$(dirname "$0")" && pwd)
 runner=${2:-$here/../target/release/runner}
+python_tests=${3:-1000}
 promptfoo="$(bash "$here/../scripts/install-promptfoo.sh")/bin/promptfoo"
 out=${TMPDIR:-/tmp}/runner-promptfoo-side-by-side
 rm -rf "$out"
 mkdir -p "$out/runner" "$out/promptfoo"
 export PROMPTFOO_CONFIG_DIR="$out/promptfoo-config"
 
-python3 - "$out" <<'EOF'
+python3 - "$out" "$python_tests" <<'EOF'
 import json, sys
-out = sys.argv[1]
+out, python_tests = sys.argv[1], int(sys.argv[2])
 
 def test(i):
     word = ["alpha", "beta", "gamma", "delta", "epsilon"][i % 5]
@@ -65,7 +67,7 @@ def write(name, tests):
 write("deterministic", [test(i) for i in range(1000)])
 write("python", [
     {"vars": {"input": f"answer {i}"}, "assert": [{"type": "python", "value": f"output.endswith(' {i}') and len(output) > {i % 13}"}]}
-    for i in range(1000)
+    for i in range(python_tests)
 ])
 EOF
 
@@ -93,7 +95,8 @@ measure() { # label command...: prints "label cpu_s wall_s", keeps the figures
     local label=$1
     shift
     /usr/bin/time -f "%U %S %e" -o "$out/time" "$@" >"$out/log" 2>&1 || true
-    read -r user sys wall <"$out/time"
+    # The last line: time writes "Command exited with non-zero status N" first when one did.
+    read -r user sys wall < <(tail -n 1 "$out/time")
     cpu=$(echo "$user + $sys" | bc)
     echo "$label cpu_s $cpu wall_s $wall"
     echo "$cpu $wall" >>"$out/$label.figures"
@@ -116,7 +119,9 @@ for config in deterministic python; do
         f="$out/$tool/$config.figures"
         cpu=$(cut -d' ' -f1 "$f" | median)
         wall=$(cut -d' ' -f2 "$f" | median)
-        per=$(echo "scale=3; $cpu * 1000 / 1000" | bc) # ms a test: s × 1000 / 1,000 tests
+        tests=1000
+        [ "$config" = python ] && tests=$python_tests
+        per=$(echo "scale=3; $cpu * 1000 / $tests" | bc)
         echo "median of $rounds: $tool $config  CPU ${cpu} s (${per} ms a test)  wall ${wall} s"
     done
 done
