@@ -36,6 +36,8 @@ impl LanguageModel for EchoModel {
             text: Some(text),
             usage: Usage { input_tokens: words, output_tokens: words, cached_tokens: 0 },
             finish_reason: Some("stop".into()),
+            // Free, as promptfoo's: a cost limit holds.
+            cost_usd: Some(0.0),
             attempts: 1,
             ..ModelResponse::default()
         })

@@ -324,10 +324,10 @@ impl Backend {
         &self.name
     }
 
-    /// Whether its calls have a cost: a provider's model with a price in the config. `mock`
-    /// and replays cost nothing and have none.
+    /// Whether its calls have a cost: a provider's model with a price in the config, or
+    /// `echo`, whose calls cost nothing (as promptfoo's). `mock` and replays have none.
     pub fn priced(&self) -> bool {
-        matches!(&self.source, Source::Http(m) if m.priced())
+        matches!(&self.source, Source::Echo) || matches!(&self.source, Source::Http(m) if m.priced())
     }
 
     /// Why the run should stop early: the backend is misconfigured (every call refused).

@@ -701,8 +701,8 @@ impl Translator<'_> {
         }
     }
 
-    /// `scenarios:`: each entry of a scenario's `config` with each of its `tests` (or alone,
-    /// without tests), as promptfoo runs them: (the test's path, the test, the entry's path
+    /// `scenarios:`: each entry of a scenario's `config` with each of its `tests`, as
+    /// promptfoo runs them: (the test's path, the test, the entry's path
     /// and the entry).
     fn scenarios(&mut self, value: Option<&Value>) -> Result<Vec<Placed>, ConfigError> {
         let items = match value {
@@ -723,8 +723,9 @@ impl Translator<'_> {
             let Some(Value::Array(entries)) = o.get("config") else {
                 return Err(self.source.error(&config_at, "a scenario needs `config`, a list of `{vars, assert}`"));
             };
-            let scenario_tests = match o.get("tests") {
-                None => vec![(at.clone(), json!({}))],
+            let scenario_tests: Vec<(String, Value)> = match o.get("tests") {
+                // promptfoo's schema requires them, and without them it runs nothing.
+                None => return Err(self.source.error(&at, "a scenario needs `tests`, a list of `{vars, assert}`")),
                 Some(Value::Array(list)) => list
                     .iter()
                     .enumerate()
@@ -791,6 +792,7 @@ impl Translator<'_> {
             self.assertions(&yaml::child(lead_at, "assert"), entry.get("assert"), &scorers_at, &mut scorers)?;
         }
         vars.extend(self.vars(&yaml::child(at, "vars"), o.get("vars"))?);
+        resolve_vars(&mut vars);
         if let Some(x) = self.threshold(&yaml::child(at, "threshold"), o.get("threshold"))? {
             threshold_at = Some((yaml::child(at, "threshold"), x));
         }
@@ -854,14 +856,32 @@ impl Translator<'_> {
         Ok(())
     }
 
-    /// `assert-set`: its assertions, when the set adds nothing to them (no threshold, weight
-    /// or metric of its own), since a test passes only when every assertion does anyway.
+    /// `assert-set` (without a threshold or metric of its own): its assertions, since a test
+    /// passes only when every assertion does anyway. promptfoo scores the set as one
+    /// assertion, the weighted mean of its own, counted with the set's `weight`: each of them
+    /// weighs its share of that.
     fn assert_set(&mut self, at: &str, item: &Value, to: &str, out: &mut Vec<Value>) -> Result<(), ConfigError> {
-        let own = ["threshold", "weight", "metric"].into_iter().find(|k| item.get(*k).is_some());
+        let own = ["threshold", "metric"].into_iter().find(|k| item.get(*k).is_some());
         if let Some(key) = own {
             return self.unsupported(&yaml::child(at, key), format!("`{key}` on an `assert-set`"));
         }
-        self.assertions(&yaml::child(at, "assert"), item.get("assert"), to, out)
+        let set_weight = match item.get("weight") {
+            None => 1.0,
+            Some(w) => match w.as_f64() {
+                Some(w) if w.is_finite() && w >= 0.0 => w,
+                _ => return Err(self.source.error(&yaml::child(at, "weight"), "a weight is a number of at least 0")),
+            },
+        };
+        let first = out.len();
+        self.assertions(&yaml::child(at, "assert"), item.get("assert"), to, out)?;
+        let weight_of = |s: &Value| s.get("weight").and_then(Value::as_f64).unwrap_or(1.0);
+        let total: f64 = out[first..].iter().map(weight_of).sum();
+        if total > 0.0 && (total != 1.0 || set_weight != 1.0) {
+            for scorer in &mut out[first..] {
+                scorer["weight"] = json!(weight_of(scorer) / total * set_weight);
+            }
+        }
+        Ok(())
     }
 
     /// One assertion as a runner scorer; `None` when it was skipped.
@@ -1021,6 +1041,51 @@ impl Translator<'_> {
             format!("`{kind}: {text}` without a function's name (write `file://{file}:function`)"),
         )?;
         Ok(None)
+    }
+}
+
+/// A test's vars as promptfoo reads them before it renders a prompt: a text loses one
+/// trailing newline; the first `{{ name }}` in a text, when `name` is another var, is
+/// replaced by that var's value (five rounds at most, as promptfoo's `resolveVariables`);
+/// then a text that is still a template is rendered over the vars (and left as it is when
+/// it names a var there is not).
+fn resolve_vars(vars: &mut Map<String, Value>) {
+    static PLACEHOLDER: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let placeholder = PLACEHOLDER.get_or_init(|| regex::Regex::new(r"\{\{\s*(\w+)\s*\}\}").expect("a valid regex"));
+    for value in vars.values_mut() {
+        if let Value::String(text) = value
+            && text.ends_with('\n')
+        {
+            text.pop();
+        }
+    }
+    let names: Vec<String> = vars.keys().cloned().collect();
+    for _ in 0..5 {
+        let mut resolved = true;
+        for name in &names {
+            let Some(Value::String(text)) = vars.get(name) else { continue };
+            let Some(found) = placeholder.captures(text) else { continue };
+            let Some(other) = vars.get(&found[1]) else { continue };
+            let value = match other {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let replaced = text.replacen(&found[0], &value, 1);
+            vars.insert(name.clone(), Value::String(replaced));
+            resolved = false;
+        }
+        if resolved {
+            break;
+        }
+    }
+    let context = vars.clone();
+    for value in vars.values_mut() {
+        if let Value::String(text) = value
+            && crate::config::template::is_template(text)
+            && let Ok(rendered) = crate::config::template::render(text, &context)
+        {
+            *text = rendered;
+        }
     }
 }
 

@@ -34,6 +34,7 @@ mod permission_paths;
 mod permissions;
 mod promptfoo;
 mod promptfoo_providers;
+mod promptfoo_side_by_side;
 mod provider_refusals;
 mod python_world;
 mod races;

@@ -64,7 +64,7 @@ fn scenarios_run_each_config_entry_with_each_test() {
     let events = read_jsonl(&sb.path().join("results/sc/events.jsonl"));
     // test-1: "Hey, Di" (the config's own test); Bonjour × Ana, Bonjour × Bo ("Ciao, Bo":
     // the test's var over the entry's), Hallo × Ana (the entry's `starts-with` too),
-    // Hallo × Bo ("Ciao, Bo" does not start with Hallo); a scenario without tests: "Hi, Cy".
+    // Hallo × Bo ("Ciao, Bo" does not start with Hallo); a scenario's test with no vars of its own: "Hi, Cy".
     check_verdicts(&events, &[true, true, true, true, false, true]);
 }
 
