@@ -99,7 +99,8 @@ fn resolve(git_dir: &Path, common: &Path, name: &str, depth: u32) -> Found {
         return Found::Unsettled;
     }
     // A worktree keeps HEAD and a few ref families of its own; the rest are shared.
-    let own = name == "HEAD" || ["refs/bisect/", "refs/worktree/", "refs/rewritten/"].iter().any(|p| name.starts_with(p));
+    let own =
+        name == "HEAD" || ["refs/bisect/", "refs/worktree/", "refs/rewritten/"].iter().any(|p| name.starts_with(p));
     let file = if own { git_dir.join(name) } else { common.join(name) };
     match std::fs::read_to_string(&file) {
         Ok(text) => {

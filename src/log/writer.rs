@@ -28,7 +28,7 @@ use super::timestamp::Timestamp;
 pub const QUEUE_BYTES: usize = 4 << 20;
 
 /// The writer's first sleep on an empty queue, doubled each time it is still empty.
-const MIN_IDLE: Duration = Duration::from_micros(100);
+const MIN_IDLE: Duration = Duration::from_millis(1);
 /// Its longest sleep: how late a line that wakes nobody may reach the file.
 const MAX_IDLE: Duration = Duration::from_millis(20);
 

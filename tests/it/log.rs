@@ -60,7 +60,9 @@ fn a_mock_runs_log_is_written_byte_for_byte_as_expected() {
     let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/log");
     sb.write("s.yaml", &std::fs::read_to_string(fixtures.join("logged.yaml")).unwrap());
     // One episode at a time, so that the events come in one order.
-    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--epochs", "2", "-j", "1", "--run-id", "golden", "--out", "results"]);
+    let run = sb.run(&[
+        "eval", "s.yaml", "--model", "mock", "--epochs", "2", "-j", "1", "--run-id", "golden", "--out", "results",
+    ]);
     assert_eq!(run.code, 0, "{run:?}");
     let written = std::fs::read_to_string(sb.path().join("results/golden/events.jsonl")).unwrap();
     let expected = std::fs::read_to_string(fixtures.join("logged.expected.jsonl")).unwrap();
