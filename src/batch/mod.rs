@@ -8,6 +8,7 @@ pub mod memory;
 pub mod merge;
 pub mod regrade;
 pub mod resume;
+mod revision;
 pub mod select;
 mod shard;
 
@@ -274,7 +275,7 @@ pub async fn run(
                     .collect(),
                 episodes: total,
                 jobs: options.jobs,
-                git_revision: git_revision(suites.first().map(|s| s.path.as_path())),
+                git_revision: revision::git_revision(suites.first().map(|s| s.path.as_path())),
                 shard: options.shard.map(|(i, n)| format!("{i}/{n}")),
                 merged_from: Vec::new(),
                 limits: options.limits,
@@ -285,7 +286,9 @@ pub async fn run(
             // moment leaves a run that resumes, or none.
             write_run_json(staged.path(), &run_id, &started_event).map_err(RunError::Log)?;
             let first = std::fs::File::create_new(staged.path().join("events.jsonl")).map_err(RunError::Log)?;
-            crate::log::writer::write_event(&mut &first, &run_id, 1, &started_event).map_err(RunError::Log)?;
+            let mut line = Vec::new();
+            crate::log::writer::write_event(&mut line, &run_id, 1, &started_event).map_err(RunError::Log)?;
+            std::io::Write::write_all(&mut &first, &line).map_err(RunError::Log)?;
             first.sync_data().map_err(RunError::Log)?;
             let dir = staged.publish()?;
             let events_path = dir.join("events.jsonl");
@@ -741,21 +744,6 @@ pub fn new_run_id() -> String {
     h.update(now.timestamp_nanos_opt().unwrap_or_default().to_le_bytes());
     h.update(std::process::id().to_le_bytes());
     format!("{}-{}", now.format("%Y%m%dT%H%M%SZ"), &hex::encode(h.finalize())[..4])
-}
-
-/// The git revision of the suites' repository, when there is one.
-fn git_revision(near: Option<&Path>) -> Option<String> {
-    let dir = near.and_then(Path::parent).filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    // git gets no secrets: only what it needs to find itself and the repository.
-    let mut git = std::process::Command::new("git");
-    git.args(["rev-parse", "HEAD"]).current_dir(dir).env_clear().stderr(std::process::Stdio::null());
-    for var in ["PATH", "HOME"] {
-        if let Some(value) = std::env::var_os(var) {
-            git.env(var, value);
-        }
-    }
-    let out = git.output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
 #[cfg(test)]

@@ -228,7 +228,7 @@ impl Index {
         // these kinds are decoded.
         let torn = for_each_line_of(path, None, |kind, text, offset| {
             if also.contains(&kind) {
-                let head: LineHeader = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                let head = LineHeader::of(text).map_err(|e| e.to_string())?;
                 if let Ok(event) = serde_json::from_str::<Event>(text) {
                     each(head.episode_id.as_deref(), event);
                 }
@@ -236,12 +236,12 @@ impl Index {
             if !kinds.contains(&kind) {
                 let seq = match header_seq(text) {
                     Some(seq) => seq,
-                    None => serde_json::from_str::<LineHeader>(text).map_err(|e| e.to_string())?.seq,
+                    None => LineHeader::of(text).map_err(|e| e.to_string())?.seq,
                 };
                 p.last_seq = p.last_seq.max(seq);
                 return Ok(());
             }
-            let head: LineHeader = serde_json::from_str(text).map_err(|e| e.to_string())?;
+            let head = LineHeader::of(text).map_err(|e| e.to_string())?;
             p.last_seq = p.last_seq.max(head.seq);
             if p.run_id.is_empty()
                 && let Some(run_id) = head.run_id
@@ -402,7 +402,7 @@ impl Index {
         for e in &self.entries {
             let text =
                 line_at(&file, e.offset, &mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
-            let head: LineHeader = serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
+            let head = LineHeader::of(text).map_err(|err| invalid(e.offset, err.to_string()))?;
             let finished: Event = serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
             let Event::EpisodeFinished {
                 outcome,

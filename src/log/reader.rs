@@ -37,6 +37,49 @@ pub struct LineHeader {
     pub episode_id: Option<String>,
 }
 
+impl LineHeader {
+    /// The header of `text`, read from the writer's layout when it has it (no escapes in
+    /// its strings), else decoded from the whole line.
+    pub fn of(text: &str) -> Result<LineHeader, serde_json::Error> {
+        match header_of(text) {
+            Some(head) => Ok(head),
+            None => serde_json::from_str(text),
+        }
+    }
+}
+
+/// The header as the writer lays it out (`{"v":…,"run_id":"…","seq":…,"ts":"…"[,"episode_id":"…"],"type":`),
+/// read without parsing the rest; `None` when the line is laid out otherwise.
+fn header_of(text: &str) -> Option<LineHeader> {
+    fn number(text: &str) -> Option<(u64, &str)> {
+        let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+        Some((text[..digits].parse().ok()?, &text[digits..]))
+    }
+    /// A string without escapes, and what follows its closing quote.
+    fn plain(text: &str) -> Option<(&str, &str)> {
+        let end = text.find('"')?;
+        let value = &text[..end];
+        (!value.contains('\\')).then(|| (value, &text[end + 1..]))
+    }
+    let (_, rest) = number(text.strip_prefix("{\"v\":")?)?;
+    let (run_id, rest) = plain(rest.strip_prefix(",\"run_id\":\"")?)?;
+    let (seq, rest) = number(rest.strip_prefix(",\"seq\":")?)?;
+    let (ts, rest) = plain(rest.strip_prefix(",\"ts\":\"")?)?;
+    let (episode_id, rest) = match rest.strip_prefix(",\"episode_id\":\"") {
+        Some(rest) => {
+            let (id, rest) = plain(rest)?;
+            (Some(id.to_owned()), rest)
+        }
+        None => (None, rest),
+    };
+    rest.starts_with(",\"type\":\"").then(|| LineHeader {
+        seq,
+        ts: ts.to_owned(),
+        run_id: Some(run_id.to_owned()),
+        episode_id,
+    })
+}
+
 impl LoggedEvent {
     /// The event as this version knows it; `None` for a type it does not know.
     pub fn event(&self) -> Option<Event> {
@@ -168,6 +211,36 @@ pub fn line_number_at(path: &Path, offset: u64) -> usize {
     }
 }
 
+/// Whether the bytes `needle` occur anywhere in the log, read without decoding a line: a
+/// cheap test before a reading that matters only when some event holds them (the name of
+/// an event type, quoted, is in every line of that type however it is laid out).
+pub fn contains_bytes(path: &Path, needle: &[u8]) -> Result<bool, ReadError> {
+    use std::io::Read as _;
+    let shown = || path.display().to_string();
+    let mut file = std::fs::File::open(path).map_err(|source| ReadError::Io { path: shown(), source })?;
+    let finder = memchr::memmem::Finder::new(needle);
+    let keep = needle.len().saturating_sub(1);
+    let mut buf = vec![0u8; 256 * 1024 + keep];
+    // The last `keep` bytes of each chunk are carried over: a needle across two chunks.
+    let mut carried = 0;
+    loop {
+        let n = match file.read(&mut buf[carried..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(source) => return Err(ReadError::Io { path: shown(), source }),
+        };
+        if n == 0 {
+            return Ok(false);
+        }
+        let filled = carried + n;
+        if finder.find(&buf[..filled]).is_some() {
+            return Ok(true);
+        }
+        carried = keep.min(filled);
+        buf.copy_within(filled - carried..filled, 0);
+    }
+}
+
 /// Reads a whole log into memory.
 pub fn read_events(path: &Path) -> Result<Events, ReadError> {
     let mut events = Vec::new();
@@ -267,6 +340,39 @@ mod tests {
         // Regression: a multi-byte character across the header window must not panic.
         let wide = format!(r#"{{"v":1,"run_id":"{}","seq":1,"ts":"t","type":"run_started"}}"#, "é".repeat(200));
         assert_eq!(line_kind(&wide, Some(&["run_started"])).unwrap().unwrap(), "run_started");
+    }
+
+    #[test]
+    fn bytes_are_found_across_the_reading_chunks_and_not_where_they_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.jsonl");
+        let needle = b"\"memory_answered\"";
+        for at in [0, 256 * 1024 - 5, 256 * 1024 + 3, 700_000] {
+            let mut text = vec![b'x'; 800_000];
+            text[at..at + needle.len()].copy_from_slice(needle);
+            std::fs::write(&path, &text).unwrap();
+            assert!(contains_bytes(&path, needle).unwrap(), "at {at}");
+            text[at + 3] = b'y';
+            std::fs::write(&path, &text).unwrap();
+            assert!(!contains_bytes(&path, needle).unwrap(), "broken at {at}");
+        }
+    }
+
+    #[test]
+    fn a_header_read_from_the_layout_is_the_decoded_one() {
+        let lines = [
+            r#"{"v":1,"run_id":"r","seq":3,"ts":"2026-01-01T00:00:00Z","episode_id":"ep_1","type":"final","x":1}"#,
+            r#"{"v":1,"run_id":"r","seq":4,"ts":"2026-01-01T00:00:00Z","type":"run_finished"}"#,
+            r#"{"v":1,"run_id":"a \"quoted\" id","seq":5,"ts":"t","type":"run_finished"}"#,
+            r#"{"type":"run_finished","v":1,"seq":6,"ts":"t","run_id":"r"}"#,
+        ];
+        for (i, line) in lines.iter().enumerate() {
+            let decoded: LineHeader = serde_json::from_str(line).unwrap();
+            let read = LineHeader::of(line).unwrap();
+            let fields = |h: &LineHeader| (h.seq, h.ts.clone(), h.run_id.clone(), h.episode_id.clone());
+            assert_eq!(fields(&read), fields(&decoded), "{line}");
+            assert_eq!(header_of(line).is_some(), i < 2, "only the writer's plain layout is read directly: {line}");
+        }
     }
 
     #[test]

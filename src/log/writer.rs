@@ -5,12 +5,17 @@
 //! The queue to the writer holds at most [`QUEUE_BYTES`] of events: past that, whoever
 //! emits waits until the writer has caught up, so that a slow disk slows the episodes
 //! instead of growing the runner's memory.
+//!
+//! The writer never blocks on the queue: when it finds it empty it sleeps a little (longer
+//! the longer it stays empty, up to [`MAX_IDLE`]), so that an emitter never pays for
+//! waking it. Only what must not wait for that sleep wakes it: the end of an episode or of
+//! the run (a flush), an emitter over the cap, and the log's close.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -21,6 +26,11 @@ use super::timestamp::Timestamp;
 /// The bytes of events that may wait for the writer before emitters wait too: a few
 /// hundred milliseconds of a busy run's events.
 pub const QUEUE_BYTES: usize = 4 << 20;
+
+/// The writer's first sleep on an empty queue, doubled each time it is still empty.
+const MIN_IDLE: Duration = Duration::from_millis(1);
+/// Its longest sleep: how late a line that wakes nobody may reach the file.
+const MAX_IDLE: Duration = Duration::from_millis(20);
 
 /// A test hook, not a setting: microseconds the writer spends after each line, standing
 /// in for a slow disk.
@@ -66,6 +76,8 @@ pub struct EventLog {
     sender: Sender<Line>,
     backlog: Arc<Backlog>,
     subscribers: Arc<[Subscription]>,
+    /// The writer thread, woken for what must not wait for its sleep.
+    writer: std::thread::Thread,
 }
 
 /// The bytes queued for the writer, and where emitters wait for it to drain.
@@ -187,7 +199,8 @@ impl EventLog {
         let thread = std::thread::Builder::new()
             .name("event-log".into())
             .spawn(move || write_lines(receiver, out, &run_id, last_seq, &closing.0, settings.delay_per_line))?;
-        Ok((EventLog { sender, backlog, subscribers: Arc::new([]) }, LogWriter { thread }))
+        let writer = thread.thread().clone();
+        Ok((EventLog { sender, backlog, subscribers: Arc::new([]), writer }, LogWriter { thread }))
     }
 
     /// The same log, with `subscribers` seeing every event emitted through it from now on.
@@ -205,11 +218,12 @@ impl EventLog {
     fn emit_sized(&self, episode_id: Option<&Arc<str>>, event: &Event) -> usize {
         let flush =
             matches!(event, Event::EpisodeFinished { .. } | Event::RunFinished { .. } | Event::RunStarted { .. });
-        let body = match serde_json::to_vec(event) {
-            Ok(body) => body,
+        // Most events fit: one allocation instead of a few growths.
+        let mut body = Vec::with_capacity(512);
+        if let Err(e) = serde_json::to_writer(&mut body, event) {
             // Our own event types always serialise; a failure here is a bug in runner.
-            Err(e) => panic!("failed to serialise an event: {e}"),
-        };
+            panic!("failed to serialise an event: {e}");
+        }
         let ts = Timestamp::now();
         // The writer outlives every handle; if it died, its error surfaces at `close`.
         let size = body.len();
@@ -219,7 +233,10 @@ impl EventLog {
         if self.sender.send(line).is_err() {
             self.backlog.remove(queued);
         } else if over {
+            self.writer.unpark();
             self.backlog.wait_for_room();
+        } else if flush {
+            self.writer.unpark();
         }
         for s in self.subscribers.iter().filter(|s| (s.wants)(event)) {
             // A subscriber that panicked has shown what it could; the run goes on.
@@ -237,6 +254,8 @@ impl EventLog {
 impl LogWriter {
     /// Waits until every handle is dropped and all events are on disk.
     pub fn close(self) -> std::io::Result<()> {
+        // The writer may be asleep on an empty queue: it ends as soon as it looks again.
+        self.thread.thread().unpark();
         match self.thread.join() {
             Ok(result) => result,
             Err(_) => Err(std::io::Error::other("the event writer panicked")),
@@ -290,7 +309,19 @@ fn write_lines(
 ) -> std::io::Result<()> {
     let mut seq = last_seq;
     let mut owed = Duration::ZERO;
-    for line in receiver {
+    let mut idle = MIN_IDLE;
+    loop {
+        let line = match receiver.try_recv() {
+            Ok(line) => line,
+            Err(TryRecvError::Empty) => {
+                // Woken early by a flush, an emitter over the cap, or the close.
+                std::thread::park_timeout(idle);
+                idle = (idle * 2).min(MAX_IDLE);
+                continue;
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
+        idle = MIN_IDLE;
         seq += 1;
         write_line(&mut out, run_id, seq, line.ts.as_str(), line.episode_id.as_deref(), &line.body)?;
         if line.flush {

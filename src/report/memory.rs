@@ -12,7 +12,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::stats::wilson;
-use crate::log::reader::{ReadError, for_each_event};
+use crate::log::reader::{ReadError, contains_bytes, for_each_event_of};
 
 /// What the table knows of one episode.
 #[derive(Debug, Default, Clone)]
@@ -106,7 +106,12 @@ pub fn read(events: &Path) -> Result<Vec<(String, MemoryReport)>, ReadError> {
     let mut judged: BTreeMap<String, (String, u64)> = BTreeMap::new();
     let mut tasks: BTreeMap<String, (String, u64)> = BTreeMap::new();
     let mut groups: BTreeMap<String, String> = BTreeMap::new();
-    for_each_event(events, |e| {
+    // Most runs have no memory agent: their log is not decoded for a table they lack.
+    if !contains_bytes(events, b"\"memory_answered\"")? {
+        return Ok(Vec::new());
+    }
+    let kinds = ["memory_answered", "episode_started", "episode_finished", "episode_scored", "score"];
+    for_each_event_of(events, Some(&kinds), |e| {
         let Some(episode) = e.episode_id.clone() else { return };
         let f = &e.fields;
         match e.kind.as_str() {

@@ -1,6 +1,7 @@
 //! The episodes table written to disk: `episodes.csv` and `episodes.parquet`, one row per
 //! episode of the log's projection ([`crate::log::projection`]), written in batches.
 
+use std::io::Write as _;
 use std::path::Path;
 
 use crate::log::projection::{EpisodeRow, Index};
@@ -95,8 +96,12 @@ pub fn write_tables(index: &Index, dir: &Path, mut each: impl FnMut(&EpisodeRow)
     let csv_file = csv_tmp.reopen().map_err(|e| fail(&csv_path, &e))?;
     let parquet_file = parquet_tmp.reopen().map_err(|e| fail(&parquet_path, &e))?;
     let mut csv = CsvWriter::new(csv_file).batched(&schema).map_err(|e| fail(&csv_path, &e))?;
-    let mut parquet =
-        ParquetWriter::new(parquet_file).set_parallel(false).batched(&schema).map_err(|e| fail(&parquet_path, &e))?;
+    // Buffered: the parquet writer writes its headers and footer a few bytes at a time.
+    let mut parquet_out = std::io::BufWriter::with_capacity(64 * 1024, parquet_file);
+    let mut parquet = ParquetWriter::new(&mut parquet_out)
+        .set_parallel(false)
+        .batched(&schema)
+        .map_err(|e| fail(&parquet_path, &e))?;
     if index.is_empty() {
         // No episodes: the files still have the header and schema.
         csv.write_batch(&empty).map_err(|e| fail(&csv_path, &e))?;
@@ -134,6 +139,7 @@ pub fn write_tables(index: &Index, dir: &Path, mut each: impl FnMut(&EpisodeRow)
     drop(csv);
     parquet.finish().map_err(|e| fail(&parquet_path, &e))?;
     drop(parquet);
+    parquet_out.flush().map_err(|e| fail(&parquet_path, &e))?;
     csv_tmp.persist(&csv_path).map_err(|e| fail(&csv_path, &e.error))?;
     parquet_tmp.persist(&parquet_path).map_err(|e| fail(&parquet_path, &e.error))?;
     Ok(())

@@ -50,3 +50,41 @@ fn a_last_line_torn_inside_a_multibyte_character_is_tolerated() {
     assert!(read.torn_last_line);
     assert_eq!(read.events.len(), 1);
 }
+
+/// The log of a fixed mock run, byte for byte, with what varies from run to run (the time
+/// of each event, timings, the command line) masked: a change to how events are built or
+/// written must not change what is written.
+#[test]
+fn a_mock_runs_log_is_written_byte_for_byte_as_expected() {
+    let sb = Sandbox::new();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/log");
+    sb.write("s.yaml", &std::fs::read_to_string(fixtures.join("logged.yaml")).unwrap());
+    // One episode at a time, so that the events come in one order.
+    let run = sb.run(&[
+        "eval", "s.yaml", "--model", "mock", "--epochs", "2", "-j", "1", "--run-id", "golden", "--out", "results",
+    ]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let written = std::fs::read_to_string(sb.path().join("results/golden/events.jsonl")).unwrap();
+    let expected = std::fs::read_to_string(fixtures.join("logged.expected.jsonl")).unwrap();
+    let masked = mask_varying(&written);
+    for (i, (got, want)) in masked.lines().zip(expected.lines()).enumerate() {
+        assert_eq!(got, want, "line {} of the log", i + 1);
+    }
+    assert_eq!(masked.lines().count(), expected.lines().count(), "{masked}");
+    assert!(masked.ends_with('\n'));
+}
+
+/// The log's text with each event's time, each timing and the command line replaced by
+/// fixed values.
+fn mask_varying(log: &str) -> String {
+    let masks = [
+        (r#""ts":"[^"]*""#, r#""ts":"T""#),
+        (r#""(wall_ms|loop_ms|latency_ms)":[0-9.eE+-]+"#, r#""$1":0"#),
+        (r#""command_line":\[[^\]]*\]"#, r#""command_line":[]"#),
+    ];
+    let mut text = log.to_owned();
+    for (pattern, with) in masks {
+        text = regex::Regex::new(pattern).unwrap().replace_all(&text, with).into_owned();
+    }
+    text
+}
