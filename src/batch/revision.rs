@@ -42,7 +42,9 @@ fn from_git(dir: &Path) -> Option<String> {
 }
 
 fn from_files(dir: &Path) -> Found {
-    let Ok(start) = std::path::absolute(dir) else { return Found::Unsettled };
+    // The real folder, links and `..` resolved, as git climbs it: a path's text may climb
+    // into another repository (`/a/b/../suites` is not in `/a/b`) or miss its own (a link).
+    let Ok(start) = std::fs::canonicalize(dir) else { return Found::Unsettled };
     let Ok(discovered) = discover(&start) else { return Found::Unsettled };
     let Some((top, git_dir)) = discovered else {
         // git also takes a bare repository (or a `.git` folder itself) for the repository.
@@ -195,6 +197,12 @@ mod tests {
         revision_is_gits(&root.path().join("side")); // a worktree's own branch
         git(&repo, &["checkout", "-q", "--detach", "HEAD~1"]);
         revision_is_gits(&repo); // detached
+        // A path whose text climbs out of the repository, and a link into it: git resolves
+        // both before it looks for `.git`.
+        std::fs::create_dir_all(root.path().join("plain")).unwrap();
+        revision_is_gits(&repo.join("../plain"));
+        std::os::unix::fs::symlink(repo.join("suites"), root.path().join("link")).unwrap();
+        revision_is_gits(&root.path().join("link"));
         let outside = tempfile::tempdir_in("/").or_else(|_| tempfile::tempdir()).unwrap();
         if from_files(outside.path()) == Found::NoRepository {
             revision_is_gits(outside.path());
