@@ -7,7 +7,8 @@ use crate::{Sandbox, have_python, of_type, read_jsonl};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/promptfoo");
 
-fn sandbox() -> Sandbox {
+/// The promptfoo fixtures in a fresh folder.
+pub(crate) fn sandbox() -> Sandbox {
     let sb = Sandbox::new();
     for entry in std::fs::read_dir(FIXTURES).expect("the promptfoo fixtures") {
         let path = entry.expect("an entry").path();

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::promptfoo::sandbox;
 use crate::{Sandbox, of_type, read_jsonl};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/promptfoo");
 const RECORDED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/promptfoo-recorded");
 
 /// The configs both tools run the same way.
@@ -55,17 +55,6 @@ impl Verdict {
                 .collect(),
         }
     }
-}
-
-/// The fixtures in a fresh folder, where both tools run.
-fn sandbox() -> Sandbox {
-    let sb = Sandbox::new();
-    for entry in std::fs::read_dir(FIXTURES).expect("the promptfoo fixtures") {
-        let path = entry.expect("an entry").path();
-        let name = path.file_name().expect("a name").to_string_lossy().into_owned();
-        sb.write(&name, &std::fs::read_to_string(&path).expect("a fixture"));
-    }
-    sb
 }
 
 /// runner's verdicts on `config`, from its event log.
