@@ -30,6 +30,9 @@ struct Question {
     sessions: u64,
     entries: u64,
     errors: u64,
+    /// The replay was another episode's, restored (`ingest_reused`): its sessions, entries
+    /// and errors are that episode's, counted there.
+    reused: bool,
     ingest_tokens: u64,
     answer_tokens: u64,
     /// The latest scoring's id and its graders' tokens.
@@ -110,7 +113,7 @@ pub fn read(events: &Path) -> Result<Vec<(String, MemoryReport)>, ReadError> {
     if !contains_bytes(events, b"\"memory_answered\"")? {
         return Ok(Vec::new());
     }
-    let kinds = ["memory_answered", "episode_started", "episode_finished", "episode_scored", "score"];
+    let kinds = ["memory_answered", "ingest_reused", "episode_started", "episode_finished", "episode_scored", "score"];
     for_each_event_of(events, Some(&kinds), |e| {
         let Some(episode) = e.episode_id.clone() else { return };
         let f = &e.fields;
@@ -131,6 +134,7 @@ pub fn read(events: &Path) -> Result<Vec<(String, MemoryReport)>, ReadError> {
                 q.ingest_tokens = tokens("ingest_usage");
                 q.answer_tokens = tokens("answer_usage");
             }
+            "ingest_reused" => questions.entry(episode).or_default().reused = true,
             "episode_started" => {
                 let task = f.get("task_id").and_then(Value::as_str).unwrap_or_default().to_owned();
                 let text = |key: &str| f.get(key).and_then(Value::as_str).unwrap_or_default();
@@ -181,6 +185,8 @@ impl MemoryReport {
             (!recalls.is_empty()).then(|| (recalls.iter().sum::<f64>() / recalls.len() as f64, recalls.len() as u64))
         };
         let sum = |f: fn(&Question) -> u64| questions.clone().map(f).sum::<u64>();
+        // A replay restored from another episode wrote nothing of its own.
+        let written = |f: fn(&Question) -> u64| questions.clone().filter(|q| !q.reused).map(f).sum::<u64>();
         MemoryReport {
             by_type,
             task_averaged,
@@ -191,9 +197,9 @@ impl MemoryReport {
             ingest_tokens: sum(|q| q.ingest_tokens),
             answer_tokens: sum(|q| q.answer_tokens),
             judge_tokens: sum(|q| q.judge.1),
-            sessions: sum(|q| q.sessions),
-            entries: sum(|q| q.entries),
-            errors: sum(|q| q.errors),
+            sessions: written(|q| q.sessions),
+            entries: written(|q| q.entries),
+            errors: written(|q| q.errors),
             questions: questions
                 .map(|q| PairedQuestion {
                     task: q.task.clone(),
@@ -311,5 +317,18 @@ mod tests {
         );
         assert_eq!((report.entries, report.sessions), (16, 8));
         assert!(report.render().contains("task-averaged"), "{}", report.render());
+    }
+
+    /// Regression: an episode that restored another's replay counted that replay's sessions
+    /// and entries again, so the totals grew with the epochs sharing one ingestion.
+    #[test]
+    fn a_restored_replay_counts_its_sessions_and_entries_once() {
+        let own = Question { sessions: 3, entries: 7, errors: 1, ..q("single-session-user", false, Some(true), None) };
+        let restored = Question { reused: true, ..own.clone() };
+        let report = MemoryReport::of([own, restored.clone(), restored].iter());
+        assert_eq!((report.sessions, report.entries, report.errors), (3, 7, 1));
+        assert!(report.render().contains("entries: 7 in 3 sessions (2.3 per session)"), "{}", report.render());
+        // Each question is still scored.
+        assert_eq!(report.overall.map(|a| a.scored), Some(3));
     }
 }

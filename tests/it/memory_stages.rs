@@ -174,6 +174,8 @@ async fn one_ingestion_per_question_serves_two_variants_and_two_epochs_run_at_on
     }
     let passed = of_type(&events, "episode_finished").iter().filter(|e| e["outcome"]["passed"] == true).count();
     assert_eq!(passed, 8);
+    // The memory table counts each replay's entries once, not once per episode that used it.
+    assert!(run.stdout.contains("entries: 8 in "), "{}", run.stdout);
 
     // `ingest: {share: false}`: every episode replays its own haystack.
     counts.reset();
