@@ -202,6 +202,9 @@ pub async fn regrade(
             },
         };
         let recorder = log.recorder(id);
+        if suite.agent.kind == crate::agent::AgentKind::Memory {
+            recorder.emit(&Event::Stage { stage: crate::log::event::Stage::Judge, ingestion: None });
+        }
         let episode = Finished {
             task,
             episode_id: id,

@@ -206,6 +206,17 @@ async fn a_regrade_of_a_memory_run_with_another_judge_calls_only_the_judge() {
     let scores: Vec<&Value> = of_type(&events, "score").into_iter().filter(|e| e["scoring_id"] != "initial").collect();
     assert_eq!(scores.len(), 8);
     assert!(scores.iter().all(|s| s["grader"]["model"] == "openai/judge-fail"), "{scores:?}");
+    // The regrade is each episode's judge stage again, logged as such before its scores.
+    let regrade_at = events.iter().position(|e| e["type"] == "scoring_started").unwrap();
+    let again = stages(&events[regrade_at..]);
+    assert_eq!(again.len(), 8, "{again:?}");
+    assert!(again.values().all(|s| s == &["judge"]), "{again:?}");
+    for (episode, _) in again {
+        let own = |kind: &str| {
+            events[regrade_at..].iter().position(|e| e["episode_id"] == episode.as_str() && e["type"] == kind).unwrap()
+        };
+        assert!(own("stage") < own("score"), "{episode}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -9,6 +9,11 @@
 //! Two episodes that need one key at once: one holds the key's lock while it replays, the
 //! other waits for it, then restores. A folder appears under its key only when it is
 //! whole (it is written aside and renamed), so an ingestion killed midway is never reused.
+//!
+//! A replay killed midway is not lost either: whoever holds a key's lease is named in
+//! `ingestions/.<key>.claim`, and the next episode to take the lease (the same one resumed,
+//! or another epoch that got there first) takes over that replay where its checkpoint left
+//! it, with the store it had filled, instead of starting the haystack again.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -29,6 +34,17 @@ pub const FOLDER: &str = "ingestions";
 
 const STORE_FILE: &str = "store.sqlite";
 const STATE_FILE: &str = "ingestion.json";
+
+/// Who holds, or last held, a key's lease: what the next holder takes over.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The episode whose thread the replay's state is checkpointed under.
+    pub episode: String,
+    /// The thread the replay's entries are keyed by (the first holder's episode).
+    pub key_thread: String,
+    /// The store the replay fills.
+    pub store: PathBuf,
+}
 
 /// A suite's `agent: {kind: memory, ingest: {share: …}}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,16 +174,41 @@ impl Ingestions {
             locks.entry(key.to_owned()).or_default().clone()
         };
         let guard = lock.lock_owned().await;
-        match self.finished(key)? {
-            Some(ingested) => Ok(Claim::Done(Box::new(ingested))),
-            None => Ok(Claim::Todo(Lease {
-                _guard: guard,
-                key: key.to_owned(),
-                run_dir: self.run_dir.clone(),
-                episode: episode.to_owned(),
-                store: store.to_owned(),
-            })),
+        if let Some(ingested) = self.finished(key)? {
+            return Ok(Claim::Done(Box::new(ingested)));
         }
+        let claim = self.run_dir.join(FOLDER).join(format!(".{key}.claim"));
+        let earlier = match std::fs::read(&claim) {
+            Ok(text) => serde_json::from_slice::<Holder>(&text).ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(format!("failed to read {}: {e}", claim.display())),
+        };
+        let mut holder =
+            Holder { episode: episode.to_owned(), key_thread: episode.to_owned(), store: store.to_owned() };
+        let taken_over = match earlier {
+            Some(earlier) if earlier.episode != episode && earlier.store.exists() => {
+                copy_store(&earlier.store, store)?;
+                holder.key_thread = earlier.key_thread.clone();
+                Some(earlier)
+            }
+            Some(earlier) if earlier.episode == episode => {
+                holder.key_thread = earlier.key_thread;
+                None
+            }
+            _ => None,
+        };
+        let text = serde_json::to_vec(&holder).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(self.run_dir.join(FOLDER))
+            .and_then(|()| write_replacing(&claim, &text))
+            .map_err(|e| format!("failed to write {}: {e}", claim.display()))?;
+        Ok(Claim::Todo(Lease {
+            _guard: guard,
+            key: key.to_owned(),
+            run_dir: self.run_dir.clone(),
+            key_thread: holder.key_thread,
+            taken_over: taken_over.map(|h| h.episode),
+            store: store.to_owned(),
+        }))
     }
 
     /// The finished ingestion of `key`, when there is one.
@@ -188,9 +229,38 @@ pub struct Lease {
     _guard: OwnedMutexGuard<()>,
     pub key: String,
     run_dir: PathBuf,
-    episode: String,
+    /// The thread the replay's entries are keyed by: the episode's own, unless it took
+    /// over a replay another episode began.
+    pub key_thread: String,
+    /// The episode whose killed replay this one goes on with: its checkpointed state is
+    /// where this replay starts, and its store was copied into this episode's.
+    pub taken_over: Option<String>,
     /// The episode's store, which the replay fills.
     store: PathBuf,
+}
+
+/// Copies the SQLite store `from` (its log included) to `to`, replacing what is there.
+fn copy_store(from: &Path, to: &Path) -> Result<(), String> {
+    for stale in [to.to_owned(), with_suffix(to, "-wal"), with_suffix(to, "-shm")] {
+        match std::fs::remove_file(&stale) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("failed to remove {}: {e}", stale.display())),
+        }
+    }
+    if let Some(parent) = to.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
+    }
+    let failed = |e: rusqlite::Error| format!("failed to copy the store {} to {}: {e}", from.display(), to.display());
+    let db = rusqlite::Connection::open(from).map_err(failed)?;
+    db.execute("VACUUM INTO ?1", [to.to_string_lossy()]).map(|_| ()).map_err(failed)
+}
+
+/// Writes `path` whole: aside, then renamed over it.
+fn write_replacing(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let aside = with_suffix(path, &format!(".{}.tmp", std::process::id()));
+    std::fs::write(&aside, bytes)?;
+    std::fs::rename(&aside, path)
 }
 
 impl Lease {
@@ -212,7 +282,7 @@ impl Lease {
         db.execute("VACUUM INTO ?1", [copy.to_string_lossy()]).map_err(|e| failed("the store's copy", &e))?;
         let ingested = Ingested {
             key: self.key.clone(),
-            episode: self.episode.clone(),
+            episode: self.key_thread.clone(),
             state: state.clone(),
             history: state.conversation_history.clone(),
             model_calls,
@@ -223,13 +293,66 @@ impl Lease {
         if done.exists() {
             std::fs::remove_dir_all(&done).map_err(|e| failed("an older copy", &e))?;
         }
-        std::fs::rename(&aside, &done).map_err(|e| failed("its folder", &e))
+        std::fs::rename(&aside, &done).map_err(|e| failed("its folder", &e))?;
+        // Finished: nobody takes over this replay any more.
+        let _ = std::fs::remove_file(folder.join(format!(".{}.claim", self.key)));
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn store_with(path: &Path, rows: &[&str]) {
+        let db = rusqlite::Connection::open(path).unwrap();
+        db.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE entries (key TEXT)").unwrap();
+        for row in rows {
+            db.execute("INSERT INTO entries VALUES (?1)", [row]).unwrap();
+        }
+        // Left open, its log not checkpointed into the file: as a killed process leaves it.
+        std::mem::forget(db);
+    }
+
+    fn keys(path: &Path) -> Vec<String> {
+        let db = rusqlite::Connection::open(path).unwrap();
+        let mut statement = db.prepare("SELECT key FROM entries ORDER BY key").unwrap();
+        statement.query_map([], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+    }
+
+    /// Regression: a replay killed midway was started again from its first message by
+    /// whichever episode took the key's lease first after a resume, another epoch's
+    /// included, so the resumed run stored everything a second time.
+    #[tokio::test]
+    async fn the_next_holder_of_a_key_takes_over_the_replay_killed_midway_with_its_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        std::fs::create_dir_all(&run).unwrap();
+        let ingestions = Ingestions { run_dir: run.clone(), locks: std::sync::Mutex::new(HashMap::new()) };
+        let (first, second) = (dir.path().join("ep_1.sqlite"), dir.path().join("ep_2.sqlite"));
+        let Claim::Todo(lease) = ingestions.claim("k", "ep_1", &first).await.unwrap() else { panic!("nothing saved") };
+        assert_eq!((lease.key_thread.as_str(), lease.taken_over.as_deref()), ("ep_1", None));
+        store_with(&first, &["ep_1/s1/1", "ep_1/s1/2"]);
+        drop(lease); // killed before the replay ended
+
+        store_with(&second, &["stale"]);
+        let Claim::Todo(lease) = ingestions.claim("k", "ep_2", &second).await.unwrap() else { panic!("nothing saved") };
+        assert_eq!(lease.taken_over.as_deref(), Some("ep_1"), "the second holder goes on with the first's replay");
+        assert_eq!(lease.key_thread, "ep_1", "its entries keep the first thread's keys");
+        assert_eq!(keys(&second), ["ep_1/s1/1", "ep_1/s1/2"], "the first holder's store, its log included");
+        drop(lease);
+
+        // The first episode, resumed after it, takes over from the second in turn, keys unchanged.
+        let Claim::Todo(lease) = ingestions.claim("k", "ep_1", &first).await.unwrap() else { panic!("nothing saved") };
+        assert_eq!((lease.key_thread.as_str(), lease.taken_over.as_deref()), ("ep_1", Some("ep_2")));
+        let state = ThreadState::default();
+        lease.save(&state, 3, Usage::default()).unwrap();
+        assert!(!run.join(FOLDER).join(".k.claim").exists(), "a finished replay is nobody's to take over");
+        let Claim::Done(done) = ingestions.claim("k", "ep_3", &dir.path().join("ep_3.sqlite")).await.unwrap() else {
+            panic!("the replay was saved")
+        };
+        assert_eq!((done.episode.as_str(), done.model_calls), ("ep_1", 3));
+    }
 
     fn session(text: &str) -> Session {
         Session {

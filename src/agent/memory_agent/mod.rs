@@ -225,6 +225,12 @@ impl MemoryAgent {
         if let Some(dir) = &self.run_dir {
             let mut checkpoints = Checkpoints::open(&dir.join(checkpoint::FILE)).map_err(fault)?;
             self.state = checkpoints.load(&self.thread).map_err(fault)?;
+            if let IngestionPlan::Shared(Lease { taken_over: Some(earlier), .. }) = &self.ingestion {
+                // The replay another episode began, and its store (copied at the claim),
+                // go on from where that episode's last checkpoint left them.
+                self.state = checkpoints.load(earlier).map_err(fault)?;
+                checkpoints.save(&self.thread, &self.state).map_err(fault)?;
+            }
             if let IngestionPlan::Restored(ingested) = &self.ingestion {
                 self.state = ingested.thread_state();
                 checkpoints.save(&self.thread, &self.state).map_err(fault)?;
@@ -233,8 +239,12 @@ impl MemoryAgent {
         } else if let IngestionPlan::Restored(ingested) = &self.ingestion {
             self.state = ingested.thread_state();
         }
-        if let IngestionPlan::Restored(ingested) = &self.ingestion {
-            self.key_thread = Some(ingested.episode.clone());
+        match &self.ingestion {
+            IngestionPlan::Restored(ingested) => self.key_thread = Some(ingested.episode.clone()),
+            IngestionPlan::Shared(lease) if lease.key_thread != self.thread => {
+                self.key_thread = Some(lease.key_thread.clone());
+            }
+            _ => {}
         }
         Ok(())
     }
@@ -491,7 +501,8 @@ impl MemoryAgent {
         if let (Ask::AddEntry, Some(current)) = (ask, &self.current) {
             let session = self.session(&current.invocation);
             let n = current.invocation.message.unwrap_or(0);
-            stamps.push(("key", json!(format!("{}/{}/{n}", self.thread, session.id))));
+            let thread = self.key_thread.as_deref().unwrap_or(&self.thread);
+            stamps.push(("key", json!(format!("{thread}/{}/{n}", session.id))));
             if let Some(date) = &session.date {
                 stamps.push(("time", json!(conversation::message_time(date, n))));
             }
