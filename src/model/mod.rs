@@ -249,7 +249,7 @@ pub fn request_digest(model: &dyn LanguageModel, sampling: &Map<String, Value>, 
     SCRATCH.with(|scratch| {
         let Ok(mut scratch) = scratch.try_borrow_mut() else {
             // Only a digest taken while this thread takes one (never) would get here.
-            return hex_digest(&offered_bytes(model, sampling, request, &mut Vec::new(), &mut OfferedTools::default()));
+            return hex_digest(offered_bytes(model, sampling, request, &mut Vec::new(), &mut OfferedTools::default()));
         };
         let (bytes, tools) = &mut *scratch;
         bytes.clear();
