@@ -297,7 +297,9 @@ struct OfferedTools {
 
 impl OfferedTools {
     fn bytes_of(&mut self, tools: &[ToolSpec]) -> &[u8] {
-        let same = self.tools.len() == tools.len()
+        // Nothing kept yet is no match, even for no tools (their bytes are `[]`).
+        let same = !self.bytes.is_empty()
+            && self.tools.len() == tools.len()
             && self.tools.iter().zip(tools).all(|((name, description, parameters), t)| {
                 *name == t.name && *description == t.description && *parameters == t.parameters
             });
@@ -440,6 +442,13 @@ mod tests {
         }
         assert_eq!((seen[0] == seen[2], seen[1] == seen[5]), (true, true));
         assert_ne!(seen[0], seen[1], "the schema is part of the key");
+        // Regression: a thread whose first request offered no tools keyed it without them.
+        let first = std::thread::spawn(move || {
+            let request = ModelRequest { messages: &messages, tools: &[], deadline: None };
+            (request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)))
+        });
+        let (borrowed, canonical) = first.join().unwrap();
+        assert_eq!(borrowed, canonical);
     }
 
     #[test]
