@@ -3,6 +3,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
+use std::sync::LazyLock;
+
+use memchr::memmem::Finder;
 
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -250,10 +253,16 @@ pub fn read_events(path: &Path) -> Result<Events, ReadError> {
 
 /// The `type` of a line as the writer lays it out (`{"v":…,"seq":…,"ts":"…"[,"episode_id":"…"],"type":"…"`),
 /// found without parsing the rest; `None` when the line is laid out otherwise.
+/// The keys the header's fields are found by, each searcher built once: every line of a
+/// log is looked at through them when the tables are made.
+static TYPE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b",\"type\":\""));
+static SEQ_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b",\"seq\":"));
+static EPISODE_ID_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b",\"episode_id\":\""));
+
 fn header_kind(text: &str) -> Option<&str> {
     let cut = (0..=text.len().min(256)).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
     let head = &text[..cut];
-    let start = head.find(",\"type\":\"")? + 9;
+    let start = TYPE_KEY.find(head.as_bytes())? + 9;
     let rest = &text[start..];
     let end = rest.find('"')?;
     let kind = &rest[..end];
@@ -264,7 +273,7 @@ fn header_kind(text: &str) -> Option<&str> {
 /// without parsing the rest; `None` when it is not there.
 pub fn header_seq(text: &str) -> Option<u64> {
     let cut = (0..=text.len().min(256)).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
-    let start = text[..cut].find(",\"seq\":")? + 7;
+    let start = SEQ_KEY.find(&text.as_bytes()[..cut])? + 7;
     let digits = text[start..].bytes().take_while(u8::is_ascii_digit).count();
     text[start..start + digits].parse().ok()
 }
@@ -274,8 +283,8 @@ pub fn header_seq(text: &str) -> Option<u64> {
 pub fn header_episode_id(text: &str) -> Option<&str> {
     let cut = (0..=text.len().min(256)).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
     let head = &text[..cut];
-    let start = head.find(",\"episode_id\":\"")? + 15;
-    let kind_at = head.find(",\"type\":\"")?;
+    let start = EPISODE_ID_KEY.find(head.as_bytes())? + 15;
+    let kind_at = TYPE_KEY.find(head.as_bytes())?;
     if start > kind_at {
         return None;
     }

@@ -237,29 +237,100 @@ pub async fn respond_logged(
 }
 
 /// The digest of `request` as `model` would send it, without copying the transcript: the
-/// same bytes as [`CanonicalRequest`] serialises to.
+/// same bytes as [`CanonicalRequest`] serialises to, written piece by piece into a buffer the
+/// thread keeps. Every model call of a run is keyed, and its tools are most often the ones
+/// the thread's previous call offered: their bytes are kept and compared instead of
+/// serialised again (their JSON schemas are most of a short request).
 pub fn request_digest(model: &dyn LanguageModel, sampling: &Map<String, Value>, request: &ModelRequest<'_>) -> String {
-    #[derive(Serialize)]
-    struct View<'a> {
-        model: &'a str,
-        sampling: &'a Map<String, Value>,
-        messages: &'a [Message],
-        tools: Vec<OfferedTool<'a>>,
+    use std::cell::RefCell;
+    thread_local! {
+        static SCRATCH: RefCell<(Vec<u8>, OfferedTools)> = RefCell::default();
     }
-    /// A tool as [`ToolSpec::as_offered`] serialises: the provider never sees annotations.
-    #[derive(Serialize)]
-    struct OfferedTool<'a> {
-        name: &'a str,
-        description: &'a str,
-        parameters: &'a Value,
+    SCRATCH.with(|scratch| {
+        let Ok(mut scratch) = scratch.try_borrow_mut() else {
+            // Only a digest taken while this thread takes one (never) would get here.
+            return hex_digest(offered_bytes(model, sampling, request, &mut Vec::new(), &mut OfferedTools::default()));
+        };
+        let (bytes, tools) = &mut *scratch;
+        bytes.clear();
+        let digest = hex_digest(offered_bytes(model, sampling, request, bytes, tools));
+        // A long transcript's buffer is not kept for the short ones after it.
+        if bytes.capacity() > KEPT_SCRATCH_BYTES {
+            *bytes = Vec::new();
+        }
+        digest
+    })
+}
+
+/// The most a thread keeps of its buffer for digests between calls.
+const KEPT_SCRATCH_BYTES: usize = 256 * 1024;
+
+/// The JSON of [`CanonicalRequest`] for `request` (a struct's fields in order, compact):
+/// `{"model":…,"sampling":…,"messages":[…],"tools":[…]}`, into `out`.
+fn offered_bytes<'o>(
+    model: &dyn LanguageModel,
+    sampling: &Map<String, Value>,
+    request: &ModelRequest<'_>,
+    out: &'o mut Vec<u8>,
+    tools: &mut OfferedTools,
+) -> &'o [u8] {
+    // Writing JSON into a Vec fails only on a map key that is not a string: none here.
+    out.extend_from_slice(b"{\"model\":");
+    let _ = serde_json::to_writer(&mut *out, model.name());
+    out.extend_from_slice(b",\"sampling\":");
+    let _ = serde_json::to_writer(&mut *out, sampling);
+    out.extend_from_slice(b",\"messages\":");
+    let _ = serde_json::to_writer(&mut *out, request.messages);
+    out.extend_from_slice(b",\"tools\":");
+    out.extend_from_slice(tools.bytes_of(request.tools));
+    out.push(b'}');
+    out
+}
+
+/// The tools of a thread's last request and their JSON as offered to a provider (without
+/// annotations, as [`ToolSpec::as_offered`]).
+#[derive(Default)]
+struct OfferedTools {
+    tools: Vec<(String, String, Value)>,
+    bytes: Vec<u8>,
+}
+
+impl OfferedTools {
+    fn bytes_of(&mut self, tools: &[ToolSpec]) -> &[u8] {
+        // Nothing kept yet is no match, even for no tools (their bytes are `[]`).
+        let same = !self.bytes.is_empty()
+            && self.tools.len() == tools.len()
+            && self.tools.iter().zip(tools).all(|((name, description, parameters), t)| {
+                *name == t.name && *description == t.description && *parameters == t.parameters
+            });
+        if !same {
+            #[derive(Serialize)]
+            struct OfferedTool<'a> {
+                name: &'a str,
+                description: &'a str,
+                parameters: &'a Value,
+            }
+            let offered: Vec<OfferedTool<'_>> = tools
+                .iter()
+                .map(|t| OfferedTool { name: &t.name, description: &t.description, parameters: &t.parameters })
+                .collect();
+            self.bytes.clear();
+            let _ = serde_json::to_writer(&mut self.bytes, &offered);
+            self.tools = tools.iter().map(|t| (t.name.clone(), t.description.clone(), t.parameters.clone())).collect();
+        }
+        &self.bytes
     }
-    let tools = request
-        .tools
-        .iter()
-        .map(|t| OfferedTool { name: &t.name, description: &t.description, parameters: &t.parameters })
-        .collect();
-    let view = View { model: model.name(), sampling, messages: request.messages, tools };
-    hex::encode(Sha256::digest(serde_json::to_vec(&view).unwrap_or_default()))
+}
+
+/// The SHA-256 of `bytes` in lowercase hex.
+fn hex_digest(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(64);
+    for b in Sha256::digest(bytes) {
+        text.push(char::from(DIGITS[usize::from(b >> 4)]));
+        text.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
+    text
 }
 
 /// What wraps every backend of a run.
@@ -351,6 +422,33 @@ mod tests {
         let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
         let request = ModelRequest { messages: &messages, tools: &tools, deadline: None };
         assert_eq!(request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)));
+    }
+
+    /// The tools' bytes are kept between calls: a change of any part of them (here only
+    /// the schema) must change the digest as the canonical request does.
+    #[test]
+    fn the_digest_follows_the_tools_from_call_to_call() {
+        let model = mock::MockModel::new(Vec::new().into());
+        let messages = vec![Message::User { content: "hi \"there\"".into() }];
+        let a = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
+        let b = vec![ToolSpec::new("f", "does f", json!({"type": "object", "required": ["x"]}))];
+        let two = vec![a[0].clone(), ToolSpec::new("g", "does g", json!({}))];
+        let mut seen = Vec::new();
+        for tools in [&a, &b, &a, &two, &Vec::new(), &b] {
+            let request = ModelRequest { messages: &messages, tools, deadline: None };
+            let borrowed = request_digest(&model, &Map::new(), &request);
+            assert_eq!(borrowed, digest(&canonical_request(&model, &request)), "{tools:?}");
+            seen.push(borrowed);
+        }
+        assert_eq!((seen[0] == seen[2], seen[1] == seen[5]), (true, true));
+        assert_ne!(seen[0], seen[1], "the schema is part of the key");
+        // Regression: a thread whose first request offered no tools keyed it without them.
+        let first = std::thread::spawn(move || {
+            let request = ModelRequest { messages: &messages, tools: &[], deadline: None };
+            (request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)))
+        });
+        let (borrowed, canonical) = first.join().unwrap();
+        assert_eq!(borrowed, canonical);
     }
 
     #[test]
