@@ -113,16 +113,7 @@ impl Ingested {
     /// Puts the saved store in `store` (the episode's store file), replacing what is there.
     pub fn restore_into(&self, run_dir: &Path, store: &Path) -> Result<(), String> {
         let saved = run_dir.join(FOLDER).join(&self.key).join(STORE_FILE);
-        for stale in [store.to_owned(), with_suffix(store, "-wal"), with_suffix(store, "-shm")] {
-            match std::fs::remove_file(&stale) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(format!("failed to remove {}: {e}", stale.display())),
-            }
-        }
-        if let Some(parent) = store.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
-        }
+        clear_store(store)?;
         std::fs::copy(&saved, store)
             .map(|_| ())
             .map_err(|e| format!("failed to copy the ingestion {} to {}: {e}", saved.display(), store.display()))
@@ -241,19 +232,26 @@ pub struct Lease {
 
 /// Copies the SQLite store `from` (its log included) to `to`, replacing what is there.
 fn copy_store(from: &Path, to: &Path) -> Result<(), String> {
-    for stale in [to.to_owned(), with_suffix(to, "-wal"), with_suffix(to, "-shm")] {
+    clear_store(to)?;
+    let failed = |e: rusqlite::Error| format!("failed to copy the store {} to {}: {e}", from.display(), to.display());
+    let db = rusqlite::Connection::open(from).map_err(failed)?;
+    db.execute("VACUUM INTO ?1", [to.to_string_lossy()]).map(|_| ()).map_err(failed)
+}
+
+/// Removes the SQLite store `store` and its log files, and makes its folder, so that a copy
+/// can take its place.
+fn clear_store(store: &Path) -> Result<(), String> {
+    for stale in [store.to_owned(), with_suffix(store, "-wal"), with_suffix(store, "-shm")] {
         match std::fs::remove_file(&stale) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(format!("failed to remove {}: {e}", stale.display())),
         }
     }
-    if let Some(parent) = to.parent() {
+    if let Some(parent) = store.parent() {
         std::fs::create_dir_all(parent).map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
     }
-    let failed = |e: rusqlite::Error| format!("failed to copy the store {} to {}: {e}", from.display(), to.display());
-    let db = rusqlite::Connection::open(from).map_err(failed)?;
-    db.execute("VACUUM INTO ?1", [to.to_string_lossy()]).map(|_| ()).map_err(failed)
+    Ok(())
 }
 
 /// Writes `path` whole: aside, then renamed over it.
