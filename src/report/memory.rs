@@ -86,6 +86,11 @@ pub struct MemoryReport {
     pub sessions: u64,
     pub entries: u64,
     pub errors: u64,
+    /// Entries per session of the memories the questions were answered from, restored
+    /// replays included (a restored replay has its writer's ratio), and the questions that
+    /// restored another episode's replay.
+    pub per_session: Option<f64>,
+    pub restored: u64,
     /// Each question's task and epoch, type, whether it is an abstention question, and
     /// whether it passed (`None`: unscored): what `compare` pairs.
     pub questions: Vec<PairedQuestion>,
@@ -200,6 +205,11 @@ impl MemoryReport {
             sessions: written(|q| q.sessions),
             entries: written(|q| q.entries),
             errors: written(|q| q.errors),
+            per_session: {
+                let sessions = sum(|q| q.sessions);
+                (sessions > 0).then(|| sum(|q| q.entries) as f64 / sessions as f64)
+            },
+            restored: questions.clone().filter(|q| q.reused).count() as u64,
             questions: questions
                 .map(|q| PairedQuestion {
                     task: q.task.clone(),
@@ -265,10 +275,14 @@ impl MemoryReport {
             "tokens: ingest {} · answer {} · judge {}",
             self.ingest_tokens, self.answer_tokens, self.judge_tokens
         );
-        let per_session = if self.sessions > 0 { self.entries as f64 / self.sessions as f64 } else { 0.0 };
+        let per_session = self.per_session.map_or("-".to_owned(), |r| format!("{r:.1}"));
+        let restored = match self.restored {
+            0 => String::new(),
+            n => format!(", {n} questions restored a replay written elsewhere"),
+        };
         let _ = writeln!(
             out,
-            "entries: {} in {} sessions ({per_session:.1} per session); invocations without their call: {}",
+            "entries: {} written in {} sessions ({per_session} per session{restored}); invocations without their call: {}",
             self.entries, self.sessions, self.errors
         );
         out
@@ -325,9 +339,19 @@ mod tests {
     fn a_restored_replay_counts_its_sessions_and_entries_once() {
         let own = Question { sessions: 3, entries: 7, errors: 1, ..q("single-session-user", false, Some(true), None) };
         let restored = Question { reused: true, ..own.clone() };
+        let alone = restored.clone();
         let report = MemoryReport::of([own, restored.clone(), restored].iter());
         assert_eq!((report.sessions, report.entries, report.errors), (3, 7, 1));
-        assert!(report.render().contains("entries: 7 in 3 sessions (2.3 per session)"), "{}", report.render());
+        assert!(
+            report
+                .render()
+                .contains("entries: 7 written in 3 sessions (2.3 per session, 2 questions restored a replay"),
+            "{}",
+            report.render()
+        );
+        // A table whose questions all restored their replays still says the memories' ratio.
+        let only_restored = MemoryReport::of([alone].iter());
+        assert_eq!((only_restored.entries, only_restored.per_session), (0, Some(7.0 / 3.0)));
         // Each question is still scored.
         assert_eq!(report.overall.map(|a| a.scored), Some(3));
     }

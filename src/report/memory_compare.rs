@@ -116,9 +116,7 @@ pub fn render((a_name, a): (&str, &MemoryReport), (b_name, b): (&str, &MemoryRep
     ] {
         let _ = writeln!(out, "{:<28} {:>15} {:>15}", label, figure(a), figure(b));
     }
-    let per_session = |r: &MemoryReport| {
-        if r.sessions > 0 { format!("{:.1}", r.entries as f64 / r.sessions as f64) } else { "-".into() }
-    };
+    let per_session = |r: &MemoryReport| r.per_session.map_or("-".to_owned(), |x| format!("{x:.1}"));
     let _ = writeln!(out, "{:<28} {:>15} {:>15}", "entries per session", per_session(a), per_session(b));
     out
 }
