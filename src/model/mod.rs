@@ -324,13 +324,7 @@ impl OfferedTools {
 
 /// The SHA-256 of `bytes` in lowercase hex.
 fn hex_digest(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(64);
-    for b in Sha256::digest(bytes) {
-        text.push(char::from(DIGITS[usize::from(b >> 4)]));
-        text.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    text
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// What wraps every backend of a run.
