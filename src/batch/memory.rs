@@ -14,6 +14,9 @@ use tokio::sync::oneshot;
 use super::EpisodeSpec;
 use crate::agent::memory::{Entries, Scope};
 
+/// The folder of the run folder that holds the stores.
+pub const FOLDER: &str = "memory";
+
 /// Hands each episode of a `scope: task` suite its slot, in the order of the plan.
 pub struct TaskMemory {
     dir: PathBuf,
@@ -36,7 +39,7 @@ pub struct Slot {
 
 impl TaskMemory {
     pub fn new(run_dir: &Path) -> Self {
-        TaskMemory { dir: run_dir.join("memory"), last: HashMap::new() }
+        TaskMemory { dir: run_dir.join(FOLDER), last: HashMap::new() }
     }
 
     /// The episode's slot, when its suite keeps memory across epochs; slots are taken in

@@ -182,9 +182,65 @@ pub fn merge(
     out.flush().map_err(write_failed)?;
     out.get_ref().sync_data().map_err(write_failed)?;
     drop(out);
+    carry_state(runs, &dir)?;
     let dir = staged.publish().map_err(|e| e.to_string())?;
     let events_path = dir.join("events.jsonl");
     Ok(Merged { dir, events_path, episodes, missing_shards })
+}
+
+/// What a run keeps besides its log for a resume to go on from: the memory kept across a
+/// task's epochs, the memory stores, the memory agent's checkpoints and ingestions, the pages
+/// a live web answered. Carried into the merged run, so that resuming it starts each
+/// episode where its shard would have.
+fn carry_state(runs: &[PathBuf], to: &Path) -> Result<(), String> {
+    use crate::environment::kinds::{memory_store, web};
+    for run in runs {
+        // Kept per task or per episode: only overlapping runs hold one twice, differently.
+        for folder in [super::memory::FOLDER, memory_store::FOLDER] {
+            copy_files(&run.join(folder), &to.join(folder), Twice::Refuse)?;
+        }
+        // The first answer to a request is the one a run keeps.
+        copy_files(&run.join(web::CACHE_FOLDER), &to.join(web::CACHE_FOLDER), Twice::KeepFirst)?;
+        crate::agent::memory_agent::carry(run, to)?;
+    }
+    Ok(())
+}
+
+/// What to do with a file two inputs hold with different contents.
+#[derive(Clone, Copy, PartialEq)]
+enum Twice {
+    Refuse,
+    KeepFirst,
+}
+
+/// Copies the files of the folder `from` (none when it is missing) into `to`.
+fn copy_files(from: &Path, to: &Path, twice: Twice) -> Result<(), String> {
+    let failed = |path: &Path, e: std::io::Error| format!("failed to copy {}: {e}", path.display());
+    let entries = match std::fs::read_dir(from) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(failed(from, e)),
+    };
+    std::fs::create_dir_all(to).map_err(|e| failed(to, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| failed(from, e))?;
+        if !entry.file_type().map_err(|e| failed(&entry.path(), e))?.is_file() {
+            continue;
+        }
+        let (source, target) = (entry.path(), to.join(entry.file_name()));
+        if target.exists() {
+            let same = std::fs::read(&source).ok() == std::fs::read(&target).ok();
+            if same || twice == Twice::KeepFirst {
+                continue;
+            }
+            return Err(format!(
+                "{} is in two of the runs, with different contents: runs that overlap do not merge",
+                Path::new(entry.file_name().as_os_str()).display()
+            ));
+        }
+        std::fs::copy(&source, &target).map_err(|e| failed(&source, e))?;
+    }
+    Ok(())
 }
 
 /// The line under the merged run's id and number: the header is rewritten in place when it
@@ -221,6 +277,25 @@ fn missing_shards(projections: &[Projection]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_two_runs_hold_differently_is_refused_or_the_first_kept_as_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b, to) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("to"));
+        for (run, text) in [(&a, "first"), (&b, "other")] {
+            std::fs::create_dir_all(run).unwrap();
+            std::fs::write(run.join("same.json"), "same").unwrap();
+            std::fs::write(run.join("t.e1.json"), text).unwrap();
+        }
+        std::fs::write(a.join("only-a.json"), "a").unwrap();
+        copy_files(&a, &to, Twice::Refuse).unwrap();
+        let error = copy_files(&b, &to, Twice::Refuse).unwrap_err();
+        assert!(error.starts_with("t.e1.json is in two of the runs"), "{error}");
+        copy_files(&b, &to, Twice::KeepFirst).unwrap();
+        assert_eq!(std::fs::read_to_string(to.join("t.e1.json")).unwrap(), "first");
+        assert_eq!(std::fs::read_to_string(to.join("only-a.json")).unwrap(), "a");
+        copy_files(&dir.path().join("missing"), &to, Twice::Refuse).unwrap();
+    }
 
     #[test]
     fn a_line_is_renamed_and_renumbered_in_place_or_by_decoding() {

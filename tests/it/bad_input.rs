@@ -71,7 +71,7 @@ fn compare(expected: &str, stderr: &str) -> Result<(), String> {
     if missing.is_empty() { Ok(()) } else { Err(format!("stderr lacks {missing:?}\n--- stderr\n{stderr}")) }
 }
 
-fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+pub fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

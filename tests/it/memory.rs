@@ -61,7 +61,7 @@ fn later_epoch() -> Vec<(String, Value)> {
 }
 
 /// A crash right after the first episode finished: the log ends there.
-fn cut_after_the_first_finish(events: &std::path::Path) {
+pub fn cut_after_the_first_finish(events: &std::path::Path) {
     let text = std::fs::read_to_string(events).unwrap();
     let first_end = text.find("\"type\":\"episode_finished\"").unwrap();
     let end = first_end + text[first_end..].find('\n').unwrap() + 1;

@@ -25,6 +25,14 @@ pub fn summary_without_timings(dir: &Path) -> serde_json::Value {
 /// Runs `suites` whole and as `n` shards (each its own process), merges the shards, and
 /// returns what differs between the merged run and the whole one (nothing, when all is well).
 fn merged_differs_from_whole(sb: &Sandbox, suites: &[&str], n: u64, epochs: Option<u32>) -> Option<String> {
+    run_whole_and_shards(sb, suites, n, epochs);
+    merge_shards(sb, n, &[]);
+    differences(&sb.path().join("results/whole"), &sb.path().join("results/merged"))
+}
+
+/// Runs `suites` as `results/whole` and as `n` shards `results/shard-I`, each its own
+/// process; returns the arguments of `runner eval` they share.
+fn run_whole_and_shards(sb: &Sandbox, suites: &[&str], n: u64, epochs: Option<u32>) -> Vec<String> {
     let mut common: Vec<String> = vec!["eval".into()];
     common.extend(suites.iter().map(|s| s.to_string()));
     common.extend(["--model", "mock", "--out", "results", "-q"].map(String::from));
@@ -40,13 +48,17 @@ fn merged_differs_from_whole(sb: &Sandbox, suites: &[&str], n: u64, epochs: Opti
     for i in 1..=n {
         run(&["--run-id".into(), format!("shard-{i}"), "--shard".into(), format!("{i}/{n}")]);
     }
+    common
+}
+
+/// Merges the `n` shards into `results/merged`.
+fn merge_shards(sb: &Sandbox, n: u64, extra: &[&str]) {
     let mut merge = vec!["merge".to_string()];
     merge.extend((1..=n).map(|i| format!("results/shard-{i}")));
     merge.extend(["--out", "results", "--run-id", "merged"].map(String::from));
+    merge.extend(extra.iter().map(|s| s.to_string()));
     let merged = sb.run(&merge.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(merged.code, 0, "{merge:?}: {merged:?}");
-
-    differences(&sb.path().join("results/whole"), &sb.path().join("results/merged"))
 }
 
 /// The episodes that were told how long a tool took (`execute_code`'s `duration_s`): what
@@ -147,6 +159,29 @@ fn a_tasks_epochs_run_in_one_shard_so_its_memory_carries_from_epoch_to_epoch() {
     sb.write("recall.yaml", &remembering("recall", 6));
     let differs = merged_differs_from_whole(&sb, &["recall.yaml"], 3, Some(3));
     assert_eq!(differs, None, "an epoch sharded away from its task's first epoch starts with an empty memory");
+}
+
+/// Regression: a merge left the shards' kept memory behind, so a merged run resumed ran a
+/// task's later epochs from an empty memory (first seen as the Slurm example's resume
+/// giving other token counts than one run).
+#[test]
+fn a_merged_run_resumed_goes_on_from_the_memory_its_shards_kept() {
+    let sb = Sandbox::new();
+    sb.write("recall.yaml", &remembering("recall", 4));
+    let common = run_whole_and_shards(&sb, &["recall.yaml"], 2, Some(3));
+    // Shard 1's node was lost right after its first episode finished: its log ends there,
+    // its folder (the memory its epochs kept) stays.
+    let events = sb.path().join("results/shard-1/events.jsonl");
+    crate::memory::cut_after_the_first_finish(&events);
+    merge_shards(&sb, 2, &["--allow-partial"]);
+
+    let mut resume: Vec<&str> = common.iter().map(String::as_str).collect();
+    resume.extend(["--resume", "merged"]);
+    let resumed = sb.run(&resume);
+    assert_eq!(resumed.code, 0, "{resumed:?}");
+    assert!(resumed.stderr.contains("to run"), "{resumed:?}");
+    let merged = sb.path().join("results/merged");
+    assert_eq!(differences(&sb.path().join("results/whole"), &merged), None, "the unsharded run, then the resumed one");
 }
 
 /// A seeded loop, not a shrinking property tester: each case is a handful of processes.

@@ -253,12 +253,13 @@ fn an_array_of_shards_merges_into_the_unsharded_run() {
         whole_s.as_secs_f64()
     );
 
-    // A shard that lost its node half-way: its log ends mid-run. Merged with what there
-    // is, then resumed on the cluster, only the episodes that are not scored run again.
+    // A shard that lost its node half-way: its log ends mid-run, its folder (the memory a
+    // task's epochs keep) stays on the shared disk. Merged with what there is, then resumed
+    // on the cluster, only the episodes that are not scored run again.
     let holed = results.join("holed");
     for (i, shard) in shards.iter().enumerate() {
         let to = holed.join(format!("shard-{i}"));
-        std::fs::create_dir_all(&to).expect("create a shard folder");
+        crate::bad_input::copy_tree(shard, &to).expect("copy a shard folder");
         let log = std::fs::read_to_string(shard.join("events.jsonl")).expect("a shard's log");
         let lines: Vec<&str> = log.lines().collect();
         let kept = if i == 2 { &lines[..lines.len() / 2] } else { &lines[..] };

@@ -59,6 +59,26 @@ impl Checkpoints {
         Ok(Checkpoints { db, stored: 0 })
     }
 
+    /// Takes in the threads of the checkpoints in `other` (another shard's) that these have
+    /// not got, histories included.
+    pub fn absorb(&mut self, other: &Path) -> Result<(), String> {
+        let failed = |e: rusqlite::Error| format!("failed to read the checkpoints {}: {e}", other.display());
+        self.db.execute("ATTACH DATABASE ?1 AS other", [other.to_string_lossy()]).map_err(failed)?;
+        let copied = self.db.execute_batch(
+            "BEGIN;
+             INSERT INTO history SELECT h.thread_id, h.seq, h.role, h.content FROM other.history h
+                 WHERE h.thread_id NOT IN (SELECT thread_id FROM main.threads);
+             INSERT INTO threads SELECT t.thread_id, t.state FROM other.threads t
+                 WHERE t.thread_id NOT IN (SELECT thread_id FROM main.threads);
+             COMMIT;",
+        );
+        if copied.is_err() {
+            let _ = self.db.execute_batch("ROLLBACK");
+        }
+        let detached = self.db.execute_batch("DETACH DATABASE other");
+        copied.and(detached).map_err(failed)
+    }
+
     /// The thread's last checkpoint, its history included; a fresh state when it has none.
     pub fn load(&mut self, thread: &str) -> Result<ThreadState, String> {
         let failed = |e: rusqlite::Error| format!("failed to read the checkpoint of `{thread}`: {e}");
@@ -103,5 +123,40 @@ impl Checkpoints {
         tx.commit().map_err(failed)?;
         self.stored = state.conversation_history.len();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(next: usize, messages: &[&str]) -> ThreadState {
+        ThreadState {
+            next,
+            conversation_history: messages
+                .iter()
+                .map(|m| ChatMessage { role: "user".into(), content: (*m).into() })
+                .collect(),
+            ..ThreadState::default()
+        }
+    }
+
+    #[test]
+    fn absorbing_another_runs_checkpoints_takes_the_threads_it_lacks_with_their_histories() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mine, theirs) = (dir.path().join("mine.sqlite"), dir.path().join("theirs.sqlite"));
+        let mut other = Checkpoints::open(&theirs).unwrap();
+        other.save("ep_2", &state(2, &["a", "b"])).unwrap();
+        other.save("ep_1", &state(7, &["stale"])).unwrap();
+        drop(other);
+        let mut checkpoints = Checkpoints::open(&mine).unwrap();
+        checkpoints.save("ep_1", &state(1, &["x"])).unwrap();
+
+        checkpoints.absorb(&theirs).unwrap();
+        assert_eq!(checkpoints.load("ep_2").unwrap(), state(2, &["a", "b"]));
+        assert_eq!(checkpoints.load("ep_1").unwrap(), state(1, &["x"]), "a thread it has is kept as it is");
+        // Detached again: a second absorb works the same.
+        checkpoints.absorb(&theirs).unwrap();
+        assert_eq!(checkpoints.load("ep_2").unwrap(), state(2, &["a", "b"]));
     }
 }

@@ -42,7 +42,8 @@ pub struct Holder {
     pub episode: String,
     /// The thread the replay's entries are keyed by (the first holder's episode).
     pub key_thread: String,
-    /// The store the replay fills.
+    /// The store the replay fills, relative to the run folder when it is in it (so that a
+    /// run folder moved, or merged into another, still names it).
     pub store: PathBuf,
 }
 
@@ -174,11 +175,12 @@ impl Ingestions {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(format!("failed to read {}: {e}", claim.display())),
         };
+        let in_run = store.strip_prefix(&self.run_dir).unwrap_or(store);
         let mut holder =
-            Holder { episode: episode.to_owned(), key_thread: episode.to_owned(), store: store.to_owned() };
+            Holder { episode: episode.to_owned(), key_thread: episode.to_owned(), store: in_run.to_owned() };
         let taken_over = match earlier {
-            Some(earlier) if earlier.episode != episode && earlier.store.exists() => {
-                copy_store(&earlier.store, store)?;
+            Some(earlier) if earlier.episode != episode && self.run_dir.join(&earlier.store).exists() => {
+                copy_store(&self.run_dir.join(&earlier.store), store)?;
                 holder.key_thread = earlier.key_thread.clone();
                 Some(earlier)
             }
@@ -212,6 +214,51 @@ impl Ingestions {
         };
         serde_json::from_str(&text).map(Some).map_err(|e| format!("{} cannot be read: {e}", state.display()))
     }
+}
+
+/// Carries run `from`'s ingestions into run `to` (a merge of shards): each finished key `to`
+/// has not got, and the claim of each replay killed midway that `to` has no word of. A claim
+/// names its store within the run folder, where the merge copies the stores.
+pub fn carry(from: &Path, to: &Path) -> Result<(), String> {
+    let (source, target) = (from.join(FOLDER), to.join(FOLDER));
+    let failed = |path: &Path, e: std::io::Error| format!("failed to carry the ingestion {}: {e}", path.display());
+    let entries = match std::fs::read_dir(&source) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(failed(&source, e)),
+    };
+    let mut claims = Vec::new();
+    for entry in entries {
+        let path = entry.map_err(|e| failed(&source, e))?.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        if let Some(key) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".claim")) {
+            claims.push(key.to_owned());
+            continue;
+        }
+        // A partial copy (`.<key>.<pid>.partial`) is nobody's: only whole folders are kept.
+        if name.starts_with('.') || !path.join(STATE_FILE).is_file() {
+            continue;
+        }
+        let done = target.join(name);
+        if done.exists() {
+            continue;
+        }
+        std::fs::create_dir_all(&done).map_err(|e| failed(&done, e))?;
+        for file in [STORE_FILE, STATE_FILE] {
+            std::fs::copy(path.join(file), done.join(file)).map_err(|e| failed(&path.join(file), e))?;
+        }
+    }
+    if !claims.is_empty() {
+        std::fs::create_dir_all(&target).map_err(|e| failed(&target, e))?;
+    }
+    for key in claims {
+        let claim = format!(".{key}.claim");
+        if target.join(&key).exists() || target.join(&claim).exists() {
+            continue;
+        }
+        std::fs::copy(source.join(&claim), target.join(&claim)).map_err(|e| failed(&source.join(&claim), e))?;
+    }
+    Ok(())
 }
 
 /// The right to replay a key's haystack: held from the claim until the result is saved
@@ -350,6 +397,51 @@ mod tests {
             panic!("the replay was saved")
         };
         assert_eq!((done.episode.as_str(), done.model_calls), ("ep_1", 3));
+    }
+
+    /// Regression: a merge of shards left their ingestions behind, so the merged run resumed
+    /// replayed every haystack again, and a replay killed in a shard from its first message.
+    #[tokio::test]
+    async fn a_merge_carries_finished_ingestions_and_replays_killed_midway() {
+        let dir = tempfile::tempdir().unwrap();
+        let of = |run: &Path| Ingestions { run_dir: run.to_owned(), locks: std::sync::Mutex::new(HashMap::new()) };
+        let (a, b, merged) = (dir.path().join("a"), dir.path().join("b"), dir.path().join("merged"));
+        for run in [&a, &b, &merged] {
+            std::fs::create_dir_all(run.join("memory_store")).unwrap();
+        }
+        let killed = a.join("memory_store/ep_1.sqlite");
+        let Claim::Todo(lease) = of(&a).claim("k1", "ep_1", &killed).await.unwrap() else { panic!("nothing saved") };
+        store_with(&killed, &["ep_1/s1/1"]);
+        drop(lease);
+        let finished = b.join("memory_store/ep_2.sqlite");
+        let Claim::Todo(lease) = of(&b).claim("k2", "ep_2", &finished).await.unwrap() else { panic!("nothing saved") };
+        store_with(&finished, &["ep_2/s1/1"]);
+        lease.save(&ThreadState::default(), 2, Usage::default()).unwrap();
+
+        for run in [&a, &b] {
+            carry(run, &merged).unwrap();
+        }
+        // The merge copies the stores, logs included, under their names.
+        for name in ["ep_1.sqlite", "ep_1.sqlite-wal", "ep_1.sqlite-shm"] {
+            std::fs::copy(a.join("memory_store").join(name), merged.join("memory_store").join(name)).unwrap();
+        }
+        // The shards are gone once merged: the claim names the merged run's copy of the store.
+        std::fs::remove_dir_all(&a).unwrap();
+        let resumed = merged.join("memory_store/ep_3.sqlite");
+        let Claim::Todo(lease) = of(&merged).claim("k1", "ep_3", &resumed).await.unwrap() else {
+            panic!("k1 was never finished")
+        };
+        assert_eq!(lease.taken_over.as_deref(), Some("ep_1"), "the killed replay goes on in the merged run");
+        assert_eq!(keys(&resumed), ["ep_1/s1/1"]);
+        drop(lease);
+        let Claim::Done(done) =
+            of(&merged).claim("k2", "ep_4", &merged.join("memory_store/ep_4.sqlite")).await.unwrap()
+        else {
+            panic!("k2 was finished in b")
+        };
+        assert_eq!((done.episode.as_str(), done.model_calls), ("ep_2", 2));
+        done.restore_into(&merged, &merged.join("memory_store/ep_4.sqlite")).unwrap();
+        assert_eq!(keys(&merged.join("memory_store/ep_4.sqlite")), ["ep_2/s1/1"]);
     }
 
     fn session(text: &str) -> Session {

@@ -40,6 +40,16 @@ use ingestion::{Ingested, Lease};
 pub use prompts::MemoryPrompts;
 use prompts::Prompts;
 
+/// Carries run `from`'s checkpoints and ingestions into run `to` (a merge of shards), so
+/// that a resume of `to` goes on with each thread where `from` left it.
+pub fn carry(from: &std::path::Path, to: &std::path::Path) -> Result<(), String> {
+    let checkpoints = from.join(checkpoint::FILE);
+    if checkpoints.is_file() {
+        Checkpoints::open(&to.join(checkpoint::FILE))?.absorb(&checkpoints)?;
+    }
+    ingestion::carry(from, to)
+}
+
 /// Every `flush_every`-th message of a session also flushes, unless the suite says.
 pub const DEFAULT_FLUSH_EVERY: u32 = 6;
 
