@@ -31,6 +31,9 @@ pub fn render(text: &str, context: &Map<String, Value>) -> Result<String, String
     if !is_template(text) {
         return Ok(text.to_owned());
     }
+    if let Some(rendered) = render_placeholders(text, context) {
+        return Ok(rendered);
+    }
     engine().render_str(text, minijinja::Value::from(minijinja::value::Serde(context))).map_err(|e| {
         let mut message = e.to_string();
         let mut source = std::error::Error::source(&e);
@@ -50,6 +53,50 @@ pub fn render(text: &str, context: &Map<String, Value>) -> Result<String, String
             }
         }
         message
+    })
+}
+
+/// `text` rendered without the engine when it is plain text and `{{ name }}` or
+/// `{{ name.field }}` placeholders whose values are strings or integers — what most scorers
+/// and prompts are, rendered once per episode; `None` for anything else (a filter, a tag, a
+/// comment, another kind of value, an undefined name, a trailing newline the engine would
+/// drop), which the engine renders as it always has.
+fn render_placeholders(text: &str, context: &Map<String, Value>) -> Option<String> {
+    let plain = |part: &str| !part.contains("{%") && !part.contains("{#");
+    if text.ends_with(['\n', '\r']) {
+        return None;
+    }
+    let mut out = String::with_capacity(text.len() + 32);
+    let mut rest = text;
+    while let Some(open) = rest.find("{{") {
+        let (before, after) = rest.split_at(open);
+        let close = after.find("}}")?;
+        let name = after[2..close].trim_matches(' ');
+        if !plain(before) || !is_dotted_name(name) {
+            return None;
+        }
+        out.push_str(before);
+        let mut parts = name.split('.');
+        let mut value = context.get(parts.next()?)?;
+        for part in parts {
+            value = value.as_object()?.get(part)?;
+        }
+        match value {
+            Value::String(s) => out.push_str(s),
+            Value::Number(n) if n.is_i64() || n.is_u64() => out.push_str(&n.to_string()),
+            _ => return None,
+        }
+        rest = &after[close + 2..];
+    }
+    plain(rest).then(|| out + rest)
+}
+
+/// `name` or `name.field…`, each part an identifier.
+fn is_dotted_name(text: &str) -> bool {
+    text.split('.').all(|part| {
+        let mut chars = part.chars();
+        chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
     })
 }
 
@@ -117,6 +164,54 @@ mod tests {
         assert!(err.contains("undefined variable `tagret`"), "{err}");
         let err = render("{{ metadata.lnag }}", &ctx(json!({"metadata": {"lang": "en"}}))).unwrap_err();
         assert!(err.contains("undefined variable `metadata.lnag`"), "{err}");
+    }
+
+    /// The placeholders rendered without the engine give what the engine gives, and
+    /// anything else is left to it.
+    #[test]
+    fn simple_placeholders_render_as_the_engine_renders_them() {
+        let c = ctx(json!({
+            "target": "8.05 km", "n": 42, "neg": -3, "big": u64::MAX, "f": 2.5, "yes": true, "none": null,
+            "list": [1, 2], "metadata": {"lang": "en", "deep": {"x": "y"}}, "_u": "under", "brace": "}} {{ x }}"
+        }));
+        let simple = [
+            "{{ target }}",
+            "{{target}}",
+            "answer {{ target }} in {{ metadata.lang }}!",
+            "{{ n }}/{{ neg }}/{{ big }}",
+            "{{ metadata.deep.x }}{{ _u }}",
+            "a }} b {{ brace }} c",
+            "\t{{ target }} \t",
+        ];
+        for text in simple {
+            let fast = render_placeholders(text, &c);
+            let engine = engine().render_str(text, minijinja::Value::from(minijinja::value::Serde(&c))).unwrap();
+            assert_eq!(fast.as_deref(), Some(engine.as_str()), "{text:?}");
+        }
+        let left_to_the_engine = [
+            "{{ f }}",
+            "{{ yes }}",
+            "{{ none }}",
+            "{{ list }}",
+            "{{ metadata }}",
+            "{{ target | upper }}",
+            "{{ metadata['lang'] }}",
+            "{{- target }}",
+            "{% if n %}{{ target }}{% endif %}",
+            "{{ target }}{# note #}",
+            "{{ target }}\n",
+            "{{ target }}\r",
+            "{{ missing }}",
+            "{{ metadata.missing }}",
+            "{{ target.len }}",
+            "{{ target",
+        ];
+        for text in left_to_the_engine {
+            assert_eq!(render_placeholders(text, &c), None, "{text:?}");
+        }
+        // Through `render`, the engine still says what is undefined.
+        assert!(render("{{ missing }}", &c).unwrap_err().contains("undefined variable `missing`"));
+        assert_eq!(render("{{ target }}\n", &c).unwrap(), "8.05 km", "the engine drops one trailing newline");
     }
 
     #[test]

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
-use regex::Regex;
+use regex_automata::meta::{Config, Regex};
+use regex_automata::util::syntax;
 
 use super::{Answer, Scene, Verdict, verdict};
 use crate::domain::scorer::TextOp;
@@ -93,11 +94,22 @@ impl Patterns {
             return found.clone();
         }
         self.compilations.fetch_add(1, Ordering::Relaxed);
-        let compiled = regex::RegexBuilder::new(pattern)
-            .case_insensitive(ignore_case)
-            .build()
+        // The `regex` crate's engine without its fully compiled DFA: building one costs
+        // three times the rest of compiling a short pattern, and a scorer's pattern is
+        // matched against a few answers. Matches are the same; only the strategy differs.
+        let compiled = Regex::builder()
+            .configure(Config::new().dfa(false))
+            .syntax(syntax::Config::new().case_insensitive(ignore_case))
+            .build(pattern)
             .map(Arc::new)
-            .map_err(|e| format!("invalid regex /{pattern}/: {e}"));
+            .map_err(|_| {
+                // The `regex` crate words a syntax error for people, with the place marked.
+                let error = regex::RegexBuilder::new(pattern).case_insensitive(ignore_case).build().err();
+                match error {
+                    Some(e) => format!("invalid regex /{pattern}/: {e}"),
+                    None => format!("invalid regex /{pattern}/"),
+                }
+            });
         if map.len() < self.capacity {
             map.insert(pattern.into(), compiled.clone());
         }
@@ -148,12 +160,55 @@ mod tests {
         assert!(kept, "the check compiled its pattern without keeping it");
     }
 
+    /// The patterns kept are built without a full DFA: they match what the `regex` crate's
+    /// `Regex` matches, case folding, Unicode classes and anchors included.
+    #[test]
+    fn a_kept_pattern_matches_as_the_regex_crate_matches() {
+        let patterns = Patterns::new(64);
+        let cases = [
+            r"^The answer is \d+\.$",
+            r"\b\d{1,3}\b",
+            r"(?i)\b(sorry|cannot|unable|as an ai)\b",
+            "answer",
+            "The answer is 74.",
+            r"\w+é",
+            r"(?m)^b$",
+            r"^$",
+            "ß",
+        ];
+        let haystacks = [
+            "The answer is 74.",
+            "THE ANSWER IS 74.",
+            "the answer is 1000.",
+            "Sorry, I CANNOT.",
+            "as an AI",
+            "café",
+            "a\nb\nc",
+            "",
+            "STRASSE ß ẞ",
+            "١٢٣",
+        ];
+        for pattern in cases {
+            for ignore_case in [false, true] {
+                let kept = patterns.compiled(pattern, ignore_case).unwrap();
+                let reference = regex::RegexBuilder::new(pattern).case_insensitive(ignore_case).build().unwrap();
+                for haystack in haystacks {
+                    assert_eq!(
+                        kept.is_match(haystack),
+                        reference.is_match(haystack),
+                        "/{pattern}/ (ignore case: {ignore_case}) on {haystack:?}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn an_invalid_pattern_says_why_each_time_and_is_compiled_once() {
         let patterns = Patterns::new(16);
         for _ in 0..3 {
             let e = patterns.compiled("(unclosed", false).unwrap_err();
-            assert!(e.starts_with("invalid regex /(unclosed/:"), "{e}");
+            assert!(e.starts_with("invalid regex /(unclosed/:") && e.contains("unclosed group"), "{e}");
         }
         assert_eq!(patterns.compilations(), 1);
     }
