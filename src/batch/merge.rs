@@ -234,8 +234,8 @@ fn copy_files(from: &Path, to: &Path, twice: Twice) -> Result<(), String> {
                 continue;
             }
             return Err(format!(
-                "{} is in two of the runs, with different contents: runs that overlap do not merge",
-                Path::new(entry.file_name().as_os_str()).display()
+                "{} is also in another of the runs, with other contents: runs that overlap do not merge",
+                source.display()
             ));
         }
         std::fs::copy(&source, &target).map_err(|e| failed(&source, e))?;
@@ -290,7 +290,8 @@ mod tests {
         std::fs::write(a.join("only-a.json"), "a").unwrap();
         copy_files(&a, &to, Twice::Refuse).unwrap();
         let error = copy_files(&b, &to, Twice::Refuse).unwrap_err();
-        assert!(error.starts_with("t.e1.json is in two of the runs"), "{error}");
+        let named = format!("{} is also in another of the runs", b.join("t.e1.json").display());
+        assert!(error.starts_with(&named), "{error}");
         copy_files(&b, &to, Twice::KeepFirst).unwrap();
         assert_eq!(std::fs::read_to_string(to.join("t.e1.json")).unwrap(), "first");
         assert_eq!(std::fs::read_to_string(to.join("only-a.json")).unwrap(), "a");

@@ -251,14 +251,14 @@ pub fn read_events(path: &Path) -> Result<Events, ReadError> {
     Ok(Events { events, torn_last_line })
 }
 
-/// The `type` of a line as the writer lays it out (`{"v":…,"seq":…,"ts":"…"[,"episode_id":"…"],"type":"…"`),
-/// found without parsing the rest; `None` when the line is laid out otherwise.
-/// The keys the header's fields are found by, each searcher built once: every line of a
-/// log is looked at through them when the tables are made.
+// The keys the header's fields are found by, each searcher built once: every line of a
+// log is looked at through them when the tables are made.
 static TYPE_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b",\"type\":\""));
 static SEQ_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b",\"seq\":"));
 static EPISODE_ID_KEY: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b",\"episode_id\":\""));
 
+/// The `type` of a line as the writer lays it out (`{"v":…,"seq":…,"ts":"…"[,"episode_id":"…"],"type":"…"`),
+/// found without parsing the rest; `None` when the line is laid out otherwise.
 fn header_kind(text: &str) -> Option<&str> {
     let cut = (0..=text.len().min(256)).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0);
     let head = &text[..cut];
