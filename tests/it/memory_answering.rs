@@ -157,3 +157,33 @@ fn answering_is_checked_when_the_suite_loads() {
     let run = sb.eval(&["s.yaml"]);
     assert!(run.stderr.contains("agent.answering") && run.stderr.contains("for `kind: memory` agents only"), "{run:?}");
 }
+
+#[test]
+fn a_read_made_with_the_final_answer_is_not_counted_for_recall() {
+    let sb = Sandbox::new();
+    let answer = [
+        r#"{tool_calls: [{name: search_entries, arguments: {query: adopted}}]}"#,
+        // The bicycle's search goes with the answer: its result reaches no model before the
+        // answer is given, so it is not what the agent retrieved to answer.
+        r#"{tool_calls: [{name: search_entries, arguments: {query: bicycle}}, {name: final_answer, arguments: {answer: "Rex"}}]}"#,
+    ];
+    let answering = ", answering: {with: tools, max_steps: 3}";
+    sb.write("s.yaml", &suite(answering, "What is the dog called?", &answer));
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    assert_eq!(answering_calls(&events), ["search_entries", "search_entries", "final_answer"], "{events:?}");
+    // The bicycle's search ran and found its entry (so counting it would give 1.0)...
+    let searches: Vec<Value> = of_type(&events, "action_dispatched")
+        .into_iter()
+        .filter(|e| e["call"]["name"] == "search_entries")
+        .map(|e| e["call"]["call_id"].clone())
+        .collect();
+    let bicycle = tool_observations(&events).into_iter().find(|o| o["call_id"] == searches[1]);
+    let bicycle = bicycle.unwrap_or_else(|| panic!("no result of the second search: {events:?}"));
+    assert_eq!(bicycle["tool_result"]["entries"][0]["summary"], "Bought a red bicycle", "{bicycle}");
+    // ... but recall counts only what the agent had read when it answered.
+    let answered = of_type(&events, "memory_answered")[0].clone();
+    assert_eq!(answered["retrieved_sessions"], json!(["s1"]), "{answered}");
+    assert_eq!(answered["recall"], 0.5, "{answered}");
+}

@@ -6,9 +6,11 @@
 //! that key (another variant of the answering side, another epoch) restores it and makes
 //! no model call to ingest.
 //!
-//! Two episodes that need one key at once: one holds the key's lock while it replays, the
-//! other waits for it, then restores. A folder appears under its key only when it is
-//! whole (it is written aside and renamed), so an ingestion killed midway is never reused.
+//! Two episodes that need one key at once: one holds the key's lock while it replays, the other
+//! waits for it, then restores. The locks are this process's: a run folder has one runner
+//! writing to it at a time (its `.lock`), and shards write folders of their own, which `merge`
+//! joins (`carry`). A folder appears under its key only when it is whole (it is written aside
+//! and renamed), so an ingestion killed midway is never reused.
 //!
 //! A replay killed midway is not lost either: whoever holds a key's lease is named in
 //! `ingestions/.<key>.claim`, and the next episode to take the lease (the same one resumed,
