@@ -2,6 +2,7 @@
 //! well they did. See `ARCHITECTURE.md` for the map of this crate.
 
 pub mod agent;
+pub mod allocator;
 pub mod batch;
 pub mod cli;
 pub mod config;

@@ -1,5 +1,9 @@
 //! The `runner` binary: the command line in [`runner::cli`].
 
+/// The system's allocator, but for large over-aligned blocks (see [`runner::allocator`]).
+#[global_allocator]
+static ALLOCATOR: runner::allocator::Allocator = runner::allocator::Allocator;
+
 fn main() -> std::process::ExitCode {
     // SIGPIPE stays ignored, as Rust's runtime leaves it: a write to a child that is gone
     // (an interpreter that ended, a server whose stream broke) is then an error of that

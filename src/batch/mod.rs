@@ -216,6 +216,9 @@ pub struct RunResult {
     pub interrupted: bool,
     /// The run folder's lock: keep it until the tables are written.
     pub lock: std::fs::File,
+    /// The log's last lines on their way to the disk: the log may be read meanwhile; wait
+    /// for it before saying the run is done.
+    pub syncing: crate::log::writer::Syncing,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -453,8 +456,8 @@ pub async fn run(
     let interrupted = stop.is_cancelled() && aborted.is_none();
     log.emit(None, &tally.finished(interrupted, started.elapsed().as_secs_f64() * 1e3));
     drop(log);
-    writer.close().map_err(RunError::Log)?;
-    Ok(RunResult { aborted, run_id, dir, events_path, interrupted, lock })
+    let syncing = writer.close_written().map_err(RunError::Log)?;
+    Ok(RunResult { aborted, run_id, dir, events_path, interrupted, lock, syncing })
 }
 
 /// `--epochs auto`: epochs are added one round at a time until each suite × model cell's

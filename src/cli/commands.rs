@@ -133,6 +133,7 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
     print_memory_table(&result.events_path)?;
     outln!("results: {}", result.dir.display());
     write_reports(&index, &summary, args.gates.junit.as_deref(), args.gates.markdown.as_deref())?;
+    result.syncing.wait().map_err(|e| CliError::results(RunError::Log(e)))?;
     if let Some(reason) = &result.aborted {
         return Err(CliError::usage(format!("stopped early, the model is misconfigured: {reason}")));
     }

@@ -170,6 +170,33 @@ impl WriterSettings {
 /// Owns the writer thread; `close` waits for every event to reach the disk.
 pub struct LogWriter {
     thread: JoinHandle<std::io::Result<()>>,
+    /// Says when every event is written to the file (not yet synced to the disk).
+    written: Receiver<()>,
+}
+
+/// The log's last writes on their way to the disk (`sync_data`, a disk's round trip): what
+/// is written may be read meanwhile. [`Syncing::wait`] says whether they got there; dropped,
+/// it still waits for them.
+pub struct Syncing {
+    thread: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Syncing {
+    pub fn wait(mut self) -> std::io::Result<()> {
+        match self.thread.take().map(JoinHandle::join) {
+            None | Some(Ok(Ok(()))) => Ok(()),
+            Some(Ok(Err(e))) => Err(e),
+            Some(Err(_)) => Err(std::io::Error::other("the event writer panicked")),
+        }
+    }
+}
+
+impl Drop for Syncing {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl EventLog {
@@ -192,15 +219,18 @@ impl EventLog {
         drop_torn_tail(path)?;
         let file = File::options().create(true).append(true).open(path)?;
         let (sender, receiver) = channel();
+        let (all_written, written) = channel();
         let run_id = serde_json::to_string(run_id)?;
         let backlog = Arc::new(Backlog::new(settings.queue_bytes));
         let closing = Closing(backlog.clone());
         let out = BufWriter::with_capacity(256 * 1024, file);
         let thread = std::thread::Builder::new()
             .name("event-log".into())
-            .spawn(move || write_lines(receiver, out, &run_id, last_seq, &closing.0, settings.delay_per_line))?;
+            .spawn(move || {
+                write_lines(receiver, out, &run_id, last_seq, &closing.0, settings.delay_per_line, all_written)
+            })?;
         let writer = thread.thread().clone();
-        Ok((EventLog { sender, backlog, subscribers: Arc::new([]), writer }, LogWriter { thread }))
+        Ok((EventLog { sender, backlog, subscribers: Arc::new([]), writer }, LogWriter { thread, written }))
     }
 
     /// The same log, with `subscribers` seeing every event emitted through it from now on.
@@ -254,11 +284,19 @@ impl EventLog {
 impl LogWriter {
     /// Waits until every handle is dropped and all events are on disk.
     pub fn close(self) -> std::io::Result<()> {
+        self.close_written()?.wait()
+    }
+
+    /// Waits until every handle is dropped and all events are written to the file; the
+    /// handle it gives waits for them to reach the disk.
+    pub fn close_written(self) -> std::io::Result<Syncing> {
         // The writer may be asleep on an empty queue: it ends as soon as it looks again.
         self.thread.thread().unpark();
-        match self.thread.join() {
-            Ok(result) => result,
-            Err(_) => Err(std::io::Error::other("the event writer panicked")),
+        let syncing = Syncing { thread: Some(self.thread) };
+        match self.written.recv() {
+            Ok(()) => Ok(syncing),
+            // The writer ended before it had written everything: its result says why.
+            Err(_) => syncing.wait().map(|()| Syncing { thread: None }),
         }
     }
 }
@@ -306,6 +344,8 @@ fn write_lines(
     last_seq: u64,
     backlog: &Backlog,
     delay: Option<Duration>,
+    // Told when every line is written, before they are synced.
+    written: Sender<()>,
 ) -> std::io::Result<()> {
     let mut seq = last_seq;
     let mut owed = Duration::ZERO;
@@ -338,6 +378,8 @@ fn write_lines(
         backlog.remove(line.queued_bytes());
     }
     out.flush()?;
+    // Whoever closed the log may read it now (no one may be waiting: that is no fault).
+    let _ = written.send(());
     out.get_ref().sync_data()
 }
 
@@ -464,6 +506,22 @@ mod tests {
         drop(log);
         writer.close().unwrap();
         assert_eq!(seen.lock().unwrap().0, [(None, fin)]);
+    }
+
+    #[test]
+    fn a_log_closed_for_reading_has_every_line_in_its_file_before_the_sync_is_awaited() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        // Slowed, so that lines are still queued when the log is closed.
+        let settings = WriterSettings { queue_bytes: QUEUE_BYTES, delay_per_line: Some(Duration::from_micros(200)) };
+        let (log, writer) = EventLog::append_with(&path, "r", 0, settings).unwrap();
+        for step in 0..50 {
+            log.emit(None, &Event::Final { step, call_id: "c".into(), answer: "42".into() });
+        }
+        drop(log);
+        let syncing = writer.close_written().unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 50);
+        syncing.wait().unwrap();
     }
 
     /// Regression: the queue to the writer had no bound, so a writer that fell behind (a

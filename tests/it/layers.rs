@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 /// From the wire formats at the bottom to the command line at the top.
-const ORDER: [&str; 14] = [
+const ORDER: [&str; 15] = [
+    "allocator",
     "contract",
     "domain",
     "config",
