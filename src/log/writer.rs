@@ -1,6 +1,9 @@
 //! The event writer: every event of a run goes through one thread that numbers it and
-//! appends it to `events.jsonl` through a buffer, flushed when an episode finishes. Other
-//! consumers of the stream (the progress display) subscribe to the same events.
+//! appends it to `events.jsonl` through a buffer, flushed when an episode finishes (once the
+//! writer has also written the lines queued behind the finish, so that a busy run's many
+//! finishes make one write, not one each: a line in the queue is no safer than one in the
+//! buffer). Other consumers of the stream (the progress display) subscribe to the same
+//! events.
 //!
 //! The queue to the writer holds at most [`QUEUE_BYTES`] of events: past that, whoever
 //! emits waits until the writer has caught up, so that a slow disk slows the episodes
@@ -350,9 +353,17 @@ fn write_lines(
     let mut seq = last_seq;
     let mut owed = Duration::ZERO;
     let mut idle = MIN_IDLE;
+    // A line that asked for a flush was written and not flushed yet: it is, once the lines
+    // queued behind it are written too (one write for a busy run's many finishes).
+    let mut unflushed = false;
     loop {
         let line = match receiver.try_recv() {
             Ok(line) => line,
+            Err(TryRecvError::Empty) if unflushed => {
+                out.flush()?;
+                unflushed = false;
+                continue;
+            }
             Err(TryRecvError::Empty) => {
                 // Woken early by a flush, an emitter over the cap, or the close.
                 std::thread::park_timeout(idle);
@@ -364,9 +375,7 @@ fn write_lines(
         idle = MIN_IDLE;
         seq += 1;
         write_line(&mut out, run_id, seq, line.ts.as_str(), line.episode_id.as_deref(), &line.body)?;
-        if line.flush {
-            out.flush()?;
-        }
+        unflushed |= line.flush;
         if let Some(delay) = delay {
             // Slept in whole milliseconds, so that a delay of a few microseconds per line
             // is kept to rather than rounded up to the timer's slack.
@@ -522,6 +531,36 @@ mod tests {
         let syncing = writer.close_written().unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 50);
         syncing.wait().unwrap();
+    }
+
+    #[test]
+    fn a_finish_reaches_the_file_with_what_was_queued_before_it_while_the_log_is_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let (log, writer) = EventLog::create(&path, "r").unwrap();
+        for step in 0..20 {
+            log.emit(None, &Event::Final { step, call_id: "c".into(), answer: "42".into() });
+        }
+        let finished = Event::RunFinished {
+            episodes: 1,
+            scored: 1,
+            passed: 1,
+            unscored: 0,
+            cancelled: 0,
+            interrupted: false,
+            wall_ms: 1.0,
+        };
+        log.emit(None, &finished);
+        // Nothing else comes: the buffer is written out without the log's close.
+        let lines = (0..500)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                std::fs::read_to_string(&path).unwrap().lines().count()
+            })
+            .find(|n| *n == 21);
+        assert_eq!(lines, Some(21), "the finish and the lines before it are in the file");
+        drop(log);
+        writer.close().unwrap();
     }
 
     /// Regression: the queue to the writer had no bound, so a writer that fell behind (a
