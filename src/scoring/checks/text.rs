@@ -50,15 +50,24 @@ pub(crate) fn matches(op: TextOp, haystack: &str, expected: &str, ignore_case: b
     Ok(match op {
         TextOp::Includes => fold(haystack).contains(&*fold(expected)),
         TextOp::Equals => fold(haystack.trim()) == fold(expected.trim()),
+        TextOp::Regex if is_plain_text(expected, ignore_case) => haystack.contains(expected),
         TextOp::Regex => PATTERNS.compiled(expected, ignore_case)?.is_match(haystack),
     })
+}
+
+/// Whether the regex `pattern` matches exactly its own text: none of its characters means
+/// anything to a regex, and case counts. Looking for the text then finds what the regex
+/// would, with no regex to build (a pattern rendered from `{{ target }}` is often a word or
+/// a number, a new one for every task).
+fn is_plain_text(pattern: &str, ignore_case: bool) -> bool {
+    !ignore_case && !pattern.chars().any(regex_syntax::is_meta_character)
 }
 
 /// Compiles `pattern` into the run's regexes, so that scoring finds it compiled: a suite's
 /// loader checks every rendered pattern of every task, the same few patterns thousands of
 /// times. Whether it compiled.
 pub fn keep_pattern(pattern: &str, ignore_case: bool) -> bool {
-    PATTERNS.compiled(pattern, ignore_case).is_ok()
+    is_plain_text(pattern, ignore_case) || PATTERNS.compiled(pattern, ignore_case).is_ok()
 }
 
 /// The run's compiled regexes.
@@ -200,6 +209,28 @@ mod tests {
                     );
                 }
             }
+        }
+    }
+
+    /// A pattern with no regex syntax is looked for as text, never compiled, and finds
+    /// what the regex finds.
+    #[test]
+    fn a_pattern_of_plain_text_is_looked_for_as_text_and_matches_as_the_regex_would() {
+        let plain = ["74", "The answer is 74", "café au lait", "", "a, b; c! 'q' \"d\" @%/<>=_`"];
+        let haystacks = ["The answer is 74.", "café au lait", "CAFÉ", "a, b; c! 'q' \"d\" @%/<>=_`", ""];
+        for pattern in plain {
+            assert!(is_plain_text(pattern, false), "{pattern:?}");
+            assert!(!is_plain_text(pattern, true), "case folding is the regex's to do");
+            let reference = regex::Regex::new(pattern).unwrap();
+            for haystack in haystacks {
+                let found = matches(TextOp::Regex, haystack, pattern, false);
+                assert_eq!(found, Ok(reference.is_match(haystack)), "/{pattern}/ on {haystack:?}");
+            }
+            assert!(keep_pattern(pattern, false));
+            assert!(!PATTERNS.compiled.lock().unwrap()[0].contains_key(pattern), "{pattern:?} was compiled");
+        }
+        for pattern in ["7.", "a+", "^x", "x$", "(a)", "a|b", "[ab]", "a{2}", r"\d", "a?", "a*", "#", "-", "&", "~"] {
+            assert!(!is_plain_text(pattern, false), "{pattern:?} is regex syntax");
         }
     }
 
