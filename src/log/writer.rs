@@ -227,11 +227,9 @@ impl EventLog {
         let backlog = Arc::new(Backlog::new(settings.queue_bytes));
         let closing = Closing(backlog.clone());
         let out = BufWriter::with_capacity(256 * 1024, file);
-        let thread = std::thread::Builder::new()
-            .name("event-log".into())
-            .spawn(move || {
-                write_lines(receiver, out, &run_id, last_seq, &closing.0, settings.delay_per_line, all_written)
-            })?;
+        let thread = std::thread::Builder::new().name("event-log".into()).spawn(move || {
+            write_lines(receiver, out, &run_id, last_seq, &closing.0, settings.delay_per_line, all_written)
+        })?;
         let writer = thread.thread().clone();
         Ok((EventLog { sender, backlog, subscribers: Arc::new([]), writer }, LogWriter { thread, written }))
     }
