@@ -214,11 +214,12 @@ pub struct RunResult {
     pub dir: PathBuf,
     pub events_path: PathBuf,
     pub interrupted: bool,
+    /// The log's last lines on their way to the disk: the log may be read meanwhile; wait
+    /// for it before saying the run is done. (Before `lock`: dropped, it is waited for
+    /// before the lock goes.)
+    pub syncing: crate::log::writer::Syncing,
     /// The run folder's lock: keep it until the tables are written.
     pub lock: std::fs::File,
-    /// The log's last lines on their way to the disk: the log may be read meanwhile; wait
-    /// for it before saying the run is done.
-    pub syncing: crate::log::writer::Syncing,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -457,7 +458,7 @@ pub async fn run(
     log.emit(None, &tally.finished(interrupted, started.elapsed().as_secs_f64() * 1e3));
     drop(log);
     let syncing = writer.close_written().map_err(RunError::Log)?;
-    Ok(RunResult { aborted, run_id, dir, events_path, interrupted, lock, syncing })
+    Ok(RunResult { aborted, run_id, dir, events_path, interrupted, syncing, lock })
 }
 
 /// `--epochs auto`: epochs are added one round at a time until each suite × model cell's

@@ -1,8 +1,8 @@
 //! The event writer: every event of a run goes through one thread that numbers it and
 //! appends it to `events.jsonl` through a buffer, flushed when an episode finishes (once the
-//! writer has also written the lines queued behind the finish, so that a busy run's many
-//! finishes make one write, not one each: a line in the queue is no safer than one in the
-//! buffer). Other consumers of the stream (the progress display) subscribe to the same
+//! writer has also written the lines queued behind the finish, or within [`MIN_IDLE`] when
+//! the queue does not empty, so that a busy run's many finishes make one write, not one
+//! each: a line in the queue is no safer than one in the buffer). Other consumers of the stream (the progress display) subscribe to the same
 //! events.
 //!
 //! The queue to the writer holds at most [`QUEUE_BYTES`] of events: past that, whoever
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::event::{Event, SCHEMA_VERSION};
 use super::timestamp::Timestamp;
@@ -351,15 +351,16 @@ fn write_lines(
     let mut seq = last_seq;
     let mut owed = Duration::ZERO;
     let mut idle = MIN_IDLE;
-    // A line that asked for a flush was written and not flushed yet: it is, once the lines
-    // queued behind it are written too (one write for a busy run's many finishes).
-    let mut unflushed = false;
+    // When a line that asked for a flush was written and not flushed yet: it is, once the
+    // lines queued behind it are written too (one write for a busy run's many finishes), or
+    // once it has waited MIN_IDLE (a queue that never empties, a slow disk).
+    let mut unflushed: Option<Instant> = None;
     loop {
         let line = match receiver.try_recv() {
             Ok(line) => line,
-            Err(TryRecvError::Empty) if unflushed => {
+            Err(TryRecvError::Empty) if unflushed.is_some() => {
                 out.flush()?;
-                unflushed = false;
+                unflushed = None;
                 continue;
             }
             Err(TryRecvError::Empty) => {
@@ -373,7 +374,14 @@ fn write_lines(
         idle = MIN_IDLE;
         seq += 1;
         write_line(&mut out, run_id, seq, line.ts.as_str(), line.episode_id.as_deref(), &line.body)?;
-        unflushed |= line.flush;
+        match unflushed {
+            Some(since) if since.elapsed() >= MIN_IDLE => {
+                out.flush()?;
+                unflushed = None;
+            }
+            None if line.flush => unflushed = Some(Instant::now()),
+            _ => {}
+        }
         if let Some(delay) = delay {
             // Slept in whole milliseconds, so that a delay of a few microseconds per line
             // is kept to rather than rounded up to the timer's slack.
@@ -559,6 +567,46 @@ mod tests {
         assert_eq!(lines, Some(21), "the finish and the lines before it are in the file");
         drop(log);
         writer.close().unwrap();
+    }
+
+    #[test]
+    fn a_finish_reaches_the_file_even_when_the_queue_behind_it_never_empties() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        // 2 ms a line: the 256 KiB buffer would take seconds to fill and write itself out. A
+        // small queue, so that what is left of it at the close is written quickly.
+        let settings = WriterSettings { queue_bytes: 16 * 1024, delay_per_line: Some(Duration::from_millis(2)) };
+        let (log, writer) = EventLog::append_with(&path, "r", 0, settings).unwrap();
+        let finished = Event::RunFinished {
+            episodes: 1,
+            scored: 1,
+            passed: 1,
+            unscored: 0,
+            cancelled: 0,
+            interrupted: false,
+            wall_ms: 1.0,
+        };
+        log.emit(None, &finished);
+        let stop = Arc::new(AtomicBool::new(false));
+        let busy = {
+            let (log, stop) = (log.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut step = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    log.emit(None, &Event::Final { step, call_id: "c".into(), answer: "42".into() });
+                    step += 1;
+                }
+            })
+        };
+        let seen = (0..150).any(|_| {
+            std::thread::sleep(Duration::from_millis(10));
+            std::fs::read_to_string(&path).unwrap().contains("\"run_finished\"")
+        });
+        stop.store(true, Ordering::Relaxed);
+        busy.join().unwrap();
+        drop(log);
+        writer.close().unwrap();
+        assert!(seen, "the finish stayed in the buffer while lines kept coming");
     }
 
     /// Regression: the queue to the writer had no bound, so a writer that fell behind (a

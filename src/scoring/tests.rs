@@ -208,6 +208,10 @@ fn tool_sequence_in_order_and_any_order_with_partial_credit() {
     let pattern =
         json!({"tool_sequence": [{"name": "run_command", "arguments": {"command": "^cat "}}], "arguments": "pattern"});
     assert!(!check_with(pattern, None, &calls).passed);
+    // A pattern of plain text is looked for as text (an invalid one is refused when read).
+    let in_call = |p: &str| json!({"tool_sequence": [{"name": "run_command", "arguments": {"command": p}}], "arguments": "pattern"});
+    assert!(check_with(in_call("l a.txt"), None, &calls).passed);
+    assert!(!check_with(in_call("l b.txt"), None, &calls).passed);
     // Partial credit is the F1 of matched calls: 1 of 2 expected, 1 of 3 made.
     let partial = json!({"tool_sequence": ["read_file", "write_file"], "partial": true});
     let s = check_with(partial, None, &calls);

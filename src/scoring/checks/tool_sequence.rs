@@ -37,7 +37,7 @@ fn arguments_match(mode: ArgMatch, expected: Option<&Value>, actual: &Value) -> 
                 match (mode, w) {
                     (ArgMatch::Pattern, Value::String(pattern)) => {
                         let text = g.as_str().map(String::from).unwrap_or_else(|| g.to_string());
-                        super::text::PATTERNS.compiled(pattern, false).is_ok_and(|re| re.is_match(&text))
+                        super::text::matches(crate::domain::scorer::TextOp::Regex, &text, pattern, false) == Ok(true)
                     }
                     _ => w == g,
                 }
