@@ -539,6 +539,19 @@ mod tests {
         syncing.wait().unwrap();
     }
 
+    /// An event that asks for a flush.
+    fn run_finished() -> Event {
+        Event::RunFinished {
+            episodes: 1,
+            scored: 1,
+            passed: 1,
+            unscored: 0,
+            cancelled: 0,
+            interrupted: false,
+            wall_ms: 1.0,
+        }
+    }
+
     #[test]
     fn a_finish_reaches_the_file_with_what_was_queued_before_it_while_the_log_is_open() {
         let dir = tempfile::tempdir().unwrap();
@@ -547,15 +560,7 @@ mod tests {
         for step in 0..20 {
             log.emit(None, &Event::Final { step, call_id: "c".into(), answer: "42".into() });
         }
-        let finished = Event::RunFinished {
-            episodes: 1,
-            scored: 1,
-            passed: 1,
-            unscored: 0,
-            cancelled: 0,
-            interrupted: false,
-            wall_ms: 1.0,
-        };
+        let finished = run_finished();
         log.emit(None, &finished);
         // Nothing else comes: the buffer is written out without the log's close.
         let lines = (0..500)
@@ -577,15 +582,7 @@ mod tests {
         // small queue, so that what is left of it at the close is written quickly.
         let settings = WriterSettings { queue_bytes: 16 * 1024, delay_per_line: Some(Duration::from_millis(2)) };
         let (log, writer) = EventLog::append_with(&path, "r", 0, settings).unwrap();
-        let finished = Event::RunFinished {
-            episodes: 1,
-            scored: 1,
-            passed: 1,
-            unscored: 0,
-            cancelled: 0,
-            interrupted: false,
-            wall_ms: 1.0,
-        };
+        let finished = run_finished();
         log.emit(None, &finished);
         let stop = Arc::new(AtomicBool::new(false));
         let busy = {
