@@ -2,8 +2,8 @@
 //! appends it to `events.jsonl` through a buffer, flushed when an episode finishes (once the
 //! writer has also written the lines queued behind the finish, or within [`MIN_IDLE`] when
 //! the queue does not empty, so that a busy run's many finishes make one write, not one
-//! each: a line in the queue is no safer than one in the buffer). Other consumers of the stream (the progress display) subscribe to the same
-//! events.
+//! each: a line in the queue is no safer than one in the buffer). Other consumers of the
+//! stream (the progress display) subscribe to the same events.
 //!
 //! The queue to the writer holds at most [`QUEUE_BYTES`] of events: past that, whoever
 //! emits waits until the writer has caught up, so that a slow disk slows the episodes
@@ -560,8 +560,7 @@ mod tests {
         for step in 0..20 {
             log.emit(None, &Event::Final { step, call_id: "c".into(), answer: "42".into() });
         }
-        let finished = run_finished();
-        log.emit(None, &finished);
+        log.emit(None, &run_finished());
         // Nothing else comes: the buffer is written out without the log's close.
         let lines = (0..500)
             .map(|_| {
@@ -582,8 +581,7 @@ mod tests {
         // small queue, so that what is left of it at the close is written quickly.
         let settings = WriterSettings { queue_bytes: 16 * 1024, delay_per_line: Some(Duration::from_millis(2)) };
         let (log, writer) = EventLog::append_with(&path, "r", 0, settings).unwrap();
-        let finished = run_finished();
-        log.emit(None, &finished);
+        log.emit(None, &run_finished());
         let stop = Arc::new(AtomicBool::new(false));
         let busy = {
             let (log, stop) = (log.clone(), stop.clone());

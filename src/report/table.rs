@@ -79,22 +79,6 @@ pub fn frame(run_id: &str, rows: &[EpisodeRow]) -> polars::prelude::PolarsResult
     DataFrame::new(rows.len(), columns)
 }
 
-/// The CSV header line of columns `names`, quoted as polars quotes a field: a name that is
-/// empty or holds a comma, a quote or a line break is quoted, its quotes doubled.
-fn csv_header(names: &[&str]) -> String {
-    let fields: Vec<String> = names
-        .iter()
-        .map(|name| {
-            if name.is_empty() || name.contains([',', '"', '\n', '\r']) {
-                format!("\"{}\"", name.replace('"', "\"\""))
-            } else {
-                (*name).to_owned()
-            }
-        })
-        .collect();
-    fields.join(",") + "\n"
-}
-
 /// Writes `episodes.csv` and `episodes.parquet` into `dir`, batch by batch, and gives each
 /// row to `each` as it goes. Each file is written beside its final name and renamed into
 /// place, so a reader never sees half a table.
@@ -109,13 +93,9 @@ pub fn write_tables(index: &Index, dir: &Path, mut each: impl FnMut(&EpisodeRow)
     let parquet_tmp = super::temporary_beside(&parquet_path).map_err(|e| fail(&parquet_path, &e))?;
     let empty = frame(run_id, &[]).map_err(|e| fail(&csv_path, &e))?;
     let schema = empty.schema().as_ref().clone();
-    let mut csv_file = csv_tmp.reopen().map_err(|e| fail(&csv_path, &e))?;
+    let csv_file = csv_tmp.reopen().map_err(|e| fail(&csv_path, &e))?;
     let parquet_file = parquet_tmp.reopen().map_err(|e| fail(&parquet_path, &e))?;
-    // The header is written here: polars writes it by way of a null array, whose first use
-    // fills an 8 MiB buffer of zeroes, two thousand page faults, most of a short run's time.
-    let names: Vec<&str> = schema.iter_names().map(|name| name.as_str()).collect();
-    csv_file.write_all(csv_header(&names).as_bytes()).map_err(|e| fail(&csv_path, &e))?;
-    let mut csv = CsvWriter::new(csv_file).include_header(false).batched(&schema).map_err(|e| fail(&csv_path, &e))?;
+    let mut csv = CsvWriter::new(csv_file).batched(&schema).map_err(|e| fail(&csv_path, &e))?;
     // Buffered: the parquet writer writes its headers and footer a few bytes at a time.
     let mut parquet_out = std::io::BufWriter::with_capacity(64 * 1024, parquet_file);
     let mut parquet = ParquetWriter::new(&mut parquet_out)
@@ -163,24 +143,4 @@ pub fn write_tables(index: &Index, dir: &Path, mut each: impl FnMut(&EpisodeRow)
     csv_tmp.persist(&csv_path).map_err(|e| fail(&csv_path, &e.error))?;
     parquet_tmp.persist(&parquet_path).map_err(|e| fail(&parquet_path, &e.error))?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use polars::prelude::{Column, CsvWriter, DataFrame, SerWriter};
-
-    /// The header written without polars is the one polars writes, odd names included.
-    #[test]
-    fn the_csv_header_is_the_one_polars_writes() {
-        let names = ["episode_id", "", "a,b", "say \"hi\"", "two\nlines", "cr\r", "plain \"", "ünï"];
-        let columns: Vec<Column> = names.iter().map(|n| Column::new((*n).into(), [1i64])).collect();
-        let mut frame = DataFrame::new(1, columns).unwrap();
-        let mut out = Vec::new();
-        CsvWriter::new(&mut out).include_header(true).finish(&mut frame).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let header = csv_header(&names);
-        assert!(text.starts_with(&header), "polars wrote {text:?}, not {header:?}");
-        assert_eq!(text.len(), header.len() + "1,1,1,1,1,1,1,1\n".len());
-    }
 }
