@@ -113,14 +113,23 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
         eprintln!("resuming {}: {} scored episodes kept, {total} to run", resume.dir.display(), resume.keep.len());
     }
     let stop = CancellationToken::new();
-    let result = runtime.block_on(async {
+    let progress = Arc::new(Mutex::new(Progress::new(total, args.quiet)));
+    let subscriber = Subscription::new(progress.clone(), Progress::wants);
+    // The run is driven from a worker of the runtime, not from this thread: an episode
+    // that ends wakes the driver where it ended, instead of waking this thread each time.
+    let (result, suites) = runtime.block_on(async {
         tokio::spawn(stop_on_signal(stop.clone()));
-        let progress = Arc::new(Mutex::new(Progress::new(total, args.quiet)));
-        let subscriber = Subscription::new(progress.clone(), Progress::wants);
-        let result = batch::run(&suites, &options, stop.clone(), std::slice::from_ref(&subscriber)).await;
-        progress.lock().unwrap_or_else(PoisonError::into_inner).finish();
-        result
+        let stop = stop.clone();
+        let driven = tokio::spawn(async move {
+            let result = batch::run(&suites, &options, stop, std::slice::from_ref(&subscriber)).await;
+            (result, suites)
+        });
+        match driven.await {
+            Ok(done) => done,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
     });
+    progress.lock().unwrap_or_else(PoisonError::into_inner).finish();
     let result = result.map_err(|e| match e {
         RunError::Exists(_) | RunError::Folder { .. } | RunError::Locked(_) => CliError::usage(e),
         _ => CliError::results(e),

@@ -107,9 +107,8 @@ pub(crate) struct Pattern {
 
 impl Pattern {
     fn new(source: &str, ignore_case: bool) -> Result<Self, String> {
-        let small = small_engine_means_the_same(source, ignore_case)
-            .then(|| regex_lite::Regex::new(source).ok())
-            .flatten();
+        let small =
+            small_engine_means_the_same(source, ignore_case).then(|| regex_lite::Regex::new(source).ok()).flatten();
         let pattern = Pattern {
             source: source.into(),
             ignore_case,
@@ -146,8 +145,7 @@ impl Pattern {
                 .build(&self.source)
                 .map_err(|_| {
                     // The `regex` crate words a syntax error for people, with the place marked.
-                    let error =
-                        regex::RegexBuilder::new(&self.source).case_insensitive(self.ignore_case).build().err();
+                    let error = regex::RegexBuilder::new(&self.source).case_insensitive(self.ignore_case).build().err();
                     match error {
                         Some(e) => format!("invalid regex /{}/: {e}", self.source),
                         None => format!("invalid regex /{}/", self.source),
