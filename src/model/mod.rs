@@ -186,7 +186,8 @@ pub async fn respond_logged(
     let request_digest = request_digest(model, &sampling, request);
     let (response, usage, attempts, cache_hit, cost_usd, error, cause, exchange) = match &result {
         Ok(r) => (
-            serde_json::to_value(r.recorded()).unwrap_or_default(),
+            // What `recorded` keeps is what serialises: no copy of the response is made.
+            serde_json::to_value(r).unwrap_or_default(),
             r.usage,
             r.attempts,
             r.cache_hit,
@@ -408,6 +409,26 @@ impl Backend {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A `model_call` event logs the response as it serialises, which must be what a
+    /// cassette keeps of it (`recorded`): what is the call's own (attempts, price, cache,
+    /// exchange) stays out.
+    #[test]
+    fn a_response_serialises_as_what_a_cassette_keeps() {
+        let response = ModelResponse {
+            text: Some("done".into()),
+            tool_calls: vec![ProposedCall { id: Some("c1".into()), name: "f".into(), arguments: json!({"a": [1]}) }],
+            usage: Usage { input_tokens: 3, output_tokens: 4, ..Usage::default() },
+            finish_reason: Some("stop".into()),
+            attempts: 3,
+            cost_usd: Some(0.5),
+            cache_hit: true,
+            exchange: Some(Exchange { url: "u".into(), request: json!({"q": 1}), response: json!({"r": 2}) }),
+        };
+        let logged = serde_json::to_value(&response).unwrap();
+        assert_eq!(logged, serde_json::to_value(response.recorded()).unwrap());
+        assert_eq!(logged.as_object().unwrap().len(), 4, "{logged}");
+    }
 
     #[test]
     fn the_borrowed_digest_equals_the_canonical_one() {
