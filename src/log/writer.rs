@@ -14,7 +14,9 @@
 //! waking it. Only what must not wait for that sleep wakes it: the end of an episode or of
 //! the run (a flush) while the writer is in a sleep longer than [`MIN_IDLE`], an emitter
 //! over the cap, and the log's close. A busy run's writer never sleeps longer than
-//! [`MIN_IDLE`], so its finishes reach the file within about two of them and wake nobody.
+//! [`MIN_IDLE`], so its finishes reach the file within about two of them and wake nobody
+//! (a finish that comes just as the writer starts a longer sleep waits for it: at most
+//! [`MAX_IDLE`]).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -41,8 +43,8 @@ const MAX_IDLE: Duration = Duration::from_millis(20);
 /// A body freed by the writer thread goes back to the allocator's arena of the thread that
 /// made it, under that arena's lock: with every event's body freed so, the emitting threads
 /// and the writer took turns at those locks (a third of a busy run's futex calls).
-const SPARE_BODIES: usize = 1024;
-const SPARE_BODY_BYTES: usize = 16 * 1024;
+const SPARE_BODIES: usize = 256;
+const SPARE_BODY_BYTES: usize = 8 * 1024;
 /// How many written bodies the writer gathers before giving them back (one lock for all).
 const GIVE_BACK_EVERY: usize = 64;
 
@@ -575,10 +577,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.jsonl");
         let (log, writer) = EventLog::create(&path, "r").unwrap();
-        let answer = |step: u32| if step % 2 == 0 { "x".repeat(3000) } else { step.to_string() };
+        let answer = |step: u32| if step.is_multiple_of(2) { "x".repeat(3000) } else { step.to_string() };
         for step in 0..400 {
             log.emit(None, &Event::Final { step, call_id: "c".into(), answer: answer(step) });
-            if step % 50 == 0 {
+            if step.is_multiple_of(50) {
                 // The writer empties the queue and gives its bodies back.
                 std::thread::sleep(Duration::from_millis(5));
             }
