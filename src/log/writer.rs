@@ -39,12 +39,14 @@ const MIN_IDLE: Duration = Duration::from_millis(1);
 /// Its longest sleep: how late a line that wakes nobody may reach the file.
 const MAX_IDLE: Duration = Duration::from_millis(20);
 
-/// How many written bodies are kept for emitters to serialise into, and the largest kept.
-/// A body freed by the writer thread goes back to the allocator's arena of the thread that
-/// made it, under that arena's lock: with every event's body freed so, the emitting threads
-/// and the writer took turns at those locks (a third of a busy run's futex calls).
-const SPARE_BODIES: usize = 256;
-const SPARE_BODY_BYTES: usize = 8 * 1024;
+/// How many bytes of written bodies are kept for emitters to serialise into, and the
+/// largest body kept. A body freed by the writer thread goes back to the allocator's arena
+/// of the thread that made it, under that arena's lock: with every event's body freed so,
+/// the emitting threads and the writer took turns at those locks (a third of a busy run's
+/// futex calls). A busy run has a few thousand bodies on their way at once; a count of 256
+/// left most of them to be freed so.
+const SPARE_BYTES: usize = 2 << 20;
+const SPARE_BODY_BYTES: usize = 16 * 1024;
 /// How many written bodies the writer gathers before giving them back (one lock for all).
 const GIVE_BACK_EVERY: usize = 64;
 
@@ -108,7 +110,7 @@ struct Backlog {
     peak: AtomicUsize,
     waits: AtomicUsize,
     /// Bodies the writer has written, emptied for emitters to serialise into again.
-    spare: Mutex<Vec<Vec<u8>>>,
+    spare: Mutex<Spare>,
     /// The writer is in one of its longer sleeps: the queue has stayed empty a while.
     dozing: AtomicBool,
 }
@@ -123,26 +125,33 @@ impl Backlog {
             drained: Condvar::new(),
             peak: AtomicUsize::new(0),
             waits: AtomicUsize::new(0),
-            spare: Mutex::new(Vec::new()),
+            spare: Mutex::default(),
             dozing: AtomicBool::new(false),
         }
     }
 
     /// An empty buffer for an event's body: one the writer is done with, or a new one.
     fn body(&self) -> Vec<u8> {
-        let spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner).pop();
+        let spare = {
+            let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
+            let body = spare.bodies.pop();
+            spare.bytes -= body.as_ref().map_or(0, Vec::capacity);
+            body
+        };
         // Most events fit in 512 bytes: one allocation instead of a few growths.
         spare.unwrap_or_else(|| Vec::with_capacity(512))
     }
 
-    /// Gives written bodies back for reuse, emptied, keeping at most [`SPARE_BODIES`] of
+    /// Gives written bodies back for reuse, emptied, keeping at most [`SPARE_BYTES`] of
     /// them and none over [`SPARE_BODY_BYTES`].
     fn give_back(&self, bodies: &mut Vec<Vec<u8>>) {
         let mut spare = self.spare.lock().unwrap_or_else(PoisonError::into_inner);
         for mut body in bodies.drain(..) {
-            if spare.len() < SPARE_BODIES && body.capacity() <= SPARE_BODY_BYTES {
+            let size = body.capacity();
+            if size <= SPARE_BODY_BYTES && spare.bytes + size <= SPARE_BYTES {
                 body.clear();
-                spare.push(body);
+                spare.bytes += size;
+                spare.bodies.push(body);
             }
         }
     }
@@ -182,6 +191,13 @@ impl Backlog {
         drop(self.lock.lock().unwrap_or_else(PoisonError::into_inner));
         self.drained.notify_all();
     }
+}
+
+/// Written bodies waiting to be reused, and the bytes they hold.
+#[derive(Default)]
+struct Spare {
+    bodies: Vec<Vec<u8>>,
+    bytes: usize,
 }
 
 /// The writer's side of the backlog: closes it however the writer ends, so that no
@@ -585,7 +601,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        let reused = log.backlog.spare.lock().unwrap().len();
+        let reused = log.backlog.spare.lock().unwrap().bodies.len();
         drop(log);
         writer.close().unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
@@ -605,8 +621,17 @@ mod tests {
         let mut bodies = vec![b"kept".to_vec(), Vec::with_capacity(SPARE_BODY_BYTES + 1)];
         backlog.give_back(&mut bodies);
         let spare = backlog.spare.lock().unwrap();
-        assert_eq!(spare.len(), 1);
-        assert!(spare[0].is_empty() && spare[0].capacity() >= 4, "kept, emptied");
+        assert_eq!(spare.bodies.len(), 1);
+        assert!(spare.bodies[0].is_empty() && spare.bodies[0].capacity() >= 4, "kept, emptied");
+        assert_eq!(spare.bytes, spare.bodies[0].capacity());
+        drop(spare);
+        // Past the bytes kept, a body is let go.
+        let mut many: Vec<Vec<u8>> =
+            (0..SPARE_BYTES / SPARE_BODY_BYTES + 1).map(|_| Vec::with_capacity(SPARE_BODY_BYTES)).collect();
+        backlog.give_back(&mut many);
+        let spare = backlog.spare.lock().unwrap();
+        assert!(spare.bytes <= SPARE_BYTES, "{} bytes kept", spare.bytes);
+        assert_eq!(spare.bytes, spare.bodies.iter().map(Vec::capacity).sum::<usize>());
     }
 
     #[test]
