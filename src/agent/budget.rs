@@ -47,6 +47,18 @@ pub struct Trajectory {
     pub errors: Vec<CallError>,
     /// In a conversation, the agent's text replies to the user, in order (`said` events).
     pub told_user: Vec<String>,
+    /// Calls, and failed calls, of a killed attempt whose work this one goes on with: they
+    /// count in the episode's, though this attempt has none of them to show.
+    pub carried_calls: u32,
+    pub carried_errors: u32,
+}
+
+/// The steps, calls and failed calls of an episode up to some turn.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Done {
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub tool_errors: u32,
 }
 
 /// A failed call, as a grader reads the trajectory.
@@ -57,8 +69,12 @@ pub struct CallError {
 }
 
 impl Trajectory {
+    pub fn tool_calls(&self) -> u32 {
+        (self.calls.len() as u32).saturating_add(self.carried_calls)
+    }
+
     pub fn tool_errors(&self) -> u32 {
-        self.errors.len() as u32
+        (self.errors.len() as u32).saturating_add(self.carried_errors)
     }
 }
 
@@ -163,6 +179,26 @@ impl EpisodeBudget {
         } else {
             None
         }
+    }
+
+    /// What the episode has done so far: its steps before this one, its calls and its
+    /// failed calls.
+    pub fn done_before(&self, step: u32) -> Done {
+        let trajectory = lock(&self.trajectory);
+        Done {
+            steps: step.saturating_sub(1),
+            tool_calls: trajectory.tool_calls(),
+            tool_errors: trajectory.tool_errors(),
+        }
+    }
+
+    /// Counts what a killed attempt did, whose work this one goes on with, as the
+    /// episode's: its steps (the next turn's number comes after them), calls and failed calls.
+    pub fn carry(&self, done: Done) {
+        self.steps.fetch_add(done.steps, Ordering::SeqCst);
+        let mut trajectory = lock(&self.trajectory);
+        trajectory.carried_calls = trajectory.carried_calls.saturating_add(done.tool_calls);
+        trajectory.carried_errors = trajectory.carried_errors.saturating_add(done.tool_errors);
     }
 
     /// Adds a dispatched call to the episode's trajectory.

@@ -14,7 +14,7 @@ pub mod session_search;
 mod subagent;
 mod tool_calling;
 
-pub use budget::{Budget, CallError, EpisodeBudget, Trajectory};
+pub use budget::{Budget, CallError, Done, EpisodeBudget, Trajectory};
 pub use cli::{CliAnswer, CliKeys, ProgramParts, ProgramRoom, check_cli};
 pub use kind::{AgentKind, AgentParts};
 pub use subagent::{ModelFor, Subagents, delegate_spec};

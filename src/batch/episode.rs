@@ -175,7 +175,7 @@ pub async fn run_episode(
         outcome: outcome.clone(),
         termination: ending.termination,
         steps: ending.steps,
-        tool_calls: ending.trajectory.calls.len() as u32,
+        tool_calls: ending.trajectory.tool_calls(),
         tool_errors: ending.trajectory.tool_errors(),
         usage: ending.usage,
         cost_usd: ending.cost_usd,

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 
+use crate::agent::Done;
 use crate::contract::{ErrorType, ToolCall};
 use crate::environment::{CallError, Ending, ToolFailure, Trajectory, World};
 use crate::log::event::SuiteInfo;
@@ -33,6 +34,8 @@ struct Record {
     final_answer: Option<String>,
     /// In a conversation, what the agent said to the user.
     told_user: Vec<String>,
+    /// The calls and failed calls of a killed attempt this one went on from.
+    carried: Done,
     /// How the episode ended, from `episode_finished`.
     finished: Option<Closing>,
     /// Scores by scoring id, in the order they were given.
@@ -70,8 +73,16 @@ impl LoggedRun {
         let events_path = if run.is_dir() { run.join("events.jsonl") } else { run.to_owned() };
         let mut order = Vec::new();
         let mut episodes: HashMap<String, Record> = HashMap::new();
-        let trajectory =
-            ["episode_started", "action_dispatched", "observation", "said", "final", "score", "episode_finished"];
+        let trajectory = [
+            "episode_started",
+            "action_dispatched",
+            "observation",
+            "said",
+            "final",
+            "score",
+            "ingest_resumed",
+            "episode_finished",
+        ];
         let index = Index::build_with(&events_path, &trajectory, |episode_id, event| {
             let Some(id) = episode_id else { return };
             if !episodes.contains_key(id) {
@@ -79,8 +90,13 @@ impl LoggedRun {
             }
             let record = episodes.entry(id.to_owned()).or_default();
             match event {
+                // What came before is an earlier attempt's, killed before it finished.
                 Event::EpisodeStarted { suite, task_id, task_digest, .. } => {
-                    (record.suite, record.task_id, record.task_digest) = (suite, task_id, task_digest);
+                    *record = Record { suite, task_id, task_digest, ..Record::default() };
+                }
+                Event::IngestResumed { tool_calls, tool_errors, .. } => {
+                    record.carried.tool_calls += tool_calls;
+                    record.carried.tool_errors += tool_errors;
                 }
                 Event::ActionDispatched { call, .. } => record.calls.push(call),
                 Event::Observation { observation, .. } => {
@@ -199,6 +215,8 @@ pub async fn regrade(
                 calls: record.calls.clone(),
                 errors: record.errors.clone(),
                 told_user: record.told_user.clone(),
+                carried_calls: record.carried.tool_calls,
+                carried_errors: record.carried.tool_errors,
             },
         };
         let recorder = log.recorder(id);

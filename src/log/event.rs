@@ -607,6 +607,26 @@ pub enum Event {
         entries: u32,
         model_calls: u32,
     },
+    /// The episode's ingest stage goes on from work an earlier attempt did and that was
+    /// killed before its episode finished: the episode's own replay, checkpointed or saved,
+    /// or a replay of another episode's that it took over. That attempt's `model_calls`,
+    /// `usage`, `cost_usd`, `steps` and `tool_calls` count in this episode, as they would
+    /// have had it not been killed; `next` is the invocation the replay goes on from.
+    IngestResumed {
+        from_episode: String,
+        next: u32,
+        model_calls: u32,
+        usage: Usage,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cost_usd: Option<f64>,
+        /// The episode's steps and tool calls up to there, counted in this one's too.
+        #[serde(default)]
+        steps: u32,
+        #[serde(default)]
+        tool_calls: u32,
+        #[serde(default)]
+        tool_errors: u32,
+    },
     /// The agent failed on its own (an external agent's program broke the protocol): the
     /// episode ends with `agent_error` and is scored, as any answer of the agent's is.
     AgentError {

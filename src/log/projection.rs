@@ -203,6 +203,7 @@ impl Index {
             "run_resumed",
             "episode_started",
             "model_call",
+            "ingest_resumed",
             "episode_finished",
             "scoring_started",
             "episode_scored",
@@ -280,6 +281,17 @@ impl Index {
                     {
                         o.model_calls += 1;
                         o.latency_ms += call.latency_ms;
+                    }
+                }
+                "ingest_resumed" => {
+                    // The model calls of a killed attempt's replay that this one goes on with.
+                    #[derive(serde::Deserialize)]
+                    struct Resumed {
+                        model_calls: u32,
+                    }
+                    let resumed: Resumed = serde_json::from_str(text).map_err(|e| e.to_string())?;
+                    if let Some(o) = head.episode_id.and_then(|id| open.get_mut(&id)) {
+                        o.model_calls = o.model_calls.saturating_add(resumed.model_calls);
                     }
                 }
                 "episode_finished" => {

@@ -145,6 +145,10 @@ pub fn read(events: &Path) -> Result<Vec<(String, MemoryReport)>, ReadError> {
                 let text = |key: &str| f.get(key).and_then(Value::as_str).unwrap_or_default();
                 let model = super::summary::label(text("model"), f.get("variant").and_then(Value::as_str));
                 groups.insert(episode.clone(), format!("{} · {model}", text("suite")));
+                // An attempt that came before this one (killed) restored nothing for it.
+                if let Some(q) = questions.get_mut(&episode) {
+                    q.reused = false;
+                }
                 tasks.insert(episode, (task, f.get("epoch").and_then(Value::as_u64).unwrap_or(1)));
             }
             "episode_finished" | "episode_scored" => {

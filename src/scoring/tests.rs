@@ -72,6 +72,7 @@ fn ending(answer: Option<&str>, calls: &[(&str, Value)]) -> Ending {
                 error: ToolError::new(ErrorType::ExecutionError, "no such file"),
             }],
             told_user: Vec::new(),
+            ..Trajectory::default()
         },
     }
 }

@@ -301,6 +301,11 @@ fn an_ingestion_killed_midway_is_not_reused_the_resumed_replay_finishes_and_serv
             mock.join(", ")
         ),
     );
+    // The same run never killed, to compare with; one episode at a time, so that the
+    // first epoch replays and the second restores in both.
+    let never_killed =
+        sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", "whole", "--out", "results", "-j", "1", "-q"]);
+    assert_eq!(never_killed.code, 0, "{never_killed:?}");
     let mut child = sb
         .command()
         .args(["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results", "--mock-delay-ms", "40"])
@@ -319,7 +324,7 @@ fn an_ingestion_killed_midway_is_not_reused_the_resumed_replay_finishes_and_serv
     assert!((5..(n as u64 + 2)).contains(&before), "killed after {before} invocations");
     assert_eq!(saved_ingestions(&sb), Vec::<String>::new(), "nothing saved before the replay ended");
 
-    let resumed = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "test", "--out", "results"]);
+    let resumed = sb.run(&["eval", "s.yaml", "--model", "mock", "--resume", "test", "--out", "results", "-j", "1"]);
     assert_eq!(resumed.code, 0, "{resumed:?}");
     assert_eq!(saved_ingestions(&sb).len(), 1);
     let events = sb.events();
@@ -336,4 +341,54 @@ fn an_ingestion_killed_midway_is_not_reused_the_resumed_replay_finishes_and_serv
     assert_eq!(invocations_after.len() as u64, n as u64 + 2 - before, "the replay went on from its checkpoint");
     let finished = of_type(&events[resumed_at..], "episode_finished");
     assert!(finished.iter().all(|e| e["outcome"]["passed"] == true), "{finished:?}");
+    // The calls the killed attempt made before its checkpoint count in the episode that
+    // went on with them: the tables are those of the run never killed.
+    let carried = of_type(&events[resumed_at..], "ingest_resumed");
+    assert_eq!(carried.len(), 1, "{carried:?}");
+    assert_eq!(carried[0]["episode_id"], saved[0]["episode_id"]);
+    assert_eq!(carried[0]["next"].as_u64(), Some(before), "{}", carried[0]);
+    assert!(carried[0]["model_calls"].as_u64().is_some_and(|n| n >= before - 1), "{}", carried[0]);
+    let results = sb.path().join("results");
+    assert_eq!(crate::shards::differences(&results.join("whole"), &results.join("test")), None);
+}
+
+/// Regression: a run killed after an episode had saved its ingestion, but before it
+/// finished, restored that ingestion on resume as if it were another episode's: the replay's
+/// model calls and tokens counted in no episode, and the resumed run's tables differed from
+/// those of a run never killed.
+#[test]
+fn an_episode_resumed_after_it_saved_its_ingestion_is_charged_for_that_replay() {
+    let sb = Sandbox::new();
+    let suite = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tasks/memory-replay.yaml");
+    let suite = suite.to_str().expect("a UTF-8 path");
+    let whole = sb.run(&["eval", suite, "--model", "mock", "--run-id", "whole", "--out", "results", "-q"]);
+    assert_eq!(whole.code, 0, "{whole:?}");
+    let results = sb.path().join("results");
+    crate::bad_input::copy_tree(&results.join("whole"), &results.join("cut")).expect("copy the run");
+
+    // The log as a kill just after an ingestion was saved leaves it: that episode's answer
+    // and everything after are lost; every ingestion stays saved on disk.
+    let log = std::fs::read_to_string(results.join("whole/events.jsonl")).expect("the log");
+    let lines: Vec<&str> = log.lines().collect();
+    let events: Vec<Value> = lines.iter().map(|l| serde_json::from_str(l).expect("an event")).collect();
+    let cut = events.iter().position(|e| e["type"] == "ingest_saved").expect("an ingestion was saved");
+    let episode = events[cut]["episode_id"].clone();
+    let replay_calls = events[cut]["model_calls"].as_u64().expect("model_calls");
+    assert!(replay_calls > 0, "{}", events[cut]);
+    std::fs::write(results.join("cut/events.jsonl"), format!("{}\n", lines[..=cut].join("\n"))).expect("cut the log");
+
+    let resumed = sb.run(&["eval", suite, "--model", "mock", "--resume", "results/cut", "-q"]);
+    assert_eq!(resumed.code, 0, "{resumed:?}");
+    let events = read_jsonl(&results.join("cut/events.jsonl"));
+    let resumed_at = events.iter().position(|e| e["type"] == "run_resumed").expect("run_resumed");
+    let of_episode = |kind: &str| -> Vec<&Value> {
+        of_type(&events[resumed_at..], kind).into_iter().filter(|e| e["episode_id"] == episode).collect()
+    };
+    assert_eq!(of_episode("ingest_reused"), Vec::<&Value>::new(), "its own replay is not another's");
+    let carried = of_episode("ingest_resumed");
+    assert_eq!(carried.len(), 1, "{carried:?}");
+    assert_eq!((carried[0]["from_episode"] == episode, carried[0]["model_calls"].as_u64()), (true, Some(replay_calls)));
+    let asked = of_episode("model_call").into_iter().filter(|e| e["scorer"].is_null()).count();
+    assert_eq!(asked, 1, "only the answer is asked again");
+    assert_eq!(crate::shards::differences(&results.join("whole"), &results.join("cut")), None);
 }

@@ -10,6 +10,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
 use super::conversation::ChatMessage;
+use crate::agent::budget::Done;
+use crate::log::Usage;
 
 /// The file of the run folder that holds the checkpoints.
 pub const FILE: &str = "memory_agent.sqlite";
@@ -31,6 +33,40 @@ pub struct ThreadState {
     /// Entries the model wrote, and per session id.
     pub entries: u32,
     pub entries_by_session: Vec<(String, u32)>,
+    /// What the replay's model calls spent up to here, whichever attempt made them: an
+    /// attempt that goes on from this state is charged for them.
+    #[serde(default)]
+    pub spent: ReplaySpent,
+}
+
+/// The model calls of a replay and what they used, and what its episode had done.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplaySpent {
+    pub model_calls: u32,
+    pub usage: Usage,
+    /// Their cost, unless a call's was unknown.
+    #[serde(default)]
+    pub cost_usd: f64,
+    #[serde(default)]
+    pub cost_unknown: bool,
+    /// The episode's steps, calls and failed calls up to here.
+    #[serde(default)]
+    pub done: Done,
+}
+
+impl ReplaySpent {
+    pub fn add(&mut self, usage: Usage, cost_usd: Option<f64>) {
+        self.model_calls = self.model_calls.saturating_add(1);
+        self.usage.add(usage);
+        match cost_usd {
+            Some(cost) => self.cost_usd += cost,
+            None => self.cost_unknown = true,
+        }
+    }
+
+    pub fn cost(&self) -> Option<f64> {
+        (!self.cost_unknown).then_some(self.cost_usd)
+    }
 }
 
 pub struct Checkpoints {

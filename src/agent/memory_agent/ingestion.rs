@@ -110,6 +110,11 @@ pub struct Ingested {
     /// The model calls the replay made (a `mock` script's turns it played).
     pub model_calls: u32,
     pub usage: Usage,
+    /// The episode whose attempt finished the replay and saved it. When that episode runs
+    /// again (it was killed before it finished), it restores its own work and is charged
+    /// for it (the state's `spent`); any other episode restores it for nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub saved_by: Option<String>,
 }
 
 impl Ingested {
@@ -202,6 +207,7 @@ impl Ingestions {
             run_dir: self.run_dir.clone(),
             key_thread: holder.key_thread,
             taken_over: taken_over.map(|h| h.episode),
+            episode: episode.to_owned(),
             store: store.to_owned(),
         }))
     }
@@ -275,6 +281,8 @@ pub struct Lease {
     /// The episode whose killed replay this one goes on with: its checkpointed state is
     /// where this replay starts, and its store was copied into this episode's.
     pub taken_over: Option<String>,
+    /// The episode that holds the lease.
+    episode: String,
     /// The episode's store, which the replay fills.
     store: PathBuf,
 }
@@ -314,7 +322,7 @@ impl Lease {
     /// Saves the replay's result under the key: a copy of the store taken through SQLite
     /// (so that what its log holds is in), and the thread's state, written aside and
     /// renamed into place.
-    pub fn save(self, state: &ThreadState, model_calls: u32, usage: Usage) -> Result<(), String> {
+    pub fn save(self, state: &ThreadState) -> Result<(), String> {
         let folder = self.run_dir.join(FOLDER);
         let aside = folder.join(format!(".{}.{}.partial", self.key, std::process::id()));
         let done = folder.join(&self.key);
@@ -332,8 +340,9 @@ impl Lease {
             episode: self.key_thread.clone(),
             state: state.clone(),
             history: state.conversation_history.clone(),
-            model_calls,
-            usage,
+            model_calls: state.spent.model_calls,
+            usage: state.spent.usage,
+            saved_by: Some(self.episode.clone()),
         };
         let text = serde_json::to_vec(&ingested).map_err(|e| failed("its state", &e))?;
         std::fs::write(aside.join(STATE_FILE), text).map_err(|e| failed("its state", &e))?;
@@ -359,6 +368,15 @@ mod tests {
         }
         // Left open, its log not checkpointed into the file: as a killed process leaves it.
         std::mem::forget(db);
+    }
+
+    /// A replay's end state after `calls` model calls.
+    fn spent(calls: u32) -> ThreadState {
+        let mut state = ThreadState::default();
+        for _ in 0..calls {
+            state.spent.add(Usage { input_tokens: 10, output_tokens: 2, cached_tokens: 0 }, Some(0.5));
+        }
+        state
     }
 
     fn keys(path: &Path) -> Vec<String> {
@@ -392,13 +410,13 @@ mod tests {
         // The first episode, resumed after it, takes over from the second in turn, keys unchanged.
         let Claim::Todo(lease) = ingestions.claim("k", "ep_1", &first).await.unwrap() else { panic!("nothing saved") };
         assert_eq!((lease.key_thread.as_str(), lease.taken_over.as_deref()), ("ep_1", Some("ep_2")));
-        let state = ThreadState::default();
-        lease.save(&state, 3, Usage::default()).unwrap();
+        lease.save(&spent(3)).unwrap();
         assert!(!run.join(FOLDER).join(".k.claim").exists(), "a finished replay is nobody's to take over");
         let Claim::Done(done) = ingestions.claim("k", "ep_3", &dir.path().join("ep_3.sqlite")).await.unwrap() else {
             panic!("the replay was saved")
         };
         assert_eq!((done.episode.as_str(), done.model_calls), ("ep_1", 3));
+        assert_eq!(done.saved_by.as_deref(), Some("ep_1"), "the episode whose attempt saved it");
     }
 
     /// Regression: a merge of shards left their ingestions behind, so the merged run resumed
@@ -418,7 +436,7 @@ mod tests {
         let finished = b.join("memory_store/ep_2.sqlite");
         let Claim::Todo(lease) = of(&b).claim("k2", "ep_2", &finished).await.unwrap() else { panic!("nothing saved") };
         store_with(&finished, &["ep_2/s1/1"]);
-        lease.save(&ThreadState::default(), 2, Usage::default()).unwrap();
+        lease.save(&spent(2)).unwrap();
 
         for run in [&a, &b] {
             carry(run, &merged).unwrap();

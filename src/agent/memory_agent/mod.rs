@@ -33,7 +33,7 @@ use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, 
 use answering::ToolAnswer;
 pub use answering::{AnswerWith, Answering};
 pub use checkpoint::FILE as CHECKPOINT_FILE;
-use checkpoint::{Checkpoints, ThreadState};
+use checkpoint::{Checkpoints, ReplaySpent, ThreadState};
 use control::{ADD_ENTRY, Ask, ControlState, GET_CONTEXT, Invocation, LIST_ENTRIES, Next, SEARCH_ENTRIES, decide};
 use conversation::{ChatMessage, Session};
 use ingestion::{Ingested, Lease};
@@ -148,11 +148,11 @@ pub struct MemoryAgent {
     tool_answer: Option<ToolAnswer>,
     /// Why the answering agent failed on its own (it never gave its answer).
     failed: Option<String>,
-    /// What this attempt's model calls used, storing and answering.
-    ingest_usage: Usage,
+    /// What the answer's model calls used (the replay's are in the state, `spent`).
     answer_usage: Usage,
-    /// The model calls of this attempt's replay.
-    ingest_calls: u32,
+    /// What an earlier, killed attempt spent on the replay this one goes on with: charged
+    /// to this episode in its first turn.
+    carried: Option<(String, ReplaySpent)>,
     ingestion: IngestionPlan,
     /// The stage the agent last announced.
     stage: Option<Stage>,
@@ -214,9 +214,8 @@ impl MemoryAgent {
             answering: parts.answering,
             tool_answer: None,
             failed: None,
-            ingest_usage: Usage::default(),
             answer_usage: Usage::default(),
-            ingest_calls: 0,
+            carried: None,
             ingestion: parts.ingestion,
             stage: None,
             key_thread: None,
@@ -232,23 +231,38 @@ impl MemoryAgent {
         if let Some(why) = &self.broken {
             return Err(fault(why.clone()));
         }
-        if let Some(dir) = &self.run_dir {
-            let mut checkpoints = Checkpoints::open(&dir.join(checkpoint::FILE)).map_err(fault)?;
-            self.state = checkpoints.load(&self.thread).map_err(fault)?;
-            if let IngestionPlan::Shared(Lease { taken_over: Some(earlier), .. }) = &self.ingestion {
-                // The replay another episode began, and its store (copied at the claim),
-                // go on from where that episode's last checkpoint left them.
-                self.state = checkpoints.load(earlier).map_err(fault)?;
-                checkpoints.save(&self.thread, &self.state).map_err(fault)?;
+        // Whose work the state holds, when an earlier attempt's.
+        let mut from = self.thread.clone();
+        let mut checkpoints = match &self.run_dir {
+            Some(dir) => {
+                let mut checkpoints = Checkpoints::open(&dir.join(checkpoint::FILE)).map_err(fault)?;
+                self.state = checkpoints.load(&self.thread).map_err(fault)?;
+                if let IngestionPlan::Shared(Lease { taken_over: Some(earlier), .. }) = &self.ingestion {
+                    // The replay another episode began, and its store (copied at the claim),
+                    // go on from where that episode's last checkpoint left them.
+                    self.state = checkpoints.load(earlier).map_err(fault)?;
+                    from = earlier.clone();
+                }
+                Some(checkpoints)
             }
-            if let IngestionPlan::Restored(ingested) = &self.ingestion {
-                self.state = ingested.thread_state();
-                checkpoints.save(&self.thread, &self.state).map_err(fault)?;
-            }
-            self.checkpoints = Some(std::sync::Mutex::new(checkpoints));
-        } else if let IngestionPlan::Restored(ingested) = &self.ingestion {
+            None => None,
+        };
+        if let IngestionPlan::Restored(ingested) = &self.ingestion {
             self.state = ingested.thread_state();
+            if ingested.saved_by.as_deref() != Some(self.thread.as_str()) {
+                // Another episode's replay, restored: this one spent nothing on it.
+                self.state.spent = ReplaySpent::default();
+            }
         }
+        if let Some(checkpoints) = checkpoints.as_mut()
+            && (from != self.thread || matches!(self.ingestion, IngestionPlan::Restored(_)))
+        {
+            checkpoints.save(&self.thread, &self.state).map_err(fault)?;
+        }
+        if self.state.spent.model_calls > 0 {
+            self.carried = Some((from, self.state.spent));
+        }
+        self.checkpoints = checkpoints.map(std::sync::Mutex::new);
         match &self.ingestion {
             IngestionPlan::Restored(ingested) => self.key_thread = Some(ingested.episode.clone()),
             IngestionPlan::Shared(lease) if lease.key_thread != self.thread => {
@@ -259,9 +273,10 @@ impl MemoryAgent {
         Ok(())
     }
 
-    /// Announces the ingest stage, once: the key of a shared ingestion, and, when it was
-    /// restored, which one.
-    fn begin_ingest(&mut self, turn: &Turn<'_>) {
+    /// Announces the ingest stage, once: the key of a shared ingestion; when it was
+    /// restored, which one; and what an earlier attempt spent on the replay this one goes
+    /// on with, which this turn is charged for.
+    fn begin_ingest(&mut self, turn: &Turn<'_>, spent: &mut Spent) {
         if self.stage.is_some() {
             return;
         }
@@ -272,13 +287,30 @@ impl MemoryAgent {
             IngestionPlan::Restored(ingested) => Some(ingested.key.clone()),
         };
         turn.recorder.emit(&Event::Stage { stage: Stage::Ingest, ingestion: key });
-        if let IngestionPlan::Restored(ingested) = &self.ingestion {
+        if let IngestionPlan::Restored(ingested) = &self.ingestion
+            && self.carried.is_none()
+        {
             turn.recorder.emit(&Event::IngestReused {
                 key: ingested.key.clone(),
                 from_episode: ingested.episode.clone(),
                 entries: ingested.state.entries,
                 model_calls: ingested.model_calls,
             });
+        }
+        if let Some((from_episode, earlier)) = self.carried.take() {
+            turn.recorder.emit(&Event::IngestResumed {
+                from_episode,
+                next: self.state.next as u32,
+                model_calls: earlier.model_calls,
+                usage: earlier.usage,
+                cost_usd: earlier.cost(),
+                steps: earlier.done.steps,
+                tool_calls: earlier.done.tool_calls,
+                tool_errors: earlier.done.tool_errors,
+            });
+            turn.episode.carry(earlier.done);
+            spent.usage.add(earlier.usage);
+            spent.cost_usd = spent.cost_usd.zip(earlier.cost()).map(|(a, b)| a + b);
         }
     }
 
@@ -290,11 +322,12 @@ impl MemoryAgent {
         }
         if let IngestionPlan::Shared(lease) = std::mem::replace(&mut self.ingestion, IngestionPlan::Own) {
             let key = lease.key.clone();
-            lease.save(&self.state, self.ingest_calls, self.ingest_usage).map_err(fault)?;
+            self.state.spent.done = turn.episode.done_before(turn.budget.step);
+            lease.save(&self.state).map_err(fault)?;
             turn.recorder.emit(&Event::IngestSaved {
                 key,
                 entries: self.state.entries,
-                model_calls: self.ingest_calls,
+                model_calls: self.state.spent.model_calls,
             });
         }
         self.stage = Some(Stage::Answer);
@@ -359,6 +392,7 @@ impl MemoryAgent {
             error,
         });
         self.state.next += 1;
+        self.state.spent.done = turn.episode.done_before(turn.budget.step);
         match &self.checkpoints {
             Some(checkpoints) => {
                 let mut checkpoints = checkpoints.lock().unwrap_or_else(|p| p.into_inner());
@@ -540,8 +574,7 @@ impl MemoryAgent {
         let response = result.map_err(|e| AgentFault { cause: e.cause, message: e.message })?;
         spent.usage.add(response.usage);
         if self.answer == AnswerStage::NotYet {
-            self.ingest_calls += 1;
-            self.ingest_usage.add(response.usage);
+            self.state.spent.add(response.usage, response.cost_usd);
         } else {
             self.answer_usage.add(response.usage);
         }
@@ -710,7 +743,7 @@ impl MemoryAgent {
             entries: self.state.entries,
             entries_by_session: self.state.entries_by_session.iter().cloned().collect(),
             errors: self.state.errors,
-            ingest_usage: self.ingest_usage,
+            ingest_usage: self.state.spent.usage,
             answer_usage: self.answer_usage,
             evidence_sessions: self.evidence_sessions.clone(),
             retrieved_sessions: retrieved.sessions,
@@ -743,8 +776,8 @@ impl Agent for MemoryAgent {
     /// one needs the world (its calls are this turn's proposal) or the replay is over.
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault> {
         self.load()?;
-        self.begin_ingest(&turn);
         let mut spent = Spent { usage: Usage::default(), cost_usd: Some(0.0) };
+        self.begin_ingest(&turn, &mut spent);
         if let Some((tool, by_model, why)) = self.read(turn.observations) {
             let reminded = self.current.as_ref().is_some_and(|c| c.reminded.is_some());
             match (by_model, reminded) {
