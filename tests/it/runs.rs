@@ -608,3 +608,46 @@ fn a_run_id_that_is_a_path_is_refused_before_anything_runs() {
         assert!(!sb.path().join("x").exists() && !sb.path().join("results").exists(), "nothing was made");
     }
 }
+
+/// Regression: a regrade gathered an episode's trajectory from every attempt in the log, so
+/// the calls of an attempt killed before it finished counted again in the one that did.
+#[test]
+fn a_regrade_reads_only_the_attempt_that_finished() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        "suite: r\nenvironment: kv\nscorers: [{equals: ok}, {max_tool_errors: 1}]\ntasks:\n  - id: t\n    input: go\n    mock:\n      - tool_calls: [{name: nope, arguments: {}}]\n      - tool_calls: [{name: final_answer, arguments: {answer: ok}}]\n",
+    );
+    assert_eq!(sb.eval(&["s.yaml"]).code, 0);
+    // The log as a killed attempt and a resumed one leave it: the attempt's first events
+    // (its failed call included) come twice, the first time without a finish.
+    let path = sb.path().join("results/test/events.jsonl");
+    let log = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let at = |kind: &str| lines.iter().position(|l| l.contains(&format!("\"type\":\"{kind}\""))).unwrap();
+    let (started, finished) = (at("episode_started"), at("episode_finished"));
+    let killed = &lines[started..finished];
+    assert!(killed.iter().any(|l| l.contains("ToolNotFound")), "{killed:?}");
+    let mut twice: Vec<&str> = lines[..started].to_vec();
+    twice.extend_from_slice(killed);
+    twice.extend_from_slice(&lines[started..]);
+    let renumbered: Vec<String> = twice
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let mut e: serde_json::Value = serde_json::from_str(l).unwrap();
+            e["seq"] = (i as u64 + 1).into();
+            e.to_string()
+        })
+        .collect();
+    std::fs::write(&path, renumbered.join("\n") + "\n").unwrap();
+
+    let regrade = sb.run(&["regrade", "results/test"]);
+    assert_eq!(regrade.code, 0, "{regrade:?}");
+    let events = sb.events();
+    let rescored = of_type(&events, "score");
+    let budget: Vec<_> =
+        rescored.iter().filter(|e| e["scoring_id"] == "regrade-1" && e["scorer"] == "max_tool_errors").collect();
+    assert_eq!(budget.len(), 1, "{rescored:?}");
+    assert_eq!(budget[0]["passed"], true, "one tool error in the attempt that finished: {}", budget[0]);
+}
