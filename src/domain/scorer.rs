@@ -25,6 +25,21 @@ pub struct ScorerSpec {
     /// `from: PATH`: a text of the final world (a file, a `kv` key, a writing room's
     /// `doc:ID` or export) that the check reads instead of the final answer.
     pub from: Option<String>,
+    /// [`ScorerSpec::check_value`], made at its first score and shared by every score after.
+    #[serde(skip)]
+    pub recorded: Recorded,
+}
+
+/// What a scorer's scores record of its check, once made: a suite's scorer scores every
+/// episode of every epoch alike.
+#[derive(Debug, Clone, Default)]
+pub struct Recorded(std::sync::OnceLock<std::sync::Arc<Value>>);
+
+/// Made from the rest of the scorer, it never tells two scorers apart.
+impl PartialEq for Recorded {
+    fn eq(&self, _: &Recorded) -> bool {
+        true
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -454,7 +469,7 @@ fn parse(mut map: Map<String, Value>) -> Result<ScorerSpec, String> {
         _ => grader(arg, &mut o)?,
     };
     o.finish()?;
-    Ok(ScorerSpec { name, check, weight, from })
+    Ok(ScorerSpec { name, check, weight, from, recorded: Recorded::default() })
 }
 
 /// The one key of a scorer's mapping that names it.
@@ -828,12 +843,17 @@ fn grader(arg: Value, o: &mut Options) -> Result<Check, String> {
 impl ScorerSpec {
     /// What the scorer checks, as a score records it (to recognise it in a regrade): the
     /// check, and where its text comes from when that is not the final answer.
-    pub fn check_value(&self) -> Value {
-        let check = serde_json::to_value(&self.check).unwrap_or_default();
-        match &self.from {
-            None => check,
-            Some(from) => serde_json::json!({"from": from, "check": check}),
-        }
+    pub fn check_value(&self) -> std::sync::Arc<Value> {
+        self.recorded
+            .0
+            .get_or_init(|| {
+                let check = serde_json::to_value(&self.check).unwrap_or_default();
+                std::sync::Arc::new(match &self.from {
+                    None => check,
+                    Some(from) => serde_json::json!({"from": from, "check": check}),
+                })
+            })
+            .clone()
     }
 
     /// Whether it looks at the episode's final world, which a regrade no longer has.

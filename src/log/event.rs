@@ -364,6 +364,36 @@ pub struct ModelCallTiming {
     pub actor: Actor,
 }
 
+/// The fields of [`Event::EpisodeStarted`] that a table's row is keyed by, decoded straight
+/// into a struct (an event, tagged by its `type`, is decoded through a buffer of its fields).
+/// Tested against the event.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct EpisodeStartedKey {
+    pub suite: String,
+    pub task_id: String,
+    pub task_digest: String,
+    pub model: String,
+    pub epoch: u32,
+    #[serde(default)]
+    pub toolset: Option<String>,
+    #[serde(default)]
+    pub variant: Option<String>,
+}
+
+/// The fields of [`Event::EpisodeFinished`] that a table's row shows, decoded straight into
+/// a struct. Tested against the event.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct EpisodeFinishedRow {
+    pub outcome: Outcome,
+    pub termination: Termination,
+    pub steps: u32,
+    pub tool_calls: u32,
+    pub tool_errors: u32,
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
+    pub wall_ms: f64,
+}
+
 /// One turn of a replayed conversation: its session's id and its message number (from 1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TurnRef {
@@ -712,9 +742,10 @@ pub enum Event {
         /// For LLM graders: model, template digest, raw outputs, agreement, tokens, cost.
         #[serde(default)]
         grader: Option<Value>,
-        /// What the scorer checked (its argument and options).
+        /// What the scorer checked (its argument and options): one value shared by the
+        /// scorer's every score.
         #[serde(default)]
-        check: Value,
+        check: std::sync::Arc<Value>,
     },
     EpisodeFinished {
         outcome: Outcome,
@@ -896,6 +927,63 @@ mod tests {
             let event = model_call(Actor::Main, scorer.clone());
             let view: ModelCallTiming = serde_json::from_value(serde_json::to_value(&event).unwrap()).unwrap();
             assert_eq!(view, ModelCallTiming { latency_ms: 12.5, scorer, actor: Actor::Main });
+        }
+    }
+
+    #[test]
+    fn the_episode_views_read_what_the_events_write() {
+        for (toolset, variant) in [(None, None), (Some("t".to_string()), Some("v".to_string()))] {
+            let started = Event::EpisodeStarted {
+                suite: "s".into(),
+                task_id: "t1".into(),
+                task_digest: "d".into(),
+                model: "mock".into(),
+                epoch: 3,
+                environment: "kv".into(),
+                toolset: toolset.clone(),
+                variant: variant.clone(),
+                sampling: Default::default(),
+            };
+            let view: EpisodeStartedKey = serde_json::from_value(serde_json::to_value(&started).unwrap()).unwrap();
+            let expected = EpisodeStartedKey {
+                suite: "s".into(),
+                task_id: "t1".into(),
+                task_digest: "d".into(),
+                model: "mock".into(),
+                epoch: 3,
+                toolset,
+                variant,
+            };
+            assert_eq!(view, expected);
+        }
+        let usage = Usage { input_tokens: 7, output_tokens: 2, cached_tokens: 1 };
+        for cost_usd in [None, Some(0.25)] {
+            let finished = Event::EpisodeFinished {
+                outcome: Outcome::Scored { score: 0.5, passed: false },
+                termination: Termination::MaxSteps,
+                steps: 4,
+                tool_calls: 3,
+                tool_errors: 1,
+                usage,
+                cost_usd,
+                wall_ms: 9.5,
+                loop_ms: Some(8.0),
+                user_usage: None,
+                user_cost_usd: None,
+                agent_program: None,
+            };
+            let view: EpisodeFinishedRow = serde_json::from_value(serde_json::to_value(&finished).unwrap()).unwrap();
+            let expected = EpisodeFinishedRow {
+                outcome: Outcome::Scored { score: 0.5, passed: false },
+                termination: Termination::MaxSteps,
+                steps: 4,
+                tool_calls: 3,
+                tool_errors: 1,
+                usage,
+                cost_usd,
+                wall_ms: 9.5,
+            };
+            assert_eq!(view, expected);
         }
     }
 

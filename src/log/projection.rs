@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::event::{ModelCallTiming, SuiteInfo};
+use super::event::{EpisodeFinishedRow, EpisodeStartedKey, ModelCallTiming, SuiteInfo};
 use super::reader::{LineHeader, ReadError, for_each_line_of, header_seq, line_at};
 use super::{Event, Outcome, Termination, Usage};
 
@@ -251,11 +251,8 @@ impl Index {
             }
             match kind {
                 "episode_started" => {
-                    let Event::EpisodeStarted { suite, task_id, task_digest, model, epoch, toolset, variant, .. } =
-                        serde_json::from_str(text).map_err(|e| e.to_string())?
-                    else {
-                        return Err(format!("not an {kind} event"));
-                    };
+                    let EpisodeStartedKey { suite, task_id, task_digest, model, epoch, toolset, variant } =
+                        serde_json::from_str(text).map_err(|e| e.to_string())?;
                     if let Some(id) = head.episode_id {
                         let key = Key {
                             suite: intern(suite),
@@ -415,21 +412,11 @@ impl Index {
             let text =
                 line_at(&file, e.offset, &mut buf).map_err(|source| ReadError::Io { path: shown.clone(), source })?;
             let head = LineHeader::of(text).map_err(|err| invalid(e.offset, err.to_string()))?;
-            let finished: Event = serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
-            let Event::EpisodeFinished {
-                outcome,
-                termination,
-                steps,
-                tool_calls,
-                tool_errors,
-                usage,
-                cost_usd,
-                wall_ms,
-                ..
-            } = finished
-            else {
+            if crate::log::reader::line_kind(text, Some(&["episode_finished"])).ok().flatten().is_none() {
                 return Err(invalid(e.offset, "not an episode_finished event".into()));
-            };
+            }
+            let EpisodeFinishedRow { outcome, termination, steps, tool_calls, tool_errors, usage, cost_usd, wall_ms } =
+                serde_json::from_str(text).map_err(|err| invalid(e.offset, err.to_string()))?;
             let id = head.episode_id.unwrap_or_default();
             let outcome = self.rescored.get(&id).cloned().unwrap_or(outcome);
             let name = |n: u32| self.names[n as usize].clone();

@@ -318,7 +318,10 @@ struct Kind<'a> {
 }
 
 /// The type of a line when it is one of `kinds` (or `kinds` is `None`).
-fn line_kind<'a>(text: &'a str, kinds: Option<&[&str]>) -> Result<Option<std::borrow::Cow<'a, str>>, String> {
+pub(crate) fn line_kind<'a>(
+    text: &'a str,
+    kinds: Option<&[&str]>,
+) -> Result<Option<std::borrow::Cow<'a, str>>, String> {
     let kind = match header_kind(text) {
         Some(kind) => std::borrow::Cow::Borrowed(kind),
         None => serde_json::from_str::<Kind>(text).map_err(|e| e.to_string())?.kind,

@@ -39,7 +39,7 @@ pub struct Score {
     /// For graders: model, template digest, raw outputs, agreement, tokens and cost.
     pub grader: Option<Value>,
     /// What the scorer checked (its argument and options), to recognise it in a regrade.
-    pub check: Value,
+    pub check: std::sync::Arc<Value>,
 }
 
 /// A scorer that could not reach a verdict (a grader that could not be parsed): the

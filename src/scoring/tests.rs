@@ -269,7 +269,7 @@ fn weights_and_pass_score_decide_the_task() {
         explanation: String::new(),
         weight,
         grader: None,
-        check: Value::Null,
+        check: Default::default(),
     };
     assert_eq!(aggregate(&[s(1.0, 3.0), s(0.0, 1.0)], None), (0.75, false));
     assert_eq!(aggregate(&[s(1.0, 3.0), s(0.0, 1.0)], Some(0.7)), (0.75, true));
@@ -287,7 +287,7 @@ fn a_fault_leaves_the_episode_unscored_unless_the_other_verdicts_settle_it() {
         explanation: String::new(),
         weight,
         grader: None,
-        check: Value::Null,
+        check: Default::default(),
     };
     let fault = |scores: Vec<Score>, missing_weight: f64| ScoringFault {
         scores,
@@ -389,7 +389,7 @@ fn a_text_scorer_with_from_reads_a_text_of_the_world_instead_of_the_answer() {
     assert!(!missing.passed && missing.explanation.contains("`doc:gone` does not exist"), "{}", missing.explanation);
     // The scorer's record says where its text came from, so a regrade tells it apart.
     assert_eq!(
-        found.check,
+        *found.check,
         json!({"from": "doc:r", "check": {"Text": {"op": "Includes", "expected": "grew 12", "negate": false, "ignore_case": false}}})
     );
 }

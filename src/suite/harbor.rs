@@ -176,6 +176,7 @@ pub fn load(dir: &Path) -> Result<Suite, ConfigError> {
         },
         weight: 1.0,
         from: None,
+        recorded: Default::default(),
     };
     let mut metadata = config.metadata.clone();
     metadata.insert(

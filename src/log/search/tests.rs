@@ -77,7 +77,7 @@ fn score(scorer: &str, explanation: &str) -> Event {
         weight: 1.0,
         explanation: explanation.into(),
         grader: None,
-        check: Value::Null,
+        check: Default::default(),
     }
 }
 

@@ -18,7 +18,7 @@ fn score(scoring: &str, scorer: &str, passed: bool, agreement: f64, why: &str) -
         weight: 1.0,
         explanation: why.into(),
         grader: Some(json!({"model": "mock", "samples": 3, "agreement": agreement})),
-        check: Value::Null,
+        check: Default::default(),
     }
 }
 
@@ -54,7 +54,7 @@ fn log() -> tempfile::NamedTempFile {
             weight: 1.0,
             explanation: "contains it".into(),
             grader: None,
-            check: Value::Null,
+            check: Default::default(),
         };
         line(&mut out, &mut seq, Some(id), &includes);
         line(

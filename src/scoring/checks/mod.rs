@@ -19,6 +19,7 @@ pub(crate) mod tool_sequence;
 pub(crate) mod verifier;
 
 use std::borrow::Cow;
+use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
@@ -109,21 +110,39 @@ impl<'a> Answer<'a> {
     }
 
     /// The text as an explanation names it: the answer, quoted, or the world's path.
+    /// The explanation is built on it: room is left for what follows.
     pub fn subject(&self, text: &str) -> String {
+        let mut subject = String::with_capacity(text.len().min(QUOTED_CHARS * 2) + 64);
         match self.from {
-            None => format!("the answer {}", quote(text)),
-            Some(path) => format!("`{path}`"),
+            None => {
+                subject.push_str("the answer ");
+                push_quoted(&mut subject, text);
+            }
+            Some(path) => {
+                let _ = write!(subject, "`{path}`");
+            }
         }
+        subject
     }
 }
 
+/// The characters of an answer an explanation shows.
+const QUOTED_CHARS: usize = 200;
+
 /// The answer as explanations show it: quoted, and cut when long.
 pub(crate) fn quote(answer: &str) -> String {
-    const MAX: usize = 200;
-    if answer.chars().count() <= MAX {
-        format!("{answer:?}")
-    } else {
-        let cut: String = answer.chars().take(MAX).collect();
-        format!("{cut:?}…")
+    let mut quoted = String::new();
+    push_quoted(&mut quoted, answer);
+    quoted
+}
+
+fn push_quoted(out: &mut String, answer: &str) {
+    match answer.char_indices().nth(QUOTED_CHARS) {
+        None => {
+            let _ = write!(out, "{answer:?}");
+        }
+        Some((cut, _)) => {
+            let _ = write!(out, "{:?}…", &answer[..cut]);
+        }
     }
 }

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 
@@ -29,15 +30,16 @@ pub(crate) fn check(
     let Some(text) = answer.text() else { return answer.missing() };
     match matches(op, text, &expected, ignore_case) {
         Ok(found) => {
-            let what = match (op, found) {
-                (TextOp::Includes, true) => format!("contains {expected:?}"),
-                (TextOp::Includes, false) => format!("does not contain {expected:?}"),
-                (TextOp::Equals, true) => format!("equals {expected:?}"),
-                (TextOp::Equals, false) => format!("does not equal {expected:?}"),
-                (TextOp::Regex, true) => format!("matches /{expected}/"),
-                (TextOp::Regex, false) => format!("does not match /{expected}/"),
+            let mut explanation = answer.subject(text);
+            let _ = match (op, found) {
+                (TextOp::Includes, true) => write!(explanation, " contains {expected:?}"),
+                (TextOp::Includes, false) => write!(explanation, " does not contain {expected:?}"),
+                (TextOp::Equals, true) => write!(explanation, " equals {expected:?}"),
+                (TextOp::Equals, false) => write!(explanation, " does not equal {expected:?}"),
+                (TextOp::Regex, true) => write!(explanation, " matches /{expected}/"),
+                (TextOp::Regex, false) => write!(explanation, " does not match /{expected}/"),
             };
-            verdict(found != negate, format!("{} {what}", answer.subject(text)))
+            verdict(found != negate, explanation)
         }
         Err(e) => verdict(false, e),
     }
