@@ -98,7 +98,10 @@ pub fn write_tables(index: &Index, dir: &Path, mut each: impl FnMut(&EpisodeRow)
     let mut csv = CsvWriter::new(csv_file).batched(&schema).map_err(|e| fail(&csv_path, &e))?;
     // Buffered: the parquet writer writes its headers and footer a few bytes at a time.
     let mut parquet_out = std::io::BufWriter::with_capacity(64 * 1024, parquet_file);
+    // Snappy, as most writers of parquet use: a zstd context is made for every column of
+    // every batch, which is most of what a small run's table costs.
     let mut parquet = ParquetWriter::new(&mut parquet_out)
+        .with_compression(polars::prelude::ParquetCompression::Snappy)
         .set_parallel(false)
         .batched(&schema)
         .map_err(|e| fail(&parquet_path, &e))?;
