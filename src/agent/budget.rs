@@ -181,12 +181,12 @@ impl EpisodeBudget {
         }
     }
 
-    /// What the episode has done so far: its steps before this one, its calls and its
-    /// failed calls.
-    pub fn done_before(&self, step: u32) -> Done {
+    /// What the episode has done before the turn under way: its steps (those carried
+    /// included), its calls and its failed calls.
+    pub fn done_before_this_turn(&self) -> Done {
         let trajectory = lock(&self.trajectory);
         Done {
-            steps: step.saturating_sub(1),
+            steps: self.steps().saturating_sub(1),
             tool_calls: trajectory.tool_calls(),
             tool_errors: trajectory.tool_errors(),
         }
@@ -389,5 +389,23 @@ mod tests {
         tree.take_step();
         let step = tree.take_step().unwrap();
         assert_eq!(tree.turn(step).steps_left, 3, "steps 3, 4 and 5 are left when step 3 starts");
+    }
+
+    /// An attempt that goes on with a killed one's work counts its steps and calls, and
+    /// what it then records of itself includes them, in its first turn as after.
+    #[test]
+    fn carried_steps_and_calls_count_and_are_counted_again_in_what_is_recorded() {
+        let budget = EpisodeBudget::new(10, Duration::from_secs(60));
+        assert_eq!(budget.take_step(), Some(1));
+        budget.carry(Done { steps: 6, tool_calls: 9, tool_errors: 2 });
+        assert_eq!(budget.done_before_this_turn(), Done { steps: 6, tool_calls: 9, tool_errors: 2 });
+        budget.dispatched(&ToolCall::new("c1", "get", serde_json::json!({})));
+        assert_eq!(budget.take_step(), Some(8), "the turn after the first comes after the carried steps");
+        assert_eq!(budget.done_before_this_turn(), Done { steps: 7, tool_calls: 10, tool_errors: 2 });
+        let trajectory = budget.take_trajectory();
+        assert_eq!((trajectory.tool_calls(), trajectory.tool_errors()), (10, 2));
+        assert_eq!(budget.steps(), 8);
+        // The limit counts the carried steps: two turns are left of ten.
+        assert_eq!((budget.take_step(), budget.take_step(), budget.take_step()), (Some(9), Some(10), None));
     }
 }

@@ -322,7 +322,7 @@ impl MemoryAgent {
         }
         if let IngestionPlan::Shared(lease) = std::mem::replace(&mut self.ingestion, IngestionPlan::Own) {
             let key = lease.key.clone();
-            self.state.spent.done = turn.episode.done_before(turn.budget.step);
+            self.state.spent.done = turn.episode.done_before_this_turn();
             lease.save(&self.state).map_err(fault)?;
             turn.recorder.emit(&Event::IngestSaved {
                 key,
@@ -392,7 +392,7 @@ impl MemoryAgent {
             error,
         });
         self.state.next += 1;
-        self.state.spent.done = turn.episode.done_before(turn.budget.step);
+        self.state.spent.done = turn.episode.done_before_this_turn();
         match &self.checkpoints {
             Some(checkpoints) => {
                 let mut checkpoints = checkpoints.lock().unwrap_or_else(|p| p.into_inner());
