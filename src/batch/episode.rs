@@ -91,7 +91,9 @@ pub async fn run_episode(
     let mut memory_agent = (agent_config.kind == crate::agent::AgentKind::Memory)
         .then(|| memory_agent_parts(&spec.id, agent_config, task, &grounds.run_dir));
     let ingested = match memory_agent.as_mut() {
-        Some(parts) => claim_ingestion(parts, (&spec, task, &mut cast), environment, &grounds.run_dir).await,
+        Some(parts) => claim_ingestion(parts, (&spec, task, &mut cast), environment, &grounds.run_dir)
+            .await
+            .and_then(|()| skip_checkpointed_turns(parts, (&spec, task, &mut cast), &grounds.run_dir)),
         None => Ok(()),
     };
     let mut loop_ms = None;
@@ -323,16 +325,44 @@ async fn claim_ingestion(
         Claim::Todo(lease) => IngestionPlan::Shared(lease),
         Claim::Done(ingested) => {
             ingested.restore_into(run_dir, &store)?;
-            if spec.model.name() == "mock" && ingested.model_calls > 0 {
-                let mut rest = task.clone();
-                rest.mock = task.mock.iter().skip(ingested.model_calls as usize).cloned().collect();
-                let epoch = (!spec.suite.share_epochs).then_some(spec.epoch);
-                let sampling = spec.variant().map_or(&spec.suite.agent.sampling, |v| &v.agent.sampling);
-                cast.agent = spec.model.lend_in_epoch(Role::Agent(&Actor::Main), &rest, &spec.id, epoch, sampling);
-            }
+            skip_mock_turns(ingested.model_calls, spec, task, cast);
             IngestionPlan::Restored(ingested)
         }
     };
+    Ok(())
+}
+
+/// Under `mock`, the script's first `n` turns were played by a replay this episode restores
+/// or goes on with: its model starts after them, so that its answer turn is the one it would
+/// have reached replaying the haystack itself.
+fn skip_mock_turns(n: u32, spec: &EpisodeSpec, task: &Task, cast: &mut Cast<'_>) {
+    if spec.model.name() != "mock" || n == 0 {
+        return;
+    }
+    let mut rest = task.clone();
+    rest.mock = task.mock.iter().skip(n as usize).cloned().collect();
+    let epoch = (!spec.suite.share_epochs).then_some(spec.epoch);
+    let sampling = spec.variant().map_or(&spec.suite.agent.sampling, |v| &v.agent.sampling);
+    cast.agent = spec.model.lend_in_epoch(Role::Agent(&Actor::Main), &rest, &spec.id, epoch, sampling);
+}
+
+/// Under `mock`, a replay that goes on from a checkpoint (the episode's own, or that of the
+/// episode whose replay it took over) skips the script's turns that replay had played.
+fn skip_checkpointed_turns(
+    parts: &MemoryAgentParts,
+    (spec, task, cast): (&EpisodeSpec, &Task, &mut Cast<'_>),
+    run_dir: &std::path::Path,
+) -> Result<(), String> {
+    if spec.model.name() != "mock" {
+        return Ok(());
+    }
+    let thread = match &parts.ingestion {
+        IngestionPlan::Restored(_) => return Ok(()),
+        IngestionPlan::Shared(lease) => lease.taken_over.as_deref().unwrap_or(&spec.id),
+        IngestionPlan::Own => &spec.id,
+    };
+    let n = crate::agent::memory_agent::replayed_calls(run_dir, thread)?;
+    skip_mock_turns(n, spec, task, cast);
     Ok(())
 }
 

@@ -290,8 +290,15 @@ fn an_ingestion_killed_midway_is_not_reused_the_resumed_replay_finishes_and_serv
         .map(|i| json!({"role": if i % 2 == 0 {"user"} else {"assistant"}, "content": format!("message {i}")}))
         .collect();
     let sessions = json!([{"id": "s1", "date": "2023/05/20 (Sat) 10:00", "messages": turns}]);
-    let any = r#"{text: "Rex", tool_calls: [{name: add_entry, arguments: {summary: "noted", raw_entry: "x"}}, {name: put_context, arguments: {content: "ctx"}}]}"#;
-    let mock: Vec<&str> = vec![any; 2 * n];
+    // Each turn its own: a resumed replay that played the script from its start again
+    // would store, and be sent, other words than the run never killed.
+    let mock: Vec<String> = (0..2 * n)
+        .map(|i| {
+            format!(
+                r#"{{text: "Rex", tool_calls: [{{name: add_entry, arguments: {{summary: "noted {i}", raw_entry: "x"}}}}, {{name: put_context, arguments: {{content: "context number {i}"}}}}]}}"#
+            )
+        })
+        .collect();
     sb.write(
         "s.yaml",
         &format!(

@@ -50,6 +50,17 @@ pub fn carry(from: &std::path::Path, to: &std::path::Path) -> Result<(), String>
     ingestion::carry(from, to)
 }
 
+/// The model calls `thread`'s replay had made at its last checkpoint in the run `run_dir`
+/// (none without one): under `mock`, the script's turns that an attempt going on from that
+/// checkpoint does not play again.
+pub fn replayed_calls(run_dir: &std::path::Path, thread: &str) -> Result<u32, String> {
+    let file = run_dir.join(checkpoint::FILE);
+    if !file.is_file() {
+        return Ok(0);
+    }
+    Ok(Checkpoints::open(&file)?.load(thread)?.spent.model_calls)
+}
+
 /// Every `flush_every`-th message of a session also flushes, unless the suite says.
 pub const DEFAULT_FLUSH_EVERY: u32 = 6;
 
@@ -259,7 +270,7 @@ impl MemoryAgent {
         {
             checkpoints.save(&self.thread, &self.state).map_err(fault)?;
         }
-        if self.state.spent.model_calls > 0 {
+        if self.state.spent != ReplaySpent::default() {
             self.carried = Some((from, self.state.spent));
         }
         self.checkpoints = checkpoints.map(std::sync::Mutex::new);
