@@ -78,6 +78,11 @@ pub struct Checkpoints {
 impl Checkpoints {
     pub fn open(path: &Path) -> Result<Checkpoints, String> {
         let db = Connection::open(path).map_err(|e| format!("failed to open {}: {e}", path.display()))?;
+        // Two episodes setting up a new file at once: one's switch to WAL meets the other's
+        // lock, and SQLite answers it `database is locked` without waiting, whatever the
+        // busy timeout. A run folder has one runner, so one set-up at a time in it is enough.
+        static SETTING_UP: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = SETTING_UP.lock().unwrap_or_else(|p| p.into_inner());
         db.busy_timeout(std::time::Duration::from_secs(30))
             .and_then(|_| {
                 db.execute_batch(
@@ -165,6 +170,29 @@ impl Checkpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: episodes opening a run's new checkpoint file at once failed now and then
+    /// with `database is locked` (the switch to WAL does not wait), unscoring an episode.
+    #[test]
+    fn episodes_opening_a_new_checkpoint_file_at_once_all_open_it() {
+        for round in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(FILE);
+            let opened: Vec<Result<(), String>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..8)
+                    .map(|i| {
+                        let path = &path;
+                        s.spawn(move || {
+                            let mut checkpoints = Checkpoints::open(path)?;
+                            checkpoints.save(&format!("ep_{i}"), &state(1, &["hello"]))
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            assert!(opened.iter().all(Result::is_ok), "round {round}: {opened:?}");
+        }
+    }
 
     fn state(next: usize, messages: &[&str]) -> ThreadState {
         ThreadState {
