@@ -346,8 +346,8 @@ fn skip_mock_turns(n: u32, spec: &EpisodeSpec, task: &Task, cast: &mut Cast<'_>)
     cast.agent = spec.model.lend_in_epoch(Role::Agent(&Actor::Main), &rest, &spec.id, epoch, sampling);
 }
 
-/// Under `mock`, a replay that goes on from a checkpoint (the episode's own, or that of the
-/// episode whose replay it took over) skips the script's turns that replay had played.
+/// Under `mock`, a replay that goes on from the episode's own checkpoint (its attempt was
+/// killed) skips the script's turns that replay had played.
 fn skip_checkpointed_turns(
     parts: &MemoryAgentParts,
     (spec, task, cast): (&EpisodeSpec, &Task, &mut Cast<'_>),
@@ -356,12 +356,13 @@ fn skip_checkpointed_turns(
     if spec.model.name() != "mock" {
         return Ok(());
     }
-    let thread = match &parts.ingestion {
-        IngestionPlan::Restored(_) => return Ok(()),
-        IngestionPlan::Shared(lease) => lease.taken_over.as_deref().unwrap_or(&spec.id),
-        IngestionPlan::Own => &spec.id,
-    };
-    let n = crate::agent::memory_agent::replayed_calls(run_dir, thread)?;
+    match &parts.ingestion {
+        IngestionPlan::Restored(_) | IngestionPlan::Shared(ingestion::Lease { taken_over: Some(_), .. }) => {
+            return Ok(());
+        }
+        IngestionPlan::Shared(_) | IngestionPlan::Own => {}
+    }
+    let n = crate::agent::memory_agent::replayed_calls(run_dir, &spec.id)?;
     skip_mock_turns(n, spec, task, cast);
     Ok(())
 }

@@ -637,9 +637,9 @@ pub enum Event {
         entries: u32,
         model_calls: u32,
     },
-    /// The episode's ingest stage goes on from work an earlier attempt did and that was
-    /// killed before its episode finished: the episode's own replay, checkpointed or saved,
-    /// or a replay of another episode's that it took over. That attempt's `model_calls`,
+    /// The episode's ingest stage goes on from work its own earlier attempt did and that was
+    /// killed before the episode finished: its replay, checkpointed or saved (`from_episode`
+    /// is the episode itself). That attempt's `model_calls`,
     /// `usage`, `cost_usd`, `steps` and `tool_calls` count in this episode, as they would
     /// have had it not been killed; `next` is the invocation the replay goes on from.
     IngestResumed {

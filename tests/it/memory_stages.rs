@@ -399,3 +399,54 @@ fn an_episode_resumed_after_it_saved_its_ingestion_is_charged_for_that_replay() 
     assert_eq!(asked, 1, "only the answer is asked again");
     assert_eq!(crate::shards::differences(&results.join("whole"), &results.join("cut")), None);
 }
+
+/// Regression: in a run nobody killed, an epoch whose replay ran out of steps left the key's
+/// replay to the next epoch, which took it over and was charged for the first epoch's work
+/// as well — counted twice, and its steps too, so it ran out of steps in turn.
+#[test]
+fn a_replay_taken_over_from_an_epoch_that_ran_out_of_steps_is_not_charged_again() {
+    let sb = Sandbox::new();
+    let n = 12;
+    let turns: Vec<Value> = (0..n)
+        .map(|i| json!({"role": if i % 2 == 0 {"user"} else {"assistant"}, "content": format!("message {i}")}))
+        .collect();
+    let sessions = json!([{"id": "s1", "date": "2023/05/20 (Sat) 10:00", "messages": turns}]);
+    let mock: Vec<String> = (0..2 * n)
+        .map(|i| {
+            format!(
+                r#"{{text: "Rex", tool_calls: [{{name: add_entry, arguments: {{summary: "noted {i}", raw_entry: "x"}}}}, {{name: put_context, arguments: {{content: "context {i}"}}}}]}}"#
+            )
+        })
+        .collect();
+    sb.write(
+        "s.yaml",
+        &format!(
+            "suite: mem\nenvironment: memory_store\nagent: {{kind: memory, flush_every: 6}}\nepochs: 2\n\
+             limits: {{max_steps: 10}}\nscorers: [{{includes: Rex}}]\ntasks:\n  - id: t\n    input: What is the dog called?\n\
+             \x20   metadata: {{sessions: {sessions}}}\n    mock: [{}]\n",
+            mock.join(", ")
+        ),
+    );
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results", "-j", "1", "-q"]);
+    assert!(run.code == 0 || run.code == 1, "{run:?}");
+    let events = sb.events();
+    assert_eq!(of_type(&events, "ingest_resumed"), Vec::<&Value>::new(), "nobody was killed");
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished.len(), 2);
+    assert_eq!(finished[0]["termination"], "max_steps", "the first epoch ran out of steps: {}", finished[0]);
+    // Each epoch's model calls in the table are those it made itself.
+    let table = crate::runs::table(&sb.path().join("results/test"));
+    for (row, done) in table.iter().zip(&finished) {
+        let made = events
+            .iter()
+            .filter(|e| e["type"] == "model_call" && e["episode_id"] == done["episode_id"] && e["scorer"].is_null())
+            .count();
+        assert_eq!(row["model_calls"], made.to_string(), "{row:?}");
+        assert_eq!(row["steps"], done["steps"].to_string(), "{row:?}");
+    }
+    // Its steps are its own: charged the first epoch's, it would have had one turn left.
+    let second = of_type(&events, "episode_started")[1]["episode_id"].clone();
+    let second_invocations =
+        of_type(&events, "memory_invocation").into_iter().filter(|e| e["episode_id"] == second).count();
+    assert!(second_invocations >= 3, "the second epoch went on with the replay: {second_invocations} invocations");
+}

@@ -242,8 +242,8 @@ impl MemoryAgent {
         if let Some(why) = &self.broken {
             return Err(fault(why.clone()));
         }
-        // Whose work the state holds, when an earlier attempt's.
-        let mut from = self.thread.clone();
+        // Whether the state holds another episode's work, taken over.
+        let mut taken_over = false;
         let mut checkpoints = match &self.run_dir {
             Some(dir) => {
                 let mut checkpoints = Checkpoints::open(&dir.join(checkpoint::FILE)).map_err(fault)?;
@@ -252,7 +252,7 @@ impl MemoryAgent {
                     // The replay another episode began, and its store (copied at the claim),
                     // go on from where that episode's last checkpoint left them.
                     self.state = checkpoints.load(earlier).map_err(fault)?;
-                    from = earlier.clone();
+                    taken_over = true;
                 }
                 Some(checkpoints)
             }
@@ -260,18 +260,22 @@ impl MemoryAgent {
         };
         if let IngestionPlan::Restored(ingested) = &self.ingestion {
             self.state = ingested.thread_state();
-            if ingested.saved_by.as_deref() != Some(self.thread.as_str()) {
-                // Another episode's replay, restored: this one spent nothing on it.
-                self.state.spent = ReplaySpent::default();
-            }
+            // Another episode's replay, restored: this one spent nothing on it.
+            taken_over = ingested.saved_by.as_deref() != Some(self.thread.as_str());
+        }
+        if taken_over {
+            // What another episode spent counts in that episode: in its finish when it
+            // ended (a limit, a fault), or never again when it was killed, since whose
+            // attempt was killed and whose finished cannot be told apart here.
+            self.state.spent = ReplaySpent::default();
         }
         if let Some(checkpoints) = checkpoints.as_mut()
-            && (from != self.thread || matches!(self.ingestion, IngestionPlan::Restored(_)))
+            && (taken_over || matches!(self.ingestion, IngestionPlan::Restored(_)))
         {
             checkpoints.save(&self.thread, &self.state).map_err(fault)?;
         }
         if self.state.spent != ReplaySpent::default() {
-            self.carried = Some((from, self.state.spent));
+            self.carried = Some((self.thread.clone(), self.state.spent));
         }
         self.checkpoints = checkpoints.map(std::sync::Mutex::new);
         match &self.ingestion {
