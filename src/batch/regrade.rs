@@ -95,8 +95,8 @@ impl LoggedRun {
                     *record = Record { suite, task_id, task_digest, ..Record::default() };
                 }
                 Event::IngestResumed { tool_calls, tool_errors, .. } => {
-                    record.carried.tool_calls += tool_calls;
-                    record.carried.tool_errors += tool_errors;
+                    record.carried.tool_calls = record.carried.tool_calls.saturating_add(tool_calls);
+                    record.carried.tool_errors = record.carried.tool_errors.saturating_add(tool_errors);
                 }
                 Event::ActionDispatched { call, .. } => record.calls.push(call),
                 Event::Observation { observation, .. } => {

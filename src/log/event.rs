@@ -638,12 +638,11 @@ pub enum Event {
         model_calls: u32,
     },
     /// The episode's ingest stage goes on from work its own earlier attempt did and that was
-    /// killed before the episode finished: its replay, checkpointed or saved (`from_episode`
-    /// is the episode itself). That attempt's `model_calls`,
-    /// `usage`, `cost_usd`, `steps` and `tool_calls` count in this episode, as they would
-    /// have had it not been killed; `next` is the invocation the replay goes on from.
+    /// killed before the episode finished: its replay, checkpointed or saved. That attempt's
+    /// `model_calls`, `usage`, `cost_usd`, `steps`, `tool_calls` and `tool_errors` count in
+    /// this episode, as they would have had it not been killed; `next` is the invocation the
+    /// replay goes on from.
     IngestResumed {
-        from_episode: String,
         next: u32,
         model_calls: u32,
         usage: Usage,

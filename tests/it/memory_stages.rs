@@ -282,16 +282,14 @@ fn checkpointed(sb: &Sandbox) -> u64 {
         .map_or(0, |n| n as u64)
 }
 
-#[test]
-fn an_ingestion_killed_midway_is_not_reused_the_resumed_replay_finishes_and_serves_the_next_epoch() {
-    let sb = Sandbox::new();
-    let n = 30;
+/// A memory suite of one task, two epochs sharing its ingestion: one session of `n`
+/// messages, and a mock script of `2 n` turns, each its own (a resumed replay that played
+/// the script from its start again would store, and be sent, other words).
+fn replaying_suite(n: usize, max_steps: u32) -> String {
     let turns: Vec<Value> = (0..n)
         .map(|i| json!({"role": if i % 2 == 0 {"user"} else {"assistant"}, "content": format!("message {i}")}))
         .collect();
     let sessions = json!([{"id": "s1", "date": "2023/05/20 (Sat) 10:00", "messages": turns}]);
-    // Each turn its own: a resumed replay that played the script from its start again
-    // would store, and be sent, other words than the run never killed.
     let mock: Vec<String> = (0..2 * n)
         .map(|i| {
             format!(
@@ -299,15 +297,19 @@ fn an_ingestion_killed_midway_is_not_reused_the_resumed_replay_finishes_and_serv
             )
         })
         .collect();
-    sb.write(
-        "s.yaml",
-        &format!(
-            "suite: mem\nenvironment: memory_store\nagent: {{kind: memory, flush_every: 6}}\nepochs: 2\n\
-             limits: {{max_steps: 1000}}\nscorers: [{{includes: Rex}}]\ntasks:\n  - id: t\n    input: What is the dog called?\n\
-             \x20   metadata: {{sessions: {sessions}}}\n    mock: [{}]\n",
-            mock.join(", ")
-        ),
-    );
+    format!(
+        "suite: mem\nenvironment: memory_store\nagent: {{kind: memory, flush_every: 6}}\nepochs: 2\n\
+         limits: {{max_steps: {max_steps}}}\nscorers: [{{includes: Rex}}]\ntasks:\n  - id: t\n    input: What is the dog called?\n\
+         \x20   metadata: {{sessions: {sessions}}}\n    mock: [{}]\n",
+        mock.join(", ")
+    )
+}
+
+#[test]
+fn an_ingestion_killed_midway_is_not_reused_the_resumed_replay_finishes_and_serves_the_next_epoch() {
+    let sb = Sandbox::new();
+    let n = 30;
+    sb.write("s.yaml", &replaying_suite(n, 1000));
     // The same run never killed, to compare with; one episode at a time, so that the
     // first epoch replays and the second restores in both.
     let never_killed =
@@ -394,7 +396,7 @@ fn an_episode_resumed_after_it_saved_its_ingestion_is_charged_for_that_replay() 
     assert_eq!(of_episode("ingest_reused"), Vec::<&Value>::new(), "its own replay is not another's");
     let carried = of_episode("ingest_resumed");
     assert_eq!(carried.len(), 1, "{carried:?}");
-    assert_eq!((carried[0]["from_episode"] == episode, carried[0]["model_calls"].as_u64()), (true, Some(replay_calls)));
+    assert_eq!(carried[0]["model_calls"].as_u64(), Some(replay_calls), "{}", carried[0]);
     let asked = of_episode("model_call").into_iter().filter(|e| e["scorer"].is_null()).count();
     assert_eq!(asked, 1, "only the answer is asked again");
     assert_eq!(crate::shards::differences(&results.join("whole"), &results.join("cut")), None);
@@ -406,27 +408,7 @@ fn an_episode_resumed_after_it_saved_its_ingestion_is_charged_for_that_replay() 
 #[test]
 fn a_replay_taken_over_from_an_epoch_that_ran_out_of_steps_is_not_charged_again() {
     let sb = Sandbox::new();
-    let n = 12;
-    let turns: Vec<Value> = (0..n)
-        .map(|i| json!({"role": if i % 2 == 0 {"user"} else {"assistant"}, "content": format!("message {i}")}))
-        .collect();
-    let sessions = json!([{"id": "s1", "date": "2023/05/20 (Sat) 10:00", "messages": turns}]);
-    let mock: Vec<String> = (0..2 * n)
-        .map(|i| {
-            format!(
-                r#"{{text: "Rex", tool_calls: [{{name: add_entry, arguments: {{summary: "noted {i}", raw_entry: "x"}}}}, {{name: put_context, arguments: {{content: "context {i}"}}}}]}}"#
-            )
-        })
-        .collect();
-    sb.write(
-        "s.yaml",
-        &format!(
-            "suite: mem\nenvironment: memory_store\nagent: {{kind: memory, flush_every: 6}}\nepochs: 2\n\
-             limits: {{max_steps: 10}}\nscorers: [{{includes: Rex}}]\ntasks:\n  - id: t\n    input: What is the dog called?\n\
-             \x20   metadata: {{sessions: {sessions}}}\n    mock: [{}]\n",
-            mock.join(", ")
-        ),
-    );
+    sb.write("s.yaml", &replaying_suite(12, 10));
     let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", "test", "--out", "results", "-j", "1", "-q"]);
     assert!(run.code == 0 || run.code == 1, "{run:?}");
     let events = sb.events();

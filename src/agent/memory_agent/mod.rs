@@ -161,9 +161,9 @@ pub struct MemoryAgent {
     failed: Option<String>,
     /// What the answer's model calls used (the replay's are in the state, `spent`).
     answer_usage: Usage,
-    /// What an earlier, killed attempt spent on the replay this one goes on with: charged
-    /// to this episode in its first turn.
-    carried: Option<(String, ReplaySpent)>,
+    /// What this episode's earlier, killed attempt spent on the replay this one goes on
+    /// with: charged to the episode in its first turn.
+    carried: Option<ReplaySpent>,
     ingestion: IngestionPlan,
     /// The stage the agent last announced.
     stage: Option<Stage>,
@@ -275,7 +275,7 @@ impl MemoryAgent {
             checkpoints.save(&self.thread, &self.state).map_err(fault)?;
         }
         if self.state.spent != ReplaySpent::default() {
-            self.carried = Some((self.thread.clone(), self.state.spent));
+            self.carried = Some(self.state.spent);
         }
         self.checkpoints = checkpoints.map(std::sync::Mutex::new);
         match &self.ingestion {
@@ -312,9 +312,8 @@ impl MemoryAgent {
                 model_calls: ingested.model_calls,
             });
         }
-        if let Some((from_episode, earlier)) = self.carried.take() {
+        if let Some(earlier) = self.carried.take() {
             turn.recorder.emit(&Event::IngestResumed {
-                from_episode,
                 next: self.state.next as u32,
                 model_calls: earlier.model_calls,
                 usage: earlier.usage,
