@@ -5,7 +5,6 @@
 //! are derived from that traffic (`gateway/trajectory.rs`).
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -176,19 +175,12 @@ impl Agent for CliAgent {
             .collect();
         let command_for = |program: &str, args: &[String]| {
             let mut command = tokio::process::Command::new(program);
-            command
-                .args(args)
-                .env_clear()
-                .envs(environment.iter().map(|(k, v)| (k, v)))
-                .current_dir(&room.folder)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
+            command.args(args).env_clear().envs(environment.iter().map(|(k, v)| (k, v))).current_dir(&room.folder);
             command
         };
         for line in &setup {
-            let mut command = command_for("/bin/sh", &["-c".to_owned(), line.clone()]);
-            let ran = run(&mut command, &sandbox, "").await;
+            let command = command_for("/bin/sh", &["-c".to_owned(), line.clone()]);
+            let ran = run(&command, &sandbox, "").await;
             let (code, output) = match ran {
                 Ok(done) => (done.status.and_then(|s| s.code()), done.stdout + &done.stderr),
                 Err(e) => (None, e),
@@ -202,10 +194,10 @@ impl Agent for CliAgent {
                 ));
             }
         }
-        let mut command = command_for(&name, &argv[1..]);
+        let command = command_for(&name, &argv[1..]);
         let started = std::time::Instant::now();
         let (ran, ending) = tokio::select! {
-            done = run(&mut command, &sandbox, &program.input) => (done, None),
+            done = run(&command, &sandbox, &program.input) => (done, None),
             ending = handle.ended() => (Err(String::new()), Some(ending)),
         };
         handle.close();
@@ -255,11 +247,11 @@ struct Finished {
 /// Runs `command` in the sandbox under a keeper (its whole tree is killed when it ends, or
 /// when this future is dropped), `input` on its standard input.
 async fn run(
-    command: &mut tokio::process::Command,
+    command: &tokio::process::Command,
     sandbox: &Arc<Confinement>,
     input: &str,
 ) -> Result<Finished, String> {
-    let mut running = process::spawn(command, sandbox).map_err(|e| e.to_string())?;
+    let mut running = process::spawn(command, process::Input::Piped, sandbox).map_err(|e| e.to_string())?;
     let stdin = running.keeper.stdin.take();
     // Written while the output is read: a program that prints before it reads its input
     // (or never reads it) must not leave both sides waiting on full pipes.

@@ -386,12 +386,8 @@ impl Environment {
             .env("HOME", &host.scratch)
             .env("TMPDIR", &host.scratch)
             .env("LANG", "C.UTF-8")
-            .env("RUNNER_TOOLS_FD", "3")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .process_group(0);
-        let mut child = process::spawn_passing(&mut command, &host.sandbox, Some(theirs.as_raw_fd()))
+            .env("RUNNER_TOOLS_FD", "3");
+        let mut child = process::spawn_passing(&command, process::Input::Null, &host.sandbox, Some(theirs.as_raw_fd()))
             .map_err(|e| io("failed to start the interpreter", e))?;
         drop(theirs);
         let (Some(stdout), Some(stderr)) = (child.keeper.stdout.take(), child.keeper.stderr.take()) else {

@@ -1,6 +1,6 @@
 //! The sandbox every process a world starts runs in: commands of `shell`, `check:` scorers,
 //! interpreters. It is prepared once per world, in the runner, and entered by each new
-//! process between `fork` and `exec` with a handful of system calls that allocate nothing:
+//! process just before its `exec` with a handful of system calls that allocate nothing:
 //!
 //! - **files** (Landlock): read-write beneath the episode's own folders, read-only on the
 //!   system's (`/usr`, `/bin`, `/lib*`, `/etc` less what is hidden) and on the paths a world
@@ -404,36 +404,43 @@ impl Confinement {
         }
     }
 
-    /// Enters the sandbox: to be called in a freshly forked child, just before `exec`.
+    /// Enters the sandbox: to be called in a command's child, just before `exec`.
     ///
     /// # Safety
-    /// Only in a child of `fork` that will `exec` or exit next: it changes the process for
-    /// good. It makes only async-signal-safe system calls and allocates nothing.
+    /// Only in a child that will `exec` or exit next: it changes the process for good. It
+    /// makes only system calls, without the C library, and allocates nothing.
     pub unsafe fn enter(&self) -> io::Result<()> {
-        fn check(result: libc::c_long) -> io::Result<()> {
-            if result < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-        }
-        // SAFETY: system calls on this process alone, with values prepared by the parent.
+        use super::raw::call;
+        // SAFETY: system calls on this process alone, with values prepared by the parent,
+        // made without the C library (see `raw.rs`).
         unsafe {
             if let Some(cgroup) = &self.cgroup {
                 // "0" moves the writing process.
-                check(libc::write(cgroup.procs.as_raw_fd(), b"0".as_ptr().cast(), 1) as libc::c_long)?;
+                super::raw::write(cgroup.procs.as_raw_fd(), b"0")?;
             }
             for (resource, limit) in &self.limits {
-                check(libc::setrlimit(*resource, limit) as libc::c_long)?;
+                call(libc::SYS_prlimit64, &[0, *resource as usize, limit as *const libc::rlimit as usize, 0])?;
             }
-            check(libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) as libc::c_long)?;
+            call(libc::SYS_prctl, &[libc::PR_CAP_AMBIENT as usize, libc::PR_CAP_AMBIENT_CLEAR_ALL as usize, 0, 0, 0])?;
             if let Some(handover) = &self.unprivileged {
                 super::unprivileged::become_user(handover.id)?;
             }
             if let Some(ruleset) = &self.ruleset {
-                check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) as libc::c_long)?;
-                check(libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32))?;
+                call(libc::SYS_prctl, &[libc::PR_SET_NO_NEW_PRIVS as usize, 1, 0, 0, 0])?;
+                call(libc::SYS_landlock_restrict_self, &[ruleset.as_raw_fd() as usize, 0])?;
             }
             if let Some(filter) = &self.filter {
                 let program = libc::sock_fprog { len: filter.len() as u16, filter: filter.as_ptr().cast_mut() };
-                check(libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &program as *const _, 0, 0)
-                    as libc::c_long)?;
+                call(
+                    libc::SYS_prctl,
+                    &[
+                        libc::PR_SET_SECCOMP as usize,
+                        libc::SECCOMP_MODE_FILTER as usize,
+                        &program as *const libc::sock_fprog as usize,
+                        0,
+                        0,
+                    ],
+                )?;
             }
         }
         Ok(())

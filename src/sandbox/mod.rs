@@ -1,11 +1,13 @@
 //! Confinement of the processes a world starts, below every environment: the sandbox they
-//! enter between `fork` and `exec` (`confinement.rs`), the keeper that finds and kills all
-//! a command started (`process.rs`), the unprivileged user a root runner's processes become
+//! enter before `exec` (`confinement.rs`), the keeper that finds and kills all a command
+//! started (`process.rs`), the system calls both make without the C library (`raw.rs`),
+//! the unprivileged user a root runner's processes become
 //! (`unprivileged.rs`), and the runner's own open-files limit (`resources.rs`).
 //! It imports nothing else of the crate.
 
 mod confinement;
 pub mod process;
+mod raw;
 pub mod resources;
 mod unprivileged;
 

@@ -3,28 +3,40 @@
 //! leave its process group or session (`setsid`) or clear their environment — stays a
 //! descendant of the keeper, so it is found and killed when the command ends, however it
 //! ends. The keeper reports the shell's exit status on a pipe and reaps everything else.
-//! The keeper is a fork of the runner; the shell is started from it as `posix_spawn` does
-//! (a child sharing the keeper's memory until its `exec`), so that the runner's memory is
-//! copied once per command, not twice.
+//!
+//! Neither the keeper nor the shell's start copies the runner's memory: the keeper is a
+//! process that shares it (`clone(CLONE_VM)`) and runs on a small stack of its own, and it
+//! starts the shell as `posix_spawn` does (`CLONE_VM | CLONE_VFORK`, the shell running in
+//! that shared memory until its `exec`). Both therefore touch nothing of the runner's but
+//! what was prepared for them ([`Plan`]), allocate nothing, and make their system calls
+//! without the C library (`raw.rs`). A fork would copy the page tables of the runner's
+//! tens of MiB at every command, and every page either side wrote afterwards.
 //!
 //! The runner itself is not made a subreaper: orphans of other children (external agents,
 //! MCP servers) would then become its zombies, and telling them apart from the children
 //! tokio waits for is not possible.
 
-use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::ffi::CString;
+use std::io::{self, Read};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tokio::io::AsyncReadExt;
+use tokio::io::unix::AsyncFd;
 use tokio::net::unix::pipe;
-use tokio::process::{Child, Command};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 
 use super::confinement::Confinement;
+use super::raw;
 
 /// The `PATH` commands get: the system's programs only.
 pub const SAFE_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Where a program named without a slash is looked for when its command sets no `PATH`,
+/// as the C library's `execvp` does.
+const DEFAULT_PATH: &str = "/bin:/usr/bin";
 
 /// The first executable file called `name` in the folders of `path` (a `PATH` value), as
 /// a shell finds it.
@@ -36,84 +48,204 @@ pub fn find_program(name: &str, path: &str) -> Option<std::path::PathBuf> {
         .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
 }
 
-/// A started command: the keeper (the child tokio knows), the pipe on which it reports the
-/// shell's status, and the guard that kills the whole tree.
+/// What a command reads: a pipe the runner writes (`ChildStdin`), or nothing (`/dev/null`).
+/// Its output and errors are always pipes the runner reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Input {
+    Piped,
+    Null,
+}
+
+/// A started command: the keeper (the child the runner reaps), the pipe on which it
+/// reports the shell's status, and the guard that kills the whole tree.
 pub struct Supervised {
     /// First, so that it drops first: killing the keeper before its descendants would
     /// hand them to init.
     pub tree: Tree,
-    pub keeper: Child,
+    pub keeper: Keeper,
     status: pipe::Receiver,
 }
 
-/// Starts `command` (a shell) under a keeper, the shell inside `sandbox` (the keeper stays
-/// outside, to kill what the shell starts). The command should ask for its own process
-/// group; the shell then gets a group of its own, so that a `kill 0` spares the keeper.
-/// Its environment is only the variables set on it, as after `env_clear`.
-pub fn spawn(command: &mut Command, sandbox: &Arc<Confinement>) -> io::Result<Supervised> {
-    spawn_passing(command, sandbox, None)
+/// Starts `command` (its program, arguments, variables and working folder; nothing else of
+/// it is read) under a keeper, the shell inside `sandbox` (the keeper stays outside, to
+/// kill what the shell starts). The keeper and the shell each get a process group of their
+/// own, so that a `kill 0` spares the keeper and a Ctrl-C at the terminal reaches neither.
+/// The environment is only the variables set on `command`, as after `env_clear`.
+pub fn spawn(command: &Command, input: Input, sandbox: &Arc<Confinement>) -> io::Result<Supervised> {
+    spawn_passing(command, input, sandbox, None)
 }
 
 /// [`spawn`], the command also getting `pass` as its descriptor 3 (a socket to talk back
 /// to the runner on, say).
 pub fn spawn_passing(
-    command: &mut Command,
+    command: &Command,
+    input: Input,
     sandbox: &Arc<Confinement>,
-    pass: Option<std::os::fd::RawFd>,
+    pass: Option<RawFd>,
 ) -> io::Result<Supervised> {
+    let command = command.as_std();
     // The child enters it before `exec`, and its failure would read as a missing program.
-    if let Some(dir) = command.as_std().get_current_dir() {
-        let entered = std::fs::metadata(dir)
-            .and_then(|m| if m.is_dir() { Ok(()) } else { Err(io::ErrorKind::NotADirectory.into()) });
-        if let Err(e) = entered {
-            return Err(io::Error::new(
-                e.kind(),
-                format!("its working directory `{}` cannot be entered: {e}", dir.display()),
-            ));
-        }
-    }
-    let sandbox = sandbox.clone();
-    sandbox.hand_over();
-    let argv = Argv::of(command.as_std())?;
-    let (read, write) = status_pipe()?;
-    let report = write.as_raw_fd();
-    // The runner raised its own limit of open files; the command gets the one it started with.
-    let files_limit = super::resources::starting_open_files_limit();
-    // SAFETY: the closure runs in the forked child and only makes async-signal-safe calls
-    // (prctl, signal, mmap, clone, setpgid, setrlimit, close_range, waitpid, write, execvp,
-    // _exit, and the sandbox's own, see `Confinement::enter`); it allocates nothing.
-    unsafe {
-        command.pre_exec(move || {
-            // The keeper's parent is the runner; should the runner die (SIGKILL, a second
-            // Ctrl-C), the keeper sees another parent and ends the command's tree itself.
-            let runner = libc::getppid();
-            #[cfg(target_os = "linux")]
-            if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
+    let cwd = match command.get_current_dir() {
+        Some(dir) => {
+            let entered = std::fs::metadata(dir)
+                .and_then(|m| if m.is_dir() { Ok(()) } else { Err(io::ErrorKind::NotADirectory.into()) });
+            if let Err(e) = entered {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("its working directory `{}` cannot be entered: {e}", dir.display()),
+                ));
             }
-            // The runtime's SIGCHLD handler was inherited; the keeper waits plainly.
-            libc::signal(libc::SIGCHLD, libc::SIG_DFL);
-            let shell = Shell { argv: &argv, files_limit: files_limit.as_ref(), pass, sandbox: &sandbox, failed: 0 };
-            let pid = start_shell(shell)?;
-            keep(pid, report, runner)
+            Some(c_string(dir.as_os_str())?)
+        }
+        None => None,
+    };
+    reap_orphans();
+    sandbox.hand_over();
+    let argv = Argv::of(command)?;
+    let (stdin, child_stdin) = match input {
+        Input::Piped => {
+            let (read, write) = cloexec_pipe()?;
+            (Some(write), above_stdio(read)?)
+        }
+        Input::Null => (None, above_stdio(std::fs::File::open("/dev/null")?.into())?),
+    };
+    let (stdout, child_stdout) = cloexec_pipe()?;
+    let (stderr, child_stderr) = cloexec_pipe()?;
+    let (child_stdout, child_stderr) = (above_stdio(child_stdout)?, above_stdio(child_stderr)?);
+    let (report, child_report) = cloexec_pipe()?;
+    let pass = pass.map(duplicate_above_stdio).transpose()?;
+    let stacks = Stacks::new()?;
+    let plan = Plan {
+        program: argv.program()?,
+        argv,
+        cwd,
+        stdio: [child_stdin.as_raw_fd(), child_stdout.as_raw_fd(), child_stderr.as_raw_fd()],
+        pass: pass.as_ref().map(|fd| fd.as_raw_fd()),
+        files_limit: super::resources::starting_open_files_limit(),
+        sandbox: sandbox.clone(),
+        report: child_report.as_raw_fd(),
+        lifeline: lifeline()?,
+        shell_stack: stacks.top(1),
+    };
+    // SAFETY: the stacks stay alive until the keeper is reaped (the keeper owns them), and
+    // the plan until the keeper has reported the shell's start, read below.
+    let pid = unsafe { start_keeper(&plan, &stacks) };
+    // The child's ends are the keeper's now (or nobody's): the runner's copies go.
+    drop((child_stdin, child_stdout, child_stderr, child_report, pass));
+    let pid = pid?;
+    let mut keeper = Keeper::new(pid, stacks);
+    // The keeper says at once whether the shell started; only the keeper held the writing
+    // end, so its death reads as an end of file.
+    let mut report = std::fs::File::from(report);
+    let mut started = [0u8; 8];
+    let outcome = report.read_exact(&mut started);
+    drop(plan);
+    let (tag, value) = (
+        i32::from_ne_bytes([started[0], started[1], started[2], started[3]]),
+        i32::from_ne_bytes([started[4], started[5], started[6], started[7]]),
+    );
+    if outcome.is_err() || tag != STARTED {
+        keeper.reap_now();
+        return Err(match outcome {
+            Err(_) => io::Error::other("the command's keeper ended before it could start the command"),
+            Ok(()) => io::Error::from_raw_os_error(value),
         });
     }
-    let keeper = command.spawn()?;
-    // Only the keeper may hold the writing end: its death then reads as an end of file.
-    drop(write);
-    let tree = Tree(keeper.id().map(|id| id as libc::pid_t));
-    let status = pipe::Receiver::from_owned_fd(read)?;
+    let tree = Tree(Some(pid));
+    let wrap = |fd: OwnedFd| tokio::process::ChildStdout::from_std(std::process::ChildStdout::from(fd));
+    keeper.stdin = stdin.map(|fd| ChildStdin::from_std(std::process::ChildStdin::from(fd))).transpose()?;
+    keeper.stdout = Some(wrap(stdout)?);
+    keeper.stderr = Some(ChildStderr::from_std(std::process::ChildStderr::from(stderr))?);
+    let status = pipe::Receiver::from_owned_fd(report.into())?;
     Ok(Supervised { tree, keeper, status })
 }
 
-/// A command's program, arguments and environment, ready for `execvp` in the keeper's
-/// child: made in the runner, since nothing may be allocated after the fork.
+/// The first report's tag when the shell started (its value: the shell's pid); any other
+/// tag is a failure, its value the error number.
+const STARTED: i32 = 0;
+const FAILED: i32 = 1;
+
+/// A path or word as a C string; a NUL byte in it is refused.
+fn c_string(text: &std::ffi::OsStr) -> io::Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(text.as_bytes()).map_err(|_| {
+        io::Error::new(io::ErrorKind::InvalidInput, "a command's word, variable or folder holds a NUL byte")
+    })
+}
+
+/// A pipe, both ends closed on `exec`: (reading end, writing end).
+fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills `fds` with two new descriptors, which are then owned here.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
+}
+
+/// A copy of `fd` numbered 4 or more, closed on `exec`: the shell's child puts descriptors
+/// onto 0 to 3, which must not be one of those it takes them from.
+fn duplicate_above_stdio(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor, owned from here on.
+    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 4) };
+    if copy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy) })
+}
+
+/// `fd` itself when it is numbered 4 or more, else a copy that is.
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() >= 4 { Ok(fd) } else { duplicate_above_stdio(fd.as_raw_fd()) }
+}
+
+/// The reading end of the runner's lifeline: a pipe whose writing end only the runner
+/// holds, open for as long as it lives. Every keeper watches it: when the runner dies,
+/// however it dies, the keeper sees the pipe's end and kills the command's tree.
+fn lifeline() -> io::Result<RawFd> {
+    static LIFELINE: OnceLock<Result<(OwnedFd, OwnedFd), String>> = OnceLock::new();
+    match LIFELINE.get_or_init(|| cloexec_pipe().map_err(|e| e.to_string())) {
+        Ok((read, _write)) => Ok(read.as_raw_fd()),
+        Err(e) => Err(io::Error::other(format!("the commands' lifeline: {e}"))),
+    }
+}
+
+/// What the keeper and the shell's child need, made in the runner (nothing may be
+/// allocated after the clone) and read by them until the keeper reports the shell's start.
+struct Plan {
+    /// The top of the stack the shell's child runs on until its `exec`.
+    shell_stack: *mut u8,
+    argv: Argv,
+    /// The program's path, found in the command's `PATH` as `execvp` would.
+    program: CString,
+    cwd: Option<CString>,
+    /// The shell's descriptors 0, 1 and 2, each numbered 4 or more in the runner.
+    stdio: [RawFd; 3],
+    /// The shell's descriptor 3, numbered 4 or more in the runner.
+    pass: Option<RawFd>,
+    /// The runner raised its own limit of open files; the command gets the one it started with.
+    files_limit: Option<libc::rlimit>,
+    sandbox: Arc<Confinement>,
+    /// The writing end of the keeper's reports.
+    report: RawFd,
+    /// The reading end of the runner's lifeline.
+    lifeline: RawFd,
+}
+
+/// A command's program, arguments and environment, ready for `execve` in the keeper's
+/// child: made in the runner, since nothing may be allocated after the clone.
 struct Argv {
-    _strings: Vec<std::ffi::CString>,
+    _strings: Vec<CString>,
     /// Pointers into `_strings`, each list ending with a null: the program and its
     /// arguments, then the environment's `NAME=value` entries.
     argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
+    /// The program as named, and the command's `PATH`, if it sets one.
+    name: std::ffi::OsString,
+    path: Option<std::ffi::OsString>,
 }
 
 // SAFETY: the pointers point into the strings owned beside them, which never change.
@@ -123,132 +255,475 @@ unsafe impl Sync for Argv {}
 
 impl Argv {
     /// The command's words, and only the variables set on it: a command is given none of
-    /// the runner's (its callers clear the environment, and the keeper's start applies the
-    /// variables only after the hook that starts the shell).
+    /// the runner's (its callers clear the environment).
     fn of(command: &std::process::Command) -> io::Result<Argv> {
         use std::os::unix::ffi::OsStrExt;
-        let nul = |_| io::Error::new(io::ErrorKind::InvalidInput, "a command's word or variable holds a NUL byte");
         let words = std::iter::once(command.get_program()).chain(command.get_args());
-        let words: Vec<std::ffi::CString> =
-            words.map(|w| std::ffi::CString::new(w.as_bytes())).collect::<Result<_, _>>().map_err(nul)?;
-        let variables: Vec<std::ffi::CString> = command
+        let words: Vec<CString> = words.map(c_string).collect::<Result<_, _>>()?;
+        let mut path = None;
+        let variables: Vec<CString> = command
             .get_envs()
-            .filter_map(|(name, value)| Some([name.as_bytes(), b"=", value?.as_bytes()].concat()))
-            .map(std::ffi::CString::new)
-            .collect::<Result<_, _>>()
-            .map_err(nul)?;
-        let ended = |strings: &[std::ffi::CString]| {
-            strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect()
-        };
+            .filter_map(|(name, value)| {
+                let value = value?;
+                if name == "PATH" {
+                    path = Some(value.to_owned());
+                }
+                Some([name.as_bytes(), b"=", value.as_bytes()].concat())
+            })
+            .map(|v| CString::new(v).map_err(|_| c_string(std::ffi::OsStr::new("\0")).unwrap_err()))
+            .collect::<Result<_, _>>()?;
+        let ended =
+            |strings: &[CString]| strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
         let (argv, envp) = (ended(&words), ended(&variables));
-        Ok(Argv { _strings: words.into_iter().chain(variables).collect(), argv, envp })
+        Ok(Argv {
+            _strings: words.into_iter().chain(variables).collect(),
+            argv,
+            envp,
+            name: command.get_program().to_owned(),
+            path,
+        })
+    }
+
+    /// The program's path: as named when the name holds a slash, else the first executable
+    /// file of that name in the command's `PATH`. A missing program is `ENOENT`, as
+    /// `execvp`'s.
+    fn program(&self) -> io::Result<CString> {
+        use std::os::unix::ffi::OsStrExt;
+        if self.name.as_bytes().contains(&b'/') {
+            return c_string(&self.name);
+        }
+        let path = self.path.as_deref().and_then(|p| p.to_str()).unwrap_or(DEFAULT_PATH);
+        let found = self.name.to_str().and_then(|name| find_program(name, path));
+        match found {
+            Some(found) => c_string(found.as_os_str()),
+            None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        }
     }
 }
 
-/// What the shell's start needs, on the keeper's stack; `failed` is where the shell's child
-/// leaves the error number of a failed start.
-struct Shell<'a> {
-    argv: &'a Argv,
-    files_limit: Option<&'a libc::rlimit>,
-    pass: Option<std::os::fd::RawFd>,
-    sandbox: &'a Confinement,
-    failed: libc::c_int,
+/// The keeper's stack and the shell's child's, each above a page that may not be touched,
+/// so that an overflow faults instead of writing into the runner's memory.
+struct Stacks {
+    base: *mut libc::c_void,
 }
 
-/// The stack of the shell's child, which lives only until its `exec`.
-const SHELL_STACK_BYTES: usize = 256 * 1024;
+// SAFETY: a mapping of this process, unmapped once by whoever owns it.
+unsafe impl Send for Stacks {}
 
-/// In the keeper: starts the shell as posix_spawn does, a child that shares the keeper's
-/// memory and runs until its `exec` while the keeper waits (`CLONE_VM | CLONE_VFORK`), so
-/// that the runner's memory, which the keeper was forked with, is not copied a second
-/// time. The shell's failure to start (its sandbox, its program) is the keeper's error.
-///
-/// SAFETY: to be called only in a freshly forked child (the keeper).
-unsafe fn start_shell(mut shell: Shell<'_>) -> io::Result<libc::pid_t> {
-    extern "C" fn run(arg: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: `arg` is the keeper's `Shell`, alive while the keeper waits for this `exec`.
+/// Each stack's size, and the guard page below it.
+const STACK_BYTES: usize = 128 * 1024;
+const GUARD_BYTES: usize = 4096;
+const STACKS_BYTES: usize = 2 * (GUARD_BYTES + STACK_BYTES);
+
+impl Stacks {
+    fn new() -> io::Result<Stacks> {
+        // SAFETY: a fresh mapping, owned by the `Stacks` returned; its guard pages made
+        // inaccessible.
         unsafe {
-            let shell = &mut *arg.cast::<Shell<'_>>();
-            let failed = enter_and_exec(shell).raw_os_error().unwrap_or(libc::EINVAL);
-            shell.failed = failed;
-            libc::_exit(127)
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                STACKS_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
+            if base == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            let stacks = Stacks { base };
+            for guard in [0, GUARD_BYTES + STACK_BYTES] {
+                if libc::mprotect(base.cast::<u8>().add(guard).cast(), GUARD_BYTES, libc::PROT_NONE) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(stacks)
         }
     }
-    // SAFETY: a fresh mapping, given to the child as its stack and unmapped once it has
-    // exec'd or exited (CLONE_VFORK returns only then).
-    unsafe {
-        let stack = libc::mmap(
-            std::ptr::null_mut(),
-            SHELL_STACK_BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        );
-        if stack == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+
+    /// The top of the keeper's stack (0) or of the shell's child's (1), 16-byte aligned.
+    fn top(&self, which: usize) -> *mut u8 {
+        // SAFETY: within the mapping.
+        unsafe { self.base.cast::<u8>().add((which + 1) * (GUARD_BYTES + STACK_BYTES)) }
+    }
+}
+
+impl Drop for Stacks {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, which nothing runs on any more.
+        unsafe {
+            libc::munmap(self.base, STACKS_BYTES);
         }
-        // No handler of the runner's may run in the child while it shares this memory.
+    }
+}
+
+/// Starts the keeper: a process sharing the runner's memory, on the first of `stacks`,
+/// running [`keeper`] with `plan`. No handler of the runner's may run in it: it starts with
+/// every signal blocked, and keeps them so.
+///
+/// SAFETY: `plan` must stay alive until the keeper has reported the shell's start, and
+/// `stacks` until the keeper is reaped.
+unsafe fn start_keeper(plan: &Plan, stacks: &Stacks) -> io::Result<libc::pid_t> {
+    // SAFETY: the mask is restored below; the clone's promises are the caller's.
+    unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut before: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut before);
-        let top = stack.cast::<u8>().add(SHELL_STACK_BYTES).cast::<libc::c_void>();
-        let arg = (&mut shell as *mut Shell<'_>).cast::<libc::c_void>();
-        let pid = libc::clone(run, top, libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, arg);
-        let cloned = io::Error::last_os_error();
-        libc::sigprocmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
-        libc::munmap(stack, SHELL_STACK_BYTES);
-        if pid < 0 {
-            return Err(cloned);
-        }
-        if shell.failed != 0 {
-            let mut status = 0;
-            libc::waitpid(pid, &mut status, 0);
-            return Err(io::Error::from_raw_os_error(shell.failed));
-        }
-        Ok(pid)
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut before);
+        let arg = (plan as *const Plan).cast_mut().cast::<libc::c_void>();
+        let pid = raw::clone(libc::CLONE_VM | libc::SIGCHLD, stacks.top(0), keeper, arg);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &before, std::ptr::null_mut());
+        pid
     }
 }
 
-/// In the shell's child: its own process group, the command's limits and descriptor, the
-/// sandbox, then the program. Returns only the error that stopped it.
+/// The keeper: its own process group, a subreaper, the shell started and its start
+/// reported; then [`keep`]. It shares the runner's memory: see the module's documentation.
+extern "C" fn keeper(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the runner's `Plan`, alive until the report below is read.
+    let plan = unsafe { &*arg.cast::<Plan>() };
+    let (report, lifeline) = (plan.report, plan.lifeline);
+    // SAFETY: system calls on this process alone.
+    let made = unsafe {
+        let _ = raw::call(libc::SYS_setpgid, &[0, 0]);
+        let _ = raw::call(libc::SYS_prctl, &[libc::PR_SET_NAME as usize, c"keeper".as_ptr() as usize]);
+        raw::call(libc::SYS_prctl, &[libc::PR_SET_CHILD_SUBREAPER as usize, 1])
+    };
+    let started = made.and_then(|_| start_shell(plan));
+    let (tag, value) = match &started {
+        Ok(pid) => (STARTED, *pid),
+        Err(e) => (FAILED, e.raw_os_error().unwrap_or(libc::EINVAL)),
+    };
+    let mut message = [0u8; 8];
+    message[..4].copy_from_slice(&tag.to_ne_bytes());
+    message[4..].copy_from_slice(&value.to_ne_bytes());
+    // The plan may be gone once this is written: what is needed of it was copied above.
+    let _ = raw::write(report, &message);
+    match started {
+        Ok(shell) => keep(shell, report, lifeline),
+        Err(_) => raw::exit(0),
+    }
+}
+
+/// What the shell's child is given: the plan, and where it leaves the error number of a
+/// failed start.
+struct Shell<'a> {
+    plan: &'a Plan,
+    failed: libc::c_int,
+}
+
+/// In the keeper: starts the shell as posix_spawn does, a child that shares the memory and
+/// runs until its `exec` while the keeper waits (`CLONE_VM | CLONE_VFORK`). The shell's
+/// failure to start (its sandbox, its program) is the keeper's error.
+fn start_shell(plan: &Plan) -> io::Result<libc::pid_t> {
+    extern "C" fn run(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` is the keeper's `Shell`, alive while the keeper waits for this `exec`.
+        let shell = unsafe { &mut *arg.cast::<Shell<'_>>() };
+        // SAFETY: in the shell's child, which execs or exits next.
+        let failed = unsafe { enter_and_exec(shell.plan) };
+        shell.failed = failed.raw_os_error().unwrap_or(libc::EINVAL);
+        127
+    }
+    let mut shell = Shell { plan, failed: 0 };
+    let arg = (&mut shell as *mut Shell<'_>).cast::<libc::c_void>();
+    // SAFETY: the shell's stack is the plan's, unused by anything else; `shell` lives on
+    // this stack until the child has exec'd or exited (CLONE_VFORK returns only then).
+    let pid = unsafe { raw::clone(libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, plan.shell_stack, run, arg) }?;
+    // SAFETY: the child wrote it before it ended, and is done with it.
+    let failed = unsafe { std::ptr::read_volatile(&shell.failed) };
+    if failed != 0 {
+        let mut status = 0;
+        let _ = raw::wait(pid, &mut status, 0);
+        return Err(io::Error::from_raw_os_error(failed));
+    }
+    Ok(pid)
+}
+
+/// In the shell's child: its working folder, its own process group, the command's limits,
+/// the sandbox, its descriptors, then the program. Returns only the error that stopped it.
 ///
 /// SAFETY: only in the child of [`start_shell`].
-unsafe fn enter_and_exec(shell: &Shell<'_>) -> io::Error {
+unsafe fn enter_and_exec(plan: &Plan) -> io::Error {
     // SAFETY: system calls on this process alone, with values prepared by the runner.
-    unsafe {
-        // The runner ignores SIGPIPE; a command gets the default (`yes | head`).
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        libc::setpgid(0, 0);
-        if let Some(limit) = shell.files_limit {
-            libc::setrlimit(libc::RLIMIT_NOFILE, limit);
-        }
-        if let Some(fd) = shell.pass {
-            // dup2 onto itself would keep close-on-exec: clear it then.
-            if fd == 3 {
-                libc::fcntl(3, libc::F_SETFD, 0);
-            } else if libc::dup2(fd, 3) < 0 {
-                return io::Error::last_os_error();
+    let entered = unsafe {
+        (|| -> io::Result<()> {
+            // The runner ignores SIGPIPE; a command gets the default (`yes | head`). A
+            // handler of zeroes is SIG_DFL.
+            let default = [0usize; 4];
+            raw::call(libc::SYS_rt_sigaction, &[libc::SIGPIPE as usize, default.as_ptr() as usize, 0, 8])?;
+            if let Some(cwd) = &plan.cwd {
+                raw::call(libc::SYS_chdir, &[cwd.as_ptr() as usize])?;
+            }
+            raw::call(libc::SYS_setpgid, &[0, 0])?;
+            if let Some(limit) = &plan.files_limit {
+                let limit = limit as *const libc::rlimit as usize;
+                raw::call(libc::SYS_prlimit64, &[0, libc::RLIMIT_NOFILE as usize, limit, 0])?;
+            }
+            plan.sandbox.enter()?;
+            for (to, from) in plan.stdio.iter().enumerate() {
+                raw::call(libc::SYS_dup3, &[*from as usize, to, 0])?;
+            }
+            if let Some(fd) = plan.pass {
+                raw::call(libc::SYS_dup3, &[fd as usize, 3, 0])?;
+            }
+            // The keeper's mask blocks everything; the command starts with nothing blocked.
+            let none = 0u64;
+            raw::call(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as usize, &none as *const u64 as usize, 0, 8])?;
+            let (program, argv, envp) = (plan.program.as_ptr(), plan.argv.argv.as_ptr(), plan.argv.envp.as_ptr());
+            raw::call(libc::SYS_execve, &[program as usize, argv as usize, envp as usize])?;
+            Ok(())
+        })()
+    };
+    entered.err().unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// The keeper's life: reap every child (orphans of the command are reparented to it),
+/// report the shell's status when it exits, and exit when no child is left. When the
+/// runner's lifeline ends (the runner died, however it died), it kills the command's whole
+/// tree and exits, so that nothing outlives a runner killed outright. It waits for either
+/// on a `signalfd` of SIGCHLD and the lifeline, signals all blocked.
+fn keep(shell: libc::pid_t, report: RawFd, lifeline: RawFd) -> ! {
+    // Copies of the runner's descriptors (other commands' pipes among them) would keep
+    // those open for as long as this command lives.
+    let (low, high) = (report.min(lifeline), report.max(lifeline));
+    close_from(0, low);
+    close_from(low + 1, high);
+    close_from(high + 1, libc::c_int::MAX);
+    let children: u64 = 1 << (libc::SIGCHLD - 1);
+    // SAFETY: signalfd4 reads the mask given and makes a descriptor of this process.
+    let signals = unsafe {
+        raw::call(
+            libc::SYS_signalfd4,
+            &[usize::MAX, &children as *const u64 as usize, 8, (libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) as usize],
+        )
+    }
+    .ok()
+    .map(|fd| fd as RawFd);
+    let mut report = Some(report);
+    loop {
+        loop {
+            let mut status = 0;
+            match raw::wait(-1, &mut status, libc::WNOHANG) {
+                Ok(0) => break,
+                Ok(pid) if pid == shell => {
+                    if let Some(fd) = report.take() {
+                        let _ = raw::write(fd, &status.to_ne_bytes());
+                        raw::close(fd);
+                    }
+                }
+                Ok(_) => {}
+                // No child left.
+                Err(_) => raw::exit(0),
             }
         }
-        if let Err(e) = shell.sandbox.enter() {
-            return e;
+        let mut fds = [
+            libc::pollfd { fd: lifeline, events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: signals.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+        ];
+        // Without a signalfd (a kernel without it), children are looked for every 50 ms.
+        let every = libc::timespec { tv_sec: 0, tv_nsec: 50_000_000 };
+        let timeout = if signals.is_some() { 0 } else { &every as *const libc::timespec as usize };
+        // SAFETY: ppoll fills the `revents` of the descriptors given.
+        let _ = unsafe { raw::call(libc::SYS_ppoll, &[fds.as_mut_ptr() as usize, fds.len(), timeout, 0, 8]) };
+        if fds[0].revents != 0 {
+            kill_tree_and_exit(shell);
         }
-        // The keeper's mask was empty (the command's own start cleared it).
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut none);
-        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        // The command's environment, also where `execvp` looks for the program. The
-        // keeper's memory is shared until `exec`: the keeper's copy changes too, and it
-        // reads no variable again.
-        unsafe extern "C" {
-            static mut environ: *const *const libc::c_char;
+        if let Some(fd) = signals {
+            let mut drained = [0u8; 1024];
+            // SAFETY: read fills the buffer given.
+            while unsafe { raw::call(libc::SYS_read, &[fd as usize, drained.as_mut_ptr() as usize, drained.len()]) }
+                .is_ok_and(|n| n > 0)
+            {}
         }
-        environ = shell.argv.envp.as_ptr();
-        libc::execvp(shell.argv.argv[0], shell.argv.argv.as_ptr());
-        io::Error::last_os_error()
     }
+}
+
+/// In the keeper: kills the shell's process group, then every child the keeper has (what
+/// escaped the group was reparented to it), until none is left; then exits.
+fn kill_tree_and_exit(shell: libc::pid_t) -> ! {
+    raw::kill(-shell, libc::SIGKILL);
+    let mut buffer = [0u8; 64];
+    // SAFETY: getpid takes nothing.
+    let own = unsafe { raw::call(libc::SYS_getpid, &[]) }.unwrap_or(0) as u32;
+    let path = children_path(own, &mut buffer);
+    for _ in 0..1000 {
+        let mut buf = [0u8; 4096];
+        // SAFETY: a NUL-terminated path; the descriptor is closed below.
+        let opened = unsafe {
+            raw::call(
+                libc::SYS_openat,
+                &[libc::AT_FDCWD as usize, path.as_ptr() as usize, (libc::O_RDONLY | libc::O_CLOEXEC) as usize],
+            )
+        };
+        let n = match opened {
+            Ok(fd) => {
+                // SAFETY: read fills the buffer given.
+                let n = unsafe { raw::call(libc::SYS_read, &[fd, buf.as_mut_ptr() as usize, buf.len()]) };
+                raw::close(fd as RawFd);
+                n.unwrap_or(0)
+            }
+            Err(_) => 0,
+        };
+        let mut current: libc::pid_t = 0;
+        for &b in buf.iter().take(n) {
+            if b.is_ascii_digit() {
+                current = current * 10 + libc::pid_t::from(b - b'0');
+            } else if current > 0 {
+                raw::kill(current, libc::SIGKILL);
+                current = 0;
+            }
+        }
+        // Reap what died; no child left means nothing is left to kill.
+        let mut status = 0;
+        while raw::wait(-1, &mut status, libc::WNOHANG).is_ok_and(|pid| pid > 0) {}
+        if raw::wait(-1, &mut status, libc::WNOHANG).is_err() {
+            raw::exit(0);
+        }
+        let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+        // SAFETY: nanosleep reads the time given.
+        let _ = unsafe { raw::call(libc::SYS_nanosleep, &[&pause as *const libc::timespec as usize, 0]) };
+    }
+    raw::exit(0)
+}
+
+/// `/proc/self/task/PID/children` (NUL-terminated) written into `buffer`, without leading
+/// zeros, which procfs does not accept. It allocates nothing: the keeper runs it.
+fn children_path(pid: u32, buffer: &mut [u8; 64]) -> &[u8] {
+    const HEAD: &[u8] = b"/proc/self/task/";
+    const TAIL: &[u8] = b"/children\0";
+    let mut digits = [0u8; 10];
+    let mut start = digits.len();
+    let mut rest = pid;
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    let mut len = 0;
+    for part in [HEAD, &digits[start..], TAIL] {
+        buffer[len..len + part.len()].copy_from_slice(part);
+        len += part.len();
+    }
+    &buffer[..len]
+}
+
+/// Closes descriptors `first..last` (exclusive of `last`).
+fn close_from(first: libc::c_int, last: libc::c_int) {
+    if first >= last {
+        return;
+    }
+    // SAFETY: closing descriptors of this process; close_range needs Linux 5.9.
+    if unsafe { raw::call(libc::SYS_close_range, &[first as usize, (last - 1) as usize, 0]) }.is_ok() {
+        return;
+    }
+    for fd in first..last.min(65_536) {
+        raw::close(fd);
+    }
+}
+
+/// The keeper, as the runner sees it: its pid, the command's pipes, and its end.
+pub struct Keeper {
+    pid: libc::pid_t,
+    pub stdin: Option<ChildStdin>,
+    pub stdout: Option<ChildStdout>,
+    pub stderr: Option<ChildStderr>,
+    /// A descriptor that becomes readable when the keeper ends (a pidfd), if the kernel
+    /// has them; without one, the keeper is looked for every few milliseconds.
+    ended: Option<AsyncFd<OwnedFd>>,
+    /// Its status, once reaped.
+    status: Option<ExitStatus>,
+    /// What the keeper runs on, unmapped once it is reaped.
+    stacks: Option<Stacks>,
+}
+
+impl Keeper {
+    fn new(pid: libc::pid_t, stacks: Stacks) -> Keeper {
+        // SAFETY: pidfd_open makes a descriptor of this process, owned from here on; the
+        // keeper is not reaped yet, so its pid is its own.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        // SAFETY: as above.
+        let ended = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) });
+        // SAFETY: an owned descriptor, which stays open and the same while registered.
+        let ended =
+            ended.and_then(|fd| unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok());
+        Keeper { pid, stdin: None, stdout: None, stderr: None, ended, status: None, stacks: Some(stacks) }
+    }
+
+    /// The keeper's pid, until it is reaped.
+    pub fn id(&self) -> Option<u32> {
+        self.status.is_none().then_some(self.pid as u32)
+    }
+
+    /// Waits for the keeper to end (it ends once every process of the command has).
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(status) = self.try_reap()? {
+                return Ok(status);
+            }
+            match &self.ended {
+                Some(ended) => ended.readable().await?.clear_ready(),
+                None => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
+            }
+        }
+    }
+
+    /// Its status, reaping it if it has ended.
+    fn try_reap(&mut self) -> io::Result<Option<ExitStatus>> {
+        if let Some(status) = self.status {
+            return Ok(Some(status));
+        }
+        let mut raw_status = 0;
+        // SAFETY: waitpid on this process's own child, writing the status given.
+        let reaped = unsafe { libc::waitpid(self.pid, &mut raw_status, libc::WNOHANG) };
+        if reaped < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if reaped == 0 {
+            return Ok(None);
+        }
+        self.status = Some(ExitStatus::from_raw(raw_status));
+        self.stacks = None;
+        Ok(self.status)
+    }
+
+    /// Waits for a keeper that is ending of itself (it failed to start the shell).
+    fn reap_now(&mut self) {
+        let mut raw_status = 0;
+        // SAFETY: waitpid on this process's own child, writing the status given.
+        if unsafe { libc::waitpid(self.pid, &mut raw_status, 0) } == self.pid {
+            self.status = Some(ExitStatus::from_raw(raw_status));
+            self.stacks = None;
+        }
+    }
+}
+
+impl Drop for Keeper {
+    /// A keeper not reaped yet (the tree, killed first, is dying) is reaped later, with its
+    /// stacks, by the next command's start.
+    fn drop(&mut self) {
+        if matches!(self.try_reap(), Ok(None))
+            && let Some(stacks) = self.stacks.take()
+        {
+            let mut orphans = ORPHANS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            orphans.push((self.pid, stacks));
+        }
+    }
+}
+
+/// Keepers dropped before they ended, and their stacks.
+static ORPHANS: Mutex<Vec<(libc::pid_t, Stacks)>> = Mutex::new(Vec::new());
+
+/// Reaps the keepers dropped earlier that have ended since, unmapping their stacks.
+fn reap_orphans() {
+    let mut orphans = ORPHANS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    orphans.retain(|(pid, _)| {
+        let mut status = 0;
+        // SAFETY: waitpid on this process's own child.
+        unsafe { libc::waitpid(*pid, &mut status, libc::WNOHANG) == 0 }
+    });
 }
 
 impl Supervised {
@@ -259,9 +734,7 @@ impl Supervised {
         self.status.read_exact(&mut raw).await.ok()?;
         Some(ExitStatus::from_raw(i32::from_ne_bytes(raw)))
     }
-}
 
-impl Supervised {
     /// A handle to stop the command with while its output is being read.
     pub fn stopper(&self) -> Stopper {
         Stopper(self.tree.0)
@@ -290,139 +763,6 @@ impl Stopper {
                 libc::kill(-pid, libc::SIGTERM);
                 libc::kill(pid, libc::SIGTERM);
             }
-        }
-    }
-}
-
-fn status_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills `fds` with two new descriptors, which are then owned here.
-    unsafe {
-        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        use std::os::fd::FromRawFd;
-        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
-    }
-}
-
-/// The keeper's life: reap every child (orphans of the command are reparented to it),
-/// report the shell's status when it exits, and exit when no child is left. Once a second
-/// it looks whether the runner (its parent) is still there; when it is not, it kills the
-/// command's whole tree and exits, so that nothing outlives a runner killed outright.
-///
-/// SAFETY: to be called only in a freshly forked child, with `report` open.
-unsafe fn keep(shell: libc::pid_t, report: libc::c_int, runner: libc::pid_t) -> ! {
-    extern "C" fn wake(_: libc::c_int) {}
-    // SAFETY: async-signal-safe calls on descriptors and children of this process only.
-    unsafe {
-        // Copies of the runner's descriptors (other commands' pipes among them) would keep
-        // those open for as long as this command lives.
-        close_from(0, report);
-        close_from(report + 1, libc::c_int::MAX);
-        // SIGALRM interrupts the wait below (no SA_RESTART), so the parent is checked.
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = wake as *const () as libc::sighandler_t;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGALRM, &action, std::ptr::null_mut());
-        let mut report = Some(report);
-        loop {
-            if libc::getppid() != runner {
-                kill_tree_and_exit(shell);
-            }
-            libc::alarm(1);
-            let mut status = 0;
-            let pid = libc::waitpid(-1, &mut status, 0);
-            if pid == shell {
-                if let Some(fd) = report.take() {
-                    let bytes = status.to_ne_bytes();
-                    libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-                    libc::close(fd);
-                }
-            } else if pid < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                libc::_exit(0);
-            }
-        }
-    }
-}
-
-/// In the keeper: kills the shell's process group, then every child the keeper has (what
-/// escaped the group was reparented to it), until none is left; then exits.
-///
-/// SAFETY: to be called only in the keeper; it allocates nothing.
-unsafe fn kill_tree_and_exit(shell: libc::pid_t) -> ! {
-    // SAFETY: signals to this keeper's own children and the shell's group; raw reads of
-    // this process's own /proc file into a stack buffer.
-    unsafe {
-        libc::kill(-shell, libc::SIGKILL);
-        let mut buffer = [0u8; 64];
-        let path = children_path(libc::getpid() as u32, &mut buffer);
-        for _ in 0..1000 {
-            let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
-            let mut buf = [0u8; 4096];
-            let n = if fd >= 0 { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } else { -1 };
-            if fd >= 0 {
-                libc::close(fd);
-            }
-            let mut current: libc::pid_t = 0;
-            for &b in buf.iter().take(n.max(0) as usize) {
-                if b.is_ascii_digit() {
-                    current = current * 10 + libc::pid_t::from(b - b'0');
-                } else if current > 0 {
-                    libc::kill(current, libc::SIGKILL);
-                    current = 0;
-                }
-            }
-            // Reap what died; no child left means nothing is left to kill.
-            let mut status = 0;
-            while libc::waitpid(-1, &mut status, libc::WNOHANG) > 0 {}
-            if libc::waitpid(-1, &mut status, libc::WNOHANG) < 0 {
-                libc::_exit(0);
-            }
-            let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
-            libc::nanosleep(&pause, std::ptr::null_mut());
-        }
-        libc::_exit(0);
-    }
-}
-
-/// `/proc/self/task/PID/children` (NUL-terminated) written into `buffer`, without leading
-/// zeros, which procfs does not accept. It allocates nothing: it runs after a fork.
-fn children_path(pid: u32, buffer: &mut [u8; 64]) -> &[u8] {
-    const HEAD: &[u8] = b"/proc/self/task/";
-    const TAIL: &[u8] = b"/children\0";
-    let mut digits = [0u8; 10];
-    let mut start = digits.len();
-    let mut rest = pid;
-    loop {
-        start -= 1;
-        digits[start] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    let mut len = 0;
-    for part in [HEAD, &digits[start..], TAIL] {
-        buffer[len..len + part.len()].copy_from_slice(part);
-        len += part.len();
-    }
-    &buffer[..len]
-}
-
-/// Closes descriptors `first..last` (exclusive of `last`).
-unsafe fn close_from(first: libc::c_int, last: libc::c_int) {
-    if first >= last {
-        return;
-    }
-    // SAFETY: closing descriptors of this process; close_range needs Linux 5.9.
-    unsafe {
-        #[cfg(target_os = "linux")]
-        if libc::syscall(libc::SYS_close_range, first as libc::c_uint, (last - 1) as libc::c_uint, 0) == 0 {
-            return;
-        }
-        for fd in first..last.min(65_536) {
-            libc::close(fd);
         }
     }
 }
@@ -545,7 +885,9 @@ mod tests {
         let mut command = tokio::process::Command::new("/bin/true");
         command.current_dir(&gone);
         let sandbox = super::Confinement::off("a test");
-        let Err(e) = super::spawn(&mut command, &sandbox) else { panic!("started in a missing folder") };
+        let Err(e) = super::spawn(&command, super::Input::Null, &sandbox) else {
+            panic!("started in a missing folder")
+        };
         let message = e.to_string();
         assert!(message.contains(&format!("`{}` cannot be entered", gone.display())), "{message}");
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
@@ -553,9 +895,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_program_that_cannot_start_is_the_spawns_error() {
-        let mut command = tokio::process::Command::new("/nonexistent/program");
+        let command = tokio::process::Command::new("/nonexistent/program");
         let sandbox = super::Confinement::off("a test");
-        let Err(e) = super::spawn(&mut command, &sandbox) else { panic!("a missing program started") };
+        let Err(e) = super::spawn(&command, super::Input::Null, &sandbox) else { panic!("a missing program started") };
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
     }
 
@@ -572,12 +914,11 @@ mod tests {
                 "-c",
                 "read -r stat < /proc/$$/stat; echo $$ $stat; ls -l /proc/$$/fd/3; echo ${HOME-unset} $ONLY; exit 7",
             ])
-            .env("ONLY", "this")
-            .stdout(std::process::Stdio::piped())
-            .process_group(0);
+            .env("ONLY", "this");
         let sandbox = super::Confinement::off("a test");
         use std::os::fd::AsRawFd;
-        let mut started = super::spawn_passing(&mut command, &sandbox, Some(passed.as_raw_fd())).unwrap();
+        let mut started =
+            super::spawn_passing(&command, super::Input::Null, &sandbox, Some(passed.as_raw_fd())).unwrap();
         let keeper = started.keeper.id().unwrap() as i64;
         let mut out = String::new();
         started.keeper.stdout.take().unwrap().read_to_string(&mut out).await.unwrap();
@@ -591,6 +932,30 @@ mod tests {
         assert!(out.contains("-> /dev/null\n"), "descriptor 3 is the one passed: {out}");
         assert!(out.ends_with("\nunset this\n"), "the environment is only what was set: {out}");
         let _ = started.keeper.wait().await;
+    }
+
+    /// Neither the keeper nor the shell's start copies the runner's memory: the keeper
+    /// shares it (the kernel's `kcmp` says the same memory), and the shell, once it has
+    /// exec'd, has its own.
+    #[tokio::test]
+    async fn the_keeper_shares_the_runners_memory_and_the_shell_has_its_own() {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        const KCMP_VM: usize = 1;
+        let same_memory = |a: u32, b: u32| unsafe { libc::syscall(libc::SYS_kcmp, a, b, KCMP_VM, 0, 0) };
+        let mut command = tokio::process::Command::new("sh");
+        command.args(["-c", "echo $$; read -r line"]);
+        let sandbox = super::Confinement::off("a test");
+        let mut started = super::spawn(&command, super::Input::Piped, &sandbox).unwrap();
+        let (own, keeper) = (std::process::id(), started.keeper.id().unwrap());
+        let mut lines = tokio::io::BufReader::new(started.keeper.stdout.take().unwrap()).lines();
+        let shell: u32 = lines.next_line().await.unwrap().unwrap().trim().parse().unwrap();
+        assert_eq!(same_memory(own, keeper), 0, "the keeper has memory of its own");
+        assert_ne!(same_memory(own, shell), 0, "the shell still shares the runner's memory");
+        let mut stdin = started.keeper.stdin.take().unwrap();
+        stdin.write_all(b"go\n").await.unwrap();
+        assert_eq!(started.shell_status().await.and_then(|s| s.code()), Some(0));
+        assert!(started.keeper.wait().await.unwrap().success());
+        assert_eq!(started.keeper.id(), None, "a reaped keeper has no pid");
     }
 
     #[test]

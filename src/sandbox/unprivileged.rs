@@ -52,42 +52,46 @@ pub(super) fn free_id() -> Option<u32> {
 
 /// Becomes user and group `id` with no supplementary groups, keeping only
 /// `CAP_DAC_READ_SEARCH`, as an ambient capability so that it survives `exec`; the bounding
-/// set holds nothing else. To be called by root in a freshly forked child, before
+/// set holds nothing else. To be called by root in a command's child, before
 /// `no_new_privs` and Landlock.
 ///
 /// # Safety
-/// Only in a child of `fork` that will `exec` or exit next: it changes the process for
-/// good. It makes only system calls and allocates nothing.
+/// Only in a command's child that will `exec` or exit next: it changes the process for
+/// good. It makes only system calls, without the C library, and allocates nothing.
 pub(super) unsafe fn become_user(id: u32) -> io::Result<()> {
-    fn check(result: libc::c_long) -> io::Result<()> {
-        if result < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-    }
-    let id = id as libc::c_long;
-    // SAFETY: system calls on this process alone.
-    unsafe {
-        // Caps past the kernel's last one give EINVAL: that is the end of the set; any
-        // other failure leaves capabilities behind, and the command does not run.
-        for cap in (0..64).filter(|c| *c != CAP_DAC_READ_SEARCH) {
-            if libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 {
-                let e = io::Error::last_os_error();
-                if e.raw_os_error() == Some(libc::EINVAL) {
-                    break;
-                }
-                return Err(e);
+    use super::raw::call;
+    let id = id as usize;
+    let prctl = |option: libc::c_int, value: usize| {
+        // SAFETY: prctl with plain numbers, on this process alone.
+        unsafe { call(libc::SYS_prctl, &[option as usize, value]) }
+    };
+    // Caps past the kernel's last one give EINVAL: that is the end of the set; any other
+    // failure leaves capabilities behind, and the command does not run.
+    for cap in (0..64).filter(|c| *c != CAP_DAC_READ_SEARCH) {
+        if let Err(e) = prctl(libc::PR_CAPBSET_DROP, cap as usize) {
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                break;
             }
+            return Err(e);
         }
-        // Raw calls: the C library's would signal threads this child does not have.
-        check(libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0) as libc::c_long)?;
-        check(libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()))?;
-        check(libc::syscall(libc::SYS_setresgid, id, id, id))?;
-        check(libc::syscall(libc::SYS_setresuid, id, id, id))?;
+    }
+    // Raw calls: the C library's would signal threads this child does not have.
+    prctl(libc::PR_SET_KEEPCAPS, 1)?;
+    // SAFETY: system calls on this process alone, with values made here.
+    unsafe {
+        call(libc::SYS_setgroups, &[0, 0])?;
+        call(libc::SYS_setresgid, &[id, id, id])?;
+        call(libc::SYS_setresuid, &[id, id, id])?;
         let mut header = CapHeader { version: 0x2008_0522, pid: 0 };
         let keep = 1u32 << CAP_DAC_READ_SEARCH;
         let data = [CapData { effective: keep, permitted: keep, inheritable: keep }, CapData::default()];
-        check(libc::syscall(libc::SYS_capset, &mut header as *mut CapHeader, data.as_ptr()))?;
-        check(libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_RAISE, CAP_DAC_READ_SEARCH, 0, 0) as libc::c_long)?;
-        check(libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0) as libc::c_long)?;
+        call(libc::SYS_capset, &[&mut header as *mut CapHeader as usize, data.as_ptr() as usize])?;
+        call(
+            libc::SYS_prctl,
+            &[libc::PR_CAP_AMBIENT as usize, libc::PR_CAP_AMBIENT_RAISE as usize, CAP_DAC_READ_SEARCH as usize],
+        )?;
     }
+    prctl(libc::PR_SET_KEEPCAPS, 0)?;
     Ok(())
 }
 

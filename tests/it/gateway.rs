@@ -364,15 +364,8 @@ fn a_program_confined_to_the_gateway_reaches_it_and_no_other_listener() {
         )
         .unwrap();
         let mut command = tokio::process::Command::new(&python);
-        command
-            .arg("agent.py")
-            .arg(other_port.to_string())
-            .env_clear()
-            .envs(handle.env())
-            .current_dir(dir.path())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        let mut started = process::spawn(&mut command, &sandbox).unwrap();
+        command.arg("agent.py").arg(other_port.to_string()).env_clear().envs(handle.env()).current_dir(dir.path());
+        let mut started = process::spawn(&command, process::Input::Null, &sandbox).unwrap();
         let (mut stdout, mut stderr) = (started.keeper.stdout.take().unwrap(), started.keeper.stderr.take().unwrap());
         let (mut out, mut err) = (String::new(), String::new());
         use tokio::io::AsyncReadExt;

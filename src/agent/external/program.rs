@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -128,18 +127,10 @@ impl Program {
             })?
         };
         let mut command = Command::new(&program);
-        command
-            .args(&self.command[1..])
-            .current_dir(&self.folder)
-            .env_clear()
-            .envs(&vars)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+        command.args(&self.command[1..]).current_dir(&self.folder).env_clear().envs(&vars);
         // The program is the user's own policy, not part of the world: it runs as runner does.
         let unconfined = Confinement::off("the external agent kind");
-        let mut supervised = process::spawn(&mut command, &unconfined)
+        let mut supervised = process::spawn(&command, process::Input::Piped, &unconfined)
             .map_err(|e| format!("failed to start `{}`: {e}", program.display()))?;
         let (Some(stdin), Some(stdout), Some(stderr)) =
             (supervised.keeper.stdin.take(), supervised.keeper.stdout.take(), supervised.keeper.stderr.take())

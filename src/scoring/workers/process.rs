@@ -8,7 +8,6 @@
 //! nothing, opens no socket, and gets a cleared environment.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -93,12 +92,8 @@ impl Worker {
             .env_clear()
             .env("PATH", SAFE_PATH)
             .env("LANG", "C.UTF-8")
-            .env("HOME", view.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let mut process = process::spawn(&mut command, &sandbox)
+            .env("HOME", view.path());
+        let mut process = process::spawn(&command, process::Input::Piped, &sandbox)
             .map_err(|e| Unstarted::Failed(format!("failed to start `{}`: {e}", program.display())))?;
         let (Some(requests), Some(answers), Some(stderr_pipe)) =
             (process.keeper.stdin.take(), process.keeper.stdout.take(), process.keeper.stderr.take())

@@ -4,7 +4,6 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -309,22 +308,14 @@ impl Server {
         };
         let sandbox = definition.confinement(mode, &[dir], &readable).map_err(|e| format!("server `{name}`: {e}"))?;
         let mut command = Command::new(&program);
-        command
-            .args(&args)
-            .current_dir(&cwd)
-            .env_clear()
-            .env("PATH", SAFE_PATH)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+        command.args(&args).current_dir(&cwd).env_clear().env("PATH", SAFE_PATH);
         for (k, v) in &spec.env {
             command.env(k, expand_vars(v).map_err(|e| format!("server `{name}`: env `{k}`: {e}"))?);
         }
         if !cwd.is_dir() {
             return Err(format!("server `{name}`: its cwd `{}` is not a folder (any longer)", cwd.display()));
         }
-        let mut supervised = process::spawn(&mut command, &sandbox).map_err(|e| {
+        let mut supervised = process::spawn(&command, process::Input::Piped, &sandbox).map_err(|e| {
             let mut message = format!("server `{name}`: failed to start `{}`: {e}", program.display());
             if e.kind() == std::io::ErrorKind::PermissionDenied && sandbox.enforced()["enabled"] == true {
                 message.push_str(

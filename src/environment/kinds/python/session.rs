@@ -2,7 +2,7 @@
 //! `environment/interpreter.rs`), spoken to over the driver's line protocol (`driver.py`).
 
 use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,12 +57,8 @@ impl Session {
             .env("PATH", super::SAFE_PATH)
             .env("HOME", folders.work)
             .env("TMPDIR", folders.tmp)
-            .env("LANG", "C.UTF-8")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        let mut process = process::spawn(&mut command, sandbox)
+            .env("LANG", "C.UTF-8");
+        let mut process = process::spawn(&command, process::Input::Piped, sandbox)
             .map_err(|e| format!("failed to start `{}`: {e}", interpreter.executable.display()))?;
         let (Some(requests), Some(answers), Some(mut stderr)) =
             (process.keeper.stdin.take(), process.keeper.stdout.take(), process.keeper.stderr.take())

@@ -12,7 +12,6 @@
 //! stop at a cap, and a file with other hard links (which may live outside) is not written.
 
 use std::path::{Component, Path, PathBuf};
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -269,15 +268,11 @@ impl ShellWorld {
             .env("PATH", SAFE_PATH)
             .env("HOME", &self.root)
             .env("TMPDIR", &self.tmp)
-            .env("LANG", "C.UTF-8")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+            .env("LANG", "C.UTF-8");
         // From here on, however this future ends (timeout, cancellation), every process
         // the command started dies with it.
-        let mut started =
-            process::spawn(&mut command, &self.sandbox).map_err(|e| ToolFailure::io("failed to start the shell", e))?;
+        let mut started = process::spawn(&command, process::Input::Null, &self.sandbox)
+            .map_err(|e| ToolFailure::io("failed to start the shell", e))?;
         let (Some(stdout), Some(stderr)) = (started.keeper.stdout.take(), started.keeper.stderr.take()) else {
             return Err(ToolFailure::new(ErrorType::ExecutionError, "the shell's output was not captured"));
         };
