@@ -4,7 +4,9 @@
 //! command — this process's own and its reaped children's, so the keeper's and the shell's
 //! too — and the wall time per command: medians of rounds.
 //!
-//! `cargo bench --bench commands` (a plain program, not criterion: it measures CPU time).
+//! `cargo bench --bench commands` (a plain program, not criterion: it measures CPU time);
+//! `cargo bench --bench commands -- sandboxed` runs only the lines whose label holds
+//! `sandboxed` (a profile of one kind of command, say).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,12 +98,21 @@ fn main() {
     let definition = Arc::new(Definition::builtin(shell));
     let task = Task::new("bench", "go");
     let dir = tempfile::tempdir().expect("temp dir");
+    // `cargo bench` passes `--bench`; any other word picks the lines to run.
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let wanted = |label: &str| only.is_empty() || only.iter().any(|w| label.contains(w.as_str()));
     println!("{:<40} {:>12} {:>12}", "per command", "CPU µs", "wall µs");
     for lanes in [1, AT_ONCE] {
-        let (cpu, wall) = measure(|| bare(&runtime, lanes));
-        println!("{:<40} {cpu:>12.1} {wall:>12.1}", format!("posix_spawn sh -c true, {lanes} at once"));
+        let label = format!("posix_spawn sh -c true, {lanes} at once");
+        if wanted(&label) {
+            let (cpu, wall) = measure(|| bare(&runtime, lanes));
+            println!("{label:<40} {cpu:>12.1} {wall:>12.1}");
+        }
     }
     for (label, mode) in [("sandboxed", SandboxMode::On), ("unsandboxed", SandboxMode::Off("the bench"))] {
+        if ![1, AT_ONCE].iter().any(|lanes| wanted(&format!("run_command true {label}, {lanes} at once"))) {
+            continue;
+        }
         let context = SetupContext { sandbox: mode, ..SetupContext::new(dir.path(), "bench") };
         let worlds: Vec<Arc<Environment>> = (0..AT_ONCE)
             .map(|_| {
@@ -110,8 +121,11 @@ fn main() {
             })
             .collect();
         for lanes in [1, AT_ONCE] {
-            let (cpu, wall) = measure(|| commands(&runtime, &worlds, lanes));
-            println!("{:<40} {cpu:>12.1} {wall:>12.1}", format!("run_command true {label}, {lanes} at once"));
+            let line = format!("run_command true {label}, {lanes} at once");
+            if wanted(&line) {
+                let (cpu, wall) = measure(|| commands(&runtime, &worlds, lanes));
+                println!("{line:<40} {cpu:>12.1} {wall:>12.1}");
+            }
         }
         for env in worlds {
             if let Ok(env) = Arc::try_unwrap(env) {

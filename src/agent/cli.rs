@@ -246,11 +246,7 @@ struct Finished {
 
 /// Runs `command` in the sandbox under a keeper (its whole tree is killed when it ends, or
 /// when this future is dropped), `input` on its standard input.
-async fn run(
-    command: &tokio::process::Command,
-    sandbox: &Arc<Confinement>,
-    input: &str,
-) -> Result<Finished, String> {
+async fn run(command: &tokio::process::Command, sandbox: &Arc<Confinement>, input: &str) -> Result<Finished, String> {
     let mut running = process::spawn(command, process::Input::Piped, sandbox).map_err(|e| e.to_string())?;
     let stdin = running.keeper.stdin.take();
     // Written while the output is read: a program that prints before it reads its input
