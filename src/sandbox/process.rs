@@ -958,6 +958,31 @@ mod tests {
         assert_eq!(started.keeper.id(), None, "a reaped keeper has no pid");
     }
 
+    /// A root runner's sandboxed command changes user while it shares the runner's memory:
+    /// the kernel must then mark that memory not dumpable, so that no other command of that
+    /// user can trace the start before its `exec` (and, through it, the runner).
+    #[tokio::test]
+    async fn a_root_runners_memory_is_not_dumpable_once_a_command_changed_user_in_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mode = crate::sandbox::SandboxMode::On;
+        let root = unsafe { libc::geteuid() } == 0;
+        let Ok(sandbox) = super::Confinement::prepare(&Default::default(), mode, &[dir.path()], &[]) else {
+            assert!(!root || std::env::var_os("CI").is_none(), "the sandbox is missing on a root CI machine");
+            return;
+        };
+        let mut command = tokio::process::Command::new("/bin/sh");
+        command.args(["-c", "id -u"]).current_dir(dir.path());
+        let mut started = super::spawn(&command, super::Input::Null, &sandbox).unwrap();
+        use tokio::io::AsyncReadExt;
+        let mut out = String::new();
+        started.keeper.stdout.take().unwrap().read_to_string(&mut out).await.unwrap();
+        assert_eq!(started.shell_status().await.and_then(|s| s.code()), Some(0));
+        if root {
+            assert_ne!(out.trim(), "0", "the command ran as root");
+            assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE) }, 0, "the runner is still dumpable");
+        }
+    }
+
     #[test]
     fn the_keepers_children_path_has_no_leading_zeros() {
         let mut buffer = [0u8; 64];
