@@ -115,8 +115,11 @@ pub fn spawn_passing(
     let (report, child_report) = cloexec_pipe()?;
     let pass = pass.map(duplicate_above_stdio).transpose()?;
     let stacks = Stacks::new()?;
+    let program = argv.program()?;
+    let script = [SHELL.as_ptr(), program.as_ptr()].into_iter().chain(argv.argv[1..].iter().copied()).collect();
     let plan = Plan {
-        program: argv.program()?,
+        program,
+        script,
         argv,
         cwd,
         stdio: [child_stdin.as_raw_fd(), child_stdout.as_raw_fd(), child_stderr.as_raw_fd()],
@@ -159,6 +162,9 @@ pub fn spawn_passing(
     let status = pipe::Receiver::from_owned_fd(report.into())?;
     Ok(Supervised { tree, keeper, status })
 }
+
+/// What runs a program that has no `#!` line.
+const SHELL: &std::ffi::CStr = c"/bin/sh";
 
 /// The first report's tag when the shell started (its value: the shell's pid); any other
 /// tag is a failure, its value the error number.
@@ -221,6 +227,9 @@ struct Plan {
     argv: Argv,
     /// The program's path, found in the command's `PATH` as `execvp` would.
     program: CString,
+    /// `/bin/sh`, the program's path and its arguments: how a program without a `#!` line
+    /// is run, as `execvp` runs it (its `exec` fails with ENOEXEC).
+    script: Vec<*const libc::c_char>,
     cwd: Option<CString>,
     /// The shell's descriptors 0, 1 and 2, each numbered 4 or more in the runner.
     stdio: [RawFd; 3],
@@ -470,8 +479,11 @@ unsafe fn enter_and_exec(plan: &Plan) -> io::Error {
             let none = 0u64;
             raw::call(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as usize, &none as *const u64 as usize, 0, 8])?;
             let (program, argv, envp) = (plan.program.as_ptr(), plan.argv.argv.as_ptr(), plan.argv.envp.as_ptr());
-            raw::call(libc::SYS_execve, &[program as usize, argv as usize, envp as usize])?;
-            Ok(())
+            let ran = raw::call(libc::SYS_execve, &[program as usize, argv as usize, envp as usize]);
+            if ran.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::ENOEXEC)) {
+                raw::call(libc::SYS_execve, &[SHELL.as_ptr() as usize, plan.script.as_ptr() as usize, envp as usize])?;
+            }
+            ran.map(|_| ())
         })()
     };
     entered.err().unwrap_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
@@ -981,6 +993,26 @@ mod tests {
             assert_ne!(out.trim(), "0", "the command ran as root");
             assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE) }, 0, "the runner is still dumpable");
         }
+    }
+
+    /// A program without a `#!` line is run by `/bin/sh`, with its arguments, as `execvp`
+    /// runs it.
+    #[tokio::test]
+    async fn a_program_without_a_shebang_is_run_by_the_shell() {
+        use std::os::unix::fs::PermissionsExt;
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("greet");
+        std::fs::write(&script, "echo hello \"$1\"\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut command = tokio::process::Command::new(&script);
+        command.arg("there");
+        let sandbox = super::Confinement::off("a test");
+        let mut started = super::spawn(&command, super::Input::Null, &sandbox).unwrap();
+        let mut out = String::new();
+        started.keeper.stdout.take().unwrap().read_to_string(&mut out).await.unwrap();
+        assert_eq!(started.shell_status().await.and_then(|s| s.code()), Some(0));
+        assert_eq!(out, "hello there\n");
     }
 
     #[test]
