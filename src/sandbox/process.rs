@@ -113,6 +113,7 @@ pub fn spawn_passing(
     let (stderr, child_stderr) = cloexec_pipe()?;
     let (child_stdout, child_stderr) = (above_stdio(child_stdout)?, above_stdio(child_stderr)?);
     let (report, child_report) = cloexec_pipe()?;
+    let child_report = above_stdio(child_report)?;
     let pass = pass.map(duplicate_above_stdio).transpose()?;
     let stacks = Stacks::new()?;
     let program = argv.program()?;
@@ -456,10 +457,19 @@ unsafe fn enter_and_exec(plan: &Plan) -> io::Error {
     // SAFETY: system calls on this process alone, with values prepared by the runner.
     let entered = unsafe {
         (|| -> io::Result<()> {
-            // The runner ignores SIGPIPE; a command gets the default (`yes | head`). A
-            // handler of zeroes is SIG_DFL.
+            // No handler of the runner's may run here, in its memory, once the mask is
+            // emptied below: every handled signal goes back to its default, as posix_spawn
+            // does. The runner ignores SIGPIPE; a command gets the default (`yes | head`).
+            // Other ignored signals stay ignored. A handler of zeroes is SIG_DFL.
             let default = [0usize; 4];
-            raw::call(libc::SYS_rt_sigaction, &[libc::SIGPIPE as usize, default.as_ptr() as usize, 0, 8])?;
+            for signal in 1..=64usize {
+                let mut old = [0usize; 4];
+                let read = raw::call(libc::SYS_rt_sigaction, &[signal, 0, old.as_mut_ptr() as usize, 8]);
+                let handled = read.is_ok() && old[0] != libc::SIG_DFL && old[0] != libc::SIG_IGN;
+                if handled || signal == libc::SIGPIPE as usize {
+                    raw::call(libc::SYS_rt_sigaction, &[signal, default.as_ptr() as usize, 0, 8])?;
+                }
+            }
             if let Some(cwd) = &plan.cwd {
                 raw::call(libc::SYS_chdir, &[cwd.as_ptr() as usize])?;
             }
@@ -469,6 +479,10 @@ unsafe fn enter_and_exec(plan: &Plan) -> io::Error {
                 raw::call(libc::SYS_prlimit64, &[0, libc::RLIMIT_NOFILE as usize, limit, 0])?;
             }
             plan.sandbox.enter()?;
+            // Should the keeper die without killing the tree (the kernel's OOM killer ends
+            // every process sharing the runner's memory at once), the shell dies with it.
+            // Set after the change of user, which clears it.
+            raw::call(libc::SYS_prctl, &[libc::PR_SET_PDEATHSIG as usize, libc::SIGKILL as usize])?;
             for (to, from) in plan.stdio.iter().enumerate() {
                 raw::call(libc::SYS_dup3, &[*from as usize, to, 0])?;
             }
@@ -658,9 +672,13 @@ impl Keeper {
         let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
         // SAFETY: as above.
         let ended = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) });
+        // Outside a runtime, registering would panic, and unwinding here would unmap the
+        // stacks the keeper runs on: the keeper is then looked for by polling.
+        let in_runtime = tokio::runtime::Handle::try_current().is_ok();
         // SAFETY: an owned descriptor, which stays open and the same while registered.
-        let ended =
-            ended.and_then(|fd| unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok());
+        let ended = ended
+            .filter(|_| in_runtime)
+            .and_then(|fd| unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }.ok());
         Keeper { pid, stdin: None, stdout: None, stderr: None, ended, status: None, stacks: Some(stacks) }
     }
 
@@ -991,7 +1009,8 @@ mod tests {
         assert_eq!(started.shell_status().await.and_then(|s| s.code()), Some(0));
         if root {
             assert_ne!(out.trim(), "0", "the command ran as root");
-            assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE) }, 0, "the runner is still dumpable");
+            // 0, or 2 where `fs.suid_dumpable` makes such processes dump for root alone.
+            assert_ne!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE) }, 1, "the runner is still dumpable");
         }
     }
 

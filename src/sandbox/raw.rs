@@ -6,8 +6,10 @@
 //! instead and write nothing but what the kernel fills in.
 //!
 //! On x86-64 they are the `syscall` instruction itself. Elsewhere they fall back to the C
-//! library's `syscall` and `clone`, whose failures do go through `errno`: there, only the
-//! error code a failed start reports may be another's, never a keeper's course.
+//! library's `syscall` and `clone`, whose failures do go through `errno`: there a keeper
+//! writes the `errno` of the runner's thread that started it (an EAGAIN after each wait, an
+//! ECHILD at its end), which that thread may read as its own last error. Only x86-64 is
+//! free of that.
 
 use std::io;
 
