@@ -156,9 +156,8 @@ pub fn spawn_passing(
         });
     }
     let tree = Tree(Some(pid));
-    let wrap = |fd: OwnedFd| tokio::process::ChildStdout::from_std(std::process::ChildStdout::from(fd));
     keeper.stdin = stdin.map(|fd| ChildStdin::from_std(std::process::ChildStdin::from(fd))).transpose()?;
-    keeper.stdout = Some(wrap(stdout)?);
+    keeper.stdout = Some(ChildStdout::from_std(std::process::ChildStdout::from(stdout))?);
     keeper.stderr = Some(ChildStderr::from_std(std::process::ChildStderr::from(stderr))?);
     let status = pipe::Receiver::from_owned_fd(report.into())?;
     Ok(Supervised { tree, keeper, status })
@@ -280,7 +279,7 @@ impl Argv {
                 }
                 Some([name.as_bytes(), b"=", value.as_bytes()].concat())
             })
-            .map(|v| CString::new(v).map_err(|_| c_string(std::ffi::OsStr::new("\0")).unwrap_err()))
+            .map(|v| c_string(std::ffi::OsStr::from_bytes(&v)))
             .collect::<Result<_, _>>()?;
         let ended =
             |strings: &[CString]| strings.iter().map(|s| s.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
