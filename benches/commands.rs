@@ -4,6 +4,10 @@
 //! command — this process's own and its reaped children's, so the keeper's and the shell's
 //! too — and the wall time per command: medians of rounds.
 //!
+//! Two more lines measure what confinement alone costs, with no runner around it: `sh -c
+//! true` started as `posix_spawn` starts it, its child entering a shell world's sandbox
+//! before `execve` or not. Their difference is the floor under a sandboxed command's cost.
+//!
 //! `cargo bench --bench commands` (a plain program, not criterion: it measures CPU time);
 //! `cargo bench --bench commands -- sandboxed` runs only the lines whose label holds
 //! `sandboxed` (a profile of one kind of command, say).
@@ -17,7 +21,7 @@ use runner::contract::Actor;
 use runner::domain::Task;
 use runner::environment::definition::Definition;
 use runner::environment::{Environment, SetupContext, kinds};
-use runner::sandbox::SandboxMode;
+use runner::sandbox::{Confinement, SandboxMode, SandboxSpec};
 
 const ROUNDS: usize = 7;
 const COMMANDS: usize = 640;
@@ -72,6 +76,59 @@ fn bare(runtime: &tokio::runtime::Runtime, lanes: usize) {
     });
 }
 
+/// What [`cloned`]'s child is given: all made before it starts, as it may not allocate.
+struct Start<'a> {
+    confinement: Option<&'a Confinement>,
+    argv: [*const libc::c_char; 4],
+    envp: [*const libc::c_char; 2],
+}
+
+extern "C" fn start_sh(start: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `start` is the `Start` that `cloned` lends for the child's life (it waits, as
+    // `CLONE_VFORK` makes it, until the child has called `execve` or exited).
+    let start = unsafe { &*(start as *const Start) };
+    if let Some(confinement) = start.confinement {
+        // SAFETY: this child calls `execve` or exits next.
+        if unsafe { confinement.enter() }.is_err() {
+            unsafe { libc::_exit(126) };
+        }
+    }
+    unsafe {
+        libc::execve(start.argv[0], start.argv.as_ptr(), start.envp.as_ptr());
+        libc::_exit(127)
+    }
+}
+
+/// `sh -c true` started as glibc's `posix_spawn` starts a program — `clone(CLONE_VM |
+/// CLONE_VFORK)`, the child calling `execve` on a stack of its own — one at a time, the
+/// child entering `confinement` first when there is one.
+fn cloned(confinement: Option<&Confinement>) {
+    let args = [c"/bin/sh", c"-c", c"true"];
+    let start = Start {
+        confinement,
+        argv: [args[0].as_ptr(), args[1].as_ptr(), args[2].as_ptr(), std::ptr::null()],
+        envp: [c"PATH=/usr/bin:/bin".as_ptr(), std::ptr::null()],
+    };
+    let mut stack = vec![0u128; 4096];
+    for _ in 0..COMMANDS {
+        // SAFETY: the stack is the child's alone and outlives it (the parent waits for its
+        // exec); `start` is read only.
+        let pid = unsafe {
+            libc::clone(
+                start_sh,
+                stack.as_mut_ptr_range().end.cast(),
+                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                &start as *const Start as *mut libc::c_void,
+            )
+        };
+        assert!(pid > 0, "clone: {}", std::io::Error::last_os_error());
+        let mut status = 0;
+        // SAFETY: waits for the child just started.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "sh -c true: status {status}");
+    }
+}
+
 fn commands(runtime: &tokio::runtime::Runtime, worlds: &[Arc<Environment>], lanes: usize) {
     runtime.block_on(async {
         let tasks: Vec<_> = worlds[..lanes]
@@ -108,6 +165,21 @@ fn main() {
             let (cpu, wall) = measure(|| bare(&runtime, lanes));
             println!("{label:<40} {cpu:>12.1} {wall:>12.1}");
         }
+    }
+    let label = "clone sh -c true, 1 at once";
+    if wanted(label) {
+        let (cpu, wall) = measure(|| cloned(None));
+        println!("{label:<40} {cpu:>12.1} {wall:>12.1}");
+    }
+    let label = "clone sh -c true confined, 1 at once";
+    if wanted(label) {
+        let folder = dir.path().join("confined");
+        std::fs::create_dir(&folder).expect("a folder");
+        let confinement = Confinement::prepare(&SandboxSpec::default(), SandboxMode::On, &[folder.as_path()], &[])
+            .expect("a sandbox on this machine");
+        confinement.hand_over();
+        let (cpu, wall) = measure(|| cloned(Some(&confinement)));
+        println!("{label:<40} {cpu:>12.1} {wall:>12.1}");
     }
     for (label, mode) in [("sandboxed", SandboxMode::On), ("unsandboxed", SandboxMode::Off("the bench"))] {
         if ![1, AT_ONCE].iter().any(|lanes| wanted(&format!("run_command true {label}, {lanes} at once"))) {

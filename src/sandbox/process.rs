@@ -115,7 +115,7 @@ pub fn spawn_passing(
     let (report, child_report) = cloexec_pipe()?;
     let child_report = above_stdio(child_report)?;
     let pass = pass.map(duplicate_above_stdio).transpose()?;
-    let stacks = Stacks::new()?;
+    let stacks = SPARE.take()?;
     let program = argv.program()?;
     let script = [SHELL.as_ptr(), program.as_ptr()].into_iter().chain(argv.argv[1..].iter().copied()).collect();
     let plan = Plan {
@@ -323,6 +323,33 @@ unsafe impl Send for Stacks {}
 const STACK_BYTES: usize = 128 * 1024;
 const GUARD_BYTES: usize = 4096;
 const STACKS_BYTES: usize = 2 * (GUARD_BYTES + STACK_BYTES);
+
+/// Stacks that nothing runs on any more, kept for the next commands: mapping and unmapping a
+/// pair for each command was a tenth of the runner's CPU in starting it.
+struct Spare {
+    stacks: Mutex<Vec<Stacks>>,
+    /// How many are kept at most; one given back beyond is unmapped.
+    most: usize,
+}
+
+/// The keepers' spare stacks: as many as commands at once that reuse them.
+static SPARE: Spare = Spare { stacks: Mutex::new(Vec::new()), most: 64 };
+
+impl Spare {
+    /// A pair that nothing runs on: a spare one, or a new one.
+    fn take(&self) -> io::Result<Stacks> {
+        let spare = self.stacks.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop();
+        spare.map_or_else(Stacks::new, Ok)
+    }
+
+    /// Keeps a pair that nothing runs on any more (its keeper was reaped).
+    fn give_back(&self, stacks: Stacks) {
+        let mut spare = self.stacks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if spare.len() < self.most {
+            spare.push(stacks);
+        }
+    }
+}
 
 impl Stacks {
     fn new() -> io::Result<Stacks> {
@@ -660,7 +687,7 @@ pub struct Keeper {
     ended: Option<AsyncFd<OwnedFd>>,
     /// Its status, once reaped.
     status: Option<ExitStatus>,
-    /// What the keeper runs on, unmapped once it is reaped.
+    /// What the keeper runs on, given back once it is reaped.
     stacks: Option<Stacks>,
 }
 
@@ -714,7 +741,9 @@ impl Keeper {
             return Ok(None);
         }
         self.status = Some(ExitStatus::from_raw(raw_status));
-        self.stacks = None;
+        if let Some(stacks) = self.stacks.take() {
+            SPARE.give_back(stacks);
+        }
         Ok(self.status)
     }
 
@@ -724,7 +753,9 @@ impl Keeper {
         // SAFETY: waitpid on this process's own child, writing the status given.
         if unsafe { libc::waitpid(self.pid, &mut raw_status, 0) } == self.pid {
             self.status = Some(ExitStatus::from_raw(raw_status));
-            self.stacks = None;
+            if let Some(stacks) = self.stacks.take() {
+                SPARE.give_back(stacks);
+            }
         }
     }
 }
@@ -745,14 +776,20 @@ impl Drop for Keeper {
 /// Keepers dropped before they ended, and their stacks.
 static ORPHANS: Mutex<Vec<(libc::pid_t, Stacks)>> = Mutex::new(Vec::new());
 
-/// Reaps the keepers dropped earlier that have ended since, unmapping their stacks.
+/// Reaps the keepers dropped earlier that have ended since, giving back their stacks.
 fn reap_orphans() {
     let mut orphans = ORPHANS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    orphans.retain(|(pid, _)| {
+    if orphans.is_empty() {
+        return;
+    }
+    let (running, ended): (Vec<_>, Vec<_>) = std::mem::take(&mut *orphans).into_iter().partition(|(pid, _)| {
         let mut status = 0;
         // SAFETY: waitpid on this process's own child.
         unsafe { libc::waitpid(*pid, &mut status, libc::WNOHANG) == 0 }
     });
+    *orphans = running;
+    drop(orphans);
+    ended.into_iter().for_each(|(_, stacks)| SPARE.give_back(stacks));
 }
 
 impl Supervised {
@@ -905,7 +942,8 @@ pub async fn read_capped(mut reader: impl tokio::io::AsyncRead + Unpin, cap: usi
 
 #[cfg(test)]
 mod tests {
-    use super::children_path;
+    use super::{Spare, children_path};
+    use std::sync::Mutex;
 
     /// Regression: a missing working directory was reported as the program's absence.
     #[tokio::test]
@@ -1031,6 +1069,20 @@ mod tests {
         started.keeper.stdout.take().unwrap().read_to_string(&mut out).await.unwrap();
         assert_eq!(started.shell_status().await.and_then(|s| s.code()), Some(0));
         assert_eq!(out, "hello there\n");
+    }
+
+    #[test]
+    fn stacks_given_back_are_reused_and_those_beyond_the_most_dropped() {
+        let spare = Spare { stacks: Mutex::new(Vec::new()), most: 1 };
+        let (first, second) = (spare.take().expect("a pair"), spare.take().expect("another"));
+        assert_ne!(first.base, second.base);
+        let kept = first.base;
+        spare.give_back(first);
+        spare.give_back(second);
+        assert_eq!(spare.stacks.lock().expect("not poisoned").len(), 1, "the second is dropped, so unmapped");
+        let again = spare.take().expect("the kept pair");
+        assert_eq!(again.base, kept);
+        assert_ne!(spare.take().expect("a new pair").base, kept, "none is left to reuse");
     }
 
     #[test]
