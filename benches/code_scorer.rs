@@ -32,7 +32,7 @@ fn code_scorer(c: &mut Criterion) {
     let stop = CancellationToken::new();
     let roster = runner::batch::Roster::default();
     let grounds = Grounds {
-        work_root: dir.path().into(),
+        scratch: Arc::new(runner::batch::Scratch::at(dir.path()).expect("a scratch folder")),
         run_dir: dir.path().into(),
         sandbox: SandboxMode::On,
         limits: Default::default(),

@@ -31,7 +31,7 @@ use crate::suite::{AgentConfig, DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Suite};
 /// (`results/<run-id>`, kept), and the sandbox and limits the command line asked for.
 #[derive(Debug, Clone)]
 pub struct Grounds {
-    pub work_root: std::path::PathBuf,
+    pub scratch: Arc<super::Scratch>,
     pub run_dir: std::path::PathBuf,
     pub sandbox: SandboxMode,
     pub limits: LimitOverrides,
@@ -103,7 +103,7 @@ pub async fn run_episode(
         sandbox: super::sandbox_mode(suite, grounds.sandbox),
         user_model: cast.user.clone(),
         run_dir: Some(&grounds.run_dir),
-        ..SetupContext::new(&grounds.work_root, &spec.id)
+        ..SetupContext::new(grounds.scratch.path(), &spec.id)
     };
     let stores = suite.agent.memory.as_ref().map(|config| {
         let initial = match &kept {
@@ -117,9 +117,12 @@ pub async fn run_episode(
         (Err(message), _) => Err((UnscoredCause::Other("memory_error".into()), message.clone())),
         // A world this host cannot give (a Harbor task's image): nobody's answer.
         (Ok(_), Some(why)) => Err((UnscoredCause::EnvironmentError, format!("the task cannot run here: {why}"))),
-        (Ok(_), None) => Environment::setup(environment.clone(), task, &context)
-            .await
-            .map_err(|e| (UnscoredCause::EnvironmentError, e.to_string())),
+        (Ok(_), None) => match grounds.scratch.made_for(environment) {
+            Err(message) => Err((UnscoredCause::EnvironmentError, message)),
+            Ok(()) => Environment::setup(environment.clone(), task, &context)
+                .await
+                .map_err(|e| (UnscoredCause::EnvironmentError, e.to_string())),
+        },
     };
     let (ending, outcome) = match setup {
         Err((cause, message)) => {

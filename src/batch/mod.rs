@@ -313,9 +313,13 @@ pub async fn run(
     }
     let log = log.with_subscribers(&subscribers);
     let started = std::time::Instant::now();
-    let scratch = Scratch::create(&dir).map_err(RunError::Log)?;
+    let scratch = Arc::new(Scratch::at(&dir).map_err(RunError::Log)?);
+    // Made now when some world will need it: a failure stops the run, not each episode.
+    if let Some(suite) = suites.iter().find(|s| s.environment.makes_folders()) {
+        scratch.made_for(&suite.environment).map_err(|e| RunError::Log(std::io::Error::other(e)))?;
+    }
     let grounds = Arc::new(Grounds {
-        work_root: scratch.0.clone(),
+        scratch: scratch.clone(),
         run_dir: dir.to_path_buf(),
         sandbox: options.sandbox,
         limits: options.limits,
@@ -447,7 +451,8 @@ pub async fn run(
         active = Some(still);
     }
 
-    drop(scratch);
+    // The scratch folder goes with its last holder: the episodes have all ended.
+    drop((grounds, scratch));
     for event in ledger.lock().unwrap_or_else(PoisonError::into_inner).take_reached() {
         log.emit(None, &event);
     }
@@ -559,13 +564,19 @@ pub fn lock(dir: &Path) -> Result<std::fs::File, String> {
 }
 
 /// The run's scratch folder, where episodes make their working directories:
-/// `$TMPDIR/runner-<run id>-<hash of the run folder>`. A run killed outright leaves it behind;
-/// its resumption, which holds the run's lock, removes it before starting. Removed when
-/// dropped.
-struct Scratch(PathBuf);
+/// `$TMPDIR/runner-<run id>-<hash of the run folder>`, made when the first world that makes
+/// folders is set up (a run of in-memory worlds makes none). A run killed outright leaves it
+/// behind; its resumption, which holds the run's lock, removes it before starting. Removed
+/// when dropped.
+#[derive(Debug)]
+pub struct Scratch {
+    path: PathBuf,
+    /// Whether it was made, or why it could not be.
+    made: std::sync::OnceLock<Result<(), String>>,
+}
 
 impl Scratch {
-    fn create(run_dir: &Path) -> std::io::Result<Scratch> {
+    pub fn at(run_dir: &Path) -> std::io::Result<Scratch> {
         let canonical = run_dir.canonicalize()?;
         let name = canonical.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let name: String =
@@ -582,18 +593,35 @@ impl Scratch {
                 )));
             }
         }
-        // Its name can be guessed: a folder someone else made there meanwhile is refused,
-        // not used, and ours is private.
-        std::fs::DirBuilder::new().mode(0o700).create(&path).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("failed to create the scratch folder {}: {e}", path.display()))
-        })?;
-        Ok(Scratch(path))
+        Ok(Scratch { path, made: std::sync::OnceLock::new() })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Makes the folder, once, when a world of `definition` makes folders in it.
+    pub fn made_for(&self, definition: &crate::environment::definition::Definition) -> Result<(), String> {
+        if !definition.makes_folders() {
+            return Ok(());
+        }
+        let made = self.made.get_or_init(|| {
+            // Its name can be guessed: a folder someone else made there meanwhile is
+            // refused, not used, and ours is private.
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&self.path)
+                .map_err(|e| format!("failed to create the scratch folder {}: {e}", self.path.display()))
+        });
+        made.clone()
     }
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = crate::environment::remove_tree(&self.0);
+        if self.made.get().is_some_and(Result::is_ok) {
+            let _ = crate::environment::remove_tree(&self.path);
+        }
     }
 }
 
@@ -753,6 +781,24 @@ pub fn new_run_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_scratch_folder_is_made_for_the_first_world_that_makes_folders_and_removed_with_the_run() {
+        use crate::environment::definition::Definition;
+        use crate::environment::kinds;
+        let run_dir = tempfile::tempdir().unwrap();
+        let scratch = Scratch::at(run_dir.path()).unwrap();
+        let kv = Definition::builtin(kinds::find("kv").unwrap());
+        let shell = Definition::builtin(kinds::find("shell").unwrap());
+        scratch.made_for(&kv).unwrap();
+        assert!(!scratch.path().exists(), "a kv world makes no folder");
+        scratch.made_for(&shell).unwrap();
+        assert!(scratch.path().is_dir(), "a shell world's folder goes in it");
+        scratch.made_for(&shell).unwrap();
+        let path = scratch.path().to_path_buf();
+        drop(scratch);
+        assert!(!path.exists(), "removed with the run");
+    }
 
     #[test]
     fn ids_of_suites_without_variants_are_as_they_were_and_a_variant_changes_the_id() {

@@ -425,6 +425,12 @@ impl Definition {
         crate::sandbox::check(&spec, self.sandbox_mode(mode)).map(Some)
     }
 
+    /// Whether a world of this definition makes folders in the run's scratch folder: its
+    /// kind's do, or its `execute_code` scripts run in one.
+    pub fn makes_folders(&self) -> bool {
+        self.scripts.is_some() || self.kind.is_none_or(|kind| kind.makes_folders())
+    }
+
     /// The sandbox of one world of this definition, over its own folders (`writable`) and
     /// what else it must read.
     pub fn confinement(

@@ -30,6 +30,11 @@ impl EnvironmentKind for Kv {
         tool::offer(TOOLS)
     }
 
+    /// Its world is a map in memory.
+    fn makes_folders(&self) -> bool {
+        false
+    }
+
     async fn setup(
         &self,
         definition: &Definition,

@@ -72,6 +72,12 @@ pub trait EnvironmentKind: Send + Sync {
         KindSettings::Plain
     }
 
+    /// Whether its worlds make folders in the run's scratch folder
+    /// ([`SetupContext::work_root`]); a run whose worlds make none makes no scratch folder.
+    fn makes_folders(&self) -> bool {
+        true
+    }
+
     /// Why a suite cannot name this kind without an environment file of its own, named
     /// `name`; `None` when it can.
     fn needs_a_file(&self, _name: &str) -> Option<String> {

@@ -37,6 +37,11 @@ impl EnvironmentKind for Writing {
         tool::offer(TOOLS)
     }
 
+    /// Its documents are kept in memory.
+    fn makes_folders(&self) -> bool {
+        false
+    }
+
     /// `style:`, the style rules ([`Style`]), and `documents:`, the initial documents: id →
     /// a Markdown file, relative to the environment file.
     fn keys(&self) -> &'static [&'static str] {
