@@ -315,8 +315,8 @@ pub async fn run(
     let started = std::time::Instant::now();
     let scratch = Arc::new(Scratch::at(&dir).map_err(RunError::Log)?);
     // Made now when some world will need it: a failure stops the run, not each episode.
-    if let Some(suite) = suites.iter().find(|s| s.environment.makes_folders()) {
-        scratch.made_for(&suite.environment).map_err(|e| RunError::Log(std::io::Error::other(e)))?;
+    if let Some(definition) = suites.iter().find_map(|s| world_making_folders(s)) {
+        scratch.made_for(definition).map_err(|e| RunError::Log(std::io::Error::other(e)))?;
     }
     let grounds = Arc::new(Grounds {
         scratch: scratch.clone(),
@@ -561,6 +561,16 @@ pub fn lock(dir: &Path) -> Result<std::fs::File, String> {
         return Err(format!("another runner is writing to {} (its .lock is held); wait for it to end", dir.display()));
     }
     Ok(file)
+}
+
+/// The first of the worlds a suite's episodes can have (its own, its toolsets', its
+/// variants') that makes folders in the scratch folder.
+fn world_making_folders(suite: &Suite) -> Option<&Arc<crate::environment::definition::Definition>> {
+    let variants = suite.variants.iter().filter_map(|v| v.environment.as_ref());
+    std::iter::once(&suite.environment)
+        .chain(suite.toolsets.iter().map(|t| &t.environment))
+        .chain(variants)
+        .find(|d| d.makes_folders())
 }
 
 /// The run's scratch folder, where episodes make their working directories:

@@ -217,7 +217,7 @@ pub fn write_tables(index: &Index, dir: &Path, mut each: impl FnMut(&EpisodeRow)
         }
         csv_lines.clear();
         if let Err(e) = frame(run_id, batch).and_then(|df| parquet.write_batch(&df)) {
-            failure = Some(fail(&parquet_path, &e));
+            failure.get_or_insert_with(|| fail(&parquet_path, &e));
         }
         batch.clear();
     };
