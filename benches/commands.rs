@@ -1,12 +1,16 @@
 //! What a command costs: `run_command("true")` in a `shell` world, sandboxed and not,
-//! against a bare `posix_spawn` of `sh -c true` (std's `Command` without a `pre_exec` hook
-//! starts a program that way), one at a time and 64 at once. Prints the CPU time per
+//! against a bare `posix_spawn` of `sh -c true`, and std's `Command` (tokio's, which starts
+//! a program without a `pre_exec` hook that way too), one at a time and 64 at once. Prints the CPU time per
 //! command — this process's own and its reaped children's, so the keeper's and the shell's
 //! too — and the wall time per command: medians of rounds.
 //!
-//! Two more lines measure what confinement alone costs, with no runner around it: `sh -c
-//! true` started as `posix_spawn` starts it, its child entering a shell world's sandbox
-//! before `execve` or not. Their difference is the floor under a sandboxed command's cost.
+//! The reference is C's own `posix_spawn` (glibc's, called directly, waited for with
+//! `waitpid`): what a small program pays to start `sh -c true`, as a small C program measures
+//! it too (the call shares the caller's memory until `execve`, so the caller's size does not
+//! count). Two more lines measure what confinement alone costs, with no runner around it:
+//! `sh -c true` started as `posix_spawn` starts it, its child entering a shell world's
+//! sandbox before `execve` or not. Their difference is the floor under a sandboxed command's
+//! cost. Last, each line's CPU as a multiple of the reference's.
 //!
 //! `cargo bench --bench commands` (a plain program, not criterion: it measures CPU time);
 //! `cargo bench --bench commands -- sandboxed` runs only the lines whose label holds
@@ -74,6 +78,36 @@ fn bare(runtime: &tokio::runtime::Runtime, lanes: usize) {
             task.await.expect("a lane");
         }
     });
+}
+
+/// The line the others are measured against.
+const REFERENCE: &str = "C posix_spawn sh -c true, 1 at once";
+
+/// `sh -c true` started by glibc's `posix_spawn` and waited for, one at a time.
+fn spawned() {
+    let args = [c"sh", c"-c", c"true"];
+    let argv =
+        [args[0].as_ptr().cast_mut(), args[1].as_ptr().cast_mut(), args[2].as_ptr().cast_mut(), std::ptr::null_mut()];
+    let envp = [c"PATH=/usr/bin:/bin".as_ptr().cast_mut(), std::ptr::null_mut()];
+    for _ in 0..COMMANDS {
+        let mut pid = 0;
+        // SAFETY: the program, arguments and environment are NUL-terminated and outlive the call.
+        let failed = unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                c"/bin/sh".as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                argv.as_ptr(),
+                envp.as_ptr(),
+            )
+        };
+        assert_eq!(failed, 0, "posix_spawn: {}", std::io::Error::from_raw_os_error(failed));
+        let mut status = 0;
+        // SAFETY: waits for the child just started.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "sh -c true: status {status}");
+    }
 }
 
 /// What [`cloned`]'s child is given: all made before it starts, as it may not allocate.
@@ -159,17 +193,25 @@ fn main() {
     let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
     let wanted = |label: &str| only.is_empty() || only.iter().any(|w| label.contains(w.as_str()));
     println!("{:<40} {:>12} {:>12}", "per command", "CPU µs", "wall µs");
+    // Each line's label and CPU, for the multiples printed last.
+    let mut lines: Vec<(String, f64)> = Vec::new();
+    let mut print = |label: &str, (cpu, wall): (f64, f64)| {
+        println!("{label:<40} {cpu:>12.1} {wall:>12.1}");
+        lines.push((label.to_owned(), cpu));
+    };
+    let label = REFERENCE;
+    if wanted(label) {
+        print(label, measure(spawned));
+    }
     for lanes in [1, AT_ONCE] {
-        let label = format!("posix_spawn sh -c true, {lanes} at once");
+        let label = format!("std Command sh -c true, {lanes} at once");
         if wanted(&label) {
-            let (cpu, wall) = measure(|| bare(&runtime, lanes));
-            println!("{label:<40} {cpu:>12.1} {wall:>12.1}");
+            print(&label, measure(|| bare(&runtime, lanes)));
         }
     }
     let label = "clone sh -c true, 1 at once";
     if wanted(label) {
-        let (cpu, wall) = measure(|| cloned(None));
-        println!("{label:<40} {cpu:>12.1} {wall:>12.1}");
+        print(label, measure(|| cloned(None)));
     }
     let label = "clone sh -c true confined, 1 at once";
     if wanted(label) {
@@ -178,8 +220,7 @@ fn main() {
         let confinement = Confinement::prepare(&SandboxSpec::default(), SandboxMode::On, &[folder.as_path()], &[])
             .expect("a sandbox on this machine");
         confinement.hand_over();
-        let (cpu, wall) = measure(|| cloned(Some(&confinement)));
-        println!("{label:<40} {cpu:>12.1} {wall:>12.1}");
+        print(label, measure(|| cloned(Some(&confinement))));
     }
     for (label, mode) in [("sandboxed", SandboxMode::On), ("unsandboxed", SandboxMode::Off("the bench"))] {
         if ![1, AT_ONCE].iter().any(|lanes| wanted(&format!("run_command true {label}, {lanes} at once"))) {
@@ -195,14 +236,19 @@ fn main() {
         for lanes in [1, AT_ONCE] {
             let line = format!("run_command true {label}, {lanes} at once");
             if wanted(&line) {
-                let (cpu, wall) = measure(|| commands(&runtime, &worlds, lanes));
-                println!("{line:<40} {cpu:>12.1} {wall:>12.1}");
+                print(&line, measure(|| commands(&runtime, &worlds, lanes)));
             }
         }
         for env in worlds {
             if let Ok(env) = Arc::try_unwrap(env) {
                 runtime.block_on(env.teardown());
             }
+        }
+    }
+    if let Some(&(_, reference)) = lines.iter().find(|(label, _)| label == REFERENCE) {
+        println!("\nCPU as a multiple of `{REFERENCE}`");
+        for (label, cpu) in &lines {
+            println!("{label:<40} {:>12.2}", cpu / reference);
         }
     }
 }
