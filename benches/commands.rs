@@ -8,10 +8,12 @@
 //! The reference is glibc's `posix_spawn`, called directly and waited for with `waitpid`:
 //! what a small program pays to start `sh -c true` (the call shares the caller's memory until
 //! `execve`, so the caller's size does not count; a small C program doing the same measured
-//! about 2% more). Two more lines measure what confinement alone costs, with no runner around it:
-//! `sh -c true` started as `posix_spawn` starts it, its child entering a shell world's
+//! about 2% more). Two more lines measure what confinement alone costs, with no runner
+//! around it: `sh -c true` started as `posix_spawn` starts it, its child entering a shell world's
 //! sandbox before `execve` or not. Their difference is the floor under a sandboxed command's
-//! cost. Last, each line's CPU as a multiple of the reference's.
+//! cost. A third starts the same commands from one process that entered the sandbox once:
+//! what a command would cost if a world's commands came from a standing confined process.
+//! Last, each line's CPU as a multiple of the reference's.
 //!
 //! `cargo bench --bench commands` (a plain program, not criterion: it measures CPU time);
 //! `cargo bench --bench commands -- sandboxed` runs only the reference and the lines whose
@@ -164,6 +166,46 @@ fn cloned(confinement: Option<&Confinement>) {
     }
 }
 
+/// `sh -c true` started as [`cloned`] starts it, 640 times, by one process that entered
+/// `confinement` once: what a command would cost if each world's commands came from a
+/// standing process confined for the world, with no keeper and no runner around it.
+fn from_confined(confinement: &Confinement) {
+    let args = [c"/bin/sh", c"-c", c"true"];
+    let start = Start {
+        confinement: None,
+        argv: [args[0].as_ptr(), args[1].as_ptr(), args[2].as_ptr(), std::ptr::null()],
+        envp: [c"PATH=/usr/bin:/bin".as_ptr(), std::ptr::null()],
+    };
+    let mut stack = vec![0u128; 4096];
+    let top = stack.as_mut_ptr_range().end.cast::<libc::c_void>();
+    // SAFETY: the child makes only system calls on what was made above (no allocation, no
+    // lock: this process has other threads) and exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        // SAFETY: as above; the stack is the grandchildren's alone, each waited for.
+        unsafe {
+            if confinement.enter().is_err() {
+                libc::_exit(126);
+            }
+            for _ in 0..COMMANDS {
+                let arg = &start as *const Start as *mut libc::c_void;
+                let child = libc::clone(start_sh, top, libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD, arg);
+                let mut status = 0;
+                if child <= 0 || libc::waitpid(child, &mut status, 0) != child || status != 0 {
+                    libc::_exit(1);
+                }
+            }
+            libc::_exit(0);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child just started.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the confined process: status {status}");
+    drop(stack);
+}
+
 fn commands(runtime: &tokio::runtime::Runtime, worlds: &[Arc<Environment>], lanes: usize) {
     runtime.block_on(async {
         let tasks: Vec<_> = worlds[..lanes]
@@ -212,14 +254,20 @@ fn main() {
     if wanted(label) {
         print(label, measure(|| cloned(None)));
     }
-    let label = "clone sh -c true confined, 1 at once";
-    if wanted(label) {
+    let [entering, entered] =
+        ["clone sh -c true confined, 1 at once", "clone sh -c true from a confined process, 1 at once"];
+    if wanted(entering) || wanted(entered) {
         let folder = dir.path().join("confined");
         std::fs::create_dir(&folder).expect("a folder");
         let confinement = Confinement::prepare(&SandboxSpec::default(), SandboxMode::On, &[folder.as_path()], &[])
             .expect("a sandbox on this machine");
         confinement.hand_over();
-        print(label, measure(|| cloned(Some(&confinement))));
+        if wanted(entering) {
+            print(entering, measure(|| cloned(Some(&confinement))));
+        }
+        if wanted(entered) {
+            print(entered, measure(|| from_confined(&confinement)));
+        }
     }
     for (label, mode) in [("sandboxed", SandboxMode::On), ("unsandboxed", SandboxMode::Off("the bench"))] {
         if ![1, AT_ONCE].iter().any(|lanes| wanted(&format!("run_command true {label}, {lanes} at once"))) {
