@@ -404,6 +404,12 @@ impl Confinement {
         }
     }
 
+    /// The descriptors [`Confinement::enter`] uses (the Landlock ruleset, the cgroup's
+    /// process list): a process that will enter must keep them open.
+    pub(super) fn descriptors(&self) -> [Option<std::os::fd::RawFd>; 2] {
+        [self.ruleset.as_ref().map(|r| r.as_raw_fd()), self.cgroup.as_ref().map(|c| c.procs.as_raw_fd())]
+    }
+
     /// Enters the sandbox: to be called in a command's child, just before `exec`.
     ///
     /// # Safety

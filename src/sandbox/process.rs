@@ -163,6 +163,9 @@ pub fn spawn_passing(
     Ok(Supervised { tree, keeper, status })
 }
 
+/// How many more times, a millisecond apart, a program that is busy (ETXTBSY) is tried.
+const BUSY_TRIES: usize = 100;
+
 /// What runs a program that has no `#!` line.
 const SHELL: &std::ffi::CStr = c"/bin/sh";
 
@@ -419,6 +422,14 @@ extern "C" fn keeper(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the runner's `Plan`, alive until the report below is read.
     let plan = unsafe { &*arg.cast::<Plan>() };
     let (report, lifeline) = (plan.report, plan.lifeline);
+    // First of all, the copies of the runner's descriptors that the command does not need
+    // go: one of a file another thread has open for writing would make running that file
+    // fail with ETXTBSY ("Text file busy") for as long as it is held, and the shell's child
+    // would inherit them all until its `exec`.
+    let [stdin, stdout, stderr] = plan.stdio;
+    let [ruleset, cgroup] = plan.sandbox.descriptors().map(|fd| fd.unwrap_or(report));
+    let pass = plan.pass.unwrap_or(report);
+    close_all_but(&mut [stdin, stdout, stderr, pass, report, lifeline, ruleset, cgroup]);
     // SAFETY: system calls on this process alone.
     let made = unsafe {
         let _ = raw::call(libc::SYS_setpgid, &[0, 0]);
@@ -519,7 +530,19 @@ unsafe fn enter_and_exec(plan: &Plan) -> io::Error {
             let none = 0u64;
             raw::call(libc::SYS_rt_sigprocmask, &[libc::SIG_SETMASK as usize, &none as *const u64 as usize, 0, 8])?;
             let (program, argv, envp) = (plan.program.as_ptr(), plan.argv.argv.as_ptr(), plan.argv.envp.as_ptr());
-            let ran = raw::call(libc::SYS_execve, &[program as usize, argv as usize, envp as usize]);
+            let mut ran = raw::call(libc::SYS_execve, &[program as usize, argv as usize, envp as usize]);
+            // A program another process has open for writing cannot run (ETXTBSY). A copy
+            // of the runner's descriptors held for an instant by another command's keeper
+            // (cloned while the file was being written) is let go within milliseconds: tried
+            // again for up to 100 ms before it is the command's error.
+            for _ in 0..BUSY_TRIES {
+                if !ran.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::ETXTBSY)) {
+                    break;
+                }
+                let pause = libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 };
+                let _ = raw::call(libc::SYS_nanosleep, &[&pause as *const libc::timespec as usize, 0]);
+                ran = raw::call(libc::SYS_execve, &[program as usize, argv as usize, envp as usize]);
+            }
             if ran.as_ref().is_err_and(|e| e.raw_os_error() == Some(libc::ENOEXEC)) {
                 raw::call(libc::SYS_execve, &[SHELL.as_ptr() as usize, plan.script.as_ptr() as usize, envp as usize])?;
             }
@@ -535,12 +558,9 @@ unsafe fn enter_and_exec(plan: &Plan) -> io::Error {
 /// tree and exits, so that nothing outlives a runner killed outright. It waits for either
 /// on a `signalfd` of SIGCHLD and the lifeline, signals all blocked.
 fn keep(shell: libc::pid_t, report: RawFd, lifeline: RawFd) -> ! {
-    // Copies of the runner's descriptors (other commands' pipes among them) would keep
-    // those open for as long as this command lives.
-    let (low, high) = (report.min(lifeline), report.max(lifeline));
-    close_from(0, low);
-    close_from(low + 1, high);
-    close_from(high + 1, libc::c_int::MAX);
+    // The shell's descriptors (other commands' pipes would stay open for as long as this
+    // command lives if their copies were kept).
+    close_all_but(&mut [report, lifeline]);
     let children: u64 = 1 << (libc::SIGCHLD - 1);
     // SAFETY: signalfd4 reads the mask given and makes a descriptor of this process.
     let signals = unsafe {
@@ -660,6 +680,18 @@ fn children_path(pid: u32, buffer: &mut [u8; 64]) -> &[u8] {
         len += part.len();
     }
     &buffer[..len]
+}
+
+/// Closes every descriptor of this process but `kept` (which it sorts). Allocates nothing:
+/// the keeper runs it.
+fn close_all_but(kept: &mut [RawFd]) {
+    kept.sort_unstable();
+    let mut next = 0;
+    for &fd in kept.iter() {
+        close_from(next, fd);
+        next = next.max(fd + 1);
+    }
+    close_from(next, libc::c_int::MAX);
 }
 
 /// Closes descriptors `first..last` (exclusive of `last`).
@@ -958,6 +990,51 @@ mod tests {
         let message = e.to_string();
         assert!(message.contains(&format!("`{}` cannot be entered", gone.display())), "{message}");
         assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    /// Regression: a file another thread of the runner had open for writing while a command
+    /// started (a verifier's script being copied, say) stayed open in that command's keeper
+    /// until the shell's `exec`, and running the file then failed with ETXTBSY ("Text file
+    /// busy"). Scripts are written and run on one thread while commands start on others.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_script_written_while_other_commands_start_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let sandbox = super::Confinement::off("a test");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let others: Vec<_> = (0..2)
+            .map(|_| {
+                let (sandbox, stop) = (sandbox.clone(), stop.clone());
+                tokio::spawn(async move {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        let command = tokio::process::Command::new("/bin/true");
+                        let mut started = super::spawn(&command, super::Input::Null, &sandbox).unwrap();
+                        let _ = started.keeper.wait().await;
+                    }
+                })
+            })
+            .collect();
+        let mut busy = 0;
+        for i in 0..1000 {
+            let script = dir.path().join(format!("script-{i}.sh"));
+            let written = std::fs::write(&script, "#!/bin/sh\nexit 0\n").and_then(|()| {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+            });
+            written.unwrap();
+            let command = tokio::process::Command::new(&script);
+            match super::spawn(&command, super::Input::Null, &sandbox) {
+                Ok(mut started) => {
+                    let _ = started.keeper.wait().await;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => busy += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for other in others {
+            other.await.unwrap();
+        }
+        assert_eq!(busy, 0, "{busy} of 1000 scripts were busy");
     }
 
     #[tokio::test]
