@@ -150,17 +150,6 @@ impl AgentFault {
     }
 }
 
-/// The cause an episode is unscored with when a call's fault ends it.
-impl From<CallFault> for UnscoredCause {
-    fn from(fault: CallFault) -> Self {
-        match fault {
-            CallFault::ResourceExhausted => UnscoredCause::ResourceExhausted,
-            CallFault::EnvironmentFailed => UnscoredCause::EnvironmentError,
-            CallFault::UserFailed => UnscoredCause::UserError,
-        }
-    }
-}
-
 #[async_trait]
 pub trait Agent: Send {
     async fn propose(&mut self, turn: Turn<'_>) -> Result<Proposal, AgentFault>;

@@ -1,7 +1,7 @@
 //! The event log, `results/<run-id>/events.jsonl`: the source of truth of a run. Everything
 //! else (progress, summaries, tables, reports) is computed from these events.
 
-pub mod event;
+pub use crate::contract::event;
 pub mod projection;
 pub mod reader;
 pub mod search;

@@ -58,7 +58,7 @@ async fn a_key_echoed_by_the_provider_or_read_by_a_command_is_stored_nowhere() {
         .env("OPENAI_API_KEY", KEY)
         .env("TMPDIR", &tmp)
         // The sandbox keeps a command from reading the runner's environment at all (see
-        // `src/sandbox/`); without it, the key must already be gone from there.
+        // `crates/sandbox/`); without it, the key must already be gone from there.
         .args(["--sandbox", "off"]);
     let run = tokio::task::spawn_blocking(move || Run::from(cmd.output().unwrap())).await.unwrap();
     assert_eq!(run.code, 0, "{run:?}");

@@ -1,10 +1,15 @@
 //! The formats other programs see: tool specs, tool calls, actors and the observation
-//! envelope.
+//! envelope (here), and the event log's lines (`event`), with the small nouns those lines
+//! record (`selection`, `reduce`). A crate of its own, as the stable formats of a tool
+//! are kept apart from its internals: it depends on nothing of runner's.
 //!
 //! These types are serialised exactly as `DESIGN.md` shows them. Fields may be added;
 //! existing ones are never renamed.
 
+pub mod event;
 pub mod fit;
+pub mod reduce;
+pub mod selection;
 
 use std::fmt;
 

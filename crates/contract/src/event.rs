@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::contract::{Actor, Observation, ToolCall};
-use crate::domain::selection::Selection;
+use crate::selection::Selection;
+use crate::{Actor, CallFault, Observation, ToolCall};
 
 /// The version of the event schema, written as `v` on every line.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -286,12 +286,12 @@ pub struct SuiteInfo {
     pub environment: String,
     pub epochs: u32,
     #[serde(default)]
-    pub reducer: crate::domain::Reducer,
+    pub reducer: crate::reduce::Reducer,
     #[serde(default)]
     pub k_of_n: Option<u32>,
     /// The tasks' own k-of-n gates (`pass_k:`), by task id; absent when none has one.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub pass_k: std::collections::BTreeMap<String, crate::domain::PassK>,
+    pub pass_k: std::collections::BTreeMap<String, crate::reduce::PassK>,
     pub pass_threshold: Option<f64>,
     /// What the sandbox enforces on the suite's worlds (absent for worlds that start no process).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -542,7 +542,7 @@ pub enum Event {
         #[serde(default)]
         result: Value,
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<crate::contract::ToolError>,
+        error: Option<crate::ToolError>,
     },
     /// A message of a conversation between the agent (`main`) and the task's user (`user`):
     /// the user's opening message, the agent's text replies, the user's answers to them.
@@ -842,7 +842,7 @@ impl Event {
     /// and result) cut to about `bytes` each, with markers; `None` for an event that has
     /// none, or none that large.
     pub fn with_payloads_cut(&self, bytes: usize) -> Option<Event> {
-        use crate::contract::fit::fit;
+        use crate::fit::fit;
         let cut_result = |observation: &Observation| {
             let mut observation = observation.clone();
             let (result, cut) = match &observation.tool_result {
@@ -869,6 +869,17 @@ impl Event {
                 })
             }
             _ => None,
+        }
+    }
+}
+
+/// The cause an episode is unscored with when a call's fault ends it.
+impl From<CallFault> for UnscoredCause {
+    fn from(fault: CallFault) -> Self {
+        match fault {
+            CallFault::ResourceExhausted => UnscoredCause::ResourceExhausted,
+            CallFault::EnvironmentFailed => UnscoredCause::EnvironmentError,
+            CallFault::UserFailed => UnscoredCause::UserError,
         }
     }
 }
@@ -1039,8 +1050,7 @@ mod tests {
 
     #[test]
     fn a_dispatched_call_carries_its_actor() {
-        let call =
-            crate::contract::ToolCall { actor: Actor::User, ..crate::contract::ToolCall::new("c", "f", json!({})) };
+        let call = crate::ToolCall { actor: Actor::User, ..crate::ToolCall::new("c", "f", json!({})) };
         let event = serde_json::to_value(Event::ActionDispatched { step: 2, call }).unwrap();
         assert_eq!(event["call"]["actor"], "user");
     }

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 /// Descriptors one running shell tool call may hold at once: a command's stdout, stderr and
 /// status pipes, and those open for a moment while it starts.
-pub(crate) const FDS_PER_CALL: u64 = 8;
+pub const FDS_PER_CALL: u64 = 8;
 
 /// Descriptors kept free for the rest of the run: the log, the runtime, HTTP connections.
 const FDS_RESERVED: u64 = 64;

@@ -1108,7 +1108,7 @@ mod tests {
     #[tokio::test]
     async fn a_root_runners_memory_is_not_dumpable_once_a_command_changed_user_in_it() {
         let dir = tempfile::tempdir().unwrap();
-        let mode = crate::sandbox::SandboxMode::On;
+        let mode = crate::SandboxMode::On;
         let root = unsafe { libc::geteuid() } == 0;
         let Ok(sandbox) = super::Confinement::prepare(&Default::default(), mode, &[dir.path()], &[]) else {
             assert!(!root || std::env::var_os("CI").is_none(), "the sandbox is missing on a root CI machine");
