@@ -1,7 +1,8 @@
 //! Configuration as users write it: YAML read with the line and column of every key and
-//! item, typed decoding with errors that name file, line and field, and the templates
-//! that render a task's fields.
+//! item, typed decoding with errors that name file, line and field, the one split of a
+//! mapping into common keys and a kind's own, and the templates that render a task's fields.
 
 pub mod decode;
+pub mod kind_keys;
 pub mod template;
 pub mod yaml;

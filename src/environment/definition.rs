@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::config::decode::{ConfigError, Source, check_seconds};
+use crate::config::kind_keys;
 use crate::contract::{FINAL_TOOL, ToolSpec};
 use crate::domain::MAX_EPISODE_S;
 use crate::domain::text::Text;
@@ -495,23 +496,8 @@ fn kind_keys<'a>(
     keys: &'a Map<String, Value>,
     kind: &dyn EnvironmentKind,
 ) -> Result<KindKeys<'a>, ConfigError> {
-    let mut given = BTreeMap::new();
-    // A key given no value is a key not given, as for the common keys.
-    for (key, value) in keys.iter().filter(|(k, v)| !COMMON_KEYS.contains(&k.as_str()) && !v.is_null()) {
-        if kind.keys().contains(&key.as_str()) {
-            given.insert(key.as_str(), value);
-            continue;
-        }
-        let message = match kinds::owner_of(key) {
-            Some(owner) => owner.refuse_key(key, kind.name()),
-            None => {
-                let known: Vec<String> = COMMON_KEYS.iter().chain(kind.keys()).map(|k| format!("`{k}`")).collect();
-                format!("unknown field `{key}`, expected one of {}", known.join(", "))
-            }
-        };
-        return Err(source.error(key, message));
-    }
-    Ok(KindKeys { source, path, given })
+    let refusal = |key: &str| kinds::owner_of(key).map(|owner| owner.refuse_key(key, kind.name()));
+    kind_keys::split((source, path, ""), keys, (&COMMON_KEYS, kind.keys()), refusal)
 }
 
 fn candidate_dirs(suite_dir: &Path) -> Vec<PathBuf> {

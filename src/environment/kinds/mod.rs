@@ -13,16 +13,15 @@ pub mod web;
 pub mod writing;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::Value;
 
 use super::kind::SetupContext;
 use super::tool::ToolDecl;
 use super::{Definition, SetupError, World};
-use crate::config::decode::{ConfigError, Source};
+use crate::config::decode::ConfigError;
 use crate::domain::Task;
 use crate::sandbox::SandboxMode;
 use kv::Kv;
@@ -115,7 +114,7 @@ pub trait EnvironmentKind: Send + Sync {
         Ok(None)
     }
 
-    /// Whether its worlds start processes, which then run in the sandbox (`src/sandbox/`).
+    /// Whether its worlds start processes, which then run in the sandbox (`crates/sandbox/`).
     fn sandboxed(&self) -> bool {
         false
     }
@@ -145,27 +144,9 @@ pub enum KindSettings {
     Mcp(Option<Arc<McpSpec>>),
 }
 
-/// A kind's own keys of one environment file, handed to the kind to decode.
-pub struct KindKeys<'a> {
-    /// The file, for errors that name its line and column.
-    pub source: &'a Source,
-    /// The file's path: relative paths in it are its folder's.
-    pub path: &'a Path,
-    /// Those of the kind's keys that the file gives.
-    pub given: BTreeMap<&'a str, &'a Value>,
-}
-
-impl KindKeys<'_> {
-    /// The value the file gives `key`, if it gives one.
-    pub fn get(&self, key: &str) -> Option<&Value> {
-        self.given.get(key).copied()
-    }
-
-    /// The folder of the file.
-    pub fn folder(&self) -> &Path {
-        self.path.parent().unwrap_or(Path::new("."))
-    }
-}
+/// A kind's own keys of one environment file, handed to the kind to decode (split from
+/// the common ones by the one rule every kind, of environment or agent, shares).
+pub use crate::config::kind_keys::KindKeys;
 
 /// The kind that takes `key`, when one does.
 pub fn owner_of(key: &str) -> Option<&'static dyn EnvironmentKind> {
