@@ -1,24 +1,20 @@
 //! The agent: a policy that decides. It owns its transcript, asks its language model, and
-//! proposes tool calls. It never executes a tool: the environment does. [`AgentKind`] is
-//! the list of kinds a suite can name.
+//! proposes tool calls. It never executes a tool: the environment does. The kinds a suite
+//! can name are in `kinds/`, each building its agent from one [`AgentSetup`].
 
 mod budget;
-mod cli;
-pub mod external;
-mod kind;
-pub mod memory;
-pub mod memory_agent;
-mod oracle;
-pub mod plan;
-pub mod session_search;
-mod subagent;
-mod tool_calling;
+mod config;
+pub mod kinds;
+mod setup;
 
 pub use budget::{Budget, CallError, Done, EpisodeBudget, Trajectory};
-pub use cli::{CliAnswer, CliKeys, ProgramParts, ProgramRoom, check_cli};
-pub use kind::{AgentKind, AgentParts};
-pub use subagent::{ModelFor, Subagents, delegate_spec};
-pub use tool_calling::ToolCallingAgent;
+pub use config::AgentConfig;
+pub use kinds::cli::{CliAnswer, ProgramRoom};
+pub use kinds::tool_calling::notes;
+pub use kinds::tool_calling::subagents::ModelFor;
+pub use kinds::tool_calling::{ToolCallingAgent, plan};
+pub use kinds::{AgentKind, AgentSettings};
+pub use setup::{AgentSetup, Lent, WorldFacts};
 
 use async_trait::async_trait;
 

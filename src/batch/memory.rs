@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;
 
 use super::EpisodeSpec;
-use crate::agent::memory::{Entries, Scope};
+use crate::agent::notes::{Entries, Scope};
 
 /// The folder of the run folder that holds the stores.
 pub const FOLDER: &str = "memory";
@@ -45,7 +45,7 @@ impl TaskMemory {
     /// The episode's slot, when its suite keeps memory across epochs; slots are taken in
     /// plan order, so an epoch waits for the one planned before it.
     pub fn slot(&mut self, spec: &EpisodeSpec) -> Option<Slot> {
-        let scope = spec.suite.agent.memory.as_ref().map(|m| m.scope);
+        let scope = spec.suite.agent.settings.notes().map(|m| m.scope);
         if scope != Some(Scope::Task) {
             return None;
         }

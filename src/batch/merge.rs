@@ -201,7 +201,9 @@ fn carry_state(runs: &[PathBuf], to: &Path) -> Result<(), String> {
         }
         // The first answer to a request is the one a run keeps.
         copy_files(&run.join(web::CACHE_FOLDER), &to.join(web::CACHE_FOLDER), Twice::KeepFirst)?;
-        crate::agent::memory_agent::carry(run, to)?;
+        for kind in crate::agent::kinds::AGENT_KINDS {
+            kind.carry(run, to)?;
+        }
     }
     Ok(())
 }

@@ -220,7 +220,7 @@ pub async fn regrade(
             },
         };
         let recorder = log.recorder(id);
-        if suite.agent.kind == crate::agent::AgentKind::Memory {
+        if suite.agent.kind.logs_stages() {
             recorder.emit(&Event::Stage { stage: crate::log::event::Stage::Judge, ingestion: None });
         }
         let episode = Finished {

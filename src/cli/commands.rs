@@ -12,7 +12,6 @@ use super::flags::{
     SearchArgs, Switch,
 };
 use super::{CliError, Exit, out, outln, resolve};
-use crate::agent::AgentKind;
 use crate::batch::regrade::LoggedRun;
 use crate::batch::{self, RunError};
 use crate::log::Subscription;
@@ -150,8 +149,7 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
         eprintln!("interrupted: episodes in flight were cancelled");
         return Ok(Exit::Interrupted);
     }
-    let oracle_failed =
-        suites.iter().any(|s| s.agent.kind == AgentKind::Oracle) && !oracle_verdict(&result.events_path)?;
+    let oracle_failed = suites.iter().any(|s| s.agent.kind.name() == "oracle") && !oracle_verdict(&result.events_path)?;
     // Neither interrupted nor aborted: episodes cancelled now were cancelled by a hard
     // budget (`--budget-hard`), and a verdict without them is no pass.
     let cancelled = summary.total().cancelled;

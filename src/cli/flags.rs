@@ -260,8 +260,8 @@ pub struct EvalArgs {
     pub models: Vec<String>,
     /// The agent kind of every suite, over their `agent.kind`: `oracle` runs each task's
     /// reference solution and says which tasks do not pass with it.
-    #[arg(long, value_name = "KIND", value_parser = crate::agent::AgentKind::parse)]
-    pub agent: Option<crate::agent::AgentKind>,
+    #[arg(long, value_name = "KIND", value_parser = crate::agent::kinds::find)]
+    pub agent: Option<&'static dyn crate::agent::AgentKind>,
     /// Run only this variant of the suites that name `variants:` (repeat for several);
     /// suites without variants run as they are.
     #[arg(long = "variant", value_name = "NAME")]

@@ -352,24 +352,30 @@ pub fn suite_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, CliError> {
     Ok(files)
 }
 
-/// The suites with `--agent`'s kind over their own, when it is given.
-fn with_agent(suites: Vec<Arc<Suite>>, kind: Option<AgentKind>) -> Result<Vec<Arc<Suite>>, CliError> {
+/// The suites with `--agent`'s kind over their own, when it is given: a suite of that kind
+/// keeps its settings; one of another takes the kind's with none of its keys given, or
+/// is refused with why the kind needs them.
+fn with_agent(suites: Vec<Arc<Suite>>, kind: Option<&'static dyn AgentKind>) -> Result<Vec<Arc<Suite>>, CliError> {
     let Some(kind) = kind else {
         return Ok(suites);
     };
+    let refused =
+        |path: &Path, why: String| CliError::usage(format!("--agent {}: {}: {why}", kind.name(), path.display()));
     suites
         .into_iter()
-        .map(|mut suite| match Arc::get_mut(&mut suite) {
-            Some(owned) => {
-                owned.agent.kind = kind;
-                for variant in &mut owned.variants {
-                    variant.agent.kind = kind;
-                }
-                Ok(suite)
+        .map(|mut suite| {
+            let path = suite.path.clone();
+            let Some(owned) = Arc::get_mut(&mut suite) else {
+                return Err(CliError::usage(format!(
+                    "{}: the suite is in use and cannot take --agent",
+                    path.display()
+                )));
+            };
+            owned.agent = owned.agent.as_kind(kind, &path).map_err(|why| refused(&path, why))?;
+            for variant in &mut owned.variants {
+                variant.agent = variant.agent.as_kind(kind, &path).map_err(|why| refused(&path, why))?;
             }
-            None => {
-                Err(CliError::usage(format!("{}: the suite is in use and cannot take --agent", suite.path.display())))
-            }
+            Ok(suite)
         })
         .collect()
 }

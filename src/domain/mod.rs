@@ -2,6 +2,7 @@
 //! reduce over epochs, a scorer as written. Low in the layers: it knows no loader, no
 //! model, no environment.
 
+pub mod conversation;
 pub mod document;
 pub mod harbor;
 pub mod scorer;
@@ -133,7 +134,7 @@ impl Task {
     }
 }
 
-/// The entries of the agent's two memory stores (`agent/memory.rs`): a task's initial ones,
+/// The entries of the agent's two memory stores (`agent/kinds/tool_calling/notes.rs`): a task's initial ones,
 /// or what an episode left.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

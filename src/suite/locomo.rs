@@ -16,9 +16,9 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use super::TaskFile;
-use crate::agent::memory_agent::conversation::parse_date;
 use crate::config::decode::ConfigError;
 use crate::config::yaml::Position;
+use crate::domain::conversation::parse_date;
 use crate::domain::text::Text;
 use crate::domain::{MockTurn, SharedMetadata};
 

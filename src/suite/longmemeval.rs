@@ -13,10 +13,10 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 
 use super::TaskFile;
-use crate::agent::memory_agent::conversation::{ROLES, parse_date};
 use crate::config::decode::ConfigError;
 use crate::config::yaml::Position;
 use crate::domain::MockTurn;
+use crate::domain::conversation::{ROLES, parse_date};
 use crate::domain::text::Text;
 
 /// The question types of LongMemEval; another is read, and judged by the default rubric.

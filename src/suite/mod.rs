@@ -26,10 +26,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::agent::AgentKind;
-use crate::agent::external::Program;
-use crate::agent::memory::{MemoryConfig, Stores};
-use crate::agent::session_search::{SessionSearch, SessionSearchConfig};
+use crate::agent::AgentConfig;
 use crate::environment::definition::Definition;
 use crate::environment::permission::{self, Permissions};
 use crate::sandbox::SandboxMode;
@@ -123,86 +120,6 @@ impl Suite {
     }
 }
 
-/// The suite's `agent:`: which kind of agent plays each episode, and its settings.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AgentConfig {
-    /// `tool_calling` when the suite does not say.
-    #[serde(default)]
-    pub kind: AgentKind,
-    /// The system prompt, a template over the task's fields.
-    pub system: Option<String>,
-    /// When true, a plain text answer does not end the episode: the agent is reminded to
-    /// call `final_answer`.
-    #[serde(default)]
-    pub require_final_answer: bool,
-    /// The system prompt of a subagent, a template over the task's fields. When set, the
-    /// agent is offered `delegate_task`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub subagent: Option<String>,
-    /// How many `delegate_task` calls of one turn run at once ([`DEFAULT_MAX_CHILDREN`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_children: Option<u32>,
-    /// How deep the tree of agents may grow: the main agent is at depth 0, its children
-    /// at 1 ([`DEFAULT_MAX_DEPTH`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max_depth: Option<u32>,
-    /// When true, the agent offers `enter_plan_mode` (and, in plan mode, `exit_plan_mode`).
-    #[serde(default)]
-    pub plan_mode: bool,
-    /// Sampling settings of the agents' model calls (`temperature`, `max_tokens`, `seed`, …),
-    /// merged into their request bodies over the provider's; the graders and a simulated
-    /// user keep their provider's.
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
-    pub sampling: Map<String, Value>,
-    /// The bounded memory: the `memory` tool and its stores in the system prompt.
-    pub memory: Option<MemoryConfig>,
-    /// `external` and `cli`: the program and its arguments. An external agent's runs in the
-    /// suite file's folder; each word of a `cli` agent's is a template over the task's
-    /// fields and `gateway` (`{{ input }}`, `{{ gateway.openai_base_url }}`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub command: Option<Vec<String>>,
-    /// `external` and `cli`: variables added to the program's otherwise clean environment.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub env: BTreeMap<String, String>,
-    /// `external`: one process serves many episodes, one after another (a `start` each).
-    #[serde(default)]
-    pub reuse: bool,
-    /// `external`: the program, checked when the suite loaded (and, with `reuse`, its idle
-    /// processes).
-    #[serde(skip)]
-    pub program: Option<Arc<Program>>,
-    /// `cli` only: where its final answer is, `stdout` (the default) or `{file: PATH}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answer: Option<crate::agent::CliAnswer>,
-    /// `cli` only: commands run in the world, in order, before the agent starts.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub setup: Vec<String>,
-    /// `session_search` over earlier runs: the agent's episodic memory.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_search: Option<SessionSearchConfig>,
-    /// The runs `session_search` names, checked when the suite loaded.
-    #[serde(skip)]
-    pub searched_runs: Option<Arc<SessionSearch>>,
-    /// `memory` only: every how many messages of a session it also flushes
-    /// ([`crate::agent::memory_agent::DEFAULT_FLUSH_EVERY`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub flush_every: Option<u32>,
-    /// `memory` only: its own prompts in place of the default files.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompts: Option<crate::agent::memory_agent::MemoryPrompts>,
-    /// `memory` only: how the question is answered after the replay, `{with: context}`
-    /// (the default) or `{with: tools, tools: [...], max_steps: N}`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub answering: Option<crate::agent::memory_agent::Answering>,
-    /// `memory` only: whether one ingestion serves every episode of the same key.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ingest: Option<crate::agent::memory_agent::ingestion::IngestSettings>,
-}
-
-pub const DEFAULT_MAX_CHILDREN: u32 = 3;
-pub const DEFAULT_MAX_DEPTH: u32 = 2;
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
@@ -248,8 +165,10 @@ struct SuiteFile {
     /// environment's own.
     #[serde(default)]
     permissions: Value,
+    /// The agent, decoded by `AgentConfig::decode` (its kind decodes its own keys).
     #[serde(default)]
-    agent: AgentConfig,
+    #[allow(dead_code)]
+    agent: Value,
     #[serde(default)]
     limits: Limits,
     #[serde(default = "one")]
@@ -496,32 +415,11 @@ fn from_source(
     {
         return Err(source.error("limits.max_cost_usd", format!("must be a positive number of USD, got {usd}")));
     }
-    crate::model::config::check_sampling(&file.agent.sampling)
-        .map_err(|(key, e)| source.error(&format!("agent.sampling.{key}"), e))?;
-    for (key, value) in [("agent.max_children", file.agent.max_children), ("agent.max_depth", file.agent.max_depth)] {
-        if value == Some(0) {
-            return Err(source.error(key, "must be at least 1"));
-        }
-        if value.is_some() && file.agent.subagent.is_none() {
-            return Err(source.error(key, "has no effect without `agent.subagent`, the subagents' system prompt"));
-        }
-    }
-    let cli = crate::agent::CliKeys {
-        command: file.agent.command.as_deref().unwrap_or_default(),
-        answer: file.agent.answer.is_some(),
-        setup: !file.agent.setup.is_empty(),
-    };
-    crate::agent::check_cli(file.agent.kind, &cli, path.parent()).map_err(|(field, e)| source.error(field, e))?;
+    let agent = AgentConfig::decode(&source, source.value.get("agent"))?;
     // The depth subagents may reach, or `None` when the suite starts none.
-    let reach = file.agent.subagent.as_ref().map(|_| file.agent.max_depth.unwrap_or(DEFAULT_MAX_DEPTH));
+    let reach = agent.settings.subagents().map(|(_, reach)| reach);
     check_actors(&source, "mock_subagents", file.mock_subagents.keys(), reach)?;
-    if let Some(memory) = &file.agent.memory {
-        memory.check().map_err(|(field, e)| source.error(&format!("agent.memory.{field}"), e))?;
-    }
-    check_memory_agent(&source, &file.agent)?;
     let mut file = file;
-    file.agent.program = external_program(&source, &file.agent, path)?;
-    file.agent.searched_runs = searched_runs(&source, &file.agent, path)?;
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
     let environment = match &file.tools {
         Some(names) => environment.narrowed(names).map_err(|e| source.error("tools", e))?,
@@ -539,14 +437,14 @@ fn from_source(
         }
     };
     // A `cli` agent's tools are its own, not the environment's: its scorers may name any.
-    let own_tools = file.agent.kind == AgentKind::Cli;
+    let own_tools = agent.kind.owns_its_tools();
     if !own_tools {
         check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
     }
     code::resolve(&source, "scorers", &mut file.scorers, path.parent())?;
     let toolsets = toolsets(&source, &file.toolsets, file.toolset_distribution.as_ref(), &environment)?;
     let variants =
-        variants::resolve(&source, &variants::decode(&source)?, &file.agent, (&environment, !toolsets.is_empty()))?;
+        variants::resolve(&source, &variants::decode(&source)?, &agent, (&environment, !toolsets.is_empty()))?;
     let tools: Vec<&str> = environment.specs.iter().map(|t| t.name.as_str()).collect();
     let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
         .map_err(|(at, e)| source.error(&at, e))?
@@ -584,12 +482,12 @@ fn from_source(
         }
     }
 
-    let system = file.agent.system.as_deref().unwrap_or("");
+    let system = agent.system.as_deref().unwrap_or("");
     let mut seen = HashSet::new();
     let mut tasks = Vec::with_capacity(raw_tasks.len() + dataset_rows.len());
     let suite_mock: Arc<[MockTurn]> = file.mock.clone().into();
     let suite_mock_subagents = file.mock_subagents.clone();
-    let subagent = file.agent.subagent.as_deref().unwrap_or("");
+    let subagent = agent.settings.subagents().map_or("", |(prompt, _)| prompt);
     for (at, mut raw) in raw_tasks.drain(..) {
         code::resolve(&source, &yaml::child(&at, "scorers"), &mut raw.scorers, path.parent())?;
         if let Some(pass_k) = &raw.pass_k {
@@ -609,13 +507,16 @@ fn from_source(
                 ));
             }
         }
-        check_memory(&source, &at, &raw.memory, file.agent.memory.as_ref())?;
+        if !raw.memory.is_empty() && agent.settings.notes().is_none() {
+            let message = "the task has memory entries, but the suite's agent has no `memory:`";
+            return Err(source.error(&yaml::child(&at, "memory"), message));
+        }
         let task = build_task(raw, &suite_mock, &suite_mock_subagents)
             .map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
-        if file.agent.kind == AgentKind::Memory {
-            crate::agent::memory_agent::conversation::sessions_of(task.metadata_field("sessions"))
-                .map_err(|(field, e)| source.error(&yaml::child(&yaml::child(&at, "metadata"), &field), e))?;
-        }
+        agent
+            .kind
+            .check_task(&agent.settings, &task)
+            .map_err(|(field, e)| source.error(&yaml::child(&at, &field), e))?;
         finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)?;
         if let Some(task) = tasks.last() {
             variants::check_task(&source, &variants, task)?;
@@ -643,7 +544,7 @@ fn from_source(
         environment,
         sandbox,
         permissions: Arc::new(permissions),
-        agent: file.agent,
+        agent,
         limits: file.limits,
         epochs: file.epochs,
         reducer: file.reducer,
@@ -705,123 +606,6 @@ fn toolsets(
             Ok(Toolset { name: name.clone(), tools: tools.clone(), weight, environment: narrowed })
         })
         .collect()
-}
-
-/// The keys only a `memory` agent takes, refused to the other kinds, and checked.
-fn check_memory_agent(source: &Source, agent: &AgentConfig) -> Result<(), ConfigError> {
-    if agent.kind != AgentKind::Memory {
-        let given = [
-            ("flush_every", agent.flush_every.is_some()),
-            ("prompts", agent.prompts.is_some()),
-            ("answering", agent.answering.is_some()),
-            ("ingest", agent.ingest.is_some()),
-        ];
-        if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
-            return Err(source.error(&format!("agent.{key}"), "is for `kind: memory` agents only"));
-        }
-    }
-    if agent.flush_every == Some(0) {
-        return Err(source.error("agent.flush_every", "must be at least 1"));
-    }
-    if let Some(answering) = &agent.answering {
-        answering.check().map_err(|(field, why)| source.error(&format!("agent.answering.{field}"), why))?;
-    }
-    Ok(())
-}
-
-/// An `external` agent's program, checked; `None` for the other kinds, which are refused
-/// the keys that only an external agent has, and the external kind the ones it cannot use.
-fn external_program(source: &Source, agent: &AgentConfig, path: &Path) -> Result<Option<Arc<Program>>, ConfigError> {
-    if agent.kind != AgentKind::External {
-        if agent.reuse {
-            return Err(source.error("agent.reuse", "is for `kind: external` agents only"));
-        }
-        if agent.kind != AgentKind::Cli {
-            let given = [("command", agent.command.is_some()), ("env", !agent.env.is_empty())];
-            if let Some((key, _)) = given.into_iter().find(|(_, given)| *given) {
-                return Err(
-                    source.error(&format!("agent.{key}"), "is for `kind: external` and `kind: cli` agents only")
-                );
-            }
-        }
-        return Ok(None);
-    }
-    let ignored = [
-        ("subagent", agent.subagent.is_some()),
-        ("memory", agent.memory.is_some()),
-        ("plan_mode", agent.plan_mode),
-        ("require_final_answer", agent.require_final_answer),
-    ];
-    if let Some((key, _)) = ignored.into_iter().find(|(_, given)| *given) {
-        let message = "an external agent's program makes its own decisions: this key has no effect on it";
-        return Err(source.error(&format!("agent.{key}"), message));
-    }
-    let Some(command) = &agent.command else {
-        return Err(source.error("agent", "an external agent needs `command: [program, args…]`"));
-    };
-    // The program itself, where the suite names it.
-    let first = yaml::item("agent.command", 0);
-    let position = source.locations.find(&first);
-    let at = format!("{}:{}:{}", path.display(), position.line, position.column);
-    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let program = Program::new(command.clone(), agent.env.clone(), agent.reuse, folder, at)
-        .map_err(|e| source.error(if command.is_empty() { "agent.command" } else { &first }, e))?;
-    Ok(Some(Arc::new(program)))
-}
-
-/// The runs `agent.session_search` names: run folders (relative to the suite file) that
-/// hold a log. Only the `tool_calling` agent searches.
-fn searched_runs(source: &Source, agent: &AgentConfig, path: &Path) -> Result<Option<Arc<SessionSearch>>, ConfigError> {
-    let Some(config) = &agent.session_search else { return Ok(None) };
-    if agent.kind != AgentKind::ToolCalling {
-        return Err(source.error("agent.session_search", "is for `kind: tool_calling` agents only"));
-    }
-    if config.runs.is_empty() {
-        return Err(
-            source.error("agent.session_search.runs", "names no run: list run folders, such as ../results/baseline")
-        );
-    }
-    if let Some(limit) = config.limit
-        && !(1..=crate::agent::session_search::MAX_HITS).contains(&limit)
-    {
-        let most = crate::agent::session_search::MAX_HITS;
-        return Err(source.error("agent.session_search.limit", format!("must be from 1 to {most}, got {limit}")));
-    }
-    let folder = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut runs = Vec::new();
-    for (i, run) in config.runs.iter().enumerate() {
-        let dir = folder.join(run);
-        if !dir.join("events.jsonl").is_file() {
-            let message = format!(
-                "no run at {} (a run folder holds events.jsonl; the path is relative to the suite file)",
-                dir.display()
-            );
-            return Err(source.error(&yaml::item("agent.session_search.runs", i), message));
-        }
-        runs.push(dir);
-    }
-    let limit = config.limit.unwrap_or(crate::agent::session_search::DEFAULT_HITS);
-    Ok(Some(Arc::new(SessionSearch::new(runs, limit, config.same_task))))
-}
-
-/// Checks a task's initial memory: the suite gives the agent a memory, and each store's
-/// entries are what the `memory` tool would accept, within its limit.
-fn check_memory(
-    source: &Source,
-    at: &str,
-    entries: &crate::domain::MemoryEntries,
-    config: Option<&MemoryConfig>,
-) -> Result<(), ConfigError> {
-    if entries.is_empty() {
-        return Ok(());
-    }
-    let here = yaml::child(at, "memory");
-    let Some(config) = config else {
-        return Err(source.error(&here, "the task has memory entries, but the suite's agent has no `memory:`"));
-    };
-    Stores::checked(config, entries)
-        .map(|_| ())
-        .map_err(|(name, i, why)| source.error(&yaml::item(&yaml::child(&here, name), i), why))
 }
 
 /// Checks that the templates a task will meet render, and that its id is new.

@@ -43,30 +43,14 @@ impl Variant {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct VariantFile {
-    #[serde(default)]
-    agent: AgentOverride,
+    /// The keys of `agent:` it changes: the system prompt, sampling, and what the kind
+    /// lets a variant change. The kind and a program's keys are the suite's: a variant
+    /// changes how the same agent is asked, not which agent runs.
+    agent: Option<Value>,
     /// The task's input, a template over its fields.
     prompt: Option<String>,
     /// The environment's tools this variant offers, over the suite's `tools:`.
     tools: Option<Vec<String>>,
-}
-
-/// The keys of `agent:` a variant may set. The kind and a program's keys are the suite's:
-/// a variant changes how the same agent is asked, not which agent runs.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct AgentOverride {
-    system: Option<String>,
-    require_final_answer: Option<bool>,
-    subagent: Option<String>,
-    max_children: Option<u32>,
-    max_depth: Option<u32>,
-    plan_mode: Option<bool>,
-    /// `memory` agents: prompts over the suite's, each one given replacing its own.
-    prompts: Option<crate::agent::memory_agent::MemoryPrompts>,
-    flush_every: Option<u32>,
-    /// Over the suite's `agent.sampling`, key by key.
-    sampling: Option<serde_json::Map<String, Value>>,
 }
 
 /// A variant's name: it appears in episode ids, tables and labels.
@@ -96,53 +80,10 @@ pub(crate) fn resolve(
         let at = yaml::child("variants", name);
         check_name(name).map_err(|e| source.error(&at, e))?;
         let file = &written[name];
-        let over = &file.agent;
-        let mut merged = agent.clone();
-        if let Some(system) = &over.system {
-            merged.system = Some(system.clone());
-        }
-        if let Some(subagent) = &over.subagent {
-            merged.subagent = Some(subagent.clone());
-        }
-        merged.require_final_answer = over.require_final_answer.unwrap_or(merged.require_final_answer);
-        merged.plan_mode = over.plan_mode.unwrap_or(merged.plan_mode);
-        merged.max_children = over.max_children.or(merged.max_children);
-        merged.max_depth = over.max_depth.or(merged.max_depth);
-        let agent_at = yaml::child(&at, "agent");
-        if over.prompts.is_some() || over.flush_every.is_some() {
-            let key = if over.prompts.is_some() { "prompts" } else { "flush_every" };
-            if merged.kind != crate::agent::AgentKind::Memory {
-                return Err(source.error(&yaml::child(&agent_at, key), "is for `kind: memory` agents only"));
-            }
-            if over.flush_every == Some(0) {
-                return Err(source.error(&yaml::child(&agent_at, "flush_every"), "must be at least 1"));
-            }
-            merged.flush_every = over.flush_every.or(merged.flush_every);
-            if let Some(own) = &over.prompts {
-                merged.prompts = Some(own.clone().over(merged.prompts.take().unwrap_or_default()));
-            }
-        }
-        if let Some(sampling) = &over.sampling {
-            crate::model::config::check_sampling(sampling)
-                .map_err(|(key, e)| source.error(&yaml::child(&yaml::child(&agent_at, "sampling"), &key), e))?;
-            merged.sampling.extend(sampling.clone());
-        }
-        for (key, value) in [("max_children", over.max_children), ("max_depth", over.max_depth)] {
-            let here = yaml::child(&agent_at, key);
-            if value == Some(0) {
-                return Err(source.error(&here, "must be at least 1"));
-            }
-            if value.is_some() && merged.subagent.is_none() {
-                return Err(source.error(&here, "has no effect without `agent.subagent`, the subagents' system prompt"));
-            }
-        }
-        if merged.kind == crate::agent::AgentKind::External {
-            let ignored = [("subagent", over.subagent.is_some()), ("plan_mode", over.plan_mode == Some(true))];
-            if let Some((key, _)) = ignored.into_iter().find(|(_, given)| *given) {
-                let message = "an external agent's program makes its own decisions: this key has no effect on it";
-                return Err(source.error(&yaml::child(&agent_at, key), message));
-            }
-        }
+        let merged = match &file.agent {
+            Some(over) => agent.under_variant(source, &yaml::child(&at, "agent"), over)?,
+            None => agent.clone(),
+        };
         let environment = match &file.tools {
             Some(_) if toolsets => {
                 let message = "the suite draws its tools from `toolsets:`; a variant cannot name its own";
@@ -167,7 +108,7 @@ pub(crate) fn check_task(source: &Source, variants: &[Variant], task: &Task) -> 
         let templates = [
             ("prompt", v.prompt.as_deref()),
             ("agent.system", v.agent.system.as_deref()),
-            ("agent.subagent", v.agent.subagent.as_deref()),
+            ("agent.subagent", v.agent.settings.subagents().map(|(prompt, _)| prompt)),
         ];
         for (key, text) in templates {
             if let Some(text) = text {

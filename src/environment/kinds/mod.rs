@@ -114,6 +114,13 @@ pub trait EnvironmentKind: Send + Sync {
         Ok(None)
     }
 
+    /// The file of an episode's store in the run folder `run_dir`, for a kind whose world
+    /// keeps one the runner can fill before the world opens it (an agent restores a shared
+    /// ingestion into it); `None` for the others.
+    fn store_file(&self, _run_dir: &std::path::Path, _episode_id: &str) -> Option<PathBuf> {
+        None
+    }
+
     /// Whether its worlds start processes, which then run in the sandbox (`crates/sandbox/`).
     fn sandboxed(&self) -> bool {
         false

@@ -631,7 +631,8 @@ fn mock_turn(calls: Vec<(&str, Value)>) -> crate::domain::MockTurn {
 /// A main agent that delegates one task (with `tools`, a list or null for all of its own)
 /// and then answers; its child plays `child`.
 fn delegating(child: Vec<crate::domain::MockTurn>, tools: Value) -> crate::agent::ToolCallingAgent {
-    use crate::agent::{ModelFor, Subagents, ToolCallingAgent};
+    use crate::agent::kinds::tool_calling::subagents::Subagents;
+    use crate::agent::{ModelFor, ToolCallingAgent};
     use crate::model::{LanguageModel, mock::MockModel};
     let main = vec![
         mock_turn(vec![(crate::contract::DELEGATE_TOOL, json!({"goal": "g", "tools": tools}))]),

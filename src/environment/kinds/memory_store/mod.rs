@@ -57,6 +57,10 @@ impl EnvironmentKind for MemoryStore {
         let store = Store::open(&path).map_err(failed)?;
         Ok(Box::new(MemoryWorld { store: Mutex::new(store) }))
     }
+
+    fn store_file(&self, run_dir: &Path, episode_id: &str) -> Option<PathBuf> {
+        Some(store_path(&run_dir.join(FOLDER), episode_id))
+    }
 }
 
 /// Where the store of episode `episode_id` is, in `folder`.

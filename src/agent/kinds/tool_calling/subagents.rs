@@ -14,7 +14,8 @@ use std::sync::Arc;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
-use super::{ActorEnding, AgentFault, ToolCallingAgent, Turn};
+use super::ToolCallingAgent;
+use crate::agent::{ActorEnding, AgentFault, Turn};
 use crate::contract::{Actor, DELEGATE_TOOL, ErrorType, FINAL_TOOL, ToolCall, ToolError, ToolSpec};
 use crate::log::Termination;
 use crate::model::LanguageModel;

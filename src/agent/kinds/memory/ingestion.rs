@@ -27,8 +27,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::OwnedMutexGuard;
 
 use super::checkpoint::ThreadState;
-use super::conversation::{ChatMessage, Session};
 use super::prompts::{MemoryPrompts, Prompts};
+use crate::domain::conversation::{ChatMessage, Session};
 use crate::log::Usage;
 
 /// The folder of the run folder that holds the finished ingestions.

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::conversation::ChatMessage;
+use crate::domain::conversation::ChatMessage;
 
 /// A suite's own prompts; each one not given is the default file's.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::conversation::Session;
+use crate::domain::conversation::Session;
 
 /// What an invocation of the memory agent is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -117,7 +117,7 @@ pub fn invocations(sessions: &[Session], flush_every: u32) -> Vec<Invocation> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::memory_agent::conversation::ChatMessage;
+    use crate::domain::conversation::ChatMessage;
 
     /// The tools one invocation runs, `model:` for those the model writes, when every tool
     /// succeeds.

@@ -32,22 +32,22 @@ pub enum Scope {
     Task,
 }
 
-/// A suite's `agent.memory:`.
+/// A suite's `agent.memory:`: the bounded notes' limits, and how long they last.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct MemoryConfig {
+pub struct NotesConfig {
     pub memory_chars: usize,
     pub user_chars: usize,
     pub scope: Scope,
 }
 
-impl Default for MemoryConfig {
+impl Default for NotesConfig {
     fn default() -> Self {
-        MemoryConfig { memory_chars: MEMORY_CHARS, user_chars: USER_CHARS, scope: Scope::Episode }
+        NotesConfig { memory_chars: MEMORY_CHARS, user_chars: USER_CHARS, scope: Scope::Episode }
     }
 }
 
-impl MemoryConfig {
+impl NotesConfig {
     /// Checks the limits; the error names the field under `agent.memory`.
     pub fn check(&self) -> Result<(), (&'static str, String)> {
         for (field, chars) in [("memory_chars", self.memory_chars), ("user_chars", self.user_chars)] {
@@ -118,14 +118,14 @@ struct Call {
 }
 
 impl Stores {
-    pub fn new(config: &MemoryConfig, initial: Entries) -> Self {
+    pub fn new(config: &NotesConfig, initial: Entries) -> Self {
         Stores { entries: initial, limits: (config.memory_chars, config.user_chars) }
     }
 
     /// Stores filled with `entries`, each added as the `memory` tool would add it: an entry
     /// the tool would refuse (a duplicate, one past the limit) is an error naming its store,
     /// its index and why.
-    pub fn checked(config: &MemoryConfig, entries: &Entries) -> Result<Self, (&'static str, usize, String)> {
+    pub fn checked(config: &NotesConfig, entries: &Entries) -> Result<Self, (&'static str, usize, String)> {
         let mut stores = Stores::new(config, Entries::default());
         for (name, list) in [("memory", &entries.memory), ("user", &entries.user)] {
             for (i, entry) in list.iter().enumerate() {
@@ -349,7 +349,7 @@ mod tests {
             memory: memory.iter().map(|s| (*s).to_owned()).collect(),
             user: user.iter().map(|s| (*s).to_owned()).collect(),
         };
-        Stores::new(&MemoryConfig::default(), entries)
+        Stores::new(&NotesConfig::default(), entries)
     }
 
     fn act(s: &mut Stores, arguments: Value) -> Result<Value, ToolError> {
@@ -397,7 +397,7 @@ mod tests {
 
     #[test]
     fn add_past_the_limit_is_refused_with_the_current_usage() {
-        let config = MemoryConfig { memory_chars: 20, ..MemoryConfig::default() };
+        let config = NotesConfig { memory_chars: 20, ..NotesConfig::default() };
         let mut s = Stores::new(&config, Entries { memory: vec!["0123456789".into()], user: Vec::new() });
         // 10 + 3 + 8 = 21 > 20.
         let full = act(&mut s, json!({"action": "add", "target": "memory", "content": "abcdefgh"})).unwrap_err();
@@ -435,7 +435,7 @@ mod tests {
 
     #[test]
     fn a_replacement_must_fit_the_limit_too() {
-        let config = MemoryConfig { user_chars: 10, ..MemoryConfig::default() };
+        let config = NotesConfig { user_chars: 10, ..NotesConfig::default() };
         let mut s = Stores::new(&config, Entries { memory: Vec::new(), user: vec!["short".into()] });
         let long =
             act(&mut s, json!({"action": "replace", "target": "user", "old_text": "short", "content": "much longer"}))
@@ -478,8 +478,8 @@ mod tests {
 
     #[test]
     fn limits_outside_the_range_are_refused_naming_the_field() {
-        let zero = MemoryConfig { user_chars: 0, ..MemoryConfig::default() };
+        let zero = NotesConfig { user_chars: 0, ..NotesConfig::default() };
         assert_eq!(zero.check().unwrap_err().0, "user_chars");
-        assert!(MemoryConfig::default().check().is_ok());
+        assert!(NotesConfig::default().check().is_ok());
     }
 }

@@ -6,9 +6,29 @@
 use async_trait::async_trait;
 use serde_json::json;
 
-use super::{Agent, AgentFault, Proposal, Turn};
+use crate::agent::kinds::{AgentKind, AgentSettings};
+use crate::agent::{Agent, AgentFault, AgentSetup, Lent, Proposal, Turn};
+use crate::config::decode::ConfigError;
+use crate::config::kind_keys::KindKeys;
 use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::log::UnscoredCause;
+
+/// `kind: oracle`: no keys of its own.
+pub struct Oracle;
+
+impl AgentKind for Oracle {
+    fn name(&self) -> &'static str {
+        "oracle"
+    }
+
+    fn decode(&self, _keys: &KindKeys<'_>) -> Result<AgentSettings, ConfigError> {
+        Ok(AgentSettings::Oracle)
+    }
+
+    fn build(&self, setup: AgentSetup<'_>, _lent: Lent) -> Box<dyn Agent> {
+        Box::new(OracleAgent::new(&setup.task.id, setup.task.solution.clone()))
+    }
+}
 
 /// The tool the solution's commands run through (the `shell` kind's).
 const RUN_COMMAND: &str = "run_command";

@@ -2,6 +2,12 @@
 //! passes the world's tools on to the environment and handles its own. Every decision it
 //! makes is visible from `propose`: a list of named steps, run in order, no hooks.
 
+mod kind;
+pub mod notes;
+pub mod plan;
+pub mod session_search;
+pub mod subagents;
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,17 +15,18 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::memory::{self, SharedStores};
-use super::plan::PlanMode;
-use super::session_search::{self, SessionSearch};
-use super::subagent::{Subagents, delegate_spec};
-use super::{Agent, AgentFault, Proposal, Turn};
+use crate::agent::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{
     Actor, DELEGATE_TOOL, ENTER_PLAN_MODE, EXIT_PLAN_MODE, FINAL_TOOL, MEMORY_TOOL, Observation, SESSION_SEARCH_TOOL,
     ToolCall, ToolError, ToolSpec,
 };
 use crate::log::{ActionClass, Event, Usage};
 use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
+pub use kind::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Settings, ToolCalling};
+use notes::SharedStores;
+use plan::PlanMode;
+use session_search::SessionSearch;
+use subagents::{Subagents, delegate_spec};
 
 pub const FINAL_ANSWER_REMINDER: &str =
     "You answered without calling a tool. When you are done, call `final_answer` with your answer.";
@@ -107,12 +114,12 @@ impl ToolCallingAgent {
             Some(Message::System { content }) => Some(content.clone()),
             _ => None,
         };
-        let prompt = memory::system_prompt(base.as_deref(), &stores.lock().unwrap_or_else(|p| p.into_inner()));
+        let prompt = notes::system_prompt(base.as_deref(), &stores.lock().unwrap_or_else(|p| p.into_inner()));
         match self.transcript.first_mut() {
             Some(Message::System { content }) => *content = prompt,
             _ => self.transcript.insert(0, Message::System { content: prompt }),
         }
-        self.own_tools.push(memory::tool_spec());
+        self.own_tools.push(notes::tool_spec());
         self.memory = Some(stores);
         self
     }
@@ -1078,15 +1085,15 @@ mod tests {
         assert!(a.transcript().iter().all(|m| m != &Message::User { content: FINAL_ANSWER_REMINDER.into() }));
     }
 
-    fn with_memory(turns: Vec<MockTurn>, entries: memory::Entries) -> (ToolCallingAgent, SharedStores) {
-        let stores = memory::Stores::new(&memory::MemoryConfig::default(), entries).shared();
+    fn with_memory(turns: Vec<MockTurn>, entries: notes::Entries) -> (ToolCallingAgent, SharedStores) {
+        let stores = notes::Stores::new(&notes::NotesConfig::default(), entries).shared();
         (agent(turns, false).with_memory(stores.clone()), stores)
     }
 
     #[tokio::test]
     async fn the_memory_is_in_the_system_prompt_with_its_usage_and_its_tool_is_offered_last() {
         let entries =
-            memory::Entries { memory: vec!["the build needs make".into()], user: vec!["is called Ada".into()] };
+            notes::Entries { memory: vec!["the build needs make".into()], user: vec!["is called Ada".into()] };
         let (a, _) = with_memory(vec![], entries);
         let Message::System { content } = &a.transcript()[0] else { panic!("{:?}", a.transcript()) };
         // 20 chars of 2,200 and 13 of 1,375: both under 1%.
@@ -1107,7 +1114,7 @@ mod tests {
                 (MEMORY_TOOL, json!({"action": "add", "target": "memory", "content": "x is 4"}), None),
             ],
         )];
-        let (mut a, stores) = with_memory(turns, memory::Entries::default());
+        let (mut a, stores) = with_memory(turns, notes::Entries::default());
         let (proposal, events) = propose_logged(&mut a, &[first_observation()]).await;
         let proposal = proposal.unwrap();
         assert!(proposal.calls.is_empty(), "the world got {:?}", proposal.calls);

@@ -17,7 +17,8 @@ use serde_json::{Value, json};
 
 use super::control::{GET_CONTEXT, LIST_ENTRIES, SEARCH_ENTRIES};
 use super::{MEMORY_ID, VAULT_ID, payload, stamp};
-use crate::agent::{Agent, AgentFault, Proposal, ToolCallingAgent, Turn};
+use crate::agent::kinds::tool_calling::ToolCallingAgent;
+use crate::agent::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::log::ActionClass;
 

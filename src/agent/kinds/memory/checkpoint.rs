@@ -9,8 +9,8 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-use super::conversation::ChatMessage;
 use crate::agent::budget::Done;
+use crate::domain::conversation::ChatMessage;
 use crate::log::Usage;
 
 /// The file of the run folder that holds the checkpoints.

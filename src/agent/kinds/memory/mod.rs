@@ -15,8 +15,8 @@
 pub mod answering;
 mod checkpoint;
 pub mod control;
-pub mod conversation;
 pub mod ingestion;
+mod kind;
 mod prompts;
 
 use std::path::PathBuf;
@@ -25,8 +25,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::{Agent, AgentFault, Proposal, ToolCallingAgent, Turn};
+use super::tool_calling::ToolCallingAgent;
+use crate::agent::{Agent, AgentFault, Proposal, Turn};
 use crate::contract::{Actor, FINAL_TOOL, Observation, ToolCall, ToolSpec};
+use crate::domain::conversation::{self, ChatMessage, Session};
 use crate::log::event::Stage;
 use crate::log::{Event, TurnRef, UnscoredCause, Usage};
 use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
@@ -35,8 +37,8 @@ pub use answering::{AnswerWith, Answering};
 pub use checkpoint::FILE as CHECKPOINT_FILE;
 use checkpoint::{Checkpoints, ReplaySpent, ThreadState};
 use control::{ADD_ENTRY, Ask, ControlState, GET_CONTEXT, Invocation, LIST_ENTRIES, Next, SEARCH_ENTRIES, decide};
-use conversation::{ChatMessage, Session};
 use ingestion::{Ingested, Lease};
+pub use kind::{Memory, Settings};
 pub use prompts::MemoryPrompts;
 use prompts::Prompts;
 

@@ -15,14 +15,70 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::budget::{CallSteps, ProgramLedger};
-use super::{Agent, AgentFault, EpisodeBudget, Proposal, Turn};
+use crate::agent::budget::{CallSteps, ProgramLedger};
+use crate::agent::kinds::{AgentKind, AgentSettings};
+use crate::agent::{Agent, AgentFault, AgentSetup, EpisodeBudget, Lent, Proposal, Turn};
+use crate::config::decode::ConfigError;
+use crate::config::kind_keys::KindKeys;
+use crate::config::yaml;
 use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::gateway::{Ending, Gateway, GatewayHandle};
 use crate::log::{Event, Outcome, ProgramEnd, Recorder, Termination, UnscoredCause, Usage};
 use crate::model::LanguageModel;
 use program::{Incoming, Process, next_incoming};
 use protocol::{FromAgent, Limits, PROTOCOL_VERSION, ToAgent, TurnBudget};
+
+/// `kind: external`: a program proposes the calls.
+pub struct External;
+
+/// What a suite's `agent:` says of an external agent: its program, checked.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub program: Arc<Program>,
+}
+
+impl AgentKind for External {
+    fn name(&self) -> &'static str {
+        "external"
+    }
+
+    fn keys(&self) -> &'static [&'static str] {
+        &["command", "env", "reuse"]
+    }
+
+    /// The program, checked: it runs in the suite file's folder, with the suite's `env:`
+    /// added to its otherwise clean environment; with `reuse`, one process serves many
+    /// episodes, one after another (a `start` each).
+    fn decode(&self, keys: &KindKeys<'_>) -> Result<AgentSettings, ConfigError> {
+        let Some(command) = keys.decode::<Vec<String>>("command")? else {
+            return Err(keys.source.error(&keys.at, "an external agent needs `command: [program, args…]`"));
+        };
+        let env = keys.decode("env")?.unwrap_or_default();
+        let reuse = keys.decode("reuse")?.unwrap_or(false);
+        // The program itself, where the suite names it.
+        let first = yaml::item(&keys.path_of("command"), 0);
+        let position = keys.source.locations.find(&first);
+        let at = format!("{}:{}:{}", keys.path.display(), position.line, position.column);
+        let folder = keys.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        let field = if command.is_empty() { keys.path_of("command") } else { first };
+        let program = Program::new(command, env, reuse, folder, at).map_err(|e| keys.source.error(&field, e))?;
+        Ok(AgentSettings::External(Settings { program: Arc::new(program) }))
+    }
+
+    fn build(&self, setup: AgentSetup<'_>, lent: Lent) -> Box<dyn Agent> {
+        let AgentSettings::External(settings) = &setup.config.settings else {
+            return Box::new(NoProgram);
+        };
+        let task = &setup.task;
+        let parts = ExternalParts {
+            program: settings.program.clone(),
+            episode_id: setup.episode_id.to_owned(),
+            task: json!({"id": task.id, "input": task.input, "metadata": task.full_metadata()}),
+            budget: lent.episode,
+        };
+        Box::new(ExternalAgent::new(parts, setup.system, (setup.model, setup.model_name)))
+    }
+}
 
 /// What an episode tells its external agent about itself in `start`.
 pub struct ExternalParts {
@@ -216,7 +272,8 @@ impl ExternalAgent {
     }
 }
 
-/// An external agent given no program: each turn is its failure.
+/// An external agent whose settings are not an external agent's (a bug of the caller's):
+/// each turn is its failure.
 pub struct NoProgram;
 
 #[async_trait]

@@ -4,6 +4,7 @@
 //! (or the file it names). Its model calls are the gateway's `model_call`s; its tool calls
 //! are derived from that traffic (`gateway/trajectory.rs`).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -11,8 +12,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::budget::{CallSteps, ProgramLedger};
-use super::{Agent, AgentFault, AgentKind, Proposal, Turn};
+use crate::agent::budget::{CallSteps, ProgramLedger};
+use crate::agent::kinds::{AgentKind, AgentSettings};
+use crate::agent::{Agent, AgentFault, AgentSetup, Lent, Proposal, Turn};
+use crate::config::decode::ConfigError;
+use crate::config::kind_keys::KindKeys;
 use crate::config::template;
 use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::gateway::{Ending, Gateway};
@@ -35,38 +39,77 @@ pub enum CliAnswer {
     File(String),
 }
 
-/// A suite's `agent:` keys that concern the `cli` kind.
-pub struct CliKeys<'a> {
-    pub command: &'a [String],
-    pub answer: bool,
-    pub setup: bool,
+/// `kind: cli`: a command-line agent that owns its loop.
+pub struct Cli;
+
+/// What a suite's `agent:` says of a `cli` agent.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The program and its arguments, each word a template over the task's fields and
+    /// `gateway` (`{{ input }}`, `{{ gateway.openai_base_url }}`).
+    pub command: Vec<String>,
+    /// Variables added to the program's otherwise clean environment.
+    pub env: BTreeMap<String, String>,
+    /// Where its final answer is, `stdout` (the default) or `{file: PATH}`.
+    pub answer: CliAnswer,
+    /// Commands run in the world, in order, before the agent starts.
+    pub setup: Vec<String>,
 }
 
-/// Checks a suite's `agent:` for the `cli` kind: its `command` is given (and, when a path,
-/// is there), and the other kinds do not use its own keys (`command` and `env`, which an
-/// `external` agent has too, are checked with it). The field at fault, and why.
-pub fn check_cli(kind: AgentKind, keys: &CliKeys<'_>, suite_dir: Option<&Path>) -> Result<(), (&'static str, String)> {
-    if kind != AgentKind::Cli {
-        for (given, field) in [(keys.answer, "agent.answer"), (keys.setup, "agent.setup")] {
-            if given {
-                return Err((field, format!("is for `kind: cli`, not `{}`", kind.name())));
+impl AgentKind for Cli {
+    fn name(&self) -> &'static str {
+        "cli"
+    }
+
+    fn keys(&self) -> &'static [&'static str] {
+        &["command", "env", "answer", "setup"]
+    }
+
+    /// Its `command` is given (and, when a path, is there).
+    fn decode(&self, keys: &KindKeys<'_>) -> Result<AgentSettings, ConfigError> {
+        let command: Vec<String> = keys.decode("command")?.unwrap_or_default();
+        let Some(program) = command.first() else {
+            let message = "a `cli` agent needs its command line, e.g. `[claude, -p, \"{{ input }}\"]`";
+            return Err(keys.error("command", message));
+        };
+        if program.contains('/') && !template::is_template(program) {
+            let path = keys.folder().join(program.trim_start_matches("./"));
+            if !path.is_file() {
+                return Err(keys.error("command", format!("`{program}` is not installed: no file {}", path.display())));
             }
         }
-        return Ok(());
+        Ok(AgentSettings::Cli(Settings {
+            env: keys.decode("env")?.unwrap_or_default(),
+            answer: keys.decode("answer")?.unwrap_or(CliAnswer::Stdout),
+            setup: keys.decode("setup")?.unwrap_or_default(),
+            command,
+        }))
     }
-    let Some(program) = keys.command.first() else {
-        return Err((
-            "agent.command",
-            "a `cli` agent needs its command line, e.g. `[claude, -p, \"{{ input }}\"]`".into(),
-        ));
-    };
-    if program.contains('/') && !template::is_template(program) {
-        let path = suite_dir.unwrap_or(Path::new(".")).join(program.trim_start_matches("./"));
-        if !path.is_file() {
-            return Err(("agent.command", format!("`{program}` is not installed: no file {}", path.display())));
-        }
+
+    fn owns_its_tools(&self) -> bool {
+        true
     }
-    Ok(())
+
+    fn runs_in_the_world(&self) -> bool {
+        true
+    }
+
+    fn build(&self, setup: AgentSetup<'_>, lent: Lent) -> Box<dyn Agent> {
+        let program = match &setup.config.settings {
+            AgentSettings::Cli(settings) => Some(ProgramParts {
+                command: settings.command.clone(),
+                answer: settings.answer.clone(),
+                setup: settings.setup.clone(),
+                env: settings.env.clone(),
+                context: setup.task.template_context(),
+                input: setup.task.input.clone(),
+                room: lent.room,
+                episode: lent.episode,
+            }),
+            _ => None,
+        };
+        Box::new(CliAgent::new(setup.model, setup.model_name, program))
+    }
 }
 
 /// Where the program runs: the world's folder, and how to confine it once the gateway's
@@ -85,12 +128,12 @@ pub struct ProgramParts {
     /// Commands run in the world before the agent, each a template like `command`'s words.
     pub setup: Vec<String>,
     /// The suite's `agent.env`, added to the program's environment.
-    pub env: std::collections::BTreeMap<String, String>,
+    pub env: BTreeMap<String, String>,
     /// The task's template values, and its input (also the program's standard input).
     pub context: serde_json::Map<String, serde_json::Value>,
     pub input: String,
     pub room: Option<ProgramRoom>,
-    pub episode: Arc<super::EpisodeBudget>,
+    pub episode: Arc<crate::agent::EpisodeBudget>,
 }
 
 pub struct CliAgent {
