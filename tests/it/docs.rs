@@ -107,6 +107,25 @@ fn every_page_is_in_the_summary_and_every_summary_link_exists() {
     assert!(unlisted.is_empty(), "pages under docs/src/ that docs/src/SUMMARY.md does not list: {unlisted:?}");
 }
 
+/// Every kind of agent has its page in the book, as every kind of environment has, and the
+/// page names each of the kind's own keys.
+#[test]
+fn every_agent_kind_has_its_page_naming_its_keys() {
+    for kind in runner::agent::kinds::AGENT_KINDS {
+        let page = book().join(format!("agents/{}.md", kind.name()));
+        assert!(page.is_file(), "agent kind `{}` has no page {}", kind.name(), page.display());
+        let text = read(&page);
+        let missing: Vec<&str> =
+            kind.keys().iter().copied().filter(|k| !names(&text, k) && !names(&text, &format!("agent.{k}"))).collect();
+        assert!(
+            missing.is_empty(),
+            "keys of kind `{}` that {} does not name: {missing:?}",
+            kind.name(),
+            page.display()
+        );
+    }
+}
+
 #[test]
 fn every_tool_of_every_kind_is_on_its_kinds_page() {
     for kind in KINDS {
