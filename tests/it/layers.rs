@@ -1,6 +1,7 @@
 //! The layers of `src/`: each top-level module imports only the modules to its left in
-//! [`ORDER`] (ARCHITECTURE.md states it as an invariant), and inside `environment` the core
-//! names no kind: only `environment/kinds/` does. An offending import is named with its
+//! [`ORDER`] (ARCHITECTURE.md states it as an invariant); inside `environment` the core
+//! names no kind: only `environment/kinds/` does; and the batch and the suite loader name no
+//! kind of agent: only `agent/kinds/` does. An offending import is named with its
 //! file and line, so a change that adds one fails here, not in a later refactor.
 
 use std::path::{Path, PathBuf};
@@ -164,6 +165,57 @@ fn the_environment_core_names_no_kind() {
     assert!(found.is_empty(), "the environment's core names a kind; only kinds/ may:\n{}", found.join("\n"));
 }
 
+/// The kinds of agent: each file and folder of `src/agent/kinds/` but the list itself.
+fn agent_kinds(kinds: &Path) -> Vec<String> {
+    environment_kinds(kinds)
+}
+
+/// `file:line: names kind` for each line of `src/batch/` and `src/suite/` that names a kind
+/// of agent: by its module (`kinds::memory`) or its settings' variant
+/// (`AgentSettings::Memory`). They ask the kind, through `AgentKind`, what they need.
+fn agent_kinds_named_in(src: &Path, folders: &[&str]) -> Vec<String> {
+    let kinds = agent_kinds(&src.join("agent/kinds"));
+    let mut found = Vec::new();
+    for folder in folders {
+        let mut files = Vec::new();
+        rust_files(&src.join(folder), &mut files);
+        files.sort();
+        for file in files {
+            let relative = file.strip_prefix(src).unwrap_or(&file);
+            let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+            for (n, line) in text.lines().enumerate() {
+                let by_module =
+                    names_after(line, "agent::kinds::").into_iter().filter(|name| kinds.iter().any(|k| k == name));
+                let by_settings = names_after(line, "AgentSettings::").into_iter();
+                for name in by_module.chain(by_settings) {
+                    found.push(format!(
+                        "src/{}:{}: names agent kind `{name}`: {}",
+                        relative.display(),
+                        n + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_batch_and_the_suite_loader_name_no_agent_kind() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let kinds = agent_kinds(&src.join("agent/kinds"));
+    for kind in ["tool_calling", "oracle", "external", "cli", "memory"] {
+        assert!(kinds.iter().any(|k| k == kind), "no kind `{kind}` under src/agent/kinds/: {kinds:?}");
+    }
+    let found = agent_kinds_named_in(&src, &["batch", "suite"]);
+    assert!(
+        found.is_empty(),
+        "the batch or the suite loader names an agent kind; only agent/kinds/ may:\n{}",
+        found.join("\n")
+    );
+}
+
 #[test]
 fn the_layer_check_sees_every_form_of_import() {
     assert_eq!(modules_named("use crate::report::table::Projection;"), ["report"]);
@@ -173,4 +225,9 @@ fn the_layer_check_sees_every_form_of_import() {
     assert!(modules_named("// use crate::cli::main;").is_empty());
     assert_eq!(names_after("use super::kinds::{self, shell::Shell, KINDS};", "kinds::"), ["self", "shell", "KINDS"]);
     assert_eq!(names_after("let w = crate::environment::kinds::web::page::cut(s);", "kinds::"), ["web"]);
+    assert_eq!(
+        names_after("use crate::agent::kinds::{memory::Memory, AGENT_KINDS};", "agent::kinds::"),
+        ["memory", "AGENT_KINDS"]
+    );
+    assert_eq!(names_after("if let AgentSettings::Memory(s) = x {", "AgentSettings::"), ["Memory"]);
 }
