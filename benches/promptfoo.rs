@@ -53,7 +53,7 @@ fn promptfoo(c: &mut Criterion) {
             warnings: Vec::new(),
             selection: Default::default(),
             chosen: None,
-            budget: Default::default(),
+            caps: Default::default(),
             auto_epochs: None,
         };
         let before = cpu_time();

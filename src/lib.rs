@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod allocator;
 pub mod batch;
+pub mod budget;
 pub mod cli;
 pub mod config;
 pub mod domain;

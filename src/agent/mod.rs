@@ -2,13 +2,13 @@
 //! proposes tool calls. It never executes a tool: the environment does. The kinds a suite
 //! can name are in `kinds/`, each building its agent from one [`AgentSetup`].
 
-mod budget;
 mod config;
+mod episode;
 pub mod kinds;
 mod setup;
 
-pub use budget::{Budget, CallError, Done, EpisodeBudget, Trajectory};
 pub use config::AgentConfig;
+pub use episode::{CallError, Done, EpisodeState, Trajectory};
 pub use kinds::cli::{CliAnswer, ProgramRoom};
 pub use kinds::tool_calling::notes;
 pub use kinds::tool_calling::subagents::ModelFor;
@@ -18,6 +18,9 @@ pub use setup::{AgentSetup, Lent, WorldFacts};
 
 use async_trait::async_trait;
 
+use std::sync::Arc;
+
+use crate::budget::Allowance;
 use crate::contract::{Actor, CallFault, Observation, ToolCall, ToolSpec};
 use crate::log::{Outcome, ProgramEnd, Recorder, Termination, UnscoredCause, Usage};
 
@@ -27,14 +30,17 @@ pub struct Turn<'a> {
     /// the first observation. Empty after a turn that made no calls.
     pub observations: &'a [Observation],
     pub tools: &'a [ToolSpec],
-    pub budget: Budget,
+    /// What is left of the episode's limits as the turn starts.
+    pub allowance: Allowance,
     /// Where the agent logs its model calls.
     pub recorder: &'a Recorder,
     /// What the world can tell the agent about the files it knows, and where a
     /// subagent's turns are run.
     pub world: &'a dyn WorldModelView,
-    /// The episode's limits and what the whole tree of agents has spent of them.
-    pub episode: &'a EpisodeBudget,
+    /// The episode's shared state: its limits and what the whole tree of agents has spent
+    /// of them and done. The one route by which an agent (a program agent's gateway too)
+    /// reaches it.
+    pub episode: &'a Arc<EpisodeState>,
 }
 
 /// The world as an agent may ask it about itself between turns: which of the files an
@@ -55,7 +61,7 @@ pub trait WorldModelView: Send + Sync {
         agent: &mut dyn Agent,
         goal: &str,
         tools: &[ToolSpec],
-        episode: &EpisodeBudget,
+        episode: &Arc<EpisodeState>,
         recorder: &Recorder,
     ) -> ActorEnding;
 }
@@ -74,7 +80,7 @@ impl WorldModelView for NoFiles {
         _agent: &mut dyn Agent,
         _goal: &str,
         _tools: &[ToolSpec],
-        _episode: &EpisodeBudget,
+        _episode: &Arc<EpisodeState>,
         _recorder: &Recorder,
     ) -> ActorEnding {
         ActorEnding::new(Termination::EnvironmentError)
@@ -106,7 +112,7 @@ impl ActorEnding {
 pub struct Proposal {
     pub calls: Vec<ToolCall>,
     /// What the turn's model calls used, for the loop to count against the episode's
-    /// limits. An agent that counted them in [`EpisodeBudget`] itself (before it started
+    /// limits. An agent that counted them in [`EpisodeState`] itself (before it started
     /// subagents, which spend from the same budget) returns nothing here.
     pub usage: Usage,
     /// What the turn's model calls cost; `None` when a call had no price.

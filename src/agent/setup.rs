@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::config::AgentConfig;
 use super::kinds::tool_calling::notes::SharedStores;
-use super::{EpisodeBudget, ModelFor, ProgramRoom};
+use super::{ModelFor, ProgramRoom};
 use crate::domain::Task;
 use crate::model::LanguageModel;
 
@@ -59,11 +59,9 @@ pub struct WorldFacts {
     pub store: Option<PathBuf>,
 }
 
-/// What the episode lends its agent once the world is set up.
+/// What the episode lends its agent once the world is set up (the episode's state comes
+/// with each turn).
 pub struct Lent {
-    /// The episode's limits and what every agent of it spent, its clock started with the
-    /// world.
-    pub episode: Arc<EpisodeBudget>,
     /// Where a program runs, for a kind that runs one in the world's folder.
     pub room: Option<ProgramRoom>,
 }

@@ -15,23 +15,23 @@ use crate::contract::Actor;
 use crate::model::Role;
 use std::sync::Arc;
 
+use crate::agent::EpisodeState;
 use crate::domain::Task;
 use crate::environment::{Definition, World};
-use crate::environment::{Ending, Environment, EpisodeBudget, SetupContext};
-use crate::log::event::{INITIAL_SCORING, LimitOverrides, Stage};
+use crate::environment::{Ending, Environment, SetupContext};
+use crate::log::event::{INITIAL_SCORING, Stage};
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
 use crate::sandbox::SandboxMode;
 use crate::scoring::{self, Finished};
 use crate::suite::Suite;
 
 /// Where a run's episodes run: its scratch folder (removed with the run), its own folder
-/// (`results/<run-id>`, kept), and the sandbox and limits the command line asked for.
+/// (`results/<run-id>`, kept), and the sandbox the command line asked for.
 #[derive(Debug, Clone)]
 pub struct Grounds {
     pub scratch: Arc<super::Scratch>,
     pub run_dir: std::path::PathBuf,
     pub sandbox: SandboxMode,
-    pub limits: LimitOverrides,
 }
 
 pub async fn run_episode(
@@ -140,15 +140,15 @@ pub async fn run_episode(
         }
         Ok(env) => {
             let env = env.with_permissions(suite.permissions.clone());
-            let budget = Arc::new(budget(suite, &grounds.limits, stop));
+            let episode = Arc::new(EpisodeState::new(suite.limits).stopped_by(stop.clone()));
             let room = agent_config.kind.runs_in_the_world().then(|| program_room(suite, env.world(), context.sandbox));
-            let mut agent = agent_config.kind.build(setup, Lent { episode: budget.clone(), room: room.flatten() });
-            let ending = env.run(agent.as_mut(), task, &budget, &recorder).await;
+            let mut agent = agent_config.kind.build(setup, Lent { room: room.flatten() });
+            let ending = env.run(agent.as_mut(), task, &episode, &recorder).await;
             user_spent = env.user().spent();
             let wall_s = started.elapsed().as_secs_f64();
             loop_ms = Some(wall_s * 1e3);
             // Scored against the final world, before it is torn down.
-            let time_s = grounds.limits.time_s(suite.limits.time_s);
+            let time_s = suite.limits.time_s();
             let outcome = outcome_of(
                 &ending,
                 (&spec.id, &cast),
@@ -238,16 +238,6 @@ fn system_prompt((suite, agent): (&Suite, &AgentConfig), task: &Task) -> Option<
         (Some(own), added) => Some(format!("{own}\n\n{added}")),
         (None, added) => Some(added.to_owned()),
     }
-}
-
-/// The episode's budget, its clock started now: the suite's limits as the command line
-/// overrode them.
-fn budget(suite: &Suite, overrides: &LimitOverrides, stop: &CancellationToken) -> EpisodeBudget {
-    let time = Duration::from_secs_f64(overrides.time_s(suite.limits.time_s));
-    EpisodeBudget::new(overrides.max_steps(suite.limits.max_steps), time)
-        .with_max_tokens(overrides.max_tokens(suite.limits.max_tokens))
-        .with_max_cost_usd(suite.limits.max_cost_usd)
-        .stopped_by(stop.clone())
 }
 
 /// Unscored when nobody answered, cancelled when the run was stopped, scored otherwise.

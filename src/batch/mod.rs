@@ -1,7 +1,6 @@
 //! Batch runs: suites × models × epochs into episodes, run with bounded concurrency as a
 //! stream (memory stays flat in the number of episodes), every step logged.
 
-pub mod budget;
 pub mod cast;
 mod episode;
 pub mod memory;
@@ -177,7 +176,7 @@ pub struct RunOptions {
     /// The tasks it chose; `None` when every task runs.
     pub chosen: Option<Arc<select::Chosen>>,
     /// The run-wide caps on cost, tokens and model calls.
-    pub budget: budget::RunBudget,
+    pub caps: crate::budget::RunCaps,
     /// `--epochs auto`: epochs up to `epochs` are added until the interval is narrow.
     pub auto_epochs: Option<AutoEpochs>,
 }
@@ -201,7 +200,7 @@ pub struct Resume {
     /// The scored episodes, kept as they are.
     pub keep: std::collections::HashSet<String>,
     /// What each kept episode spent, by its model: the budget is the whole run's.
-    pub spent: Vec<(String, budget::Spend)>,
+    pub spent: Vec<(String, crate::budget::Spend)>,
     /// The run folder's lock, taken before the log was read for the plan.
     pub lock: std::fs::File,
 }
@@ -302,14 +301,14 @@ pub async fn run(
     };
     // The episodes' own stop: the run's, or a hard budget's.
     let episodes_stop = stop.child_token();
-    let ledger = Arc::new(Mutex::new(budget::Ledger::new(options.budget.clone(), episodes_stop.clone())));
+    let meter = Arc::new(Mutex::new(crate::budget::RunMeter::new(options.caps.clone(), episodes_stop.clone())));
     let mut subscribers = subscribers.to_vec();
-    if !options.budget.is_none() {
-        let mut kept = ledger.lock().unwrap_or_else(PoisonError::into_inner);
+    if !options.caps.is_none() {
+        let mut kept = meter.lock().unwrap_or_else(PoisonError::into_inner);
         for (model, spend) in options.resume.iter().flat_map(|r| &r.spent) {
             kept.kept(model, *spend);
         }
-        subscribers.push(Subscription::new(ledger.clone(), budget::Ledger::wants));
+        subscribers.push(Subscription::new(meter.clone(), crate::budget::RunMeter::wants));
     }
     let log = log.with_subscribers(&subscribers);
     let started = std::time::Instant::now();
@@ -318,12 +317,7 @@ pub async fn run(
     if let Some(definition) = suites.iter().find_map(|s| world_making_folders(s)) {
         scratch.made_for(definition).map_err(|e| RunError::Log(std::io::Error::other(e)))?;
     }
-    let grounds = Arc::new(Grounds {
-        scratch: scratch.clone(),
-        run_dir: dir.to_path_buf(),
-        sandbox: options.sandbox,
-        limits: options.limits,
-    });
+    let grounds = Arc::new(Grounds { scratch: scratch.clone(), run_dir: dir.to_path_buf(), sandbox: options.sandbox });
 
     let mut tally = Tally::default();
     let mut aborted = None;
@@ -339,27 +333,27 @@ pub async fn run(
     let mut task_memory = memory::TaskMemory::new(&dir);
     for round in rounds {
         let not_stopped = stop.clone();
-        let budgeted = !options.budget.is_none();
+        let budgeted = !options.caps.is_none();
         // Asked as each episode is taken from the plan; under a soft cap it waits (the
         // stream pauses, episodes in flight go on) until what one episode spends is known.
         let admit = |spec: EpisodeSpec| {
-            let (ledger, log, not_run) = (ledger.clone(), log.clone(), not_run.clone());
+            let (meter, log, not_run) = (meter.clone(), log.clone(), not_run.clone());
             async move {
                 if !budgeted {
                     return Some(spec);
                 }
                 loop {
                     let (admission, reached) = {
-                        let mut held = ledger.lock().unwrap_or_else(PoisonError::into_inner);
+                        let mut held = meter.lock().unwrap_or_else(PoisonError::into_inner);
                         (held.admission(&spec.id, spec.model.name()), held.take_reached())
                     };
                     for event in &reached {
                         log.emit(None, event);
                     }
                     match admission {
-                        budget::Admission::Start => return Some(spec),
-                        budget::Admission::Wait => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
-                        budget::Admission::Refuse(why) => {
+                        crate::budget::Admission::Start => return Some(spec),
+                        crate::budget::Admission::Wait => tokio::time::sleep(std::time::Duration::from_millis(5)).await,
+                        crate::budget::Admission::Refuse(why) => {
                             log_not_run(&log, &spec, &why);
                             not_run.fetch_add(1, Ordering::Relaxed);
                             return None;
@@ -453,7 +447,7 @@ pub async fn run(
 
     // The scratch folder goes with its last holder: the episodes have all ended.
     drop((grounds, scratch));
-    for event in ledger.lock().unwrap_or_else(PoisonError::into_inner).take_reached() {
+    for event in meter.lock().unwrap_or_else(PoisonError::into_inner).take_reached() {
         log.emit(None, &event);
     }
     let not_run = not_run.load(Ordering::Relaxed);

@@ -57,7 +57,7 @@ pub struct LoggedRun {
     pub events_path: PathBuf,
     pub suites: Vec<SuiteInfo>,
     /// The limit flags the run was made under: its episodes' time limit was the suites' so scaled.
-    limits: crate::log::event::LimitOverrides,
+    pub limits: crate::log::event::LimitOverrides,
     last_seq: u64,
     /// How many regrades the run had.
     scorings: usize,
@@ -232,7 +232,7 @@ pub async fn regrade(
             wall_s: finished.wall_ms / 1e3,
             suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
             suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
-            world_limit: std::time::Duration::from_secs_f64(run.limits.time_s(suite.limits.time_s)),
+            world_limit: suite.limits.time,
             sandbox: suite.sandbox,
         };
         let outcome = match score_again(record, suite, &episode, graders).await {

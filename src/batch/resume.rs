@@ -132,7 +132,7 @@ pub fn plan(dir: &Path, suites: &[Arc<Suite>], asked: &Asked<'_>) -> Result<Resu
     let mut keep = std::collections::HashSet::new();
     let mut spent = Vec::new();
     for e in p.episodes.into_iter().filter(|e| matches!(e.outcome, Outcome::Scored { .. })) {
-        let spend = super::budget::Spend {
+        let spend = crate::budget::Spend {
             cost_usd: e.cost_usd.unwrap_or(0.0),
             tokens: e.usage.total(),
             model_calls: u64::from(e.model_calls),

@@ -186,7 +186,9 @@ pub fn regrade(args: RegradeArgs) -> Result<Exit, CliError> {
     } else {
         args.suites.clone()
     };
-    let suites = resolve::suites(&paths).map_err(|e| match args.suites.is_empty() {
+    // Scored under the limits the run ran under (the world's time of a `check:`).
+    let load = crate::suite::LoadOptions { limits: run.limits, ..Default::default() };
+    let suites = resolve::suites_with(&paths, load).map_err(|e| match args.suites.is_empty() {
         true => e.with_note("these are the suite files the run was made from; name them with --suite"),
         false => e,
     })?;

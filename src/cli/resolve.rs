@@ -7,9 +7,9 @@ use std::sync::Arc;
 use super::flags::{EvalArgs, GateArgs, Switch};
 use super::{CliError, Exit};
 use crate::agent::AgentKind;
-use crate::batch::budget::RunBudget;
 use crate::batch::select::Chosen;
 use crate::batch::{self, Roster, RunOptions};
+use crate::budget::RunCaps;
 use crate::domain::MAX_EPISODE_S;
 use crate::domain::selection::Selection;
 use crate::log::event::LimitOverrides;
@@ -32,7 +32,8 @@ pub struct Eval {
 /// Opens the models, checks the gates, loads the suites, opens the graders and plans a
 /// resumption, in that order (a mistake in a flag is found before the suites are read).
 pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
-    let load = suite::LoadOptions { skip_unsupported: args.skip_unsupported };
+    let limits = limit_overrides(args)?;
+    let load = suite::LoadOptions { skip_unsupported: args.skip_unsupported, limits };
     // Without --model, the models are what promptfoo configs' `providers:` name: read first.
     let early = match (args.models.is_empty(), args.agent) {
         (true, None) => Some(suites_with(&args.paths, load)?),
@@ -59,10 +60,9 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     let endpoints = early.iter().flatten().flat_map(|s| s.endpoints.iter()).map(|(k, v)| (k.clone(), v.clone()));
     let endpoints: std::collections::BTreeMap<_, _> = endpoints.collect();
     let (models, config, options) = models(args, providers.as_deref(), endpoints)?;
-    let budget = run_budget(args, &config, &models)?;
+    let caps = run_caps(args, &config, &models)?;
     let baseline = baseline(&args.gates, &args.out)?;
     let (epochs, auto_epochs) = epochs(args)?;
-    let limits = limit_overrides(args)?;
     let loaded = match early {
         Some(suites) => suites,
         None => suites_with(&args.paths, load)?,
@@ -73,7 +73,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     let suites = with_variants(with_agent(loaded, args.agent)?, &args.variants)?;
     let suites = discover(suites, args.sandbox)?;
     for suite in &suites {
-        let time_s = limits.time_s(suite.limits.time_s);
+        let time_s = suite.limits.time_s();
         if time_s > MAX_EPISODE_S {
             let message = format!(
                 "{}: {} gives its episodes {time_s}s, more than the {MAX_EPISODE_S}s an episode may last",
@@ -142,7 +142,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         warnings,
         selection,
         chosen,
-        budget,
+        caps,
         auto_epochs,
     };
     // A sandbox this machine cannot enforce is refused before any episode starts.
@@ -241,8 +241,8 @@ fn epochs(args: &EvalArgs) -> Result<(Option<u32>, Option<batch::AutoEpochs>), C
 /// The run's caps: the command line's and each provider's in runner.yaml. A cost cap
 /// needs a price for every model it counts: one without is refused, named, with how to
 /// give it one.
-fn run_budget(args: &EvalArgs, config: &ModelConfig, models: &[Arc<Backend>]) -> Result<RunBudget, CliError> {
-    use crate::model::config::Budget;
+fn run_caps(args: &EvalArgs, config: &ModelConfig, models: &[Arc<Backend>]) -> Result<RunCaps, CliError> {
+    use crate::model::config::Caps;
     if args.max_cost_usd.is_some_and(|c| !c.is_finite() || c < 0.0) {
         return Err(CliError::usage("--max-cost-usd must be a number of dollars, 0 or more"));
     }
@@ -252,8 +252,8 @@ fn run_budget(args: &EvalArgs, config: &ModelConfig, models: &[Arc<Backend>]) ->
             "--max-cost-usd, --max-run-tokens and --max-model-calls cap one process: with --shard each shard would spend up to the cap; run the shards without them, or give each shard's runner.yaml a provider `budget:` of its share",
         ));
     }
-    let budget = RunBudget {
-        run: Budget {
+    let caps = RunCaps {
+        run: Caps {
             max_cost_usd: args.max_cost_usd,
             max_tokens: args.max_run_tokens,
             max_model_calls: args.max_model_calls,
@@ -266,14 +266,14 @@ fn run_budget(args: &EvalArgs, config: &ModelConfig, models: &[Arc<Backend>]) ->
             .collect(),
         hard: args.budget_hard,
     };
-    if args.budget_hard && budget.is_none() {
+    if args.budget_hard && caps.is_none() {
         return Err(CliError::usage(
             "--budget-hard needs a budget: --max-cost-usd, --max-run-tokens, --max-model-calls or a provider's `budget:` in runner.yaml",
         ));
     }
     for model in models {
-        let provider = batch::budget::provider_of(model.name());
-        let capped_by = match (args.max_cost_usd, budget.providers.get(provider).and_then(|b| b.max_cost_usd)) {
+        let provider = crate::budget::provider_of(model.name());
+        let capped_by = match (args.max_cost_usd, caps.providers.get(provider).and_then(|b| b.max_cost_usd)) {
             (Some(_), _) => "--max-cost-usd".to_owned(),
             (None, Some(_)) => format!("providers.{provider}.budget.max_cost_usd"),
             (None, None) => continue,
@@ -292,7 +292,7 @@ fn run_budget(args: &EvalArgs, config: &ModelConfig, models: &[Arc<Backend>]) ->
             )));
         }
     }
-    Ok(budget)
+    Ok(caps)
 }
 
 /// The suites with their environments' tools discovered: MCP servers are started once
@@ -420,13 +420,8 @@ fn with_variants(suites: Vec<Arc<Suite>>, picked: &[String]) -> Result<Vec<Arc<S
     Ok(kept)
 }
 
-/// Loads every suite the paths name; every error of every file is reported.
-pub fn suites(paths: &[PathBuf]) -> Result<Vec<Arc<Suite>>, CliError> {
-    suites_with(paths, suite::LoadOptions::default())
-}
-
-/// Loads every suite the paths name as `options` say.
-fn suites_with(paths: &[PathBuf], options: suite::LoadOptions) -> Result<Vec<Arc<Suite>>, CliError> {
+/// Loads every suite the paths name as `options` say; every error of every file is reported.
+pub fn suites_with(paths: &[PathBuf], options: suite::LoadOptions) -> Result<Vec<Arc<Suite>>, CliError> {
     suite::load_all_with(&suite_files(paths)?, options).map_err(|errors| CliError::each(Exit::Usage, errors))
 }
 

@@ -35,7 +35,7 @@ use definition::validate_arguments;
 use permission::{Action, Permissions};
 use user::{Answered, Prompt, User};
 
-pub use crate::agent::{CallError, EpisodeBudget, Trajectory};
+pub use crate::agent::{CallError, EpisodeState, Trajectory};
 pub use beneath::read_regular;
 pub use definition::{Definition, EnvLimits};
 pub use file_world::{FileWorld, ReadBack};
@@ -179,7 +179,7 @@ impl WorldModelView for Environment {
         agent: &mut dyn Agent,
         goal: &str,
         tools: &[ToolSpec],
-        episode: &EpisodeBudget,
+        episode: &Arc<EpisodeState>,
         recorder: &Recorder,
     ) -> ActorEnding {
         self.run_child(agent, goal, tools, episode, recorder).await

@@ -47,22 +47,22 @@ pub struct Provider {
     /// OpenAI API only: the `parallel_tool_calls` sent with tools; not sent when unset.
     pub parallel_tool_calls: Option<bool>,
     /// What a run may spend on this provider's models (`budget:` in runner.yaml).
-    pub budget: Budget,
+    pub budget: Caps,
 }
 
 /// Caps on what a run spends, over all its episodes: given per run on the command line,
 /// per provider in runner.yaml. `None` is no cap.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Budget {
+pub struct Caps {
     pub max_cost_usd: Option<f64>,
     pub max_tokens: Option<u64>,
     pub max_model_calls: Option<u64>,
 }
 
-impl Budget {
+impl Caps {
     pub fn is_none(&self) -> bool {
-        *self == Budget::default()
+        *self == Caps::default()
     }
 }
 
@@ -118,7 +118,7 @@ fn provider(
         retry_max_s: 60.0,
         sampling: Map::new(),
         parallel_tool_calls: None,
-        budget: Budget::default(),
+        budget: Caps::default(),
     }
 }
 
@@ -178,7 +178,7 @@ struct ProviderFile {
     retry_max_s: Option<f64>,
     sampling: Option<Map<String, Value>>,
     parallel_tool_calls: Option<bool>,
-    budget: Option<Budget>,
+    budget: Option<Caps>,
 }
 
 impl ModelConfig {

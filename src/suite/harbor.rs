@@ -18,7 +18,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{AgentConfig, Limits, Suite};
+use super::{AgentConfig, Suite};
+use crate::budget::Limits;
 use crate::config::decode::{ConfigError, Source};
 use crate::config::yaml::Position;
 use crate::domain::harbor::map_paths;
@@ -26,6 +27,7 @@ use crate::domain::scorer::{Check, ScorerSpec};
 use crate::domain::{FileCopy, MAX_EPISODE_S, MockTurn, Reducer, Task};
 use crate::environment::Definition;
 use crate::environment::permission::Permissions;
+use crate::log::event::LimitOverrides;
 use crate::sandbox::process::find_program;
 use crate::sandbox::{ProcessLimits, SandboxMode, SandboxSpec};
 
@@ -96,7 +98,7 @@ struct RunnerFile {
 }
 
 /// Loads one task directory as a suite named `harbor/<directory>`.
-pub fn load(dir: &Path) -> Result<Suite, ConfigError> {
+pub fn load(dir: &Path, overrides: &LimitOverrides) -> Result<Suite, ConfigError> {
     let name = dir
         .canonicalize()
         .ok()
@@ -203,7 +205,7 @@ pub fn load(dir: &Path) -> Result<Suite, ConfigError> {
         unavailable: image.unavailable,
         ..Task::new(&name, &input)
     };
-    let limits = Limits { time_s: agent_s, ..Limits::default() };
+    let limits = Limits { time_s: agent_s, ..Limits::default() }.resolved(overrides);
     Ok(Suite {
         name: format!("harbor/{name}"),
         share_epochs: false,

@@ -27,8 +27,10 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::agent::AgentConfig;
+use crate::budget::{EpisodeLimits, Limits};
 use crate::environment::definition::Definition;
 use crate::environment::permission::{self, Permissions};
+use crate::log::event::LimitOverrides;
 use crate::sandbox::SandboxMode;
 use crate::scoring::{Check, GraderKind, JsonCheck, TextOp};
 use decode::{ConfigError, Source};
@@ -52,7 +54,8 @@ pub struct Suite {
     /// The suite's permission rules, then its environment's: the first that matches a call decides.
     pub permissions: Arc<Permissions>,
     pub agent: AgentConfig,
-    pub limits: Limits,
+    /// The limits of each episode, the command line's overrides applied.
+    pub limits: EpisodeLimits,
     pub epochs: u32,
     /// How a task's scores over its epochs reduce to one.
     pub reducer: Reducer,
@@ -89,6 +92,8 @@ pub struct LoadOptions {
     /// Leave out (and list) what runner does not support in a promptfoo config, instead of
     /// refusing it.
     pub skip_unsupported: bool,
+    /// The command line's limits over every suite's `limits:`, applied as it loads.
+    pub limits: LimitOverrides,
 }
 
 /// A named list of the environment's tools an episode may be offered, and its weight.
@@ -117,22 +122,6 @@ impl Suite {
             point < reached
         });
         drawn.or_else(|| self.toolsets.iter().rfind(|t| t.weight > 0.0))
-    }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Limits {
-    pub max_steps: u32,
-    pub time_s: f64,
-    pub max_tokens: Option<u64>,
-    /// USD per episode; applies to models with a price in the config.
-    pub max_cost_usd: Option<f64>,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits { max_steps: 20, time_s: 300.0, max_tokens: None, max_cost_usd: None }
     }
 }
 
@@ -347,26 +336,26 @@ pub fn load(path: &Path) -> Result<Suite, ConfigError> {
 /// Loads and validates one suite file, a promptfoo config, or a Harbor task directory.
 pub fn load_with(path: &Path, options: LoadOptions) -> Result<Suite, ConfigError> {
     if path.is_dir() {
-        return harbor::load(path);
+        return harbor::load(path, &options.limits);
     }
     let (source, bytes) = Source::read(path)?;
     if !promptfoo::is_config(&source.value) {
-        return from_source(path, source, bytes, (Vec::new(), Vec::new()));
+        return from_source((path, &options.limits), source, bytes, (Vec::new(), Vec::new()));
     }
     let translated = promptfoo::translate(&source, options.skip_unsupported)?;
     let aliases = translated.aliases;
     let extra = (translated.providers, translated.skipped);
     let endpoints = translated.endpoints.into_iter().map(|(name, e)| (name, Arc::new(e))).collect();
     // Its errors name the config's parts (`tests[3].assert[1]`), not the suite's it became.
-    let suite =
-        from_source(path, translated.source, bytes, extra).map_err(|e| promptfoo::in_config_terms(e, &aliases))?;
+    let suite = from_source((path, &options.limits), translated.source, bytes, extra)
+        .map_err(|e| promptfoo::in_config_terms(e, &aliases))?;
     Ok(Suite { endpoints, ..suite })
 }
 
 /// A suite from its parsed file, with the providers and skipped parts of the promptfoo
 /// config it came from, if it did.
 fn from_source(
-    path: &Path,
+    (path, overrides): (&Path, &LimitOverrides),
     mut source: Source,
     bytes: Vec<u8>,
     (providers, skipped): (Vec<String>, Vec<String>),
@@ -545,7 +534,7 @@ fn from_source(
         sandbox,
         permissions: Arc::new(permissions),
         agent,
-        limits: file.limits,
+        limits: file.limits.resolved(overrides),
         epochs: file.epochs,
         reducer: file.reducer,
         k_of_n: file.k_of_n,

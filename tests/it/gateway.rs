@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use runner::agent::EpisodeBudget;
+use runner::agent::EpisodeState;
+use runner::budget::EpisodeLimits;
 use runner::contract::Actor;
 use runner::domain::{MockCall, MockTurn, Task, text::Text};
 use runner::gateway::{Ending, Gateway};
@@ -109,7 +110,7 @@ fn run_agent(api: &str, mode: &str, backend: &Backend) -> Ran {
     let log = log.with_subscribers(&[Subscription::all(seen.clone())]);
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let (output, ending) = runtime.block_on(async {
-        let budget = Arc::new(EpisodeBudget::new(10, Duration::from_secs(60)));
+        let budget = Arc::new(EpisodeState::new(EpisodeLimits::new(10, Duration::from_secs(60))));
         let gateway = Gateway {
             model: backend.lend(Role::Agent(&Actor::Main), &task(), "e1"),
             model_name: backend.name().to_owned(),
@@ -290,7 +291,7 @@ fn a_wrong_key_is_refused_with_401_through_the_sdk() {
     let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "r").unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let output = runtime.block_on(async {
-        let budget = Arc::new(EpisodeBudget::new(10, Duration::from_secs(60)));
+        let budget = Arc::new(EpisodeState::new(EpisodeLimits::new(10, Duration::from_secs(60))));
         let gateway = Gateway {
             model: mock().lend(Role::Agent(&Actor::Main), &task(), "e1"),
             model_name: "mock".into(),
@@ -349,7 +350,7 @@ fn a_program_confined_to_the_gateway_reaches_it_and_no_other_listener() {
         let gateway = Gateway {
             model: mock().lend(Role::Agent(&Actor::Main), &task, "e1"),
             model_name: "mock".into(),
-            ledger: Arc::new(EpisodeBudget::new(10, Duration::from_secs(60))),
+            ledger: Arc::new(EpisodeState::new(EpisodeLimits::new(10, Duration::from_secs(60)))),
             recorder: log.recorder("e1"),
             derive_trajectory: true,
         };
@@ -424,7 +425,7 @@ fn claude_code_writes_a_file_with_its_own_tool_and_answers_through_the_gateway()
         let gateway = Gateway {
             model: mock().lend(Role::Agent(&Actor::Main), &task, "e1"),
             model_name: "mock".into(),
-            ledger: Arc::new(EpisodeBudget::new(20, Duration::from_secs(120))),
+            ledger: Arc::new(EpisodeState::new(EpisodeLimits::new(20, Duration::from_secs(120)))),
             recorder: log.recorder("e1"),
             derive_trajectory: true,
         };

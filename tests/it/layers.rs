@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 /// From the wire formats at the bottom to the command line at the top.
-const ORDER: [&str; 15] = [
+const ORDER: [&str; 16] = [
     "allocator",
     "contract",
     "domain",
@@ -15,6 +15,7 @@ const ORDER: [&str; 15] = [
     "sandbox",
     "log",
     "model",
+    "budget",
     "gateway",
     "agent",
     "environment",

@@ -335,19 +335,6 @@ impl LimitOverrides {
         .collect();
         if flags.is_empty() { "no limit flags".into() } else { flags.join(" ") }
     }
-
-    /// An episode's time limit in seconds, from the suite's.
-    pub fn time_s(&self, suite_time_s: f64) -> f64 {
-        self.time_s.unwrap_or(suite_time_s) * self.time_factor.unwrap_or(1.0)
-    }
-
-    pub fn max_steps(&self, suite_max_steps: u32) -> u32 {
-        self.max_steps.unwrap_or(suite_max_steps)
-    }
-
-    pub fn max_tokens(&self, suite_max_tokens: Option<u64>) -> Option<u64> {
-        self.max_tokens.or(suite_max_tokens)
-    }
 }
 
 /// The fields of [`Event::ModelCall`] that its timing needs, decoded without the request and
@@ -997,16 +984,13 @@ mod tests {
         }
     }
 
+    /// How overrides apply to a suite's limits is `budget::Limits::resolved`'s, tested there.
     #[test]
-    fn limit_overrides_replace_then_scale_and_are_written_only_when_given() {
+    fn limit_overrides_are_written_only_when_given() {
         let none = LimitOverrides::default();
-        assert_eq!((none.time_s(60.0), none.max_steps(20), none.max_tokens(Some(9))), (60.0, 20, Some(9)));
         assert_eq!(none.as_flags(), "no limit flags");
         let given = LimitOverrides { time_s: Some(10.0), max_steps: Some(3), max_tokens: None, time_factor: Some(2.5) };
-        assert_eq!((given.time_s(60.0), given.max_steps(20), given.max_tokens(Some(9))), (25.0, 3, Some(9)));
         assert_eq!(given.as_flags(), "--time-s 10 --max-steps 3 --time-factor 2.5");
-        let scaled = LimitOverrides { time_factor: Some(3.0), ..LimitOverrides::default() };
-        assert_eq!(scaled.time_s(60.0), 180.0);
         assert_eq!(serde_json::to_value(given).unwrap(), json!({"time_s": 10.0, "max_steps": 3, "time_factor": 2.5}));
     }
 

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::agent::budget::{CallSteps, ProgramLedger};
+use crate::agent::episode::{CallSteps, ProgramLedger};
 use crate::agent::kinds::{AgentKind, AgentSettings};
 use crate::agent::{Agent, AgentFault, AgentSetup, Lent, Proposal, Turn};
 use crate::config::decode::ConfigError;
@@ -104,7 +104,6 @@ impl AgentKind for Cli {
                 context: setup.task.template_context(),
                 input: setup.task.input.clone(),
                 room: lent.room,
-                episode: lent.episode,
             }),
             _ => None,
         };
@@ -133,7 +132,6 @@ pub struct ProgramParts {
     pub context: serde_json::Map<String, serde_json::Value>,
     pub input: String,
     pub room: Option<ProgramRoom>,
-    pub episode: Arc<crate::agent::EpisodeBudget>,
 }
 
 pub struct CliAgent {
@@ -182,7 +180,7 @@ impl Agent for CliAgent {
         let gateway = Gateway {
             model: self.model.clone(),
             model_name: self.model_name.clone(),
-            ledger: Arc::new(ProgramLedger::new(program.episode.clone(), CallSteps::OwnLoop)),
+            ledger: Arc::new(ProgramLedger::new(turn.episode.clone(), CallSteps::OwnLoop)),
             recorder: turn.recorder.clone(),
             derive_trajectory: true,
         };

@@ -58,7 +58,7 @@ impl Agent for OracleAgent {
                 ),
             });
         }
-        let step = turn.budget.step;
+        let step = turn.allowance.step;
         let call = match self.solution.get(self.next) {
             Some(command) => ToolCall::new(format!("oracle_{step}"), RUN_COMMAND, json!({ "command": command })),
             None => {

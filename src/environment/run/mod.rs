@@ -5,6 +5,7 @@
 //! met in one place, `wait`.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 
 use super::Environment;
-use crate::agent::{ActorEnding, Agent, AgentFault, EpisodeBudget, Proposal, Trajectory, Turn};
+use crate::agent::{ActorEnding, Agent, AgentFault, EpisodeState, Proposal, Trajectory, Turn};
 use crate::contract::{Actor, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec};
 use crate::domain::Task;
 use crate::log::{Event, Recorder, Termination, UnscoredCause, Usage};
@@ -71,13 +72,13 @@ enum Waited<T> {
 
 /// The one place the loop waits: for an agent's decision, the user's reply, the permission
 /// rules or a turn's calls, and always for the run's stop and the deadline (`grace` past it).
-async fn wait<T>(work: impl Future<Output = T>, budget: &EpisodeBudget, grace: Duration) -> Waited<T> {
+async fn wait<T>(work: impl Future<Output = T>, episode: &Arc<EpisodeState>, grace: Duration) -> Waited<T> {
     // Most waits end at once (a mock model, a call with no rules to ask about): in the same
     // order as the `select!` below, but without setting up its timers.
-    if budget.stop.is_cancelled() {
+    if episode.stop.is_cancelled() {
         return Waited::Ended(Termination::UserStop);
     }
-    if budget.deadline.is_passed(grace) {
+    if episode.deadline.is_passed(grace) {
         return Waited::Ended(Termination::TimeLimit);
     }
     let mut work = std::pin::pin!(work);
@@ -86,8 +87,8 @@ async fn wait<T>(work: impl Future<Output = T>, budget: &EpisodeBudget, grace: D
     }
     tokio::select! {
         biased;
-        _ = budget.stop.cancelled() => Waited::Ended(Termination::UserStop),
-        _ = budget.deadline.passed(grace) => Waited::Ended(Termination::TimeLimit),
+        _ = episode.stop.cancelled() => Waited::Ended(Termination::UserStop),
+        _ = episode.deadline.passed(grace) => Waited::Ended(Termination::TimeLimit),
         done = work => Waited::Done(done),
     }
 }
@@ -99,8 +100,14 @@ enum Next {
 }
 
 impl Environment {
-    /// Runs one episode of `task` with `agent` to its end, within `budget`.
-    pub async fn run(&self, agent: &mut dyn Agent, task: &Task, budget: &EpisodeBudget, recorder: &Recorder) -> Ending {
+    /// Runs one episode of `task` with `agent` to its end, within `episode`'s limits.
+    pub async fn run(
+        &self,
+        agent: &mut dyn Agent,
+        task: &Task,
+        episode: &Arc<EpisodeState>,
+        recorder: &Recorder,
+    ) -> Ending {
         let first = self.reset(task);
         recorder.emit(&Event::Observation { step: 0, observation: first.clone() });
         if self.user().is_conversation() {
@@ -108,18 +115,18 @@ impl Environment {
             recorder.emit(&Event::Said { step: 0, actor: Actor::User, text: task.input.clone() });
         }
         let seat = Seat { rank: Rank::Main, tools: self.tools() };
-        let end = self.run_actor(agent, &seat, first, budget, recorder).await;
+        let end = self.run_actor(agent, &seat, first, episode, recorder).await;
         if let Some(fault) = &end.fault {
             recorder.emit(&Event::Error { step: end.step, cause: fault.cause.clone(), message: fault.message.clone() });
         }
         Ending {
             termination: end.termination,
             final_answer: end.answer,
-            steps: budget.steps(),
-            usage: budget.usage(),
-            cost_usd: budget.cost_usd(),
+            steps: episode.steps(),
+            usage: episode.usage(),
+            cost_usd: episode.cost_usd(),
             fault: end.fault,
-            trajectory: budget.take_trajectory(),
+            trajectory: episode.take_trajectory(),
         }
     }
 
@@ -129,14 +136,14 @@ impl Environment {
         agent: &mut dyn Agent,
         goal: &str,
         tools: &[ToolSpec],
-        budget: &EpisodeBudget,
+        episode: &Arc<EpisodeState>,
         recorder: &Recorder,
     ) -> ActorEnding {
         let first = Observation::of_messages(vec![goal.to_owned()]);
-        self.run_actor(agent, &Seat { rank: Rank::Subagent, tools }, first, budget, recorder).await
+        self.run_actor(agent, &Seat { rank: Rank::Subagent, tools }, first, episode, recorder).await
     }
 
-    /// The driver of the loop, for any actor: a step from the shared budget, the agent
+    /// The driver of the loop, for any actor: a step from the shared episode, the agent
     /// proposes, its calls run (or its words go to the user), and their observations are
     /// its next turn's; until its final answer, a limit, the run's stop, or a fault.
     async fn run_actor(
@@ -144,30 +151,30 @@ impl Environment {
         agent: &mut dyn Agent,
         seat: &Seat<'_>,
         first: Observation,
-        budget: &EpisodeBudget,
+        episode: &Arc<EpisodeState>,
         recorder: &Recorder,
     ) -> ActorEnding {
         let mut end = ActorEnding::new(Termination::MaxSteps);
         let mut observations = vec![first];
         loop {
-            if budget.out_of_time() {
+            if episode.out_of_time() {
                 return end.ended(Termination::TimeLimit);
             }
-            let Some(step) = budget.take_step() else {
+            let Some(step) = episode.take_step() else {
                 return end.ended(Termination::MaxSteps);
             };
             end.step = step;
             let turn = Turn {
                 observations: &observations,
                 tools: seat.tools,
-                budget: budget.turn(step),
+                allowance: episode.allowance(step),
                 recorder,
                 world: self,
-                episode: budget,
+                episode,
             };
             // The model learns the deadline and gives up on its own just then, blaming the
             // provider if it was failing; the grace only covers an agent that ignores it.
-            let proposal = match wait(agent.propose(turn), budget, PROPOSE_GRACE).await {
+            let proposal = match wait(agent.propose(turn), episode, PROPOSE_GRACE).await {
                 Waited::Ended(termination) => return end.ended(termination),
                 // A slow model cut by the deadline gave no answer in time: the time limit,
                 // not a fault.
@@ -177,22 +184,22 @@ impl Environment {
                 Waited::Done(Err(fault)) => return end.failed(Termination::AgentError, fault),
                 // The agent's own failure is its answer: scored, whenever it came.
                 Waited::Done(Ok(Proposal { failed: Some(message), usage, cost_usd, .. })) => {
-                    budget.spend(usage, cost_usd);
+                    episode.spend(usage, cost_usd);
                     recorder.emit(&Event::AgentError { step, message });
                     return end.ended(Termination::AgentError);
                 }
-                Waited::Done(Ok(_)) if budget.out_of_time() => return end.ended(Termination::TimeLimit),
+                Waited::Done(Ok(_)) if episode.out_of_time() => return end.ended(Termination::TimeLimit),
                 Waited::Done(Ok(proposal)) => proposal,
             };
-            budget.spend(proposal.usage, proposal.cost_usd);
-            if let Some(limit) = budget.over_budget() {
-                self.not_run(&proposal.calls, step, limit, budget, recorder);
+            episode.spend(proposal.usage, proposal.cost_usd);
+            if let Some(limit) = episode.over_limits() {
+                self.not_run(&proposal.calls, step, limit, episode, recorder);
                 return end.ended(limit);
             }
             let next = match proposal.to_user {
                 // In a conversation, a reply without calls goes to the user, who answers it.
-                Some(text) if proposal.calls.is_empty() => self.say(text, step, budget, recorder, &mut end).await,
-                _ => self.dispatch(&proposal.calls, seat, step, budget, recorder, &mut end).await,
+                Some(text) if proposal.calls.is_empty() => self.say(text, step, episode, recorder, &mut end).await,
+                _ => self.dispatch(&proposal.calls, seat, step, episode, recorder, &mut end).await,
             };
             match next {
                 Next::Observe(next) => observations = next,
@@ -203,11 +210,18 @@ impl Environment {
 
     /// Calls proposed past a limit: none is dropped silently, each is logged, and logged
     /// as not run.
-    fn not_run(&self, calls: &[ToolCall], step: u32, limit: Termination, budget: &EpisodeBudget, recorder: &Recorder) {
+    fn not_run(
+        &self,
+        calls: &[ToolCall],
+        step: u32,
+        limit: Termination,
+        episode: &Arc<EpisodeState>,
+        recorder: &Recorder,
+    ) {
         let message = format!("not run: the episode reached its {}", limit.as_str().replace('_', " "));
         for call in calls {
             recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
-            budget.dispatched(call);
+            episode.dispatched(call);
             let obs = Observation::of_error(&call.call_id, ToolError::new(ErrorType::Cancelled, message.clone()));
             recorder.emit(&Event::Observation { step, observation: obs });
         }
@@ -219,14 +233,14 @@ impl Environment {
         &self,
         text: String,
         step: u32,
-        budget: &EpisodeBudget,
+        episode: &Arc<EpisodeState>,
         recorder: &Recorder,
         end: &mut ActorEnding,
     ) -> Next {
         recorder.emit(&Event::Said { step, actor: Actor::Main, text: text.clone() });
-        budget.told_user(&text);
+        episode.told_user(&text);
         end.answer = Some(text.clone());
-        match wait(self.converse(&text, step, recorder), budget, Duration::ZERO).await {
+        match wait(self.converse(&text, step, recorder), episode, Duration::ZERO).await {
             Waited::Ended(termination) => Next::End(termination),
             Waited::Done(Ok(Some(reply))) => Next::Observe(vec![reply]),
             Waited::Done(Ok(None)) => Next::End(Termination::UserEnded),
@@ -267,16 +281,16 @@ impl Environment {
         calls: &[ToolCall],
         seat: &Seat<'_>,
         step: u32,
-        budget: &EpisodeBudget,
+        episode: &Arc<EpisodeState>,
         recorder: &Recorder,
         end: &mut ActorEnding,
     ) -> Next {
         for call in calls {
             recorder.emit(&Event::ActionDispatched { step, call: call.clone() });
-            budget.dispatched(call);
+            episode.dispatched(call);
         }
         let mut turn = InFlight::new(calls, step, recorder);
-        let ended = self.await_calls(&mut turn, seat, budget, end).await;
+        let ended = self.await_calls(&mut turn, seat, episode, end).await;
         let succeeded =
             turn.slots.iter().zip(calls).filter(|(slot, _)| slot.as_ref().is_some_and(|o| o.error.is_none()));
         end.succeeded.extend(succeeded.map(|(_, call)| call.clone()));
@@ -294,7 +308,7 @@ impl Environment {
         &self,
         turn: &mut InFlight<'_>,
         seat: &Seat<'_>,
-        budget: &EpisodeBudget,
+        episode: &Arc<EpisodeState>,
         end: &mut ActorEnding,
     ) -> Option<Termination> {
         let (calls, step, recorder) = (turn.calls, turn.step, turn.recorder);
@@ -312,7 +326,7 @@ impl Environment {
             }
             refused
         };
-        let refused = match wait(deciding, budget, Duration::ZERO).await {
+        let refused = match wait(deciding, episode, Duration::ZERO).await {
             Waited::Done(refused) => refused,
             Waited::Ended(termination) => return Some(termination),
         };
@@ -329,7 +343,7 @@ impl Environment {
             })
             .collect();
         loop {
-            let (i, obs) = match wait(running.next(), budget, Duration::ZERO).await {
+            let (i, obs) = match wait(running.next(), episode, Duration::ZERO).await {
                 Waited::Ended(termination) => return Some(termination),
                 Waited::Done(None) => return None,
                 Waited::Done(Some(done)) => done,
@@ -337,7 +351,7 @@ impl Environment {
             let call = &calls[i];
             recorder.emit(&Event::Observation { step, observation: obs.clone() });
             let fault = obs.error.as_ref().and_then(|error| {
-                budget.failed(&call.call_id, error);
+                episode.failed(&call.call_id, error);
                 AgentFault::of_call(call, &obs)
             });
             let answer = (obs.done && call.name == FINAL_TOOL).then(|| obs.answer_text());

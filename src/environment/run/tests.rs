@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::agent::{Agent, AgentFault, Proposal, Turn};
+use crate::budget::EpisodeLimits;
 use crate::contract::{Actor, ErrorType, Observation, ToolCall, ToolSpec};
 use crate::domain::Task;
 use crate::environment::definition::{Definition, EnvLimits};
@@ -148,20 +149,20 @@ struct Run {
     events: Vec<Event>,
 }
 
-async fn run_with(environment: &Environment, task: &Task, mut agent: ScriptedAgent, budget: EpisodeBudget) -> Run {
+async fn run_with(environment: &Environment, task: &Task, mut agent: ScriptedAgent, episode: EpisodeState) -> Run {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("events.jsonl");
     let (log, writer) = EventLog::create(&path, "test-run").unwrap();
     let recorder = log.recorder("ep_test");
-    let ending = environment.run(&mut agent, task, &budget, &recorder).await;
+    let ending = environment.run(&mut agent, task, &Arc::new(episode), &recorder).await;
     drop((recorder, log));
     writer.close().unwrap();
     let events = read_events(&path).unwrap().events.iter().map(|e| e.event().unwrap()).collect();
     Run { ending, agent, events }
 }
 
-fn limits(max_steps: u32) -> EpisodeBudget {
-    EpisodeBudget::new(max_steps, Duration::from_secs(30))
+fn limits(max_steps: u32) -> EpisodeState {
+    EpisodeState::new(EpisodeLimits::new(max_steps, Duration::from_secs(30)))
 }
 
 async fn run(environment: &Environment, agent: ScriptedAgent, max_steps: u32) -> Run {
@@ -269,7 +270,7 @@ async fn max_steps_ends_the_episode() {
 async fn the_episode_time_limit_cancels_what_is_running() {
     let (environment, clock) = env(4, 10.0);
     let agent = ScriptedAgent::new(vec![vec![call("h", "hang", json!({"tag": "h"}))]]);
-    let limits = EpisodeBudget::new(5, Duration::from_millis(100));
+    let limits = EpisodeState::new(EpisodeLimits::new(5, Duration::from_millis(100)));
     let r = run_with(&environment, &task(), agent, limits).await;
     assert_eq!(r.ending.termination, Termination::TimeLimit);
     assert_eq!(*clock.dropped.lock().unwrap(), ["h"]);
@@ -295,7 +296,7 @@ async fn the_token_limit_ends_the_episode() {
     let mut agent = ScriptedAgent::new(vec![]);
     agent.repeat = Some(vec![call("s", "sleep", json!({"ms": 0}))]);
     agent.usage_per_turn = 100;
-    let limits = EpisodeBudget::new(10, Duration::from_secs(10)).with_max_tokens(Some(250));
+    let limits = EpisodeState::new(EpisodeLimits::new(10, Duration::from_secs(10)).with_max_tokens(Some(250)));
     let r = run_with(&environment, &task(), agent, limits).await;
     assert_eq!(r.ending.termination, Termination::TokenLimit);
     assert_eq!(r.ending.steps, 3);
@@ -594,7 +595,7 @@ impl crate::model::LanguageModel for Silent {
 #[tokio::test]
 async fn a_user_who_never_answers_is_cut_by_the_time_limit_in_a_conversation_and_in_an_ask() {
     let task = task_with_user(simulated(), true, &[]);
-    let short = || EpisodeBudget::new(5, Duration::from_millis(300));
+    let short = || EpisodeState::new(EpisodeLimits::new(5, Duration::from_millis(300)));
     let user = || User::of_task(&task, Some(Arc::new(Silent))).unwrap();
 
     let environment = env(4, 5.0).0.with_user(user());
@@ -651,13 +652,13 @@ fn delegating(child: Vec<crate::domain::MockTurn>, tools: Value) -> crate::agent
     ToolCallingAgent::new(Arc::new(MockModel::new(main.into())), "mock", None, true).with_subagents(Arc::new(subagents))
 }
 
-/// Runs `agent` in `environment` within `budget`: how it ended, and the events.
-async fn run_agent(environment: &Environment, agent: &mut dyn Agent, budget: EpisodeBudget) -> (Ending, Vec<Event>) {
+/// Runs `agent` in `environment` within `episode`'s limits: how it ended, and the events.
+async fn run_agent(environment: &Environment, agent: &mut dyn Agent, episode: EpisodeState) -> (Ending, Vec<Event>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("events.jsonl");
     let (log, writer) = EventLog::create(&path, "test-run").unwrap();
     let recorder = log.recorder("ep_test");
-    let ending = environment.run(agent, &task(), &budget, &recorder).await;
+    let ending = environment.run(agent, &task(), &Arc::new(episode), &recorder).await;
     drop((recorder, log));
     writer.close().unwrap();
     (ending, read_events(&path).unwrap().events.iter().map(|e| e.event().unwrap()).collect())
@@ -704,7 +705,8 @@ async fn a_subagents_call_in_flight_at_the_deadline_is_logged_as_cancelled() {
     let (environment, clock) = env(4, 10.0);
     let mut agent = delegating(vec![mock_turn(vec![("hang", json!({"tag": "child"}))])], Value::Null);
     let (ending, events) =
-        run_agent(&environment, &mut agent, EpisodeBudget::new(10, Duration::from_millis(200))).await;
+        run_agent(&environment, &mut agent, EpisodeState::new(EpisodeLimits::new(10, Duration::from_millis(200))))
+            .await;
     assert_eq!(ending.termination, Termination::TimeLimit);
     assert_eq!(*clock.dropped.lock().unwrap(), ["child"]);
     let cancelled = observation_of(&events, "main_1_c_1");

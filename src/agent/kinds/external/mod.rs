@@ -15,9 +15,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use crate::agent::budget::{CallSteps, ProgramLedger};
+use crate::agent::episode::{CallSteps, ProgramLedger};
 use crate::agent::kinds::{AgentKind, AgentSettings};
-use crate::agent::{Agent, AgentFault, AgentSetup, EpisodeBudget, Lent, Proposal, Turn};
+use crate::agent::{Agent, AgentFault, AgentSetup, Lent, Proposal, Turn};
 use crate::config::decode::ConfigError;
 use crate::config::kind_keys::KindKeys;
 use crate::config::yaml;
@@ -65,7 +65,7 @@ impl AgentKind for External {
         Ok(AgentSettings::External(Settings { program: Arc::new(program) }))
     }
 
-    fn build(&self, setup: AgentSetup<'_>, lent: Lent) -> Box<dyn Agent> {
+    fn build(&self, setup: AgentSetup<'_>, _lent: Lent) -> Box<dyn Agent> {
         let AgentSettings::External(settings) = &setup.config.settings else {
             return Box::new(NoProgram);
         };
@@ -74,7 +74,6 @@ impl AgentKind for External {
             program: settings.program.clone(),
             episode_id: setup.episode_id.to_owned(),
             task: json!({"id": task.id, "input": task.input, "metadata": task.full_metadata()}),
-            budget: lent.episode,
         };
         Box::new(ExternalAgent::new(parts, setup.system, (setup.model, setup.model_name)))
     }
@@ -86,8 +85,6 @@ pub struct ExternalParts {
     pub episode_id: String,
     /// `{id, input, metadata}` of the task.
     pub task: Value,
-    /// The episode's budget, which the program's model calls through the gateway spend.
-    pub budget: Arc<EpisodeBudget>,
 }
 
 /// One episode's external agent: the program's process (started, or checked out of the
@@ -120,7 +117,7 @@ impl ExternalAgent {
         let gateway = Gateway {
             model: self.model.0.clone(),
             model_name: self.model.1.clone(),
-            ledger: Arc::new(ProgramLedger::new(self.parts.budget.clone(), CallSteps::WithinTurns)),
+            ledger: Arc::new(ProgramLedger::new(turn.episode.clone(), CallSteps::WithinTurns)),
             recorder: turn.recorder.clone(),
             // Its tools are the world's: the loop logs its calls.
             derive_trajectory: false,
@@ -137,10 +134,10 @@ impl ExternalAgent {
             let (env, endpoints) = (gateway.env(), endpoints(gateway));
             let mut process = self.parts.program.checkout(&env)?;
             let limits = Limits {
-                max_steps: turn.episode.max_steps,
+                max_steps: turn.episode.limits.max_steps,
                 time_s: time_left(turn).as_secs_f64(),
-                max_tokens: turn.episode.max_tokens,
-                max_cost_usd: turn.episode.max_cost_usd,
+                max_tokens: turn.episode.limits.max_tokens,
+                max_cost_usd: turn.episode.limits.max_cost_usd,
             };
             let start = ToAgent::Start {
                 protocol: PROTOCOL_VERSION,
@@ -177,14 +174,14 @@ impl ExternalAgent {
 
     /// One turn: the observations out, then messages in until the `actions` reply.
     async fn turn(&mut self, turn: &Turn<'_>, gateway: &GatewayHandle) -> Result<Proposal, Failure> {
-        let step = turn.budget.step;
+        let step = turn.allowance.step;
         let message = ToAgent::Observations {
             step,
             observations: turn.observations,
             budget: TurnBudget {
-                steps_left: turn.budget.steps_left,
+                steps_left: turn.allowance.steps_left,
                 time_left_s: time_left(turn).as_secs_f64(),
-                tokens_left: turn.budget.tokens_left,
+                tokens_left: turn.allowance.tokens_left,
             },
         };
         let line = message.line();

@@ -154,7 +154,7 @@ impl ToolAnswer {
         let inner = Turn {
             observations: &observations,
             tools: &offered,
-            budget: turn.budget.clone(),
+            allowance: turn.allowance.clone(),
             recorder: turn.recorder,
             world: turn.world,
             episode: turn.episode,

@@ -9,7 +9,7 @@ use std::path::Path;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
-use crate::agent::budget::Done;
+use crate::agent::episode::Done;
 use crate::domain::conversation::ChatMessage;
 use crate::log::Usage;
 

@@ -398,7 +398,7 @@ impl MemoryAgent {
         }
         let session = self.session(&done.invocation).id.clone();
         turn.recorder.emit(&Event::MemoryInvocation {
-            step: turn.budget.step,
+            step: turn.allowance.step,
             thread: self.thread.clone(),
             session,
             control: done.invocation.control.name().to_owned(),
@@ -542,7 +542,7 @@ impl MemoryAgent {
             };
             let reminder = format!("{wrote}. Call the `{tool}` tool now, exactly once, following the rules above.");
             turn.recorder.emit(&Event::Reminder {
-                step: turn.budget.step,
+                step: turn.allowance.step,
                 actor: Actor::Main,
                 kind: "memory_protocol".into(),
                 paths: Vec::new(),
@@ -577,12 +577,12 @@ impl MemoryAgent {
         tools: &[ToolSpec],
         spent: &mut Spent,
     ) -> Result<ModelResponse, AgentFault> {
-        let request = ModelRequest { messages, tools, deadline: Some(&turn.budget.deadline) };
+        let request = ModelRequest { messages, tools, deadline: Some(&turn.allowance.deadline) };
         let (result, event) = respond_logged(
             self.model.as_ref(),
             &self.model_name,
             &request,
-            turn.budget.step,
+            turn.allowance.step,
             Caller::Actor(Actor::Main),
         )
         .await;
@@ -751,7 +751,7 @@ impl MemoryAgent {
         };
         let retrieved = retrieved.unwrap_or_default();
         turn.recorder.emit(&Event::MemoryAnswered {
-            step: turn.budget.step,
+            step: turn.allowance.step,
             thread: self.thread.clone(),
             question_type: self.question_type.clone(),
             abstention: self.abstention,

@@ -153,7 +153,7 @@ impl ToolCallingAgent {
             let Some((arguments, result)) = plan.exit_answered(obs) else { continue };
             let call_id = obs.call_id.clone().unwrap_or_default();
             turn.recorder.emit(&Event::AgentAction {
-                step: turn.budget.step,
+                step: turn.allowance.step,
                 actor: self.actor.clone(),
                 call_id,
                 name: EXIT_PLAN_MODE.into(),
@@ -170,7 +170,7 @@ impl ToolCallingAgent {
         let Some(text) = self.plan.as_mut().and_then(PlanMode::take_reminder) else { return };
         self.transcript.push(Message::User { content: text.into() });
         turn.recorder.emit(&Event::Reminder {
-            step: turn.budget.step,
+            step: turn.allowance.step,
             actor: self.actor.clone(),
             kind: "plan_mode".into(),
             paths: Vec::new(),
@@ -203,7 +203,7 @@ impl ToolCallingAgent {
             Err(error) => (Value::Null, Some(error)),
         };
         turn.recorder.emit(&Event::AgentAction {
-            step: turn.budget.step,
+            step: turn.allowance.step,
             actor: self.actor.clone(),
             call_id: call.call_id.clone(),
             name: call.name.clone(),
@@ -270,12 +270,12 @@ impl ToolCallingAgent {
             None => Cow::Owned(turn.tools.iter().chain(&self.own_tools).cloned().collect()),
         };
         let request =
-            ModelRequest { messages: &self.transcript, tools: &offered, deadline: Some(&turn.budget.deadline) };
+            ModelRequest { messages: &self.transcript, tools: &offered, deadline: Some(&turn.allowance.deadline) };
         let (result, event) = respond_logged(
             self.model.as_ref(),
             &self.model_name,
             &request,
-            turn.budget.step,
+            turn.allowance.step,
             Caller::Actor(self.actor.clone()),
         )
         .await;
@@ -332,7 +332,7 @@ impl ToolCallingAgent {
         let text = stale_files_reminder(&changed);
         self.transcript.push(Message::User { content: text.clone() });
         turn.recorder.emit(&Event::Reminder {
-            step: turn.budget.step,
+            step: turn.allowance.step,
             actor: self.actor.clone(),
             kind: "stale_files".into(),
             paths: changed,
@@ -505,7 +505,8 @@ impl Handling {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{ActorEnding, EpisodeBudget, ModelFor, NoFiles, WorldModelView};
+    use crate::agent::{ActorEnding, EpisodeState, ModelFor, NoFiles, WorldModelView};
+    use crate::budget::EpisodeLimits;
     use crate::contract::ToolSpec;
     use crate::contract::{ErrorType, ToolError};
     use crate::domain::{MockCall, MockTurn, text::Text};
@@ -562,9 +563,9 @@ mod tests {
         let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
         let recorder = log.recorder("ep");
         let tools = tools();
-        let episode = EpisodeBudget::new(20, std::time::Duration::from_secs(60));
-        let budget = episode.turn(episode.take_step().unwrap());
-        let turn = Turn { observations, tools: &tools, budget, recorder: &recorder, world, episode: &episode };
+        let episode = Arc::new(EpisodeState::new(EpisodeLimits::new(20, std::time::Duration::from_secs(60))));
+        let allowance = episode.allowance(episode.take_step().unwrap());
+        let turn = Turn { observations, tools: &tools, allowance, recorder: &recorder, world, episode: &episode };
         let result = agent.propose(turn).await;
         drop((recorder, log));
         writer.close().unwrap();
@@ -678,7 +679,7 @@ mod tests {
             agent: &mut dyn Agent,
             goal: &str,
             tools: &[ToolSpec],
-            episode: &EpisodeBudget,
+            episode: &Arc<EpisodeState>,
             recorder: &Recorder,
         ) -> ActorEnding {
             NoFiles.run_subagent(agent, goal, tools, episode, recorder).await
@@ -708,7 +709,7 @@ mod tests {
             agent: &mut dyn Agent,
             goal: &str,
             tools: &[ToolSpec],
-            episode: &EpisodeBudget,
+            episode: &Arc<EpisodeState>,
             recorder: &Recorder,
         ) -> ActorEnding {
             let mut ending = ActorEnding::new(Termination::MaxSteps);
@@ -717,7 +718,7 @@ mod tests {
                 let turn = Turn {
                     observations: &observations,
                     tools,
-                    budget: episode.turn(step),
+                    allowance: episode.allowance(step),
                     recorder,
                     world: self,
                     episode,
@@ -984,11 +985,11 @@ mod tests {
         let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
         let recorder = log.recorder("ep");
         let tools = plan_world();
-        let episode = EpisodeBudget::new(20, std::time::Duration::from_secs(30));
-        let budget =
-            crate::agent::Budget { step, steps_left: 5, deadline: episode.deadline.clone(), tokens_left: None };
+        let episode = Arc::new(EpisodeState::new(EpisodeLimits::new(20, std::time::Duration::from_secs(30))));
+        let allowance =
+            crate::budget::Allowance { step, steps_left: 5, deadline: episode.deadline.clone(), tokens_left: None };
         let turn =
-            Turn { observations, tools: &tools, budget, recorder: &recorder, world: &NoFiles, episode: &episode };
+            Turn { observations, tools: &tools, allowance, recorder: &recorder, world: &NoFiles, episode: &episode };
         let proposal = agent.propose(turn).await.unwrap();
         drop((recorder, log));
         writer.close().unwrap();

@@ -157,7 +157,7 @@ impl ToolCallingAgent {
             };
             return Err(ToolError::new(ErrorType::ToolNotFound, format!("`{DELEGATE_TOOL}` is not available: {why}")));
         };
-        if let Some(limit) = turn.episode.over_budget() {
+        if let Some(limit) = turn.episode.over_limits() {
             let message = format!("not started: the episode reached its {}", limit.as_str().replace('_', " "));
             return Err(ToolError::new(ErrorType::Cancelled, message));
         }

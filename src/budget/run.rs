@@ -1,8 +1,8 @@
-//! Run-wide budgets: caps on the cost, tokens and model calls of a whole run, per run (the
-//! command line) and per provider (`budget:` in runner.yaml), checked each time an episode
-//! is about to be scheduled.
+//! A run's caps and meter: caps on the cost, tokens and model calls of a whole run, per run
+//! (the command line) and per provider (`budget:` in runner.yaml), checked each time an
+//! episode is about to be scheduled.
 //!
-//! The [`Ledger`] is a subscriber of the run's events: every `model_call` (the agent's,
+//! The [`RunMeter`] is a subscriber of the run's events: every `model_call` (the agent's,
 //! subagents', a simulated user's, graders') adds to what the run and the call's provider
 //! spent, and every `episode_finished` of an admitted episode tells how much one episode
 //! can spend (the largest so far). An episode is admitted when, for the run and for its
@@ -12,26 +12,28 @@
 //! unless the budget is hard: then the first call that reaches a cap cancels them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::log::{Event, Subscriber};
-use crate::model::config::Budget;
+use crate::model::config::Caps;
 
 /// The caps of a run.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct RunBudget {
+pub struct RunCaps {
     /// `--max-cost-usd`, `--max-run-tokens`, `--max-model-calls`.
-    pub run: Budget,
+    pub run: Caps,
     /// Each provider's `budget:` in runner.yaml.
-    pub providers: BTreeMap<String, Budget>,
+    pub providers: BTreeMap<String, Caps>,
     /// `--budget-hard`: reaching a cap cancels the episodes in flight.
     pub hard: bool,
 }
 
-impl RunBudget {
+impl RunCaps {
     pub fn is_none(&self) -> bool {
-        self.run.is_none() && self.providers.values().all(Budget::is_none)
+        self.run.is_none() && self.providers.values().all(Caps::is_none)
     }
 }
 
@@ -78,12 +80,12 @@ struct Scope {
 impl Scope {
     /// Whether the next episode must wait: under a soft cap, while no episode of the scope
     /// has finished, nobody knows what one spends, so episodes start one at a time.
-    fn must_wait(&self, caps: &Budget) -> bool {
+    fn must_wait(&self, caps: &Caps) -> bool {
         !caps.is_none() && !self.measured && self.in_flight > 0
     }
 
     /// The cap the next episode could cross: `(cap name, limit, spent)`.
-    fn next_crosses(&self, caps: &Budget) -> Option<(&'static str, f64, f64)> {
+    fn next_crosses(&self, caps: &Caps) -> Option<(&'static str, f64, f64)> {
         let next = (self.in_flight + 1) as f64;
         let check = |name, cap: Option<f64>, spent: f64, largest: f64| {
             cap.filter(|&cap| spent >= cap || spent + largest * next > cap).map(|cap| (name, cap, spent))
@@ -100,7 +102,7 @@ impl Scope {
     }
 
     /// The cap already reached: `(cap name, limit, spent)`.
-    fn reached(&self, caps: &Budget) -> Option<(&'static str, f64, f64)> {
+    fn reached(&self, caps: &Caps) -> Option<(&'static str, f64, f64)> {
         let reached =
             |name, cap: Option<f64>, spent: f64| cap.filter(|&cap| spent >= cap).map(|cap| (name, cap, spent));
         reached("max_cost_usd", caps.max_cost_usd, self.spent.cost_usd)
@@ -111,7 +113,7 @@ impl Scope {
     }
 }
 
-/// What [`Ledger::admit`] says of the next episode.
+/// What [`RunMeter::admission`] says of the next episode.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Admission {
     Start,
@@ -127,9 +129,9 @@ struct Open {
     spent: HashMap<String, Spend>,
 }
 
-/// The run's spending, admission of episodes, and the hard stop.
-pub struct Ledger {
-    budget: RunBudget,
+/// The run's meter: what it spent, the admission of its episodes, and the hard stop.
+pub struct RunMeter {
+    caps: RunCaps,
     run: Scope,
     providers: HashMap<String, Scope>,
     open: HashMap<String, Open>,
@@ -137,18 +139,26 @@ pub struct Ledger {
     episodes: CancellationToken,
     /// `budget_reached` events not yet logged.
     reached: Vec<Event>,
+    /// Told when an admitted episode finishes: an episode that must wait is asked again then.
+    finished: Arc<Notify>,
 }
 
-impl Ledger {
-    pub fn new(budget: RunBudget, episodes: CancellationToken) -> Ledger {
-        Ledger {
-            budget,
+impl RunMeter {
+    pub fn new(caps: RunCaps, episodes: CancellationToken) -> RunMeter {
+        RunMeter {
+            caps,
             run: Scope::default(),
             providers: HashMap::new(),
             open: HashMap::new(),
             episodes,
             reached: Vec::new(),
+            finished: Arc::new(Notify::new()),
         }
+    }
+
+    /// What an episode that must wait waits on: an admitted episode's end.
+    pub fn finished(&self) -> Arc<Notify> {
+        self.finished.clone()
     }
 
     /// What an episode kept from an earlier part of the run spent: a resumed run's budget
@@ -166,11 +176,11 @@ impl Ledger {
     /// Whether the episode may start now, must wait for one in flight to finish (a soft
     /// cap, before any episode of its scope finished), or never.
     pub fn admission(&mut self, episode_id: &str, model: &str) -> Admission {
-        if !self.budget.hard {
+        if !self.caps.hard {
             let provider = provider_of(model);
-            let caps = self.budget.providers.get(provider).copied().unwrap_or_default();
+            let caps = self.caps.providers.get(provider).copied().unwrap_or_default();
             let waits_for_provider = self.providers.get(provider).is_some_and(|s| s.must_wait(&caps));
-            if self.run.stopped.is_none() && (self.run.must_wait(&self.budget.run) || waits_for_provider) {
+            if self.run.stopped.is_none() && (self.run.must_wait(&self.caps.run) || waits_for_provider) {
                 return Admission::Wait;
             }
         }
@@ -187,10 +197,10 @@ impl Ledger {
         if let Some(why) = &self.run.stopped {
             return Err(why.clone());
         }
-        if let Some((cap, limit, spent)) = self.run.next_crosses(&self.budget.run) {
+        if let Some((cap, limit, spent)) = self.run.next_crosses(&self.caps.run) {
             return Err(self.stop(None, cap, limit, spent));
         }
-        let caps = self.budget.providers.get(&provider).copied().unwrap_or_default();
+        let caps = self.caps.providers.get(&provider).copied().unwrap_or_default();
         let scope = self.providers.entry(provider.clone()).or_default();
         if let Some(why) = &scope.stopped {
             return Err(why.clone());
@@ -237,18 +247,18 @@ impl Ledger {
         std::mem::take(&mut self.reached)
     }
 
-    /// Which events the ledger reads.
+    /// Which events the meter reads.
     pub fn wants(event: &Event) -> bool {
         matches!(event, Event::ModelCall { .. } | Event::EpisodeFinished { .. })
     }
 
     /// A hard budget: a cap reached cancels the episodes in flight and stops scheduling.
     fn check_hard(&mut self, provider: &str) {
-        if !self.budget.hard || self.episodes.is_cancelled() {
+        if !self.caps.hard || self.episodes.is_cancelled() {
             return;
         }
-        let caps = self.budget.providers.get(provider).copied().unwrap_or_default();
-        let reached = match self.run.reached(&self.budget.run) {
+        let caps = self.caps.providers.get(provider).copied().unwrap_or_default();
+        let reached = match self.run.reached(&self.caps.run) {
             Some(r) => Some(("run".to_owned(), run_flag(r.0).to_owned(), r)),
             None => self.providers.get(provider).and_then(|s| s.reached(&caps)).map(|r| {
                 (format!("provider {provider}"), format!("providers.{provider}.budget.{} in runner.yaml", r.0), r)
@@ -266,7 +276,7 @@ impl Ledger {
     }
 }
 
-impl Subscriber for Ledger {
+impl Subscriber for RunMeter {
     fn event(&mut self, episode_id: Option<&str>, event: &Event) {
         match event {
             Event::ModelCall { model, usage, cost_usd, .. } => {
@@ -295,6 +305,7 @@ impl Subscriber for Ledger {
                 if let Some(scope) = self.providers.get_mut(&open.provider) {
                     scope.in_flight = scope.in_flight.saturating_sub(1);
                 }
+                self.finished.notify_waiters();
             }
             _ => {}
         }
@@ -358,77 +369,72 @@ mod tests {
         }
     }
 
-    /// Runs episode `id` of `model` through the ledger: admitted, `tokens` spent, finished.
-    fn episode(ledger: &mut Ledger, id: &str, model: &str, tokens: u64) -> Result<(), String> {
-        ledger.admit(id, model)?;
-        ledger.event(Some(id), &call(model, tokens, Some(tokens as f64 / 100.0)));
-        ledger.event(Some(id), &finished());
+    /// Runs episode `id` of `model` through the meter: admitted, `tokens` spent, finished.
+    fn episode(meter: &mut RunMeter, id: &str, model: &str, tokens: u64) -> Result<(), String> {
+        meter.admit(id, model)?;
+        meter.event(Some(id), &call(model, tokens, Some(tokens as f64 / 100.0)));
+        meter.event(Some(id), &finished());
         Ok(())
     }
 
     #[test]
     fn scheduling_stops_before_the_next_episode_could_cross_the_cap() {
         // 100 tokens an episode, a cap of 350: three episodes (300), then 300 + 100 > 350.
-        let budget = RunBudget { run: Budget { max_tokens: Some(350), ..Budget::default() }, ..RunBudget::default() };
-        let mut ledger = Ledger::new(budget, CancellationToken::new());
+        let caps = RunCaps { run: Caps { max_tokens: Some(350), ..Caps::default() }, ..RunCaps::default() };
+        let mut meter = RunMeter::new(caps, CancellationToken::new());
         for id in ["a", "b", "c"] {
-            assert_eq!(episode(&mut ledger, id, "mock", 100), Ok(()));
+            assert_eq!(episode(&mut meter, id, "mock", 100), Ok(()));
         }
-        let refused = episode(&mut ledger, "d", "mock", 100).unwrap_err();
+        let refused = episode(&mut meter, "d", "mock", 100).unwrap_err();
         assert!(refused.contains("--max-run-tokens = 350") && refused.contains("spent 300"), "{refused}");
-        assert_eq!(ledger.take_reached().len(), 1, "one budget_reached event");
-        assert!(ledger.admit("e", "mock").is_err(), "the run stays stopped");
-        assert!(ledger.take_reached().is_empty());
+        assert_eq!(meter.take_reached().len(), 1, "one budget_reached event");
+        assert!(meter.admit("e", "mock").is_err(), "the run stays stopped");
+        assert!(meter.take_reached().is_empty());
     }
 
     #[test]
     fn episodes_in_flight_count_at_the_largest_episode_so_far() {
-        let budget =
-            RunBudget { run: Budget { max_model_calls: Some(3), ..Budget::default() }, ..RunBudget::default() };
-        let mut ledger = Ledger::new(budget, CancellationToken::new());
-        episode(&mut ledger, "a", "mock", 1).unwrap();
+        let caps = RunCaps { run: Caps { max_model_calls: Some(3), ..Caps::default() }, ..RunCaps::default() };
+        let mut meter = RunMeter::new(caps, CancellationToken::new());
+        episode(&mut meter, "a", "mock", 1).unwrap();
         // One call spent, one episode in flight at one call: 1 + 1·2 = 3 ≤ 3 admits "c"; then
         // 1 + 1·3 = 4 > 3 refuses "d".
-        ledger.admit("b", "mock").unwrap();
-        ledger.admit("c", "mock").unwrap();
-        assert!(ledger.admit("d", "mock").is_err());
+        meter.admit("b", "mock").unwrap();
+        meter.admit("c", "mock").unwrap();
+        assert!(meter.admit("d", "mock").is_err());
     }
 
     #[test]
     fn a_provider_cap_stops_only_that_providers_episodes() {
-        let caps = Budget { max_cost_usd: Some(1.5), ..Budget::default() };
-        let budget = RunBudget { providers: [("local".to_owned(), caps)].into(), ..RunBudget::default() };
-        let mut ledger = Ledger::new(budget, CancellationToken::new());
-        episode(&mut ledger, "a", "local/m", 100).unwrap();
-        let refused = episode(&mut ledger, "b", "local/m", 100).unwrap_err();
+        let local = Caps { max_cost_usd: Some(1.5), ..Caps::default() };
+        let caps = RunCaps { providers: [("local".to_owned(), local)].into(), ..RunCaps::default() };
+        let mut meter = RunMeter::new(caps, CancellationToken::new());
+        episode(&mut meter, "a", "local/m", 100).unwrap();
+        let refused = episode(&mut meter, "b", "local/m", 100).unwrap_err();
         assert!(refused.contains("providers.local.budget.max_cost_usd"), "{refused}");
-        assert_eq!(episode(&mut ledger, "c", "other/m", 100), Ok(()), "another provider goes on");
+        assert_eq!(episode(&mut meter, "c", "other/m", 100), Ok(()), "another provider goes on");
     }
 
     #[test]
     fn a_hard_budget_cancels_the_episodes_in_flight() {
         let stop = CancellationToken::new();
-        let budget = RunBudget {
-            run: Budget { max_tokens: Some(150), ..Budget::default() },
-            hard: true,
-            ..RunBudget::default()
-        };
-        let mut ledger = Ledger::new(budget, stop.clone());
-        ledger.admit("a", "mock").unwrap();
-        ledger.event(Some("a"), &call("mock", 100, None));
+        let caps = RunCaps { run: Caps { max_tokens: Some(150), ..Caps::default() }, hard: true, ..RunCaps::default() };
+        let mut meter = RunMeter::new(caps, stop.clone());
+        meter.admit("a", "mock").unwrap();
+        meter.event(Some("a"), &call("mock", 100, None));
         assert!(!stop.is_cancelled());
-        ledger.event(Some("a"), &call("mock", 100, None));
+        meter.event(Some("a"), &call("mock", 100, None));
         assert!(stop.is_cancelled(), "200 tokens reached the cap of 150");
-        assert!(matches!(ledger.take_reached().as_slice(), [Event::BudgetReached { hard: true, .. }]));
-        assert!(ledger.admit("b", "mock").is_err());
+        assert!(matches!(meter.take_reached().as_slice(), [Event::BudgetReached { hard: true, .. }]));
+        assert!(meter.admit("b", "mock").is_err());
     }
 
     #[test]
     fn a_resumed_run_counts_what_its_kept_episodes_spent() {
-        let budget = RunBudget { run: Budget { max_tokens: Some(250), ..Budget::default() }, ..RunBudget::default() };
-        let mut ledger = Ledger::new(budget, CancellationToken::new());
-        ledger.kept("mock", Spend { tokens: 100, ..Spend::default() });
-        ledger.kept("mock", Spend { tokens: 100, ..Spend::default() });
-        assert!(ledger.admit("c", "mock").is_err(), "200 kept + 100 > 250");
+        let caps = RunCaps { run: Caps { max_tokens: Some(250), ..Caps::default() }, ..RunCaps::default() };
+        let mut meter = RunMeter::new(caps, CancellationToken::new());
+        meter.kept("mock", Spend { tokens: 100, ..Spend::default() });
+        meter.kept("mock", Spend { tokens: 100, ..Spend::default() });
+        assert!(meter.admit("c", "mock").is_err(), "200 kept + 100 > 250");
     }
 }

@@ -1,39 +1,28 @@
-//! The episode's budget: its limits (steps, time, tokens, cost), the run's stop, and what
-//! the whole tree of agents has spent and done so far. The main agent and every subagent
-//! take their turns against this one value, so that a child's steps, tokens and calls are
-//! the episode's.
+//! The episode's shared state: its limits and meter, its deadline, the run's stop, and the
+//! trajectory of every agent of it. The main agent and every subagent take their turns
+//! against this one value (lent by the loop in each [`Turn`](super::Turn)), so that a
+//! child's steps, tokens and calls are the episode's; a program agent's gateway spends
+//! from it too ([`ProgramLedger`]).
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::budget::{Allowance, EpisodeLimits, Meter};
 use crate::contract::{ToolCall, ToolError};
 use crate::log::{Termination, Usage};
 use crate::model::limiter::Deadline;
 
-/// The limits of one episode and what every agent of it spent of them.
-pub struct EpisodeBudget {
-    pub max_steps: u32,
-    pub max_tokens: Option<u64>,
-    pub max_cost_usd: Option<f64>,
-    /// Started with the budget. Time spent waiting for runner's own model slots moves it
+/// One episode's limits, what every agent of it spent and did, its deadline and its stop.
+pub struct EpisodeState {
+    pub limits: EpisodeLimits,
+    /// Started with the state. Time spent waiting for runner's own model slots moves it
     /// (not the agent's).
     pub deadline: Deadline,
     /// The run's stop (Ctrl-C): it ends every actor's turns.
     pub stop: CancellationToken,
-    steps: AtomicU32,
-    spent: Mutex<Spent>,
+    meter: Meter,
     trajectory: Mutex<Trajectory>,
-}
-
-#[derive(Default)]
-struct Spent {
-    usage: Usage,
-    /// Known only while every model call so far had a price.
-    cost_usd: Option<f64>,
-    any: bool,
 }
 
 /// What the agents did, as scorers see it.
@@ -78,45 +67,21 @@ impl Trajectory {
     }
 }
 
-/// What is left of the episode's limits when a turn starts.
-#[derive(Debug, Clone)]
-pub struct Budget {
-    /// The number of this turn, from 1.
-    pub step: u32,
-    pub steps_left: u32,
-    pub deadline: Deadline,
-    pub tokens_left: Option<u64>,
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every change under these locks is a single push or sum: a panic cannot leave one half-done.
+    // Every change under this lock is a single push: a panic cannot leave one half-done.
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-impl EpisodeBudget {
-    /// A budget of `max_steps` turns and `time`, whose clock starts now; no token or cost
-    /// limit, and a stop nobody gives.
-    pub fn new(max_steps: u32, time: Duration) -> Self {
-        EpisodeBudget {
-            max_steps,
-            max_tokens: None,
-            max_cost_usd: None,
-            deadline: Deadline::after(time),
+impl EpisodeState {
+    /// An episode under `limits`, its clock started now, and a stop nobody gives.
+    pub fn new(limits: EpisodeLimits) -> Self {
+        EpisodeState {
+            limits,
+            deadline: Deadline::after(limits.time),
             stop: CancellationToken::new(),
-            steps: AtomicU32::new(0),
-            spent: Mutex::default(),
+            meter: Meter::default(),
             trajectory: Mutex::default(),
         }
-    }
-
-    pub fn with_max_tokens(mut self, max_tokens: Option<u64>) -> Self {
-        self.max_tokens = max_tokens;
-        self
-    }
-
-    pub fn with_max_cost_usd(mut self, max_cost_usd: Option<f64>) -> Self {
-        self.max_cost_usd = max_cost_usd;
-        self
     }
 
     /// Ends every actor's turns when `stop` is cancelled.
@@ -128,14 +93,12 @@ impl EpisodeBudget {
     /// Takes the next step of the episode for one agent's turn: its number, or `None` when
     /// the episode has used all its steps.
     pub fn take_step(&self) -> Option<u32> {
-        let taken =
-            self.steps.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| (n < self.max_steps).then_some(n + 1));
-        taken.ok().map(|n| n + 1)
+        self.meter.take_step(self.limits.max_steps)
     }
 
     /// The steps taken so far, by every agent.
     pub fn steps(&self) -> u32 {
-        self.steps.load(Ordering::SeqCst)
+        self.meter.steps()
     }
 
     /// Whether the episode's time is up, as things stand now.
@@ -144,41 +107,31 @@ impl EpisodeBudget {
     }
 
     /// What is left when the turn numbered `step` starts.
-    pub fn turn(&self, step: u32) -> Budget {
-        Budget {
+    pub fn allowance(&self, step: u32) -> Allowance {
+        Allowance {
             step,
-            steps_left: self.max_steps.saturating_sub(self.steps()) + 1,
+            steps_left: self.limits.max_steps.saturating_sub(self.steps()) + 1,
             deadline: self.deadline.clone(),
-            tokens_left: self.max_tokens.map(|max| max.saturating_sub(self.usage().total())),
+            tokens_left: self.limits.max_tokens.map(|max| max.saturating_sub(self.usage().total())),
         }
     }
 
     /// Counts one turn's model calls.
     pub fn spend(&self, usage: Usage, cost_usd: Option<f64>) {
-        let mut spent = lock(&self.spent);
-        spent.usage.add(usage);
-        spent.cost_usd = if spent.any { spent.cost_usd.zip(cost_usd).map(|(a, b)| a + b) } else { cost_usd };
-        spent.any = true;
+        self.meter.spend(usage, cost_usd);
     }
 
     pub fn usage(&self) -> Usage {
-        lock(&self.spent).usage
+        self.meter.usage()
     }
 
     pub fn cost_usd(&self) -> Option<f64> {
-        lock(&self.spent).cost_usd
+        self.meter.cost_usd()
     }
 
     /// The limit the tree has gone past (tokens, then cost), if any.
-    pub fn over_budget(&self) -> Option<Termination> {
-        let spent = lock(&self.spent);
-        if self.max_tokens.is_some_and(|max| spent.usage.total() > max) {
-            Some(Termination::TokenLimit)
-        } else if self.max_cost_usd.zip(spent.cost_usd).is_some_and(|(max, cost)| cost > max) {
-            Some(Termination::CostLimit)
-        } else {
-            None
-        }
+    pub fn over_limits(&self) -> Option<Termination> {
+        self.meter.over(&self.limits)
     }
 
     /// What the episode has done before the turn under way: its steps (those carried
@@ -195,7 +148,7 @@ impl EpisodeBudget {
     /// Counts what a killed attempt did, whose work this one goes on with, as the
     /// episode's: its steps (the next turn's number comes after them), calls and failed calls.
     pub fn carry(&self, done: Done) {
-        self.steps.fetch_add(done.steps, Ordering::SeqCst);
+        self.meter.carry_steps(done.steps);
         let mut trajectory = lock(&self.trajectory);
         trajectory.carried_calls = trajectory.carried_calls.saturating_add(done.tool_calls);
         trajectory.carried_errors = trajectory.carried_errors.saturating_add(done.tool_errors);
@@ -222,15 +175,15 @@ impl EpisodeBudget {
     }
 }
 
-/// A program's model calls through the gateway spend from the episode's budget as the
-/// built-in agent's turns do: each call one step, refused past a limit.
-impl EpisodeBudget {
+/// A program's model calls through the gateway spend from the episode as the built-in
+/// agent's turns do: each call one step, refused past a limit.
+impl EpisodeState {
     /// Whether one more model call may be made: the time, tokens and cost that are left.
     fn admits_a_call(&self) -> Result<(), Termination> {
         if self.out_of_time() {
             return Err(Termination::TimeLimit);
         }
-        match self.over_budget() {
+        match self.over_limits() {
             Some(limit) => Err(limit),
             None => Ok(()),
         }
@@ -238,14 +191,14 @@ impl EpisodeBudget {
 }
 
 /// Each model call through the gateway takes a step of its own.
-impl crate::gateway::Ledger for EpisodeBudget {
+impl crate::gateway::Ledger for EpisodeState {
     fn admit(&self) -> Result<u32, Termination> {
         self.admits_a_call()?;
         self.take_step().ok_or(Termination::MaxSteps)
     }
 
     fn spend(&self, usage: Usage, cost_usd: Option<f64>) {
-        EpisodeBudget::spend(self, usage, cost_usd);
+        EpisodeState::spend(self, usage, cost_usd);
     }
 
     fn deadline(&self) -> &Deadline {
@@ -253,7 +206,7 @@ impl crate::gateway::Ledger for EpisodeBudget {
     }
 
     fn dispatched(&self, call: &ToolCall) {
-        EpisodeBudget::dispatched(self, call);
+        EpisodeState::dispatched(self, call);
     }
 }
 
@@ -268,16 +221,16 @@ pub enum CallSteps {
     OwnLoop,
 }
 
-/// A program agent's ledger: the episode's budget, its steps counted by [`CallSteps`].
+/// A program agent's ledger: the episode's state, its steps counted by [`CallSteps`].
 pub struct ProgramLedger {
-    budget: std::sync::Arc<EpisodeBudget>,
+    episode: std::sync::Arc<EpisodeState>,
     steps: CallSteps,
     first: std::sync::atomic::AtomicBool,
 }
 
 impl ProgramLedger {
-    pub fn new(budget: std::sync::Arc<EpisodeBudget>, steps: CallSteps) -> Self {
-        ProgramLedger { budget, steps, first: std::sync::atomic::AtomicBool::new(true) }
+    pub fn new(episode: std::sync::Arc<EpisodeState>, steps: CallSteps) -> Self {
+        ProgramLedger { episode, steps, first: std::sync::atomic::AtomicBool::new(true) }
     }
 }
 
@@ -285,21 +238,21 @@ impl crate::gateway::Ledger for ProgramLedger {
     fn admit(&self) -> Result<u32, Termination> {
         let first = self.first.swap(false, std::sync::atomic::Ordering::SeqCst);
         match self.steps {
-            CallSteps::OwnLoop if !first => crate::gateway::Ledger::admit(self.budget.as_ref()),
-            _ => self.budget.admits_a_call().map(|()| self.budget.steps()),
+            CallSteps::OwnLoop if !first => crate::gateway::Ledger::admit(self.episode.as_ref()),
+            _ => self.episode.admits_a_call().map(|()| self.episode.steps()),
         }
     }
 
     fn spend(&self, usage: Usage, cost_usd: Option<f64>) {
-        self.budget.spend(usage, cost_usd);
+        self.episode.spend(usage, cost_usd);
     }
 
     fn deadline(&self) -> &Deadline {
-        &self.budget.deadline
+        &self.episode.deadline
     }
 
     fn dispatched(&self, call: &ToolCall) {
-        self.budget.dispatched(call);
+        self.episode.dispatched(call);
     }
 }
 
@@ -307,11 +260,11 @@ impl crate::gateway::Ledger for ProgramLedger {
 mod tests {
     use super::*;
     use std::sync::Arc;
+    use std::time::Duration;
 
-    fn budget(max_steps: u32, max_tokens: Option<u64>, max_cost_usd: Option<f64>) -> EpisodeBudget {
-        EpisodeBudget::new(max_steps, Duration::from_secs(60))
-            .with_max_tokens(max_tokens)
-            .with_max_cost_usd(max_cost_usd)
+    fn budget(max_steps: u32, max_tokens: Option<u64>, max_cost_usd: Option<f64>) -> EpisodeState {
+        let limits = EpisodeLimits::new(max_steps, Duration::from_secs(60));
+        EpisodeState::new(limits.with_max_tokens(max_tokens).with_max_cost_usd(max_cost_usd))
     }
 
     fn tokens(n: u64) -> Usage {
@@ -344,16 +297,16 @@ mod tests {
     fn spending_counts_every_agent_and_the_cost_is_known_only_while_every_call_had_a_price() {
         let tree = budget(10, Some(100), Some(1.0));
         tree.spend(tokens(60), Some(0.25));
-        assert_eq!(tree.turn(2).tokens_left, Some(40));
-        assert_eq!(tree.over_budget(), None);
+        assert_eq!(tree.allowance(2).tokens_left, Some(40));
+        assert_eq!(tree.over_limits(), None);
         tree.spend(tokens(41), Some(0.25));
         assert_eq!((tree.usage().total(), tree.cost_usd()), (101, Some(0.5)));
-        assert_eq!(tree.over_budget(), Some(Termination::TokenLimit));
+        assert_eq!(tree.over_limits(), Some(Termination::TokenLimit));
 
         let tree = self::budget(10, None, Some(1.0));
         tree.spend(tokens(1), Some(0.75));
         tree.spend(tokens(1), Some(0.5));
-        assert_eq!(tree.over_budget(), Some(Termination::CostLimit));
+        assert_eq!(tree.over_limits(), Some(Termination::CostLimit));
         tree.spend(tokens(1), None);
         assert_eq!(tree.cost_usd(), None, "one call without a price: the cost is unknown");
         tree.spend(tokens(1), Some(0.1));
@@ -373,7 +326,7 @@ mod tests {
         let tree = budget(10, None, Some(0.5));
         Ledger::spend(&tree, tokens(1), Some(0.75));
         assert_eq!(tree.admit(), Err(Termination::CostLimit));
-        let tree = EpisodeBudget::new(10, Duration::ZERO);
+        let tree = EpisodeState::new(EpisodeLimits::new(10, Duration::ZERO));
         assert_eq!(tree.admit(), Err(Termination::TimeLimit));
         let tree = budget(10, None, None);
         Ledger::dispatched(&tree, &ToolCall::new("c", "Write", serde_json::json!({})));
@@ -381,21 +334,21 @@ mod tests {
     }
 
     #[test]
-    fn a_budget_says_what_is_left_when_a_turn_starts() {
+    fn an_allowance_says_what_is_left_when_a_turn_starts() {
         let tree = budget(5, None, None);
         let step = tree.take_step().unwrap();
-        let budget = tree.turn(step);
+        let budget = tree.allowance(step);
         assert_eq!((budget.step, budget.steps_left, budget.tokens_left), (1, 5, None));
         tree.take_step();
         let step = tree.take_step().unwrap();
-        assert_eq!(tree.turn(step).steps_left, 3, "steps 3, 4 and 5 are left when step 3 starts");
+        assert_eq!(tree.allowance(step).steps_left, 3, "steps 3, 4 and 5 are left when step 3 starts");
     }
 
     /// An attempt that goes on with a killed one's work counts its steps and calls, and
     /// what it then records of itself includes them, in its first turn as after.
     #[test]
     fn carried_steps_and_calls_count_and_are_counted_again_in_what_is_recorded() {
-        let budget = EpisodeBudget::new(10, Duration::from_secs(60));
+        let budget = EpisodeState::new(EpisodeLimits::new(10, Duration::from_secs(60)));
         assert_eq!(budget.take_step(), Some(1));
         budget.carry(Done { steps: 6, tool_calls: 9, tool_errors: 2 });
         assert_eq!(budget.done_before_this_turn(), Done { steps: 6, tool_calls: 9, tool_errors: 2 });
