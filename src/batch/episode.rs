@@ -1,26 +1,27 @@
-//! One episode from start to finish: set up the environment, let the agent and the
-//! environment run their loop, score against the final world, tear down, log each part.
+//! One episode from start to finish, as five named stages over one [`Episode`]: open it
+//! (its task as asked, its notes, `episode_started`), set up its world and its agent's
+//! set-up, play the loop, score against the final world, close it (its notes kept,
+//! `episode_finished`). A failure to set up makes the episode unscored and skips to close.
 
-use std::time::Duration;
+use std::borrow::Cow;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
 use super::cast::{Cast, Roster};
 use super::memory::Slot;
 use super::{EpisodeReport, EpisodeSpec};
-use crate::agent::notes::Stores;
-use crate::agent::{AgentConfig, AgentSetup, Lent, ProgramRoom, WorldFacts};
+use crate::agent::notes::{SharedStores, Stores};
+use crate::agent::{Agent, AgentConfig, AgentSetup, EpisodeState, Lent, ProgramRoom, WorldFacts};
 use crate::config::template;
 use crate::contract::Actor;
-use crate::model::Role;
-use std::sync::Arc;
-
-use crate::agent::EpisodeState;
 use crate::domain::Task;
-use crate::environment::{Definition, World};
-use crate::environment::{Ending, Environment, SetupContext};
-use crate::log::event::{INITIAL_SCORING, Stage};
-use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause};
+use crate::environment::{Definition, Ending, Environment, SetupContext, World};
+use crate::log::event::{INITIAL_SCORING, ProgramEnd, Stage};
+use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause, Usage};
+use crate::model::{LanguageModel, Role};
 use crate::sandbox::SandboxMode;
 use crate::scoring::{self, Finished};
 use crate::suite::Suite;
@@ -34,27 +35,308 @@ pub struct Grounds {
     pub sandbox: SandboxMode,
 }
 
+/// Runs one episode: open, set up, play, score, close.
 pub async fn run_episode(
     spec: EpisodeSpec,
-    mut memory: Option<Slot>,
+    memory: Option<Slot>,
     log: &EventLog,
     roster: &Roster,
     grounds: &Grounds,
     stop: &CancellationToken,
 ) -> EpisodeReport {
-    let suite = &spec.suite;
-    let variant = spec.variant();
-    // A variant's settings stand in for the suite's, and its prompt for the task's input.
-    let agent_config = variant.map_or(&suite.agent, |v| &v.agent);
-    let asked = match variant {
-        Some(v) => v.task(&suite.tasks[spec.task]),
-        None => std::borrow::Cow::Borrowed(&suite.tasks[spec.task]),
+    let episode = Episode::open(&spec, memory, log, roster, grounds).await;
+    let lend_again = |task: &Task| episode.lend_again(task);
+    let played = match episode.set_up(&lend_again).await {
+        Err((cause, message)) => {
+            episode.recorder.emit(&Event::Error { step: 0, cause: cause.clone(), message: message.clone() });
+            Played::not_set_up(Outcome::Unscored { cause, message })
+        }
+        Ok((world, setup)) => {
+            let mut played = episode.play(&world, setup, stop).await;
+            played.outcome = episode.score(&played.ending, world.world(), played.wall_s).await;
+            let agent = played.agent.take();
+            played.program = episode.tear_down(world, agent, (played.ending.termination, &played.outcome)).await;
+            played
+        }
     };
-    let task: &Task = &asked;
-    // With `scope: task`, the stores the epoch before left (it waits for that epoch to end).
-    let kept = match memory.as_mut() {
+    episode.close(played)
+}
+
+/// One episode under way: its spec, the task as it is asked, its agent, its world's
+/// definition, its cast, its notes and where it logs.
+struct Episode<'a> {
+    spec: &'a EpisodeSpec,
+    suite: &'a Suite,
+    /// The task as the episode asks it (under a variant, its input rendered from its prompt).
+    task: Cow<'a, Task>,
+    /// The suite's agent, or its variant's.
+    agent: &'a AgentConfig,
+    /// The environment the episode's world is set up from: its variant's or its toolset's,
+    /// else the suite's.
+    environment: &'a Arc<Definition>,
+    grounds: &'a Grounds,
+    cast: Cast<'a>,
+    recorder: Recorder,
+    started: Instant,
+    /// With `scope: task`, the task's turn at the notes kept across its epochs.
+    slot: Option<Slot>,
+    /// The agent's notes, when it keeps them; or why those an earlier epoch left could not
+    /// be read back.
+    notes: Result<Option<SharedStores>, String>,
+}
+
+/// What playing (or failing to set up) an episode came to.
+struct Played {
+    ending: Ending,
+    outcome: Outcome,
+    /// The agent, until it is told how the episode ended.
+    agent: Option<Box<dyn Agent>>,
+    /// How a program agent's program ended.
+    program: Option<ProgramEnd>,
+    /// The loop's wall time, and what the task's simulated user spent.
+    wall_s: f64,
+    loop_ms: Option<f64>,
+    user_spent: Option<(Usage, Option<f64>)>,
+}
+
+impl Played {
+    fn not_set_up(outcome: Outcome) -> Self {
+        let ending = Ending::new(Termination::EnvironmentError);
+        Played { ending, outcome, agent: None, program: None, wall_s: 0.0, loop_ms: None, user_spent: None }
+    }
+}
+
+impl<'a> Episode<'a> {
+    /// Opens the episode: the task as its variant asks it, the notes an earlier epoch left
+    /// (waiting for that epoch to end), the cast, and `episode_started`.
+    async fn open(
+        spec: &'a EpisodeSpec,
+        mut slot: Option<Slot>,
+        log: &EventLog,
+        roster: &'a Roster,
+        grounds: &'a Grounds,
+    ) -> Episode<'a> {
+        let suite = spec.suite.as_ref();
+        let variant = spec.variant();
+        // A variant's settings stand in for the suite's, and its prompt for the task's input.
+        let agent = variant.map_or(&suite.agent, |v| &v.agent);
+        let task = match variant {
+            Some(v) => v.task(&suite.tasks[spec.task]),
+            None => Cow::Borrowed(&suite.tasks[spec.task]),
+        };
+        let notes = open_notes(suite, &task, slot.as_mut()).await;
+        let started = Instant::now();
+        let toolset = suite.toolset_for(&spec.id);
+        let environment = variant
+            .and_then(|v| v.environment.as_ref())
+            .or(toolset.map(|t| &t.environment))
+            .unwrap_or(&suite.environment);
+        let recorder = log.recorder(&spec.id);
+        recorder.emit(&Event::EpisodeStarted {
+            suite: suite.name.clone(),
+            task_id: task.id.clone(),
+            task_digest: task.digest.clone(),
+            model: spec.model.name().to_owned(),
+            epoch: spec.epoch,
+            environment: suite.environment.name.clone(),
+            toolset: toolset.map(|t| t.name.clone()),
+            variant: variant.map(|v| v.name.clone()),
+            sampling: agent.sampling.clone(),
+        });
+        let cast = Cast::of(spec, roster);
+        Episode { spec, suite, task, agent, environment, grounds, cast, recorder, started, slot, notes }
+    }
+
+    /// The main agent's model lent again, for the task as given.
+    fn lend_again(&self, task: &Task) -> Arc<dyn LanguageModel> {
+        let epoch = (!self.suite.share_epochs).then_some(self.spec.epoch);
+        self.spec.model.lend_in_epoch(Role::Agent(&Actor::Main), task, &self.spec.id, epoch, &self.agent.sampling)
+    }
+
+    /// Sets up the agent's set-up (its kind prepares it) and the episode's world; why not,
+    /// as an unscored cause, when either cannot be had.
+    async fn set_up<'s>(
+        &'s self,
+        lend_again: &'s (dyn Fn(&Task) -> Arc<dyn LanguageModel> + Send + Sync),
+    ) -> Result<(Environment, AgentSetup<'s>), (UnscoredCause, String)> {
+        let task: &Task = &self.task;
+        let mut setup = AgentSetup {
+            episode_id: &self.spec.id,
+            task,
+            config: self.agent,
+            model: self.cast.agent.clone(),
+            model_name: self.cast.under_test.name().to_owned(),
+            lend_again,
+            subagent_models: self.cast.subagents.clone(),
+            system: system_prompt(self.suite, self.agent, task),
+            notes: self.notes.clone().ok().flatten(),
+            conversation: task.user.as_ref().is_some_and(|u| u.conversation),
+            run_dir: Some(&self.grounds.run_dir),
+            world: world_facts(self.environment, &self.grounds.run_dir, &self.spec.id),
+            prepared: None,
+        };
+        // The runner's own file, not the agent's doing: nothing runs, the episode is unscored.
+        let memory_error = |message: &String| (UnscoredCause::Other("memory_error".into()), message.clone());
+        self.notes.as_ref().map_err(memory_error)?;
+        self.agent.kind.prepare(&mut setup).await.map_err(|m| memory_error(&m))?;
+        // A world this host cannot give (a Harbor task's image): nobody's answer.
+        if let Some(why) = &task.unavailable {
+            return Err((UnscoredCause::EnvironmentError, format!("the task cannot run here: {why}")));
+        }
+        self.grounds.scratch.made_for(self.environment).map_err(|m| (UnscoredCause::EnvironmentError, m))?;
+        let context = SetupContext {
+            sandbox: self.sandbox(),
+            user_model: self.cast.user.clone(),
+            run_dir: Some(&self.grounds.run_dir),
+            ..SetupContext::new(self.grounds.scratch.path(), &self.spec.id)
+        };
+        let world = Environment::setup(self.environment.clone(), task, &context)
+            .await
+            .map_err(|e| (UnscoredCause::EnvironmentError, e.to_string()))?;
+        Ok((world.with_permissions(self.suite.permissions.clone()), setup))
+    }
+
+    /// Plays the episode's loop: its agent built (a program's room given), its state's clock
+    /// started, its turns run until it ends.
+    async fn play(&self, world: &Environment, setup: AgentSetup<'_>, stop: &CancellationToken) -> Played {
+        let state = Arc::new(EpisodeState::new(self.suite.limits).stopped_by(stop.clone()));
+        let kind = self.agent.kind;
+        let room = kind.runs_in_the_world().then(|| program_room(self.suite, world.world(), self.sandbox()));
+        let mut agent = kind.build(setup, Lent { room: room.flatten() });
+        let ending = world.run(agent.as_mut(), &self.task, &state, &self.recorder).await;
+        let wall_s = self.started.elapsed().as_secs_f64();
+        Played {
+            ending,
+            outcome: Outcome::Cancelled,
+            agent: Some(agent),
+            program: None,
+            wall_s,
+            loop_ms: Some(wall_s * 1e3),
+            user_spent: world.user().spent(),
+        }
+    }
+
+    /// Scores the episode against its final world, before it is torn down: unscored when
+    /// nobody answered, cancelled when the run was stopped, scored otherwise.
+    async fn score(&self, ending: &Ending, world: &dyn World, wall_s: f64) -> Outcome {
+        if let Some(fault) = &ending.fault {
+            return Outcome::Unscored { cause: fault.cause.clone(), message: fault.message.clone() };
+        }
+        if ending.termination == Termination::UserStop {
+            return Outcome::Cancelled;
+        }
+        let suite = self.suite;
+        let finished = Finished {
+            task: &self.task,
+            episode_id: &self.spec.id,
+            under_test: Some(&self.cast.under_test),
+            recorder: Some(&self.recorder),
+            ending,
+            wall_s,
+            suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
+            suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
+            world_limit: suite.limits.time,
+            sandbox: self.sandbox(),
+        };
+        if suite.agent.kind.logs_stages() {
+            self.recorder.emit(&Event::Stage { stage: Stage::Judge, ingestion: None });
+        }
+        match scoring::score(&suite.scorers, &self.task.scorers, &finished, world, self.cast.graders).await {
+            Ok(scores) => {
+                scoring::log_scores(&self.recorder, INITIAL_SCORING, &scores);
+                let (score, passed) = scoring::aggregate(&scores, suite.pass_score);
+                Outcome::Scored { score, passed }
+            }
+            Err(fault) => {
+                // The verdicts the other scorers gave stand in the log (a regrade carries over
+                // those about the world); the episode is unscored, unless they settle it.
+                scoring::log_scores(&self.recorder, INITIAL_SCORING, &fault.scores);
+                let (cause, message) = (fault.cause.clone(), fault.message.clone());
+                self.recorder.emit(&Event::Error { step: ending.steps, cause, message });
+                match fault.settled(suite.pass_score) {
+                    Some((score, passed)) => Outcome::Scored { score, passed },
+                    None => Outcome::Unscored { cause: fault.cause, message: fault.message },
+                }
+            }
+        }
+    }
+
+    /// Tells the agent how the episode ended (a program agent's program then goes), and
+    /// tears the world down; how a program ended.
+    async fn tear_down(
+        &self,
+        world: Environment,
+        agent: Option<Box<dyn Agent>>,
+        (termination, outcome): (Termination, &Outcome),
+    ) -> Option<ProgramEnd> {
+        let program = match agent {
+            Some(mut agent) => agent.finish(termination, outcome, &self.recorder).await,
+            None => None,
+        };
+        world.teardown().await;
+        program
+    }
+
+    /// Closes the episode: what a scored epoch left of its notes is what the next one starts
+    /// from (an unscored or cancelled one is run again on resume, from the notes it started
+    /// with), then `episode_finished`.
+    fn close(self, played: Played) -> EpisodeReport {
+        let Played { ending, mut outcome, program, loop_ms, user_spent, .. } = played;
+        if let (Some(slot), Ok(Some(stores)), Outcome::Scored { .. }) = (&self.slot, &self.notes, &outcome) {
+            let entries = stores.lock().unwrap_or_else(|p| p.into_inner()).entries().clone();
+            if let Err(message) = slot.save(&entries) {
+                let cause = UnscoredCause::Other("memory_error".into());
+                self.recorder.emit(&Event::Error {
+                    step: ending.steps,
+                    cause: cause.clone(),
+                    message: message.clone(),
+                });
+                outcome = Outcome::Unscored { cause, message };
+            }
+        }
+        // The next epoch of the task may start.
+        drop(self.slot);
+        let wall_ms = self.started.elapsed().as_secs_f64() * 1e3;
+        self.recorder.emit(&Event::EpisodeFinished {
+            outcome: outcome.clone(),
+            termination: ending.termination,
+            steps: ending.steps,
+            tool_calls: ending.trajectory.tool_calls(),
+            tool_errors: ending.trajectory.tool_errors(),
+            usage: ending.usage,
+            cost_usd: ending.cost_usd,
+            wall_ms,
+            loop_ms,
+            user_usage: user_spent.map(|(usage, _)| usage),
+            user_cost_usd: user_spent.and_then(|(_, cost)| cost),
+            agent_program: program,
+        });
+        let spec = self.spec;
+        EpisodeReport {
+            id: spec.id.clone(),
+            suite: self.suite.name.clone(),
+            task_id: self.task.id.clone(),
+            model: spec.model.name().to_owned(),
+            variant: spec.variant().map(|v| v.name.clone()),
+            epoch: spec.epoch,
+            outcome,
+            termination: ending.termination,
+            steps: ending.steps,
+            wall_ms,
+        }
+    }
+
+    fn sandbox(&self) -> SandboxMode {
+        super::sandbox_mode(self.suite, self.grounds.sandbox)
+    }
+}
+
+/// The agent's notes for the episode, when it keeps them: with `scope: task`, those the
+/// epoch before left (waiting for that epoch to end), read back with the checks the
+/// suite's own entries got; else the task's.
+async fn open_notes(suite: &Suite, task: &Task, slot: Option<&mut Slot>) -> Result<Option<SharedStores>, String> {
+    let kept = match slot {
         Some(slot) => slot.open().await.and_then(|kept| match (kept, suite.agent.settings.notes()) {
-            // Read back, the stores get the checks the suite's own entries got.
             (Some(entries), Some(config)) => {
                 Stores::checked(config, &entries).map(|_| Some(entries)).map_err(|(store, i, why)| {
                     format!(
@@ -64,146 +346,14 @@ pub async fn run_episode(
                 })
             }
             (kept, _) => Ok(kept),
-        }),
-        None => Ok(None),
+        })?,
+        None => None,
     };
-    let started = std::time::Instant::now();
-    let toolset = suite.toolset_for(&spec.id);
-    let environment =
-        variant.and_then(|v| v.environment.as_ref()).or(toolset.map(|t| &t.environment)).unwrap_or(&suite.environment);
-    let recorder = log.recorder(&spec.id);
-    recorder.emit(&Event::EpisodeStarted {
-        suite: suite.name.clone(),
-        task_id: task.id.clone(),
-        task_digest: task.digest.clone(),
-        model: spec.model.name().to_owned(),
-        epoch: spec.epoch,
-        environment: suite.environment.name.clone(),
-        toolset: toolset.map(|t| t.name.clone()),
-        variant: variant.map(|v| v.name.clone()),
-        sampling: agent_config.sampling.clone(),
-    });
-
-    let cast = Cast::of(&spec, roster);
-    let lend_again = |task: &Task| {
-        let epoch = (!suite.share_epochs).then_some(spec.epoch);
-        spec.model.lend_in_epoch(Role::Agent(&Actor::Main), task, &spec.id, epoch, &agent_config.sampling)
-    };
-    let stores = suite.agent.settings.notes().map(|config| {
-        let initial = match &kept {
-            Ok(Some(entries)) => entries.clone(),
-            _ => task.memory.clone(),
-        };
-        Stores::new(config, initial).shared()
-    });
-    let mut setup = AgentSetup {
-        episode_id: &spec.id,
-        task,
-        config: agent_config,
-        model: cast.agent.clone(),
-        model_name: cast.under_test.name().to_owned(),
-        lend_again: &lend_again,
-        subagent_models: cast.subagents.clone(),
-        system: system_prompt((suite, agent_config), task),
-        notes: stores.clone(),
-        conversation: task.user.as_ref().is_some_and(|u| u.conversation),
-        run_dir: Some(&grounds.run_dir),
-        world: world_facts(environment, &grounds.run_dir, &spec.id),
-        prepared: None,
-    };
-    let prepared = agent_config.kind.prepare(&mut setup).await;
-    let mut loop_ms = None;
-    let mut user_spent = None;
-    let mut agent_program = None;
-    let context = SetupContext {
-        sandbox: super::sandbox_mode(suite, grounds.sandbox),
-        user_model: cast.user.clone(),
-        run_dir: Some(&grounds.run_dir),
-        ..SetupContext::new(grounds.scratch.path(), &spec.id)
-    };
-    let world = match (kept.as_ref().and(prepared.as_ref()), &task.unavailable) {
-        // The runner's own file, not the agent's doing: nothing runs, the episode is unscored.
-        (Err(message), _) => Err((UnscoredCause::Other("memory_error".into()), message.clone())),
-        // A world this host cannot give (a Harbor task's image): nobody's answer.
-        (Ok(_), Some(why)) => Err((UnscoredCause::EnvironmentError, format!("the task cannot run here: {why}"))),
-        (Ok(_), None) => match grounds.scratch.made_for(environment) {
-            Err(message) => Err((UnscoredCause::EnvironmentError, message)),
-            Ok(()) => Environment::setup(environment.clone(), task, &context)
-                .await
-                .map_err(|e| (UnscoredCause::EnvironmentError, e.to_string())),
-        },
-    };
-    let (ending, outcome) = match world {
-        Err((cause, message)) => {
-            recorder.emit(&Event::Error { step: 0, cause: cause.clone(), message: message.clone() });
-            (Ending::new(Termination::EnvironmentError), Outcome::Unscored { cause, message })
-        }
-        Ok(env) => {
-            let env = env.with_permissions(suite.permissions.clone());
-            let episode = Arc::new(EpisodeState::new(suite.limits).stopped_by(stop.clone()));
-            let room = agent_config.kind.runs_in_the_world().then(|| program_room(suite, env.world(), context.sandbox));
-            let mut agent = agent_config.kind.build(setup, Lent { room: room.flatten() });
-            let ending = env.run(agent.as_mut(), task, &episode, &recorder).await;
-            user_spent = env.user().spent();
-            let wall_s = started.elapsed().as_secs_f64();
-            loop_ms = Some(wall_s * 1e3);
-            // Scored against the final world, before it is torn down.
-            let time_s = suite.limits.time_s();
-            let outcome = outcome_of(
-                &ending,
-                (&spec.id, &cast),
-                (suite, time_s, context.sandbox),
-                task,
-                env.world(),
-                wall_s,
-                &recorder,
-            )
-            .await;
-            agent_program = agent.finish(ending.termination, &outcome, &recorder).await;
-            env.teardown().await;
-            (ending, outcome)
-        }
-    };
-
-    // What a scored epoch left is what the next one starts from; an unscored or cancelled
-    // one is run again on resume, from the stores it started with.
-    let mut outcome = outcome;
-    if let (Some(slot), Some(stores), Outcome::Scored { .. }) = (&memory, &stores, &outcome) {
-        let entries = stores.lock().unwrap_or_else(|p| p.into_inner()).entries().clone();
-        if let Err(message) = slot.save(&entries) {
-            let cause = UnscoredCause::Other("memory_error".into());
-            recorder.emit(&Event::Error { step: ending.steps, cause: cause.clone(), message: message.clone() });
-            outcome = Outcome::Unscored { cause, message };
-        }
-    }
-    drop(memory);
-    let wall_ms = started.elapsed().as_secs_f64() * 1e3;
-    recorder.emit(&Event::EpisodeFinished {
-        outcome: outcome.clone(),
-        termination: ending.termination,
-        steps: ending.steps,
-        tool_calls: ending.trajectory.tool_calls(),
-        tool_errors: ending.trajectory.tool_errors(),
-        usage: ending.usage,
-        cost_usd: ending.cost_usd,
-        wall_ms,
-        loop_ms,
-        user_usage: user_spent.map(|(usage, _)| usage),
-        user_cost_usd: user_spent.and_then(|(_, cost)| cost),
-        agent_program,
-    });
-    EpisodeReport {
-        id: spec.id.clone(),
-        suite: suite.name.clone(),
-        task_id: task.id.clone(),
-        model: spec.model.name().to_owned(),
-        variant: variant.map(|v| v.name.clone()),
-        epoch: spec.epoch,
-        outcome,
-        termination: ending.termination,
-        steps: ending.steps,
-        wall_ms,
-    }
+    Ok(suite
+        .agent
+        .settings
+        .notes()
+        .map(|config| Stores::new(config, kept.unwrap_or_else(|| task.memory.clone())).shared()))
 }
 
 /// Where a program agent runs: the world's folder, confined with the gateway's port as
@@ -218,7 +368,7 @@ fn program_room(suite: &Suite, world: &dyn World, mode: SandboxMode) -> Option<P
 }
 
 /// The episode's world as an agent that fills its store sees it before it starts.
-fn world_facts(environment: &Definition, run_dir: &std::path::Path, episode_id: &str) -> WorldFacts {
+fn world_facts(environment: &Definition, run_dir: &Path, episode_id: &str) -> WorldFacts {
     WorldFacts {
         environment: format!("{}:{}", environment.kind.map_or("", |k| k.name()), environment.name),
         store: environment.kind.and_then(|k| k.store_file(run_dir, episode_id)),
@@ -227,7 +377,7 @@ fn world_facts(environment: &Definition, run_dir: &std::path::Path, episode_id: 
 
 /// The suite's system prompt rendered for the task, then what the environment adds (an
 /// MCP server's prompts).
-fn system_prompt((suite, agent): (&Suite, &AgentConfig), task: &Task) -> Option<String> {
+fn system_prompt(suite: &Suite, agent: &AgentConfig, task: &Task) -> Option<String> {
     // Every template was rendered against every task when the suite loaded.
     let system = agent.system.as_deref().map(|s| {
         template::render(s, &task.template_context())
@@ -238,61 +388,4 @@ fn system_prompt((suite, agent): (&Suite, &AgentConfig), task: &Task) -> Option<
         (Some(own), added) => Some(format!("{own}\n\n{added}")),
         (None, added) => Some(added.to_owned()),
     }
-}
-
-/// Unscored when nobody answered, cancelled when the run was stopped, scored otherwise.
-async fn outcome_of(
-    ending: &Ending,
-    (episode_id, cast): (&str, &Cast<'_>),
-    (suite, time_s, sandbox): (&Suite, f64, SandboxMode),
-    task: &Task,
-    world: &dyn World,
-    wall_s: f64,
-    recorder: &Recorder,
-) -> Outcome {
-    if let Some(fault) = &ending.fault {
-        return Outcome::Unscored { cause: fault.cause.clone(), message: fault.message.clone() };
-    }
-    if ending.termination == Termination::UserStop {
-        return Outcome::Cancelled;
-    }
-    let finished = Finished {
-        task,
-        episode_id,
-        under_test: Some(&cast.under_test),
-        recorder: Some(recorder),
-        ending,
-        wall_s,
-        suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
-        suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
-        world_limit: Duration::from_secs_f64(time_s),
-        sandbox,
-    };
-    if suite.agent.kind.logs_stages() {
-        recorder.emit(&Event::Stage { stage: Stage::Judge, ingestion: None });
-    }
-    let scores = match scoring::score(&suite.scorers, &task.scorers, &finished, world, cast.graders).await {
-        Ok(scores) => scores,
-        Err(fault) => {
-            // The verdicts the other scorers gave stand in the log (a regrade carries over
-            // those about the world); the episode is unscored, unless they settle it.
-            scoring::log_scores(recorder, INITIAL_SCORING, &fault.scores);
-            recorder.emit(&Event::Error {
-                step: ending.steps,
-                cause: fault.cause.clone(),
-                message: fault.message.clone(),
-            });
-            return match fault.settled(task_pass_score(suite)) {
-                Some((score, passed)) => Outcome::Scored { score, passed },
-                None => Outcome::Unscored { cause: fault.cause, message: fault.message },
-            };
-        }
-    };
-    scoring::log_scores(recorder, INITIAL_SCORING, &scores);
-    let (score, passed) = scoring::aggregate(&scores, task_pass_score(suite));
-    Outcome::Scored { score, passed }
-}
-
-fn task_pass_score(suite: &Suite) -> Option<f64> {
-    suite.pass_score
 }
