@@ -102,7 +102,7 @@ impl Gateway {
     pub async fn start(self) -> std::io::Result<GatewayHandle> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
-        let key = format!("rk-{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+        let key = new_key()?;
         let (ending, ended) = watch::channel(None);
         let state = Arc::new(State {
             key: key.clone(),
@@ -116,6 +116,31 @@ impl Gateway {
         let server = tokio::spawn(serve(listener, state.clone()));
         Ok(GatewayHandle { addr, key, state, ended, server })
     }
+}
+
+/// The bytes of randomness in a key: 256 bits, written as 64 hex digits after `rk-`.
+const KEY_BYTES: usize = 32;
+
+/// A new episode key from the kernel's random source. Not from a generator seeded in this
+/// process (`fastrand` seeds from the clock and the thread): a program that can guess when
+/// the gateway started must not be able to guess another episode's key.
+fn new_key() -> std::io::Result<String> {
+    let mut bytes = [0u8; KEY_BYTES];
+    let mut filled = 0;
+    while filled < bytes.len() {
+        let rest = &mut bytes[filled..];
+        // SAFETY: getrandom writes at most `rest.len()` bytes into `rest`.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n >= 0 {
+            filled += n as usize;
+            continue;
+        }
+        let error = std::io::Error::last_os_error();
+        if error.kind() != std::io::ErrorKind::Interrupted {
+            return Err(std::io::Error::new(error.kind(), format!("no random key: getrandom: {error}")));
+        }
+    }
+    Ok(format!("rk-{}", hex::encode(bytes)))
 }
 
 impl GatewayHandle {

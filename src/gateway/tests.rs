@@ -162,6 +162,24 @@ async fn a_tool_call_and_its_result_round_trip_and_make_the_derived_trajectory()
 }
 
 #[tokio::test]
+async fn each_key_is_256_bits_from_the_kernel_not_from_the_threads_generator() {
+    // Seeded alike before each start, this thread's generator would give the same key twice.
+    fastrand::seed(7);
+    let first = bench(Vec::new(), 10).await;
+    fastrand::seed(7);
+    let second = bench(Vec::new(), 10).await;
+    let keys = [first.handle.key(), second.handle.key()];
+    assert_ne!(keys[0], keys[1]);
+    for key in keys {
+        let digits = key.strip_prefix("rk-").unwrap_or_else(|| panic!("{key}"));
+        assert_eq!(digits.len(), 64, "{key}");
+        assert!(digits.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)), "{key}");
+        let distinct: std::collections::BTreeSet<u8> = digits.bytes().collect();
+        assert!(distinct.len() >= 8, "64 random hex digits use most of the 16: {key}");
+    }
+}
+
+#[tokio::test]
 async fn a_wrong_missing_or_expired_key_is_refused_with_401_and_logged() {
     let bench = bench(two_turns(), 10).await;
     let (status, body) = bench.post("/v1/chat/completions", "rk-wrong", user("hi")).await;
