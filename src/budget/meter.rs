@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::EpisodeLimits;
-use crate::log::{Termination, Usage};
+use crate::log::{Termination, Usage, add_cost};
 
 /// What an episode's agents have spent so far; shared by every actor of the episode.
 #[derive(Debug, Default)]
@@ -49,7 +49,7 @@ impl Meter {
     pub fn spend(&self, usage: Usage, cost_usd: Option<f64>) {
         let mut spent = self.spent();
         spent.usage.add(usage);
-        spent.cost_usd = if spent.any { spent.cost_usd.zip(cost_usd).map(|(a, b)| a + b) } else { cost_usd };
+        spent.cost_usd = if spent.any { spent.cost_usd.zip(cost_usd).map(|(a, b)| add_cost(a, b)) } else { cost_usd };
         spent.any = true;
     }
 

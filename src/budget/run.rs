@@ -17,7 +17,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::log::{Event, Subscriber};
+use crate::log::{Event, Subscriber, add_cost, usd};
 use crate::model::config::Caps;
 
 /// The caps of a run.
@@ -47,7 +47,7 @@ pub struct Spend {
 
 impl Spend {
     fn add(&mut self, other: &Spend) {
-        self.cost_usd += other.cost_usd;
+        self.cost_usd = add_cost(self.cost_usd, other.cost_usd);
         self.tokens = self.tokens.saturating_add(other.tokens);
         self.model_calls = self.model_calls.saturating_add(other.model_calls);
     }
@@ -322,7 +322,7 @@ fn run_flag(cap: &str) -> &'static str {
 }
 
 fn shown(cap: &str, value: f64) -> String {
-    if cap == "max_cost_usd" { format!("${value:.4}") } else { format!("{value}") }
+    if cap == "max_cost_usd" { usd(value) } else { format!("{value}") }
 }
 
 #[cfg(test)]
@@ -436,5 +436,19 @@ mod tests {
         meter.kept("mock", Spend { tokens: 100, ..Spend::default() });
         meter.kept("mock", Spend { tokens: 100, ..Spend::default() });
         assert!(meter.admit("c", "mock").is_err(), "200 kept + 100 > 250");
+    }
+
+    #[test]
+    fn costs_that_add_past_the_largest_number_stop_at_it_and_say_so() {
+        let caps = RunCaps { run: Caps { max_cost_usd: Some(1.0), ..Caps::default() }, ..RunCaps::default() };
+        let mut meter = RunMeter::new(caps, CancellationToken::new());
+        meter.admit("a", "mock").unwrap();
+        meter.event(Some("a"), &call("mock", 1, Some(1.7e308)));
+        meter.event(Some("a"), &call("mock", 1, Some(1.7e308)));
+        meter.event(Some("a"), &finished());
+        let refused = meter.admit("b", "mock").unwrap_err();
+        assert!(refused.contains("(spent $1.798e308)"), "{refused}");
+        let [Event::BudgetReached { spent, .. }] = meter.take_reached()[..] else { panic!("one budget_reached") };
+        assert_eq!(spent, f64::MAX, "a number the log can write, not infinity (written as null)");
     }
 }

@@ -249,7 +249,7 @@ impl User {
         {
             let mut spent = self.spent.lock().unwrap_or_else(|p| p.into_inner());
             spent.0.add(response.usage);
-            spent.1 = spent.1.zip(response.cost_usd).map(|(a, b)| a + b);
+            spent.1 = spent.1.zip(response.cost_usd).map(|(a, b)| crate::log::add_cost(a, b));
             spent.2 += 1;
         }
         let text = response.text.unwrap_or_default();

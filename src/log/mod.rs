@@ -11,6 +11,7 @@ pub mod writer;
 
 pub use event::{
     ActionClass, DecidedBy, Event, Outcome, PermissionDecision, ProgramEnd, Termination, TurnRef, UnscoredCause, Usage,
+    add_cost, usd,
 };
 pub use reader::{LoggedEvent, for_each_event, read_events};
 pub use writer::{EventLog, LogWriter, Recorder, Subscriber, Subscription};

@@ -80,10 +80,12 @@ impl Price {
     pub fn cost(&self, usage: &crate::log::Usage) -> f64 {
         let cached = usage.cached_tokens.min(usage.input_tokens) as f64;
         let fresh = usage.input_tokens as f64 - cached;
-        (fresh * self.input
+        let cost = (fresh * self.input
             + cached * self.cached_input.unwrap_or(self.input)
             + usage.output_tokens as f64 * self.output)
-            / 1e6
+            / 1e6;
+        // A price list's large prices times a provider's large counts must stay a number.
+        cost.min(f64::MAX)
     }
 }
 

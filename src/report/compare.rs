@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 
 use super::power;
 use super::stats::{self, Bootstrap};
-use crate::log::Outcome;
 use crate::log::projection::{EpisodeRow, Projection};
+use crate::log::{Outcome, add_cost, usd};
 
 /// Below this many shared tasks the bootstrap's interval and p-value are not shown.
 const MIN_BOOTSTRAP_TASKS: u64 = 10;
@@ -78,7 +78,7 @@ impl GroupStats {
             }
             g.tokens += r.usage.total();
             if let Some(c) = r.cost_usd {
-                *g.cost_usd.get_or_insert(0.0) += c;
+                g.cost_usd = Some(add_cost(g.cost_usd.unwrap_or(0.0), c));
             }
             steps += u64::from(r.steps);
         }
@@ -708,7 +708,7 @@ fn cells(groups: &[GroupStats]) -> Vec<Vec<String>> {
             g.interval.map_or("-".into(), |(lo, hi)| format!("[{:.1}, {:.1}]", lo * 100.0, hi * 100.0)),
             g.mean_score.map_or("-".into(), |s| format!("{s:.3}")),
             g.tokens.to_string(),
-            g.cost_usd.map_or("-".into(), |c| format!("${c:.4}")),
+            g.cost_usd.map_or("-".into(), usd),
             g.latency_p50_ms.map_or("-".into(), |l| format!("{l:.0}ms")),
             g.latency_p95_ms.map_or("-".into(), |l| format!("{l:.0}ms")),
             format!("{:.1}", g.mean_steps),

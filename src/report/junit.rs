@@ -152,7 +152,7 @@ pub fn markdown(summary: &Summary) -> String {
     out.push_str("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for r in &summary.rows {
         let rate = r.pass_rate().map_or("-".into(), |p| format!("{:.1}%", p * 100.0));
-        let cost = if r.unpriced == r.episodes { "-".into() } else { format!("${:.4}", r.cost_usd) };
+        let cost = if r.unpriced == r.episodes { "-".into() } else { crate::log::usd(r.cost_usd) };
         let _ = writeln!(
             out,
             "| {} | {} | {} | {} | {} | {} | {rate} | {} | {} | {cost} |",

@@ -7,7 +7,7 @@ use chrono::{DateTime, FixedOffset};
 
 use super::power;
 use crate::log::projection::{EpisodeRow, Projection};
-use crate::log::{Outcome, UnscoredCause};
+use crate::log::{Outcome, UnscoredCause, add_cost, usd};
 
 /// One line of the summary table.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -341,7 +341,7 @@ impl Summary {
         row.steps += u64::from(e.steps);
         row.tokens += e.usage.total();
         match e.cost_usd {
-            Some(c) => row.cost_usd += c,
+            Some(c) => row.cost_usd = add_cost(row.cost_usd, c),
             None => row.unpriced += 1,
         }
         match &e.outcome {
@@ -479,7 +479,7 @@ impl Summary {
             t.not_run += r.not_run;
             t.steps += r.steps;
             t.tokens += r.tokens;
-            t.cost_usd += r.cost_usd;
+            t.cost_usd = add_cost(t.cost_usd, r.cost_usd);
             t.unpriced += r.unpriced;
             for (cause, n) in &r.unscored_causes {
                 *t.unscored_causes.entry(cause.clone()).or_default() += n;
@@ -517,7 +517,7 @@ impl Summary {
                 r.coverage(),
                 format!("{:.1}", r.mean_steps()),
                 r.tokens.to_string(),
-                if r.unpriced == r.episodes { "-".into() } else { format!("${:.4}", r.cost_usd) },
+                if r.unpriced == r.episodes { "-".into() } else { usd(r.cost_usd) },
                 format!("{:.2}s", r.wall_s()),
             ]);
         }

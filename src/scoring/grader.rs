@@ -266,7 +266,7 @@ pub async fn grade(input: &GraderInput<'_>, settings: &GraderSettings) -> Result
                 }
             };
             usage.add(response.usage);
-            cost_usd = cost_usd.zip(response.cost_usd).map(|(a, b)| a + b);
+            cost_usd = cost_usd.zip(response.cost_usd).map(|(a, b)| crate::log::add_cost(a, b));
             let text = response.text.unwrap_or_default();
             let parsed = parse(input.kind, &text);
             raw_outputs.push(text);

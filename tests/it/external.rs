@@ -252,6 +252,26 @@ fn a_negative_cost_is_the_agents_failure_not_a_refund() {
 }
 
 #[test]
+fn costs_that_add_past_the_largest_number_stay_a_number_in_the_log_and_tables() {
+    if !have_python() {
+        return;
+    }
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite("fortune", "", "{time_s: 20}"));
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let finished = one(&events, "episode_finished");
+    assert_eq!(finished["cost_usd"].as_f64(), Some(f64::MAX), "held at the largest number, not null: {finished}");
+    let mut table = csv::Reader::from_path(sb.path().join("results/test/episodes.csv")).unwrap();
+    let headers = table.headers().unwrap().clone();
+    let row = table.records().next().unwrap().unwrap();
+    let cost = row.get(headers.iter().position(|h| h == "cost_usd").unwrap()).unwrap();
+    assert_eq!(cost.parse::<f64>().ok(), Some(f64::MAX), "{cost:?}");
+    assert!(run.stdout.contains("$1.798e308"), "the summary shows the cost: {}", run.stdout);
+}
+
+#[test]
 fn reused_programs_serve_many_episodes_at_sixteen_jobs() {
     if !have_python() {
         return;

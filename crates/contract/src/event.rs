@@ -60,6 +60,19 @@ impl Usage {
     }
 }
 
+/// Two costs in USD added, the sum held at the largest finite number. Costs come from
+/// programs and price lists: two large ones would add up to infinity, which JSON writes as
+/// `null`, so that an episode's cost would read as unknown and drop out of every total.
+pub fn add_cost(a: f64, b: f64) -> f64 {
+    (a + b).min(f64::MAX)
+}
+
+/// A cost as tables and messages print it: `$0.0123`, or in exponent form from a billion
+/// dollars up, where the digits of a summed cost could run to hundreds.
+pub fn usd(cost: f64) -> String {
+    if cost.abs() < 1e9 { format!("${cost:.4}") } else { format!("${cost:.3e}") }
+}
+
 /// Why an episode stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -86,7 +86,7 @@ impl Thread {
 
     /// The sum of the turns' costs; `None` when a turn had no price.
     pub fn cost_usd(&self) -> Option<f64> {
-        self.turns().map(|t| t.cost_usd).sum()
+        self.turns().try_fold(0.0, |sum, t| t.cost_usd.map(|c| crate::log::add_cost(sum, c)))
     }
 }
 

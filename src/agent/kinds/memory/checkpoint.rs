@@ -59,7 +59,7 @@ impl ReplaySpent {
         self.model_calls = self.model_calls.saturating_add(1);
         self.usage.add(usage);
         match cost_usd {
-            Some(cost) => self.cost_usd += cost,
+            Some(cost) => self.cost_usd = crate::log::add_cost(self.cost_usd, cost),
             None => self.cost_unknown = true,
         }
     }

@@ -326,7 +326,7 @@ impl MemoryAgent {
             });
             turn.episode.carry(earlier.done);
             spent.usage.add(earlier.usage);
-            spent.cost_usd = spent.cost_usd.zip(earlier.cost()).map(|(a, b)| a + b);
+            spent.cost_usd = spent.cost_usd.zip(earlier.cost()).map(|(a, b)| crate::log::add_cost(a, b));
         }
     }
 
@@ -595,7 +595,7 @@ impl MemoryAgent {
             self.answer_usage.add(response.usage);
         }
         spent.cost_usd = match (spent.cost_usd, response.cost_usd) {
-            (Some(a), Some(b)) => Some(a + b),
+            (Some(a), Some(b)) => Some(crate::log::add_cost(a, b)),
             _ => None,
         };
         Ok(response)
@@ -688,7 +688,7 @@ impl MemoryAgent {
         spent.usage.add(proposal.usage);
         self.answer_usage.add(proposal.usage);
         spent.cost_usd = match (spent.cost_usd, proposal.cost_usd) {
-            (Some(a), Some(b)) => Some(a + b),
+            (Some(a), Some(b)) => Some(crate::log::add_cost(a, b)),
             _ => None,
         };
         if answered.done {
