@@ -115,6 +115,54 @@ fn a_cli_agent_reaches_its_gateway_and_no_other_local_listener() {
     assert!(other.accept().is_err(), "the other listener saw no connection");
 }
 
+/// Every way out of a `cli` agent's sandbox but TCP to its gateway: MPTCP, TCP Fast Open
+/// (`sendto` with `MSG_FASTOPEN`, `TCP_FASTOPEN_CONNECT`), `listen` on an unbound socket, UDP,
+/// raw, Unix (abstract), netlink, vsock and SCTP sockets. Kept whatever the kernel: a later one
+/// may close some of these gaps itself.
+#[test]
+fn a_cli_agent_reaches_no_listener_by_any_socket_but_its_gateway() {
+    use std::io::ErrorKind;
+    use std::os::linux::net::SocketAddrExt;
+    if !have_python() {
+        return;
+    }
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let name = format!("runner-escape-{}", std::process::id());
+    let unix = std::os::unix::net::UnixListener::bind_addr(
+        &std::os::unix::net::SocketAddr::from_abstract_name(&name).unwrap(),
+    )
+    .unwrap();
+    for nonblocking in [tcp.set_nonblocking(true), udp.set_nonblocking(true), unix.set_nonblocking(true)] {
+        nonblocking.unwrap();
+    }
+    let (tcp_port, udp_port) = (tcp.local_addr().unwrap().port(), udp.local_addr().unwrap().port());
+    let agent: String = include_str!("../fixtures/cli/escapes.py").lines().map(|l| format!("        {l}\n")).collect();
+    let suite = format!(
+        "suite: cli\nenvironment: shell\nagent: {{kind: cli, command: [python3, escapes.py, '{tcp_port}', '{udp_port}', {name}]}}\n\
+         limits: {{time_s: 60}}\ntasks:\n  - id: t\n    input: go\n    files:\n      escapes.py: |\n{agent}\
+         \x20   scorers: [{{includes: hi}}]\n    mock: [{{text: hi}}]\n"
+    );
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite);
+    let run = sb.eval(&["s.yaml"]);
+    let events = sb.events();
+    let finals = of_type(&events, "final");
+    let answer = finals.first().and_then(|f| f["answer"].as_str()).unwrap_or_default();
+    let seen: serde_json::Value = serde_json::from_str(answer).unwrap_or_else(|_| panic!("{answer}\n{run:?}"));
+    assert_eq!(seen["answer"], "hi", "the gateway answered: {seen}");
+    let attempts = seen.as_object().unwrap().iter().filter(|(k, _)| *k != "answer");
+    let through: Vec<String> = attempts
+        .filter(|(_, v)| !v.as_str().is_some_and(|v| v.starts_with("failed: ")))
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
+    assert!(through.is_empty(), "ways out that worked: {through:?}");
+    assert_eq!(seen.as_object().unwrap().len(), 14, "every attempt was made: {seen}");
+    assert_eq!(tcp.accept().map(|_| ()).unwrap_err().kind(), ErrorKind::WouldBlock, "a connection came through");
+    assert_eq!(udp.recv(&mut [0u8; 16]).unwrap_err().kind(), ErrorKind::WouldBlock, "a datagram came through");
+    assert_eq!(unix.accept().map(|_| ()).unwrap_err().kind(), ErrorKind::WouldBlock, "a Unix connection came through");
+}
+
 #[test]
 fn a_cli_agent_flooding_its_output_is_capped_with_a_marker() {
     if !have_python() {

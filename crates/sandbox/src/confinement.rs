@@ -9,7 +9,8 @@
 //!   or, from ABI 6, signalling anything outside its sandbox (the runner, the keeper).
 //! - **network** (seccomp): no IPv4 or IPv6 socket, TCP or UDP, localhost included, unless
 //!   the environment says `network: true`; no `io_uring`, which could open one unseen.
-//!   From Landlock ABI 4, TCP bind and connect are refused by Landlock as well.
+//!   From Landlock ABI 4, TCP bind and connect are refused by Landlock as well. A program
+//!   agent may make plain TCP sockets and connect to the gateway's port alone.
 //! - **resources** (rlimits, and a pids cgroup when the runner is root, whom the kernel
 //!   exempts from the processes limit): CPU seconds, address space, processes, file size,
 //!   open files; no core dumps.
@@ -222,8 +223,10 @@ impl Confinement {
     /// Prepares the sandbox of a program agent whose only network is the model gateway: as
     /// [`Confinement::prepare`] with `network: false`, except that TCP connections to
     /// `gateway_port` are let through — Landlock (ABI 4, Linux 6.7) refuses every other TCP
-    /// connect and every bind, and the seccomp filter lets only IPv4 and IPv6 stream sockets
-    /// be made (no UDP, no raw or Unix sockets). Landlock knows ports, not addresses.
+    /// connect and every bind, and the seccomp filter lets only IPv4 and IPv6 TCP sockets be
+    /// made (no MPTCP, SCTP, UDP, raw or Unix sockets) and refuses the ways TCP connects or
+    /// listens without `connect` or `bind` (see [`gateway_only_sockets`]). Landlock knows
+    /// ports, not addresses.
     pub fn prepare_for_gateway(
         spec: &SandboxSpec,
         mode: SandboxMode,
@@ -353,7 +356,7 @@ impl Confinement {
             "network": match gateway_port {
                 Some(port) => format!(
                     "the model gateway only (landlock: TCP connect to port {port} alone, no bind; seccomp: IPv4/IPv6 \
-                     stream sockets only)"
+                     TCP sockets only, no listen, no TCP Fast Open)"
                 ),
                 None if spec.network => "allowed".to_owned(),
                 None => "blocked (seccomp: no socket of any family, socketpair only; landlock for TCP)".to_owned(),
@@ -607,13 +610,6 @@ const ARCH: Option<u32> = Some(0xc000_00b7);
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 const ARCH: Option<u32> = None;
 
-/// The seccomp program of the sandbox, checked call by call, first match deciding:
-/// system calls of another ABI (x32, i386) fail with ENOSYS; `io_uring_setup` with EPERM
-/// (its operations would bypass this filter), as is `open_by_handle_at`; without the network, `socket` of any family
-/// with EACCES (`socketpair` stays: it reaches nothing outside); and the calls that act on
-/// another process by pid without Landlock seeing them (`prlimit64`, `setpriority`,
-/// `ioprio_set`, the `sched_set*` family) with EPERM unless the pid is 0, the caller
-/// itself: a command cannot lower the runner's limits or priority.
 /// Which sockets a process may make.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum SocketRule {
@@ -621,7 +617,8 @@ enum SocketRule {
     Any,
     /// None: `socket` is refused (socketpair stays).
     None,
-    /// IPv4 and IPv6 stream sockets alone: a program agent's connection to the gateway.
+    /// Plain TCP over IPv4 and IPv6 alone, for a program agent's connections to the gateway
+    /// (see [`gateway_only_sockets`]).
     StreamOnly,
 }
 
@@ -629,19 +626,43 @@ fn seccomp_filter(network: bool) -> Box<[libc::sock_filter]> {
     seccomp_filter_with(if network { SocketRule::Any } else { SocketRule::None })
 }
 
+// Classic BPF, as seccomp runs it: the opcodes the filters use.
+const LD_W_ABS: u16 = 0x20;
+const JEQ: u16 = 0x15;
+const JGE: u16 = 0x35;
+const JSET: u16 = 0x45;
+const AND_K: u16 = 0x54;
+const RET: u16 = 0x06;
+const ALLOW: u32 = 0x7fff_0000;
+const ERRNO: u32 = 0x0005_0000;
+
+const fn op(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter { code, jt, jf, k }
+}
+
+/// Offset of the low half of argument `i` (little-endian, as on x86_64 and aarch64).
+const fn arg(i: u32) -> u32 {
+    16 + 8 * i
+}
+
+/// A block that applies to system call `nr` alone: `body` runs when the number in the
+/// accumulator is `nr` (and must end in a return), the next block otherwise.
+fn only_for(nr: libc::c_long, body: &[libc::sock_filter]) -> Vec<libc::sock_filter> {
+    let mut block = vec![op(JEQ, 0, body.len() as u8, nr as u32)];
+    block.extend_from_slice(body);
+    block
+}
+
+/// The seccomp program of the sandbox, checked call by call, first match deciding:
+/// system calls of another ABI (x32, i386) fail with ENOSYS; `io_uring_setup` with EPERM
+/// (its operations would bypass this filter), as is `open_by_handle_at`; without the
+/// network, `socket` of any family with EACCES (`socketpair` stays: it reaches nothing
+/// outside); for a program agent, what [`gateway_only_sockets`] refuses; and the calls that
+/// act on another process by pid without Landlock seeing them (`prlimit64`, `setpriority`,
+/// `ioprio_set`, the `sched_set*` family) with EPERM unless the pid is 0, the caller
+/// itself: a command cannot lower the runner's limits or priority.
 fn seccomp_filter_with(sockets: SocketRule) -> Box<[libc::sock_filter]> {
-    const LD_W_ABS: u16 = 0x20;
-    const JEQ: u16 = 0x15;
-    const JGE: u16 = 0x35;
-    const RET: u16 = 0x06;
-    const ALLOW: u32 = 0x7fff_0000;
-    const ERRNO: u32 = 0x0005_0000;
     const X32: u32 = 0x4000_0000;
-    /// Offset of the low half of argument `i` (little-endian, as on x86_64 and aarch64).
-    const fn arg(i: u32) -> u32 {
-        16 + 8 * i
-    }
-    let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
     let arch = ARCH.unwrap_or(0);
     let mut program = vec![
         op(LD_W_ABS, 0, 0, 4), // arch
@@ -652,33 +673,15 @@ fn seccomp_filter_with(sockets: SocketRule) -> Box<[libc::sock_filter]> {
         op(RET, 0, 0, ERRNO | libc::ENOSYS as u32),
     ];
     // A call refused whatever its arguments.
-    let mut refuse = |nr: libc::c_long, errno: libc::c_int| {
-        program.push(op(JEQ, 0, 1, nr as u32));
-        program.push(op(RET, 0, 0, ERRNO | errno as u32));
-    };
-    refuse(libc::SYS_io_uring_setup, libc::EPERM);
+    let refused = |nr: libc::c_long, errno: libc::c_int| only_for(nr, &[op(RET, 0, 0, ERRNO | errno as u32)]);
+    program.extend(refused(libc::SYS_io_uring_setup, libc::EPERM));
     // With CAP_DAC_READ_SEARCH (a root runner's processes keep it) a file handle would
     // open a file by its inode, past every path.
-    refuse(libc::SYS_open_by_handle_at, libc::EPERM);
+    program.extend(refused(libc::SYS_open_by_handle_at, libc::EPERM));
     match sockets {
         SocketRule::Any => {}
-        SocketRule::None => refuse(libc::SYS_socket, libc::EACCES),
-        SocketRule::StreamOnly => {
-            const AND_K: u16 = 0x54;
-            const SOCK_TYPE_MASK: u32 = 0xf;
-            program.extend([
-                op(JEQ, 0, 9, libc::SYS_socket as u32),
-                op(LD_W_ABS, 0, 0, arg(0)), // domain
-                op(JEQ, 2, 0, libc::AF_INET as u32),
-                op(JEQ, 1, 0, libc::AF_INET6 as u32),
-                op(RET, 0, 0, ERRNO | libc::EACCES as u32),
-                op(LD_W_ABS, 0, 0, arg(1)), // type, less SOCK_NONBLOCK and SOCK_CLOEXEC
-                op(AND_K, 0, 0, SOCK_TYPE_MASK),
-                op(JEQ, 0, 1, libc::SOCK_STREAM as u32),
-                op(RET, 0, 0, ALLOW),
-                op(RET, 0, 0, ERRNO | libc::EACCES as u32),
-            ]);
-        }
+        SocketRule::None => program.extend(refused(libc::SYS_socket, libc::EACCES)),
+        SocketRule::StreamOnly => program.extend(gateway_only_sockets()),
     }
     // A call allowed only on the caller itself: argument `at` (a pid) is 0. Each block ends
     // in a return, so the number in the accumulator does not matter after it.
@@ -692,14 +695,72 @@ fn seccomp_filter_with(sockets: SocketRule) -> Box<[libc::sock_filter]> {
         (libc::SYS_sched_setattr, 0),
     ];
     for (nr, at) in on_self_only {
-        program.push(op(JEQ, 0, 4, nr as u32));
-        program.push(op(LD_W_ABS, 0, 0, arg(at)));
-        program.push(op(JEQ, 0, 1, 0));
-        program.push(op(RET, 0, 0, ALLOW));
-        program.push(op(RET, 0, 0, ERRNO | libc::EPERM as u32));
+        program.extend(only_for(
+            nr,
+            &[
+                op(LD_W_ABS, 0, 0, arg(at)),
+                op(JEQ, 0, 1, 0),
+                op(RET, 0, 0, ALLOW),
+                op(RET, 0, 0, ERRNO | libc::EPERM as u32),
+            ],
+        ));
     }
     program.push(op(RET, 0, 0, ALLOW));
     program.into_boxed_slice()
+}
+
+/// The sockets of a program agent, whose network is TCP connections to the gateway's port:
+/// Landlock checks the port of every TCP `connect` and `bind`, and this keeps every other
+/// way out from reaching it. Refused with EACCES:
+///
+/// - `socket` of any family but IPv4 and IPv6, of any type but a stream, and of any protocol
+///   but TCP (0 or `IPPROTO_TCP`): Landlock's rules are TCP's alone, so an MPTCP or SCTP
+///   stream would connect anywhere;
+/// - `sendto`, `sendmsg` and `sendmmsg` with `MSG_FASTOPEN`, which connects without
+///   `connect` (the flags are a register argument; `sendmsg`'s own `msg_flags` are not read
+///   for sending), and the `TCP_FASTOPEN_CONNECT` option;
+/// - `listen`, which on an unbound socket binds it to a port of every address without
+///   `bind`.
+fn gateway_only_sockets() -> Vec<libc::sock_filter> {
+    const SOCK_TYPE_MASK: u32 = 0xf;
+    let refuse = op(RET, 0, 0, ERRNO | libc::EACCES as u32);
+    let mut blocks = only_for(
+        libc::SYS_socket,
+        &[
+            op(LD_W_ABS, 0, 0, arg(0)), // domain
+            op(JEQ, 2, 0, libc::AF_INET as u32),
+            op(JEQ, 1, 0, libc::AF_INET6 as u32),
+            refuse,
+            op(LD_W_ABS, 0, 0, arg(1)), // type, less SOCK_NONBLOCK and SOCK_CLOEXEC
+            op(AND_K, 0, 0, SOCK_TYPE_MASK),
+            op(JEQ, 1, 0, libc::SOCK_STREAM as u32),
+            refuse,
+            op(LD_W_ABS, 0, 0, arg(2)), // protocol
+            op(JEQ, 2, 0, 0),
+            op(JEQ, 1, 0, libc::IPPROTO_TCP as u32),
+            refuse,
+            op(RET, 0, 0, ALLOW),
+        ],
+    );
+    for (nr, flags) in [(libc::SYS_sendto, 3), (libc::SYS_sendmsg, 2), (libc::SYS_sendmmsg, 3)] {
+        blocks.extend(only_for(
+            nr,
+            &[op(LD_W_ABS, 0, 0, arg(flags)), op(JSET, 0, 1, libc::MSG_FASTOPEN as u32), refuse, op(RET, 0, 0, ALLOW)],
+        ));
+    }
+    blocks.extend(only_for(
+        libc::SYS_setsockopt,
+        &[
+            op(LD_W_ABS, 0, 0, arg(1)), // level
+            op(JEQ, 0, 3, libc::IPPROTO_TCP as u32),
+            op(LD_W_ABS, 0, 0, arg(2)), // option
+            op(JEQ, 0, 1, libc::TCP_FASTOPEN_CONNECT as u32),
+            refuse,
+            op(RET, 0, 0, ALLOW),
+        ],
+    ));
+    blocks.extend(only_for(libc::SYS_listen, &[refuse]));
+    blocks
 }
 
 /// A pids cgroup of one world (cgroup v1 `pids` or v2 with the pids controller).
@@ -946,12 +1007,13 @@ mod tests {
 
     #[test]
     fn the_network_filter_ends_every_path_with_a_return() {
-        let filter = seccomp_filter(false);
-        assert_eq!(filter.last().map(|i| i.code), Some(0x06));
-        // Every jump lands inside the program.
-        for (i, op) in filter.iter().enumerate() {
-            if op.code & 0x07 == 0x05 {
-                assert!(i + 1 + (op.jt.max(op.jf) as usize) < filter.len(), "jump at {i} leaves the program");
+        for filter in [seccomp_filter(false), seccomp_filter(true), seccomp_filter_with(SocketRule::StreamOnly)] {
+            assert_eq!(filter.last().map(|i| i.code), Some(0x06));
+            // Every jump lands inside the program.
+            for (i, op) in filter.iter().enumerate() {
+                if op.code & 0x07 == 0x05 {
+                    assert!(i + 1 + (op.jt.max(op.jf) as usize) < filter.len(), "jump at {i} leaves the program");
+                }
             }
         }
     }
