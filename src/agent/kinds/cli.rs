@@ -19,7 +19,7 @@ use crate::config::decode::ConfigError;
 use crate::config::kind_keys::KindKeys;
 use crate::config::template;
 use crate::contract::{FINAL_TOOL, ToolCall};
-use crate::gateway::{Ending, Gateway};
+use crate::gateway::{Ending, Gateway, GatewayHandle};
 use crate::log::{Event, Outcome, ProgramEnd, Recorder, Termination, UnscoredCause};
 use crate::model::LanguageModel;
 use crate::sandbox::Confinement;
@@ -186,6 +186,55 @@ impl Agent for CliAgent {
         };
         let handle =
             gateway.start().await.map_err(|e| fault(UnscoredCause::EnvironmentError, format!("the gateway: {e}")))?;
+        let launch = Launch::new(program, room, &handle)?;
+        if let Err(failed) = launch.setup().await {
+            handle.close();
+            return Err(failed);
+        }
+        let (ran, ending) = tokio::select! {
+            done = launch.agent(&program.input) => (done, None),
+            ending = handle.ended() => (Err(String::new()), Some(ending)),
+        };
+        handle.close();
+        match ending {
+            Some(Ending::Fault(error)) => return Err(fault(error.cause, error.message)),
+            // The loop sees the limit the gateway refused past, and ends there.
+            Some(Ending::Limit(_)) => return Ok(Proposal::default()),
+            None => {}
+        }
+        let name = &launch.name;
+        let done = ran.map_err(|e| fault(UnscoredCause::EnvironmentError, format!("`{name}` did not start: {e}")))?;
+        self.ended = Some(exited(&done, turn.recorder));
+        if let Some(Ending::Fault(error)) = handle.ending() {
+            return Err(fault(error.cause, error.message));
+        }
+        let answer = match &program.answer {
+            CliAnswer::Stdout => done.stdout.trim().to_owned(),
+            CliAnswer::File(path) => read_answer(&room.folder, path).trim().to_owned(),
+        };
+        let call = ToolCall::new("c_final", FINAL_TOOL, json!({"answer": answer}));
+        Ok(Proposal { calls: vec![call], ..Proposal::default() })
+    }
+
+    async fn finish(&mut self, _: Termination, _: &Outcome, _: &Recorder) -> Option<ProgramEnd> {
+        self.ended.take()
+    }
+}
+
+/// A `cli` agent's program, ready to start once its gateway runs: its command line and setup
+/// rendered over the task's fields and the gateway's, its environment, its sandbox.
+struct Launch<'a> {
+    /// The program, the command line's first word.
+    name: String,
+    argv: Vec<String>,
+    setup: Vec<String>,
+    environment: Vec<(String, String)>,
+    folder: &'a Path,
+    sandbox: Arc<Confinement>,
+}
+
+impl<'a> Launch<'a> {
+    fn new(program: &ProgramParts, room: &'a ProgramRoom, handle: &GatewayHandle) -> Result<Self, AgentFault> {
         let context = handle.template_context(program.context.clone());
         let render = |words: &[String], field: &str| -> Result<Vec<String>, AgentFault> {
             words
@@ -214,20 +263,24 @@ impl Agent for CliAgent {
             ])
             .chain(program.env.iter().map(|(k, v)| (k.clone(), v.clone())))
             .collect();
-        let command_for = |program: &str, args: &[String]| {
-            let mut command = tokio::process::Command::new(program);
-            command.args(args).env_clear().envs(environment.iter().map(|(k, v)| (k, v))).current_dir(&room.folder);
-            command
-        };
-        for line in &setup {
-            let command = command_for("/bin/sh", &["-c".to_owned(), line.clone()]);
-            let ran = run(&command, &sandbox, "").await;
-            let (code, output) = match ran {
+        Ok(Launch { name, argv, setup, environment, folder: &room.folder, sandbox })
+    }
+
+    fn command(&self, program: &str, args: &[String]) -> tokio::process::Command {
+        let mut command = tokio::process::Command::new(program);
+        command.args(args).env_clear().envs(self.environment.iter().map(|(k, v)| (k, v))).current_dir(self.folder);
+        command
+    }
+
+    /// Runs the setup commands in order; the first that does not exit 0 is the fault.
+    async fn setup(&self) -> Result<(), AgentFault> {
+        for line in &self.setup {
+            let command = self.command("/bin/sh", &["-c".to_owned(), line.clone()]);
+            let (code, output) = match run(&command, &self.sandbox, "").await {
                 Ok(done) => (done.status.and_then(|s| s.code()), done.stdout + &done.stderr),
                 Err(e) => (None, e),
             };
             if code != Some(0) {
-                handle.close();
                 let how = code.map_or("did not finish".to_owned(), |c| format!("exited {c}"));
                 return Err(fault(
                     UnscoredCause::EnvironmentError,
@@ -235,52 +288,34 @@ impl Agent for CliAgent {
                 ));
             }
         }
-        let command = command_for(&name, &argv[1..]);
-        let started = std::time::Instant::now();
-        let (ran, ending) = tokio::select! {
-            done = run(&command, &sandbox, &program.input) => (done, None),
-            ending = handle.ended() => (Err(String::new()), Some(ending)),
-        };
-        handle.close();
-        match ending {
-            Some(Ending::Fault(error)) => return Err(fault(error.cause, error.message)),
-            // The loop sees the limit the gateway refused past, and ends there.
-            Some(Ending::Limit(_)) => return Ok(Proposal::default()),
-            None => {}
-        }
-        let done = ran.map_err(|e| fault(UnscoredCause::EnvironmentError, format!("`{name}` did not start: {e}")))?;
-        let (exit_code, wall_ms, stderr_tail) = (
-            done.status.and_then(|s| s.code()),
-            started.elapsed().as_secs_f64() * 1e3,
-            tail(&done.stderr, STDERR_TAIL),
-        );
-        let exit = match (exit_code, done.status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s))) {
-            (Some(code), _) => Some(format!("exit code {code}")),
-            (None, Some(signal)) => Some(format!("killed by signal {signal}")),
-            (None, None) => None,
-        };
-        self.ended = Some(ProgramEnd { exit, wall_ms: Some(wall_ms), stderr_tail: stderr_tail.clone() });
-        turn.recorder.emit(&Event::AgentExited { exit_code, wall_ms, stderr_tail });
-        if let Some(Ending::Fault(error)) = handle.ending() {
-            return Err(fault(error.cause, error.message));
-        }
-        let answer = match &program.answer {
-            CliAnswer::Stdout => done.stdout.trim().to_owned(),
-            CliAnswer::File(path) => read_answer(&room.folder, path).trim().to_owned(),
-        };
-        let call = ToolCall::new("c_final", FINAL_TOOL, json!({"answer": answer}));
-        Ok(Proposal { calls: vec![call], ..Proposal::default() })
+        Ok(())
     }
 
-    async fn finish(&mut self, _: Termination, _: &Outcome, _: &Recorder) -> Option<ProgramEnd> {
-        self.ended.take()
+    /// Runs the agent's program, `input` on its standard input, until it exits.
+    async fn agent(&self, input: &str) -> Result<Finished, String> {
+        run(&self.command(&self.name, &self.argv[1..]), &self.sandbox, input).await
     }
 }
 
-/// What a program left: its exit status (`None` when killed by a signal or lost), and its
-/// standard output and error, each read up to [`OUTPUT_CAP`] with a marker where cut.
+/// How a program ended, logged as `agent_exited` and kept for `episode_finished`.
+fn exited(done: &Finished, recorder: &Recorder) -> ProgramEnd {
+    let (exit_code, wall_ms, stderr_tail) =
+        (done.status.and_then(|s| s.code()), done.wall.as_secs_f64() * 1e3, tail(&done.stderr, STDERR_TAIL));
+    let exit = match (exit_code, done.status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s))) {
+        (Some(code), _) => Some(format!("exit code {code}")),
+        (None, Some(signal)) => Some(format!("killed by signal {signal}")),
+        (None, None) => None,
+    };
+    recorder.emit(&Event::AgentExited { exit_code, wall_ms, stderr_tail: stderr_tail.clone() });
+    ProgramEnd { exit, wall_ms: Some(wall_ms), stderr_tail }
+}
+
+/// What a program left: its exit status (`None` when killed by a signal or lost), how long
+/// it ran, and its standard output and error, each read up to [`OUTPUT_CAP`] with a marker
+/// where cut.
 struct Finished {
     status: Option<std::process::ExitStatus>,
+    wall: std::time::Duration,
     stdout: String,
     stderr: String,
 }
@@ -288,6 +323,7 @@ struct Finished {
 /// Runs `command` in the sandbox under a keeper (its whole tree is killed when it ends, or
 /// when this future is dropped), `input` on its standard input.
 async fn run(command: &tokio::process::Command, sandbox: &Arc<Confinement>, input: &str) -> Result<Finished, String> {
+    let started = std::time::Instant::now();
     let mut running = process::spawn(command, process::Input::Piped, sandbox).map_err(|e| e.to_string())?;
     let stdin = running.keeper.stdin.take();
     // Written while the output is read: a program that prints before it reads its input
@@ -307,6 +343,7 @@ async fn run(command: &tokio::process::Command, sandbox: &Arc<Confinement>, inpu
     let status = running.shell_status().await;
     Ok(Finished {
         status,
+        wall: started.elapsed(),
         stdout: out.map(|c| c.text()).unwrap_or_default(),
         stderr: err.map(|c| c.text()).unwrap_or_default(),
     })
