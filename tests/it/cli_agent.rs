@@ -85,6 +85,25 @@ fn a_cli_agent_that_never_exits_is_killed_at_its_time_limit() {
     assert!(String::from_utf8_lossy(&left.stdout).trim().is_empty(), "its whole tree was killed");
 }
 
+/// The program's exit ends the turn, though a child it left running holds its output open.
+#[test]
+fn a_cli_agent_that_leaves_a_child_running_answers_when_it_exits() {
+    let sb = Sandbox::new();
+    let suite = "suite: cli\nenvironment: shell\nlimits: {time_s: 20}\n\
+                 agent: {kind: cli, command: [sh, -c, \"sleep 100 & echo done\"]}\n\
+                 tasks:\n  - {id: t, input: go, scorers: [{equals: done}], mock: [{text: x}]}\n";
+    sb.write("s.yaml", suite);
+    let run = sb.eval(&["s.yaml"]);
+    let events = sb.events();
+    let exited = of_type(&events, "agent_exited");
+    assert_eq!(exited.len(), 1, "{run:?}");
+    assert_eq!(exited[0]["exit_code"], 0, "{exited:?}");
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished[0]["termination"], "final_answer", "{finished:?}");
+    assert_eq!(finished[0]["outcome"]["passed"], true, "the answer is kept: {finished:?}");
+    assert_eq!(run.code, 0, "{run:?}");
+}
+
 #[test]
 fn a_cli_agent_reaches_its_gateway_and_no_other_local_listener() {
     if !have_python() {

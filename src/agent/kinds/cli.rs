@@ -320,8 +320,14 @@ struct Finished {
     stderr: String,
 }
 
-/// Runs `command` in the sandbox under a keeper (its whole tree is killed when it ends, or
-/// when this future is dropped), `input` on its standard input.
+/// How long a program's output is still read once it has exited: a child it left running
+/// holds the pipes open, and may be finishing a write. Then the rest of the tree is killed.
+const PIPE_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Runs `command` in the sandbox under a keeper, `input` on its standard input, until the
+/// program exits: not until its output closes, which a child left running (`daemon &`) would
+/// put off to the episode's end, and the answer with it. What it left running is killed
+/// after [`PIPE_GRACE`]; the whole tree also dies when this future is dropped.
 async fn run(command: &tokio::process::Command, sandbox: &Arc<Confinement>, input: &str) -> Result<Finished, String> {
     let started = std::time::Instant::now();
     let mut running = process::spawn(command, process::Input::Piped, sandbox).map_err(|e| e.to_string())?;
@@ -338,12 +344,36 @@ async fn run(command: &tokio::process::Command, sandbox: &Arc<Confinement>, inpu
     let (Some(stdout), Some(stderr)) = (running.keeper.stdout.take(), running.keeper.stderr.take()) else {
         return Err("the program's output could not be read".into());
     };
-    let ((), out, err) =
-        tokio::join!(feed, process::read_capped(stdout, OUTPUT_CAP), process::read_capped(stderr, OUTPUT_CAP));
-    let status = running.shell_status().await;
+    let reading = async {
+        let ((), out, err) =
+            tokio::join!(feed, process::read_capped(stdout, OUTPUT_CAP), process::read_capped(stderr, OUTPUT_CAP));
+        (out, err)
+    };
+    tokio::pin!(reading);
+    let (status, read) = tokio::select! {
+        status = running.shell_status() => (status, None),
+        read = &mut reading => (running.shell_status().await, Some(read)),
+    };
+    let wall = started.elapsed();
+    let (out, err) = match read {
+        Some(read) => read,
+        None => match tokio::time::timeout(PIPE_GRACE, &mut reading).await {
+            Ok(read) => read,
+            Err(_) => {
+                running.tree.kill();
+                // Killed, the writers are gone: the pipes end at once.
+                tokio::time::timeout(PIPE_GRACE, &mut reading).await.unwrap_or_else(|_| {
+                    let lost = || Err(std::io::Error::other("the output was still open after the program was killed"));
+                    (lost(), lost())
+                })
+            }
+        },
+    };
+    running.tree.kill();
+    let _ = running.keeper.wait().await;
     Ok(Finished {
         status,
-        wall: started.elapsed(),
+        wall,
         stdout: out.map(|c| c.text()).unwrap_or_default(),
         stderr: err.map(|c| c.text()).unwrap_or_default(),
     })
