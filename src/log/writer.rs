@@ -523,11 +523,11 @@ pub struct Recorder {
     written: Arc<AtomicUsize>,
 }
 
-/// The bytes of log an episode may write before the payloads of its observations and
-/// inner calls are cut to [`OVER_BUDGET_PAYLOAD_BYTES`].
+/// The bytes of log an episode may write (every event of it counts) before the payloads of
+/// its events are cut to [`OVER_BUDGET_PAYLOAD_BYTES`] (see [`Event::with_payloads_cut`]).
 pub const EPISODE_LOG_BUDGET_BYTES: usize = 8 << 20;
-/// What an observation's result or an inner call's arguments and result keep, past the
-/// episode's log budget.
+/// What each payload of an event keeps (an observation's result, an inner call's arguments,
+/// an `agent_log`'s message, …), past the episode's log budget.
 pub const OVER_BUDGET_PAYLOAD_BYTES: usize = 128;
 
 impl Recorder {
@@ -779,5 +779,34 @@ mod tests {
         assert_eq!(whole, 9, "{:?}", lines.iter().map(String::len).collect::<Vec<_>>());
         let cut = &lines[8];
         assert!(cut.len() < 1000 && cut.contains("[... cut: showing"), "{cut}");
+    }
+
+    #[test]
+    fn past_its_budget_an_episodes_free_text_is_cut_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let (log, writer) = EventLog::create(&path, "r").unwrap();
+        let loud = log.recorder("loud");
+        loud.emit(&Event::Final { step: 1, call_id: "c".into(), answer: "x".repeat(EPISODE_LOG_BUDGET_BYTES) });
+        let long = "y".repeat(10_000);
+        let error = crate::contract::ToolError::new(crate::contract::ErrorType::ExecutionError, long.clone());
+        let failed = crate::contract::Observation::of_error("c", error);
+        let refused =
+            Event::GatewayRefused { status: 404, path: long.clone(), field: Some(long.clone()), message: long.clone() };
+        for event in [
+            Event::AgentLog { step: 1, message: long.clone() },
+            refused,
+            Event::Observation { step: 1, observation: failed },
+        ] {
+            loud.emit(&event);
+        }
+        drop((log, loud));
+        writer.close().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4);
+        for line in &lines[1..] {
+            assert!(line.len() < 1500 && line.contains("[... cut: showing"), "{} bytes: {}", line.len(), &line[..200]);
+        }
     }
 }

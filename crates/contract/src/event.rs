@@ -838,27 +838,35 @@ pub enum Event {
 }
 
 impl Event {
-    /// This event with its payloads (an observation's result, an inner call's arguments
-    /// and result) cut to about `bytes` each, with markers; `None` for an event that has
-    /// none, or none that large.
+    /// This event with its payloads (an observation's result and error message, an inner
+    /// call's arguments and result, the free text of an `agent_log` or a `gateway_refused`)
+    /// cut to about `bytes` each, with markers; `None` for an event that has none, or none
+    /// that large.
     pub fn with_payloads_cut(&self, bytes: usize) -> Option<Event> {
-        use crate::fit::fit;
-        let cut_result = |observation: &Observation| {
+        use crate::fit::{fit, fit_text};
+        let text = |text: &str| fit_text(text, bytes);
+        let cut_observation = |observation: &Observation| {
             let mut observation = observation.clone();
-            let (result, cut) = match &observation.tool_result {
-                Some(result) => fit(result, bytes),
-                None => return (observation, false),
-            };
-            observation.tool_result = Some(result);
+            let mut cut = false;
+            if let Some(result) = &observation.tool_result {
+                let (result, cut_result) = fit(result, bytes);
+                observation.tool_result = Some(result);
+                cut |= cut_result;
+            }
+            if let Some(error) = &mut observation.error {
+                let (message, cut_message) = text(&error.message);
+                error.message = message;
+                cut |= cut_message;
+            }
             (observation, cut)
         };
         match self {
             Event::Observation { step, observation } => {
-                let (observation, cut) = cut_result(observation);
+                let (observation, cut) = cut_observation(observation);
                 cut.then_some(Event::Observation { step: *step, observation })
             }
             Event::InnerCall { step, parent, call, observation } => {
-                let (observation, cut_observation) = cut_result(observation);
+                let (observation, cut_observation) = cut_observation(observation);
                 let (arguments, cut_arguments) = fit(&call.arguments, bytes);
                 let call = ToolCall { arguments, ..call.clone() };
                 (cut_observation || cut_arguments).then(|| Event::InnerCall {
@@ -866,6 +874,22 @@ impl Event {
                     parent: parent.clone(),
                     call,
                     observation,
+                })
+            }
+            Event::AgentLog { step, message } => {
+                let (message, cut) = text(message);
+                cut.then_some(Event::AgentLog { step: *step, message })
+            }
+            Event::GatewayRefused { status, path, field, message } => {
+                let (path, cut_path) = text(path);
+                let field = field.as_deref().map(text);
+                let (message, cut_message) = text(message);
+                let cut_field = field.as_ref().is_some_and(|(_, cut)| *cut);
+                (cut_path || cut_field || cut_message).then(|| Event::GatewayRefused {
+                    status: *status,
+                    path,
+                    field: field.map(|(field, _)| field),
+                    message,
                 })
             }
             _ => None,

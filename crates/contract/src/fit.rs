@@ -26,6 +26,18 @@ pub fn fit(value: &Value, budget: usize) -> (Value, bool) {
     (cut_string(&text, budget), true)
 }
 
+/// `text` within `budget` bytes of JSON (its quotes and escapes counted), and whether it was
+/// cut: its start and the marker [`fit`] puts on a cut string.
+pub fn fit_text(text: &str, budget: usize) -> (String, bool) {
+    if string_size(text) <= budget {
+        return (text.to_owned(), false);
+    }
+    match cut_string(text, budget) {
+        Value::String(cut) => (cut, true),
+        other => (other.to_string(), true),
+    }
+}
+
 /// Bytes of `value` as compact JSON.
 pub fn size(value: &Value) -> usize {
     match value {
