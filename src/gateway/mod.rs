@@ -17,6 +17,7 @@ mod shape;
 mod trajectory;
 mod wire;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -28,6 +29,7 @@ use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::contract::fit::fit_text;
 use crate::contract::{Actor, ToolCall};
 use crate::log::{Event, Recorder, Termination, Usage};
 use crate::model::limiter::Deadline;
@@ -95,6 +97,40 @@ struct State {
     /// Request bodies read and held at once ([`MAX_BODIES`]).
     bodies: tokio::sync::Semaphore,
     derived: Mutex<trajectory::Derived>,
+    refusals: Mutex<Refusals>,
+}
+
+/// How many refusals of one episode's gateway are logged one by one; later ones are
+/// counted, so that requests nobody needs a key to send cannot fill the log.
+const REFUSALS_LOGGED: u32 = 16;
+/// What of a refused request's path, of its field at fault and of the refusal's message a
+/// `gateway_refused` event keeps: the request chooses them (a path runs to 64 KiB).
+const REFUSED_PATH_BYTES: usize = 256;
+const REFUSED_FIELD_BYTES: usize = 256;
+const REFUSED_MESSAGE_BYTES: usize = 1024;
+
+/// The refusals not logged one by one, by status.
+#[derive(Default)]
+struct Refusals {
+    logged: u32,
+    counted: BTreeMap<u16, u64>,
+}
+
+impl Refusals {
+    /// Whether a refusal of `status` is logged; if not, it is counted.
+    fn logs(&mut self, status: u16) -> bool {
+        if self.logged < REFUSALS_LOGGED {
+            self.logged += 1;
+            return true;
+        }
+        *self.counted.entry(status).or_default() += 1;
+        false
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // Every change under these locks is one count: a panic cannot leave one half-done.
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Gateway {
@@ -112,6 +148,7 @@ impl Gateway {
             turn: tokio::sync::Mutex::new(()),
             bodies: tokio::sync::Semaphore::new(MAX_BODIES),
             derived: Mutex::default(),
+            refusals: Mutex::default(),
         });
         let server = tokio::spawn(serve(listener, state.clone()));
         Ok(GatewayHandle { addr, key, state, ended, server })
@@ -219,8 +256,14 @@ impl GatewayHandle {
 }
 
 impl Drop for GatewayHandle {
+    /// Stops the server and logs the refusals that were only counted.
     fn drop(&mut self) {
         self.server.abort();
+        let by_status = std::mem::take(&mut lock(&self.state.refusals).counted);
+        if !by_status.is_empty() {
+            let count = by_status.values().sum();
+            self.state.gateway.recorder.emit(&Event::GatewayRefusals { count, by_status });
+        }
     }
 }
 
@@ -389,14 +432,17 @@ async fn call(state: &State, wire: Wire, body: &[u8]) -> Result<Response<Full<By
         .unwrap_or_default())
 }
 
-/// A refusal, logged and answered in the shape `wire`'s SDK reads.
+/// A refusal, answered in the shape `wire`'s SDK reads, and logged (its parts cut) or
+/// counted (see [`REFUSALS_LOGGED`]).
 fn refuse(state: &State, wire: Wire, path: &str, refusal: Refusal) -> Response<Full<Bytes>> {
-    state.gateway.recorder.emit(&Event::GatewayRefused {
-        status: refusal.status.as_u16(),
-        path: path.to_owned(),
-        field: refusal.field.clone(),
-        message: refusal.message.clone(),
-    });
+    if lock(&state.refusals).logs(refusal.status.as_u16()) {
+        state.gateway.recorder.emit(&Event::GatewayRefused {
+            status: refusal.status.as_u16(),
+            path: fit_text(path, REFUSED_PATH_BYTES).0,
+            field: refusal.field.as_deref().map(|field| fit_text(field, REFUSED_FIELD_BYTES).0),
+            message: fit_text(&refusal.message, REFUSED_MESSAGE_BYTES).0,
+        });
+    }
     json_response(refusal.status, wire.error_body(&refusal))
 }
 

@@ -350,3 +350,30 @@ async fn models_lists_the_episodes_model_in_the_shape_of_the_client_that_asks() 
     assert_eq!(var("OPENAI_BASE_URL"), format!("{}/v1", bench.handle.url()));
     assert_eq!(var("ANTHROPIC_API_KEY"), bench.handle.key());
 }
+
+#[tokio::test]
+async fn requests_that_need_no_key_cannot_fill_the_log() {
+    let bench = bench(Vec::new(), 10).await;
+    let long = format!("/{}", "p".repeat(60_000));
+    let key = bench.handle.key().to_owned();
+    for i in 0..100 {
+        let key = if i < 50 { "" } else { key.as_str() };
+        let response = bench.client.get(format!("{}{long}", bench.handle.url())).bearer_auth(key).send().await.unwrap();
+        assert_eq!(response.status().as_u16(), if i < 50 { 401 } else { 404 });
+    }
+    let Bench { handle, seen, _log, .. } = bench;
+    drop(handle);
+    let events = seen.lock().unwrap().0.clone();
+    let logged: Vec<&Event> = events.iter().filter(|e| matches!(e, Event::GatewayRefused { .. })).collect();
+    assert_eq!(logged.len(), REFUSALS_LOGGED as usize, "the first ones are logged one by one");
+    for event in &logged {
+        let Event::GatewayRefused { path, message, .. } = event else { unreachable!() };
+        assert!(path.len() < 400 && path.contains("[... cut: showing"), "{} bytes of path", path.len());
+        assert!(message.len() < 1200, "{} bytes of message", message.len());
+    }
+    let summaries: Vec<&Event> = events.iter().filter(|e| matches!(e, Event::GatewayRefusals { .. })).collect();
+    let expected = Event::GatewayRefusals { count: 84, by_status: [(401, 34), (404, 50)].into() };
+    assert_eq!(summaries, [&expected], "the others are counted, by status, once the gateway stops");
+    let bytes: usize = events.iter().map(|e| serde_json::to_string(e).unwrap().len()).sum();
+    assert!(bytes < 32 << 10, "100 refusals of 60 KB paths wrote {bytes} bytes of events");
+}

@@ -720,13 +720,20 @@ pub enum Event {
     },
     /// A request the model gateway refused: a wrong or expired key (401), a limit reached
     /// (403), a shape it does not speak (400, `field` names what), the model failing behind
-    /// it (502). `path` is the request's path.
+    /// it (502). `path` is the request's path. The path, field and message are cut to a few
+    /// hundred bytes: a request chooses them.
     GatewayRefused {
         status: u16,
         path: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         field: Option<String>,
         message: String,
+    },
+    /// Refusals of the model gateway past the first ones of the episode, counted rather
+    /// than logged one by one: how many, by status. Logged once, when the gateway stops.
+    GatewayRefusals {
+        count: u64,
+        by_status: std::collections::BTreeMap<u16, u64>,
     },
     Score {
         /// Which scoring this belongs to: `initial` at run time, a new id per regrade.
