@@ -377,3 +377,29 @@ async fn requests_that_need_no_key_cannot_fill_the_log() {
     let bytes: usize = events.iter().map(|e| serde_json::to_string(e).unwrap().len()).sum();
     assert!(bytes < 32 << 10, "100 refusals of 60 KB paths wrote {bytes} bytes of events");
 }
+
+#[tokio::test]
+async fn a_long_result_the_program_sends_back_is_cut_in_its_observation() {
+    let bench = bench(vec![turn(None, &[("f", json!({}))]), turn(Some("done"), &[])], 10).await;
+    let key = bench.handle.key().to_owned();
+    let ask = |messages: Value| json!({"model": "m", "max_tokens": 10, "messages": messages});
+    let (status, first) = bench.post("/v1/messages", &key, ask(json!([{"role": "user", "content": "go"}]))).await;
+    assert_eq!(status, 200, "{first}");
+    let first: Value = serde_json::from_str(&first).unwrap();
+    let id = first["content"][0]["id"].as_str().unwrap().to_owned();
+    let result = json!({"type": "tool_result", "tool_use_id": id, "is_error": true, "content": "e".repeat(1 << 20)});
+    let messages = json!([{"role": "user", "content": "go"}, {"role": "assistant", "content": first["content"]},
+                          {"role": "user", "content": [result]}]);
+    assert_eq!(bench.post("/v1/messages", &key, ask(messages)).await.0, 200);
+    let observed: Vec<crate::contract::Observation> = bench
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Observation { observation, .. } => Some(observation),
+            _ => None,
+        })
+        .collect();
+    let error = observed[0].error.as_ref().unwrap_or_else(|| panic!("{observed:?}"));
+    assert!(error.message.len() <= trajectory::RESULT_LOG_BYTES, "{} bytes logged", error.message.len());
+    assert!(error.message.contains("of 1048576 bytes"), "the cut says so");
+}

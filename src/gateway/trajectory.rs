@@ -2,6 +2,8 @@
 //! tool call a response asks for is an `action_dispatched` event (actor `main`) at that
 //! call's step, and the result the program sends back for it in a later request is its
 //! `observation`, matched by call id. A call never answered stays without an observation.
+//! The log keeps a result (or an error's message) up to [`RESULT_LOG_BYTES`]: the program
+//! has it whole, and a request of 32 MiB may carry one.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
@@ -9,9 +11,14 @@ use std::sync::{Mutex, MutexGuard};
 use serde_json::Value;
 
 use super::Gateway;
+use crate::contract::fit::fit_text;
 use crate::contract::{ErrorType, Observation, ToolCall, ToolError};
 use crate::log::{Event, Recorder};
 use crate::model::{Message, ProposedCall};
+
+/// What an observation derived from the traffic keeps of its result: a world's default
+/// output cap.
+pub const RESULT_LOG_BYTES: usize = 32 << 10;
 
 /// The calls asked for and not answered yet, by id.
 #[derive(Default)]
@@ -33,12 +40,12 @@ impl Derived {
             if self.pending.remove(call_id).is_none() {
                 continue;
             }
-            let text = Value::String(content.clone());
+            let (kept, _) = fit_text(content, RESULT_LOG_BYTES);
             let observation = Observation {
                 call_id: Some(call_id.clone()),
                 done: false,
-                error: is_error.then(|| ToolError::new(ErrorType::ExecutionError, content.clone())),
-                tool_result: (!is_error).then_some(text),
+                error: is_error.then(|| ToolError::new(ErrorType::ExecutionError, kept.clone())),
+                tool_result: (!is_error).then_some(Value::String(kept)),
                 messages: Vec::new(),
                 info: Default::default(),
                 fault: None,
