@@ -252,6 +252,26 @@ fn a_negative_cost_is_the_agents_failure_not_a_refund() {
 }
 
 #[test]
+fn long_log_messages_are_cut_in_the_log() {
+    if !have_python() {
+        return;
+    }
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite("chatty", "", "{time_s: 60}"));
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    let logs = of_type(&events, "agent_log");
+    assert_eq!(logs.len(), 40, "each message is logged");
+    for log in logs {
+        let message = log["message"].as_str().unwrap_or_default();
+        assert!(message.len() <= 4096 && message.contains("of 524288 bytes"), "{} bytes", message.len());
+    }
+    let written = std::fs::metadata(sb.path().join("results/test/events.jsonl")).unwrap().len();
+    assert!(written < 1 << 20, "20 MiB of messages wrote {written} bytes of log");
+}
+
+#[test]
 fn costs_that_add_past_the_largest_number_stay_a_number_in_the_log_and_tables() {
     if !have_python() {
         return;

@@ -9,6 +9,10 @@ mod protocol;
 
 pub use program::{MAX_LINE, Program, STDERR_TAIL};
 
+/// What an `agent_log` event keeps of a `log` message: the program chooses its length (up
+/// to a whole line), and the episode's log is not its to fill.
+pub const LOG_MESSAGE_BYTES: usize = 4 << 10;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -21,6 +25,7 @@ use crate::agent::{Agent, AgentFault, AgentSetup, Lent, Proposal, Turn};
 use crate::config::decode::ConfigError;
 use crate::config::kind_keys::KindKeys;
 use crate::config::yaml;
+use crate::contract::fit::fit_text;
 use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::gateway::{Ending, Gateway, GatewayHandle};
 use crate::log::{Event, Outcome, ProgramEnd, Recorder, Termination, UnscoredCause, Usage};
@@ -211,6 +216,7 @@ impl ExternalAgent {
                 }
                 Incoming::Violation(what) => return Err(Failure::Violation(format!("it sent {what}"))),
                 Incoming::Message(FromAgent::Log { message }) => {
+                    let message = fit_text(&message, LOG_MESSAGE_BYTES).0;
                     turn.recorder.emit(&Event::AgentLog { step, message });
                 }
                 Incoming::Message(FromAgent::Usage { cost_usd: Some(cost), .. })
