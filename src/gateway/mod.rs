@@ -11,6 +11,7 @@
 //! episode's, so nothing needs routing, and the program cannot reach another episode.
 
 mod chat;
+mod connections;
 mod messages;
 mod responses;
 mod shape;
@@ -22,7 +23,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
 use serde_json::{Map, Value, json};
@@ -34,11 +35,10 @@ use crate::contract::{Actor, ToolCall};
 use crate::log::{Event, Recorder, Termination, Usage};
 use crate::model::limiter::Deadline;
 use crate::model::{Caller, LanguageModel, ModelError, ModelRequest, respond_logged};
+pub use connections::Patience;
+use connections::{Connection, Connections};
 use shape::Refusal;
 use wire::Wire;
-
-/// The largest request body the gateway reads.
-const MAX_BODY_BYTES: usize = 32 << 20;
 
 /// The episode's limits as the gateway spends them. The episode's budget implements it
 /// (`agent/budget.rs`), so that a program's model calls are counted like the built-in agent's.
@@ -94,8 +94,10 @@ struct State {
     closed: AtomicBool,
     /// Model calls go one at a time: a script's turns, and a transcript, have one order.
     turn: tokio::sync::Mutex<()>,
-    /// Request bodies read and held at once ([`MAX_BODIES`]).
+    /// The KiB of request bodies held at once ([`connections::BODY_KIB`]).
     bodies: tokio::sync::Semaphore,
+    connections: Connections,
+    patience: Patience,
     derived: Mutex<trajectory::Derived>,
     refusals: Mutex<Refusals>,
 }
@@ -136,6 +138,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Gateway {
     /// Starts serving on a free port of 127.0.0.1 with a new random key.
     pub async fn start(self) -> std::io::Result<GatewayHandle> {
+        self.start_with(Patience::default()).await
+    }
+
+    /// [`Gateway::start`], waiting for what clients send as `patience` says.
+    pub async fn start_with(self, patience: Patience) -> std::io::Result<GatewayHandle> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let key = new_key()?;
@@ -146,11 +153,13 @@ impl Gateway {
             ending,
             closed: AtomicBool::new(false),
             turn: tokio::sync::Mutex::new(()),
-            bodies: tokio::sync::Semaphore::new(MAX_BODIES),
+            bodies: tokio::sync::Semaphore::new(connections::BODY_KIB),
+            connections: Connections::default(),
+            patience,
             derived: Mutex::default(),
             refusals: Mutex::default(),
         });
-        let server = tokio::spawn(serve(listener, state.clone()));
+        let server = tokio::spawn(connections::serve(listener, state.clone()));
         Ok(GatewayHandle { addr, key, state, ended, server })
     }
 }
@@ -267,42 +276,8 @@ impl Drop for GatewayHandle {
     }
 }
 
-/// How many connections one episode's gateway serves at once; more wait to be accepted.
-const MAX_CONNECTIONS: usize = 64;
-
-/// How many request bodies one episode's gateway reads and holds at once, each up to
-/// [`MAX_BODY_BYTES`] while it waits its turn: a program (or a model driving it) that sends
-/// hundreds at once cannot exhaust the runner's memory. The others wait, unread.
-const MAX_BODIES: usize = 4;
-
-async fn serve(listener: TcpListener, state: Arc<State>) {
-    let permits = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    // Owned here: when the handle aborts this task, every connection's task goes with it,
-    // so none outlives its episode on a kept-alive connection.
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        while connections.try_join_next().is_some() {}
-        let Ok(permit) = permits.clone().acquire_owned().await else { return };
-        let Ok((stream, _)) = listener.accept().await else {
-            // Out of descriptors, say: wait rather than spin; the program's client retries.
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            continue;
-        };
-        let state = state.clone();
-        connections.spawn(async move {
-            let _permit = permit;
-            let service = hyper::service::service_fn(move |request| {
-                let state = state.clone();
-                async move { Ok::<_, std::convert::Infallible>(answer(&state, request).await) }
-            });
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
-        });
-    }
-}
-
-/// One request, answered.
-async fn answer(state: &State, request: Request<Incoming>) -> Response<Full<Bytes>> {
+/// One request on `connection`, answered.
+async fn answer(state: &State, connection: &Connection, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let path = request.uri().path().trim_end_matches('/').to_owned();
     let wire = match path.as_str() {
         "/v1/chat/completions" | "/chat/completions" => Some(Wire::Chat),
@@ -320,25 +295,17 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Full<Byte
     if let Err(refusal) = authorise(state, &request) {
         return refuse(state, errors, &path, refusal);
     }
+    connection.keyed(state).await;
     match (request.method(), wire) {
         (&Method::GET, None) if path == "/v1/models" || path == "/models" => {
             json_response(StatusCode::OK, models(&state.gateway.model_name, anthropic))
         }
         (&Method::POST, Some(wire)) => {
-            let Ok(_body_permit) = state.bodies.acquire().await else {
-                return refuse(state, wire, &path, Refusal::unauthorised("the gateway is closing"));
+            let body = match connections::read_body(state, request.into_body()).await {
+                Ok(body) => body,
+                Err(refusal) => return refuse(state, wire, &path, refusal),
             };
-            let body = match Limited::new(request.into_body(), MAX_BODY_BYTES).collect().await {
-                Ok(body) => body.to_bytes(),
-                Err(_) => {
-                    let refusal = Refusal::new(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        format!("the request body could not be read whole (at most {MAX_BODY_BYTES} bytes)"),
-                    );
-                    return refuse(state, wire, &path, refusal);
-                }
-            };
-            match call(state, wire, &body).await {
+            match call(state, wire, &body.bytes).await {
                 Ok(response) => response,
                 Err(refusal) => refuse(state, wire, &path, refusal),
             }
@@ -354,6 +321,14 @@ async fn answer(state: &State, request: Request<Incoming>) -> Response<Full<Byte
             refuse(state, errors, &path, refusal)
         }
     }
+}
+
+/// Whether the episode is over for the gateway: its key closed, a request ended it, or its
+/// time is up.
+fn is_over(state: &State) -> bool {
+    state.closed.load(Ordering::SeqCst)
+        || state.ending.borrow().is_some()
+        || tokio::time::Instant::now() >= state.gateway.ledger.deadline().at()
 }
 
 fn authorise(state: &State, request: &Request<Incoming>) -> Result<(), Refusal> {

@@ -67,6 +67,15 @@ fn two_turns() -> Vec<MockTurn> {
 }
 
 async fn bench(turns: Vec<MockTurn>, max_steps: u32) -> Bench {
+    bench_for(turns, max_steps, Duration::from_secs(60), Patience::default()).await
+}
+
+/// A bench of ten steps whose episode ends `time` from now, with the gateway's `patience`.
+async fn bench_with(turns: Vec<MockTurn>, time: Duration, patience: Patience) -> Bench {
+    bench_for(turns, 10, time, patience).await
+}
+
+async fn bench_for(turns: Vec<MockTurn>, max_steps: u32, time: Duration, patience: Patience) -> Bench {
     let dir = tempfile::tempdir().unwrap();
     let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "r").unwrap();
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -74,7 +83,7 @@ async fn bench(turns: Vec<MockTurn>, max_steps: u32) -> Bench {
     let ledger = Arc::new(Steps {
         max: max_steps,
         taken: AtomicU32::new(0),
-        deadline: Deadline::after(Duration::from_secs(60)),
+        deadline: Deadline::after(time),
         calls: Mutex::default(),
     });
     let gateway = Gateway {
@@ -84,7 +93,7 @@ async fn bench(turns: Vec<MockTurn>, max_steps: u32) -> Bench {
         recorder: log.recorder("e1"),
         derive_trajectory: true,
     };
-    let handle = gateway.start().await.unwrap();
+    let handle = gateway.start_with(patience).await.unwrap();
     Bench { handle, seen, ledger, client: reqwest::Client::new(), _log: (dir, writer) }
 }
 
@@ -402,4 +411,121 @@ async fn a_long_result_the_program_sends_back_is_cut_in_its_observation() {
     let error = observed[0].error.as_ref().unwrap_or_else(|| panic!("{observed:?}"));
     assert!(error.message.len() <= trajectory::RESULT_LOG_BYTES, "{} bytes logged", error.message.len());
     assert!(error.message.contains("of 1048576 bytes"), "the cut says so");
+}
+
+/// A connection to the bench's gateway, as a program (or anything on the host) opens it.
+async fn connect(bench: &Bench) -> tokio::net::TcpStream {
+    tokio::net::TcpStream::connect(("127.0.0.1", bench.handle.port())).await.unwrap()
+}
+
+/// A connection that sends a chat request's headers with the key and the first bytes of a
+/// body of `length`, and no more.
+async fn slow_body(bench: &Bench, length: usize) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = connect(bench).await;
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n{{\"model\":",
+        bench.handle.key()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+}
+
+/// What the gateway answers on `stream`, read until it closes the connection.
+async fn response(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut text = Vec::new();
+    let _ = stream.read_to_end(&mut text).await;
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// A request that waits behind whatever is stalled would wait for good: this bound only
+/// tells a wait from an answer.
+const STALLED: Duration = Duration::from_secs(30);
+
+#[tokio::test]
+async fn idle_connections_without_the_key_do_not_keep_a_request_with_it_waiting() {
+    let bench = bench(vec![turn(Some("hi"), &[])], 10).await;
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(connect(&bench).await);
+    }
+    let answered = tokio::time::timeout(STALLED, bench.chat(user("hi"))).await;
+    assert_eq!(answered.map(|(status, _)| status).ok(), Some(200), "100 idle connections stalled the request");
+}
+
+#[tokio::test]
+async fn past_the_most_unkeyed_connections_the_oldest_is_closed_for_the_newest() {
+    use tokio::io::AsyncReadExt;
+    let bench = bench(vec![turn(Some("hi"), &[])], 10).await;
+    let mut oldest = connect(&bench).await;
+    let mut idle = Vec::new();
+    for _ in 0..connections::MAX_UNKEYED {
+        idle.push(connect(&bench).await);
+    }
+    let read = tokio::time::timeout(STALLED, oldest.read(&mut [0u8; 64])).await;
+    assert!(matches!(read, Ok(Ok(0))), "the oldest is still open: {read:?}");
+    let answered = tokio::time::timeout(STALLED, bench.chat(user("hi"))).await;
+    assert_eq!(answered.map(|(status, _)| status).ok(), Some(200));
+}
+
+#[tokio::test]
+async fn slow_bodies_do_not_keep_other_requests_waiting() {
+    let bench = bench(vec![turn(Some("hi"), &[])], 10).await;
+    let mut slow = Vec::new();
+    for _ in 0..8 {
+        slow.push(slow_body(&bench, 1 << 20).await);
+    }
+    let answered = tokio::time::timeout(STALLED, bench.chat(user("hi"))).await;
+    assert_eq!(answered.map(|(status, _)| status).ok(), Some(200), "8 slow bodies stalled the request");
+}
+
+/// Deadlines short enough to pass while a test waits.
+const SHORT: Patience = Patience { headers: Duration::from_millis(200), body: Duration::from_millis(300) };
+
+#[tokio::test]
+async fn a_connection_that_sends_no_headers_is_closed_at_their_deadline() {
+    use tokio::io::AsyncReadExt;
+    let bench = bench_with(Vec::new(), Duration::from_secs(60), SHORT).await;
+    let mut idle = connect(&bench).await;
+    let read = tokio::time::timeout(STALLED, idle.read(&mut [0u8; 64])).await;
+    assert!(matches!(read, Ok(Ok(0))), "the connection is still open: {read:?}");
+}
+
+#[tokio::test]
+async fn a_body_that_stops_coming_is_refused_at_its_deadline() {
+    let bench = bench_with(Vec::new(), Duration::from_secs(60), SHORT).await;
+    let mut slow = slow_body(&bench, 1000).await;
+    let answer = tokio::time::timeout(STALLED, response(&mut slow)).await.unwrap_or_default();
+    assert!(answer.starts_with("HTTP/1.1 408") && answer.contains("did not arrive whole"), "{answer}");
+}
+
+#[tokio::test]
+async fn a_body_still_coming_when_the_episode_ends_is_said_so_not_too_large() {
+    let patient = Patience { headers: Duration::from_secs(60), body: Duration::from_secs(60) };
+    let ending = bench_with(Vec::new(), Duration::from_millis(300), patient).await;
+    let mut slow = slow_body(&ending, 1000).await;
+    let answer = tokio::time::timeout(STALLED, response(&mut slow)).await.unwrap_or_default();
+    assert!(answer.contains("the episode ended while the body was being read"), "{answer}");
+    // A client gone once the episode is over is that, not a body too large either.
+    let closing = bench(Vec::new(), 10).await;
+    let slow = slow_body(&closing, 1000).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    closing.handle.close();
+    drop(slow);
+    let refused = |bench: &Bench| {
+        bench.events().into_iter().find_map(|e| match e {
+            Event::GatewayRefused { status, message, .. } => Some((status, message)),
+            _ => None,
+        })
+    };
+    for _ in 0..600 {
+        if refused(&closing).is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (status, message) = refused(&closing).unwrap_or_default();
+    assert_eq!((status, message.as_str()), (408, "the episode ended while the body was being read"));
 }
