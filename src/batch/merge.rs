@@ -34,6 +34,24 @@ pub fn merge(
     if runs.len() < 2 {
         return Err("merge needs at least two runs".into());
     }
+    let projections = read_inputs(runs)?;
+    check_alike(runs, &projections)?;
+    let missing_shards = missing_shards(&projections);
+    if !allow_partial {
+        check_complete(runs, &projections, &missing_shards)?;
+    }
+    // Written in a staged folder and renamed into place at the end: a merge that is
+    // killed leaves no half-merged run behind to refuse the next one.
+    let staged = super::StagedRun::new(out_dir, &run_id).map_err(|e| e.to_string())?;
+    let episodes = write_log(staged.path(), runs, &projections, (&run_id, command_line))?;
+    carry_state(runs, staged.path())?;
+    let dir = staged.publish().map_err(|e| e.to_string())?;
+    let events_path = dir.join("events.jsonl");
+    Ok(Merged { dir, events_path, episodes, missing_shards })
+}
+
+/// Each input's log, folded; one never started, or regraded, is refused.
+fn read_inputs(runs: &[PathBuf]) -> Result<Vec<Projection>, String> {
     let mut projections = Vec::new();
     for run in runs {
         let p = Projection::from_log(&run.join("events.jsonl")).map_err(|e| e.to_string())?;
@@ -48,6 +66,12 @@ pub fn merge(
         }
         projections.push(p);
     }
+    Ok(projections)
+}
+
+/// Refuses inputs that are not parts of one run: other models, other limits, other suites
+/// (or versions or epochs of them), or an episode in two of them.
+fn check_alike(runs: &[PathBuf], projections: &[Projection]) -> Result<(), String> {
     let first = &projections[0];
     let mut owner: HashMap<&str, usize> = HashMap::new();
     for (i, p) in projections.iter().enumerate() {
@@ -93,35 +117,44 @@ pub fn merge(
             }
         }
     }
-    let missing_shards = missing_shards(&projections);
-    if !allow_partial {
-        if !missing_shards.is_empty() {
+    Ok(())
+}
+
+/// Refuses inputs that are part of a run only: a shard missing, or one that did not finish.
+fn check_complete(runs: &[PathBuf], projections: &[Projection], missing_shards: &[String]) -> Result<(), String> {
+    if !missing_shards.is_empty() {
+        return Err(format!(
+            "shard(s) {} missing from the merge; pass --allow-partial to merge what there is",
+            missing_shards.join(", ")
+        ));
+    }
+    for (run, p) in runs.iter().zip(projections) {
+        if p.interrupted || !p.finished || p.unfinished > 0 {
             return Err(format!(
-                "shard(s) {} missing from the merge; pass --allow-partial to merge what there is",
-                missing_shards.join(", ")
+                "{} did not finish (interrupted or killed): resume it with `runner eval ... --resume {}`, or pass --allow-partial",
+                run.display(),
+                run.display()
             ));
         }
-        for (run, p) in runs.iter().zip(&projections) {
-            if p.interrupted || !p.finished || p.unfinished > 0 {
-                return Err(format!(
-                    "{} did not finish (interrupted or killed): resume it with `runner eval ... --resume {}`, or pass --allow-partial",
-                    run.display(),
-                    run.display()
-                ));
-            }
-        }
     }
+    Ok(())
+}
 
-    // Written in a staged folder and renamed into place at the end: a merge that is
-    // killed leaves no half-merged run behind to refuse the next one.
-    let staged = super::StagedRun::new(out_dir, &run_id).map_err(|e| e.to_string())?;
-    let dir = staged.path().to_path_buf();
+/// Writes the merged run's `run.json` and log in `dir`: its own `run_started`, every
+/// input's events but their run-level ones, in order, renumbered and renamed to the merged
+/// run, and its `run_finished`. The episodes it holds.
+fn write_log(
+    dir: &Path,
+    runs: &[PathBuf],
+    projections: &[Projection],
+    (run_id, command_line): (&str, Vec<String>),
+) -> Result<u64, String> {
     let events_path = dir.join("events.jsonl");
     let file =
         std::fs::File::create(&events_path).map_err(|e| format!("failed to create {}: {e}", events_path.display()))?;
     let mut out = std::io::BufWriter::with_capacity(256 * 1024, file);
     let write_failed = |e: std::io::Error| format!("failed to write {}: {e}", events_path.display());
-
+    let first = &projections[0];
     let episodes: u64 = projections.iter().map(|p| p.episodes.len() as u64).sum();
     let started = Event::RunStarted {
         runner_version: env!("CARGO_PKG_VERSION").into(),
@@ -137,16 +170,14 @@ pub fn merge(
         warnings: first.header.warnings.clone(),
         selection: first.header.selection.clone(),
     };
-    super::write_run_json(&dir, &run_id, &started).map_err(|e| format!("failed to write run.json: {e}"))?;
-    let mut seq = 0u64;
-    let quoted_id = serde_json::to_string(&run_id).unwrap_or_default();
-    seq += 1;
-    write_event(&mut out, &run_id, seq, &started).map_err(write_failed)?;
-
+    super::write_run_json(dir, run_id, &started).map_err(|e| format!("failed to write run.json: {e}"))?;
+    let mut seq = 1u64;
+    write_event(&mut out, run_id, seq, &started).map_err(write_failed)?;
+    let quoted_id = serde_json::to_string(run_id).unwrap_or_default();
     // The run-level events of the inputs stay behind; everything else is copied in order,
     // renumbered and renamed to the merged run.
     let run_level = ["run_started", "run_resumed", "run_finished"];
-    for (run, p) in runs.iter().zip(&projections) {
+    for (run, p) in runs.iter().zip(projections) {
         let old_prefix = format!(
             "{{\"v\":{},\"run_id\":{},\"seq\":",
             crate::log::event::SCHEMA_VERSION,
@@ -178,14 +209,10 @@ pub fn merge(
         projections.iter().map(|p| p.wall_ms).fold(0.0, f64::max),
     );
     seq += 1;
-    write_event(&mut out, &run_id, seq, &done).map_err(write_failed)?;
+    write_event(&mut out, run_id, seq, &done).map_err(write_failed)?;
     out.flush().map_err(write_failed)?;
     out.get_ref().sync_data().map_err(write_failed)?;
-    drop(out);
-    carry_state(runs, &dir)?;
-    let dir = staged.publish().map_err(|e| e.to_string())?;
-    let events_path = dir.join("events.jsonl");
-    Ok(Merged { dir, events_path, episodes, missing_shards })
+    Ok(episodes)
 }
 
 /// What a run keeps besides its log for a resume to go on from: the memory kept across a

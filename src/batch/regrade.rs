@@ -187,68 +187,12 @@ pub async fn regrade(
     let mut counts = Regraded::default();
     for id in &run.order {
         let Some(record) = run.episodes.get(id) else { continue };
-        let Some(finished) = &record.finished else { continue };
-        let regradable = match &finished.outcome {
-            Outcome::Scored { .. } => true,
-            Outcome::Unscored { cause, .. } => matches!(cause, UnscoredCause::GraderError | UnscoredCause::WorldGone),
-            Outcome::Cancelled => false,
-        };
-        let task = suites
-            .iter()
-            .find(|s| s.name == record.suite)
-            .and_then(|s| Some((s, s.tasks.iter().find(|t| t.id == record.task_id)?)));
-        let (Some((suite, task)), true) = (task, regradable) else {
+        let Some((outcome, changed_task)) = score_episode_again(id, record, suites, graders, (&log, &scoring_id)).await
+        else {
             counts.skipped += 1;
             continue;
         };
-        if task.digest != record.task_digest {
-            counts.changed_tasks += 1;
-        }
-        let ending = Ending {
-            termination: finished.termination,
-            final_answer: record.final_answer.clone(),
-            steps: finished.steps,
-            usage: finished.usage,
-            cost_usd: finished.cost_usd,
-            fault: None,
-            trajectory: Trajectory {
-                calls: record.calls.clone(),
-                errors: record.errors.clone(),
-                told_user: record.told_user.clone(),
-                carried_calls: record.carried.tool_calls,
-                carried_errors: record.carried.tool_errors,
-            },
-        };
-        let recorder = log.recorder(id);
-        if suite.agent.kind.logs_stages() {
-            recorder.emit(&Event::Stage { stage: crate::log::event::Stage::Judge, ingestion: None });
-        }
-        let episode = Finished {
-            task,
-            episode_id: id,
-            under_test: None,
-            recorder: Some(&recorder),
-            ending: &ending,
-            wall_s: finished.wall_ms / 1e3,
-            suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
-            suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
-            world_limit: suite.limits.time,
-            sandbox: suite.sandbox,
-        };
-        let outcome = match score_again(record, suite, &episode, graders).await {
-            Ok(scores) => {
-                log_scores(&recorder, &scoring_id, &scores);
-                let (score, passed) = aggregate(&scores, suite.pass_score);
-                Outcome::Scored { score, passed }
-            }
-            Err(fault) => {
-                log_scores(&recorder, &scoring_id, &fault.scores);
-                match fault.settled(suite.pass_score) {
-                    Some((score, passed)) => Outcome::Scored { score, passed },
-                    None => Outcome::Unscored { cause: fault.cause, message: fault.message },
-                }
-            }
-        };
+        counts.changed_tasks += u64::from(changed_task);
         counts.episodes += 1;
         match &outcome {
             Outcome::Scored { passed, .. } => {
@@ -257,7 +201,6 @@ pub async fn regrade(
             }
             _ => counts.unscored += 1,
         }
-        recorder.emit(&Event::EpisodeScored { scoring_id: scoring_id.clone(), outcome });
     }
     log.emit(
         None,
@@ -272,6 +215,77 @@ pub async fn regrade(
     drop(log);
     writer.close()?;
     Ok((scoring_id, counts))
+}
+
+/// Scores a logged episode again from its trajectory, under the scoring `scoring_id`, and
+/// logs its new outcome: that outcome, and whether its task changed since it ran; `None` when it is not regraded
+/// (it did not finish, was cancelled or unscored for a cause a regrade cannot mend, or its
+/// suite or task is gone).
+async fn score_episode_again(
+    id: &str,
+    record: &Record,
+    suites: &[Arc<Suite>],
+    graders: &Graders,
+    (log, scoring_id): (&EventLog, &str),
+) -> Option<(Outcome, bool)> {
+    let finished = record.finished.as_ref()?;
+    let regradable = match &finished.outcome {
+        Outcome::Scored { .. } => true,
+        Outcome::Unscored { cause, .. } => matches!(cause, UnscoredCause::GraderError | UnscoredCause::WorldGone),
+        Outcome::Cancelled => false,
+    };
+    let (suite, task) = suites
+        .iter()
+        .find(|s| s.name == record.suite)
+        .and_then(|s| Some((s, s.tasks.iter().find(|t| t.id == record.task_id)?)))
+        .filter(|_| regradable)?;
+    let ending = Ending {
+        termination: finished.termination,
+        final_answer: record.final_answer.clone(),
+        steps: finished.steps,
+        usage: finished.usage,
+        cost_usd: finished.cost_usd,
+        fault: None,
+        trajectory: Trajectory {
+            calls: record.calls.clone(),
+            errors: record.errors.clone(),
+            told_user: record.told_user.clone(),
+            carried_calls: record.carried.tool_calls,
+            carried_errors: record.carried.tool_errors,
+        },
+    };
+    let recorder = log.recorder(id);
+    if suite.agent.kind.logs_stages() {
+        recorder.emit(&Event::Stage { stage: crate::log::event::Stage::Judge, ingestion: None });
+    }
+    let episode = Finished {
+        task,
+        episode_id: id,
+        under_test: None,
+        recorder: Some(&recorder),
+        ending: &ending,
+        wall_s: finished.wall_ms / 1e3,
+        suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
+        suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
+        world_limit: suite.limits.time,
+        sandbox: suite.sandbox,
+    };
+    let outcome = match score_again(record, suite, &episode, graders).await {
+        Ok(scores) => {
+            log_scores(&recorder, scoring_id, &scores);
+            let (score, passed) = aggregate(&scores, suite.pass_score);
+            Outcome::Scored { score, passed }
+        }
+        Err(fault) => {
+            log_scores(&recorder, scoring_id, &fault.scores);
+            match fault.settled(suite.pass_score) {
+                Some((score, passed)) => Outcome::Scored { score, passed },
+                None => Outcome::Unscored { cause: fault.cause, message: fault.message },
+            }
+        }
+    };
+    recorder.emit(&Event::EpisodeScored { scoring_id: scoring_id.to_owned(), outcome: outcome.clone() });
+    Some((outcome, task.digest != record.task_digest))
 }
 
 /// Scores an episode again; world-state scorers carry over the latest earlier verdict of

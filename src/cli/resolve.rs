@@ -30,7 +30,8 @@ pub struct Eval {
 }
 
 /// Opens the models, checks the gates, loads the suites, opens the graders and plans a
-/// resumption, in that order (a mistake in a flag is found before the suites are read).
+/// resumption, in that order (a mistake in a flag is found before the suites are read):
+/// each step below resolves one part.
 pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     let limits = limit_overrides(args)?;
     let load = suite::LoadOptions { skip_unsupported: args.skip_unsupported, limits };
@@ -39,69 +40,12 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         (true, None) => Some(suites_with(&args.paths, load)?),
         _ => None,
     };
-    let providers = match &early {
-        Some(suites) => {
-            let mut named: Vec<String> = Vec::new();
-            for model in suites.iter().flat_map(|s| s.providers.iter()) {
-                if !named.contains(model) {
-                    named.push(model.clone());
-                }
-            }
-            if named.is_empty() {
-                return Err(CliError::usage(
-                    "--model is needed (or --agent, or a promptfoo config whose `providers:` name models)",
-                ));
-            }
-            Some(named)
-        }
-        None => None,
-    };
-    // The `http` providers' endpoints, which open as models like the others.
-    let endpoints = early.iter().flatten().flat_map(|s| s.endpoints.iter()).map(|(k, v)| (k.clone(), v.clone()));
-    let endpoints: std::collections::BTreeMap<_, _> = endpoints.collect();
-    let (models, config, options) = models(args, providers.as_deref(), endpoints)?;
+    let (models, config, options) = models(args, providers(early.as_deref())?.as_deref(), endpoints(early.as_deref()))?;
     let caps = run_caps(args, &config, &models)?;
     let baseline = baseline(&args.gates, &args.out)?;
     let (epochs, auto_epochs) = epochs(args)?;
-    let loaded = match early {
-        Some(suites) => suites,
-        None => suites_with(&args.paths, load)?,
-    };
-    for skipped in loaded.iter().flat_map(|s| s.skipped.iter()) {
-        eprintln!("note: {skipped}");
-    }
-    let suites = with_variants(with_agent(loaded, args.agent)?, &args.variants)?;
-    let suites = discover(suites, args.sandbox)?;
-    for suite in &suites {
-        let time_s = suite.limits.time_s();
-        if time_s > MAX_EPISODE_S {
-            let message = format!(
-                "{}: {} gives its episodes {time_s}s, more than the {MAX_EPISODE_S}s an episode may last",
-                suite.path.display(),
-                limits.as_flags()
-            );
-            return Err(CliError::usage(message));
-        }
-    }
-    let fixed_epochs = epochs;
-    for suite in &suites {
-        let epochs = epochs.unwrap_or(suite.epochs);
-        if let Some(k) = suite.k_of_n.filter(|k| *k > epochs) {
-            let message =
-                format!("{}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
-            return Err(CliError::usage(message));
-        }
-        if let Some(task) = suite.tasks.iter().find(|t| t.pass_k.is_some_and(|p| fixed_epochs.is_some_and(|e| p.k > e)))
-        {
-            let k = task.pass_k.map_or(0, |p| p.k);
-            let message = format!(
-                "{}: task `{}` has pass_k k {k}, more than the {epochs} epoch(s) --epochs makes",
-                suite.path.display(),
-                task.id
-            );
-            return Err(CliError::usage(message));
-        }
-    }
+    let suites = run_suites(args, early, load)?;
+    check_epochs_and_limits(&suites, epochs, &limits)?;
     // The graders are recorded and cached like the models under test, and replayed with them;
     // the models that play simulated users are opened beside them, the same way.
     let warnings = mock_graded(&suites, args.grader.as_deref(), &models).into_iter().collect();
@@ -111,15 +55,11 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     // The clients hold their keys now; the commands the worlds run must not find them.
     crate::log::secrets::withdraw_from_environment(config.key_vars());
     let (selection, chosen) = selection(args, &suites)?;
-    let resume = match &args.resume {
-        Some(run) => {
-            let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;
-            let asked =
-                batch::resume::Asked { models: &models, epochs, shard: args.shard, limits, selection: &selection };
-            Some(batch::resume::plan(&dir, &suites, &asked).map_err(CliError::usage)?)
-        }
-        None => None,
-    };
+    let resume = resume(
+        args,
+        &suites,
+        batch::resume::Asked { models: &models, epochs, shard: args.shard, limits, selection: &selection },
+    )?;
     let jobs = crate::sandbox::resources::fit_jobs(
         args.jobs.max(1),
         suites.iter().map(|s| s.environment.open_files_per_episode()),
@@ -145,18 +85,118 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         caps,
         auto_epochs,
     };
-    // A sandbox this machine cannot enforce is refused before any episode starts.
+    refuse_sandboxes_not_enforced(&suites, options.sandbox)?;
+    Ok(Eval { suites, options, baseline })
+}
+
+/// The models promptfoo configs' `providers:` name, each once, when the suites were read
+/// first for them (no `--model`); none named is a mistake.
+fn providers(early: Option<&[Arc<Suite>]>) -> Result<Option<Vec<String>>, CliError> {
+    let Some(suites) = early else { return Ok(None) };
+    let mut named: Vec<String> = Vec::new();
+    for model in suites.iter().flat_map(|s| s.providers.iter()) {
+        if !named.contains(model) {
+            named.push(model.clone());
+        }
+    }
+    if named.is_empty() {
+        return Err(CliError::usage(
+            "--model is needed (or --agent, or a promptfoo config whose `providers:` name models)",
+        ));
+    }
+    Ok(Some(named))
+}
+
+/// The `http` providers' endpoints of the suites read first, which open as models like the
+/// others.
+fn endpoints(
+    early: Option<&[Arc<Suite>]>,
+) -> std::collections::BTreeMap<String, Arc<crate::model::endpoint::Endpoint>> {
+    early.into_iter().flatten().flat_map(|s| s.endpoints.iter()).map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
+/// The suites the run runs: read (unless they were, for their providers), what was left
+/// out of them noted, `--agent`'s kind and `--variant`'s variants applied, and the tools
+/// of those that discover theirs discovered.
+fn run_suites(
+    args: &EvalArgs,
+    early: Option<Vec<Arc<Suite>>>,
+    load: suite::LoadOptions,
+) -> Result<Vec<Arc<Suite>>, CliError> {
+    let loaded = match early {
+        Some(suites) => suites,
+        None => suites_with(&args.paths, load)?,
+    };
+    for skipped in loaded.iter().flat_map(|s| s.skipped.iter()) {
+        eprintln!("note: {skipped}");
+    }
+    let suites = with_variants(with_agent(loaded, args.agent)?, &args.variants)?;
+    discover(suites, args.sandbox)
+}
+
+/// Refuses an episode's time past what an episode may last, and a gate (a suite's `k_of_n`,
+/// a task's `pass_k`) more than the run's epochs can meet.
+fn check_epochs_and_limits(
+    suites: &[Arc<Suite>],
+    epochs: Option<u32>,
+    limits: &LimitOverrides,
+) -> Result<(), CliError> {
+    for suite in suites {
+        let time_s = suite.limits.time_s();
+        if time_s > MAX_EPISODE_S {
+            let message = format!(
+                "{}: {} gives its episodes {time_s}s, more than the {MAX_EPISODE_S}s an episode may last",
+                suite.path.display(),
+                limits.as_flags()
+            );
+            return Err(CliError::usage(message));
+        }
+    }
+    let fixed_epochs = epochs;
+    for suite in suites {
+        let epochs = epochs.unwrap_or(suite.epochs);
+        if let Some(k) = suite.k_of_n.filter(|k| *k > epochs) {
+            let message =
+                format!("{}: k_of_n {k} is more than the {epochs} epoch(s) this run makes", suite.path.display());
+            return Err(CliError::usage(message));
+        }
+        if let Some(task) = suite.tasks.iter().find(|t| t.pass_k.is_some_and(|p| fixed_epochs.is_some_and(|e| p.k > e)))
+        {
+            let k = task.pass_k.map_or(0, |p| p.k);
+            let message = format!(
+                "{}: task `{}` has pass_k k {k}, more than the {epochs} epoch(s) --epochs makes",
+                suite.path.display(),
+                task.id
+            );
+            return Err(CliError::usage(message));
+        }
+    }
+    Ok(())
+}
+
+/// `--resume RUN`: the run's folder found and its log read for what it keeps, checked
+/// against what this run asks.
+fn resume(
+    args: &EvalArgs,
+    suites: &[Arc<Suite>],
+    asked: batch::resume::Asked<'_>,
+) -> Result<Option<batch::Resume>, CliError> {
+    let Some(run) = &args.resume else { return Ok(None) };
+    let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;
+    batch::resume::plan(&dir, suites, &asked).map(Some).map_err(CliError::usage)
+}
+
+/// A sandbox this machine cannot enforce is refused before any episode starts, every
+/// suite's named.
+fn refuse_sandboxes_not_enforced(suites: &[Arc<Suite>], sandbox: SandboxMode) -> Result<(), CliError> {
     let mut refused = Vec::new();
-    for suite in &suites {
-        let mode = batch::sandbox_mode(suite, options.sandbox);
+    for suite in suites {
+        let mode = batch::sandbox_mode(suite, sandbox);
         if let Err(e) = suite.environment.sandbox_check(mode) {
             refused.push(format!("{}: environment `{}`: {e}", suite.path.display(), suite.environment.name));
         }
     }
-    if !refused.is_empty() {
-        return Err(CliError::usage(refused.join("\n")));
-    }
-    Ok(Eval { suites, options, baseline })
+    if refused.is_empty() { Ok(()) } else { Err(CliError::usage(refused.join("\n"))) }
 }
 
 /// The tasks `--filter`, `--tag`, `--sample`, `--failing` and `--range` choose (the run

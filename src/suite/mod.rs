@@ -353,81 +353,30 @@ pub fn load_with(path: &Path, options: LoadOptions) -> Result<Suite, ConfigError
 }
 
 /// A suite from its parsed file, with the providers and skipped parts of the promptfoo
-/// config it came from, if it did.
+/// config it came from, if it did: its settings checked, its agent and environment
+/// resolved, then each task built and checked against them.
 fn from_source(
     (path, overrides): (&Path, &LimitOverrides),
     mut source: Source,
     bytes: Vec<u8>,
     (providers, skipped): (Vec<String>, Vec<String>),
 ) -> Result<Suite, ConfigError> {
-    // `dataset: data/qa.csv` is short for `dataset: {path: data/qa.csv}`.
-    if let Some(Value::String(p)) = source.value.get("dataset") {
-        let short = json!({"path": p});
-        if let Some(obj) = source.value.as_object_mut() {
-            obj.insert("dataset".into(), short);
-        }
-    }
-    if !source.value.is_object() {
-        return Err(source.error("", "a suite must be a mapping with `suite`, `environment` and `tasks`"));
-    }
-    let file: SuiteFile = source.decode("", &source.value)?;
+    let mut file = decode_file(&mut source)?;
     let mut hasher = Sha256::new();
     hasher.update(&bytes);
-
-    if file.suite.trim().is_empty() {
-        return Err(source.error("suite", "the suite needs a name"));
-    }
-    if file.epochs == 0 {
-        return Err(source.error("epochs", "must be at least 1"));
-    }
-    if let Some(k) = file.k_of_n
-        && (k == 0 || k > file.epochs)
-    {
-        return Err(source.error("k_of_n", format!("must be from 1 to the suite's epochs ({}), got {k}", file.epochs)));
-    }
-    for (key, value) in [("pass_threshold", file.pass_threshold), ("pass_score", file.pass_score)] {
-        if let Some(t) = value
-            && !(0.0..=1.0).contains(&t)
-        {
-            return Err(source.error(key, format!("must be between 0 and 1, got {t}")));
-        }
-    }
-    if file.limits.max_steps == 0 {
-        return Err(source.error("limits.max_steps", "must be at least 1"));
-    }
-    decode::check_seconds(&source, "limits.time_s", file.limits.time_s, 0.001, MAX_EPISODE_S)?;
-    if file.limits.max_tokens == Some(0) {
-        return Err(source.error("limits.max_tokens", "must be at least 1"));
-    }
-    if let Some(usd) = file.limits.max_cost_usd
-        && !(usd.is_finite() && usd > 0.0)
-    {
-        return Err(source.error("limits.max_cost_usd", format!("must be a positive number of USD, got {usd}")));
-    }
+    check_settings(&source, &file)?;
     let agent = AgentConfig::decode(&source, source.value.get("agent"))?;
     // The depth subagents may reach, or `None` when the suite starts none.
     let reach = agent.settings.subagents().map(|(_, reach)| reach);
     check_actors(&source, "mock_subagents", file.mock_subagents.keys(), reach)?;
-    let mut file = file;
     let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
     let environment = match &file.tools {
         Some(names) => environment.narrowed(names).map_err(|e| source.error("tools", e))?,
         None => environment,
     };
-    let sandbox = match &file.sandbox {
-        None => SandboxMode::On,
-        Some(Value::String(s)) if s == "off" => SandboxMode::Off("the suite"),
-        Some(Value::Bool(false)) => SandboxMode::Off("the suite"),
-        Some(Value::String(s)) if s == "on" => SandboxMode::On,
-        Some(Value::Bool(true)) => SandboxMode::On,
-        Some(_) => {
-            let message = "expected `off` or `on`; the sandbox's settings belong in the environment file";
-            return Err(source.error("sandbox", message));
-        }
-    };
+    let sandbox = suite_sandbox(&source, file.sandbox.as_ref())?;
     // A `cli` agent's tools are its own, not the environment's: its scorers may name any.
-    let own_tools = agent.kind.owns_its_tools();
-    if !own_tools {
+    if !agent.kind.owns_its_tools() {
         check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
     }
     code::resolve(&source, "scorers", &mut file.scorers, path.parent())?;
@@ -438,9 +387,8 @@ fn from_source(
     let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
         .map_err(|(at, e)| source.error(&at, e))?
         .then(&environment.permissions);
-
-    let mut raw_tasks: Vec<(String, TaskFile)> =
-        file.tasks.into_iter().enumerate().map(|(i, t)| (yaml::item("tasks", i), t)).collect();
+    let raw_tasks: Vec<(String, TaskFile)> =
+        std::mem::take(&mut file.tasks).into_iter().enumerate().map(|(i, t)| (yaml::item("tasks", i), t)).collect();
     let mut dataset_rows = Vec::new();
     if let Some(spec) = &file.dataset {
         let (rows, data_bytes) = dataset::load(&source, spec)?;
@@ -450,79 +398,17 @@ fn from_source(
     if raw_tasks.is_empty() && dataset_rows.is_empty() {
         return Err(source.error("tasks", "the suite has no tasks: add `tasks:` or a `dataset:`"));
     }
-
-    let mut ungraded = Vec::new();
-    if file.grader.is_none() {
-        let task_scorers = raw_tasks.iter().flat_map(|(at, t)| {
-            t.scorers.iter().enumerate().map(move |(i, s)| (yaml::item(&yaml::child(at, "scorers"), i), s))
-        });
-        let all = file.scorers.iter().enumerate().map(|(i, s)| (yaml::item("scorers", i), s)).chain(task_scorers);
-        for (at, scorer) in all {
-            if let Check::Grader { model: None, .. } = scorer.check {
-                ungraded.push(source.error(
-                    &at,
-                    format!(
-                        "`{}` needs a grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, \
-                         or pass --grader",
-                        scorer.name
-                    ),
-                ));
-            }
-        }
-    }
-
-    let system = agent.system.as_deref().unwrap_or("");
-    let mut seen = HashSet::new();
-    let mut tasks = Vec::with_capacity(raw_tasks.len() + dataset_rows.len());
-    let suite_mock: Arc<[MockTurn]> = file.mock.clone().into();
-    let suite_mock_subagents = file.mock_subagents.clone();
-    let subagent = agent.settings.subagents().map_or("", |(prompt, _)| prompt);
-    for (at, mut raw) in raw_tasks.drain(..) {
-        code::resolve(&source, &yaml::child(&at, "scorers"), &mut raw.scorers, path.parent())?;
-        if let Some(pass_k) = &raw.pass_k {
-            pass_k.check().map_err(|e| source.error(&yaml::child(&at, "pass_k"), e))?;
-        }
-        if let Some(scripts) = &raw.mock_subagents {
-            check_actors(&source, &yaml::child(&at, "mock_subagents"), scripts.keys(), reach)?;
-        }
-        if !own_tools {
-            check_tool_refs(&source, &yaml::child(&at, "scorers"), &raw.scorers, &environment)?;
-        }
-        for name in raw.files.keys() {
-            if !is_relative_inside(name) {
-                return Err(source.error(
-                    &yaml::child(&yaml::child(&at, "files"), name),
-                    "file names must be relative paths inside the working directory",
-                ));
-            }
-        }
-        if !raw.memory.is_empty() && agent.settings.notes().is_none() {
-            let message = "the task has memory entries, but the suite's agent has no `memory:`";
-            return Err(source.error(&yaml::child(&at, "memory"), message));
-        }
-        let task = build_task(raw, &suite_mock, &suite_mock_subagents)
-            .map_err(|(field, e)| source.error(&yaml::child(&at, field), e))?;
-        agent
-            .kind
-            .check_task(&agent.settings, &task)
-            .map_err(|(field, e)| source.error(&yaml::child(&at, &field), e))?;
-        finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)?;
-        if let Some(task) = tasks.last() {
-            variants::check_task(&source, &variants, task)?;
-        }
-    }
-    for row in dataset_rows {
-        let at = row.origin.clone();
-        let task = build_task(row.task, &suite_mock, &suite_mock_subagents)
-            .map_err(|(field, e)| ConfigError::at(&row.file, row.position, format!("{field}: {e}")))?;
-        finish_task(&source, &at, task, (system, subagent), &file.scorers, &mut seen, &mut tasks)
-            .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
-        if let Some(task) = tasks.last() {
-            variants::check_task(&source, &variants, task)
-                .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
-        }
-    }
-
+    let ungraded = ungraded(&source, &file, &raw_tasks);
+    let building = Building {
+        source: &source,
+        path,
+        agent: &agent,
+        environment: &environment,
+        variants: &variants,
+        file: &file,
+        reach,
+    };
+    let tasks = building.tasks(raw_tasks, dataset_rows)?;
     Ok(Suite {
         name: file.suite,
         share_epochs: file.cache.share_epochs,
@@ -550,6 +436,181 @@ fn from_source(
         endpoints: BTreeMap::new(),
         skipped,
     })
+}
+
+/// The suite file's keys, decoded (`dataset: PATH` read as `dataset: {path: PATH}`).
+fn decode_file(source: &mut Source) -> Result<SuiteFile, ConfigError> {
+    if let Some(Value::String(p)) = source.value.get("dataset") {
+        let short = json!({"path": p});
+        if let Some(obj) = source.value.as_object_mut() {
+            obj.insert("dataset".into(), short);
+        }
+    }
+    if !source.value.is_object() {
+        return Err(source.error("", "a suite must be a mapping with `suite`, `environment` and `tasks`"));
+    }
+    source.decode("", &source.value)
+}
+
+/// Refuses a suite-wide setting no run could use: no name, no epoch, a gate out of range,
+/// limits that end every episode before it starts.
+fn check_settings(source: &Source, file: &SuiteFile) -> Result<(), ConfigError> {
+    if file.suite.trim().is_empty() {
+        return Err(source.error("suite", "the suite needs a name"));
+    }
+    if file.epochs == 0 {
+        return Err(source.error("epochs", "must be at least 1"));
+    }
+    if let Some(k) = file.k_of_n
+        && (k == 0 || k > file.epochs)
+    {
+        return Err(source.error("k_of_n", format!("must be from 1 to the suite's epochs ({}), got {k}", file.epochs)));
+    }
+    for (key, value) in [("pass_threshold", file.pass_threshold), ("pass_score", file.pass_score)] {
+        if let Some(t) = value
+            && !(0.0..=1.0).contains(&t)
+        {
+            return Err(source.error(key, format!("must be between 0 and 1, got {t}")));
+        }
+    }
+    if file.limits.max_steps == 0 {
+        return Err(source.error("limits.max_steps", "must be at least 1"));
+    }
+    decode::check_seconds(source, "limits.time_s", file.limits.time_s, 0.001, MAX_EPISODE_S)?;
+    if file.limits.max_tokens == Some(0) {
+        return Err(source.error("limits.max_tokens", "must be at least 1"));
+    }
+    if let Some(usd) = file.limits.max_cost_usd
+        && !(usd.is_finite() && usd > 0.0)
+    {
+        return Err(source.error("limits.max_cost_usd", format!("must be a positive number of USD, got {usd}")));
+    }
+    Ok(())
+}
+
+/// The suite's `sandbox:`: `off` runs the environment's processes unconfined.
+fn suite_sandbox(source: &Source, given: Option<&Value>) -> Result<SandboxMode, ConfigError> {
+    match given {
+        None => Ok(SandboxMode::On),
+        Some(Value::String(s)) if s == "off" => Ok(SandboxMode::Off("the suite")),
+        Some(Value::Bool(false)) => Ok(SandboxMode::Off("the suite")),
+        Some(Value::String(s)) if s == "on" => Ok(SandboxMode::On),
+        Some(Value::Bool(true)) => Ok(SandboxMode::On),
+        Some(_) => {
+            let message = "expected `off` or `on`; the sandbox's settings belong in the environment file";
+            Err(source.error("sandbox", message))
+        }
+    }
+}
+
+/// Grader scorers that name no model in a suite without `grader:`, with where they are:
+/// an error unless `--grader` gives one.
+fn ungraded(source: &Source, file: &SuiteFile, raw_tasks: &[(String, TaskFile)]) -> Vec<ConfigError> {
+    let mut ungraded = Vec::new();
+    if file.grader.is_some() {
+        return ungraded;
+    }
+    let task_scorers = raw_tasks.iter().flat_map(|(at, t)| {
+        t.scorers.iter().enumerate().map(move |(i, s)| (yaml::item(&yaml::child(at, "scorers"), i), s))
+    });
+    let all = file.scorers.iter().enumerate().map(|(i, s)| (yaml::item("scorers", i), s)).chain(task_scorers);
+    for (at, scorer) in all {
+        if let Check::Grader { model: None, .. } = scorer.check {
+            ungraded.push(source.error(
+                &at,
+                format!(
+                    "`{}` needs a grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, \
+                     or pass --grader",
+                    scorer.name
+                ),
+            ));
+        }
+    }
+    ungraded
+}
+
+/// What a suite's tasks are built and checked against: its file, its agent, its
+/// environment, its variants.
+struct Building<'a> {
+    source: &'a Source,
+    path: &'a Path,
+    agent: &'a AgentConfig,
+    environment: &'a Arc<Definition>,
+    variants: &'a [variants::Variant],
+    file: &'a SuiteFile,
+    /// The depth subagents may reach, or `None` when the suite starts none.
+    reach: Option<u32>,
+}
+
+impl Building<'_> {
+    /// The suite's tasks, those it writes then its dataset's rows, each built and checked;
+    /// an id twice is refused.
+    fn tasks(
+        &self,
+        raw_tasks: Vec<(String, TaskFile)>,
+        dataset_rows: Vec<dataset::DatasetRow>,
+    ) -> Result<Vec<Task>, ConfigError> {
+        let source = self.source;
+        let system = self.agent.system.as_deref().unwrap_or("");
+        let subagent = self.agent.settings.subagents().map_or("", |(prompt, _)| prompt);
+        let suite_mock: Arc<[MockTurn]> = self.file.mock.clone().into();
+        let mut seen = HashSet::new();
+        let mut tasks = Vec::with_capacity(raw_tasks.len() + dataset_rows.len());
+        for (at, raw) in raw_tasks {
+            let task = self.written_task(&at, raw, &suite_mock)?;
+            finish_task(source, &at, task, (system, subagent), &self.file.scorers, &mut seen, &mut tasks)?;
+            if let Some(task) = tasks.last() {
+                variants::check_task(source, self.variants, task)?;
+            }
+        }
+        for row in dataset_rows {
+            let at = row.origin.clone();
+            let task = build_task(row.task, &suite_mock, &self.file.mock_subagents)
+                .map_err(|(field, e)| ConfigError::at(&row.file, row.position, format!("{field}: {e}")))?;
+            finish_task(source, &at, task, (system, subagent), &self.file.scorers, &mut seen, &mut tasks)
+                .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
+            if let Some(task) = tasks.last() {
+                variants::check_task(source, self.variants, task)
+                    .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
+            }
+        }
+        Ok(tasks)
+    }
+
+    /// A task the suite writes (at `at`), built and checked: its scorers, its gate, its
+    /// subagents' scripts, its files, its notes, and what its agent's kind asks of it.
+    fn written_task(&self, at: &str, mut raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<Task, ConfigError> {
+        let (source, agent) = (self.source, self.agent);
+        code::resolve(source, &yaml::child(at, "scorers"), &mut raw.scorers, self.path.parent())?;
+        if let Some(pass_k) = &raw.pass_k {
+            pass_k.check().map_err(|e| source.error(&yaml::child(at, "pass_k"), e))?;
+        }
+        if let Some(scripts) = &raw.mock_subagents {
+            check_actors(source, &yaml::child(at, "mock_subagents"), scripts.keys(), self.reach)?;
+        }
+        if !agent.kind.owns_its_tools() {
+            check_tool_refs(source, &yaml::child(at, "scorers"), &raw.scorers, self.environment)?;
+        }
+        for name in raw.files.keys() {
+            if !is_relative_inside(name) {
+                return Err(source.error(
+                    &yaml::child(&yaml::child(at, "files"), name),
+                    "file names must be relative paths inside the working directory",
+                ));
+            }
+        }
+        if !raw.memory.is_empty() && agent.settings.notes().is_none() {
+            let message = "the task has memory entries, but the suite's agent has no `memory:`";
+            return Err(source.error(&yaml::child(at, "memory"), message));
+        }
+        let task = build_task(raw, suite_mock, &self.file.mock_subagents)
+            .map_err(|(field, e)| source.error(&yaml::child(at, field), e))?;
+        agent
+            .kind
+            .check_task(&agent.settings, &task)
+            .map_err(|(field, e)| source.error(&yaml::child(at, &field), e))?;
+        Ok(task)
+    }
 }
 
 /// The suite's toolsets, each with its weight and its narrowed environment; every name and
