@@ -99,14 +99,29 @@ pub enum Literal {
     Json { schema: Option<Value>, anywhere: bool, negate: bool },
 }
 
+/// How a grader judges: the scorer's key says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum GraderKind {
+    /// `llm_rubric`: judge against criteria text.
     Rubric,
+    /// `model_graded_qa`: judge the answer against the target.
     Qa,
     /// `model_graded_closedqa`: whether the answer meets a criterion, yes or no.
     ClosedQa,
-    /// `factuality`: the answer's facts against a reference answer.
+    /// `factuality`: the answer's facts against a reference answer, one of five relations.
     Factuality,
+}
+
+impl GraderKind {
+    /// The name templates see as `kind`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GraderKind::Rubric => "rubric",
+            GraderKind::Qa => "qa",
+            GraderKind::ClosedQa => "closedqa",
+            GraderKind::Factuality => "factuality",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::config::template;
+use crate::domain::scorer::GraderKind;
 use crate::log::Usage;
 use crate::model::{LanguageModel, Message, ModelError, ModelRequest, ModelResponse};
 
@@ -102,36 +103,14 @@ const FACTUALITY_CHOICES: [(char, &str, bool); 5] = [
 /// The longest explanation kept, in characters.
 const MAX_EXPLANATION_CHARS: usize = 2000;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GraderKind {
-    /// `llm_rubric`: judge against criteria text.
-    Rubric,
-    /// `model_graded_qa`: judge the answer against the target.
-    Qa,
-    /// `model_graded_closedqa`: does the answer meet the criterion, Y or N.
-    ClosedQa,
-    /// `factuality`: the answer against a reference, one of five relations.
-    Factuality,
-}
-
-impl GraderKind {
-    /// The name templates see as `kind`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GraderKind::Rubric => "rubric",
-            GraderKind::Qa => "qa",
-            GraderKind::ClosedQa => "closedqa",
-            GraderKind::Factuality => "factuality",
-        }
-    }
-
-    pub fn default_template(self) -> &'static str {
-        match self {
-            GraderKind::Rubric => RUBRIC_TEMPLATE,
-            GraderKind::Qa => QA_TEMPLATE,
-            GraderKind::ClosedQa => CLOSEDQA_TEMPLATE,
-            GraderKind::Factuality => FACTUALITY_TEMPLATE,
-        }
+/// The template a grader of `kind` is asked with when neither the scorer nor the suite
+/// gives one.
+pub fn default_template(kind: GraderKind) -> &'static str {
+    match kind {
+        GraderKind::Rubric => RUBRIC_TEMPLATE,
+        GraderKind::Qa => QA_TEMPLATE,
+        GraderKind::ClosedQa => CLOSEDQA_TEMPLATE,
+        GraderKind::Factuality => FACTUALITY_TEMPLATE,
     }
 }
 
@@ -240,7 +219,7 @@ struct Sample {
 /// cannot be parsed, then the majority of pass/fail.
 pub async fn grade(input: &GraderInput<'_>, settings: &GraderSettings) -> Result<Verdict, GraderError> {
     let model = settings.model.name().to_owned();
-    let template_text = settings.template.as_deref().unwrap_or(input.kind.default_template());
+    let template_text = settings.template.as_deref().unwrap_or(default_template(input.kind));
     let prompt = render_prompt(template_text, input, settings.max_prompt_chars).map_err(|e| GraderError {
         message: format!("failed to render the grader's template: {e}"),
         raw_outputs: vec![],

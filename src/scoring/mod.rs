@@ -25,7 +25,7 @@ pub use checks::communicated::told_user;
 #[cfg(test)]
 pub(crate) use checks::text::PATTERNS;
 pub use checks::text::keep_pattern;
-use checks::{Answer, Scene, Verdict};
+use checks::{Answer, CheckResult, Scene};
 pub use spec::{ArgMatch, Budget, Check, ExpectedCall, GraderKind, JsonCheck, ScorerSpec, TextOp};
 
 /// One scorer's verdict on one episode.
@@ -219,7 +219,7 @@ pub async fn score(
     let mut missing_weight = 0.0;
     for spec in suite_scorers.iter().chain(task_scorers) {
         match apply(spec, episode, &context, world, graders).await {
-            Ok((passed, value, explanation, grader)) => scores.push(Score {
+            Ok(CheckResult { passed, value, explanation, provenance: grader }) => scores.push(Score {
                 scorer: spec.name.clone(),
                 value,
                 passed,
@@ -264,7 +264,7 @@ async fn apply(
     context: &Map<String, Value>,
     world: &dyn World,
     graders: &Graders,
-) -> Result<Verdict, ScoringFault> {
+) -> Result<CheckResult, ScoringFault> {
     let scene = Scene { episode, context, world };
     let answer = match Answer::read(spec.from.as_deref(), &scene).await? {
         Ok(answer) => answer,

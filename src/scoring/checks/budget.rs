@@ -1,14 +1,14 @@
 //! `max_steps`, `max_tool_errors`, `max_tokens`, `max_cost`, `max_latency`: what the episode
 //! used against a budget.
 
-use super::{Verdict, verdict};
+use super::{CheckResult, verdict};
 use crate::domain::scorer::Budget;
 use crate::log::UnscoredCause;
 use crate::scoring::{Finished, ScoringFault};
 
 /// The episode used at most `max` of `what`. A cost budget of a model without a price is
 /// nobody's answer: the episode is unscored.
-pub(crate) fn check(episode: &Finished<'_>, what: Budget, max: f64) -> Result<Verdict, ScoringFault> {
+pub(crate) fn check(episode: &Finished<'_>, what: Budget, max: f64) -> Result<CheckResult, ScoringFault> {
     let ending = episode.ending;
     let (used, unit) = match what {
         Budget::Steps => (Some(ending.steps as f64), "steps"),

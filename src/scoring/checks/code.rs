@@ -10,14 +10,18 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::{Scene, Verdict, quote};
+use super::{CheckResult, Scene, quote};
 use crate::domain::scorer::{CodeScorer, CodeSource};
 use crate::log::UnscoredCause;
 use crate::sandbox::SandboxMode;
 use crate::scoring::ScoringFault;
 use crate::scoring::workers::{Reply, WorkerKey, Workers};
 
-pub(crate) async fn check(scene: &Scene<'_>, code: &CodeScorer, workers: &Workers) -> Result<Verdict, ScoringFault> {
+pub(crate) async fn check(
+    scene: &Scene<'_>,
+    code: &CodeScorer,
+    workers: &Workers,
+) -> Result<CheckResult, ScoringFault> {
     let episode = scene.episode;
     let (file, function, expression) = match &code.source {
         CodeSource::File { path, function } => (Some(PathBuf::from(path)), Some(function.as_str()), None),
@@ -80,12 +84,14 @@ fn trajectory(scene: &Scene<'_>) -> Vec<Value> {
 }
 
 /// The verdict a returned value gives: a bool, a number, or `{pass, score, reason}`.
-fn judge(name: &str, value: &Value, threshold: Option<f64>) -> Result<Verdict, ScoringFault> {
+fn judge(name: &str, value: &Value, threshold: Option<f64>) -> Result<CheckResult, ScoringFault> {
     let by_number = |x: f64| threshold.map_or(x > 0.0, |t| x >= t);
     match value {
-        Value::Bool(passed) => Ok((*passed, f64::from(u8::from(*passed)), format!("{name} returned {passed}"), None)),
+        Value::Bool(passed) => {
+            Ok(CheckResult::valued(*passed, f64::from(u8::from(*passed)), format!("{name} returned {passed}")))
+        }
         Value::Number(n) => match n.as_f64() {
-            Some(x) => Ok((by_number(x), x.clamp(0.0, 1.0), format!("{name} returned {x}"), None)),
+            Some(x) => Ok(CheckResult::valued(by_number(x), x.clamp(0.0, 1.0), format!("{name} returned {x}"))),
             None => Err(not_a_verdict(name, &n.to_string())),
         },
         Value::Object(fields) => {
@@ -107,7 +113,7 @@ fn judge(name: &str, value: &Value, threshold: Option<f64>) -> Result<Verdict, S
                 Some(reason) => format!("{name}: {reason}"),
                 None => format!("{name} returned {value}"),
             };
-            Ok((passed, value.clamp(0.0, 1.0), explanation, None))
+            Ok(CheckResult::valued(passed, value.clamp(0.0, 1.0), explanation))
         }
         other => Err(not_a_verdict(name, &other.to_string())),
     }
@@ -115,9 +121,9 @@ fn judge(name: &str, value: &Value, threshold: Option<f64>) -> Result<Verdict, S
 
 /// A `not_` scorer's verdict: passed and failed swapped; a bool's score follows its
 /// verdict, a number's or an object's is kept.
-fn turned((passed, score, explanation, provenance): Verdict, was_bool: bool) -> Verdict {
-    let score = if was_bool { 1.0 - score } else { score };
-    (!passed, score, format!("not: {explanation}"), provenance)
+fn turned(result: CheckResult, was_bool: bool) -> CheckResult {
+    let value = if was_bool { 1.0 - result.value } else { result.value };
+    CheckResult { passed: !result.passed, value, explanation: format!("not: {}", result.explanation), ..result }
 }
 
 fn not_a_verdict(name: &str, shown: &str) -> ScoringFault {
@@ -150,7 +156,7 @@ mod tests {
 
     #[test]
     fn a_bool_a_number_or_an_object_is_a_verdict_and_nothing_else() {
-        let j = |v: Value, t: Option<f64>| judge("s", &v, t).map(|(p, x, why, _)| (p, x, why));
+        let j = |v: Value, t: Option<f64>| judge("s", &v, t).map(|r| (r.passed, r.value, r.explanation));
         assert_eq!(j(json!(true), None).map(|v| (v.0, v.1)), Ok((true, 1.0)));
         assert_eq!(j(json!(0.3), None).map(|v| (v.0, v.1)), Ok((true, 0.3)), "a number above 0 passes");
         assert_eq!(j(json!(0.3), Some(0.5)).map(|v| (v.0, v.1)), Ok((false, 0.3)));
@@ -159,8 +165,9 @@ mod tests {
         assert_eq!(reasoned, (false, 0.25, "s: too long".into()));
         assert_eq!(j(json!({"score": 0.9}), Some(0.8)).map(|v| v.0), Ok(true));
         assert_eq!(j(json!({"pass": true, "score": 0.5}), Some(0.8)).map(|v| v.0), Ok(false), "under the threshold");
-        let not =
-            |v: Value, t: Option<f64>| judge("s", &v, t).map(|x| turned(x, v.is_boolean())).map(|(p, x, _, _)| (p, x));
+        let not = |v: Value, t: Option<f64>| {
+            judge("s", &v, t).map(|x| turned(x, v.is_boolean())).map(|r| (r.passed, r.value))
+        };
         assert_eq!(not(json!(true), None), Ok((false, 0.0)));
         assert_eq!(not(json!(false), None), Ok((true, 1.0)));
         assert_eq!(not(json!(0.3), Some(0.5)), Ok((true, 0.3)), "a number's score is kept");

@@ -2,14 +2,14 @@
 
 use std::time::Duration;
 
-use super::{Scene, Verdict, verdict, world_fault};
+use super::{CheckResult, Scene, verdict, world_fault};
 use crate::scoring::ScoringFault;
 
 /// How long past its own timeout a `check:` may take to be stopped and report.
 const CHECK_GRACE: Duration = Duration::from_secs(2);
 
 /// `command` exits 0 within `timeout_s` (and within the episode's time limit).
-pub(crate) async fn check(scene: &Scene<'_>, command: &str, timeout_s: f64) -> Result<Verdict, ScoringFault> {
+pub(crate) async fn check(scene: &Scene<'_>, command: &str, timeout_s: f64) -> Result<CheckResult, ScoringFault> {
     // run_check stops the command at its timeout and says so; the outer bound, a little
     // later, is for a world whose check would not start or end at all.
     let limit = timeout_s.min(scene.episode.world_limit.as_secs_f64());

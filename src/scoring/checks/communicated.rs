@@ -2,12 +2,12 @@
 
 use serde_json::Value;
 
-use super::{Scene, Verdict, quote, verdict};
+use super::{CheckResult, Scene, quote, verdict};
 use crate::contract::{ASK_USER, CLARIFY, EXIT_PLAN_MODE};
 use crate::environment::Trajectory;
 
 /// What the agent told the user (see [`told_user`]) contains `expected` (a template).
-pub(crate) fn check(scene: &Scene<'_>, expected: &str, ignore_case: bool) -> Verdict {
+pub(crate) fn check(scene: &Scene<'_>, expected: &str, ignore_case: bool) -> CheckResult {
     let expected = match scene.render(expected) {
         Ok(e) => e,
         Err(failed) => return failed,

@@ -1,7 +1,7 @@
 //! `document`: a Markdown text of the final world has the sections asked for and keeps
 //! its word counts.
 
-use super::{FILE_SCAN_CAP, Scene, Verdict, verdict};
+use super::{CheckResult, FILE_SCAN_CAP, Scene, verdict};
 use crate::domain::document::Document;
 use crate::scoring::ScoringFault;
 
@@ -13,7 +13,7 @@ pub(crate) async fn check(
     min_words: Option<usize>,
     max_words: Option<usize>,
     max_section_words: Option<usize>,
-) -> Result<Verdict, ScoringFault> {
+) -> Result<CheckResult, ScoringFault> {
     Ok(match scene.read_back(path, FILE_SCAN_CAP).await? {
         Ok(file) => judge(path, &file.text, sections, min_words, max_words, max_section_words),
         Err(why) => verdict(false, why),
@@ -28,7 +28,7 @@ fn judge(
     min_words: Option<usize>,
     max_words: Option<usize>,
     max_section_words: Option<usize>,
-) -> Verdict {
+) -> CheckResult {
     let doc = Document::parse_markdown(text);
     let mut misses = Vec::new();
     let missing: Vec<&str> = sections.iter().filter(|h| doc.find(h).is_none()).map(String::as_str).collect();

@@ -1,12 +1,12 @@
 //! `file_exists` and `file_contains`: a file of the final world (a `kv` key, a writing
 //! room's document or export), read through the world's files.
 
-use super::{FILE_SCAN_CAP, Scene, Verdict, text, verdict};
+use super::{CheckResult, FILE_SCAN_CAP, Scene, text, verdict};
 use crate::domain::scorer::TextOp;
 use crate::scoring::ScoringFault;
 
 /// `path` exists in the final world.
-pub(crate) async fn exists(scene: &Scene<'_>, path: &str) -> Result<Verdict, ScoringFault> {
+pub(crate) async fn exists(scene: &Scene<'_>, path: &str) -> Result<CheckResult, ScoringFault> {
     Ok(match scene.read_back(path, 0).await? {
         Ok(_) => verdict(true, format!("`{path}` exists")),
         Err(why) => verdict(false, why),
@@ -20,7 +20,7 @@ pub(crate) async fn contains(
     path: &str,
     expected: &str,
     regex: bool,
-) -> Result<Verdict, ScoringFault> {
+) -> Result<CheckResult, ScoringFault> {
     let file = match scene.read_back(path, FILE_SCAN_CAP).await? {
         Ok(file) => file,
         Err(why) => return Ok(verdict(false, why)),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{Answer, Scene, Verdict};
+use super::{Answer, CheckResult, Scene};
 use crate::domain::scorer::GraderKind;
 use crate::model::LanguageModel;
 use crate::scoring::{Finished, Graders, ScoringFault, grader, grader_model};
@@ -31,7 +31,7 @@ pub(crate) async fn check(
     answer: &Answer<'_>,
     asked: &Asked<'_>,
     graders: &Graders,
-) -> Result<Verdict, ScoringFault> {
+) -> Result<CheckResult, ScoringFault> {
     let episode = scene.episode;
     let Some(name) = grader_model(graders.forced.as_deref(), asked.model, episode.suite_grader) else {
         return Err(ScoringFault::grader(format!(
@@ -58,12 +58,7 @@ pub(crate) async fn check(
     };
     let trajectory = compact_trajectory(episode);
     let input = grader::GraderInput {
-        kind: match asked.kind {
-            GraderKind::Rubric => grader::GraderKind::Rubric,
-            GraderKind::Qa => grader::GraderKind::Qa,
-            GraderKind::ClosedQa => grader::GraderKind::ClosedQa,
-            GraderKind::Factuality => grader::GraderKind::Factuality,
-        },
+        kind: asked.kind,
         input: &episode.task.input,
         target: episode.task.target.as_deref(),
         answer: Some(text),
@@ -86,7 +81,12 @@ pub(crate) async fn check(
                 "agreement": v.agreement, "raw_outputs": v.raw_outputs, "usage": v.usage, "cost_usd": v.cost_usd,
                 "judge": grader::judge_digest(&judge), "judge_settings": judge,
             });
-            Ok((v.passed, v.score, v.explanation, Some(provenance)))
+            Ok(CheckResult {
+                passed: v.passed,
+                value: v.score,
+                explanation: v.explanation,
+                provenance: Some(provenance),
+            })
         }
         Err(e) => Err(ScoringFault::grader(format!("{} ({} raw outputs)", e.message, e.raw_outputs.len()))),
     }

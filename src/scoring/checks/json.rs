@@ -2,11 +2,11 @@
 
 use serde_json::Value;
 
-use super::{Answer, Verdict, verdict};
+use super::{Answer, CheckResult, verdict};
 use crate::domain::scorer::JsonCheck;
 
 /// The answer (bare, or in a fenced block) against `check`.
-pub(crate) fn check(answer: &Answer<'_>, check: &JsonCheck) -> Verdict {
+pub(crate) fn check(answer: &Answer<'_>, check: &JsonCheck) -> CheckResult {
     let Some(text) = answer.text() else { return answer.missing() };
     let trimmed = text.trim();
     let body = trimmed

@@ -5,10 +5,10 @@
 
 use serde_json::Value;
 
-use super::{Answer, Scene, Verdict, verdict};
+use super::{Answer, CheckResult, Scene, verdict};
 use crate::domain::scorer::Literal;
 
-pub(crate) fn check(scene: &Scene<'_>, answer: &Answer<'_>, literal: &Literal) -> Verdict {
+pub(crate) fn check(scene: &Scene<'_>, answer: &Answer<'_>, literal: &Literal) -> CheckResult {
     let Some(text) = answer.text() else { return answer.missing() };
     let subject = answer.subject(text);
     let rendered = |t: &str| scene.render(t);

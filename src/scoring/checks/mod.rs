@@ -30,13 +30,26 @@ use crate::environment::{ReadBack, ToolFailure, World};
 /// How much of a file `file_contains` searches: the start of a larger file only.
 pub const FILE_SCAN_CAP: usize = 16 << 20;
 
-/// A check's verdict: whether it passed, its value, its explanation and, for graders, the
+/// What a check found: whether it passed, its value, its explanation and, for graders, the
 /// grader's provenance.
-pub(crate) type Verdict = (bool, f64, String, Option<Value>);
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CheckResult {
+    pub passed: bool,
+    pub value: f64,
+    pub explanation: String,
+    pub provenance: Option<Value>,
+}
 
-/// A verdict worth 1 or 0.
-pub(crate) fn verdict(passed: bool, explanation: String) -> Verdict {
-    (passed, if passed { 1.0 } else { 0.0 }, explanation, None)
+impl CheckResult {
+    /// A result of `value`, with no grader behind it.
+    pub fn valued(passed: bool, value: f64, explanation: String) -> Self {
+        CheckResult { passed, value, explanation, provenance: None }
+    }
+}
+
+/// A result worth 1 or 0.
+pub(crate) fn verdict(passed: bool, explanation: String) -> CheckResult {
+    CheckResult::valued(passed, if passed { 1.0 } else { 0.0 }, explanation)
 }
 
 /// What a check looks at: the finished episode, the task's template values and the final
@@ -50,7 +63,7 @@ pub(crate) struct Scene<'a> {
 impl Scene<'_> {
     /// A scorer's text rendered with the task's values; a template that fails is the
     /// scorer's failing verdict.
-    pub fn render(&self, text: &str) -> Result<String, Verdict> {
+    pub fn render(&self, text: &str) -> Result<String, CheckResult> {
         template::render(text, self.context).map_err(|e| verdict(false, format!("the scorer's template failed: {e}")))
     }
 
@@ -87,7 +100,7 @@ pub(crate) struct Answer<'a> {
 impl<'a> Answer<'a> {
     /// Reads the text: the final answer, or the world's text at `from` (one that cannot be
     /// read is the scorer's failing verdict).
-    pub async fn read(from: Option<&'a str>, scene: &Scene<'a>) -> Result<Result<Self, Verdict>, ScoringFault> {
+    pub async fn read(from: Option<&'a str>, scene: &Scene<'a>) -> Result<Result<Self, CheckResult>, ScoringFault> {
         let episode = scene.episode;
         let text = match from {
             None => episode.ending.final_answer.as_deref().map(Cow::Borrowed),
@@ -105,7 +118,7 @@ impl<'a> Answer<'a> {
     }
 
     /// The verdict on an episode without a final answer.
-    pub fn missing(&self) -> Verdict {
+    pub fn missing(&self) -> CheckResult {
         verdict(false, format!("no final answer (the episode ended by {})", self.episode.ending.termination.as_str()))
     }
 

@@ -1,9 +1,9 @@
 //! `numeric`: the first number in the answer against a number, within a tolerance.
 
-use super::{Answer, Scene, Verdict, quote, verdict};
+use super::{Answer, CheckResult, Scene, quote, verdict};
 
 /// The answer's first number is within `tolerance` of `expected` (a template).
-pub(crate) fn check(scene: &Scene<'_>, answer: &Answer<'_>, expected: &str, tolerance: f64) -> Verdict {
+pub(crate) fn check(scene: &Scene<'_>, answer: &Answer<'_>, expected: &str, tolerance: f64) -> CheckResult {
     let Some(text) = answer.text() else { return answer.missing() };
     let expected = scene.render(expected).ok().and_then(|e| e.trim().replace(',', "").parse::<f64>().ok());
     let Some(expected) = expected else {

@@ -3,7 +3,7 @@
 //! threshold with the similarity as its score; `not_similar` passes below it, scoring
 //! `1 − similarity`. An embedding model that cannot be reached leaves the episode unscored.
 
-use super::{Answer, Scene, Verdict};
+use super::{Answer, CheckResult, Scene};
 use crate::model::embedding::cosine;
 use crate::scoring::{Graders, ScoringFault};
 
@@ -20,7 +20,7 @@ pub(crate) async fn check(
     answer: &Answer<'_>,
     asked: &Asked<'_>,
     graders: &Graders,
-) -> Result<Verdict, ScoringFault> {
+) -> Result<CheckResult, ScoringFault> {
     let Some(text) = answer.text() else { return Ok(answer.missing()) };
     let expected = match scene.render(asked.expected) {
         Ok(e) => e,
@@ -47,5 +47,5 @@ pub(crate) async fn check(
         embedder.name,
         asked.threshold
     );
-    Ok((passed, score.clamp(0.0, 1.0), explanation, None))
+    Ok(CheckResult::valued(passed, score.clamp(0.0, 1.0), explanation))
 }

@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 use regex_automata::meta::{Config, Regex};
 use regex_automata::util::syntax;
 
-use super::{Answer, Scene, Verdict, verdict};
+use super::{Answer, CheckResult, Scene, verdict};
 use crate::domain::scorer::TextOp;
 
 /// The answer contains, equals or matches `expected` (or, negated, does not).
@@ -22,7 +22,7 @@ pub(crate) fn check(
     expected: &str,
     negate: bool,
     ignore_case: bool,
-) -> Verdict {
+) -> CheckResult {
     let expected = match scene.render(expected) {
         Ok(e) => e,
         Err(failed) => return failed,

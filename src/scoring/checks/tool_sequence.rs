@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::Verdict;
+use super::CheckResult;
 use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::domain::scorer::{ActorFilter, ArgMatch, ExpectedCall};
 use crate::environment::Trajectory;
@@ -18,7 +18,7 @@ pub(crate) fn check(
     mode: ArgMatch,
     partial: bool,
     actor: Option<&ActorFilter>,
-) -> Verdict {
+) -> CheckResult {
     let made: Vec<ToolCall> = match actor {
         Some(a) => trajectory.calls.iter().filter(|c| a.matches(&c.actor)).cloned().collect(),
         None => trajectory.calls.clone(),
@@ -48,7 +48,13 @@ fn arguments_match(mode: ArgMatch, expected: Option<&Value>, actual: &Value) -> 
 
 /// How many expected calls the trajectory holds (in order, or in any order), and the F1
 /// of matched calls against the calls made.
-fn sequence(actual: &[ToolCall], expected: &[ExpectedCall], ordered: bool, mode: ArgMatch, partial: bool) -> Verdict {
+fn sequence(
+    actual: &[ToolCall],
+    expected: &[ExpectedCall],
+    ordered: bool,
+    mode: ArgMatch,
+    partial: bool,
+) -> CheckResult {
     let made: Vec<&ToolCall> = actual.iter().filter(|c| c.name != FINAL_TOOL).collect();
     let matches =
         |e: &ExpectedCall, c: &ToolCall| e.name == c.name && arguments_match(mode, e.arguments.as_ref(), &c.arguments);
@@ -87,16 +93,10 @@ fn sequence(actual: &[ToolCall], expected: &[ExpectedCall], ordered: bool, mode:
     let how = if ordered { "in order" } else { "in any order" };
     let explanation =
         format!("{matched} of {} expected calls made {how} ({} calls in all; F1 {f1:.2})", expected.len(), made.len());
-    (
-        passed,
-        if partial {
-            f1
-        } else if passed {
-            1.0
-        } else {
-            0.0
-        },
-        explanation,
-        None,
-    )
+    let value = match (partial, passed) {
+        (true, _) => f1,
+        (false, true) => 1.0,
+        (false, false) => 0.0,
+    };
+    CheckResult::valued(passed, value, explanation)
 }

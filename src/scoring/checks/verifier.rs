@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::{Verdict, world_fault};
+use super::{CheckResult, world_fault};
 use crate::domain::harbor::{HARBOR_DIR, map_paths};
 use crate::environment::{World, read_regular, remove_tree};
 use crate::log::UnscoredCause;
@@ -39,7 +39,7 @@ pub(crate) struct Verifier<'a> {
     pub env: &'a BTreeMap<String, String>,
 }
 
-pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<Verdict, ScoringFault> {
+pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<CheckResult, ScoringFault> {
     let root = working_directory(world)?;
     let harbor = root.join(HARBOR_DIR);
     let prepared = prepare(&harbor, &root, verifier)
@@ -77,7 +77,7 @@ pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<
     match read_reward(&root, &Path::new(HARBOR_DIR).join("logs/verifier")) {
         Ok(Some((reward, file))) if (0.0..=1.0).contains(&reward) => {
             let passed = reward >= 1.0;
-            Ok((passed, reward, format!("tests/test.sh wrote reward {reward} to {file} ({how})"), None))
+            Ok(CheckResult::valued(passed, reward, format!("tests/test.sh wrote reward {reward} to {file} ({how})")))
         }
         Ok(Some((reward, file))) => {
             Err(fault(format!("tests/test.sh wrote reward {reward} to {file}, outside 0 to 1 ({how})")))
