@@ -8,7 +8,7 @@ use std::sync::Arc;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 
-use runner::agent::WorldModelView;
+use runner::agent::WorldView;
 use runner::contract::{Actor, ToolCall};
 use runner::domain::Task;
 use runner::environment::definition::Definition;
@@ -43,12 +43,12 @@ fn changed_files(c: &mut Criterion) {
         ..ToolCall::new("w", "write_file", json!({"path": "src/f000.txt", "content": "new\n"}))
     };
     assert!(runtime.block_on(env.act(&write, 2, &recorder)).error.is_none());
-    let first = runtime.block_on(WorldModelView::changed_files(&env, &Actor::Main));
+    let first = runtime.block_on(WorldView::changed_files(&env, &Actor::Main));
     assert_eq!(first, ["src/f000.txt"], "the change is named once");
 
     c.bench_function("changed_files/shell, an actor knowing 100 files", |b| {
         b.iter(|| {
-            let changed = runtime.block_on(WorldModelView::changed_files(&env, &Actor::Main));
+            let changed = runtime.block_on(WorldView::changed_files(&env, &Actor::Main));
             assert!(changed.is_empty());
         })
     });

@@ -36,7 +36,7 @@ pub struct Turn<'a> {
     pub recorder: &'a Recorder,
     /// What the world can tell the agent about the files it knows, and where a
     /// subagent's turns are run.
-    pub world: &'a dyn WorldModelView,
+    pub world: &'a dyn WorldView,
     /// The episode's shared state: its limits and what the whole tree of agents has spent
     /// of them and done. The one route by which an agent (a program agent's gateway too)
     /// reaches it.
@@ -47,7 +47,7 @@ pub struct Turn<'a> {
 /// actor read or wrote have changed since (by a command, another agent, the user). The
 /// environment answers; what to do with the answer is the agent's own code.
 #[async_trait]
-pub trait WorldModelView: Send + Sync {
+pub trait WorldView: Send + Sync {
     /// The files `actor` knows that changed since it last read or wrote them, each named
     /// once per change (see `environment::world_model`).
     async fn changed_files(&self, actor: &Actor) -> Vec<String>;
@@ -70,7 +70,7 @@ pub trait WorldModelView: Send + Sync {
 pub struct NoFiles;
 
 #[async_trait]
-impl WorldModelView for NoFiles {
+impl WorldView for NoFiles {
     async fn changed_files(&self, _actor: &Actor) -> Vec<String> {
         Vec::new()
     }

@@ -12,7 +12,7 @@ use tokio::task::JoinError;
 use tokio_util::sync::CancellationToken;
 
 use super::folder::{OpenRun, Scratch, world_making_folders};
-use super::memory::TaskMemory;
+use super::kept_notes::KeptNotes;
 use super::{EpisodeReport, EpisodeSpec, Grounds, RunError, RunOptions, RunResult, episodes, run_episode};
 use crate::budget::{Admission, RunMeter};
 use crate::log::{Event, EventLog, Outcome, Subscription, Termination, UnscoredCause};
@@ -77,7 +77,7 @@ impl<'a> Dispatcher<'a> {
         let grounds = Arc::new(Grounds { scratch, run_dir: opened.dir.clone(), sandbox: options.sandbox });
         let admitter = Arc::new(Admitter { meter, budgeted, log: log.clone(), not_run: AtomicU64::new(0) });
         let starter = Arc::new(Starter {
-            task_memory: Mutex::new(TaskMemory::new(&opened.dir)),
+            task_memory: Mutex::new(KeptNotes::new(&opened.dir)),
             log: log.clone(),
             stop: episodes_stop.clone(),
             roster: options.roster.clone(),
@@ -225,7 +225,7 @@ impl<'a> Dispatcher<'a> {
 /// Starts the run's episodes, with what every episode shares: the run's log, the
 /// episodes' stop, the models beside those under test, the grounds they run on.
 pub(super) struct Starter {
-    task_memory: Mutex<TaskMemory>,
+    task_memory: Mutex<KeptNotes>,
     log: EventLog,
     stop: CancellationToken,
     roster: Arc<super::Roster>,

@@ -11,7 +11,7 @@ use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::cast::{Cast, Roster};
-use super::memory::Slot;
+use super::kept_notes::NotesSlot;
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::notes::{SharedStores, Stores};
 use crate::agent::{Agent, AgentConfig, AgentSetup, EpisodeState, Lent, ProgramRoom, WorldFacts};
@@ -38,7 +38,7 @@ pub struct Grounds {
 /// Runs one episode: open, set up, play, score, close.
 pub async fn run_episode(
     spec: EpisodeSpec,
-    memory: Option<Slot>,
+    memory: Option<NotesSlot>,
     log: &EventLog,
     roster: &Roster,
     grounds: &Grounds,
@@ -79,7 +79,7 @@ struct Episode<'a> {
     recorder: Recorder,
     started: Instant,
     /// With `scope: task`, the task's turn at the notes kept across its epochs.
-    slot: Option<Slot>,
+    slot: Option<NotesSlot>,
     /// The agent's notes, when it keeps them; or why those an earlier epoch left could not
     /// be read back.
     notes: Result<Option<SharedStores>, String>,
@@ -111,7 +111,7 @@ impl<'a> Episode<'a> {
     /// (waiting for that epoch to end), the cast, and `episode_started`.
     async fn open(
         spec: &'a EpisodeSpec,
-        mut slot: Option<Slot>,
+        mut slot: Option<NotesSlot>,
         log: &EventLog,
         roster: &'a Roster,
         grounds: &'a Grounds,
@@ -334,7 +334,7 @@ impl<'a> Episode<'a> {
 /// The agent's notes for the episode, when it keeps them: with `scope: task`, those the
 /// epoch before left (waiting for that epoch to end), read back with the checks the
 /// suite's own entries got; else the task's.
-async fn open_notes(suite: &Suite, task: &Task, slot: Option<&mut Slot>) -> Result<Option<SharedStores>, String> {
+async fn open_notes(suite: &Suite, task: &Task, slot: Option<&mut NotesSlot>) -> Result<Option<SharedStores>, String> {
     let kept = match slot {
         Some(slot) => slot.open().await.and_then(|kept| match (kept, suite.agent.settings.notes()) {
             (Some(entries), Some(config)) => {

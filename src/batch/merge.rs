@@ -223,7 +223,7 @@ fn carry_state(runs: &[PathBuf], to: &Path) -> Result<(), String> {
     use crate::environment::kinds::{memory_store, web};
     for run in runs {
         // Kept per task or per episode: only overlapping runs hold one twice, differently.
-        for folder in [super::memory::FOLDER, memory_store::FOLDER] {
+        for folder in [super::kept_notes::FOLDER, memory_store::FOLDER] {
             copy_files(&run.join(folder), &to.join(folder), Twice::Refuse)?;
         }
         // The first answer to a request is the one a run keeps.

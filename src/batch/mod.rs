@@ -5,7 +5,7 @@ pub mod cast;
 mod dispatcher;
 mod episode;
 mod folder;
-pub mod memory;
+pub mod kept_notes;
 pub mod merge;
 pub mod regrade;
 pub mod resume;

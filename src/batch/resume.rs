@@ -45,7 +45,7 @@ pub fn find_logged_run(run: &Path, out_dir: &Path) -> Result<PathBuf, String> {
 }
 
 /// What a resumption asks for besides its suites: each must be what the run had.
-pub struct Asked<'a> {
+pub struct Given<'a> {
     pub models: &'a [Arc<Backend>],
     pub epochs: Option<u32>,
     pub shard: Option<(u64, u64)>,
@@ -57,8 +57,8 @@ pub struct Asked<'a> {
 
 /// What to keep of the run in `dir`, after checking that the same suites, models, epochs,
 /// shard and limits are asked for: the same episode ids, so "missing" means what it says.
-pub fn plan(dir: &Path, suites: &[Arc<Suite>], asked: &Asked<'_>) -> Result<Resume, String> {
-    let Asked { models, epochs, shard, limits, selection } = *asked;
+pub fn plan(dir: &Path, suites: &[Arc<Suite>], asked: &Given<'_>) -> Result<Resume, String> {
+    let Given { models, epochs, shard, limits, selection } = *asked;
     let lock = super::lock(dir)?;
     let events = dir.join("events.jsonl");
     let p = Projection::from_log(&events).map_err(|e| e.to_string())?;

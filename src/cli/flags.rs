@@ -9,7 +9,7 @@ use crate::batch;
 
 #[derive(Parser)]
 #[command(name = "runner", version, about = "Run LLM agents through task suites and tell how well they did.")]
-pub struct Cli {
+pub struct CommandLine {
     #[command(subcommand)]
     pub command: Command,
 }

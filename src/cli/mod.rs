@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::Parser;
 
-use flags::{Cli, Command};
+use flags::{Command, CommandLine};
 
 /// Distinct exit codes, documented in the README.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +80,7 @@ impl CliError {
 
 /// Parses the command line, runs the command, and returns its exit code.
 pub fn main() -> ExitCode {
-    exit_code(run(Cli::parse().command)).into()
+    exit_code(run(CommandLine::parse().command)).into()
 }
 
 fn run(command: Command) -> Result<Exit, CliError> {

@@ -58,7 +58,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     let resume = resume(
         args,
         &suites,
-        batch::resume::Asked { models: &models, epochs, shard: args.shard, limits, selection: &selection },
+        batch::resume::Given { models: &models, epochs, shard: args.shard, limits, selection: &selection },
     )?;
     let jobs = crate::sandbox::resources::fit_jobs(
         args.jobs.max(1),
@@ -179,7 +179,7 @@ fn check_epochs_and_limits(
 fn resume(
     args: &EvalArgs,
     suites: &[Arc<Suite>],
-    asked: batch::resume::Asked<'_>,
+    asked: batch::resume::Given<'_>,
 ) -> Result<Option<batch::Resume>, CliError> {
     let Some(run) = &args.resume else { return Ok(None) };
     let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;

@@ -48,7 +48,7 @@ pub struct Task {
     /// SHA-256 over the task's content (input, target, files, metadata).
     pub digest: String,
     /// The entries the agent's bounded memory starts with (`memory:`), when it has one.
-    pub memory: MemoryEntries,
+    pub memory: NoteEntries,
     /// The reference solution, shell commands the `oracle` agent runs in order (`solution:`,
     /// or a Harbor task's `solution/solve.sh`).
     pub solution: Vec<String>,
@@ -106,7 +106,7 @@ impl Task {
             answers: Vec::new(),
             user: None,
             digest: String::new(),
-            memory: MemoryEntries::default(),
+            memory: NoteEntries::default(),
             solution: Vec::new(),
             unavailable: None,
             copies: Vec::new(),
@@ -138,12 +138,12 @@ impl Task {
 /// or what an episode left.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct MemoryEntries {
+pub struct NoteEntries {
     pub memory: Vec<String>,
     pub user: Vec<String>,
 }
 
-impl MemoryEntries {
+impl NoteEntries {
     pub fn is_empty(&self) -> bool {
         self.memory.is_empty() && self.user.is_empty()
     }

@@ -24,7 +24,7 @@ use futures::FutureExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
 
-use crate::agent::{ActorEnding, Agent, WorldModelView};
+use crate::agent::{ActorEnding, Agent, WorldView};
 use crate::contract::fit;
 use crate::contract::{
     Actor, CallFault, EXIT_PLAN_MODE, ErrorType, FINAL_TOOL, Observation, ToolCall, ToolError, ToolSpec,
@@ -169,7 +169,7 @@ impl Environment {
 
 /// The agent asks the environment, which asks its world.
 #[async_trait]
-impl WorldModelView for Environment {
+impl WorldView for Environment {
     async fn changed_files(&self, actor: &Actor) -> Vec<String> {
         self.world.changed_files(actor).await
     }

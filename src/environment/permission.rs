@@ -186,7 +186,7 @@ pub struct Permissions {
 
 /// A decision about one call.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Verdict {
+pub struct Ruling {
     pub decision: PermissionDecision,
     pub decided_by: DecidedBy,
     /// The rule that matched.
@@ -195,7 +195,7 @@ pub struct Verdict {
     pub answer: Option<String>,
 }
 
-impl Verdict {
+impl Ruling {
     /// The observation's error for a denied call: it names the rule.
     pub fn error(&self, call: &ToolCall) -> ToolError {
         let rule = match &self.rule {
@@ -235,7 +235,7 @@ impl Permissions {
 
     /// Decides `call` by the first rule that matches it; an `ask` takes the answer `ask`
     /// gives (`None`: nobody answered). The final answer is always allowed.
-    pub fn decide(&self, call: &ToolCall, ask: impl FnOnce() -> Option<String>) -> Verdict {
+    pub fn decide(&self, call: &ToolCall, ask: impl FnOnce() -> Option<String>) -> Ruling {
         let rule = self.rule_for(call);
         let answer = if rule.is_some_and(|r| r.action == Action::Ask) { ask() } else { None };
         self.verdict(rule, answer)
@@ -248,9 +248,9 @@ impl Permissions {
     }
 
     /// The verdict of `rule` (the one `rule_for` found), with the user's answer to an `ask`.
-    pub fn verdict(&self, rule: Option<&Rule>, answer: Option<String>) -> Verdict {
+    pub fn verdict(&self, rule: Option<&Rule>, answer: Option<String>) -> Ruling {
         let Some(rule) = rule else {
-            return Verdict {
+            return Ruling {
                 decision: PermissionDecision::Allow,
                 decided_by: DecidedBy::Default,
                 rule: None,
@@ -266,7 +266,7 @@ impl Permissions {
                 None => (PermissionDecision::Deny, DecidedBy::Default, None),
             },
         };
-        Verdict { decision, decided_by, rule: Some(rule.clone()), answer }
+        Ruling { decision, decided_by, rule: Some(rule.clone()), answer }
     }
 }
 

@@ -69,7 +69,7 @@ pub struct Gateway {
 
 /// Why the episode ends, as the gateway saw it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Ending {
+pub enum GatewayEnd {
     /// A request came past a limit (steps, tokens, cost, time): refused, and the episode
     /// ends as the built-in agent's would.
     Limit(Termination),
@@ -83,14 +83,14 @@ pub struct GatewayHandle {
     addr: SocketAddr,
     key: String,
     state: Arc<State>,
-    ended: watch::Receiver<Option<Ending>>,
+    ended: watch::Receiver<Option<GatewayEnd>>,
     server: tokio::task::JoinHandle<()>,
 }
 
 struct State {
     key: String,
     gateway: Gateway,
-    ending: watch::Sender<Option<Ending>>,
+    ending: watch::Sender<Option<GatewayEnd>>,
     closed: AtomicBool,
     /// Model calls go one at a time: a script's turns, and a transcript, have one order.
     turn: tokio::sync::Mutex<()>,
@@ -243,12 +243,12 @@ impl GatewayHandle {
     }
 
     /// Why the episode must end, once a request has said so.
-    pub fn ending(&self) -> Option<Ending> {
+    pub fn ending(&self) -> Option<GatewayEnd> {
         self.ended.borrow().clone()
     }
 
     /// Waits until a request says the episode must end.
-    pub async fn ended(&self) -> Ending {
+    pub async fn ended(&self) -> GatewayEnd {
         let mut ended = self.ended.clone();
         let ending = ended.wait_for(Option::is_some).await.map(|ending| ending.clone());
         match ending {
@@ -366,7 +366,7 @@ async fn call(state: &State, wire: Wire, body: &[u8]) -> Result<Response<Full<By
     let step = match gateway.ledger.admit() {
         Ok(step) => step,
         Err(termination) => {
-            let ending = Ending::Limit(termination);
+            let ending = GatewayEnd::Limit(termination);
             let refusal = Refusal::ended(&ending);
             state.ending.send_replace(Some(ending));
             return Err(refusal);
@@ -384,7 +384,7 @@ async fn call(state: &State, wire: Wire, body: &[u8]) -> Result<Response<Full<By
         Ok(response) => response,
         Err(error) => {
             let refusal = Refusal::fault(&error);
-            state.ending.send_replace(Some(Ending::Fault(error)));
+            state.ending.send_replace(Some(GatewayEnd::Fault(error)));
             return Err(refusal);
         }
     };

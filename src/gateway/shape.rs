@@ -4,7 +4,7 @@
 use hyper::StatusCode;
 use serde_json::{Map, Value};
 
-use super::Ending;
+use super::GatewayEnd;
 use crate::contract::ToolSpec;
 use crate::log::Termination;
 use crate::model::{Message, ModelError};
@@ -65,10 +65,10 @@ impl Refusal {
 
     /// The episode is over: a limit was reached, or the model behind failed. 403 for a
     /// limit (the SDKs do not retry it), 502 for the model's failure.
-    pub fn ended(ending: &Ending) -> Self {
+    pub fn ended(ending: &GatewayEnd) -> Self {
         match ending {
-            Ending::Limit(termination) => Refusal::new(StatusCode::FORBIDDEN, limit_message(*termination)),
-            Ending::Fault(error) => Refusal::fault(error),
+            GatewayEnd::Limit(termination) => Refusal::new(StatusCode::FORBIDDEN, limit_message(*termination)),
+            GatewayEnd::Fault(error) => Refusal::fault(error),
         }
     }
 

@@ -247,10 +247,10 @@ async fn a_call_past_the_step_limit_is_refused_and_ends_the_episode() {
     let (status, body) = bench.chat(user("two")).await;
     assert_eq!(status, 403);
     assert!(body["error"]["message"].as_str().unwrap().contains("step limit"), "{body}");
-    assert_eq!(bench.handle.ending(), Some(Ending::Limit(Termination::MaxSteps)));
+    assert_eq!(bench.handle.ending(), Some(GatewayEnd::Limit(Termination::MaxSteps)));
     assert_eq!(
         tokio::time::timeout(Duration::from_secs(1), bench.handle.ended()).await,
-        Ok(Ending::Limit(Termination::MaxSteps))
+        Ok(GatewayEnd::Limit(Termination::MaxSteps))
     );
 }
 
@@ -260,7 +260,7 @@ async fn a_model_failing_behind_the_gateway_is_the_episodes_fault_not_the_agents
     assert_eq!(bench.chat(user("one")).await.0, 200);
     let (status, body) = bench.chat(user("two")).await;
     assert_eq!(status, 502, "{body}");
-    let Some(Ending::Fault(error)) = bench.handle.ending() else { panic!("{:?}", bench.handle.ending()) };
+    let Some(GatewayEnd::Fault(error)) = bench.handle.ending() else { panic!("{:?}", bench.handle.ending()) };
     assert_eq!(error.cause, crate::log::UnscoredCause::MockExhausted);
     assert_eq!(bench.chat(user("three")).await.0, 502, "the episode stays over");
     let calls = bench.events().iter().filter(|e| matches!(e, Event::ModelCall { .. })).count();

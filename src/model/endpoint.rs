@@ -215,25 +215,25 @@ impl EndpointModel {
     }
 
     /// The model one episode talks to: its templates see the task's fields.
-    pub fn for_task(self: &Arc<Self>, fields: Map<String, Value>) -> Asked {
-        Asked { shared: self.clone(), fields }
+    pub fn for_task(self: &Arc<Self>, fields: Map<String, Value>) -> LentEndpoint {
+        LentEndpoint { shared: self.clone(), fields }
     }
 }
 
 /// The endpoint lent to one episode.
-pub struct Asked {
+pub struct LentEndpoint {
     shared: Arc<EndpointModel>,
     fields: Map<String, Value>,
 }
 
-impl Asked {
+impl LentEndpoint {
     fn refused(&self, message: String) -> ModelError {
         ModelError::new(UnscoredCause::ConfigurationError, format!("{}: {message}", self.shared.name))
     }
 }
 
 #[async_trait]
-impl LanguageModel for Asked {
+impl LanguageModel for LentEndpoint {
     fn name(&self) -> &str {
         &self.shared.name
     }

@@ -225,7 +225,7 @@ pub(crate) struct TaskFile {
     pub answers: Vec<Text>,
     /// The entries the agent's memory starts with: `{memory: [...], user: [...]}`.
     #[serde(default)]
-    pub memory: crate::domain::MemoryEntries,
+    pub memory: crate::domain::NoteEntries,
     /// The task's user: `script:` or `simulated:`.
     pub user: Option<UserFile>,
     /// The user opens the episode and the agent talks with it until it says its stop word.

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use clap::CommandFactory;
-use runner::cli::flags::Cli;
+use runner::cli::flags::CommandLine;
 use runner::environment::KINDS;
 
 fn root() -> &'static Path {
@@ -146,7 +146,7 @@ fn every_tool_of_every_kind_is_on_its_kinds_page() {
 fn every_command_and_flag_is_in_the_commands_chapter() {
     let page = book().join("commands.md");
     let text = read(&page);
-    let mut cli = Cli::command();
+    let mut cli = CommandLine::command();
     cli.build();
 
     let top: Vec<String> = flags(&cli);

@@ -10,7 +10,7 @@ use runner::agent::EpisodeState;
 use runner::budget::EpisodeLimits;
 use runner::contract::Actor;
 use runner::domain::{MockCall, MockTurn, Task, text::Text};
-use runner::gateway::{Ending, Gateway};
+use runner::gateway::{Gateway, GatewayEnd};
 use runner::log::{Event, EventLog, Subscriber, Subscription, UnscoredCause};
 use runner::model::{Backend, BackendOptions, Role, config::ModelConfig};
 use serde_json::json;
@@ -64,7 +64,7 @@ struct Ran {
     output: std::process::Output,
     dir: tempfile::TempDir,
     events: Vec<Event>,
-    ending: Option<Ending>,
+    ending: Option<GatewayEnd>,
 }
 
 impl Ran {
@@ -277,7 +277,7 @@ fn an_outage_behind_the_gateway_is_a_provider_error_not_the_agents_failure() {
     let ran = run_agent("chat", "plain", &backend);
     assert!(!ran.output.status.success(), "the SDK shows the error: {}", ran.stdout());
     assert!(ran.stderr().contains("502") || ran.stderr().contains("InternalServerError"), "{}", ran.stderr());
-    let Some(Ending::Fault(error)) = &ran.ending else { panic!("{:?}", ran.ending) };
+    let Some(GatewayEnd::Fault(error)) = &ran.ending else { panic!("{:?}", ran.ending) };
     assert_eq!(error.cause, UnscoredCause::ProviderError, "{error:?}");
     assert_eq!(ran.kinds(), ["model_call", "gateway_refused"]);
     let Event::ModelCall { cause, .. } = &ran.events[0] else { unreachable!() };

@@ -232,3 +232,75 @@ fn the_layer_check_sees_every_form_of_import() {
     );
     assert_eq!(names_after("if let AgentSettings::Memory(s) = x {", "AgentSettings::"), ["Memory"]);
 }
+
+/// Names a public type may share across top modules: idiomatic ones that mean the same
+/// kind of thing wherever they are (a file format, a listing's entry).
+const SHARED_NAMES: [&str; 2] = ["Entry", "Format"];
+
+/// Each `pub` type (struct, enum, trait, alias) of `src/` and the workspace's crates,
+/// outside test modules, as `(name, top module, file:line)`.
+fn public_types() -> Vec<(String, String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    let trees = [
+        (root.join("src"), None),
+        (root.join("crates/contract/src"), Some("contract")),
+        (root.join("crates/sandbox/src"), Some("sandbox")),
+    ];
+    for (tree, crate_name) in trees {
+        let mut files = Vec::new();
+        rust_files(&tree, &mut files);
+        files.sort();
+        for file in files {
+            let relative = file.strip_prefix(&tree).unwrap_or(&file);
+            let top = match crate_name {
+                Some(name) => name.to_owned(),
+                None => relative
+                    .components()
+                    .next()
+                    .map(|c| c.as_os_str().to_string_lossy().trim_end_matches(".rs").to_owned())
+                    .unwrap_or_default(),
+            };
+            let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("read {}: {e}", file.display()));
+            for (n, line) in text.lines().enumerate() {
+                if line.starts_with("#[cfg(test)]") {
+                    break;
+                }
+                let Some(rest) = line.trim_start().strip_prefix("pub ") else { continue };
+                let Some(rest) = ["struct ", "enum ", "trait ", "type "].iter().find_map(|k| rest.strip_prefix(k))
+                else {
+                    continue;
+                };
+                let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                found.push((
+                    name,
+                    top.clone(),
+                    format!("{}:{}", file.strip_prefix(root).unwrap_or(&file).display(), n + 1),
+                ));
+            }
+        }
+    }
+    found
+}
+
+/// One noun per idea: two public types of one name in two top modules are two ideas under
+/// one word (a reader, or a `use`, takes one for the other).
+#[test]
+fn no_two_top_modules_declare_a_public_type_of_the_same_name() {
+    let mut by_name: std::collections::BTreeMap<String, Vec<(String, String)>> = Default::default();
+    for (name, top, at) in public_types() {
+        by_name.entry(name).or_default().push((top, at));
+    }
+    let shared: Vec<String> = by_name
+        .iter()
+        .filter(|(name, places)| {
+            let tops: std::collections::BTreeSet<&String> = places.iter().map(|(top, _)| top).collect();
+            tops.len() > 1 && !SHARED_NAMES.contains(&name.as_str())
+        })
+        .map(|(name, places)| {
+            format!("`{name}`: {}", places.iter().map(|(_, at)| at.as_str()).collect::<Vec<_>>().join(", "))
+        })
+        .collect();
+    assert!(shared.is_empty(), "public types of one name in several top modules:\n{}", shared.join("\n"));
+    assert!(by_name.contains_key("Event") && by_name.contains_key("Suite"), "the scan found the crate's types");
+}

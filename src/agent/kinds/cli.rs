@@ -19,7 +19,7 @@ use crate::config::decode::ConfigError;
 use crate::config::kind_keys::KindKeys;
 use crate::config::template;
 use crate::contract::{FINAL_TOOL, ToolCall};
-use crate::gateway::{Ending, Gateway, GatewayHandle};
+use crate::gateway::{GatewayEnd, Gateway, GatewayHandle};
 use crate::log::{Event, Outcome, ProgramEnd, Recorder, Termination, UnscoredCause};
 use crate::model::LanguageModel;
 use crate::sandbox::Confinement;
@@ -197,15 +197,15 @@ impl Agent for CliAgent {
         };
         handle.close();
         match ending {
-            Some(Ending::Fault(error)) => return Err(fault(error.cause, error.message)),
+            Some(GatewayEnd::Fault(error)) => return Err(fault(error.cause, error.message)),
             // The loop sees the limit the gateway refused past, and ends there.
-            Some(Ending::Limit(_)) => return Ok(Proposal::default()),
+            Some(GatewayEnd::Limit(_)) => return Ok(Proposal::default()),
             None => {}
         }
         let name = &launch.name;
         let done = ran.map_err(|e| fault(UnscoredCause::EnvironmentError, format!("`{name}` did not start: {e}")))?;
         self.ended = Some(exited(&done, turn.recorder));
-        if let Some(Ending::Fault(error)) = handle.ending() {
+        if let Some(GatewayEnd::Fault(error)) = handle.ending() {
             return Err(fault(error.cause, error.message));
         }
         let answer = match &program.answer {

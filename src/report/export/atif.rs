@@ -6,7 +6,7 @@
 use serde_json::{Map, Value, json};
 
 use super::EpisodeMeta;
-use super::conversation::{Conversation, Entry, Thread, Turn};
+use super::conversation::{Conversation, ConversationTurn, Entry, Thread};
 use crate::contract::Actor;
 
 pub const SCHEMA_VERSION: &str = "ATIF-v1.6";
@@ -108,7 +108,7 @@ fn plain(source: &str, message: &str, ts: Option<&String>) -> Map<String, Value>
     step
 }
 
-fn agent_step(meta: &EpisodeMeta, conversation: &Conversation, turn: &Turn) -> Map<String, Value> {
+fn agent_step(meta: &EpisodeMeta, conversation: &Conversation, turn: &ConversationTurn) -> Map<String, Value> {
     let mut step = plain("agent", turn.text.as_deref().unwrap_or_default(), Some(&turn.ts));
     step.insert("model_name".into(), json!(turn.model));
     let mut metrics = json!({

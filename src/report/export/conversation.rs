@@ -21,7 +21,7 @@ pub struct Call {
 
 /// A model turn: what it said and the calls it proposed, with its model, tokens and cost.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Turn {
+pub struct ConversationTurn {
     pub ts: String,
     pub model: String,
     pub text: Option<String>,
@@ -41,7 +41,7 @@ pub enum Entry {
         ts: String,
         text: String,
     },
-    Assistant(Turn),
+    Assistant(ConversationTurn),
 }
 
 /// What came back for a call, as the agent's transcript got it.
@@ -71,7 +71,7 @@ impl Thread {
         Thread { actor, system: None, tools: None, goal: None, entries: Vec::new() }
     }
 
-    pub fn turns(&self) -> impl Iterator<Item = &Turn> {
+    pub fn turns(&self) -> impl Iterator<Item = &ConversationTurn> {
         self.entries.iter().filter_map(|e| match e {
             Entry::Assistant(turn) => Some(turn),
             Entry::User { .. } => None,
@@ -196,7 +196,7 @@ impl Fold {
                     })
                     .collect();
                 let unmatched = vec![true; calls.len()];
-                let turn = Turn { ts: ts.to_owned(), model, text, calls, usage, cost_usd, unmatched, step };
+                let turn = ConversationTurn { ts: ts.to_owned(), model, text, calls, usage, cost_usd, unmatched, step };
                 thread.entries.push(Entry::Assistant(turn));
             }
             Event::ActionDispatched { step, call } => {

@@ -27,11 +27,11 @@ use crate::config::kind_keys::KindKeys;
 use crate::config::yaml;
 use crate::contract::fit::fit_text;
 use crate::contract::{FINAL_TOOL, ToolCall};
-use crate::gateway::{Ending, Gateway, GatewayHandle};
+use crate::gateway::{Gateway, GatewayEnd, GatewayHandle};
 use crate::log::{Event, Outcome, ProgramEnd, Recorder, Termination, UnscoredCause, Usage};
 use crate::model::LanguageModel;
 use program::{Incoming, Process, next_incoming};
-use protocol::{FromAgent, Limits, PROTOCOL_VERSION, ToAgent, TurnBudget};
+use protocol::{FromAgent, PROTOCOL_VERSION, StartLimits, ToAgent, TurnBudget};
 
 /// `kind: external`: a program proposes the calls.
 pub struct External;
@@ -138,7 +138,7 @@ impl ExternalAgent {
         if self.process.is_none() {
             let (env, endpoints) = (gateway.env(), endpoints(gateway));
             let mut process = self.parts.program.checkout(&env)?;
-            let limits = Limits {
+            let limits = StartLimits {
                 max_steps: turn.episode.limits.max_steps,
                 time_s: time_left(turn).as_secs_f64(),
                 max_tokens: turn.episode.limits.max_tokens,
@@ -252,7 +252,7 @@ impl ExternalAgent {
     fn proposal(
         &mut self,
         step: u32,
-        calls: Vec<protocol::ProposedCall>,
+        calls: Vec<protocol::WireCall>,
         text: Option<String>,
     ) -> Result<Proposal, String> {
         let mut proposed = Vec::with_capacity(calls.len().max(1));
@@ -325,11 +325,11 @@ impl Agent for ExternalAgent {
         // What the gateway saw comes first: a model failing behind it is nobody's answer,
         // whatever the program made of its 502; a limit its calls reached ends the episode.
         match ending {
-            Some(Ending::Fault(error)) => {
+            Some(GatewayEnd::Fault(error)) => {
                 self.broken = Some(format!("its model failed: {}", error.message));
                 return Err(AgentFault { cause: error.cause, message: error.message });
             }
-            Some(Ending::Limit(_)) => return Ok(Proposal::default()),
+            Some(GatewayEnd::Limit(_)) => return Ok(Proposal::default()),
             None => {}
         }
         let Some(turned) = turned else { return Ok(Proposal::default()) };

@@ -18,7 +18,7 @@ pub enum ToAgent<'a> {
         task: &'a Value,
         system: Option<&'a str>,
         tools: Vec<ToolSpec>,
-        limits: Limits,
+        limits: StartLimits,
         /// The episode's model gateway: `openai_base_url`, `anthropic_base_url`, `url`, `key`.
         gateway: Value,
     },
@@ -39,7 +39,7 @@ pub enum ToAgent<'a> {
 
 /// The episode's limits, as `start` states them.
 #[derive(Debug, Serialize)]
-pub struct Limits {
+pub struct StartLimits {
     pub max_steps: u32,
     pub time_s: f64,
     pub max_tokens: Option<u64>,
@@ -60,7 +60,7 @@ pub struct TurnBudget {
 pub enum FromAgent {
     Actions {
         #[serde(default)]
-        calls: Vec<ProposedCall>,
+        calls: Vec<WireCall>,
         #[serde(default)]
         text: Option<String>,
     },
@@ -88,7 +88,7 @@ const TYPES: [&str; 4] = ["actions", "usage", "fault", "log"];
 
 /// A call as the program proposes it: without `call_id`, runner names it.
 #[derive(Debug, Deserialize)]
-pub struct ProposedCall {
+pub struct WireCall {
     #[serde(default)]
     pub call_id: Option<String>,
     pub name: String,

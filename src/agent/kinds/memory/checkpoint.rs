@@ -69,14 +69,14 @@ impl ReplaySpent {
     }
 }
 
-pub struct Checkpoints {
+pub struct ReplayCheckpoints {
     db: Connection,
     /// How many messages of the history are stored.
     stored: usize,
 }
 
-impl Checkpoints {
-    pub fn open(path: &Path) -> Result<Checkpoints, String> {
+impl ReplayCheckpoints {
+    pub fn open(path: &Path) -> Result<ReplayCheckpoints, String> {
         let db = Connection::open(path).map_err(|e| format!("failed to open {}: {e}", path.display()))?;
         // Two episodes setting up a new file at once: one's switch to WAL meets the other's
         // lock, and SQLite answers it `database is locked` without waiting, whatever the
@@ -97,7 +97,7 @@ impl Checkpoints {
                 )
             })
             .map_err(|e| format!("failed to set up {}: {e}", path.display()))?;
-        Ok(Checkpoints { db, stored: 0 })
+        Ok(ReplayCheckpoints { db, stored: 0 })
     }
 
     /// Takes in the threads of the checkpoints in `other` (another shard's) that these have
@@ -183,7 +183,7 @@ mod tests {
                     .map(|i| {
                         let path = &path;
                         s.spawn(move || {
-                            let mut checkpoints = Checkpoints::open(path)?;
+                            let mut checkpoints = ReplayCheckpoints::open(path)?;
                             checkpoints.save(&format!("ep_{i}"), &state(1, &["hello"]))
                         })
                     })
@@ -209,11 +209,11 @@ mod tests {
     fn absorbing_another_runs_checkpoints_takes_the_threads_it_lacks_with_their_histories() {
         let dir = tempfile::tempdir().unwrap();
         let (mine, theirs) = (dir.path().join("mine.sqlite"), dir.path().join("theirs.sqlite"));
-        let mut other = Checkpoints::open(&theirs).unwrap();
+        let mut other = ReplayCheckpoints::open(&theirs).unwrap();
         other.save("ep_2", &state(2, &["a", "b"])).unwrap();
         other.save("ep_1", &state(7, &["stale"])).unwrap();
         drop(other);
-        let mut checkpoints = Checkpoints::open(&mine).unwrap();
+        let mut checkpoints = ReplayCheckpoints::open(&mine).unwrap();
         checkpoints.save("ep_1", &state(1, &["x"])).unwrap();
 
         checkpoints.absorb(&theirs).unwrap();

@@ -35,7 +35,7 @@ use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, 
 use answering::ToolAnswer;
 pub use answering::{AnswerWith, Answering};
 pub use checkpoint::FILE as CHECKPOINT_FILE;
-use checkpoint::{Checkpoints, ReplaySpent, ThreadState};
+use checkpoint::{ReplayCheckpoints, ReplaySpent, ThreadState};
 use control::{ADD_ENTRY, Ask, ControlState, GET_CONTEXT, Invocation, LIST_ENTRIES, Next, SEARCH_ENTRIES, decide};
 use ingestion::{Ingested, Lease};
 pub use kind::{Memory, Settings};
@@ -47,7 +47,7 @@ use prompts::Prompts;
 pub fn carry(from: &std::path::Path, to: &std::path::Path) -> Result<(), String> {
     let checkpoints = from.join(checkpoint::FILE);
     if checkpoints.is_file() {
-        Checkpoints::open(&to.join(checkpoint::FILE))?.absorb(&checkpoints)?;
+        ReplayCheckpoints::open(&to.join(checkpoint::FILE))?.absorb(&checkpoints)?;
     }
     ingestion::carry(from, to)
 }
@@ -60,7 +60,7 @@ pub fn replayed_calls(run_dir: &std::path::Path, thread: &str) -> Result<u32, St
     if !file.is_file() {
         return Ok(0);
     }
-    Ok(Checkpoints::open(&file)?.load(thread)?.spent.model_calls)
+    Ok(ReplayCheckpoints::open(&file)?.load(thread)?.spent.model_calls)
 }
 
 /// Every `flush_every`-th message of a session also flushes, unless the suite says.
@@ -144,7 +144,7 @@ pub struct MemoryAgent {
     broken: Option<String>,
     run_dir: Option<PathBuf>,
     /// Behind a lock only so that the agent can be shared while it waits for the model.
-    checkpoints: Option<std::sync::Mutex<Checkpoints>>,
+    checkpoints: Option<std::sync::Mutex<ReplayCheckpoints>>,
     loaded: bool,
     state: ThreadState,
     current: Option<InProgress>,
@@ -248,7 +248,7 @@ impl MemoryAgent {
         let mut taken_over = false;
         let mut checkpoints = match &self.run_dir {
             Some(dir) => {
-                let mut checkpoints = Checkpoints::open(&dir.join(checkpoint::FILE)).map_err(fault)?;
+                let mut checkpoints = ReplayCheckpoints::open(&dir.join(checkpoint::FILE)).map_err(fault)?;
                 self.state = checkpoints.load(&self.thread).map_err(fault)?;
                 if let IngestionPlan::Shared(Lease { taken_over: Some(earlier), .. }) = &self.ingestion {
                     // The replay another episode began, and its store (copied at the claim),

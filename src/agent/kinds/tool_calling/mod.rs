@@ -505,7 +505,7 @@ impl Handling {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::{ActorEnding, EpisodeState, ModelFor, NoFiles, WorldModelView};
+    use crate::agent::{ActorEnding, EpisodeState, ModelFor, NoFiles, WorldView};
     use crate::budget::EpisodeLimits;
     use crate::contract::ToolSpec;
     use crate::contract::{ErrorType, ToolError};
@@ -557,7 +557,7 @@ mod tests {
     async fn propose_in(
         agent: &mut ToolCallingAgent,
         observations: &[Observation],
-        world: &dyn WorldModelView,
+        world: &dyn WorldView,
     ) -> (Result<Proposal, AgentFault>, Vec<Value>) {
         let dir = tempfile::tempdir().unwrap();
         let (log, writer) = EventLog::create(&dir.path().join("e.jsonl"), "r").unwrap();
@@ -669,7 +669,7 @@ mod tests {
     struct Changed(Vec<String>);
 
     #[async_trait]
-    impl WorldModelView for Changed {
+    impl WorldView for Changed {
         async fn changed_files(&self, actor: &Actor) -> Vec<String> {
             if actor.is_main() { self.0.clone() } else { Vec::new() }
         }
@@ -699,7 +699,7 @@ mod tests {
     }
 
     #[async_trait]
-    impl WorldModelView for Acting {
+    impl WorldView for Acting {
         async fn changed_files(&self, _actor: &Actor) -> Vec<String> {
             Vec::new()
         }

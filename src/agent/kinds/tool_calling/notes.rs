@@ -24,7 +24,7 @@ pub const MAX_CHARS: usize = 1_000_000;
 /// How long the stores last.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Scope {
+pub enum NotesScope {
     /// Each episode starts from the task's initial entries.
     #[default]
     Episode,
@@ -38,12 +38,12 @@ pub enum Scope {
 pub struct NotesConfig {
     pub memory_chars: usize,
     pub user_chars: usize,
-    pub scope: Scope,
+    pub scope: NotesScope,
 }
 
 impl Default for NotesConfig {
     fn default() -> Self {
-        NotesConfig { memory_chars: MEMORY_CHARS, user_chars: USER_CHARS, scope: Scope::Episode }
+        NotesConfig { memory_chars: MEMORY_CHARS, user_chars: USER_CHARS, scope: NotesScope::Episode }
     }
 }
 
@@ -60,20 +60,20 @@ impl NotesConfig {
 }
 
 /// The entries of both stores: a task's initial ones, or what an episode left.
-pub use crate::domain::MemoryEntries as Entries;
+pub use crate::domain::NoteEntries as Entries;
 
 /// One of the two stores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Store {
+pub enum NotesStore {
     Memory,
     User,
 }
 
-impl Store {
+impl NotesStore {
     pub fn name(self) -> &'static str {
         match self {
-            Store::Memory => "memory",
-            Store::User => "user",
+            NotesStore::Memory => "memory",
+            NotesStore::User => "user",
         }
     }
 }
@@ -144,34 +144,34 @@ impl Stores {
         &self.entries
     }
 
-    fn list(&self, store: Store) -> &Vec<String> {
+    fn list(&self, store: NotesStore) -> &Vec<String> {
         match store {
-            Store::Memory => &self.entries.memory,
-            Store::User => &self.entries.user,
+            NotesStore::Memory => &self.entries.memory,
+            NotesStore::User => &self.entries.user,
         }
     }
 
-    fn list_mut(&mut self, store: Store) -> &mut Vec<String> {
+    fn list_mut(&mut self, store: NotesStore) -> &mut Vec<String> {
         match store {
-            Store::Memory => &mut self.entries.memory,
-            Store::User => &mut self.entries.user,
+            NotesStore::Memory => &mut self.entries.memory,
+            NotesStore::User => &mut self.entries.user,
         }
     }
 
-    pub fn limit(&self, store: Store) -> usize {
+    pub fn limit(&self, store: NotesStore) -> usize {
         match store {
-            Store::Memory => self.limits.0,
-            Store::User => self.limits.1,
+            NotesStore::Memory => self.limits.0,
+            NotesStore::User => self.limits.1,
         }
     }
 
     /// Characters the store takes as shown: its entries and the separators between them.
-    pub fn used(&self, store: Store) -> usize {
+    pub fn used(&self, store: NotesStore) -> usize {
         chars_of(self.list(store))
     }
 
     /// `[68% — 1,496/2,200 chars]`: the share is rounded down, so a full store alone says 100%.
-    pub fn usage_line(&self, store: Store) -> String {
+    pub fn usage_line(&self, store: NotesStore) -> String {
         let (used, limit) = (self.used(store), self.limit(store));
         format!("[{}% — {}/{} chars]", used * 100 / limit, thousands(used), thousands(limit))
     }
@@ -179,15 +179,15 @@ impl Stores {
     /// The block the agent's code adds to its system prompt: both stores, each with its
     /// usage line.
     pub fn prompt_block(&self) -> String {
-        let store = |title: &str, store: Store| {
+        let store = |title: &str, store: NotesStore| {
             let list = self.list(store);
             let body = if list.is_empty() { "(empty)".to_owned() } else { list.join(SEPARATOR) };
             format!("{title} {}\n{body}", self.usage_line(store))
         };
         format!(
             "{}\n\n{}\n\nKeep them with the `memory` tool: add, replace or remove an entry, or read a store.",
-            store("MEMORY (your notes)", Store::Memory),
-            store("USER PROFILE (what you know about the user)", Store::User)
+            store("MEMORY (your notes)", NotesStore::Memory),
+            store("USER PROFILE (what you know about the user)", NotesStore::User)
         )
     }
 
@@ -196,8 +196,8 @@ impl Stores {
         let call: Call = serde_json::from_value(arguments.clone())
             .map_err(|e| ToolError::new(ErrorType::ValidationError, format!("invalid arguments for `memory`: {e}")))?;
         let store = match call.target.as_str() {
-            "memory" => Store::Memory,
-            "user" => Store::User,
+            "memory" => NotesStore::Memory,
+            "user" => NotesStore::User,
             other => {
                 return Err(ToolError::new(
                     ErrorType::ValidationError,
@@ -268,7 +268,7 @@ impl Stores {
     }
 
     /// Puts `after` in place of the store's entries when it fits the limit.
-    fn fit(&mut self, store: Store, after: Vec<String>, doing: &str) -> Result<(), ToolError> {
+    fn fit(&mut self, store: NotesStore, after: Vec<String>, doing: &str) -> Result<(), ToolError> {
         let (now, would, limit) = (self.used(store), chars_of(&after), self.limit(store));
         if would > limit {
             return Err(refused(format!(
@@ -286,7 +286,7 @@ impl Stores {
     }
 
     /// The one entry that holds `text`; none or several is an error that says which.
-    fn find(&self, store: Store, text: &str) -> Result<usize, ToolError> {
+    fn find(&self, store: NotesStore, text: &str) -> Result<usize, ToolError> {
         let matches: Vec<usize> =
             self.list(store).iter().enumerate().filter(|(_, e)| e.contains(text)).map(|(i, _)| i).collect();
         match matches.as_slice() {
@@ -360,14 +360,14 @@ mod tests {
     fn the_usage_line_has_the_share_rounded_down_and_thousands_separators() {
         // 1,496 chars: two entries of 744 and 749 chars and one separator of 3.
         let s = stores(&[&"a".repeat(744), &"b".repeat(749)], &[]);
-        assert_eq!(s.used(Store::Memory), 1_496);
-        assert_eq!(s.usage_line(Store::Memory), "[68% — 1,496/2,200 chars]");
-        assert_eq!(s.usage_line(Store::User), "[0% — 0/1,375 chars]");
+        assert_eq!(s.used(NotesStore::Memory), 1_496);
+        assert_eq!(s.usage_line(NotesStore::Memory), "[68% — 1,496/2,200 chars]");
+        assert_eq!(s.usage_line(NotesStore::User), "[0% — 0/1,375 chars]");
         assert_eq!(thousands(0), "0");
         assert_eq!(thousands(999), "999");
         assert_eq!(thousands(1_000_000), "1,000,000");
         // 2,199 of 2,200 is not yet 100%.
-        assert_eq!(stores(&[&"x".repeat(2_199)], &[]).usage_line(Store::Memory), "[99% — 2,199/2,200 chars]");
+        assert_eq!(stores(&[&"x".repeat(2_199)], &[]).usage_line(NotesStore::Memory), "[99% — 2,199/2,200 chars]");
     }
 
     #[test]
@@ -410,7 +410,7 @@ mod tests {
         assert_eq!(s.entries().memory, ["0123456789"], "nothing changed");
         // 10 + 3 + 7 = 20 fits exactly.
         act(&mut s, json!({"action": "add", "target": "memory", "content": "abcdefg"})).unwrap();
-        assert_eq!(s.usage_line(Store::Memory), "[100% — 20/20 chars]");
+        assert_eq!(s.usage_line(NotesStore::Memory), "[100% — 20/20 chars]");
     }
 
     #[test]

@@ -29,7 +29,7 @@ use crate::sandbox::Confinement;
 mod session;
 
 use crate::environment::interpreter::{self, Interpreter};
-use session::{Folders, Session};
+use session::{Folders, PythonSession};
 
 /// The interpreter a world (or `execute_code`) runs: `configured`, else `python3` on `PATH`.
 /// The interpreter `definition` names (`python:`), if it names one.
@@ -268,7 +268,7 @@ pub struct PythonWorld {
 }
 
 struct State {
-    session: Option<Session>,
+    session: Option<PythonSession>,
     /// Set while a call runs: still set at the next call means that call was cancelled
     /// (its session, killed when the call was dropped, is gone).
     running: bool,
@@ -283,14 +283,15 @@ impl PythonWorld {
         let folders = Folders { work: &root, tmp: &tmp };
         // Started now, so that an interpreter that cannot run in the sandbox fails the
         // setup (unscored) rather than the agent's first call.
-        let session = Session::start(&interpreter, &folders, &sandbox, definition.limits.output_cap_bytes).await?;
+        let session =
+            PythonSession::start(&interpreter, &folders, &sandbox, definition.limits.output_cap_bytes).await?;
         let state = tokio::sync::Mutex::new(State { session: Some(session), running: false });
         Ok(PythonWorld { dir, root, tmp, limits: definition.limits.clone(), sandbox, interpreter, state })
     }
 
-    async fn start(&self) -> Result<Session, String> {
+    async fn start(&self) -> Result<PythonSession, String> {
         let folders = Folders { work: &self.root, tmp: &self.tmp };
-        Session::start(&self.interpreter, &folders, &self.sandbox, self.limits.output_cap_bytes).await
+        PythonSession::start(&self.interpreter, &folders, &self.sandbox, self.limits.output_cap_bytes).await
     }
 
     /// Runs one request in the session, within `timeout_s` (capped by the environment's

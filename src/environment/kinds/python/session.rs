@@ -27,7 +27,7 @@ pub struct Folders<'a> {
 }
 
 /// One running interpreter and the pipes to its driver.
-pub struct Session {
+pub struct PythonSession {
     process: Supervised,
     requests: ChildStdin,
     answers: BufReader<ChildStdout>,
@@ -37,14 +37,14 @@ pub struct Session {
     answer_limit: u64,
 }
 
-impl Session {
+impl PythonSession {
     /// Starts the interpreter in `sandbox` and waits for its driver to say it is ready.
     pub async fn start(
         interpreter: &Interpreter,
         folders: &Folders<'_>,
         sandbox: &Arc<Confinement>,
         cap: usize,
-    ) -> Result<Session, String> {
+    ) -> Result<PythonSession, String> {
         let mut command = Command::new(&interpreter.executable);
         // -E: no PYTHON* variables; -s: no user site-packages; -B: no .pyc files written.
         command
@@ -66,7 +66,8 @@ impl Session {
             return Err("the interpreter's pipes were not set up".into());
         };
         let answer_limit = 16 * cap as u64 + (1 << 20);
-        let mut session = Session { process, requests, answers: BufReader::new(answers), next_id: 1, answer_limit };
+        let mut session =
+            PythonSession { process, requests, answers: BufReader::new(answers), next_id: 1, answer_limit };
         let ready = tokio::time::timeout(START_TIMEOUT, session.read_answer()).await;
         match ready {
             Ok(Ok(hello)) if hello["ready"] == true => Ok(session),

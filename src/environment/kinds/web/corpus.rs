@@ -35,7 +35,7 @@ impl CorpusError {
 
 /// One search result.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Hit {
+pub struct CorpusHit {
     pub url: String,
     pub title: String,
     pub snippet: String,
@@ -132,7 +132,7 @@ impl Corpus {
 
     /// The best `limit` pages for `query` by BM25, best first. The query is read leniently:
     /// words, `"phrases"`, `+required` and `-excluded` words; a syntax slip is dropped, not an error.
-    pub fn search(&self, query: &str, limit: usize) -> Result<Vec<Hit>, String> {
+    pub fn search(&self, query: &str, limit: usize) -> Result<Vec<CorpusHit>, String> {
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -148,7 +148,7 @@ impl Corpus {
             else {
                 continue;
             };
-            hits.push(Hit {
+            hits.push(CorpusHit {
                 url: page.url.clone(),
                 title: page.title.clone(),
                 snippet: snippet(&page.text, query, SNIPPET_BYTES),

@@ -1,4 +1,4 @@
-//! `agent.memory.scope: task`: the agent's memory stores kept across a task's epochs (per
+//! The notes kept across a task's epochs (`agent.memory.scope: task`): the agent's notes (per
 //! model) in the run folder, one file per epoch that saved them,
 //! `results/<run-id>/memory/<suite>.<task>.<model>.<hash>.e<N>.json`. The epochs of one task
 //! run one after another, in epoch order, each starting from what the last scored epoch
@@ -12,13 +12,13 @@ use sha2::{Digest, Sha256};
 use tokio::sync::oneshot;
 
 use super::EpisodeSpec;
-use crate::agent::notes::{Entries, Scope};
+use crate::agent::notes::{Entries, NotesScope};
 
 /// The folder of the run folder that holds the stores.
 pub const FOLDER: &str = "memory";
 
 /// Hands each episode of a `scope: task` suite its slot, in the order of the plan.
-pub struct TaskMemory {
+pub struct KeptNotes {
     dir: PathBuf,
     /// Per file, the signal that the episode before ends (its slot is dropped).
     last: HashMap<PathBuf, oneshot::Receiver<()>>,
@@ -26,7 +26,7 @@ pub struct TaskMemory {
 
 /// One episode's turn at a task's stored memory: it waits for the epoch before it, reads
 /// the stores, and writes them back when it was scored.
-pub struct Slot {
+pub struct NotesSlot {
     /// The task's file; each epoch saves beside it as `….eN.json`.
     path: PathBuf,
     epoch: u32,
@@ -37,16 +37,16 @@ pub struct Slot {
     _done: oneshot::Sender<()>,
 }
 
-impl TaskMemory {
+impl KeptNotes {
     pub fn new(run_dir: &Path) -> Self {
-        TaskMemory { dir: run_dir.join(FOLDER), last: HashMap::new() }
+        KeptNotes { dir: run_dir.join(FOLDER), last: HashMap::new() }
     }
 
     /// The episode's slot, when its suite keeps memory across epochs; slots are taken in
     /// plan order, so an epoch waits for the one planned before it.
-    pub fn slot(&mut self, spec: &EpisodeSpec) -> Option<Slot> {
+    pub fn slot(&mut self, spec: &EpisodeSpec) -> Option<NotesSlot> {
         let scope = spec.suite.agent.settings.notes().map(|m| m.scope);
-        if scope != Some(Scope::Task) {
+        if scope != Some(NotesScope::Task) {
             return None;
         }
         let task = &spec.suite.tasks[spec.task];
@@ -58,7 +58,7 @@ impl TaskMemory {
         let path = self.dir.join(file_name(&spec.suite.name, &task.id, &model));
         let (done, next) = oneshot::channel();
         let after = self.last.insert(path.clone(), next);
-        Some(Slot { path, epoch: spec.epoch, read: None, after, _done: done })
+        Some(NotesSlot { path, epoch: spec.epoch, read: None, after, _done: done })
     }
 }
 
@@ -77,7 +77,7 @@ fn file_name(suite: &str, task: &str, model: &str) -> String {
     format!("{}.{}.{}.{}.json", clean(suite), clean(task), clean(model), &hash[..8])
 }
 
-impl Slot {
+impl NotesSlot {
     /// Waits for the epoch before (however it ended), then reads the stores it left; `None`
     /// when no epoch has left any yet.
     pub async fn open(&mut self) -> Result<Option<Entries>, String> {
