@@ -260,26 +260,7 @@ impl Confinement {
             return Ok(Self::off(by));
         }
         let off_hint = "; to run without the sandbox, say `sandbox: off` in the suite or pass `--sandbox off`";
-        if support.landlock_abi < 1 {
-            return Err(format!(
-                "the sandbox cannot confine files: this kernel does not enforce Landlock (Linux 5.13 or later, with \
-                 `landlock` in the boot's lsm= list){off_hint}"
-            ));
-        }
-        // ABI 3 controls truncate(2), ABI 6 keeps a command from signalling the runner.
-        if support.landlock_abi < MIN_LANDLOCK_ABI {
-            return Err(format!(
-                "the sandbox needs Landlock ABI {MIN_LANDLOCK_ABI} (Linux 6.12) to keep commands from truncating \
-                 files outside and from signalling the runner; this kernel has ABI {}{off_hint}",
-                support.landlock_abi
-            ));
-        }
-        if !support.seccomp {
-            return Err(format!(
-                "the sandbox cannot filter system calls (the network, other processes' limits): seccomp filters \
-                 are not available on this system or architecture{off_hint}"
-            ));
-        }
+        check_support(support, off_hint)?;
         let abi = landlock::ABI::from(support.landlock_abi);
         let hidden: Vec<PathBuf> = match &spec.hide {
             Some(paths) => resolved(paths),
@@ -296,92 +277,12 @@ impl Confinement {
             .and_then(|r| to_gateway_only(r, abi, gateway_port))
             .map_err(|e| format!("the sandbox failed: {e}"))?;
         let unprivileged = unprivileged(support, &writable, off_hint)?;
-
-        let mut limits = vec![(libc::RLIMIT_CORE, rlimit(0, 0))];
-        let l = &spec.limits;
-        if let Some(s) = l.cpu_s {
-            // The soft limit sends SIGXCPU, the hard one a second later SIGKILL.
-            limits.push((libc::RLIMIT_CPU, rlimit(s, s.saturating_add(1))));
-        }
-        if let Some(mb) = l.memory_mb {
-            let bytes = mb.saturating_mul(1 << 20);
-            limits.push((libc::RLIMIT_AS, rlimit(bytes, bytes)));
-        }
-        if let Some(mb) = l.file_size_mb {
-            let bytes = mb.saturating_mul(1 << 20);
-            limits.push((libc::RLIMIT_FSIZE, rlimit(bytes, bytes)));
-        }
-        if let Some(n) = l.open_files {
-            limits.push((libc::RLIMIT_NOFILE, rlimit(n, n)));
-        }
-        let mut cgroup = None;
-        let processes = match l.processes {
-            None => "unlimited".to_owned(),
-            // The kernel does not hold root to RLIMIT_NPROC: a pids cgroup does it.
-            Some(n) if support.root => {
-                cgroup = Some(Cgroup::create(n).map_err(|e| {
-                    format!(
-                        "the sandbox cannot limit processes: the runner runs as root, whom the kernel exempts from \
-                         RLIMIT_NPROC, and no pids cgroup could be made ({e}); set `limits.processes: null` in the \
-                         environment's sandbox to run without that limit{off_hint}"
-                    )
-                })?);
-                format!("{n} (pids cgroup)")
-            }
-            Some(n) => {
-                // RLIMIT_NPROC counts every process of the user, not only the episode's.
-                let running = processes_of_user();
-                let total = n.saturating_add(running);
-                limits.push((libc::RLIMIT_NPROC, rlimit(total, total)));
-                format!("{n} (RLIMIT_NPROC, over the {running} threads the user already runs, shared by its episodes)")
-            }
-        };
-        let limits: Vec<_> = limits.into_iter().map(|(resource, l)| (resource, within_own(resource, l))).collect();
+        let (limits, cgroup, processes) = process_limits(support, &spec.limits, off_hint)?;
         let filter = Some(match gateway_port {
             Some(_) => seccomp_filter_with(SocketRule::StreamOnly),
             None => seccomp_filter(spec.network),
         });
-        // What each limit is once lowered to the runner's own, in the unit of the spec.
-        let effective = |resource, unit: u64| {
-            limits.iter().find(|(r, _)| *r == resource).map(|(_, l)| {
-                #[allow(clippy::unnecessary_cast)]
-                let soft = l.rlim_cur as u64;
-                soft / unit
-            })
-        };
-        let scoped = support.landlock_abi >= 6;
-        let enforced = json!({
-            "enabled": true,
-            "filesystem": format!("landlock ABI {}", support.landlock_abi),
-            "network": match gateway_port {
-                Some(port) => format!(
-                    "the model gateway only (landlock: TCP connect to port {port} alone, no bind; seccomp: IPv4/IPv6 \
-                     TCP sockets only, no listen, no TCP Fast Open)"
-                ),
-                None if spec.network => "allowed".to_owned(),
-                None => "blocked (seccomp: no socket of any family, socketpair only; landlock for TCP)".to_owned(),
-            },
-            "signals": if scoped { "scoped to the sandbox" } else { "not scoped" },
-            "other_processes": "no tracing, signals, limits or priorities of processes outside",
-            "capabilities": if support.root {
-                "CAP_DAC_READ_SEARCH alone (to read what Landlock allows), bounding set emptied of the rest"
-            } else {
-                "none (not root)"
-            },
-            "user": match &unprivileged {
-                Some(handover) => {
-                    format!("uid and gid {}, no account, no other groups (the runner is root)", handover.id)
-                }
-                None => "the runner's".to_owned(),
-            },
-            "limits": {
-                "cpu_s": effective(libc::RLIMIT_CPU, 1),
-                "memory_mb": effective(libc::RLIMIT_AS, 1 << 20),
-                "processes": processes,
-                "file_size_mb": effective(libc::RLIMIT_FSIZE, 1 << 20),
-                "open_files": effective(libc::RLIMIT_NOFILE, 1),
-            },
-        });
+        let enforced = enforced(support, spec.network, gateway_port, unprivileged.as_ref(), (&limits, processes));
         Ok(Arc::new(Confinement { ruleset: Some(ruleset), filter, limits, cgroup, unprivileged, enforced }))
     }
 
@@ -519,6 +420,132 @@ fn expand_without(root: &Path, hidden: &[PathBuf], out: &mut Vec<PathBuf>) {
     for entry in entries.flatten() {
         expand_without(&entry.path(), hidden, out);
     }
+}
+
+/// Refuses a sandbox this kernel cannot enforce, saying what it lacks.
+fn check_support(support: &Support, off_hint: &str) -> Result<(), String> {
+    if support.landlock_abi < 1 {
+        return Err(format!(
+            "the sandbox cannot confine files: this kernel does not enforce Landlock (Linux 5.13 or later, with \
+             `landlock` in the boot's lsm= list){off_hint}"
+        ));
+    }
+    // ABI 3 controls truncate(2), ABI 6 keeps a command from signalling the runner.
+    if support.landlock_abi < MIN_LANDLOCK_ABI {
+        return Err(format!(
+            "the sandbox needs Landlock ABI {MIN_LANDLOCK_ABI} (Linux 6.12) to keep commands from truncating \
+             files outside and from signalling the runner; this kernel has ABI {}{off_hint}",
+            support.landlock_abi
+        ));
+    }
+    if !support.seccomp {
+        return Err(format!(
+            "the sandbox cannot filter system calls (the network, other processes' limits): seccomp filters \
+             are not available on this system or architecture{off_hint}"
+        ));
+    }
+    Ok(())
+}
+
+/// The resource limits of a world's processes, each lowered to the runner's own, the pids
+/// cgroup that holds a root runner's to their number, and that number as `enforced` says it.
+#[allow(clippy::type_complexity)]
+fn process_limits(
+    support: &Support,
+    l: &ProcessLimits,
+    off_hint: &str,
+) -> Result<(Vec<(libc::__rlimit_resource_t, libc::rlimit)>, Option<Cgroup>, String), String> {
+    let mut limits = vec![(libc::RLIMIT_CORE, rlimit(0, 0))];
+    if let Some(s) = l.cpu_s {
+        // The soft limit sends SIGXCPU, the hard one a second later SIGKILL.
+        limits.push((libc::RLIMIT_CPU, rlimit(s, s.saturating_add(1))));
+    }
+    if let Some(mb) = l.memory_mb {
+        let bytes = mb.saturating_mul(1 << 20);
+        limits.push((libc::RLIMIT_AS, rlimit(bytes, bytes)));
+    }
+    if let Some(mb) = l.file_size_mb {
+        let bytes = mb.saturating_mul(1 << 20);
+        limits.push((libc::RLIMIT_FSIZE, rlimit(bytes, bytes)));
+    }
+    if let Some(n) = l.open_files {
+        limits.push((libc::RLIMIT_NOFILE, rlimit(n, n)));
+    }
+    let mut cgroup = None;
+    let processes = match l.processes {
+        None => "unlimited".to_owned(),
+        // The kernel does not hold root to RLIMIT_NPROC: a pids cgroup does it.
+        Some(n) if support.root => {
+            cgroup = Some(Cgroup::create(n).map_err(|e| {
+                format!(
+                    "the sandbox cannot limit processes: the runner runs as root, whom the kernel exempts from \
+                     RLIMIT_NPROC, and no pids cgroup could be made ({e}); set `limits.processes: null` in the \
+                     environment's sandbox to run without that limit{off_hint}"
+                )
+            })?);
+            format!("{n} (pids cgroup)")
+        }
+        Some(n) => {
+            // RLIMIT_NPROC counts every process of the user, not only the episode's.
+            let running = processes_of_user();
+            let total = n.saturating_add(running);
+            limits.push((libc::RLIMIT_NPROC, rlimit(total, total)));
+            format!("{n} (RLIMIT_NPROC, over the {running} threads the user already runs, shared by its episodes)")
+        }
+    };
+    let limits = limits.into_iter().map(|(resource, l)| (resource, within_own(resource, l))).collect();
+    Ok((limits, cgroup, processes))
+}
+
+/// What a sandbox enforces, as `run.json` and the first observation say it.
+fn enforced(
+    support: &Support,
+    network: bool,
+    gateway_port: Option<u16>,
+    unprivileged: Option<&Handover>,
+    (limits, processes): (&[(libc::__rlimit_resource_t, libc::rlimit)], String),
+) -> Value {
+    // What each limit is once lowered to the runner's own, in the unit of the spec.
+    let effective = |resource, unit: u64| {
+        limits.iter().find(|(r, _)| *r == resource).map(|(_, l)| {
+            #[allow(clippy::unnecessary_cast)]
+            let soft = l.rlim_cur as u64;
+            soft / unit
+        })
+    };
+    let scoped = support.landlock_abi >= 6;
+    json!({
+        "enabled": true,
+        "filesystem": format!("landlock ABI {}", support.landlock_abi),
+        "network": match gateway_port {
+            Some(port) => format!(
+                "the model gateway only (landlock: TCP connect to port {port} alone, no bind; seccomp: IPv4/IPv6 \
+                 TCP sockets only, no listen, no TCP Fast Open)"
+            ),
+            None if network => "allowed".to_owned(),
+            None => "blocked (seccomp: no socket of any family, socketpair only; landlock for TCP)".to_owned(),
+        },
+        "signals": if scoped { "scoped to the sandbox" } else { "not scoped" },
+        "other_processes": "no tracing, signals, limits or priorities of processes outside",
+        "capabilities": if support.root {
+            "CAP_DAC_READ_SEARCH alone (to read what Landlock allows), bounding set emptied of the rest"
+        } else {
+            "none (not root)"
+        },
+        "user": match unprivileged {
+            Some(handover) => {
+                format!("uid and gid {}, no account, no other groups (the runner is root)", handover.id)
+            }
+            None => "the runner's".to_owned(),
+        },
+        "limits": {
+            "cpu_s": effective(libc::RLIMIT_CPU, 1),
+            "memory_mb": effective(libc::RLIMIT_AS, 1 << 20),
+            "processes": processes,
+            "file_size_mb": effective(libc::RLIMIT_FSIZE, 1 << 20),
+            "open_files": effective(libc::RLIMIT_NOFILE, 1),
+        },
+    })
 }
 
 /// `paths`, links resolved where they exist.
