@@ -133,8 +133,8 @@ async fn serve_one(stream: TcpStream, state: Arc<State>, connection: Arc<Connect
     lock(&state.connections.unkeyed).retain(|(other, _)| *other != id);
 }
 
-/// A request's body, whole, and the room it holds of [`BODY_KIB`] until it is dropped.
-pub struct Body<'a> {
+/// A request's body, read whole, and the room it holds of [`BODY_KIB`] until it is dropped.
+pub struct ReadBody<'a> {
     pub bytes: Vec<u8>,
     _room: Option<SemaphorePermit<'a>>,
 }
@@ -148,7 +148,7 @@ enum Unread {
 /// Reads a request's body within [`Patience::body`] and the episode's time. A body cut
 /// short once the episode is over is refused as that (the program is gone), not as a body
 /// too large or broken.
-pub async fn read_body(state: &State, body: Incoming) -> Result<Body<'_>, Refusal> {
+pub async fn read_body(state: &State, body: Incoming) -> Result<ReadBody<'_>, Refusal> {
     let deadline = (tokio::time::Instant::now() + state.patience.body).min(state.gateway.ledger.deadline().at());
     let read = tokio::time::timeout_at(deadline, read_frames(state, body)).await;
     let ended = || Refusal::new(StatusCode::REQUEST_TIMEOUT, "the episode ended while the body was being read");
@@ -170,7 +170,7 @@ pub async fn read_body(state: &State, body: Incoming) -> Result<Body<'_>, Refusa
 }
 
 /// The body's bytes as they come, each KiB taking its room first.
-async fn read_frames(state: &State, mut body: Incoming) -> Result<Body<'_>, Unread> {
+async fn read_frames(state: &State, mut body: Incoming) -> Result<ReadBody<'_>, Unread> {
     let kib = |bytes: usize| bytes.div_ceil(1 << 10);
     let mut bytes = Vec::new();
     let mut room: Option<SemaphorePermit<'_>> = None;
@@ -191,5 +191,5 @@ async fn read_frames(state: &State, mut body: Incoming) -> Result<Body<'_>, Unre
         }
         bytes.extend_from_slice(&data);
     }
-    Ok(Body { bytes, _room: room })
+    Ok(ReadBody { bytes, _room: room })
 }
