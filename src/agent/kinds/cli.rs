@@ -19,7 +19,7 @@ use crate::config::decode::ConfigError;
 use crate::config::kind_keys::KindKeys;
 use crate::config::template;
 use crate::contract::{FINAL_TOOL, ToolCall};
-use crate::gateway::{GatewayEnd, Gateway, GatewayHandle};
+use crate::gateway::{Gateway, GatewayEnd, GatewayHandle};
 use crate::log::{Event, Outcome, ProgramEnd, Recorder, Termination, UnscoredCause};
 use crate::model::LanguageModel;
 use crate::sandbox::Confinement;
