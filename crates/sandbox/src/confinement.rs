@@ -31,6 +31,7 @@ use std::sync::{Arc, OnceLock};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use super::root::{IdMap, Root};
 use super::unprivileged::Handover;
 
 /// The system folders a command may read and run from.
@@ -185,8 +186,20 @@ pub struct Confinement {
     cgroup: Option<Cgroup>,
     /// The user the processes become, and the folders handed to it (the runner is root).
     unprivileged: Option<Handover>,
+    /// For a world in an image's root: the root, the ids it is seen with, and the image's
+    /// user its processes become.
+    root: Option<InRoot>,
     /// What is enforced, as recorded.
     enforced: Value,
+}
+
+/// Where the processes of a world in an image's root live: its namespaces, and the image's
+/// user (uid, gid) they run as.
+#[derive(Debug)]
+struct InRoot {
+    root: Arc<Root>,
+    ids: Arc<IdMap>,
+    user: (u32, u32),
 }
 
 impl std::fmt::Debug for Confinement {
@@ -204,6 +217,7 @@ impl Confinement {
             limits: Vec::new(),
             cgroup: None,
             unprivileged: None,
+            root: None,
             enforced: json!({"enabled": false, "turned_off_by": by}),
         })
     }
@@ -283,7 +297,49 @@ impl Confinement {
             None => seccomp_filter(spec.network),
         });
         let enforced = enforced(support, spec.network, gateway_port, unprivileged.as_ref(), (&limits, processes));
-        Ok(Arc::new(Confinement { ruleset: Some(ruleset), filter, limits, cgroup, unprivileged, enforced }))
+        Ok(Arc::new(Confinement { ruleset: Some(ruleset), filter, limits, cgroup, unprivileged, root: None, enforced }))
+    }
+
+    /// Prepares the sandbox of a world in an image's `root`: its processes enter the root's
+    /// namespaces and run as the image's `user` (uid, gid of the image, seen through `ids`),
+    /// within the root alone (Landlock), with the network `spec` allows (seccomp, Landlock
+    /// for TCP), under its limits. The sandbox cannot be off for such a world.
+    pub fn prepare_in_root(
+        spec: &SandboxSpec,
+        root: Arc<Root>,
+        ids: Arc<IdMap>,
+        user: (u32, u32),
+    ) -> Result<Arc<Self>, String> {
+        let support = support();
+        let off_hint = "";
+        check_support(support, off_hint)?;
+        if ids.host_id(user.0).is_none() || ids.host_id(user.1).is_none() {
+            return Err(format!(
+                "the image's user {}:{} is beyond the ids an image may use ({})",
+                user.0, user.1, ids.range
+            ));
+        }
+        let abi = landlock::ABI::from(support.landlock_abi);
+        let ruleset =
+            ruleset(abi, spec.network, &[root.path()], &[]).map_err(|e| format!("the sandbox failed: {e}"))?;
+        let (limits, cgroup, processes) = process_limits(support, &spec.limits, off_hint)?;
+        let filter = Some(seccomp_filter(spec.network));
+        let mut enforced = enforced(support, spec.network, None, None, (&limits, processes));
+        enforced["filesystem"] = json!(format!(
+            "the image's root alone (a mount namespace of its own; landlock ABI {})",
+            support.landlock_abi
+        ));
+        enforced["user"] = json!(format!(
+            "the image's {}:{} (host ids {} and up, a user namespace of their own)",
+            user.0, user.1, ids.base
+        ));
+        let root = Some(InRoot { root, ids, user });
+        Ok(Arc::new(Confinement { ruleset: Some(ruleset), filter, limits, cgroup, unprivileged: None, root, enforced }))
+    }
+
+    /// The root a world's processes run in, when it is an image's.
+    pub fn root(&self) -> Option<&Arc<Root>> {
+        self.root.as_ref().map(|r| &r.root)
     }
 
     /// What is enforced, for `run.json` and the first observation.
@@ -310,8 +366,39 @@ impl Confinement {
 
     /// The descriptors [`Confinement::enter`] uses (the Landlock ruleset, the cgroup's
     /// process list): a process that will enter must keep them open.
-    pub(super) fn descriptors(&self) -> [Option<std::os::fd::RawFd>; 2] {
-        [self.ruleset.as_ref().map(|r| r.as_raw_fd()), self.cgroup.as_ref().map(|c| c.procs.as_raw_fd())]
+    pub(super) fn descriptors(&self) -> [Option<std::os::fd::RawFd>; 5] {
+        let root = self.root.as_ref();
+        [
+            self.ruleset.as_ref().map(|r| r.as_raw_fd()),
+            self.cgroup.as_ref().map(|c| c.procs.as_raw_fd()),
+            root.map(|r| r.root.mount_ns()),
+            root.map(|r| r.root.pid_ns()),
+            root.map(|r| r.ids.namespace()),
+        ]
+    }
+
+    /// In a command's keeper: its children (the command) are made in the root's pid
+    /// namespace, when the world has a root.
+    ///
+    /// # Safety
+    /// Only in a command's keeper; system calls only.
+    pub(super) unsafe fn enter_pid_namespace(&self) -> io::Result<()> {
+        let Some(root) = &self.root else { return Ok(()) };
+        // SAFETY: setns of this process's children's pid namespace, by descriptor.
+        unsafe { super::raw::call(libc::SYS_setns, &[root.root.pid_ns() as usize, libc::CLONE_NEWPID as usize]) }
+            .map(|_| ())
+    }
+
+    /// In a command's child, before it enters its working folder: the root's mount
+    /// namespace, whose root and paths become the process's, when the world has a root.
+    ///
+    /// # Safety
+    /// Only in a command's child that will `exec` or exit next; system calls only.
+    pub unsafe fn enter_root(&self) -> io::Result<()> {
+        let Some(root) = &self.root else { return Ok(()) };
+        // SAFETY: setns of this process's mount namespace, by descriptor.
+        unsafe { super::raw::call(libc::SYS_setns, &[root.root.mount_ns() as usize, libc::CLONE_NEWNS as usize]) }
+            .map(|_| ())
     }
 
     /// Enters the sandbox: to be called in a command's child, just before `exec`.
@@ -334,6 +421,15 @@ impl Confinement {
             call(libc::SYS_prctl, &[libc::PR_CAP_AMBIENT as usize, libc::PR_CAP_AMBIENT_CLEAR_ALL as usize, 0, 0, 0])?;
             if let Some(handover) = &self.unprivileged {
                 super::unprivileged::become_user(handover.id)?;
+            }
+            if let Some(root) = &self.root {
+                // The image's ids, in their own user namespace: its root has no power over
+                // anything of the host's.
+                call(libc::SYS_setns, &[root.ids.namespace() as usize, libc::CLONE_NEWUSER as usize])?;
+                let (uid, gid) = (root.user.0 as usize, root.user.1 as usize);
+                call(libc::SYS_setgroups, &[0, 0])?;
+                call(libc::SYS_setresgid, &[gid, gid, gid])?;
+                call(libc::SYS_setresuid, &[uid, uid, uid])?;
             }
             if let Some(ruleset) = &self.ruleset {
                 call(libc::SYS_prctl, &[libc::PR_SET_NO_NEW_PRIVS as usize, 1, 0, 0, 0])?;

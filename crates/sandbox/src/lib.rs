@@ -9,6 +9,7 @@ mod confinement;
 pub mod process;
 mod raw;
 pub mod resources;
+pub mod root;
 mod unprivileged;
 
 pub use confinement::{Confinement, HIDDEN_BY_DEFAULT, ProcessLimits, SandboxMode, SandboxSpec, check};

@@ -85,9 +85,15 @@ pub fn spawn_passing(
 ) -> io::Result<Supervised> {
     let command = command.as_std();
     // The child enters it before `exec`, and its failure would read as a missing program.
+    let root = sandbox.root().map(|r| r.path().to_path_buf());
+    // In an image's root, paths are the root's: looked at from the runner through it.
+    let seen = |path: &std::path::Path| match &root {
+        Some(root) => root.join(path.strip_prefix("/").unwrap_or(path)),
+        None => path.to_path_buf(),
+    };
     let cwd = match command.get_current_dir() {
         Some(dir) => {
-            let entered = std::fs::metadata(dir)
+            let entered = std::fs::metadata(seen(dir))
                 .and_then(|m| if m.is_dir() { Ok(()) } else { Err(io::ErrorKind::NotADirectory.into()) });
             if let Err(e) = entered {
                 return Err(io::Error::new(
@@ -116,7 +122,7 @@ pub fn spawn_passing(
     let child_report = above_stdio(child_report)?;
     let pass = pass.map(duplicate_above_stdio).transpose()?;
     let stacks = SPARE.take()?;
-    let program = argv.program()?;
+    let program = argv.program(root.as_deref())?;
     let script = [SHELL.as_ptr(), program.as_ptr()].into_iter().chain(argv.argv[1..].iter().copied()).collect();
     let plan = Plan {
         program,
@@ -299,18 +305,63 @@ impl Argv {
     /// The program's path: as named when the name holds a slash, else the first executable
     /// file of that name in the command's `PATH`. A missing program is `ENOENT`, as
     /// `execvp`'s.
-    fn program(&self) -> io::Result<CString> {
+    fn program(&self, root: Option<&std::path::Path>) -> io::Result<CString> {
         use std::os::unix::ffi::OsStrExt;
         if self.name.as_bytes().contains(&b'/') {
             return c_string(&self.name);
         }
         let path = self.path.as_deref().and_then(|p| p.to_str()).unwrap_or(DEFAULT_PATH);
-        let found = self.name.to_str().and_then(|name| find_program(name, path));
+        let found = self.name.to_str().and_then(|name| match root {
+            Some(root) => find_program_in_root(root, name, path),
+            None => find_program(name, path),
+        });
         match found {
             Some(found) => c_string(found.as_os_str()),
             None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
         }
     }
+}
+
+/// The first executable file named `name` in one of `path`'s folders, each folder resolved
+/// in the image's `root` (its links too, as they are seen from inside): its path there.
+fn find_program_in_root(root: &std::path::Path, name: &str, path: &str) -> Option<std::path::PathBuf> {
+    let root_dir = std::fs::File::open(root).ok()?;
+    path.split(':').filter(|dir| dir.starts_with('/')).find_map(|dir| {
+        let candidate = std::path::Path::new(dir).join(name);
+        let executable = in_root(&root_dir, &candidate)
+            .is_some_and(|mode| mode & libc::S_IFMT == libc::S_IFREG && mode & 0o111 != 0);
+        executable.then_some(candidate)
+    })
+}
+
+/// The mode of `path` resolved in the root held open by `root` (absolute links lead to the
+/// root's own places), when it is there.
+fn in_root(root: &std::fs::File, path: &std::path::Path) -> Option<libc::mode_t> {
+    use std::os::unix::ffi::OsStrExt;
+    let relative = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: open_how is plain data; every field is set below.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: openat2 reads the path and the struct given, and makes a descriptor that is
+    // owned and closed here.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            relative.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a new descriptor, owned from here.
+    let file = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat fills the struct given.
+    (unsafe { libc::fstat(file.as_raw_fd(), &mut stat) } == 0).then_some(stat.st_mode)
 }
 
 /// The keeper's stack and the shell's child's, each above a page that may not be touched,
@@ -427,14 +478,15 @@ extern "C" fn keeper(arg: *mut libc::c_void) -> libc::c_int {
     // fail with ETXTBSY ("Text file busy") for as long as it is held, and the shell's child
     // would inherit them all until its `exec`.
     let [stdin, stdout, stderr] = plan.stdio;
-    let [ruleset, cgroup] = plan.sandbox.descriptors().map(|fd| fd.unwrap_or(report));
+    let [ruleset, cgroup, mount_ns, pid_ns, user_ns] = plan.sandbox.descriptors().map(|fd| fd.unwrap_or(report));
     let pass = plan.pass.unwrap_or(report);
-    close_all_but(&mut [stdin, stdout, stderr, pass, report, lifeline, ruleset, cgroup]);
+    close_all_but(&mut [stdin, stdout, stderr, pass, report, lifeline, ruleset, cgroup, mount_ns, pid_ns, user_ns]);
     // SAFETY: system calls on this process alone.
     let made = unsafe {
         let _ = raw::call(libc::SYS_setpgid, &[0, 0]);
         let _ = raw::call(libc::SYS_prctl, &[libc::PR_SET_NAME as usize, c"keeper".as_ptr() as usize]);
         raw::call(libc::SYS_prctl, &[libc::PR_SET_CHILD_SUBREAPER as usize, 1])
+            .and_then(|_| plan.sandbox.enter_pid_namespace())
     };
     let started = made.and_then(|_| start_shell(plan));
     let (tag, value) = match &started {
@@ -507,6 +559,8 @@ unsafe fn enter_and_exec(plan: &Plan) -> io::Error {
                     raw::call(libc::SYS_rt_sigaction, &[signal, default.as_ptr() as usize, 0, 8])?;
                 }
             }
+            // In an image's root, the working folder is the root's.
+            plan.sandbox.enter_root()?;
             if let Some(cwd) = &plan.cwd {
                 raw::call(libc::SYS_chdir, &[cwd.as_ptr() as usize])?;
             }
