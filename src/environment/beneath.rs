@@ -60,27 +60,61 @@ pub struct Entry {
 pub struct Beneath {
     root: OwnedFd,
     path: PathBuf,
+    /// The host ids what the runner makes here is given (a world in an image's root, whose
+    /// user owns its files there); `None`: the runner's.
+    owner: Option<(u32, u32)>,
 }
 
 impl Beneath {
     /// Opens the folder at `path`, which no command can replace (its parent is the runner's).
     pub fn open(path: &Path) -> io::Result<Self> {
+        Self::open_with(path, libc::O_NOFOLLOW)
+    }
+
+    fn open_with(path: &Path, follow: libc::c_int) -> io::Result<Self> {
         let name = c_path(path)?;
-        let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        let flags = libc::O_RDONLY | libc::O_DIRECTORY | follow | libc::O_CLOEXEC;
         // SAFETY: open with a NUL-terminated path; the descriptor is owned here.
         let fd = unsafe { libc::open(name.as_ptr(), flags) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fd was just opened and is owned by nothing else.
-        Ok(Beneath { root: unsafe { OwnedFd::from_raw_fd(fd) }, path: path.to_owned() })
+        Ok(Beneath { root: unsafe { OwnedFd::from_raw_fd(fd) }, path: path.to_owned(), owner: None })
+    }
+
+    /// The same folder, seen by the runner at `path` but named `seen_as` by the processes
+    /// that work in it (an image's root, reached through its holder), whose files and
+    /// folders the runner makes here are `owner`'s (host ids).
+    pub fn in_root(path: &Path, seen_as: &Path, owner: (u32, u32)) -> io::Result<Self> {
+        // The root itself is `/proc/<holder>/root`, a link the kernel follows into it.
+        let opened = Self::open_with(path, 0)?;
+        Ok(Beneath { path: seen_as.to_owned(), owner: Some(owner), ..opened })
+    }
+
+    /// Gives what the runner made (a file it created, a folder) to the folder's owner, when
+    /// it has one: the runner's own is root's, which no user of an image is.
+    fn give(&self, fd: RawFd) -> io::Result<()> {
+        let Some((uid, gid)) = self.owner else { return Ok(()) };
+        if fstat(fd)?.st_uid != 0 {
+            return Ok(());
+        }
+        // SAFETY: fchown of a descriptor held open.
+        if unsafe { libc::fchown(fd, uid, gid) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Opens `rel` (relative, `""` or `.` for the folder itself) with `flags` (`O_CLOEXEC`
     /// is added), creating it with `mode` when `flags` say so. A path leading out fails
     /// with `EXDEV`, a link where none is followed with `ELOOP`.
     pub fn open_at(&self, rel: &Path, flags: libc::c_int, mode: u32, links: Links) -> io::Result<OwnedFd> {
-        openat2(self.root.as_raw_fd(), rel, flags | libc::O_CLOEXEC, mode, links)
+        let fd = openat2(self.root.as_raw_fd(), rel, flags | libc::O_CLOEXEC, mode, links)?;
+        if flags & libc::O_CREAT != 0 {
+            self.give(fd.as_raw_fd())?;
+        }
+        Ok(fd)
     }
 
     /// Opens the file `rel` (see [`Beneath::open_at`]).
@@ -117,6 +151,9 @@ impl Beneath {
                 }
             }
             done.push(name);
+            if self.owner.is_some() {
+                self.give(self.dir(&done, Links::Inside)?.as_raw_fd())?;
+            }
         }
         Ok(())
     }

@@ -63,6 +63,7 @@ pub struct Root {
     /// The root folder, as the runner reaches it (`/proc/<holder>/root`).
     dir: OwnedFd,
     path: PathBuf,
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 impl IdMap {
@@ -143,7 +144,8 @@ impl Root {
         let ns = |name: &str| std::fs::File::open(format!("/proc/{holder}/ns/{name}")).map(OwnedFd::from);
         let path = PathBuf::from(format!("/proc/{holder}/root"));
         let dir = std::fs::File::open(&path).map(OwnedFd::from)?;
-        Ok(Root { holder, _lifeline: lifeline_write, mount_ns: ns("mnt")?, pid_ns: ns("pid")?, dir, path })
+        let stopped = std::sync::atomic::AtomicBool::new(false);
+        Ok(Root { holder, _lifeline: lifeline_write, mount_ns: ns("mnt")?, pid_ns: ns("pid")?, dir, path, stopped })
     }
 
     /// The root folder as the runner reaches it: paths beneath it are the image's.
@@ -170,13 +172,22 @@ impl Root {
     }
 }
 
-impl Drop for Root {
+impl Root {
     /// Ends the holder, and with it every process of the episode; its mounts go with the
-    /// mount namespace once nothing holds it.
-    fn drop(&mut self) {
+    /// mount namespace once nothing holds it. Once; a later call does nothing.
+    pub fn stop(&self) {
+        if self.stopped.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         raw::kill(self.holder, libc::SIGKILL);
         let mut status = 0;
         let _ = raw::wait(self.holder, &mut status, 0);
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
@@ -343,12 +354,13 @@ unsafe fn mount(source: usize, target: usize, fstype: usize, flags: libc::c_ulon
     unsafe { raw::call(libc::SYS_mount, &[source, target, fstype, flags as usize, data]) }.map(|_| ())
 }
 
-/// Makes a folder, when it is not there.
-fn make_dir(path: &CString, mode: u32) -> io::Result<()> {
+/// Makes a folder, when it is not there; whether it made it.
+fn make_dir(path: &CString, mode: u32) -> io::Result<bool> {
     // SAFETY: a NUL-terminated path.
     match unsafe { raw::call(libc::SYS_mkdirat, &[libc::AT_FDCWD as usize, path.as_ptr() as usize, mode as usize]) } {
-        Err(e) if e.raw_os_error() != Some(libc::EEXIST) => Err(e),
-        _ => Ok(()),
+        Ok(_) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -409,7 +421,10 @@ fn mount_root(plan: &HolderPlan) -> Result<(), (u32, io::Error)> {
         let proc_flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
         mount(at_str(c"proc"), at(&plan.proc_dir), at_str(c"proc"), proc_flags, 0).map_err(step(3))?;
         make_dev(plan).map_err(step(4))?;
-        make_dir(&plan.tmp_dir, 0o1777).map_err(step(4))?;
+        // Made with the runner's umask: the mode is set after.
+        if make_dir(&plan.tmp_dir, 0o1777).map_err(step(4))? {
+            raw::call(libc::SYS_fchmodat, &[libc::AT_FDCWD as usize, at(&plan.tmp_dir), 0o1777, 0]).map_err(step(4))?;
+        }
         for (from, to, read_only, is_dir) in &plan.binds {
             make_path(to, !is_dir).map_err(step(5))?;
             mount(at(from), at(to), 0, libc::MS_BIND | libc::MS_REC, 0).map_err(step(5))?;

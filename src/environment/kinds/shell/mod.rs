@@ -36,9 +36,11 @@ use crate::sandbox::resources;
 
 mod checkpoint;
 mod files;
+pub mod place;
 pub mod world_model;
 
 use checkpoint::Checkpoints;
+use place::{InImage, ReadyImage};
 use world_model::WorldModels;
 
 use crate::sandbox::process::SAFE_PATH;
@@ -203,10 +205,17 @@ impl Tool<ShellWorld> for Restore {
 }
 
 pub struct ShellWorld {
-    /// The episode's folder: the working directory `work/` and the commands' `tmp/`.
+    /// The episode's folder: the working directory `work/` and the commands' `tmp/`; in an
+    /// image's root, its private layer.
     dir: EpisodeFolder,
-    /// The working directory, with symlinks resolved.
+    /// The working directory, with symlinks resolved, as the runner reaches it.
     root: PathBuf,
+    /// The working directory as the world's commands name it (the image's path, in an
+    /// image's root).
+    inside: PathBuf,
+    /// The image's root the world is in, when it is in one; dropped after the world's
+    /// processes, with `sandbox`.
+    image: Option<InImage>,
     /// The working directory held open: every file tool resolves its paths from here.
     files: Arc<Beneath>,
     tmp: PathBuf,
@@ -227,12 +236,42 @@ impl ShellWorld {
         Ok(ShellWorld {
             files: Arc::new(files),
             dir,
+            inside: root.clone(),
+            image: None,
             tmp,
             root,
             limits: definition.limits.clone(),
             sandbox,
             models: WorldModels::default(),
             checkpoints,
+        })
+    }
+
+    /// A world in `image`'s root: its private layer in a new episode folder, the image's
+    /// working folder seeded with the files, commands run as the image's user.
+    pub fn create_in_image(
+        definition: &Definition,
+        task: &Task,
+        context: &SetupContext<'_>,
+        image: &ReadyImage,
+    ) -> Result<Self, String> {
+        let dir = EpisodeFolder::create(&Default::default(), &Task::new("", ""), context.work_root)?;
+        let place = InImage::start(image, &dir.work, &definition.files, task)?;
+        let spec = definition.sandbox.clone().unwrap_or_default();
+        let sandbox =
+            crate::sandbox::Confinement::prepare_in_root(&spec, place.root.clone(), place.ids.clone(), place.user)?;
+        let files = place.files()?;
+        Ok(ShellWorld {
+            files: Arc::new(files),
+            root: place.workdir_on_host(),
+            inside: place.workdir.clone(),
+            tmp: place.root.path().join("tmp"),
+            image: Some(place),
+            dir,
+            limits: definition.limits.clone(),
+            sandbox,
+            models: WorldModels::default(),
+            checkpoints: Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes),
         })
     }
 
@@ -244,7 +283,7 @@ impl ShellWorld {
     fn resolve(&self, given: &str) -> Result<PathBuf, ToolFailure> {
         let path = Path::new(given);
         let relative =
-            if path.is_absolute() { path.strip_prefix(&self.root).map_err(|_| outside(given))? } else { path };
+            if path.is_absolute() { path.strip_prefix(&self.inside).map_err(|_| outside(given))? } else { path };
         if relative.components().any(|c| matches!(c, Component::ParentDir)) {
             return Err(outside(given));
         }
@@ -260,15 +299,14 @@ impl ShellWorld {
         let limit = self.limits.command_timeout_s;
         let timeout = Duration::from_secs_f64(args.timeout_s.unwrap_or(limit).min(limit).max(0.001));
         let mut command = Command::new("/bin/sh");
-        command
-            .arg("-c")
-            .arg(&args.command)
-            .current_dir(&self.root)
-            .env_clear()
-            .env("PATH", SAFE_PATH)
-            .env("HOME", &self.root)
-            .env("TMPDIR", &self.tmp)
-            .env("LANG", "C.UTF-8");
+        command.arg("-c").arg(&args.command).current_dir(&self.inside).env_clear();
+        match &self.image {
+            // The image's variables, as a container of it starts with.
+            Some(image) => command.envs(&image.env),
+            None => {
+                command.env("PATH", SAFE_PATH).env("HOME", &self.root).env("TMPDIR", &self.tmp).env("LANG", "C.UTF-8")
+            }
+        };
         // From here on, however this future ends (timeout, cancellation), every process
         // the command started dies with it.
         let mut started = process::spawn(&command, process::Input::Null, &self.sandbox)
@@ -467,7 +505,7 @@ impl World for ShellWorld {
 
     fn describe(&self) -> Map<String, Value> {
         let mut info = Map::new();
-        info.insert("cwd".into(), Value::String(self.root.display().to_string()));
+        info.insert("cwd".into(), Value::String(self.inside.display().to_string()));
         info.insert("sandbox".into(), self.sandbox.enforced().clone());
         info
     }
@@ -477,6 +515,10 @@ impl World for ShellWorld {
         // left is the folder. It is removed off the runtime's threads, as it may hold many
         // files; dropping `dir` then finds nothing, or retries what failed here.
         self.sandbox.kill_all();
+        // An image's root goes first: its processes with it, then its layer can go.
+        if let Some(image) = &self.image {
+            image.root.stop();
+        }
         self.dir.remove().await;
         self.checkpoints.teardown().await;
     }

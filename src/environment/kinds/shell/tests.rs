@@ -233,3 +233,79 @@ async fn no_file_tool_reaches_outside_the_working_directory() {
     assert_eq!(found["matches"], "in.txt:1:needle\n");
     assert_eq!(std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(), "secret needle\n");
 }
+
+/// A layer with a shell and the libraries it needs, copied from the host and given to the
+/// image's root (host id `place::ID_BASE`): the image the tests below run in.
+fn shell_image(dir: &std::path::Path) -> ReadyImage {
+    let layer = dir.join("layer");
+    for file in ["/bin/dash", "/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"] {
+        let to = layer.join(file.trim_start_matches('/'));
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(file, &to).unwrap();
+    }
+    std::os::unix::fs::symlink("dash", layer.join("bin/sh")).unwrap();
+    std::fs::create_dir_all(layer.join("etc")).unwrap();
+    std::fs::write(layer.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n")
+        .unwrap();
+    let mut all = vec![layer.clone()];
+    let mut i = 0;
+    while i < all.len() {
+        if all[i].is_dir() && !all[i].is_symlink() {
+            all.extend(std::fs::read_dir(&all[i]).unwrap().map(|e| e.unwrap().path()));
+        }
+        i += 1;
+    }
+    for path in &all {
+        std::os::unix::fs::lchown(path, Some(place::ID_BASE), Some(place::ID_BASE)).unwrap();
+    }
+    ReadyImage {
+        name: "test/shell".into(),
+        layers: vec![layer],
+        env: vec!["GREETING=hello from the image".into()],
+        workdir: "/app".into(),
+        user: Some("app".into()),
+    }
+}
+
+/// A shell world in an image's root: the task's files land in the image's working folder
+/// as its user's, commands run there with the image's variables as that user, the file
+/// tools read and write the same files, and the world's paths are the image's.
+#[tokio::test]
+async fn a_world_in_an_images_root_runs_commands_and_tools_as_the_images_user() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(std::env::var_os("CI").is_none(), "image roots need a root runner, and CI runs as root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = shell_image(dir.path());
+    let definition = Definition::builtin(&Shell);
+    let task = Task { files: [("data.txt".to_owned(), "from the task\n".to_owned())].into(), ..Task::new("t", "go") };
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let mut w = ShellWorld::create_in_image(&definition, &task, &SetupContext::new(&scratch, "ep"), &image).unwrap();
+    let script = "pwd; echo \"$GREETING\"; echo \"$HOME\"; while read l; do echo \"read: $l\"; done < data.txt; \
+                  while read k v rest; do [ \"$k\" = Uid: ] && echo uid=$v; done < /proc/self/status; \
+                  echo written > out.txt; echo /app/out.txt > /tmp/where";
+    let ran = call(&w, "run_command", json!({"command": script})).await.unwrap();
+    let out = ran["stdout"].as_str().unwrap();
+    assert_eq!(ran["exit_code"], 0, "{ran}");
+    assert!(out.starts_with("/app\nhello from the image\n/home/app\nread: from the task\nuid=1000\n"), "{ran}");
+    let read = call(&w, "read_file", json!({"path": "out.txt"})).await.unwrap();
+    assert!(read.to_string().contains("written"), "{read}");
+    call(&w, "write_file", json!({"path": "sub/made.txt", "content": "by the tool\n"})).await.unwrap();
+    let ran = call(
+        &w,
+        "run_command",
+        json!({"command": "while read l; do echo $l; done < /app/sub/made.txt; echo more >> sub/made.txt"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!((ran["exit_code"].as_i64(), ran["stdout"].as_str()), (Some(0), Some("by the tool\n")), "{ran}");
+    let absolute = call(&w, "read_file", json!({"path": "/app/sub/made.txt"})).await.unwrap();
+    assert!(absolute.to_string().contains("more"), "an absolute path is the image's: {absolute}");
+    let outside = failure(&w, "read_file", json!({"path": "/etc/passwd"})).await;
+    assert_eq!(outside.kind, ErrorType::PermissionError, "{}", outside.message);
+    assert_eq!(w.describe()["cwd"], "/app");
+    w.teardown().await;
+}

@@ -1,0 +1,213 @@
+//! Where a shell world is: on the host (an episode folder, the host's programs), or in an
+//! image's root (`crates/sandbox/src/root.rs`: the image's files under a private layer,
+//! its own namespaces), whose paths, variables and user are the image's.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use crate::domain::Task;
+use crate::environment::beneath::{Beneath, Links};
+use crate::sandbox::root::{IdMap, Root, RootSpec};
+
+/// The host ids an image's ids are: image id `i` is host id `ID_BASE + i`, below `ID_RANGE`
+/// (the store unpacks layers with their owners so).
+pub const ID_BASE: u32 = 1_000_000_000;
+pub const ID_RANGE: u32 = 65536;
+
+/// An image ready for episodes: its layers (overlayfs format, the bottom one first) and
+/// what its configuration says of the processes that run in it.
+#[derive(Debug, Clone)]
+pub struct ReadyImage {
+    /// What names it (a reference, a Dockerfile's folder), for messages.
+    pub name: String,
+    pub layers: Vec<PathBuf>,
+    /// `KEY=value` entries.
+    pub env: Vec<String>,
+    /// The working folder, absolute; `/` when the image sets none.
+    pub workdir: PathBuf,
+    /// `USER`: a name or id, and an optional group; root when the image sets none.
+    pub user: Option<String>,
+}
+
+/// An episode's place in an image's root.
+pub struct InImage {
+    pub root: Arc<Root>,
+    pub ids: Arc<IdMap>,
+    /// The image's user and group ids.
+    pub user: (u32, u32),
+    /// The working folder, as the world's processes name it.
+    pub workdir: PathBuf,
+    /// The variables every process of the world starts with: the image's, `HOME` its
+    /// user's, `PATH` Docker's when the image sets none.
+    pub env: BTreeMap<String, String>,
+}
+
+/// The user namespace every image root's processes enter, made once.
+pub fn id_map() -> Result<Arc<IdMap>, String> {
+    static MAP: OnceLock<Result<Arc<IdMap>, String>> = OnceLock::new();
+    MAP.get_or_init(|| {
+        IdMap::new(ID_BASE, ID_RANGE)
+            .map(Arc::new)
+            .map_err(|e| format!("failed to make the images' user namespace: {e}"))
+    })
+    .clone()
+}
+
+/// Docker's `PATH` for an image that sets none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+impl InImage {
+    /// Starts the episode's root from `image` (its private layer in `private`), resolves
+    /// the image's user in its own `/etc/passwd` and `/etc/group`, makes its working folder
+    /// and writes the task's files there, as that user's.
+    pub fn start(
+        image: &ReadyImage,
+        private: &Path,
+        files: &BTreeMap<String, String>,
+        task: &Task,
+    ) -> Result<Self, String> {
+        let ids = id_map()?;
+        let spec = RootSpec { layers: image.layers.clone(), private: private.to_owned(), binds: Vec::new() };
+        let root = Root::start(&spec).map_err(|e| format!("the image {}: {e}", image.name))?;
+        let user = resolve_user(root.path(), image.user.as_deref())
+            .map_err(|e| format!("the image {}: USER {}: {e}", image.name, image.user.as_deref().unwrap_or("")))?;
+        let place = InImage {
+            root: Arc::new(root),
+            ids,
+            user: (user.uid, user.gid),
+            workdir: image.workdir.clone(),
+            env: BTreeMap::new(),
+        };
+        let workdir = place.files()?;
+        seed(&workdir, files, task)?;
+        let mut env: BTreeMap<String, String> = image
+            .env
+            .iter()
+            .filter_map(|entry| entry.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
+            .collect();
+        env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.into());
+        env.insert("HOME".into(), user.home);
+        Ok(InImage { env, ..place })
+    }
+
+    /// The host ids of the image's user, which own what the runner makes in the root.
+    pub fn owner(&self) -> (u32, u32) {
+        (self.ids.base + self.user.0, self.ids.base + self.user.1)
+    }
+
+    /// The working folder as the runner reaches it, through the root's holder.
+    pub fn workdir_on_host(&self) -> PathBuf {
+        self.root.path().join(self.workdir.strip_prefix("/").unwrap_or(&self.workdir))
+    }
+
+    /// The working folder held open, the image's user owning what the runner makes there;
+    /// made when the image lacks it.
+    pub fn files(&self) -> Result<Beneath, String> {
+        let root = Beneath::in_root(self.root.path(), Path::new("/"), self.owner())
+            .map_err(|e| format!("failed to open the image's root: {e}"))?;
+        let relative = self.workdir.strip_prefix("/").unwrap_or(&self.workdir);
+        root.create_dir_all(relative).map_err(|e| format!("failed to make {}: {e}", self.workdir.display()))?;
+        Beneath::in_root(&self.workdir_on_host(), &self.workdir, self.owner())
+            .map_err(|e| format!("failed to open {}: {e}", self.workdir.display()))
+    }
+}
+
+/// Writes the definition's and the task's files in the working folder, and copies the
+/// task's host files there.
+fn seed(workdir: &Beneath, files: &BTreeMap<String, String>, task: &Task) -> Result<(), String> {
+    let write = |name: &str, bytes: &[u8]| -> Result<(), String> {
+        if !crate::domain::is_relative_inside(name) {
+            return Err(format!("file `{name}` would land outside the working directory"));
+        }
+        let path = Path::new(name);
+        if let Some(parent) = path.parent() {
+            workdir.create_dir_all(parent).map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
+        }
+        let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW;
+        let mut file =
+            workdir.file(path, flags, 0o644, Links::None).map_err(|e| format!("failed to write {name}: {e}"))?;
+        std::io::Write::write_all(&mut file, bytes).map_err(|e| format!("failed to write {name}: {e}"))
+    };
+    for (name, content) in files.iter().chain(&task.files) {
+        write(name, content.as_bytes())?;
+    }
+    for copy in &task.copies {
+        let bytes = std::fs::read(&copy.from).map_err(|e| format!("failed to read {}: {e}", copy.from.display()))?;
+        write(&copy.to, &bytes)?;
+    }
+    Ok(())
+}
+
+/// An image's user, as its own account files say.
+#[derive(Debug, PartialEq)]
+struct ImageUser {
+    uid: u32,
+    gid: u32,
+    home: String,
+}
+
+/// `USER` resolved in the image's `/etc/passwd` and `/etc/group` (read in `root`): a name or
+/// an id, with an optional `:group`. Root when none is given.
+fn resolve_user(root: &Path, user: Option<&str>) -> Result<ImageUser, String> {
+    let read = |file: &str| std::fs::read_to_string(root.join(file)).unwrap_or_default();
+    let (passwd, group) = (read("etc/passwd"), read("etc/group"));
+    let given = user.map(str::trim).filter(|u| !u.is_empty()).unwrap_or("0");
+    let (name, group_name) = match given.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (given, None),
+    };
+    let account = passwd
+        .lines()
+        .map(|l| l.split(':').collect::<Vec<_>>())
+        .find(|f| f.len() >= 6 && (f[0] == name || f[2] == name));
+    let (uid, mut gid, home) = match (&account, name.parse::<u32>()) {
+        (Some(f), _) => (
+            f[2].parse::<u32>().map_err(|_| format!("the account of `{name}` has no number"))?,
+            f[3].parse::<u32>().map_err(|_| format!("the account of `{name}` has no group number"))?,
+            f[5].to_owned(),
+        ),
+        (None, Ok(uid)) => (uid, uid, if uid == 0 { "/root".to_owned() } else { "/".to_owned() }),
+        (None, Err(_)) => return Err(format!("no user `{name}` in the image's /etc/passwd")),
+    };
+    if let Some(group_name) = group_name {
+        let found = group
+            .lines()
+            .map(|l| l.split(':').collect::<Vec<_>>())
+            .find(|f| f.len() >= 3 && (f[0] == group_name || f[2] == group_name));
+        gid = match (found, group_name.parse::<u32>()) {
+            (Some(f), _) => f[2].parse().map_err(|_| format!("the group `{group_name}` has no number"))?,
+            (None, Ok(gid)) => gid,
+            (None, Err(_)) => return Err(format!("no group `{group_name}` in the image's /etc/group")),
+        };
+    }
+    if uid >= ID_RANGE || gid >= ID_RANGE {
+        return Err(format!("ids from {ID_RANGE} up are beyond what an image may use"));
+    }
+    Ok(ImageUser { uid, gid, home })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_images_user_is_found_by_name_or_number_with_its_group() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("etc")).unwrap();
+        std::fs::write(
+            root.path().join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(root.path().join("etc/group"), "root:x:0:\napp:x:1000:\nstaff:x:50:\n").unwrap();
+        let user = |u: Option<&str>| resolve_user(root.path(), u);
+        assert_eq!(user(None), Ok(ImageUser { uid: 0, gid: 0, home: "/root".into() }));
+        assert_eq!(user(Some("app")), Ok(ImageUser { uid: 1000, gid: 1000, home: "/home/app".into() }));
+        assert_eq!(user(Some("1000:staff")).map(|u| (u.uid, u.gid)), Ok((1000, 50)));
+        assert_eq!(user(Some("4242")).map(|u| (u.uid, u.gid)), Ok((4242, 4242)), "a number with no account is itself");
+        assert_eq!(user(Some("nobody")), Err("no user `nobody` in the image's /etc/passwd".into()));
+        assert_eq!(user(Some("app:wheel")), Err("no group `wheel` in the image's /etc/group".into()));
+        assert!(user(Some("70000")).is_err(), "beyond the image's ids");
+    }
+}
