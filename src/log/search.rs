@@ -349,188 +349,49 @@ struct Attempt {
     last_reply: Option<String>,
 }
 
-/// Reads the log once into the tables; returns the run's id.
-fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, BuildError> {
-    conn.execute_batch(
-        "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;
+/// The index's tables, created empty, with the transaction the whole build runs in.
+const SCHEMA: &str = "PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;
          CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
          CREATE TABLE episodes (id INTEGER PRIMARY KEY, episode_id TEXT NOT NULL, suite TEXT NOT NULL,
              task_id TEXT NOT NULL, model TEXT NOT NULL, epoch INTEGER NOT NULL, status TEXT NOT NULL,
              latest INTEGER NOT NULL);
          CREATE VIRTUAL TABLE docs USING fts5(text, episode UNINDEXED, step UNINDEXED, actor UNINDEXED,
              kind UNINDEXED, name UNINDEXED, tokenize = 'porter unicode61');
-         BEGIN;",
-    )?;
-    let kinds = [
-        "run_started",
-        "episode_started",
-        "model_call",
-        "action_dispatched",
-        "observation",
-        "inner_call",
-        "agent_action",
-        "reminder",
-        "said",
-        "final",
-        "error",
-        "agent_error",
-        "score",
-        "episode_finished",
-        "episode_scored",
-    ];
-    let mut run_id = String::new();
-    // The latest attempt of each episode seen; open attempts also keep their callers.
-    let mut latest: HashMap<String, i64> = HashMap::new();
-    let mut open: HashMap<String, Attempt> = HashMap::new();
-    let mut insert_doc =
-        conn.prepare("INSERT INTO docs (text, episode, step, actor, kind, name) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
-    let mut insert_episode = conn.prepare(
-        "INSERT INTO episodes (episode_id, suite, task_id, model, epoch, status, latest) \
-         VALUES (?1, ?2, ?3, ?4, ?5, 'unfinished', 1)",
-    )?;
-    let mut set_status = conn.prepare("UPDATE episodes SET status = ?2 WHERE id = ?1")?;
-    let mut retire = conn.prepare("UPDATE episodes SET latest = 0 WHERE id = ?1")?;
+         BEGIN;";
+
+/// The event types the index reads: the reader skips every other line without decoding it.
+const INDEXED_KINDS: [&str; 15] = [
+    "run_started",
+    "episode_started",
+    "model_call",
+    "action_dispatched",
+    "observation",
+    "inner_call",
+    "agent_action",
+    "reminder",
+    "said",
+    "final",
+    "error",
+    "agent_error",
+    "score",
+    "episode_finished",
+    "episode_scored",
+];
+
+/// Reads the log once into the tables; returns the run's id.
+fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, BuildError> {
+    conn.execute_batch(SCHEMA)?;
+    let mut indexer = Indexer::new(conn)?;
     let mut sql_failure: Option<rusqlite::Error> = None;
-    let read = for_each_line_of(log, Some(&kinds), |kind, text, _| {
+    let read = for_each_line_of(log, Some(&INDEXED_KINDS), |kind, text, _| {
         let head: LineHeader = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        if run_id.is_empty()
+        if indexer.run_id.is_empty()
             && let Some(id) = &head.run_id
         {
-            run_id = id.clone();
+            indexer.run_id = id.clone();
         }
         let Some(episode_id) = head.episode_id else { return Ok(()) };
-        let step_of = |step: u32| Some(step);
-        let mut docs: Vec<Doc> = Vec::new();
-        let result = (|| -> rusqlite::Result<()> {
-            if kind == "model_call" {
-                let call: ModelCallText = serde_json::from_str(text).map_err(|e| text_error(e.to_string()))?;
-                let reply = call.response.get("text").and_then(Value::as_str).unwrap_or_default();
-                if call.scorer.is_none() && !reply.trim().is_empty() {
-                    if let Some(attempt) = open.get_mut(&episode_id).filter(|_| call.actor.is_main()) {
-                        attempt.last_reply = Some(reply.to_owned());
-                    }
-                    docs.push(Doc(
-                        reply.to_owned(),
-                        step_of(call.step),
-                        call.actor.to_string(),
-                        DocKind::Message,
-                        None,
-                    ));
-                }
-            } else {
-                // A type this version cannot decode is skipped, as every fold does.
-                let Ok(event) = serde_json::from_str::<Event>(text) else { return Ok(()) };
-                match event {
-                    Event::EpisodeStarted { suite, task_id, model, epoch, .. } => {
-                        if let Some(earlier) = latest.get(&episode_id) {
-                            retire.execute([earlier])?;
-                        }
-                        insert_episode.execute(params![episode_id, suite, task_id, model, epoch])?;
-                        let row = conn.last_insert_rowid();
-                        latest.insert(episode_id.clone(), row);
-                        open.insert(episode_id.clone(), Attempt { row, callers: HashMap::new(), last_reply: None });
-                    }
-                    Event::EpisodeFinished { outcome, .. } => {
-                        if let Some(attempt) = open.remove(&episode_id) {
-                            set_status.execute(params![attempt.row, status(&outcome)])?;
-                        }
-                    }
-                    Event::EpisodeScored { outcome, .. } => {
-                        if let Some(row) = latest.get(&episode_id) {
-                            set_status.execute(params![row, status(&outcome)])?;
-                        }
-                    }
-                    // The final answer is indexed once, from its `final` event.
-                    Event::ActionDispatched { call, .. } if call.name == FINAL_TOOL => {}
-                    Event::ActionDispatched { step, call } => {
-                        let actor = call.actor.to_string();
-                        if let Some(attempt) = open.get_mut(&episode_id) {
-                            attempt.callers.insert(call.call_id.clone(), (actor.clone(), call.name.clone()));
-                        }
-                        let text = format!("{} {}", call.name, value_text(&call.arguments));
-                        docs.push(Doc(text, step_of(step), actor, DocKind::ToolCall, Some(call.name)));
-                    }
-                    Event::Observation { step, observation } => {
-                        let Some((actor, name)) = open
-                            .get(&episode_id)
-                            .zip(observation.call_id.as_deref())
-                            .map(|(a, id)| a.callers.get(id).cloned())
-                            .unwrap_or(Some(("main".to_owned(), String::new())))
-                        else {
-                            return Ok(()); // the observation of a final answer
-                        };
-                        let name = Some(name).filter(|n| !n.is_empty());
-                        docs.push(Doc(
-                            observation_text(&observation),
-                            step_of(step),
-                            actor,
-                            DocKind::Observation,
-                            name,
-                        ));
-                    }
-                    Event::InnerCall { step, call, observation, .. } => {
-                        let actor = call.actor.to_string();
-                        let text = format!("{} {}", call.name, value_text(&call.arguments));
-                        docs.push(Doc(text, step_of(step), actor.clone(), DocKind::ToolCall, Some(call.name.clone())));
-                        docs.push(Doc(
-                            observation_text(&observation),
-                            step_of(step),
-                            actor,
-                            DocKind::Observation,
-                            Some(call.name),
-                        ));
-                    }
-                    Event::AgentAction { step, actor, name, arguments, result, error, .. } => {
-                        let actor = actor.to_string();
-                        let call = format!("{name} {}", value_text(&arguments));
-                        docs.push(Doc(call, step_of(step), actor.clone(), DocKind::ToolCall, Some(name.clone())));
-                        let mut answer = value_text(&result);
-                        if let Some(error) = error {
-                            answer = format!("{answer} {}", error.message);
-                        }
-                        docs.push(Doc(answer, step_of(step), actor, DocKind::Observation, Some(name)));
-                    }
-                    Event::Reminder { step, actor, text, .. } => {
-                        docs.push(Doc(text, step_of(step), actor.to_string(), DocKind::Message, None));
-                    }
-                    Event::Said { step, actor, text } => {
-                        docs.push(Doc(text, step_of(step), actor.to_string(), DocKind::Message, None));
-                    }
-                    Event::Final { step, answer, .. } => {
-                        let said = open.get(&episode_id).and_then(|a| a.last_reply.as_deref());
-                        if said.is_some_and(|said| said.trim() == answer.trim()) {
-                            return Ok(()); // a plain-text answer: indexed as the message it was
-                        }
-                        docs.push(Doc(answer, step_of(step), "main".into(), DocKind::Answer, None));
-                    }
-                    Event::Error { step, cause, message } => {
-                        docs.push(Doc(
-                            format!("{cause} {message}"),
-                            step_of(step),
-                            "main".into(),
-                            DocKind::Error,
-                            None,
-                        ));
-                    }
-                    Event::AgentError { step, message } => {
-                        docs.push(Doc(message, step_of(step), "main".into(), DocKind::Error, None));
-                    }
-                    Event::Score { scorer, explanation, .. } => {
-                        docs.push(Doc(explanation, None, "scorer".into(), DocKind::Score, Some(scorer)));
-                    }
-                    _ => {}
-                }
-            }
-            let Some(row) = latest.get(&episode_id) else { return Ok(()) };
-            for Doc(text, step, actor, kind, name) in docs.drain(..) {
-                if text.trim().is_empty() {
-                    continue;
-                }
-                insert_doc.execute(params![capped(text), row, step, actor, kind.as_str(), name])?;
-            }
-            Ok(())
-        })();
-        result.map_err(|e| {
+        indexer.index_line(kind, text, &episode_id).map_err(|e| {
             let message = e.to_string();
             sql_failure = Some(e);
             message
@@ -540,18 +401,199 @@ fn build(conn: &Connection, log: &Path, stamp: LogStamp) -> Result<String, Build
         return Err(BuildError::Sql(e));
     }
     read.map_err(BuildError::Log)?;
-    drop((insert_doc, insert_episode, set_status, retire));
+    let run_id = indexer.finish();
+    write_meta(conn, stamp, &run_id)?;
+    conn.execute_batch("COMMIT; INSERT INTO docs (docs) VALUES ('optimize');")?;
+    Ok(run_id)
+}
+
+/// Records what the index was built from, so that a later opening knows whether it is
+/// still current.
+fn write_meta(conn: &Connection, stamp: LogStamp, run_id: &str) -> rusqlite::Result<()> {
     let meta = [
         ("layout", LAYOUT.to_string()),
         ("log_len", stamp.len.to_string()),
         ("log_mtime_ns", stamp.mtime_ns.to_string()),
-        ("run_id", run_id.clone()),
+        ("run_id", run_id.to_owned()),
     ];
     for (key, value) in meta {
         conn.execute("INSERT INTO meta (key, value) VALUES (?1, ?2)", params![key, value])?;
     }
-    conn.execute_batch("COMMIT; INSERT INTO docs (docs) VALUES ('optimize');")?;
-    Ok(run_id)
+    Ok(())
+}
+
+/// The build's state while the log is read: the statements that fill the tables, and
+/// which attempt of each episode is the latest and which are still open (the lines that
+/// follow belong to them).
+struct Indexer<'c> {
+    conn: &'c Connection,
+    insert_doc: rusqlite::Statement<'c>,
+    insert_episode: rusqlite::Statement<'c>,
+    set_status: rusqlite::Statement<'c>,
+    retire: rusqlite::Statement<'c>,
+    run_id: String,
+    /// The row of the latest attempt of each episode seen.
+    latest: HashMap<String, i64>,
+    /// The attempts not finished yet, with their callers.
+    open: HashMap<String, Attempt>,
+}
+
+impl<'c> Indexer<'c> {
+    fn new(conn: &'c Connection) -> rusqlite::Result<Indexer<'c>> {
+        Ok(Indexer {
+            conn,
+            insert_doc: conn
+                .prepare("INSERT INTO docs (text, episode, step, actor, kind, name) VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?,
+            insert_episode: conn.prepare(
+                "INSERT INTO episodes (episode_id, suite, task_id, model, epoch, status, latest) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 'unfinished', 1)",
+            )?,
+            set_status: conn.prepare("UPDATE episodes SET status = ?2 WHERE id = ?1")?,
+            retire: conn.prepare("UPDATE episodes SET latest = 0 WHERE id = ?1")?,
+            run_id: String::new(),
+            latest: HashMap::new(),
+            open: HashMap::new(),
+        })
+    }
+
+    /// The run's id; the statements are finalised here, before the build commits.
+    fn finish(self) -> String {
+        self.run_id
+    }
+
+    /// One line of an episode: its texts go to the latest attempt of that episode.
+    fn index_line(&mut self, kind: &str, text: &str, episode_id: &str) -> rusqlite::Result<()> {
+        let docs = if kind == "model_call" {
+            self.model_call_docs(text, episode_id)?
+        } else {
+            // A type this version cannot decode is skipped, as every fold does.
+            let Ok(event) = serde_json::from_str::<Event>(text) else { return Ok(()) };
+            self.event_docs(event, episode_id)?
+        };
+        let Some(row) = self.latest.get(episode_id) else { return Ok(()) };
+        for Doc(text, step, actor, kind, name) in docs {
+            if text.trim().is_empty() {
+                continue;
+            }
+            self.insert_doc.execute(params![capped(text), row, step, actor, kind.as_str(), name])?;
+        }
+        Ok(())
+    }
+
+    /// A model's text reply, unless a grader gave it; the main agent's is also kept as the
+    /// attempt's last reply, so that a plain-text answer is indexed once.
+    fn model_call_docs(&mut self, text: &str, episode_id: &str) -> rusqlite::Result<Vec<Doc>> {
+        let call: ModelCallText = serde_json::from_str(text).map_err(|e| text_error(e.to_string()))?;
+        let reply = call.response.get("text").and_then(Value::as_str).unwrap_or_default();
+        if call.scorer.is_some() || reply.trim().is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Some(attempt) = self.open.get_mut(episode_id).filter(|_| call.actor.is_main()) {
+            attempt.last_reply = Some(reply.to_owned());
+        }
+        Ok(vec![Doc(reply.to_owned(), Some(call.step), call.actor.to_string(), DocKind::Message, None)])
+    }
+
+    /// The texts of one event, after the attempt bookkeeping the event asks for.
+    fn event_docs(&mut self, event: Event, episode_id: &str) -> rusqlite::Result<Vec<Doc>> {
+        match event {
+            Event::EpisodeStarted { suite, task_id, model, epoch, .. } => {
+                if let Some(earlier) = self.latest.get(episode_id) {
+                    self.retire.execute([earlier])?;
+                }
+                self.insert_episode.execute(params![episode_id, suite, task_id, model, epoch])?;
+                let row = self.conn.last_insert_rowid();
+                self.latest.insert(episode_id.to_owned(), row);
+                self.open.insert(episode_id.to_owned(), Attempt { row, callers: HashMap::new(), last_reply: None });
+            }
+            Event::EpisodeFinished { outcome, .. } => {
+                if let Some(attempt) = self.open.remove(episode_id) {
+                    self.set_status.execute(params![attempt.row, status(&outcome)])?;
+                }
+            }
+            Event::EpisodeScored { outcome, .. } => {
+                if let Some(row) = self.latest.get(episode_id) {
+                    self.set_status.execute(params![row, status(&outcome)])?;
+                }
+            }
+            // The final answer is indexed once, from its `final` event.
+            Event::ActionDispatched { call, .. } if call.name == FINAL_TOOL => {}
+            Event::ActionDispatched { step, call } => {
+                let actor = call.actor.to_string();
+                if let Some(attempt) = self.open.get_mut(episode_id) {
+                    attempt.callers.insert(call.call_id.clone(), (actor.clone(), call.name.clone()));
+                }
+                let text = format!("{} {}", call.name, value_text(&call.arguments));
+                return Ok(vec![Doc(text, Some(step), actor, DocKind::ToolCall, Some(call.name))]);
+            }
+            Event::Observation { step, observation } => {
+                return Ok(self.observation_docs(episode_id, step, &observation));
+            }
+            Event::Final { step, answer, .. } => {
+                let said = self.open.get(episode_id).and_then(|a| a.last_reply.as_deref());
+                if said.is_some_and(|said| said.trim() == answer.trim()) {
+                    return Ok(Vec::new()); // a plain-text answer: indexed as the message it was
+                }
+                return Ok(vec![Doc(answer, Some(step), "main".into(), DocKind::Answer, None)]);
+            }
+            event => return Ok(self_contained_docs(event)),
+        }
+        Ok(Vec::new())
+    }
+
+    /// What a call returned, under the actor and tool that made the call (an observation
+    /// names only its call).
+    fn observation_docs(&self, episode_id: &str, step: u32, observation: &crate::contract::Observation) -> Vec<Doc> {
+        let Some((actor, name)) = self
+            .open
+            .get(episode_id)
+            .zip(observation.call_id.as_deref())
+            .map(|(a, id)| a.callers.get(id).cloned())
+            .unwrap_or(Some(("main".to_owned(), String::new())))
+        else {
+            return Vec::new(); // the observation of a final answer
+        };
+        let name = Some(name).filter(|n| !n.is_empty());
+        vec![Doc(observation_text(observation), Some(step), actor, DocKind::Observation, name)]
+    }
+}
+
+/// The texts of an event that carries all it needs: calls made inside a script or by the
+/// agent itself, conversation lines, faults and scorers' explanations.
+fn self_contained_docs(event: Event) -> Vec<Doc> {
+    match event {
+        Event::InnerCall { step, call, observation, .. } => {
+            let actor = call.actor.to_string();
+            let text = format!("{} {}", call.name, value_text(&call.arguments));
+            vec![
+                Doc(text, Some(step), actor.clone(), DocKind::ToolCall, Some(call.name.clone())),
+                Doc(observation_text(&observation), Some(step), actor, DocKind::Observation, Some(call.name)),
+            ]
+        }
+        Event::AgentAction { step, actor, name, arguments, result, error, .. } => {
+            let actor = actor.to_string();
+            let call = format!("{name} {}", value_text(&arguments));
+            let mut answer = value_text(&result);
+            if let Some(error) = error {
+                answer = format!("{answer} {}", error.message);
+            }
+            vec![
+                Doc(call, Some(step), actor.clone(), DocKind::ToolCall, Some(name.clone())),
+                Doc(answer, Some(step), actor, DocKind::Observation, Some(name)),
+            ]
+        }
+        Event::Reminder { step, actor, text, .. } | Event::Said { step, actor, text } => {
+            vec![Doc(text, Some(step), actor.to_string(), DocKind::Message, None)]
+        }
+        Event::Error { step, cause, message } => {
+            vec![Doc(format!("{cause} {message}"), Some(step), "main".into(), DocKind::Error, None)]
+        }
+        Event::AgentError { step, message } => vec![Doc(message, Some(step), "main".into(), DocKind::Error, None)],
+        Event::Score { scorer, explanation, .. } => {
+            vec![Doc(explanation, None, "scorer".into(), DocKind::Score, Some(scorer))]
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// A line that is not the event it says it is, as an SQLite error so that it stops the
