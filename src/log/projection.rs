@@ -198,35 +198,9 @@ impl Index {
         also: &[&str],
         mut each: impl FnMut(Option<&str>, Event),
     ) -> Result<Index, ReadError> {
-        let kinds = [
-            "run_started",
-            "run_resumed",
-            "episode_started",
-            "model_call",
-            "ingest_resumed",
-            "episode_finished",
-            "scoring_started",
-            "episode_scored",
-            "run_finished",
-        ];
-        let mut p = Projection::default();
-        let mut open: HashMap<String, Open> = HashMap::new();
-        let mut names: Vec<Arc<str>> = Vec::new();
-        let mut numbers: HashMap<Arc<str>, u32> = HashMap::new();
-        let mut intern = |name: String| -> u32 {
-            if let Some(&n) = numbers.get(name.as_str()) {
-                return n;
-            }
-            let n = names.len() as u32;
-            let name: Arc<str> = Arc::from(name);
-            names.push(name.clone());
-            numbers.insert(name, n);
-            n
-        };
-        let mut entries = Vec::new();
-        let mut rescored: HashMap<String, Outcome> = HashMap::new();
+        let mut fold = Fold::default();
         // Every line counts for the last event number (an append continues after it); only
-        // these kinds are decoded.
+        // the kinds the fold reads are decoded.
         let torn = for_each_line_of(path, None, |kind, text, offset| {
             if also.contains(&kind) {
                 let head = LineHeader::of(text).map_err(|e| e.to_string())?;
@@ -234,153 +208,13 @@ impl Index {
                     each(head.episode_id.as_deref(), event);
                 }
             }
-            if !kinds.contains(&kind) {
-                let seq = match header_seq(text) {
-                    Some(seq) => seq,
-                    None => LineHeader::of(text).map_err(|e| e.to_string())?.seq,
-                };
-                p.last_seq = p.last_seq.max(seq);
-                return Ok(());
-            }
-            let head = LineHeader::of(text).map_err(|e| e.to_string())?;
-            p.last_seq = p.last_seq.max(head.seq);
-            if p.run_id.is_empty()
-                && let Some(run_id) = head.run_id
-            {
-                p.run_id = run_id;
-            }
-            match kind {
-                "episode_started" => {
-                    let EpisodeStartedKey { suite, task_id, task_digest, model, epoch, toolset, variant } =
-                        serde_json::from_str(text).map_err(|e| e.to_string())?;
-                    if let Some(id) = head.episode_id {
-                        let key = Key {
-                            suite: intern(suite),
-                            task: intern(task_id),
-                            digest: intern(task_digest),
-                            model: intern(model),
-                            epoch,
-                            variant: variant.map(&mut intern),
-                        };
-                        let toolset = toolset.map(&mut intern);
-                        let started_us = micros(&head.ts);
-                        open.insert(id, Open { key, started_us, model_calls: 0, latency_ms: 0.0, toolset });
-                    }
-                }
-                "model_call" => {
-                    // The view, not the event: a model call's line holds its whole request and
-                    // response, and there are many per episode.
-                    let call: ModelCallTiming = serde_json::from_str(text).map_err(|e| e.to_string())?;
-                    if let Some(o) = head
-                        .episode_id
-                        .and_then(|id| open.get_mut(&id))
-                        .filter(|_| call.scorer.is_none() && call.actor != crate::contract::Actor::User)
-                    {
-                        o.model_calls += 1;
-                        o.latency_ms += call.latency_ms;
-                    }
-                }
-                "ingest_resumed" => {
-                    // The model calls of a killed attempt's replay that this one goes on with.
-                    #[derive(serde::Deserialize)]
-                    struct Resumed {
-                        model_calls: u32,
-                    }
-                    let resumed: Resumed = serde_json::from_str(text).map_err(|e| e.to_string())?;
-                    if let Some(o) = head.episode_id.and_then(|id| open.get_mut(&id)) {
-                        o.model_calls = o.model_calls.saturating_add(resumed.model_calls);
-                    }
-                }
-                "episode_finished" => {
-                    let Some(id) = head.episode_id else { return Ok(()) };
-                    let Some(o) = open.remove(&id) else { return Ok(()) };
-                    // A regrade's outcome of an earlier finish does not carry over to a
-                    // finish that comes after it: the episode ran again.
-                    rescored.remove(&id);
-                    entries.push(Entry {
-                        key: o.key,
-                        model_calls: o.model_calls,
-                        started_us: o.started_us,
-                        latency_ms: o.latency_ms,
-                        offset,
-                        toolset: o.toolset,
-                    });
-                }
-                _ => match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
-                    // The first header is the run's (a merged run's is the merge's).
-                    Event::RunStarted {
-                        runner_version,
-                        command_line,
-                        models,
-                        suites,
-                        git_revision,
-                        shard,
-                        limits,
-                        warnings,
-                        selection,
-                        ..
-                    } if p.header.suites.is_empty() => {
-                        p.header = RunHeader {
-                            runner_version,
-                            command_line,
-                            models,
-                            suites,
-                            git_revision,
-                            shard,
-                            limits,
-                            warnings,
-                            selection,
-                        };
-                    }
-                    Event::ScoringStarted { scoring_id, .. } => {
-                        p.scoring_id = Some(scoring_id);
-                        p.scorings += 1;
-                    }
-                    Event::EpisodeScored { outcome, .. } => {
-                        if let Some(id) = head.episode_id {
-                            rescored.insert(id, outcome);
-                        }
-                    }
-                    Event::RunFinished { interrupted, wall_ms, .. } => {
-                        p.interrupted = interrupted;
-                        p.finished = true;
-                        p.wall_ms += wall_ms;
-                    }
-                    Event::RunResumed { .. } => p.finished = false,
-                    _ => {}
-                },
-            }
-            Ok(())
+            fold.line(kind, text, offset)
         })?;
+        let Fold { mut p, open, names, mut entries, rescored } = fold;
         p.unfinished = open.len() as u64;
         p.torn_last_line = torn;
-        let name = |n: u32| -> &str { &names[n as usize] };
-        // Sorted, an episode's finishes sit together, the latest first: keep that one.
-        entries.sort_unstable_by(|a, b| {
-            let (x, y) = (&a.key, &b.key);
-            let variant = |k: &Key| k.variant.map(name);
-            (
-                name(x.suite),
-                name(x.task),
-                name(x.model),
-                variant(x),
-                x.epoch,
-                name(x.digest),
-                std::cmp::Reverse(a.offset),
-            )
-                .cmp(&(
-                    name(y.suite),
-                    name(y.task),
-                    name(y.model),
-                    variant(y),
-                    y.epoch,
-                    name(y.digest),
-                    std::cmp::Reverse(b.offset),
-                ))
-        });
-        entries.dedup_by(|later, first| later.key == first.key);
-        entries.shrink_to_fit();
-        Ok(Index { path: path.to_path_buf(), meta: p, names, entries, rescored })
+        keep_latest_finishes(&mut entries, &names);
+        Ok(Index { path: path.to_path_buf(), meta: p, names: names.names, entries, rescored })
     }
 
     /// The log this index was built from.
@@ -477,6 +311,225 @@ fn compact(outcome: Outcome, causes_seen: &mut std::collections::HashSet<super::
         Outcome::Unscored { cause, .. } => Outcome::Unscored { cause, message: String::new() },
         other => other,
     }
+}
+
+/// The event types the fold decodes; of every other line it reads only the number.
+const FOLDED_KINDS: [&str; 9] = [
+    "run_started",
+    "run_resumed",
+    "episode_started",
+    "model_call",
+    "ingest_resumed",
+    "episode_finished",
+    "scoring_started",
+    "episode_scored",
+    "run_finished",
+];
+
+/// The strings the rows share (suites, tasks, digests, models, variants, toolsets), each
+/// held once and named by its number.
+#[derive(Default)]
+struct Names {
+    names: Vec<Arc<str>>,
+    numbers: HashMap<Arc<str>, u32>,
+}
+
+impl Names {
+    fn intern(&mut self, name: String) -> u32 {
+        if let Some(&n) = self.numbers.get(name.as_str()) {
+            return n;
+        }
+        let n = self.names.len() as u32;
+        let name: Arc<str> = Arc::from(name);
+        self.names.push(name.clone());
+        self.numbers.insert(name, n);
+        n
+    }
+
+    fn name(&self, n: u32) -> &str {
+        &self.names[n as usize]
+    }
+}
+
+/// The index while the log is read: the run's meta, the episodes started and not yet
+/// finished, every finish seen, and the regrades' outcomes.
+#[derive(Default)]
+struct Fold {
+    p: Projection,
+    open: HashMap<String, Open>,
+    names: Names,
+    entries: Vec<Entry>,
+    rescored: HashMap<String, Outcome>,
+}
+
+impl Fold {
+    /// One line of the log, at `offset`.
+    fn line(&mut self, kind: &str, text: &str, offset: u64) -> Result<(), String> {
+        if !FOLDED_KINDS.contains(&kind) {
+            let seq = match header_seq(text) {
+                Some(seq) => seq,
+                None => LineHeader::of(text).map_err(|e| e.to_string())?.seq,
+            };
+            self.p.last_seq = self.p.last_seq.max(seq);
+            return Ok(());
+        }
+        let mut head = LineHeader::of(text).map_err(|e| e.to_string())?;
+        self.p.last_seq = self.p.last_seq.max(head.seq);
+        if self.p.run_id.is_empty()
+            && let Some(run_id) = head.run_id.take()
+        {
+            self.p.run_id = run_id;
+        }
+        match kind {
+            "episode_started" => self.episode_started(head, text),
+            "model_call" => self.model_call(head, text),
+            "ingest_resumed" => self.ingest_resumed(head, text),
+            "episode_finished" => {
+                self.episode_finished(head, offset);
+                Ok(())
+            }
+            _ => self.run_event(head, text),
+        }
+    }
+
+    /// Opens the episode under its key, its names interned.
+    fn episode_started(&mut self, head: LineHeader, text: &str) -> Result<(), String> {
+        let EpisodeStartedKey { suite, task_id, task_digest, model, epoch, toolset, variant } =
+            serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(id) = head.episode_id {
+            let names = &mut self.names;
+            let key = Key {
+                suite: names.intern(suite),
+                task: names.intern(task_id),
+                digest: names.intern(task_digest),
+                model: names.intern(model),
+                epoch,
+                variant: variant.map(|v| names.intern(v)),
+            };
+            let toolset = toolset.map(|t| names.intern(t));
+            let started_us = micros(&head.ts);
+            self.open.insert(id, Open { key, started_us, model_calls: 0, latency_ms: 0.0, toolset });
+        }
+        Ok(())
+    }
+
+    /// Counts an agent's model call and its latency (a grader's or the user's are not the
+    /// episode's).
+    fn model_call(&mut self, head: LineHeader, text: &str) -> Result<(), String> {
+        // The view, not the event: a model call's line holds its whole request and
+        // response, and there are many per episode.
+        let call: ModelCallTiming = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(o) = head
+            .episode_id
+            .and_then(|id| self.open.get_mut(&id))
+            .filter(|_| call.scorer.is_none() && call.actor != crate::contract::Actor::User)
+        {
+            o.model_calls += 1;
+            o.latency_ms += call.latency_ms;
+        }
+        Ok(())
+    }
+
+    /// The model calls of a killed attempt's replay that this one goes on with.
+    fn ingest_resumed(&mut self, head: LineHeader, text: &str) -> Result<(), String> {
+        #[derive(serde::Deserialize)]
+        struct Resumed {
+            model_calls: u32,
+        }
+        let resumed: Resumed = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        if let Some(o) = head.episode_id.and_then(|id| self.open.get_mut(&id)) {
+            o.model_calls = o.model_calls.saturating_add(resumed.model_calls);
+        }
+        Ok(())
+    }
+
+    /// Closes the episode into an entry that points at its finish.
+    fn episode_finished(&mut self, head: LineHeader, offset: u64) {
+        let Some(id) = head.episode_id else { return };
+        let Some(o) = self.open.remove(&id) else { return };
+        // A regrade's outcome of an earlier finish does not carry over to a finish that
+        // comes after it: the episode ran again.
+        self.rescored.remove(&id);
+        self.entries.push(Entry {
+            key: o.key,
+            model_calls: o.model_calls,
+            started_us: o.started_us,
+            latency_ms: o.latency_ms,
+            offset,
+            toolset: o.toolset,
+        });
+    }
+
+    /// What the run as a whole says: its header, its regrades, its ends and resumptions.
+    fn run_event(&mut self, head: LineHeader, text: &str) -> Result<(), String> {
+        let p = &mut self.p;
+        match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
+            // The first header is the run's (a merged run's is the merge's).
+            Event::RunStarted {
+                runner_version,
+                command_line,
+                models,
+                suites,
+                git_revision,
+                shard,
+                limits,
+                warnings,
+                selection,
+                ..
+            } if p.header.suites.is_empty() => {
+                p.header = RunHeader {
+                    runner_version,
+                    command_line,
+                    models,
+                    suites,
+                    git_revision,
+                    shard,
+                    limits,
+                    warnings,
+                    selection,
+                };
+            }
+            Event::ScoringStarted { scoring_id, .. } => {
+                p.scoring_id = Some(scoring_id);
+                p.scorings += 1;
+            }
+            Event::EpisodeScored { outcome, .. } => {
+                if let Some(id) = head.episode_id {
+                    self.rescored.insert(id, outcome);
+                }
+            }
+            Event::RunFinished { interrupted, wall_ms, .. } => {
+                p.interrupted = interrupted;
+                p.finished = true;
+                p.wall_ms += wall_ms;
+            }
+            Event::RunResumed { .. } => p.finished = false,
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Sorts the finishes in table order and keeps each episode's latest: sorted, an
+/// episode's finishes sit together, the latest first.
+fn keep_latest_finishes(entries: &mut Vec<Entry>, names: &Names) {
+    let name = |n: u32| names.name(n);
+    entries.sort_unstable_by(|a, b| {
+        let (x, y) = (&a.key, &b.key);
+        let variant = |k: &Key| k.variant.map(name);
+        (name(x.suite), name(x.task), name(x.model), variant(x), x.epoch, name(x.digest), std::cmp::Reverse(a.offset))
+            .cmp(&(
+                name(y.suite),
+                name(y.task),
+                name(y.model),
+                variant(y),
+                y.epoch,
+                name(y.digest),
+                std::cmp::Reverse(b.offset),
+            ))
+    });
+    entries.dedup_by(|later, first| later.key == first.key);
+    entries.shrink_to_fit();
 }
 
 #[cfg(test)]
