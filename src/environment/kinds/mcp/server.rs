@@ -192,6 +192,30 @@ pub(super) fn expand_vars(value: &str) -> Result<String, String> {
 struct Tail(VecDeque<u8>);
 
 impl Tail {
+    /// Reads `stderr` to its end in a task of its own, keeping its last bytes; the
+    /// receiver turns true once the end is reached.
+    fn keep(
+        mut stderr: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    ) -> (Arc<Mutex<Tail>>, tokio::sync::watch::Receiver<bool>) {
+        let tail = Arc::new(Mutex::new(Tail::default()));
+        let keep = tail.clone();
+        let (read_to_end, stderr_read) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                let mut tail = keep.lock().unwrap_or_else(|p| p.into_inner());
+                tail.0.extend(&buf[..n]);
+                let over = tail.0.len().saturating_sub(STDERR_TAIL);
+                tail.0.drain(..over);
+            }
+            let _ = read_to_end.send(true);
+        });
+        (tail, stderr_read)
+    }
+
     fn text(tail: &Mutex<Tail>) -> String {
         let guard = tail.lock().unwrap_or_else(|p| p.into_inner());
         let bytes: Vec<u8> = guard.0.iter().copied().collect();
@@ -219,57 +243,20 @@ struct Process {
     status: Option<std::process::ExitStatus>,
 }
 
-impl std::fmt::Debug for Server {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("name", &self.name).finish_non_exhaustive()
-    }
+/// What a stdio server runs: its program, its arguments (the paths among them made
+/// absolute), its working folder, and what the sandbox must let it read besides.
+struct Launch {
+    program: PathBuf,
+    args: Vec<std::ffi::OsString>,
+    cwd: PathBuf,
+    readable: Vec<PathBuf>,
 }
 
-impl Server {
-    /// Starts `spec` (in `dir`, its working folder unless it names one) and initialises it.
-    pub async fn start(
-        spec: &ServerSpec,
-        definition: &Definition,
-        base: &Path,
-        dir: &Path,
-        mode: SandboxMode,
-    ) -> Result<Server, String> {
-        let timeout = Duration::from_secs_f64(spec.start_timeout_s);
-        let name = spec.name.clone();
-        if let Some(url) = &spec.url {
-            let mut headers = std::collections::HashMap::new();
-            for (k, v) in &spec.headers {
-                let value = expand_vars(v).map_err(|e| format!("server `{name}`: header `{k}`: {e}"))?;
-                let (Ok(k), Ok(v)) = (http::HeaderName::try_from(k.as_str()), http::HeaderValue::try_from(value))
-                else {
-                    return Err(format!("server `{name}`: header `{k}` is not valid"));
-                };
-                headers.insert(k, v);
-            }
-            // rmcp's client brings no TLS provider of its own: the process's default is ring's
-            // (an error only says one is installed already).
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
-            let transport = StreamableHttpClientTransport::from_config(config);
-            let client = match tokio::time::timeout(timeout, ().serve(transport)).await {
-                Ok(Ok(client)) => client,
-                Ok(Err(e)) => return Err(format!("server `{name}` at {url} did not initialise: {e}")),
-                Err(_) => {
-                    return Err(format!(
-                        "server `{name}` at {url} did not initialise within {}s",
-                        timeout.as_secs_f64()
-                    ));
-                }
-            };
-            return Ok(Server {
-                name,
-                client,
-                process: None,
-                stderr: Default::default(),
-                stderr_read: None,
-                sandbox: None,
-            });
-        }
+impl Launch {
+    /// The launch `spec` asks for, its relative paths the environment file's (`base`), its
+    /// working folder `dir` unless it names one.
+    fn of(spec: &ServerSpec, base: &Path, dir: &Path) -> Result<Launch, String> {
+        let name = &spec.name;
         let Some(command) = &spec.command else { return Err(format!("server `{name}` has no command")) };
         let program = resolve_command(command, base).map_err(|e| format!("server `{name}`: {e}"))?;
         let mut readable = vec![installation(&program).map_err(|e| format!("server `{name}`: {e}"))?];
@@ -306,17 +293,50 @@ impl Server {
             }
             None => dir.to_path_buf(),
         };
-        let sandbox = definition.confinement(mode, &[dir], &readable).map_err(|e| format!("server `{name}`: {e}"))?;
-        let mut command = Command::new(&program);
-        command.args(&args).current_dir(&cwd).env_clear().env("PATH", SAFE_PATH);
+        Ok(Launch { program, args, cwd, readable })
+    }
+
+    /// The command, with only `PATH` and the variables `spec` names in its environment.
+    fn command(&self, spec: &ServerSpec) -> Result<Command, String> {
+        let name = &spec.name;
+        let mut command = Command::new(&self.program);
+        command.args(&self.args).current_dir(&self.cwd).env_clear().env("PATH", SAFE_PATH);
         for (k, v) in &spec.env {
             command.env(k, expand_vars(v).map_err(|e| format!("server `{name}`: env `{k}`: {e}"))?);
         }
-        if !cwd.is_dir() {
-            return Err(format!("server `{name}`: its cwd `{}` is not a folder (any longer)", cwd.display()));
+        Ok(command)
+    }
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Starts `spec` (in `dir`, its working folder unless it names one) and initialises it.
+    pub async fn start(
+        spec: &ServerSpec,
+        definition: &Definition,
+        base: &Path,
+        dir: &Path,
+        mode: SandboxMode,
+    ) -> Result<Server, String> {
+        let timeout = Duration::from_secs_f64(spec.start_timeout_s);
+        if let Some(url) = &spec.url {
+            return Server::start_http(spec, url, timeout).await;
         }
-        let mut supervised = process::spawn(&command, process::Input::Piped, &sandbox).map_err(|e| {
-            let mut message = format!("server `{name}`: failed to start `{}`: {e}", program.display());
+        let name = &spec.name;
+        let launch = Launch::of(spec, base, dir)?;
+        let sandbox =
+            definition.confinement(mode, &[dir], &launch.readable).map_err(|e| format!("server `{name}`: {e}"))?;
+        let command = launch.command(spec)?;
+        if !launch.cwd.is_dir() {
+            return Err(format!("server `{name}`: its cwd `{}` is not a folder (any longer)", launch.cwd.display()));
+        }
+        let supervised = process::spawn(&command, process::Input::Piped, &sandbox).map_err(|e| {
+            let mut message = format!("server `{name}`: failed to start `{}`: {e}", launch.program.display());
             if e.kind() == std::io::ErrorKind::PermissionDenied && sandbox.enforced()["enabled"] == true {
                 message.push_str(
                     ": the sandbox keeps it (or the interpreter it runs) from being read; add the folder it is \
@@ -325,27 +345,50 @@ impl Server {
             }
             message
         })?;
-        let (Some(stdin), Some(stdout), Some(mut stderr)) =
+        Server::initialise_stdio(name.clone(), &launch.program, supervised, sandbox, timeout).await
+    }
+
+    /// Connects to a streamable HTTP server, with the headers its spec names.
+    async fn start_http(spec: &ServerSpec, url: &str, timeout: Duration) -> Result<Server, String> {
+        let name = spec.name.clone();
+        let mut headers = std::collections::HashMap::new();
+        for (k, v) in &spec.headers {
+            let value = expand_vars(v).map_err(|e| format!("server `{name}`: header `{k}`: {e}"))?;
+            let (Ok(k), Ok(v)) = (http::HeaderName::try_from(k.as_str()), http::HeaderValue::try_from(value)) else {
+                return Err(format!("server `{name}`: header `{k}` is not valid"));
+            };
+            headers.insert(k, v);
+        }
+        // rmcp's client brings no TLS provider of its own: the process's default is ring's
+        // (an error only says one is installed already).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
+        let transport = StreamableHttpClientTransport::from_config(config);
+        let client = match tokio::time::timeout(timeout, ().serve(transport)).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(format!("server `{name}` at {url} did not initialise: {e}")),
+            Err(_) => {
+                return Err(format!("server `{name}` at {url} did not initialise within {}s", timeout.as_secs_f64()));
+            }
+        };
+        Ok(Server { name, client, process: None, stderr: Default::default(), stderr_read: None, sandbox: None })
+    }
+
+    /// Initialises a started stdio server over its pipes; when it does not answer in time,
+    /// kills it and says how it ended and what it wrote to stderr.
+    async fn initialise_stdio(
+        name: String,
+        program: &Path,
+        mut supervised: Supervised,
+        sandbox: Arc<Confinement>,
+        timeout: Duration,
+    ) -> Result<Server, String> {
+        let (Some(stdin), Some(stdout), Some(stderr)) =
             (supervised.keeper.stdin.take(), supervised.keeper.stdout.take(), supervised.keeper.stderr.take())
         else {
             return Err(format!("server `{name}`: its pipes were not set up"));
         };
-        let tail = Arc::new(Mutex::new(Tail::default()));
-        let keep = tail.clone();
-        let (read_to_end, stderr_read) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = stderr.read(&mut buf).await {
-                if n == 0 {
-                    break;
-                }
-                let mut tail = keep.lock().unwrap_or_else(|p| p.into_inner());
-                tail.0.extend(&buf[..n]);
-                let over = tail.0.len().saturating_sub(STDERR_TAIL);
-                tail.0.drain(..over);
-            }
-            let _ = read_to_end.send(true);
-        });
+        let (tail, stderr_read) = Tail::keep(stderr);
         // rmcp drops a line longer than it reads and waits on: the bound answers instead.
         let stdout = super::bounded::Bounded::new(stdout, super::bounded::MAX_MESSAGE_BYTES);
         let transport = AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(usize::MAX);
