@@ -50,97 +50,10 @@ impl McpSpec {
         if servers.is_empty() {
             return Err(source.error("servers", "list at least one server"));
         }
-        for (i, server) in servers.iter().enumerate() {
-            let at = |field: &str| format!("servers[{i}].{field}");
-            let valid_name = !server.name.is_empty()
-                && !server.name.contains(SEPARATOR)
-                && server.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-            if !valid_name {
-                return Err(source.error(
-                    &at("name"),
-                    format!("`{}`: a server's name is letters, digits, `-` and `_`, without `__`", server.name),
-                ));
-            }
-            if servers[..i].iter().any(|s| s.name == server.name) {
-                return Err(source.error(&at("name"), format!("`{}` names two servers", server.name)));
-            }
-            match (&server.command, &server.url) {
-                (Some(_), Some(_)) => {
-                    return Err(source.error(
-                        &at("url"),
-                        "a server is either `command:` (stdio) or `url:` (streamable HTTP), not both",
-                    ));
-                }
-                (None, None) => {
-                    return Err(source.error(
-                        &format!("servers[{i}]"),
-                        "give the server a `command:` (stdio) or a `url:` (streamable HTTP)",
-                    ));
-                }
-                (Some(command), None) => {
-                    if command.trim().is_empty() {
-                        return Err(source.error(&at("command"), "must not be empty"));
-                    }
-                    if !server.headers.is_empty() {
-                        return Err(source.error(&at("headers"), "only a `url:` server takes headers"));
-                    }
-                }
-                (None, Some(url)) => {
-                    if !(url.starts_with("http://") || url.starts_with("https://")) {
-                        return Err(source.error(&at("url"), format!("`{url}`: expected an http:// or https:// URL")));
-                    }
-                    for field in ["args", "env", "cwd", "read_paths"] {
-                        let given = match field {
-                            "args" => !server.args.is_empty(),
-                            "env" => !server.env.is_empty(),
-                            "cwd" => server.cwd.is_some(),
-                            _ => !server.read_paths.is_empty(),
-                        };
-                        if given {
-                            return Err(source.error(&at(field), "only a stdio (`command:`) server takes this"));
-                        }
-                    }
-                    for (name, value) in &server.headers {
-                        if http::HeaderName::try_from(name.as_str()).is_err()
-                            || http::HeaderValue::try_from(value.as_str()).is_err()
-                        {
-                            return Err(source.error(&at(&format!("headers.{name}")), "not a valid HTTP header"));
-                        }
-                    }
-                }
-            }
-            for name in server.env.keys() {
-                if name.is_empty() || name.contains('=') || name.contains('\0') {
-                    return Err(source.error(&at(&format!("env.{name}")), "not a valid variable name"));
-                }
-            }
-            check_seconds(source, &at("start_timeout_s"), server.start_timeout_s, 0.001, MAX_EPISODE_S)?;
-            // An optional environment's missing server skips its suites when they run.
-            if !optional.unwrap_or(false) {
-                check_installed(server, &base).map_err(|(field, e)| source.error(&at(&field), e))?;
-            }
-            if servers.len() > 1 && server.name.ends_with('_') {
-                let message = format!(
-                    "`{}`: with several servers, tools are named `SERVER{SEPARATOR}TOOL`, and a name that ends with \
-                     `_` would read as another server's (`s_`'s tool `x` and `s`'s tool `_x` are both `s___x`)",
-                    server.name
-                );
-                return Err(source.error(&at("name"), message));
-            }
+        for i in 0..servers.len() {
+            check_server(source, &servers, i, &base, optional.unwrap_or(false))?;
         }
-        let prompts: Vec<PromptRef> = match prompts {
-            None => Vec::new(),
-            Some(value) => source.decode("prompts", value)?,
-        };
-        for (i, prompt) in prompts.iter().enumerate() {
-            if !servers.iter().any(|s| s.name == prompt.server) {
-                let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
-                return Err(source.error(
-                    &format!("prompts[{i}].server"),
-                    format!("no server `{}`, expected one of: {}", prompt.server, names.join(", ")),
-                ));
-            }
-        }
+        let prompts = decode_prompts(source, prompts, &servers)?;
         let shared = servers.iter().map(|_| tokio::sync::OnceCell::new()).collect();
         Ok(McpSpec {
             servers,
@@ -180,6 +93,120 @@ impl McpSpec {
             Some((s.name.clone(), missing.clone()))
         })
     }
+}
+
+/// Checks the `i`th of `servers` (its name among the others', its transport, its `env`
+/// names, its timeout and, unless the environment is optional, that it is installed), so
+/// that a mistake is named at its line before any episode starts it.
+fn check_server(
+    source: &Source,
+    servers: &[ServerSpec],
+    i: usize,
+    base: &Path,
+    optional: bool,
+) -> Result<(), ConfigError> {
+    let server = &servers[i];
+    let at = |field: &str| format!("servers[{i}].{field}");
+    let valid_name = !server.name.is_empty()
+        && !server.name.contains(SEPARATOR)
+        && server.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid_name {
+        return Err(source.error(
+            &at("name"),
+            format!("`{}`: a server's name is letters, digits, `-` and `_`, without `__`", server.name),
+        ));
+    }
+    if servers[..i].iter().any(|s| s.name == server.name) {
+        return Err(source.error(&at("name"), format!("`{}` names two servers", server.name)));
+    }
+    check_transport(source, server, i)?;
+    for name in server.env.keys() {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(source.error(&at(&format!("env.{name}")), "not a valid variable name"));
+        }
+    }
+    check_seconds(source, &at("start_timeout_s"), server.start_timeout_s, 0.001, MAX_EPISODE_S)?;
+    // An optional environment's missing server skips its suites when they run.
+    if !optional {
+        check_installed(server, base).map_err(|(field, e)| source.error(&at(&field), e))?;
+    }
+    if servers.len() > 1 && server.name.ends_with('_') {
+        let message = format!(
+            "`{}`: with several servers, tools are named `SERVER{SEPARATOR}TOOL`, and a name that ends with \
+             `_` would read as another server's (`s_`'s tool `x` and `s`'s tool `_x` are both `s___x`)",
+            server.name
+        );
+        return Err(source.error(&at("name"), message));
+    }
+    Ok(())
+}
+
+/// Checks that the `i`th server is either stdio or streamable HTTP, and takes only that
+/// transport's keys.
+fn check_transport(source: &Source, server: &ServerSpec, i: usize) -> Result<(), ConfigError> {
+    let at = |field: &str| format!("servers[{i}].{field}");
+    match (&server.command, &server.url) {
+        (Some(_), Some(_)) => {
+            Err(source.error(&at("url"), "a server is either `command:` (stdio) or `url:` (streamable HTTP), not both"))
+        }
+        (None, None) => Err(source
+            .error(&format!("servers[{i}]"), "give the server a `command:` (stdio) or a `url:` (streamable HTTP)")),
+        (Some(command), None) => {
+            if command.trim().is_empty() {
+                return Err(source.error(&at("command"), "must not be empty"));
+            }
+            if !server.headers.is_empty() {
+                return Err(source.error(&at("headers"), "only a `url:` server takes headers"));
+            }
+            Ok(())
+        }
+        (None, Some(url)) => {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(source.error(&at("url"), format!("`{url}`: expected an http:// or https:// URL")));
+            }
+            for field in ["args", "env", "cwd", "read_paths"] {
+                let given = match field {
+                    "args" => !server.args.is_empty(),
+                    "env" => !server.env.is_empty(),
+                    "cwd" => server.cwd.is_some(),
+                    _ => !server.read_paths.is_empty(),
+                };
+                if given {
+                    return Err(source.error(&at(field), "only a stdio (`command:`) server takes this"));
+                }
+            }
+            for (name, value) in &server.headers {
+                if http::HeaderName::try_from(name.as_str()).is_err()
+                    || http::HeaderValue::try_from(value.as_str()).is_err()
+                {
+                    return Err(source.error(&at(&format!("headers.{name}")), "not a valid HTTP header"));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Decodes `prompts:`, each naming one of `servers`.
+fn decode_prompts(
+    source: &Source,
+    prompts: Option<&Value>,
+    servers: &[ServerSpec],
+) -> Result<Vec<PromptRef>, ConfigError> {
+    let prompts: Vec<PromptRef> = match prompts {
+        None => Vec::new(),
+        Some(value) => source.decode("prompts", value)?,
+    };
+    for (i, prompt) in prompts.iter().enumerate() {
+        if !servers.iter().any(|s| s.name == prompt.server) {
+            let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
+            return Err(source.error(
+                &format!("prompts[{i}].server"),
+                format!("no server `{}`, expected one of: {}", prompt.server, names.join(", ")),
+            ));
+        }
+    }
+    Ok(prompts)
 }
 
 /// What `validate` can check of a server without starting it: a stdio server's program, the
