@@ -211,74 +211,16 @@ impl Definition {
             let message = format!("the `{}` kind does not offer `execute_code`", kind.name());
             return Err(source.error("execute_code", message));
         }
-        let all = kind.tools();
         // Discovered tools are checked when they are discovered, at the run's start.
         let expose = if discovers { file.tools.clone() } else { None };
-        let mut offered = match &file.tools {
-            None => all,
-            Some(_) if discovers => all,
-            Some(names) => {
-                let mut chosen = Vec::new();
-                for (i, name) in names.iter().enumerate() {
-                    match all.iter().find(|t| &t.spec.name == name) {
-                        Some(tool) => chosen.push(tool.clone()),
-                        None => {
-                            let known: Vec<&str> = all.iter().map(|t| t.spec.name.as_str()).collect();
-                            return Err(source.error(
-                                &format!("tools[{i}]"),
-                                format!(
-                                    "unknown tool `{name}` for kind `{}`, expected one of: {}",
-                                    kind.name(),
-                                    known.join(", ")
-                                ),
-                            ));
-                        }
-                    }
-                }
-                // The final tool is how an episode ends; it is always offered.
-                if !chosen.iter().any(|t| t.spec.name == FINAL_TOOL) {
-                    chosen.push(tool::final_answer());
-                }
-                chosen
-            }
-        };
-        let scripts = match &file.execute_code {
-            None | Some(Value::Bool(false)) => None,
-            Some(Value::Bool(true)) => Some(ScriptSettings::default()),
-            Some(settings @ Value::Object(_)) => Some(source.decode::<ScriptSettings>("execute_code", settings)?),
-            Some(_) => {
-                return Err(source.error("execute_code", "expected `true`, `false` or a mapping of its settings"));
-            }
-        };
-        if let Some(settings) = &scripts {
-            check_seconds(&source, "execute_code.timeout_s", settings.timeout_s, 0.001, MAX_EPISODE_S)?;
-            if settings.max_calls == 0 {
-                return Err(source.error("execute_code.max_calls", "must be at least 1"));
-            }
-            // A script's printed output is its whole result.
-            if settings.stdout_bytes == 0 {
-                return Err(source.error("execute_code.stdout_bytes", "must be at least 1"));
-            }
+        let mut offered = chosen_tools(&source, kind, file.tools.as_deref(), discovers)?;
+        let scripts = decode_scripts(&source, file.execute_code.as_ref())?;
+        if scripts.is_some() {
             // Offered before the final answer, which stays last.
             let at = offered.iter().position(|t| t.spec.name == FINAL_TOOL).unwrap_or(offered.len());
             offered.insert(at, script::tool_decl(&offered));
         }
-        if file.limits.max_concurrency == 0 {
-            return Err(source.error("limits.max_concurrency", "must be at least 1"));
-        }
-        // No output at all would hide every result from the agent.
-        if file.limits.output_cap_bytes == 0 {
-            return Err(source.error("limits.output_cap_bytes", "must be at least 1"));
-        }
-        // No room for checkpoints would fail every `checkpoint` call.
-        if file.limits.checkpoint_bytes == 0 {
-            return Err(source.error("limits.checkpoint_bytes", "must be at least 1"));
-        }
-        for (field, value) in
-            [("tool_timeout_s", file.limits.tool_timeout_s), ("command_timeout_s", file.limits.command_timeout_s)]
-        {
-            check_seconds(&source, &format!("limits.{field}"), value, 0.001, MAX_EPISODE_S)?;
-        }
+        check_limits(&source, &file.limits)?;
         for name in file.files.keys() {
             if !crate::domain::is_relative_inside(name) {
                 let at = format!("files.{name}");
@@ -289,28 +231,7 @@ impl Definition {
             .name
             .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
             .unwrap_or_else(|| kind.name().to_owned());
-        let sandbox = match &file.sandbox {
-            None => Some(SandboxSpec::default()),
-            Some(Value::String(s)) if s == "off" => None,
-            Some(Value::Bool(false)) => None,
-            Some(Value::String(s)) if s == "on" => Some(SandboxSpec::default()),
-            Some(Value::Bool(true)) => Some(SandboxSpec::default()),
-            Some(spec @ Value::Object(_)) => Some(source.decode::<SandboxSpec>("sandbox", spec)?),
-            Some(_) => return Err(source.error("sandbox", "expected `off`, `on` or a mapping of sandbox settings")),
-        };
-        if let Some(spec) = &sandbox {
-            let paths = [("read_paths", &spec.read_paths), ("write_paths", &spec.write_paths)];
-            for (field, list) in paths.into_iter().chain(spec.hide.as_ref().map(|h| ("hide", h))) {
-                for (i, p) in list.iter().enumerate() {
-                    if !p.is_absolute() {
-                        return Err(source.error(&format!("sandbox.{field}[{i}]"), "must be an absolute path"));
-                    }
-                }
-            }
-            if let Some((field, message)) = spec.problem() {
-                return Err(source.error(&format!("sandbox.{field}"), message));
-            }
-        }
+        let sandbox = decode_sandbox(&source, file.sandbox.as_ref())?;
         let mut names: Vec<&str> = offered.iter().map(|t| t.spec.name.as_str()).collect();
         names.extend(expose.iter().flatten().map(String::as_str));
         let permissions = permission::parse_rules(&file.permissions, &format!("environment `{name}`"), &names)
@@ -486,6 +407,110 @@ impl Definition {
     pub fn tool(&self, name: &str) -> Option<&ExposedTool> {
         self.tools.iter().find(|t| t.spec.name == name)
     }
+}
+
+/// The kind's tools a file's `tools:` chooses, the final answer always among them; all of
+/// them when it names none, or when the kind discovers its tools (the names are checked
+/// once they are discovered).
+fn chosen_tools(
+    source: &Source,
+    kind: &'static dyn EnvironmentKind,
+    tools: Option<&[String]>,
+    discovers: bool,
+) -> Result<Vec<ToolDecl>, ConfigError> {
+    let all = kind.tools();
+    let names = match tools {
+        None => return Ok(all),
+        Some(_) if discovers => return Ok(all),
+        Some(names) => names,
+    };
+    let mut chosen = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        match all.iter().find(|t| &t.spec.name == name) {
+            Some(tool) => chosen.push(tool.clone()),
+            None => {
+                let known: Vec<&str> = all.iter().map(|t| t.spec.name.as_str()).collect();
+                return Err(source.error(
+                    &format!("tools[{i}]"),
+                    format!("unknown tool `{name}` for kind `{}`, expected one of: {}", kind.name(), known.join(", ")),
+                ));
+            }
+        }
+    }
+    // The final tool is how an episode ends; it is always offered.
+    if !chosen.iter().any(|t| t.spec.name == FINAL_TOOL) {
+        chosen.push(tool::final_answer());
+    }
+    Ok(chosen)
+}
+
+/// A file's `execute_code:` (`true`, `false` or its settings), checked.
+fn decode_scripts(source: &Source, execute_code: Option<&Value>) -> Result<Option<ScriptSettings>, ConfigError> {
+    let scripts = match execute_code {
+        None | Some(Value::Bool(false)) => None,
+        Some(Value::Bool(true)) => Some(ScriptSettings::default()),
+        Some(settings @ Value::Object(_)) => Some(source.decode::<ScriptSettings>("execute_code", settings)?),
+        Some(_) => {
+            return Err(source.error("execute_code", "expected `true`, `false` or a mapping of its settings"));
+        }
+    };
+    if let Some(settings) = &scripts {
+        check_seconds(source, "execute_code.timeout_s", settings.timeout_s, 0.001, MAX_EPISODE_S)?;
+        if settings.max_calls == 0 {
+            return Err(source.error("execute_code.max_calls", "must be at least 1"));
+        }
+        // A script's printed output is its whole result.
+        if settings.stdout_bytes == 0 {
+            return Err(source.error("execute_code.stdout_bytes", "must be at least 1"));
+        }
+    }
+    Ok(scripts)
+}
+
+/// Refuses limits under which no episode could work.
+fn check_limits(source: &Source, limits: &EnvLimits) -> Result<(), ConfigError> {
+    if limits.max_concurrency == 0 {
+        return Err(source.error("limits.max_concurrency", "must be at least 1"));
+    }
+    // No output at all would hide every result from the agent.
+    if limits.output_cap_bytes == 0 {
+        return Err(source.error("limits.output_cap_bytes", "must be at least 1"));
+    }
+    // No room for checkpoints would fail every `checkpoint` call.
+    if limits.checkpoint_bytes == 0 {
+        return Err(source.error("limits.checkpoint_bytes", "must be at least 1"));
+    }
+    for (field, value) in [("tool_timeout_s", limits.tool_timeout_s), ("command_timeout_s", limits.command_timeout_s)] {
+        check_seconds(source, &format!("limits.{field}"), value, 0.001, MAX_EPISODE_S)?;
+    }
+    Ok(())
+}
+
+/// A file's `sandbox:` (`off`, `on` or its settings), its paths checked; `None` when off.
+fn decode_sandbox(source: &Source, sandbox: Option<&Value>) -> Result<Option<SandboxSpec>, ConfigError> {
+    let sandbox = match sandbox {
+        None => Some(SandboxSpec::default()),
+        Some(Value::String(s)) if s == "off" => None,
+        Some(Value::Bool(false)) => None,
+        Some(Value::String(s)) if s == "on" => Some(SandboxSpec::default()),
+        Some(Value::Bool(true)) => Some(SandboxSpec::default()),
+        Some(spec @ Value::Object(_)) => Some(source.decode::<SandboxSpec>("sandbox", spec)?),
+        Some(_) => return Err(source.error("sandbox", "expected `off`, `on` or a mapping of sandbox settings")),
+    };
+    if let Some(spec) = &sandbox {
+        let paths = [("read_paths", &spec.read_paths), ("write_paths", &spec.write_paths)];
+        for (field, list) in paths.into_iter().chain(spec.hide.as_ref().map(|h| ("hide", h))) {
+            for (i, p) in list.iter().enumerate() {
+                if !p.is_absolute() {
+                    return Err(source.error(&format!("sandbox.{field}[{i}]"), "must be an absolute path"));
+                }
+            }
+        }
+        if let Some((field, message)) = spec.problem() {
+            return Err(source.error(&format!("sandbox.{field}"), message));
+        }
+    }
+    Ok(sandbox)
 }
 
 /// The keys of an environment file beyond the common ones, for its kind to decode: a key
