@@ -347,6 +347,8 @@ impl Environment {
         }
     }
 
+    /// Runs one script: writes it beside the module of its callable tools, starts the
+    /// interpreter, answers its tool calls until it ends or runs out of time, and reports.
     async fn script(
         &self,
         host: &ScriptHost,
@@ -356,102 +358,17 @@ impl Environment {
         recorder: &Recorder,
     ) -> Result<(Value, Option<CallFault>), ToolError> {
         let started = Instant::now();
-        let io = |what: &str, e: std::io::Error| ToolError::new(ErrorType::ExecutionError, format!("{what}: {e}"));
-        let n = host.next.fetch_add(1, Ordering::Relaxed);
-        let name = format!("script-{n}");
-        let private = host.private_folder(&name).map_err(|e| io("failed to make the script's folder", e))?;
-        let dir = host.code.join(&name);
-        let _cleanup = RemoveOnDrop(dir.clone());
-        let callable: Vec<&ToolSpec> = self
-            .definition
-            .tools
-            .iter()
-            .filter(|t| callable_from_scripts(&t.spec.name, t.script_safe))
-            .map(|t| &t.spec)
-            .collect();
-        create_in(&private, c"runner_tools.py", &module_source(&callable))
-            .and_then(|()| create_in(&private, c"script.py", code))
-            .map_err(|e| io("failed to write the script", e))?;
-        drop(private);
-
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| io("failed to make a socket", e))?;
-        ours.set_nonblocking(true).map_err(|e| io("failed to make a socket", e))?;
-        let ours = tokio::net::UnixStream::from_std(ours).map_err(|e| io("failed to make a socket", e))?;
-        let mut command = Command::new(&host.python);
-        command
-            .args(["-B", "-E", "-s", "-c", BOOTSTRAP])
-            .current_dir(&dir)
-            .env_clear()
-            .env("PATH", SAFE_PATH)
-            .env("HOME", &host.scratch)
-            .env("TMPDIR", &host.scratch)
-            .env("LANG", "C.UTF-8")
-            .env("RUNNER_TOOLS_FD", "3");
-        let mut child = process::spawn_passing(&command, process::Input::Null, &host.sandbox, Some(theirs.as_raw_fd()))
-            .map_err(|e| io("failed to start the interpreter", e))?;
-        drop(theirs);
-        let (Some(stdout), Some(stderr)) = (child.keeper.stdout.take(), child.keeper.stderr.take()) else {
-            return Err(ToolError::new(ErrorType::ExecutionError, "the script's output was not captured"));
-        };
-
-        let stopper = child.stopper();
+        let cleanup = self.write_script(host, code)?;
+        let Interpreter { mut child, socket, stdout, stderr } = Interpreter::start(host, &cleanup.0)?;
         let calls_made = AtomicU32::new(0);
         let settings = &host.settings;
-        let serve = self.serve(ours, call, step, recorder, &calls_made, settings.max_calls);
-        let (status, work) = {
-            let status = async {
-                let status = child.shell_status().await;
-                child.tree.kill();
-                status
-            };
-            let work = async {
-                let (out, err, status, fault) = tokio::join!(
-                    read_capped(stdout, settings.stdout_bytes),
-                    read_capped(stderr, settings.stderr_bytes),
-                    status,
-                    serve
-                );
-                (out, err, status, fault)
-            };
-            tokio::pin!(work);
-            let limit = Duration::from_secs_f64(settings.timeout_s);
-            match tokio::time::timeout(limit, &mut work).await {
-                Ok(done) => (None, done),
-                Err(_) => {
-                    stopper.terminate();
-                    match tokio::time::timeout(GRACE, &mut work).await {
-                        Ok(done) => (Some(Status::Timeout), done),
-                        Err(_) => {
-                            stopper.kill();
-                            // A process that left the tree may still hold the pipes: after
-                            // a last grace, the output read so far is given up.
-                            match tokio::time::timeout(GRACE, &mut work).await {
-                                Ok(done) => (Some(Status::Timeout), done),
-                                Err(_) => (Some(Status::Timeout), (Err(abandoned()), Err(abandoned()), None, None)),
-                            }
-                        }
-                    }
-                }
-            }
-        };
+        let serve = self.serve(socket, call, step, recorder, &calls_made, settings.max_calls);
+        let (status, work) = run_within_time(&mut child, stdout, stderr, serve, settings).await;
         let _ = child.keeper.wait().await;
         let (out, err, exit, fault) = work;
         let (out, err) = (out.unwrap_or_else(lost), err.unwrap_or_else(lost));
         let mut errors = err.text();
-        let status = status.unwrap_or(match exit {
-            Some(exit) if exit.success() => Status::Success,
-            Some(exit) if status.is_none() => {
-                use std::os::unix::process::ExitStatusExt;
-                match exit.signal() {
-                    Some(signal) => {
-                        errors.push_str(&format!("\n[the interpreter was killed by signal {signal}]"));
-                        Status::Interrupted
-                    }
-                    None => Status::Error,
-                }
-            }
-            _ => Status::Interrupted,
-        });
+        let status = status.unwrap_or_else(|| ended_status(exit, &mut errors));
         if status == Status::Timeout {
             errors.push_str(&format!(
                 "\n[the script ran longer than {}s and was stopped; its output so far is above]",
@@ -466,6 +383,26 @@ impl Environment {
             "duration_s": (started.elapsed().as_secs_f64() * 1e3).round() / 1e3,
         });
         Ok((result, fault))
+    }
+
+    /// Makes the script's own folder and writes into it the script and the module of the
+    /// tools it may call; the folder goes when the returned guard does.
+    fn write_script(&self, host: &ScriptHost, code: &str) -> Result<RemoveOnDrop, ToolError> {
+        let n = host.next.fetch_add(1, Ordering::Relaxed);
+        let name = format!("script-{n}");
+        let private = host.private_folder(&name).map_err(|e| setup_error("failed to make the script's folder", e))?;
+        let cleanup = RemoveOnDrop(host.code.join(&name));
+        let callable: Vec<&ToolSpec> = self
+            .definition
+            .tools
+            .iter()
+            .filter(|t| callable_from_scripts(&t.spec.name, t.script_safe))
+            .map(|t| &t.spec)
+            .collect();
+        create_in(&private, c"runner_tools.py", &module_source(&callable))
+            .and_then(|()| create_in(&private, c"script.py", code))
+            .map_err(|e| setup_error("failed to write the script", e))?;
+        Ok(cleanup)
     }
 
     /// Answers the script's tool calls, one request line at a time, until it closes the socket.
@@ -577,6 +514,119 @@ fn abandoned() -> std::io::Error {
 
 fn lost(e: std::io::Error) -> Captured {
     Captured { kept: format!("[output lost: {e}]").into_bytes(), total: 0 }
+}
+
+/// A tool failure of the script's own set-up.
+fn setup_error(what: &str, e: std::io::Error) -> ToolError {
+    ToolError::new(ErrorType::ExecutionError, format!("{what}: {e}"))
+}
+
+/// A script's interpreter, started in the sandbox: its process, the runner's end of the
+/// socket its tool calls come over, and its output.
+struct Interpreter {
+    child: process::Supervised,
+    socket: tokio::net::UnixStream,
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+}
+
+impl Interpreter {
+    /// Starts the interpreter on the bootstrap in the script's folder `dir`, with a bare
+    /// environment and the other end of the socket as its descriptor 3.
+    fn start(host: &ScriptHost, dir: &Path) -> Result<Interpreter, ToolError> {
+        let (ours, theirs) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| setup_error("failed to make a socket", e))?;
+        ours.set_nonblocking(true).map_err(|e| setup_error("failed to make a socket", e))?;
+        let socket = tokio::net::UnixStream::from_std(ours).map_err(|e| setup_error("failed to make a socket", e))?;
+        let mut command = Command::new(&host.python);
+        command
+            .args(["-B", "-E", "-s", "-c", BOOTSTRAP])
+            .current_dir(dir)
+            .env_clear()
+            .env("PATH", SAFE_PATH)
+            .env("HOME", &host.scratch)
+            .env("TMPDIR", &host.scratch)
+            .env("LANG", "C.UTF-8")
+            .env("RUNNER_TOOLS_FD", "3");
+        let mut child = process::spawn_passing(&command, process::Input::Null, &host.sandbox, Some(theirs.as_raw_fd()))
+            .map_err(|e| setup_error("failed to start the interpreter", e))?;
+        drop(theirs);
+        let (Some(stdout), Some(stderr)) = (child.keeper.stdout.take(), child.keeper.stderr.take()) else {
+            return Err(ToolError::new(ErrorType::ExecutionError, "the script's output was not captured"));
+        };
+        Ok(Interpreter { child, socket, stdout, stderr })
+    }
+}
+
+/// What a script left: its output and errors as read, how its interpreter exited, and the
+/// fault of an inner call, if one had one.
+type ScriptEnd =
+    (std::io::Result<Captured>, std::io::Result<Captured>, Option<std::process::ExitStatus>, Option<CallFault>);
+
+/// Reads the script's output and answers its calls until it ends, or stops it when it
+/// runs past its time (`Some(Status::Timeout)`): terminated, then killed, then its output
+/// given up.
+async fn run_within_time(
+    child: &mut process::Supervised,
+    stdout: tokio::process::ChildStdout,
+    stderr: tokio::process::ChildStderr,
+    serve: impl std::future::Future<Output = Option<CallFault>>,
+    settings: &ScriptSettings,
+) -> (Option<Status>, ScriptEnd) {
+    let stopper = child.stopper();
+    let status = async {
+        let status = child.shell_status().await;
+        child.tree.kill();
+        status
+    };
+    let work = async {
+        let (out, err, status, fault) = tokio::join!(
+            read_capped(stdout, settings.stdout_bytes),
+            read_capped(stderr, settings.stderr_bytes),
+            status,
+            serve
+        );
+        (out, err, status, fault)
+    };
+    tokio::pin!(work);
+    let limit = Duration::from_secs_f64(settings.timeout_s);
+    match tokio::time::timeout(limit, &mut work).await {
+        Ok(done) => (None, done),
+        Err(_) => {
+            stopper.terminate();
+            match tokio::time::timeout(GRACE, &mut work).await {
+                Ok(done) => (Some(Status::Timeout), done),
+                Err(_) => {
+                    stopper.kill();
+                    // A process that left the tree may still hold the pipes: after a last
+                    // grace, the output read so far is given up.
+                    match tokio::time::timeout(GRACE, &mut work).await {
+                        Ok(done) => (Some(Status::Timeout), done),
+                        Err(_) => (Some(Status::Timeout), (Err(abandoned()), Err(abandoned()), None, None)),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How a script that was not stopped ended, by its interpreter's exit; a signal is also
+/// said in its `errors`.
+fn ended_status(exit: Option<std::process::ExitStatus>, errors: &mut String) -> Status {
+    match exit {
+        Some(exit) if exit.success() => Status::Success,
+        Some(exit) => {
+            use std::os::unix::process::ExitStatusExt;
+            match exit.signal() {
+                Some(signal) => {
+                    errors.push_str(&format!("\n[the interpreter was killed by signal {signal}]"));
+                    Status::Interrupted
+                }
+                None => Status::Error,
+            }
+        }
+        None => Status::Interrupted,
+    }
 }
 
 /// Removes a script's folder when the script is done, however it ends.
