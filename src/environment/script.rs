@@ -629,7 +629,6 @@ fn ended_status(exit: Option<std::process::ExitStatus>, errors: &mut String) -> 
     }
 }
 
-/// Removes a script's folder when the script is done, however it ends.
 /// Creates the new file `name` in the folder `at` (never an existing one, never through a
 /// link) and writes `text` to it.
 fn create_in(at: &OwnedFd, name: &std::ffi::CStr, text: &str) -> std::io::Result<()> {
@@ -645,6 +644,7 @@ fn create_in(at: &OwnedFd, name: &std::ffi::CStr, text: &str) -> std::io::Result
     file.write_all(text.as_bytes())
 }
 
+/// Removes a script's folder when the script is done, however it ends.
 struct RemoveOnDrop(PathBuf);
 
 impl Drop for RemoveOnDrop {
