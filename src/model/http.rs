@@ -157,6 +157,7 @@ impl HttpModel {
         }
     }
 
+    /// One request and its answer: the response's body, or the failure it was.
     async fn attempt(&self, body: &Value, deadline: Option<&Deadline>) -> Result<Value, Failure> {
         // Waiting for a slot is runner's doing: the episode's clock stands meanwhile.
         let _slot = {
@@ -164,6 +165,19 @@ impl HttpModel {
             self.limiter.acquire().await
         };
         let deadline = deadline.map(Deadline::at);
+        let (status, headers, bytes) = self.send(self.request(body), deadline).await?;
+        let parsed: Result<Value, _> = serde_json::from_slice(&bytes);
+        if status.is_success() {
+            return parsed.map_err(|e| {
+                let head = head_of(&self.scrub(&String::from_utf8_lossy(&bytes)), 200);
+                Failure::transient(UnscoredCause::ProviderError, format!("the response is not JSON ({e}): {head:?}"))
+            });
+        }
+        Err(self.refusal(status, &headers, parsed.ok(), &bytes))
+    }
+
+    /// The POST of `body`, with the authentication and headers the provider's API asks for.
+    fn request(&self, body: &Value) -> reqwest::RequestBuilder {
         let mut request = self.client.post(&self.url).json(body);
         match (self.provider.api, &self.key) {
             (Api::Openai, Some(key)) => request = request.bearer_auth(key),
@@ -175,84 +189,92 @@ impl HttpModel {
             }
             (Api::Openai, None) => {}
         }
+        request
+    }
+
+    /// Sends the request and reads its whole answer within the provider's timeout and
+    /// what is left of the episode's time.
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<(StatusCode, HeaderMap, Vec<u8>), Failure> {
         let exchange = async {
             let response = request.send().await?;
             let status = response.status();
             let headers = response.headers().clone();
             let bytes = response.bytes().await?;
-            Ok::<_, reqwest::Error>((status, headers, bytes))
+            Ok::<_, reqwest::Error>((status, headers, Vec::from(bytes)))
         };
         let timeout = Duration::from_secs_f64(self.provider.timeout_s);
         let left = deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
-        let (status, headers, bytes) = match tokio::time::timeout(left.map_or(timeout, |l| l.min(timeout)), exchange)
-            .await
-        {
-            // A model that has answered this run is slow, not down: the episode ran out of
-            // time (scored, as when the time runs out between calls). One that never has
-            // may be down: the provider's fault, unscored.
-            Err(_) if left.is_some_and(|l| l < timeout) && self.successes.load(Ordering::Relaxed) > 0 => {
-                let message = "the model had not finished its answer when the episode's time ran out (it answers, slowly: raise `limits.time_s`, or pass --time-s or --time-factor)".to_owned();
-                return Err(Failure { retryable: false, ..Failure::transient(UnscoredCause::ModelTooSlow, message) });
-            }
-            Err(_) if left.is_some_and(|l| l < timeout) => {
-                let message = "no complete response before the episode's time ran out".to_owned();
-                return Err(Failure { retryable: false, ..Failure::transient(UnscoredCause::ProviderError, message) });
-            }
-            Err(_) => {
-                // A server that cannot answer in time is overloaded: send it less at once.
-                self.limiter.overloaded();
-                return Err(Failure::transient(
-                    UnscoredCause::ProviderError,
-                    format!("no complete response within {}s", timeout.as_secs_f64()),
-                ));
-            }
-            Ok(Err(e)) if is_refused(&e) && self.successes.load(Ordering::Relaxed) == 0 => {
-                let message = format!(
-                    "{}: connection refused at {}: is the server running, and is the port right?",
-                    self.name,
-                    self.shown_url()
-                );
-                return Err(Failure {
-                    auth: true,
-                    retryable: false,
-                    ..Failure::transient(UnscoredCause::ConfigurationError, self.scrub(&message))
-                });
-            }
-            Ok(Err(e)) => {
-                let what = if e.is_connect() {
-                    "could not connect"
-                } else if e.is_body() || e.is_decode() {
-                    "the response broke off"
-                } else {
-                    "the request failed"
-                };
-                return Err(Failure::transient(
-                    UnscoredCause::ProviderError,
-                    self.scrub(&format!("{what}: {}", error_chain(&e))),
-                ));
-            }
-            Ok(Ok(parts)) => parts,
-        };
-        let parsed: Result<Value, _> = serde_json::from_slice(&bytes);
-        if status.is_success() {
-            return parsed.map_err(|e| {
-                let head = head_of(&self.scrub(&String::from_utf8_lossy(&bytes)), 200);
-                Failure::transient(UnscoredCause::ProviderError, format!("the response is not JSON ({e}): {head:?}"))
-            });
+        match tokio::time::timeout(left.map_or(timeout, |l| l.min(timeout)), exchange).await {
+            Err(_) => Err(self.timed_out(left.is_some_and(|l| l < timeout), timeout)),
+            Ok(Err(e)) => Err(self.not_answered(&e)),
+            Ok(Ok(parts)) => Ok(parts),
         }
-        let detail = parsed
+    }
+
+    /// The failure of a request that got no complete answer in time, `by_deadline` when
+    /// the episode's time ran out before the provider's timeout.
+    fn timed_out(&self, by_deadline: bool, timeout: Duration) -> Failure {
+        // A model that has answered this run is slow, not down: the episode ran out of
+        // time (scored, as when the time runs out between calls). One that never has
+        // may be down: the provider's fault, unscored.
+        if by_deadline && self.successes.load(Ordering::Relaxed) > 0 {
+            let message = "the model had not finished its answer when the episode's time ran out (it answers, slowly: raise `limits.time_s`, or pass --time-s or --time-factor)".to_owned();
+            return Failure { retryable: false, ..Failure::transient(UnscoredCause::ModelTooSlow, message) };
+        }
+        if by_deadline {
+            let message = "no complete response before the episode's time ran out".to_owned();
+            return Failure { retryable: false, ..Failure::transient(UnscoredCause::ProviderError, message) };
+        }
+        // A server that cannot answer in time is overloaded: send it less at once.
+        self.limiter.overloaded();
+        Failure::transient(
+            UnscoredCause::ProviderError,
+            format!("no complete response within {}s", timeout.as_secs_f64()),
+        )
+    }
+
+    /// The failure of a request that could not be sent or whose answer broke off.
+    fn not_answered(&self, e: &reqwest::Error) -> Failure {
+        if is_refused(e) && self.successes.load(Ordering::Relaxed) == 0 {
+            let message = format!(
+                "{}: connection refused at {}: is the server running, and is the port right?",
+                self.name,
+                self.shown_url()
+            );
+            return Failure {
+                auth: true,
+                retryable: false,
+                ..Failure::transient(UnscoredCause::ConfigurationError, self.scrub(&message))
+            };
+        }
+        let what = if e.is_connect() {
+            "could not connect"
+        } else if e.is_body() || e.is_decode() {
+            "the response broke off"
+        } else {
+            "the request failed"
+        };
+        Failure::transient(UnscoredCause::ProviderError, self.scrub(&format!("{what}: {}", error_chain(e))))
+    }
+
+    /// The failure an error status means, with the provider's own words: rate limited, the
+    /// provider's fault (retried), or a request it will always refuse.
+    fn refusal(&self, status: StatusCode, headers: &HeaderMap, response: Option<Value>, bytes: &[u8]) -> Failure {
+        let detail = response
             .as_ref()
-            .ok()
             .and_then(|v| match self.provider.api {
                 Api::Openai => openai::error_message(v),
                 Api::Anthropic => anthropic::error_message(v),
             })
-            .unwrap_or_else(|| String::from_utf8_lossy(&bytes).into_owned());
+            .unwrap_or_else(|| String::from_utf8_lossy(bytes).into_owned());
         // Scrubbed whole, then cut: a key cut in two would no longer be found.
         let detail = head_of(&self.scrub(&detail), 300);
-        let response = parsed.ok();
-        let retry_after = retry_after(&headers, self.provider.retry_max_s);
-        let failure = match status {
+        let retry_after = retry_after(headers, self.provider.retry_max_s);
+        match status {
             StatusCode::TOO_MANY_REQUESTS => {
                 self.limiter.overloaded();
                 Failure {
@@ -284,8 +306,7 @@ impl HttpModel {
                 response,
                 ..Failure::transient(UnscoredCause::ConfigurationError, self.explain(s, &detail))
             },
-        };
-        Err(failure)
+        }
     }
 
     fn explain(&self, status: StatusCode, detail: &str) -> String {
