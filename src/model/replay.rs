@@ -240,88 +240,87 @@ fn drop_failures_run_again(calls: Vec<Call>) -> Vec<Call> {
     calls.into_iter().zip(keep).filter_map(|(call, keep)| keep.then_some(call)).collect()
 }
 
+/// Every model call a run's log records, in order; a response this version cannot decode
+/// is left out.
+fn calls_of_log(events: &Path) -> Result<Vec<Call>, String> {
+    let mut entries = Vec::new();
+    // Not the log's fold (`log::projection`): a replay needs every model call's
+    // response, not an episode's latest finish, and no other event.
+    for_each_event_of(events, Some(&["model_call"]), |e: LoggedEvent| {
+        let episode = e.episode_id.clone();
+        let Some(Event::ModelCall { model, request_digest, sampling, response, error, cause, scorer, actor, .. }) =
+            e.event()
+        else {
+            return;
+        };
+        let response = match (error, cause) {
+            (None, _) => match serde_json::from_value::<ModelResponse>(response) {
+                Ok(response) => Ok(response),
+                Err(_) => return,
+            },
+            (Some(message), cause) => Err(Failure { cause: cause.unwrap_or(UnscoredCause::ProviderError), message }),
+        };
+        entries.push(Call {
+            model,
+            sampling,
+            digest: request_digest,
+            episode,
+            scorer,
+            user: actor == Actor::User,
+            request: None,
+            response,
+        });
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(entries)
+}
+
+/// Every entry of a cassette, in order; a line that is not one is an error naming it.
+fn calls_of_cassette(events: &Path) -> Result<Vec<Call>, String> {
+    let mut entries = Vec::new();
+    let file =
+        std::fs::File::open(events).map_err(|e| format!("failed to open the cassette {}: {e}", events.display()))?;
+    let mut lines = BufReader::new(file).split(b'\n').enumerate().peekable();
+    while let Some((i, line)) = lines.next() {
+        let line = line.map_err(|e| format!("failed to read {}: {e}", events.display()))?;
+        // A last line without its newline was torn by a crash mid-write, as in a log.
+        let torn = lines.peek().is_none() && !ends_with_newline(events);
+        let line = String::from_utf8_lossy(&line);
+        if line.trim().is_empty() || torn {
+            continue;
+        }
+        let entry: Entry = serde_json::from_str(&line)
+            .map_err(|e| format!("{}:{}: not a cassette entry: {e}", events.display(), i + 1))?;
+        let response = match (entry.response, entry.failure) {
+            (Some(response), _) => Ok(response),
+            (None, Some(failure)) => Err(failure),
+            (None, None) => {
+                return Err(format!(
+                    "{}:{}: not a cassette entry: it has neither a response nor a failure",
+                    events.display(),
+                    i + 1
+                ));
+            }
+        };
+        entries.push(Call {
+            model: entry.request.model.clone(),
+            sampling: entry.request.sampling.clone(),
+            digest: entry.digest,
+            episode: entry.episode_id,
+            scorer: entry.scorer,
+            user: entry.actor == Actor::User,
+            request: Some(entry.request),
+            response,
+        });
+    }
+    Ok(entries)
+}
+
 impl Replay {
     /// Opens a cassette file, or a run (its folder or its `events.jsonl`).
     pub fn open(path: &Path) -> Result<Self, String> {
         let events = if path.is_dir() { path.join("events.jsonl") } else { path.to_owned() };
-        let mut entries = Vec::new();
-        if is_event_log(&events)? {
-            // Not the log's fold (`log::projection`): a replay needs every model call's
-            // response, not an episode's latest finish, and no other event.
-            for_each_event_of(&events, Some(&["model_call"]), |e: LoggedEvent| {
-                let episode = e.episode_id.clone();
-                let Some(Event::ModelCall {
-                    model,
-                    request_digest,
-                    sampling,
-                    response,
-                    error,
-                    cause,
-                    scorer,
-                    actor,
-                    ..
-                }) = e.event()
-                else {
-                    return;
-                };
-                let response = match (error, cause) {
-                    (None, _) => match serde_json::from_value::<ModelResponse>(response) {
-                        Ok(response) => Ok(response),
-                        Err(_) => return,
-                    },
-                    (Some(message), cause) => {
-                        Err(Failure { cause: cause.unwrap_or(UnscoredCause::ProviderError), message })
-                    }
-                };
-                entries.push(Call {
-                    model,
-                    sampling,
-                    digest: request_digest,
-                    episode,
-                    scorer,
-                    user: actor == Actor::User,
-                    request: None,
-                    response,
-                });
-            })
-            .map_err(|e| e.to_string())?;
-        } else {
-            let file = std::fs::File::open(&events)
-                .map_err(|e| format!("failed to open the cassette {}: {e}", events.display()))?;
-            let mut lines = BufReader::new(file).split(b'\n').enumerate().peekable();
-            while let Some((i, line)) = lines.next() {
-                let line = line.map_err(|e| format!("failed to read {}: {e}", events.display()))?;
-                // A last line without its newline was torn by a crash mid-write, as in a log.
-                let torn = lines.peek().is_none() && !ends_with_newline(&events);
-                let line = String::from_utf8_lossy(&line);
-                if line.trim().is_empty() || torn {
-                    continue;
-                }
-                let entry: Entry = serde_json::from_str(&line)
-                    .map_err(|e| format!("{}:{}: not a cassette entry: {e}", events.display(), i + 1))?;
-                let response = match (entry.response, entry.failure) {
-                    (Some(response), _) => Ok(response),
-                    (None, Some(failure)) => Err(failure),
-                    (None, None) => {
-                        return Err(format!(
-                            "{}:{}: not a cassette entry: it has neither a response nor a failure",
-                            events.display(),
-                            i + 1
-                        ));
-                    }
-                };
-                entries.push(Call {
-                    model: entry.request.model.clone(),
-                    sampling: entry.request.sampling.clone(),
-                    digest: entry.digest,
-                    episode: entry.episode_id,
-                    scorer: entry.scorer,
-                    user: entry.actor == Actor::User,
-                    request: Some(entry.request),
-                    response,
-                });
-            }
-        }
+        let entries = if is_event_log(&events)? { calls_of_log(&events)? } else { calls_of_cassette(&events)? };
         let entries = drop_failures_run_again(entries);
         let Some(first) = entries.iter().find(|e| e.scorer.is_none() && !e.user) else {
             return Err(format!("{} holds no recorded model responses", events.display()));
