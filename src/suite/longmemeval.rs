@@ -47,88 +47,24 @@ pub(crate) fn read(path: &Path, bytes: &[u8]) -> Result<Vec<TaskFile>, ConfigErr
 
 type Bad = (String, String);
 
+/// The task of the `i`th question of the file.
 fn question_task(question: Value, i: usize) -> Result<TaskFile, Bad> {
-    let at = |field: &str| format!("[{i}].{field}");
     let Value::Object(mut q) = question else {
         return Err((format!("[{i}]"), "must be an object (a question)".into()));
     };
-    let text = |q: &Map<String, Value>, field: &str| -> Result<String, Bad> {
-        match q.get(field) {
-            Some(Value::String(s)) => Ok(s.clone()),
-            Some(Value::Number(n)) => Ok(n.to_string()),
-            Some(_) => Err((at(field), "must be a string".into())),
-            None => Err((at(field), "is missing".into())),
-        }
-    };
-    let id = text(&q, "question_id")?;
-    let question_type = text(&q, "question_type")?;
-    let input = text(&q, "question")?;
-    let answer = text(&q, "answer")?;
-    let question_date = parse_date(&text(&q, "question_date")?).map_err(|e| (at("question_date"), e))?;
-    let list = |q: &Map<String, Value>, field: &str| -> Result<Vec<Value>, Bad> {
-        match q.get(field) {
-            Some(Value::Array(items)) => Ok(items.clone()),
-            Some(_) => Err((at(field), "must be a list".into())),
-            None => Err((at(field), "is missing".into())),
-        }
-    };
-    let ids = list(&q, "haystack_session_ids")?;
-    let dates = list(&q, "haystack_dates")?;
-    let haystack = list(&q, "haystack_sessions")?;
-    if dates.len() != haystack.len() || ids.len() != haystack.len() {
-        return Err((
-            at("haystack_sessions"),
-            format!(
-                "has {} sessions, but haystack_dates has {} and haystack_session_ids {}",
-                haystack.len(),
-                dates.len(),
-                ids.len()
-            ),
-        ));
-    }
-    let mut sessions = Vec::with_capacity(haystack.len());
-    let mut known = HashSet::new();
-    // The turns marked `has_answer`, kept for the report's recall by turn alone.
-    let mut evidence_turns = Vec::new();
-    for (j, ((id, date), turns)) in ids.iter().zip(&dates).zip(&haystack).enumerate() {
-        let id = id.as_str().ok_or((at(&format!("haystack_session_ids[{j}]")), "must be a string".to_owned()))?;
-        known.insert(id.to_owned());
-        let date = date.as_str().ok_or((at(&format!("haystack_dates[{j}]")), "must be a string".to_owned()))?;
-        let date = parse_date(date).map_err(|e| (at(&format!("haystack_dates[{j}]")), e))?;
-        let turns =
-            turns.as_array().ok_or((at(&format!("haystack_sessions[{j}]")), "must be a list of turns".to_owned()))?;
-        let mut messages = Vec::with_capacity(turns.len());
-        for (k, turn) in turns.iter().enumerate() {
-            let field = |name: &str| at(&format!("haystack_sessions[{j}][{k}].{name}"));
-            let get =
-                |name: &str| turn.get(name).and_then(Value::as_str).ok_or((field(name), "must be a string".to_owned()));
-            let role = get("role")?;
-            if !ROLES.contains(&role) {
-                return Err((field("role"), format!("unknown role `{role}`, expected one of: {}", ROLES.join(", "))));
-            }
-            // Only the role and the content: `has_answer` stays out of every message.
-            messages.push(json!({"role": role, "content": get("content")?}));
-            if turn.get("has_answer").and_then(Value::as_bool) == Some(true) {
-                evidence_turns.push(json!({"session": id, "turn": k + 1}));
-            }
-        }
-        sessions.push(json!({"id": id, "date": date, "messages": messages}));
-    }
-    let evidence = match q.get("answer_session_ids") {
-        None => Vec::new(),
-        Some(_) => list(&q, "answer_session_ids")?,
-    };
-    for (j, id) in evidence.iter().enumerate() {
-        let id = id.as_str().ok_or((at(&format!("answer_session_ids[{j}]")), "must be a string".to_owned()))?;
-        if !known.contains(id) {
-            return Err((at(&format!("answer_session_ids[{j}]")), format!("session `{id}` is not in the haystack")));
-        }
-    }
+    let fields = Question { q: &q, i };
+    let id = fields.text("question_id")?;
+    let question_type = fields.text("question_type")?;
+    let input = fields.text("question")?;
+    let answer = fields.text("answer")?;
+    let question_date = parse_date(&fields.text("question_date")?).map_err(|e| (fields.at("question_date"), e))?;
+    let Haystack { sessions, known, evidence_turns } = haystack(&fields)?;
+    let evidence = answer_sessions(&fields, &known)?;
     let mock = match q.remove("mock") {
         None => None,
         Some(turns) => Some(
             serde_json::from_value::<Vec<MockTurn>>(turns)
-                .map_err(|e| (at("mock"), format!("not a mock script: {e}")))?,
+                .map_err(|e| (format!("[{i}].mock"), format!("not a mock script: {e}")))?,
         ),
     };
     let abstention = id.ends_with("_abs");
@@ -149,6 +85,119 @@ fn question_task(question: Value, i: usize) -> Result<TaskFile, Bad> {
         tags: vec![question_type],
         ..TaskFile::default()
     })
+}
+
+/// One question's fields, read with errors that name the question and the field.
+struct Question<'a> {
+    q: &'a Map<String, Value>,
+    i: usize,
+}
+
+impl Question<'_> {
+    fn at(&self, field: &str) -> String {
+        format!("[{}].{field}", self.i)
+    }
+
+    /// A field that is text (a number is read as its text).
+    fn text(&self, field: &str) -> Result<String, Bad> {
+        match self.q.get(field) {
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(Value::Number(n)) => Ok(n.to_string()),
+            Some(_) => Err((self.at(field), "must be a string".into())),
+            None => Err((self.at(field), "is missing".into())),
+        }
+    }
+
+    fn list(&self, field: &str) -> Result<Vec<Value>, Bad> {
+        match self.q.get(field) {
+            Some(Value::Array(items)) => Ok(items.clone()),
+            Some(_) => Err((self.at(field), "must be a list".into())),
+            None => Err((self.at(field), "is missing".into())),
+        }
+    }
+}
+
+/// A question's haystack, read: its sessions as the memory agent replays them, their ids,
+/// and the turns marked `has_answer` (for the report's recall by turn alone).
+struct Haystack {
+    sessions: Vec<Value>,
+    known: HashSet<String>,
+    evidence_turns: Vec<Value>,
+}
+
+/// Reads the three parallel lists of the haystack (ids, dates, sessions) into sessions.
+fn haystack(fields: &Question) -> Result<Haystack, Bad> {
+    let at = |field: &str| fields.at(field);
+    let ids = fields.list("haystack_session_ids")?;
+    let dates = fields.list("haystack_dates")?;
+    let haystack = fields.list("haystack_sessions")?;
+    if dates.len() != haystack.len() || ids.len() != haystack.len() {
+        return Err((
+            at("haystack_sessions"),
+            format!(
+                "has {} sessions, but haystack_dates has {} and haystack_session_ids {}",
+                haystack.len(),
+                dates.len(),
+                ids.len()
+            ),
+        ));
+    }
+    let mut read =
+        Haystack { sessions: Vec::with_capacity(haystack.len()), known: HashSet::new(), evidence_turns: Vec::new() };
+    for (j, ((id, date), turns)) in ids.iter().zip(&dates).zip(&haystack).enumerate() {
+        let id = id.as_str().ok_or((at(&format!("haystack_session_ids[{j}]")), "must be a string".to_owned()))?;
+        read.known.insert(id.to_owned());
+        let date = date.as_str().ok_or((at(&format!("haystack_dates[{j}]")), "must be a string".to_owned()))?;
+        let date = parse_date(date).map_err(|e| (at(&format!("haystack_dates[{j}]")), e))?;
+        let turns =
+            turns.as_array().ok_or((at(&format!("haystack_sessions[{j}]")), "must be a list of turns".to_owned()))?;
+        let messages = session_messages(fields, j, id, turns, &mut read.evidence_turns)?;
+        read.sessions.push(json!({"id": id, "date": date, "messages": messages}));
+    }
+    Ok(read)
+}
+
+/// The `j`th session's turns as messages of a role and a content; the turns that had the
+/// answer are added to `evidence_turns`.
+fn session_messages(
+    fields: &Question,
+    j: usize,
+    id: &str,
+    turns: &[Value],
+    evidence_turns: &mut Vec<Value>,
+) -> Result<Vec<Value>, Bad> {
+    let mut messages = Vec::with_capacity(turns.len());
+    for (k, turn) in turns.iter().enumerate() {
+        let field = |name: &str| fields.at(&format!("haystack_sessions[{j}][{k}].{name}"));
+        let get =
+            |name: &str| turn.get(name).and_then(Value::as_str).ok_or((field(name), "must be a string".to_owned()));
+        let role = get("role")?;
+        if !ROLES.contains(&role) {
+            return Err((field("role"), format!("unknown role `{role}`, expected one of: {}", ROLES.join(", "))));
+        }
+        // Only the role and the content: `has_answer` stays out of every message.
+        messages.push(json!({"role": role, "content": get("content")?}));
+        if turn.get("has_answer").and_then(Value::as_bool) == Some(true) {
+            evidence_turns.push(json!({"session": id, "turn": k + 1}));
+        }
+    }
+    Ok(messages)
+}
+
+/// `answer_session_ids`, when given, each a session of the haystack.
+fn answer_sessions(fields: &Question, known: &HashSet<String>) -> Result<Vec<Value>, Bad> {
+    let evidence = match fields.q.get("answer_session_ids") {
+        None => Vec::new(),
+        Some(_) => fields.list("answer_session_ids")?,
+    };
+    for (j, id) in evidence.iter().enumerate() {
+        let at = fields.at(&format!("answer_session_ids[{j}]"));
+        let id = id.as_str().ok_or((at.clone(), "must be a string".to_owned()))?;
+        if !known.contains(id) {
+            return Err((at, format!("session `{id}` is not in the haystack")));
+        }
+    }
+    Ok(evidence)
 }
 
 /// The judge's rubric for a question of `question_type` whose expected answer is `answer`.
