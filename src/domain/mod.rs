@@ -82,9 +82,12 @@ impl SharedMetadata {
     }
 }
 
-/// A file of the host copied into an episode's working directory as it is.
+/// A file of the host copied into an episode's working directory as it is: `from` is
+/// opened beneath the folder `root`, through no link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileCopy {
+    pub root: std::path::PathBuf,
+    /// Relative to `root`, every link resolved when the task was loaded.
     pub from: std::path::PathBuf,
     /// Where, relative to the working directory.
     pub to: String,

@@ -135,6 +135,32 @@ impl Beneath {
         Ok(entry_of(name, &stat))
     }
 
+    /// The regular file `rel`, through the links `links` allows, read up to `cap` bytes,
+    /// with its permission bits: `Ok(None)` when there is none, an error when it leads out
+    /// (`EXDEV`), is a link not followed, is something else (a folder, a pipe, a device:
+    /// opened without blocking, never read) or is larger than `cap`.
+    pub fn read(&self, rel: &Path, links: Links, cap: u64) -> io::Result<Option<(Vec<u8>, u32)>> {
+        use std::io::Read;
+        let file = match self.file(rel, libc::O_RDONLY | libc::O_NONBLOCK, 0, links) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) && links == Links::None => {
+                return Err(io::Error::other("it is a link, which is not followed"));
+            }
+            Err(e) => return Err(e),
+        };
+        let stat = fstat(file.as_raw_fd())?;
+        if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(io::Error::other("it is not a regular file"));
+        }
+        if stat.st_size as u64 > cap {
+            return Err(io::Error::other(format!("it holds {} bytes, more than {cap}", stat.st_size)));
+        }
+        let mut bytes = Vec::new();
+        file.take(cap).read_to_end(&mut bytes)?;
+        Ok(Some((bytes, stat.st_mode & 0o7777)))
+    }
+
     /// Makes the folder `rel` and those above it that are missing, each inside the one
     /// above it opened beneath the root (links inside followed, as for the file itself).
     pub fn create_dir_all(&self, rel: &Path) -> io::Result<()> {
@@ -156,6 +182,19 @@ impl Beneath {
             }
         }
         Ok(())
+    }
+
+    /// The folder `rel` (links inside followed) as a root of its own: nothing opened from
+    /// it leads out of it, even where its parent would allow.
+    pub fn beneath(&self, rel: &Path) -> io::Result<Beneath> {
+        let real = self.real(rel)?;
+        let root = self.dir(&real, Links::None)?;
+        Ok(Beneath { root, path: self.path.join(real), owner: self.owner })
+    }
+
+    /// The path the root is known by (on the host, unless it is an image's root).
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The path of `rel` with the links inside it resolved, relative to the root.
@@ -251,25 +290,7 @@ pub fn openat2(at: RawFd, rel: &Path, flags: libc::c_int, mode: u32, links: Link
 /// bytes: `Ok(None)` when there is none, an error when it is something else (a link, a
 /// folder, a pipe) or larger than `cap`. For reading back what a world's processes wrote.
 pub fn read_regular(root: &Path, rel: &Path, cap: u64) -> io::Result<Option<Vec<u8>>> {
-    use std::io::Read;
-    let file = match Beneath::open(root)?.file(rel, libc::O_RDONLY | libc::O_NONBLOCK, 0, Links::None) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(io::Error::other("it is a link, which is not followed"));
-        }
-        Err(e) => return Err(e),
-    };
-    let stat = fstat(file.as_raw_fd())?;
-    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(io::Error::other("it is not a regular file"));
-    }
-    if stat.st_size as u64 > cap {
-        return Err(io::Error::other(format!("it holds {} bytes, more than {cap}", stat.st_size)));
-    }
-    let mut bytes = Vec::new();
-    file.take(cap).read_to_end(&mut bytes)?;
-    Ok(Some(bytes))
+    Ok(Beneath::open(root)?.read(rel, Links::None, cap)?.map(|(bytes, _)| bytes))
 }
 
 /// The entries of the open folder `dir` (not `.` nor `..`), each looked at without

@@ -10,7 +10,8 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use crate::domain::Task;
+use super::beneath::{Beneath, Kind, Links, fstat};
+use crate::domain::{FileCopy, Task};
 
 pub struct EpisodeFolder {
     /// `runner-episode-XXXX`, removed with [`remove_tree`] (a command may have made it
@@ -58,7 +59,7 @@ impl EpisodeFolder {
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| format!("failed to create {}: {e}", parent.display()))?;
             }
-            std::fs::copy(&copy.from, &path)
+            copy_beneath(copy, &path)
                 .map_err(|e| format!("failed to copy {} to {}: {e}", copy.from.display(), copy.to))?;
         }
         (folder.work, folder.tmp) = (work, tmp);
@@ -78,6 +79,27 @@ impl Drop for EpisodeFolder {
     fn drop(&mut self) {
         let _ = remove_tree(&self.dir);
     }
+}
+
+/// A task's host file to copy, opened beneath its root through no link, with its
+/// permission bits; refused unless it is a regular file (a pipe is never read).
+pub fn open_copy(copy: &FileCopy) -> io::Result<(std::fs::File, u32)> {
+    let from = Beneath::open(&copy.root)?.file(&copy.from, libc::O_RDONLY | libc::O_NONBLOCK, 0, Links::None)?;
+    let stat = fstat(from.as_raw_fd())?;
+    if Kind::of(stat.st_mode) != Kind::File {
+        return Err(io::Error::other("it is not a regular file"));
+    }
+    Ok((from, stat.st_mode & 0o7777))
+}
+
+/// Copies a task's file ([`open_copy`]) into the working directory at `to`, its permission
+/// bits kept.
+fn copy_beneath(copy: &FileCopy, to: &Path) -> io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let (mut from, mode) = open_copy(copy)?;
+    let mut out = std::fs::File::create(to)?;
+    io::copy(&mut from, &mut out)?;
+    out.set_permissions(std::fs::Permissions::from_mode(mode))
 }
 
 /// Removes `path` and everything below it, however deep, without following links: down

@@ -1,7 +1,7 @@
 //! Environments own tools and state, and run the episode's control loop: they execute the
 //! agent's calls and report back. They never decide.
 
-mod beneath;
+pub mod beneath;
 pub mod definition;
 mod file_world;
 mod folder;

@@ -10,14 +10,14 @@
 //! the suite's time limit and the `shell` world's sandbox.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path};
 use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use super::task_folder::{ContextFile, CopyError, TaskFolder, files_under};
 use super::{AgentConfig, Suite};
 use crate::budget::Limits;
 use crate::config::decode::{ConfigError, Source};
@@ -26,6 +26,7 @@ use crate::domain::harbor::map_paths;
 use crate::domain::scorer::{Check, ScorerSpec};
 use crate::domain::{FileCopy, MAX_EPISODE_S, MockTurn, Reducer, Task};
 use crate::environment::Definition;
+use crate::environment::beneath::{Beneath, Kind, Links};
 use crate::environment::permission::Permissions;
 use crate::log::event::LimitOverrides;
 use crate::sandbox::process::find_program;
@@ -33,6 +34,9 @@ use crate::sandbox::{ProcessLimits, SandboxMode, SandboxSpec};
 
 /// The file that makes a folder a Harbor task directory.
 pub const TASK_FILE: &str = "task.toml";
+
+/// The largest copied file kept as text in the task; a larger one is copied as it is.
+const TEXT_FILE_CAP: u64 = 1 << 20;
 
 /// Where the agent starts when the Dockerfile names no `WORKDIR` (Harbor's tasks use it).
 const DEFAULT_WORKDIR: &str = "/app";
@@ -97,26 +101,24 @@ struct RunnerFile {
     mock: Vec<MockTurn>,
 }
 
-/// Loads one task directory as a suite named `harbor/<directory>`.
+/// Loads one task directory as a suite named `harbor/<directory>`. Every file of it is
+/// read from inside it (`task_folder.rs`): one that leads out is refused.
 pub fn load(dir: &Path, overrides: &LimitOverrides) -> Result<Suite, ConfigError> {
-    let name = dir
-        .canonicalize()
-        .ok()
-        .and_then(|d| d.file_name().map(|n| n.to_string_lossy().into_owned()))
+    let folder = TaskFolder::open(dir)?;
+    let name = folder
+        .path()
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
         .ok_or_else(|| ConfigError::whole(dir, "a task directory needs a name"))?;
     let toml_path = dir.join(TASK_FILE);
-    let toml_text = read_text(&toml_path)?;
+    let toml_text = required(folder.text(dir, TASK_FILE)?, &toml_path, "a Harbor task directory needs it")?;
     let config: TaskToml = toml::from_str(&toml_text).map_err(|e| toml_error(&toml_path, &toml_text, &e))?;
     let instruction_path = dir.join("instruction.md");
-    if !instruction_path.is_file() {
-        return Err(ConfigError::whole(&instruction_path, "missing: a Harbor task states its instruction here"));
-    }
-    let instruction = read_text(&instruction_path)?;
-    let tests = dir.join("tests");
-    let test_sh = tests.join("test.sh");
-    check_executable(&test_sh, "the verifier")?;
-    let solve_sh = dir.join("solution/solve.sh");
-    let solution = if solve_sh.exists() { Some(read_text(&solve_sh)?) } else { None };
+    let instruction =
+        required(folder.text(dir, "instruction.md")?, &instruction_path, "a Harbor task states its instruction here")?;
+    let tests = folder.folder(dir, "tests")?;
+    check_executable(&folder, dir, "tests/test.sh", "the verifier")?;
+    let solution = folder.text(dir, "solution/solve.sh")?;
 
     let timeouts =
         [("agent.timeout_sec", config.agent.timeout_sec), ("verifier.timeout_sec", config.verifier.timeout_sec)];
@@ -151,7 +153,7 @@ pub fn load(dir: &Path, overrides: &LimitOverrides) -> Result<Suite, ConfigError
     let agent_s = config.agent.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_S);
     let verifier_s = config.verifier.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_S);
 
-    let image = read_image(&dir.join("environment"), env.docker_image.as_deref());
+    let image = read_image(&folder, dir, env.docker_image.as_deref())?;
     let workdir = image.workdir.clone();
     let mappings = [(workdir.as_str(), ".")];
     let input = map_paths(&instruction, &mappings);
@@ -160,18 +162,19 @@ pub fn load(dir: &Path, overrides: &LimitOverrides) -> Result<Suite, ConfigError
         .map(|text| vec![format!("bash -c {}", shell_quote(&map_paths(&text, &script_mappings)))])
         .unwrap_or_default();
 
-    let mock = match dir.join("runner.yaml") {
-        path if path.is_file() => {
-            let (source, _) = Source::read(&path)?;
+    let runner_yaml = dir.join("runner.yaml");
+    let mock = match folder.text(dir, "runner.yaml")? {
+        Some(text) => {
+            let source = Source::parse(&runner_yaml, &text)?;
             source.decode::<RunnerFile>("", &source.value)?.mock
         }
-        _ => Vec::new(),
+        None => Vec::new(),
     };
-    let tests_text = tests.canonicalize().map_err(|e| ConfigError::whole(&tests, format!("failed to resolve: {e}")))?;
+    let tests = required(tests, &dir.join("tests"), "a Harbor task's verifier lives here")?;
     let scorer = ScorerSpec {
         name: "verifier".into(),
         check: Check::Verifier {
-            tests: tests_text.to_string_lossy().into_owned(),
+            tests: tests.to_string_lossy().into_owned(),
             workdir: workdir.clone(),
             timeout_s: verifier_s,
             env: config.verifier.env.clone(),
@@ -190,8 +193,8 @@ pub fn load(dir: &Path, overrides: &LimitOverrides) -> Result<Suite, ConfigError
     let digest = {
         let mut hasher = Sha256::new();
         hasher.update(json!({"input": input, "files": image.files, "metadata": metadata}).to_string());
-        hash_folder(&mut hasher, &tests);
-        hash_folder(&mut hasher, &dir.join("environment"));
+        folder.hash(&mut hasher, "tests");
+        folder.hash(&mut hasher, "environment");
         hex::encode(hasher.finalize())
     };
     let task = Task {
@@ -270,8 +273,9 @@ struct Image {
 }
 
 /// Reads `environment/Dockerfile` for its `WORKDIR`, the files it copies there, and what
-/// it needs that this host lacks (the first such thing is the reason).
-fn read_image(environment: &Path, docker_image: Option<&str>) -> Image {
+/// it needs that this host lacks (the first such thing is the reason). A copy that would
+/// reach out of `environment/` is refused at its line.
+fn read_image(folder: &TaskFolder, dir: &Path, docker_image: Option<&str>) -> Result<Image, ConfigError> {
     let mut image =
         Image { workdir: DEFAULT_WORKDIR.into(), files: BTreeMap::new(), copies: Vec::new(), unavailable: None };
     let needs = |why: String, image: &mut Image| {
@@ -280,57 +284,67 @@ fn read_image(environment: &Path, docker_image: Option<&str>) -> Image {
     if let Some(name) = docker_image {
         needs(format!("the task runs in its prebuilt image `{name}` (task.toml `docker_image`)"), &mut image);
     }
+    let context = folder.beneath(dir, "environment")?;
     for compose in ["docker-compose.yaml", "docker-compose.yml"] {
-        if environment.join(compose).exists() {
+        if folder.stat(dir, &format!("environment/{compose}"))?.is_some() {
             needs(format!("the task needs the services of environment/{compose}"), &mut image);
         }
     }
-    let dockerfile = environment.join("Dockerfile");
-    let Ok(text) = std::fs::read_to_string(&dockerfile) else {
-        return image;
+    let dockerfile = dir.join("environment/Dockerfile");
+    let Some(text) = folder.text(dir, "environment/Dockerfile")? else {
+        return Ok(image);
     };
     let instructions = instructions(&text);
     // Files land relative to the last `WORKDIR`, where the agent starts.
-    if let Some(dir) = instructions.iter().rev().find(|(op, _)| op == "WORKDIR").map(|(_, arg)| arg.trim()) {
+    if let Some(dir) = instructions.iter().rev().find(|(_, op, _)| op == "WORKDIR").map(|(_, _, arg)| arg.trim()) {
         image.workdir = dir.trim_end_matches('/').to_owned();
     }
     if image.workdir.is_empty() || !image.workdir.starts_with('/') {
         let why = format!("the Dockerfile's WORKDIR `{}` is not an absolute folder below /", image.workdir);
         needs(why, &mut image);
-        return image;
+        return Ok(image);
     }
     let mut current = DEFAULT_WORKDIR.to_owned();
-    for (op, arg) in &instructions {
+    for (line, op, arg) in &instructions {
         let result = match op.as_str() {
-            "FROM" => base_image(arg),
+            "FROM" => base_image(arg).map_err(CopyError::Needs),
             "WORKDIR" => {
                 current = absolute(&current, arg.trim());
                 Ok(())
             }
             "COPY" | "ADD" => {
-                copy(environment, (&current, &image.workdir), op, arg, (&mut image.files, &mut image.copies))
+                copy(context.as_ref(), (&current, &image.workdir), op, arg, (&mut image.files, &mut image.copies))
             }
-            "RUN" => run(arg),
+            "RUN" => run(arg).map_err(CopyError::Needs),
             // What a container's start and metadata say: nothing for the working directory.
             "ENV" | "ARG" | "LABEL" | "EXPOSE" | "CMD" | "ENTRYPOINT" | "USER" | "SHELL" | "HEALTHCHECK"
             | "STOPSIGNAL" | "VOLUME" | "MAINTAINER" | "ONBUILD" => Ok(()),
-            other => Err(format!("the Dockerfile's `{other}` is not understood")),
+            other => Err(CopyError::Needs(format!("the Dockerfile's `{other}` is not understood"))),
         };
-        if let Err(why) = result {
-            needs(why, &mut image);
+        match result {
+            Ok(()) => {}
+            Err(CopyError::Needs(why)) => needs(why, &mut image),
+            Err(CopyError::Refused(why)) => {
+                return Err(ConfigError::at(&dockerfile, Position { line: *line, column: 1 }, why));
+            }
         }
     }
-    image
+    Ok(image)
 }
 
-/// The Dockerfile's instructions, continuation lines joined, comments dropped.
-fn instructions(text: &str) -> Vec<(String, String)> {
+/// The Dockerfile's instructions, each with the line it starts on, continuation lines
+/// joined, comments dropped.
+fn instructions(text: &str) -> Vec<(usize, String, String)> {
     let mut out = Vec::new();
     let mut pending = String::new();
-    for line in text.lines() {
+    let mut first = 0;
+    for (index, line) in text.lines().enumerate() {
         let trimmed = line.trim();
         if trimmed.starts_with('#') || (trimmed.is_empty() && pending.is_empty()) {
             continue;
+        }
+        if pending.is_empty() {
+            first = index + 1;
         }
         match trimmed.strip_suffix('\\') {
             Some(part) => {
@@ -341,7 +355,7 @@ fn instructions(text: &str) -> Vec<(String, String)> {
                 pending.push_str(trimmed);
                 let whole = std::mem::take(&mut pending);
                 let (op, arg) = whole.split_once(char::is_whitespace).unwrap_or((&whole, ""));
-                out.push((op.to_uppercase(), arg.trim().to_owned()));
+                out.push((first, op.to_uppercase(), arg.trim().to_owned()));
             }
         }
     }
@@ -378,78 +392,87 @@ fn base_image(arg: &str) -> Result<(), String> {
     }
 }
 
-/// `COPY`/`ADD` from the build context (`environment/`) into the working directory.
+/// `COPY`/`ADD` from the build context (`environment/`, held open as `context`; `None`
+/// when there is none) into the working directory. A source is a path inside the context:
+/// an absolute one, a `..` or a link that leads out is refused.
 fn copy(
-    environment: &Path,
+    context: Option<&Beneath>,
     (current, workdir): (&str, &str),
     op: &str,
     arg: &str,
     (files, copies): (&mut BTreeMap<String, String>, &mut Vec<FileCopy>),
-) -> Result<(), String> {
+) -> Result<(), CopyError> {
     let words: Vec<String> = match serde_json::from_str::<Vec<String>>(arg) {
         Ok(list) => list,
         Err(_) => arg.split_whitespace().map(str::to_owned).collect(),
     };
     if let Some(flag) = words.iter().find(|w| w.starts_with("--from")) {
-        return Err(format!("`{op} {flag}` copies from another build stage, which is not built here"));
+        return Err(CopyError::Needs(format!(
+            "`{op} {flag}` copies from another build stage, which is not built here"
+        )));
     }
     let words: Vec<&String> = words.iter().filter(|w| !w.starts_with("--")).collect();
     let Some((dest, sources)) = words.split_last() else {
-        return Err(format!("`{op} {arg}` names nothing to copy"));
+        return Err(CopyError::Needs(format!("`{op} {arg}` names nothing to copy")));
     };
     let dest_abs = absolute(current, dest);
     let into_folder = dest.ends_with('/') || sources.len() > 1;
     for source in sources {
         if source.contains("://") || source.contains(['*', '?', '[']) {
-            return Err(format!("`{op} {source}`: only files of environment/ are copied, by name"));
+            return Err(CopyError::Needs(format!("`{op} {source}`: only files of environment/ are copied, by name")));
         }
-        let from = environment.join(source);
-        if !from.exists() {
-            return Err(format!("`{op} {source}`: environment/{source} does not exist"));
+        if source.starts_with('/') || Path::new(source.as_str()).components().any(|c| c == Component::ParentDir) {
+            return Err(CopyError::Refused(format!(
+                "`{op} {source}`: a source is a path inside environment/ (an absolute path or `..` is refused)"
+            )));
         }
+        let Some(context) = context else {
+            return Err(CopyError::Needs(format!("`{op} {source}`: environment/{source} does not exist")));
+        };
+        let found = files_under(context, source).map_err(|e| match e {
+            CopyError::Refused(why) => CopyError::Refused(format!("`{op} {source}`: {why}")),
+            CopyError::Needs(why) => CopyError::Needs(format!("`{op} {source}`: {why}")),
+        })?;
         let leaf = Path::new(source.as_str()).file_name().map(|n| n.to_string_lossy().into_owned());
-        let base = match (from.is_dir(), into_folder, leaf) {
-            (false, true, Some(leaf)) => format!("{dest_abs}/{leaf}"),
+        let single = found.len() == 1 && found[0].below.as_os_str().is_empty();
+        let base = match (single, into_folder, leaf) {
+            (true, true, Some(leaf)) => format!("{dest_abs}/{leaf}"),
             _ => dest_abs.clone(),
         };
-        let mut found = Vec::new();
-        walk(&from, PathBuf::new(), &mut found).map_err(|e| format!("failed to read environment/{source}: {e}"))?;
-        for (relative, path) in found {
+        for file in found {
+            let below = &file.below;
             let target =
-                if relative.as_os_str().is_empty() { base.clone() } else { format!("{base}/{}", relative.display()) };
+                if below.as_os_str().is_empty() { base.clone() } else { format!("{base}/{}", below.display()) };
             let Some(inside) = inside(workdir, &target) else {
-                return Err(format!("`{op} {source}` puts files at `{target}`, outside WORKDIR `{workdir}`"));
+                let why = format!("`{op} {source}` puts files at `{target}`, outside WORKDIR `{workdir}`");
+                return Err(CopyError::Needs(why));
             };
-            let bytes = std::fs::read(&path).map_err(|e| format!("failed to read {}: {e}", path.display()))?;
-            let executable = std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0);
-            match String::from_utf8(bytes) {
-                Ok(text) if !executable => {
-                    copies.retain(|c| c.to != inside);
-                    files.insert(inside, text);
-                }
-                // Bytes and permissions as they are; the digest covers environment/ whole.
-                _ => {
-                    files.remove(&inside);
-                    copies.retain(|c| c.to != inside);
-                    copies.push(FileCopy { from: path.clone(), to: inside });
-                }
-            }
+            place(context, file, inside, (files, copies))
+                .map_err(|e| CopyError::Needs(format!("`{op} {source}`: failed to read it: {e}")))?;
         }
     }
     Ok(())
 }
 
-/// The files under `path` (itself, when it is a file), each with its path below `path`.
-fn walk(path: &Path, relative: PathBuf, out: &mut Vec<(PathBuf, PathBuf)>) -> std::io::Result<()> {
-    if path.is_dir() {
-        let mut entries: Vec<_> = std::fs::read_dir(path)?.collect::<Result<_, _>>()?;
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            walk(&entry.path(), relative.join(entry.file_name()), out)?;
+/// Puts one copied file in the task: a small text that is not executable among its
+/// `files`, anything else as a copy made with each episode's folder (bytes and permissions
+/// as they are; the digest covers environment/ whole).
+fn place(
+    context: &Beneath,
+    file: ContextFile,
+    inside: String,
+    (files, copies): (&mut BTreeMap<String, String>, &mut Vec<FileCopy>),
+) -> std::io::Result<()> {
+    copies.retain(|c| c.to != inside);
+    files.remove(&inside);
+    if file.mode & 0o111 == 0 && file.size <= TEXT_FILE_CAP {
+        let read = context.read(&file.real, Links::None, TEXT_FILE_CAP)?;
+        if let Some(text) = read.and_then(|(bytes, _)| String::from_utf8(bytes).ok()) {
+            files.insert(inside, text);
+            return Ok(());
         }
-    } else {
-        out.push((relative, path.to_owned()));
     }
+    copies.push(FileCopy { root: context.path().to_owned(), from: file.real, to: inside });
     Ok(())
 }
 
@@ -582,23 +605,21 @@ fn on_path(program: &str) -> bool {
     std::env::var("PATH").is_ok_and(|path| find_program(program, &path).is_some())
 }
 
-fn read_text(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => ConfigError::whole(path, "missing: a Harbor task directory needs it"),
-        _ => ConfigError::whole(path, format!("failed to read: {e}")),
-    })
+/// The file a task needs, or an error that says it is missing and why it is needed.
+fn required<T>(found: Option<T>, path: &Path, why: &str) -> Result<T, ConfigError> {
+    found.ok_or_else(|| ConfigError::whole(path, format!("missing: {why}")))
 }
 
-fn check_executable(path: &Path, what: &str) -> Result<(), ConfigError> {
-    let meta = std::fs::metadata(path)
-        .map_err(|_| ConfigError::whole(path, format!("missing: {what} of a Harbor task (tests/test.sh)")))?;
-    if !meta.is_file() {
-        return Err(ConfigError::whole(path, format!("{what} must be a file")));
+fn check_executable(folder: &TaskFolder, dir: &Path, rel: &str, what: &str) -> Result<(), ConfigError> {
+    let path = dir.join(rel);
+    match folder.stat(dir, rel)? {
+        None => Err(ConfigError::whole(&path, format!("missing: {what} of a Harbor task (tests/test.sh)"))),
+        Some((kind, _)) if kind != Kind::File => Err(ConfigError::whole(&path, format!("{what} must be a file"))),
+        Some((_, mode)) if mode & 0o111 == 0 => {
+            Err(ConfigError::whole(&path, format!("{what} is not executable (chmod +x it)")))
+        }
+        Some(_) => Ok(()),
     }
-    if meta.permissions().mode() & 0o111 == 0 {
-        return Err(ConfigError::whole(path, format!("{what} is not executable (chmod +x it)")));
-    }
-    Ok(())
 }
 
 /// A TOML syntax or type error, at its line and column.
@@ -671,17 +692,6 @@ fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
-/// Adds every file below `dir` (names and contents, in name order) to the digest.
-fn hash_folder(hasher: &mut Sha256, dir: &Path) {
-    let mut found = Vec::new();
-    if walk(dir, PathBuf::new(), &mut found).is_ok() {
-        for (relative, path) in found {
-            hasher.update(relative.to_string_lossy().as_bytes());
-            hasher.update(std::fs::read(&path).unwrap_or_default());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -691,9 +701,11 @@ mod tests {
         let text =
             "FROM ubuntu:24.04\n# a comment\nRUN apt-get update && \\\n    apt-get install -y git\nWORKDIR /app\n";
         let got = instructions(text);
-        assert_eq!(got[1].0, "RUN");
-        assert!(got[1].1.contains("apt-get install -y git"), "{got:?}");
-        assert_eq!(got[2], ("WORKDIR".into(), "/app".into()));
+        assert_eq!(got[1].1, "RUN");
+        assert!(got[1].2.contains("apt-get install -y git"), "{got:?}");
+        assert_eq!(got[2], (5, "WORKDIR".into(), "/app".into()));
+        // Each instruction with the line it starts on, for errors that name it.
+        assert_eq!((got[0].0, got[1].0), (1, 3));
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod harbor;
 pub mod locomo;
 pub mod longmemeval;
 pub mod promptfoo;
+mod task_folder;
 pub mod variants;
 
 use crate::config::{decode, template, yaml};

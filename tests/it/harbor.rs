@@ -236,3 +236,167 @@ fn the_container_paths_of_a_task_land_in_the_episode_folder() {
     assert_eq!(outcomes(&events)[0].1["passed"], true, "{run:?}");
     assert_eq!(started.len(), 1);
 }
+
+/// A file of the host outside every task folder, and the text that must reach nothing
+/// a task makes: the agent's folder, its input, the log, the tables.
+const SECRET: &str = "host-secret-7f3a9c";
+
+/// Asserts that `SECRET` is in no file below `dir` and not in what `run` printed.
+fn assert_no_secret(dir: &std::path::Path, run: &crate::Run) {
+    assert!(!run.stdout.contains(SECRET) && !run.stderr.contains(SECRET), "{run:?}");
+    let mut pending = vec![dir.to_owned()];
+    while let Some(path) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&path) else { continue };
+        for entry in entries.flatten() {
+            let kind = entry.file_type().expect("file type");
+            if kind.is_dir() {
+                pending.push(entry.path());
+            } else if kind.is_file() {
+                let bytes = std::fs::read(entry.path()).expect("read a result file");
+                let text = String::from_utf8_lossy(&bytes);
+                assert!(!text.contains(SECRET), "{} holds the host's secret", entry.path().display());
+            }
+        }
+    }
+}
+
+/// `validate` and `eval` of `tasks/NAME` both refuse it (exit 2) with every part of
+/// `expected` in stderr, and nothing of the host's secret gets out; returns stderr.
+fn refused_without_the_secret(sb: &Sandbox, name: &str, expected: &[&str]) -> String {
+    let target = format!("tasks/{name}");
+    let run = sb.run(&["validate", &target]);
+    assert_eq!(run.code, 2, "{name}: {run:?}");
+    for part in expected {
+        assert!(run.stderr.contains(part), "{name}: stderr lacks {part:?}: {run:?}");
+    }
+    assert_no_secret(sb.path(), &run);
+    let eval = sb.run(&["eval", &target, "--agent", "oracle", "--run-id", "test", "--out", "results"]);
+    assert_eq!(eval.code, 2, "{name}: {eval:?}");
+    assert_no_secret(sb.path(), &eval);
+    run.stderr
+}
+
+const REWARD: &str = "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n";
+const SOLVE: &str = "#!/bin/bash\ntrue\n";
+
+#[test]
+fn a_copy_from_an_absolute_or_parent_path_is_refused_at_its_dockerfile_line() {
+    for how in ["absolute", "parent", "down-and-up"] {
+        let sb = Sandbox::new();
+        let host = Sandbox::new();
+        let secret = host.write("secret.txt", SECRET);
+        // From tasks/leak/environment/, four folders up is the temporary folders' own.
+        let beside = format!("../../../../{}/secret.txt", host.path().file_name().expect("a name").to_string_lossy());
+        let source = match how {
+            "absolute" => secret.display().to_string(),
+            "parent" => beside,
+            _ => format!("sub/../{beside}"),
+        };
+        let dockerfile = format!("FROM ubuntu:24.04\nWORKDIR /app\n\nCOPY {source} ./secret.txt\n");
+        task_dir(&sb, "leak", &dockerfile, REWARD, Some(SOLVE));
+        sb.write("tasks/leak/environment/sub/keep.txt", "kept\n");
+        let expected = ["tasks/leak/environment/Dockerfile:4:", &format!("`COPY {source}`"), "inside environment/"];
+        refused_without_the_secret(&sb, "leak", &expected);
+    }
+}
+
+#[test]
+fn task_files_that_lead_out_of_the_task_folder_are_refused_not_read() {
+    use std::os::unix::fs::symlink;
+    let copy_of = |source: &str| format!("FROM ubuntu:24.04\nWORKDIR /app\nCOPY {source} ./{source}\n");
+    // (task, Dockerfile, what the error names)
+    let cases = [
+        ("linked-source", copy_of("leak.txt"), vec!["environment/Dockerfile:3:", "environment/leak.txt leads out"]),
+        (
+            "linked-in-folder",
+            copy_of("data"),
+            vec!["environment/Dockerfile:3:", "environment/data/inner.txt leads out"],
+        ),
+        ("linked-instruction", copy_of("data"), vec!["tasks/linked-instruction/instruction.md: leads out"]),
+        ("linked-tests", copy_of("data"), vec!["tasks/linked-tests/tests: leads out"]),
+        ("linked-solution", copy_of("data"), vec!["tasks/linked-solution/solution/solve.sh: leads out"]),
+        ("linked-environment", copy_of("data"), vec!["tasks/linked-environment/environment: leads out"]),
+    ];
+    for (name, dockerfile, expected) in cases {
+        let sb = Sandbox::new();
+        let host = Sandbox::new();
+        let secret = host.write("secret.txt", SECRET);
+        let outside = host.path().join("outside");
+        for script in ["test.sh", "solve.sh"] {
+            let path = host.write(&format!("outside/{script}"), &format!("#!/bin/bash\n# {SECRET}\n"));
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        std::fs::write(outside.join("Dockerfile"), copy_of("data")).expect("write");
+        task_dir(&sb, name, &dockerfile, REWARD, Some(SOLVE));
+        let task = sb.path().join("tasks").join(name);
+        sb.write(&format!("tasks/{name}/environment/data/plain.txt"), "plain\n");
+        let replace = |rel: &str, target: &std::path::Path| {
+            let path = task.join(rel);
+            if path.is_dir() {
+                std::fs::remove_dir_all(&path).expect("remove");
+            } else {
+                std::fs::remove_file(&path).expect("remove");
+            }
+            symlink(target, &path).expect("link");
+        };
+        match name {
+            "linked-source" => symlink(&secret, task.join("environment/leak.txt")).expect("link"),
+            "linked-in-folder" => symlink(&secret, task.join("environment/data/inner.txt")).expect("link"),
+            "linked-instruction" => replace("instruction.md", &secret),
+            "linked-tests" => replace("tests", &outside),
+            "linked-solution" => replace("solution", &outside),
+            _ => replace("environment", &outside),
+        }
+        refused_without_the_secret(&sb, name, &expected);
+    }
+}
+
+#[test]
+fn links_that_stay_inside_the_task_folder_are_followed() {
+    use std::os::unix::fs::symlink;
+    let sb = Sandbox::new();
+    let dockerfile = "FROM ubuntu:24.04\nWORKDIR /app\nCOPY alias.txt ./seed.txt\nCOPY data ./data\n";
+    let test_sh = "#!/bin/bash\nif [ \"$(cat /app/seed.txt /app/data/inner.txt)\" = \"$(printf 'seeded\\nseeded')\" ]; \
+                   then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n";
+    task_dir(&sb, "inside", dockerfile, test_sh, Some(SOLVE));
+    let task = sb.path().join("tasks/inside");
+    sb.write("tasks/inside/environment/seed.txt", "seeded\n");
+    sb.write("tasks/inside/docs/instruction.md", "instruction-marker-42: read /app/seed.txt.\n");
+
+    std::fs::create_dir_all(task.join("environment/data")).expect("mkdir");
+    symlink("seed.txt", task.join("environment/alias.txt")).expect("link");
+    symlink("../seed.txt", task.join("environment/data/inner.txt")).expect("link");
+    std::fs::remove_file(task.join("instruction.md")).expect("remove");
+    symlink("docs/instruction.md", task.join("instruction.md")).expect("link");
+    // `echo` answers with the task's input.
+    let run = sb.run(&["eval", "tasks/inside", "--model", "echo", "--run-id", "test", "--out", "results"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    assert_eq!(outcomes(&events)[0].1["passed"], true, "{run:?}");
+    let answer = of_type(&events, "final")[0].to_string();
+    assert!(answer.contains("instruction-marker-42"), "the linked instruction is the input: {answer}");
+}
+
+#[test]
+fn a_pipe_in_the_build_context_is_refused_not_read() {
+    let sb = Sandbox::new();
+    task_dir(&sb, "piped", "FROM ubuntu:24.04\nWORKDIR /app\nCOPY pipe ./pipe\n", REWARD, Some(SOLVE));
+    let pipe =
+        std::ffi::CString::new(sb.path().join("tasks/piped/environment/pipe").display().to_string()).expect("a path");
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(pipe.as_ptr(), 0o644) }, 0, "mkfifo");
+    // Read without a writer, the pipe would block the load for ever: a watchdog ends it.
+    let child =
+        sb.command().args(["validate", "tasks/piped"]).stderr(std::process::Stdio::piped()).spawn().expect("run");
+    let id = child.id() as i32;
+    let watchdog = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(60));
+        // SAFETY: kill of the child this test started (gone already: ESRCH, ignored).
+        unsafe { libc::kill(id, libc::SIGKILL) };
+    });
+    let output = child.wait_with_output().expect("wait");
+    drop(watchdog);
+    let run = crate::Run::from(output);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("environment/pipe is neither a regular file nor a folder"), "{run:?}");
+}

@@ -133,7 +133,10 @@ fn seed(workdir: &Beneath, files: &BTreeMap<String, String>, task: &Task) -> Res
         write(name, content.as_bytes())?;
     }
     for copy in &task.copies {
-        let bytes = std::fs::read(&copy.from).map_err(|e| format!("failed to read {}: {e}", copy.from.display()))?;
+        let failed = |e: std::io::Error| format!("failed to read {}: {e}", copy.root.join(&copy.from).display());
+        let (mut from, _) = crate::environment::folder::open_copy(copy).map_err(failed)?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut from, &mut bytes).map_err(failed)?;
         write(&copy.to, &bytes)?;
     }
     Ok(())
