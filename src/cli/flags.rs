@@ -270,6 +270,10 @@ pub struct EvalArgs {
     /// runner does not support, instead of refusing the config.
     #[arg(long)]
     pub skip_unsupported: bool,
+    /// In a promptfoo config, read `file://` references outside the config's folder too
+    /// (they are read as the user running runner).
+    #[arg(long)]
+    pub allow_outside_files: bool,
     /// The providers and prices file (default: $RUNNER_CONFIG, else ./runner.yaml if present).
     #[arg(long)]
     pub config: Option<PathBuf>,

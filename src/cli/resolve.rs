@@ -34,7 +34,11 @@ pub struct Eval {
 /// each step below resolves one part.
 pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     let limits = limit_overrides(args)?;
-    let load = suite::LoadOptions { skip_unsupported: args.skip_unsupported, limits };
+    let load = suite::LoadOptions {
+        skip_unsupported: args.skip_unsupported,
+        allow_outside_files: args.allow_outside_files,
+        limits,
+    };
     // Without --model, the models are what promptfoo configs' `providers:` name: read first.
     let early = match (args.models.is_empty(), args.agent) {
         (true, None) => Some(suites_with(&args.paths, load)?),

@@ -93,6 +93,8 @@ pub struct LoadOptions {
     /// Leave out (and list) what runner does not support in a promptfoo config, instead of
     /// refusing it.
     pub skip_unsupported: bool,
+    /// Read a promptfoo config's `file://` references outside the config's folder too.
+    pub allow_outside_files: bool,
     /// The command line's limits over every suite's `limits:`, applied as it loads.
     pub limits: LimitOverrides,
 }
@@ -343,7 +345,7 @@ pub fn load_with(path: &Path, options: LoadOptions) -> Result<Suite, ConfigError
     if !promptfoo::is_config(&source.value) {
         return from_source((path, &options.limits), source, bytes, (Vec::new(), Vec::new()));
     }
-    let translated = promptfoo::translate(&source, options.skip_unsupported)?;
+    let translated = promptfoo::translate(&source, &options)?;
     let aliases = translated.aliases;
     let extra = (translated.providers, translated.skipped);
     let endpoints = translated.endpoints.into_iter().map(|(name, e)| (name, Arc::new(e))).collect();

@@ -13,14 +13,24 @@
 //!
 //! Anything else is an error naming its line, or, with `--skip-unsupported`, left out and
 //! listed. Each translated part keeps the line of what it came from.
+//!
+//! A `file://` reference is read as the user running runner, so a config from elsewhere
+//! could name any file that user can read (and put it in prompts and the log): one that
+//! leads out of the config's folder (absolute, `..`, or through a link) is refused unless
+//! `--allow-outside-files` says so. Inside, files are opened beneath the folder held open.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+use super::LoadOptions;
 use crate::config::decode::{ConfigError, Source};
 use crate::config::yaml;
+use crate::environment::beneath::{Beneath, Links};
 use crate::model::endpoint::{Body, Endpoint, Transform};
+
+/// The most a file a config names may hold.
+const FILE_CAP: u64 = 1 << 30;
 
 /// Whether a parsed file is a promptfoo config rather than a suite.
 pub fn is_config(value: &Value) -> bool {
@@ -49,10 +59,11 @@ const GRADED: &[&str] = &["llm-rubric", "model-graded-closedqa", "factuality"];
 const ASSERT_KEYS: &[&str] = &["type", "value", "threshold", "weight", "metric", "provider"];
 
 /// Translates the promptfoo config `source` holds.
-pub(crate) fn translate(source: &Source, skip_unsupported: bool) -> Result<Translated, ConfigError> {
+pub(crate) fn translate(source: &Source, options: &LoadOptions) -> Result<Translated, ConfigError> {
     let mut t = Translator {
         source,
-        skip: skip_unsupported,
+        skip: options.skip_unsupported,
+        outside: options.allow_outside_files,
         skipped: Vec::new(),
         aliases: Vec::new(),
         dir: source.file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_owned(),
@@ -200,6 +211,8 @@ type Placed = (String, Value, Option<(String, Value)>);
 struct Translator<'a> {
     source: &'a Source,
     skip: bool,
+    /// Whether `file://` references may lead out of `dir`.
+    outside: bool,
     skipped: Vec<String>,
     /// (path in the translated suite, path in the config it came from).
     aliases: Vec<(String, String)>,
@@ -242,9 +255,50 @@ impl Translator<'_> {
             return Err(self.source.error(at, format!("`{reference}`: globs are not supported; name each file")));
         }
         let path = self.dir.join(relative);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| self.source.error(at, format!("failed to read {}: {e}", path.display())))?;
+        let failed = |e: std::io::Error| self.source.error(at, format!("failed to read {}: {e}", path.display()));
+        let bytes = if self.outside {
+            std::fs::read(&path).map_err(failed)?
+        } else {
+            match self.beneath(at, reference)?.read(Path::new(relative), Links::Inside, FILE_CAP) {
+                Ok(Some((bytes, _))) => bytes,
+                Ok(None) => return Err(failed(std::io::ErrorKind::NotFound.into())),
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => return Err(self.outside_error(at, reference)),
+                Err(e) => return Err(failed(e)),
+            }
+        };
+        let text = String::from_utf8(bytes)
+            .map_err(|_| self.source.error(at, format!("{} is not UTF-8 text", path.display())))?;
         Ok((path, text))
+    }
+
+    /// The config's folder held open, to open what a reference names beneath it.
+    fn beneath(&self, at: &str, reference: &str) -> Result<Beneath, ConfigError> {
+        self.dir
+            .canonicalize()
+            .and_then(|dir| Beneath::open(&dir))
+            .map_err(|e| self.source.error(at, format!("`{reference}`: failed to open the config's folder: {e}")))
+    }
+
+    /// Refuses a reference that leads out of the config's folder (see the module's doc).
+    fn outside_error(&self, at: &str, reference: &str) -> ConfigError {
+        let message = format!(
+            "`{reference}` leads out of the config's folder {} (files are read as the user running runner; \
+             --allow-outside-files reads it)",
+            self.dir.display()
+        );
+        self.source.error(at, message)
+    }
+
+    /// Refuses a code file that leads out of the config's folder, unless allowed; a file
+    /// that is not there is left to the code scorers' own check.
+    fn check_inside(&self, at: &str, reference: &str, file: &str) -> Result<(), ConfigError> {
+        if self.outside {
+            return Ok(());
+        }
+        match self.beneath(at, reference)?.open_at(Path::new(file), libc::O_PATH, 0, Links::Inside) {
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => Err(self.outside_error(at, reference)),
+            _ => Ok(()),
+        }
     }
 
     /// `prompts:` as variants, named by their labels or `prompt-N`.
@@ -1027,6 +1081,8 @@ impl Translator<'_> {
                 .error(&yaml::child(at, "value"), format!("`{kind}` takes code or `file://…` as its `value`")));
         };
         let Some(file) = text.trim().strip_prefix("file://") else { return Ok(Some(text.clone())) };
+        let path = file.rsplit_once(':').filter(|(_, f)| !f.contains('/')).map_or(file, |(path, _)| path);
+        self.check_inside(&yaml::child(at, "value"), text.trim(), path)?;
         let has_function = file
             .rsplit_once(':')
             .is_some_and(|(path, _)| [".py", ".js", ".mjs", ".cjs"].iter().any(|e| path.ends_with(e)));

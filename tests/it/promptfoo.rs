@@ -170,3 +170,45 @@ fn what_runner_does_not_do_is_refused_at_its_line_or_skipped_and_listed() {
     let validate = sb.run(&["validate", "unsupported.yaml"]);
     assert_eq!(validate.code, 2, "validate refuses what eval would: {validate:?}");
 }
+
+#[test]
+fn a_file_reference_out_of_the_configs_folder_is_refused_unless_allowed() {
+    use std::os::unix::fs::symlink;
+    let host = Sandbox::new();
+    let secret = host.write("secret.txt", "host-secret-5b1e");
+    host.write("tests.csv", "q,__expected\nhost-secret-5b1e,contains:x\n");
+    host.write("check.py", "def get_assert(output, context):\n    return True\n");
+    let beside = format!("../{}", host.path().file_name().expect("a name").to_string_lossy());
+    let head = "providers: [echo]\n";
+    let ask = "tests:\n  - vars: {q: hi}\n    assert: [{type: contains, value: hi}]\n";
+    // (config, the line the reference is on)
+    let cases = [
+        (format!("prompts: [\"file://{}\"]\n{head}{ask}", secret.display()), 1),
+        (format!("{head}prompts: [\"file://../{beside}/secret.txt\"]\n{ask}"), 2),
+        (format!("{head}prompts: [\"file://linked.txt\"]\n{ask}"), 2),
+        (format!("prompts: [\"{{{{q}}}}\"]\n{head}tests: [\"file://../{beside}/tests.csv\"]\n"), 3),
+        (
+            format!(
+                "prompts: [\"{{{{q}}}}\"]\n{head}tests:\n  - vars: {{q: hi}}\n    \
+                 assert: [{{type: python, value: \"file://../{beside}/check.py\"}}]\n"
+            ),
+            5,
+        ),
+    ];
+    for (config, line) in cases {
+        let sb = Sandbox::new();
+        let path = sb.write("cfg/promptfooconfig.yaml", &config);
+        symlink(&secret, sb.path().join("cfg/linked.txt")).expect("link");
+        let run = sb.run(&["eval", "cfg/promptfooconfig.yaml", "--run-id", "t", "--out", "results", "-q"]);
+        assert_eq!(run.code, 2, "{config}\n{run:?}");
+        let at = format!("cfg/promptfooconfig.yaml:{line}:");
+        assert!(run.stderr.contains(&at), "{config}\nstderr lacks {at}: {run:?}");
+        assert!(run.stderr.contains("leads out of the config's folder"), "{config}\n{run:?}");
+        assert!(run.stderr.contains("--allow-outside-files"), "{run:?}");
+        assert!(!run.stderr.contains("host-secret-5b1e") && !sb.path().join("results").exists(), "{run:?}");
+        // Asked for, the same reference is read.
+        let allowed = sb.run(&["eval", &path.display().to_string(), "--allow-outside-files", "--out", "results", "-q"]);
+        assert!(!allowed.stderr.contains("leads out"), "{config}\n{allowed:?}");
+        assert!(sb.path().join("results").exists(), "{config}\n{allowed:?}");
+    }
+}
