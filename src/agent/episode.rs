@@ -106,6 +106,13 @@ impl EpisodeState {
         tokio::time::Instant::now() >= self.deadline.at()
     }
 
+    /// A test for work that the loop cannot stop from outside (a query running inside
+    /// SQLite): true once the episode's time is up or the run is stopped.
+    pub fn over(&self) -> impl Fn() -> bool + Clone + Send + Sync + 'static {
+        let (deadline, stop) = (self.deadline.clone(), self.stop.clone());
+        move || stop.is_cancelled() || tokio::time::Instant::now() >= deadline.at()
+    }
+
     /// What is left when the turn numbered `step` starts.
     pub fn allowance(&self, step: u32) -> Allowance {
         Allowance {

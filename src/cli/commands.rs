@@ -456,7 +456,7 @@ pub fn search(args: SearchArgs) -> Result<Exit, CliError> {
     };
     let found = crate::report::search::search(&dirs, &query, &filters, args.limit).map_err(|e| match e {
         SearchError::Query { .. } => CliError::usage(e),
-        SearchError::Log(_) | SearchError::Index { .. } => CliError::results(e),
+        SearchError::Log(_) | SearchError::Index { .. } | SearchError::Stopped => CliError::results(e),
     })?;
     for note in &found.notes {
         eprintln!("{note}");

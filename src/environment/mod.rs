@@ -86,6 +86,10 @@ pub(crate) fn decode_arguments<T: serde::de::DeserializeOwned>(arguments: Value)
     serde_json::from_value(arguments).map_err(|e| ToolFailure::new(ErrorType::ValidationError, e.to_string()))
 }
 
+/// Whether the episode must end now: its time is up, or the run was stopped
+/// (`EpisodeState::over`).
+pub type Over = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// The state a kind of environment acts on. Its tools are values (`tool.rs`); `call`
 /// hands a call to the one named.
 #[async_trait]
@@ -99,6 +103,12 @@ pub trait World: Send + Sync {
     async fn changed_files(&self, _actor: &Actor) -> Vec<String> {
         Vec::new()
     }
+
+    /// Told once, before the episode's first turn, when the episode must end (its deadline
+    /// or the run's stop), as a test to ask. A world whose tools do work the loop cannot
+    /// interrupt from outside (an SQLite statement runs inside the call's poll) asks it as
+    /// it works, so that no call outlives the episode; most worlds need not.
+    fn begin(&self, _over: Over) {}
 
     /// Releases what the world holds (processes, folders, connections), once the episode
     /// has been scored against it.

@@ -30,6 +30,52 @@ const LAYOUT: i64 = 1;
 /// The most characters of one event's text that are indexed.
 const MAX_DOC_CHARS: usize = 32 * 1024;
 
+/// The most bytes and terms a model's full-text query may hold. FTS5's time grows with
+/// the square of a query's matching terms, inside one step of SQLite's machine where no
+/// progress handler is asked (8,000 repeats of one word over 200 rows took 28 s), so a
+/// longer query is refused rather than run.
+pub const MAX_QUERY_BYTES: usize = 4096;
+pub const MAX_QUERY_TERMS: usize = 256;
+
+/// How many steps of SQLite's machine run between two questions of a progress handler.
+const PROGRESS_STEPS: i32 = 1000;
+
+/// Refuses a full-text query a model wrote that is longer than [`MAX_QUERY_BYTES`] or has
+/// more than [`MAX_QUERY_TERMS`] terms (runs of letters and digits, FTS5's operators
+/// `AND`, `OR`, `NOT`, `NEAR` not counted), saying which.
+pub fn check_query(query: &str) -> Result<(), String> {
+    if query.len() > MAX_QUERY_BYTES {
+        return Err(format!(
+            "the query is {} bytes; at most {MAX_QUERY_BYTES} are searched: ask with fewer words",
+            query.len()
+        ));
+    }
+    let terms = query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty() && !["AND", "OR", "NOT", "NEAR"].contains(w))
+        .count();
+    if terms > MAX_QUERY_TERMS {
+        return Err(format!(
+            "the query has {terms} terms; at most {MAX_QUERY_TERMS} are searched: ask with fewer words"
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `work` on `conn` with a progress handler that interrupts any statement of it once
+/// `give_up` says so; the handler is removed after.
+pub fn interruptible<T>(
+    conn: &mut Connection,
+    give_up: impl FnMut() -> bool + Send + 'static,
+    work: impl FnOnce(&mut Connection) -> T,
+) -> T {
+    // A handler that cannot be set leaves the work bounded by the query's own caps.
+    let _ = conn.progress_handler(PROGRESS_STEPS, Some(give_up));
+    let result = work(conn);
+    let _ = conn.progress_handler(0, None::<fn() -> bool>);
+    result
+}
+
 /// What a piece of indexed text is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DocKind {
@@ -128,6 +174,9 @@ pub enum SearchError {
     Log(#[from] ReadError),
     #[error("failed to build or read the search index {path}: {message}")]
     Index { path: String, message: String },
+    /// The search was given up (the episode's time ran out, or the run was stopped).
+    #[error("the search was stopped before it ended (the time is up, or the run was stopped)")]
+    Stopped,
     /// The query is not valid FTS5 syntax.
     #[error(
         "bad query {query:?}: {message} (words match words, \"a phrase\" in double quotes, pre* a prefix, AND, OR, NOT and parentheses; quote a word that is an operator or holds punctuation)"
@@ -227,10 +276,38 @@ impl SearchIndex {
         ))
     }
 
+    /// [`SearchIndex::search`], given up ([`SearchError::Stopped`]) once `give_up` says so:
+    /// it is asked every few thousand steps of SQLite's machine.
+    pub fn search_until(
+        &mut self,
+        query: &str,
+        filters: &Filters,
+        limit: usize,
+        mut give_up: impl FnMut() -> bool + Send + 'static,
+    ) -> Result<Vec<Hit>, SearchError> {
+        if give_up() {
+            return Err(SearchError::Stopped);
+        }
+        let (path, run_id) = (&self.path, &self.run_id);
+        interruptible(&mut self.conn, give_up, |conn| matches(conn, (path, run_id), query, filters, limit))
+    }
+
     /// The best `limit` matches of `query` (FTS5 syntax), best first, among the latest
     /// attempt of each episode.
     pub fn search(&self, query: &str, filters: &Filters, limit: usize) -> Result<Vec<Hit>, SearchError> {
-        let sql = "SELECT e.episode_id, e.suite, e.task_id, e.model, e.epoch, e.status, \
+        matches(&self.conn, (&self.path, &self.run_id), query, filters, limit)
+    }
+}
+
+/// The search of [`SearchIndex::search`] on `conn`, the index at `path` of the run `run_id`.
+fn matches(
+    conn: &Connection,
+    (path, run_id): (&Path, &str),
+    query: &str,
+    filters: &Filters,
+    limit: usize,
+) -> Result<Vec<Hit>, SearchError> {
+    let sql = "SELECT e.episode_id, e.suite, e.task_id, e.model, e.epoch, e.status, \
                           docs.step, docs.actor, docs.kind, docs.name, \
                           snippet(docs, 0, '[', ']', '…', 16), bm25(docs) \
                    FROM docs JOIN episodes e ON e.id = docs.episode \
@@ -241,51 +318,52 @@ impl SearchIndex {
                      AND (?6 IS NULL OR docs.actor = ?6) AND (?7 IS NULL OR docs.kind = ?7) \
                      AND (?8 IS NULL OR e.task_id <> ?8) \
                    ORDER BY bm25(docs) LIMIT ?9";
-        let failed =
-            |e: rusqlite::Error| SearchError::Index { path: self.path.display().to_string(), message: e.to_string() };
-        // The statement is fixed: a plain SQL error when it runs is FTS5 refusing the query.
-        let bad = |e: rusqlite::Error| match &e {
-            rusqlite::Error::SqliteFailure(code, Some(message)) if code.code == rusqlite::ErrorCode::Unknown => {
-                SearchError::Query { query: query.to_owned(), message: message.clone() }
-            }
-            _ => failed(e),
-        };
-        let mut statement = self.conn.prepare_cached(sql).map_err(failed)?;
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = statement
-            .query_map(
-                params![
-                    query,
-                    filters.suite,
-                    filters.task,
-                    filters.model,
-                    filters.outcome,
-                    filters.actor,
-                    filters.kind.map(DocKind::as_str),
-                    filters.not_task,
-                    limit
-                ],
-                |r| {
-                    Ok(Hit {
-                        run_id: self.run_id.clone(),
-                        episode_id: r.get(0)?,
-                        suite: r.get(1)?,
-                        task_id: r.get(2)?,
-                        model: r.get(3)?,
-                        epoch: r.get(4)?,
-                        outcome: r.get(5)?,
-                        step: r.get(6)?,
-                        actor: r.get(7)?,
-                        kind: r.get(8)?,
-                        name: r.get(9)?,
-                        snippet: r.get(10)?,
-                        score: -r.get::<_, f64>(11)?,
-                    })
-                },
-            )
-            .map_err(bad)?;
-        rows.collect::<Result<Vec<Hit>, _>>().map_err(bad)
-    }
+    let failed = |e: rusqlite::Error| SearchError::Index { path: path.display().to_string(), message: e.to_string() };
+    // The statement is fixed: a plain SQL error when it runs is FTS5 refusing the query.
+    let bad = |e: rusqlite::Error| match &e {
+        rusqlite::Error::SqliteFailure(code, _) if code.code == rusqlite::ErrorCode::OperationInterrupted => {
+            SearchError::Stopped
+        }
+        rusqlite::Error::SqliteFailure(code, Some(message)) if code.code == rusqlite::ErrorCode::Unknown => {
+            SearchError::Query { query: query.to_owned(), message: message.clone() }
+        }
+        _ => failed(e),
+    };
+    let mut statement = conn.prepare_cached(sql).map_err(failed)?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = statement
+        .query_map(
+            params![
+                query,
+                filters.suite,
+                filters.task,
+                filters.model,
+                filters.outcome,
+                filters.actor,
+                filters.kind.map(DocKind::as_str),
+                filters.not_task,
+                limit
+            ],
+            |r| {
+                Ok(Hit {
+                    run_id: run_id.to_owned(),
+                    episode_id: r.get(0)?,
+                    suite: r.get(1)?,
+                    task_id: r.get(2)?,
+                    model: r.get(3)?,
+                    epoch: r.get(4)?,
+                    outcome: r.get(5)?,
+                    step: r.get(6)?,
+                    actor: r.get(7)?,
+                    kind: r.get(8)?,
+                    name: r.get(9)?,
+                    snippet: r.get(10)?,
+                    score: -r.get::<_, f64>(11)?,
+                })
+            },
+        )
+        .map_err(bad)?;
+    rows.collect::<Result<Vec<Hit>, _>>().map_err(bad)
 }
 
 /// The index at `path` and the run id it holds, when it can be read, has this layout and

@@ -145,3 +145,25 @@ fn session_search_lets_an_agent_search_earlier_episodes_as_its_own_action() {
     let dispatched = crate::of_type(&events, "action_dispatched");
     assert!(dispatched.iter().all(|d| d["call"]["name"] != "session_search"), "{dispatched:?}");
 }
+
+#[test]
+fn a_session_search_past_the_query_caps_is_refused_and_the_agent_goes_on() {
+    let sb = searched();
+    let many: Vec<String> = (0..300).map(|i| format!("w{i}")).collect();
+    let suite = format!(
+        "suite: recall\nenvironment: kv\nagent:\n  session_search: {{runs: [results/test]}}\nscorers:\n  - includes: x\n\
+         tasks:\n  - id: long\n    input: Find it.\n    mock:\n      \
+         - tool_calls: [{{name: session_search, arguments: {{query: \"{}\"}}}}]\n      \
+         - tool_calls: [{{name: final_answer, arguments: {{answer: x}}}}]\n",
+        many.join(" OR ")
+    );
+    sb.write("recall.yaml", &suite);
+    let run = sb.run(&["eval", "recall.yaml", "--model", "mock", "--run-id", "later", "--out", "results"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = crate::read_jsonl(&sb.path().join("results/later/events.jsonl"));
+    let actions = crate::of_type(&events, "agent_action");
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    assert_eq!(actions[0]["error"]["type"], "ValidationError", "{}", actions[0]);
+    let message = actions[0]["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("the query has 300 terms; at most 256"), "{message}");
+}

@@ -108,6 +108,7 @@ impl Environment {
         episode: &Arc<EpisodeState>,
         recorder: &Recorder,
     ) -> Ending {
+        self.world.begin(Arc::new(episode.over()));
         let first = self.reset(task);
         recorder.emit(&Event::Observation { step: 0, observation: first.clone() });
         if self.user().is_conversation() {

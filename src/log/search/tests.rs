@@ -294,3 +294,20 @@ fn grader_replies_are_left_to_their_scores() {
     let (_dir, index) = indexed(&log);
     assert_eq!(found(&index, "marmot", &Filters::default()), [("e1".to_string(), "message".to_string())]);
 }
+
+#[test]
+fn a_search_given_up_stops_and_a_model_query_past_the_caps_is_refused() {
+    let (_dir, mut index) = indexed(&three_episodes());
+    assert!(!index.search_until("deploy", &Filters::default(), 5, || false).unwrap().is_empty());
+    match index.search_until("deploy OR port OR e1", &Filters::default(), 5, || true) {
+        Err(SearchError::Stopped) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(check_query(&"word ".repeat(MAX_QUERY_TERMS)).is_ok());
+    // Operators are not terms.
+    assert!(check_query(&"word OR ".repeat(MAX_QUERY_TERMS - 1)).is_ok());
+    let many = check_query(&"word ".repeat(MAX_QUERY_TERMS + 1)).unwrap_err();
+    assert!(many.contains("257 terms; at most 256"), "{many}");
+    let long = check_query(&"x".repeat(MAX_QUERY_BYTES + 1)).unwrap_err();
+    assert!(long.contains("4097 bytes; at most 4096"), "{long}");
+}

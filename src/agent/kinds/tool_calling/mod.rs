@@ -388,7 +388,7 @@ impl ToolCallingAgent {
                 // A cognitive action: the agent reads its episodic memory; the world never sees it.
                 Handling::SessionSearch => match self.session_search.clone() {
                     Some((search, task_id)) => {
-                        let result = search.search(&call.arguments, &task_id);
+                        let result = search.search(&call.arguments, &task_id, turn.episode.over());
                         self.answer_own(turn, &call, ActionClass::Cognitive, result);
                         sorted.handled_own = true;
                     }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::contract::{ErrorType, SESSION_SEARCH_TOOL, ToolAnnotations, ToolError, ToolSpec};
-use crate::log::search::{Filters, SearchError, SearchIndex};
+use crate::log::search::{Filters, SearchError, SearchIndex, check_query};
 
 /// The most hits one call returns.
 pub const MAX_HITS: usize = 20;
@@ -68,10 +68,20 @@ impl SessionSearch {
     }
 
     /// Answers a call of an agent working on `task_id`: the best hits, or a tool error (a
-    /// query FTS5 cannot parse is the model's to fix: `ValidationError`).
-    pub fn search(&self, arguments: &Value, task_id: &str) -> Result<Value, ToolError> {
+    /// query FTS5 cannot parse, or longer than a query may be, is the model's to fix:
+    /// `ValidationError`). Each index's search is given up once `over` (the episode's
+    /// deadline and the run's stop) says so: the loop cannot interrupt it from outside.
+    pub fn search(
+        &self,
+        arguments: &Value,
+        task_id: &str,
+        over: impl FnMut() -> bool + Clone + Send + 'static,
+    ) -> Result<Value, ToolError> {
         let call: Call = serde_json::from_value(arguments.clone()).map_err(|e| {
             ToolError::new(ErrorType::ValidationError, format!("invalid arguments for `{SESSION_SEARCH_TOOL}`: {e}"))
+        })?;
+        check_query(&call.query).map_err(|e| {
+            ToolError::new(ErrorType::ValidationError, e).suggest("search for a few distinctive words or a phrase")
         })?;
         if let Some(outcome) = &call.outcome {
             crate::log::search::parse_outcome(outcome).map_err(|e| ToolError::new(ErrorType::ValidationError, e))?;
@@ -86,11 +96,12 @@ impl SessionSearch {
         let indexes = held.get_or_insert_with(|| {
             self.runs.iter().map(|dir| SearchIndex::open(dir).map_err(|e| e.to_string())).collect()
         });
-        let indexes = indexes.as_ref().map_err(|e| ToolError::new(ErrorType::ExecutionError, e.clone()))?;
+        let indexes = indexes.as_mut().map_err(|e| ToolError::new(ErrorType::ExecutionError, e.clone()))?;
         let mut hits = Vec::new();
         for index in indexes {
-            hits.extend(index.search(&call.query, &filters, limit).map_err(|e| match e {
+            hits.extend(index.search_until(&call.query, &filters, limit, over.clone()).map_err(|e| match e {
                 SearchError::Query { .. } => ToolError::new(ErrorType::ValidationError, e.to_string()),
+                SearchError::Stopped => ToolError::new(ErrorType::TimeoutError, e.to_string()),
                 _ => ToolError::new(ErrorType::ExecutionError, e.to_string()),
             })?);
         }

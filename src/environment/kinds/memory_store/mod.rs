@@ -12,7 +12,8 @@ mod store;
 mod tests;
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -22,7 +23,8 @@ use super::EnvironmentKind;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
 use crate::environment::tool::{self, Tool, ToolDecl};
-use crate::environment::{Definition, SetupContext, SetupError, ToolFailure, World, decode_arguments};
+use crate::environment::{Definition, EnvLimits, Over, SetupContext, SetupError, ToolFailure, World, decode_arguments};
+use crate::log::search::check_query;
 pub use store::{Entry, MemoryRef, NewEntry, Store, words_query};
 
 /// The folder of the run folder that holds the stores.
@@ -55,7 +57,7 @@ impl EnvironmentKind for MemoryStore {
         let path = store_path(&folder, context.episode_id);
         std::fs::create_dir_all(&folder).map_err(|e| failed(format!("failed to create {}: {e}", folder.display())))?;
         let store = Store::open(&path).map_err(failed)?;
-        Ok(Box::new(MemoryWorld { store: Mutex::new(store) }))
+        Ok(Box::new(MemoryWorld::over(store, definition.limits.tool_timeout_s)))
     }
 
     fn store_file(&self, run_dir: &Path, episode_id: &str) -> Option<PathBuf> {
@@ -75,18 +77,42 @@ pub const TOOLS: &[&dyn Tool<MemoryWorld>] =
 
 pub struct MemoryWorld {
     store: Mutex<Store>,
+    /// The episode's end (its deadline, the run's stop), once the loop has told it.
+    over: OnceLock<Over>,
+    /// The most one call may take (the definition's `tool_timeout_s`).
+    call_limit: Duration,
 }
 
 impl MemoryWorld {
     /// A world over the store in `path` (created when missing).
     pub fn open(path: &Path) -> Result<MemoryWorld, String> {
-        Ok(MemoryWorld { store: Mutex::new(Store::open(path)?) })
+        Ok(MemoryWorld::over(Store::open(path)?, EnvLimits::default().tool_timeout_s))
     }
 
+    fn over(store: Store, call_limit_s: f64) -> MemoryWorld {
+        MemoryWorld {
+            store: Mutex::new(store),
+            over: OnceLock::new(),
+            call_limit: Duration::from_secs_f64(call_limit_s),
+        }
+    }
+
+    /// Runs `f` on the store. The statements run inside the call's poll, where the loop's
+    /// deadline cannot reach them: a progress handler interrupts them (and rolls their
+    /// transaction back) once the episode is over or the call has taken its limit.
     fn with_store<T>(&self, f: impl FnOnce(&mut Store) -> rusqlite::Result<T>) -> Result<T, ToolFailure> {
+        let until = Instant::now() + self.call_limit;
+        let over = self.over.get().cloned();
+        let give_up = move || Instant::now() >= until || over.as_ref().is_some_and(|over| over());
         // A poisoned lock only means another call panicked; every write is one transaction.
         let mut guard = self.store.lock().unwrap_or_else(|p| p.into_inner());
-        f(&mut guard).map_err(|e| ToolFailure::new(ErrorType::ExecutionError, format!("the store failed: {e}")))
+        guard.until(give_up, f).map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::OperationInterrupted) => ToolFailure::new(
+                ErrorType::TimeoutError,
+                "the store's work was stopped: the episode's time is up, or the call took its time limit",
+            ),
+            _ => ToolFailure::new(ErrorType::ExecutionError, format!("the store failed: {e}")),
+        })
     }
 }
 
@@ -94,6 +120,10 @@ impl MemoryWorld {
 impl World for MemoryWorld {
     async fn call(&self, actor: &Actor, name: &str, arguments: Value) -> Result<Value, ToolFailure> {
         tool::call(TOOLS, MemoryStore.name(), self, actor, name, arguments).await
+    }
+
+    fn begin(&self, over: Over) {
+        let _ = self.over.set(over);
     }
 }
 
@@ -276,6 +306,9 @@ impl Tool<MemoryWorld> for SearchEntries {
     async fn call(&self, world: &MemoryWorld, _actor: &Actor, arguments: Value) -> Result<Value, ToolFailure> {
         let ids = Ids::of(&arguments);
         let args: SearchArgs = decode_arguments(arguments)?;
+        check_query(&args.query).map_err(|e| {
+            ToolFailure::new(ErrorType::ValidationError, e).suggest("search for a few distinctive words or a phrase")
+        })?;
         let query = match args.syntax {
             Syntax::Words => words_query(&args.query),
             Syntax::Fts5 => args.query.clone(),
@@ -283,9 +316,12 @@ impl Tool<MemoryWorld> for SearchEntries {
         if query.is_empty() {
             return Ok(json!({"entries": []}));
         }
-        let found = world.with_store(|s| s.search(ids.at(), &query, args.limit)).map_err(|e| {
-            ToolFailure::new(ErrorType::ExecutionError, format!("the query `{}` failed: {}", args.query, e.message))
-                .suggest("use plain words (syntax `words`), or check the FTS5 query's quotes and operators")
+        let found = world.with_store(|s| s.search(ids.at(), &query, args.limit)).map_err(|e| match e.kind {
+            ErrorType::ExecutionError => {
+                ToolFailure::new(ErrorType::ExecutionError, format!("the query `{}` failed: {}", args.query, e.message))
+                    .suggest("use plain words (syntax `words`), or check the FTS5 query's quotes and operators")
+            }
+            _ => e,
         })?;
         let entries: Vec<Value> = found
             .into_iter()

@@ -33,6 +33,9 @@ CREATE TABLE IF NOT EXISTS entries (
 CREATE VIRTUAL TABLE IF NOT EXISTS entries_fts USING fts5(summary, raw_entry, tags);
 ";
 
+/// How many steps of SQLite's machine run between two questions of a progress handler.
+const PROGRESS_STEPS: i32 = 1000;
+
 /// One memory of one vault.
 #[derive(Debug, Clone, Copy)]
 pub struct MemoryRef<'a> {
@@ -74,6 +77,21 @@ impl Store {
         let db = Connection::open(path).map_err(|e| format!("failed to open {}: {e}", path.display()))?;
         db.execute_batch(SCHEMA).map_err(|e| format!("failed to set up {}: {e}", path.display()))?;
         Ok(Store { db })
+    }
+
+    /// Runs `work` on the store with a progress handler that interrupts its statement once
+    /// `give_up` says so (every few thousand steps of SQLite's machine); an interrupted
+    /// statement fails with `OperationInterrupted`, and its transaction is rolled back.
+    pub fn until<T>(
+        &mut self,
+        give_up: impl FnMut() -> bool + Send + 'static,
+        work: impl FnOnce(&mut Store) -> T,
+    ) -> T {
+        // A handler that cannot be set leaves the work bounded by the queries' own caps.
+        let _ = self.db.progress_handler(PROGRESS_STEPS, Some(give_up));
+        let result = work(self);
+        let _ = self.db.progress_handler(0, None::<fn() -> bool>);
+        result
     }
 
     /// Stores an entry; returns its id and whether it is new (false: its key was stored).
@@ -184,12 +202,17 @@ fn tags_text(tags: &Value) -> String {
 }
 
 /// A question in plain words as an FTS5 query: each word quoted (so that `?`, `'` and
-/// FTS5's operators in it are only text), any of them matching, BM25 ranking the rest.
+/// FTS5's operators in it are only text), once however often it is asked (a repeated
+/// word adds nothing to BM25's order but costs FTS5 time with the square of the repeats),
+/// any of them matching, BM25 ranking the rest.
 pub fn words_query(text: &str) -> String {
+    let mut seen = std::collections::HashSet::new();
     let words: Vec<String> = text
         .split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
-        .map(|w| format!("\"{}\"", w.to_lowercase()))
+        .map(str::to_lowercase)
+        .filter(|w| seen.insert(w.clone()))
+        .map(|w| format!("\"{w}\""))
         .collect();
     words.join(" OR ")
 }

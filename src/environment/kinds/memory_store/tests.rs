@@ -1,3 +1,6 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use serde_json::{Value, json};
 
 use super::*;
@@ -72,4 +75,58 @@ async fn the_context_is_replaced_and_survives_reopening() {
     let world = MemoryWorld::open(&path).unwrap();
     assert_eq!(call(&world, "get_context", json!({})).await["context"], "third");
     assert_eq!(call(&world, "get_context", json!({"vault_id": "v"})).await["context"], "second");
+}
+
+#[tokio::test]
+async fn a_query_past_the_caps_is_refused_not_run() {
+    // FTS5's time grows with the square of a query's matching terms: 8,000 took 28 s.
+    let (_dir, world) = world();
+    call(&world, "add_entry", json!({"summary": "dog", "raw_entry": ""})).await;
+    let many: Vec<String> = (0..257).map(|i| format!("w{i}")).collect();
+    let long = "dog ".repeat(1100);
+    for (syntax, query) in [("words", many.join(" ")), ("fts5", many.join(" OR ")), ("words", long)] {
+        let args = json!({"query": query, "syntax": syntax});
+        let refused = world.call(&Actor::Main, "search_entries", args).await.unwrap_err();
+        assert_eq!(refused.kind, ErrorType::ValidationError, "{syntax}: {}", refused.message);
+        assert!(refused.message.contains("at most"), "{}", refused.message);
+    }
+    // Within the caps, a word asked many times is searched once.
+    let found = call(&world, "search_entries", json!({"query": "dog ".repeat(256)})).await;
+    assert_eq!(summaries(&found), ["dog"]);
+    assert_eq!(words_query("Dog dog? DOG cat"), "\"dog\" OR \"cat\"");
+}
+
+#[test]
+fn a_statement_is_interrupted_once_the_call_is_given_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(&dir.path().join("m.sqlite")).unwrap();
+    let at = MemoryRef { vault: "v", memory: "m" };
+    for i in 0..2000 {
+        let summary = format!("dog number {i}");
+        let entry = NewEntry { summary: &summary, raw_entry: "", tags: &Value::Null, time: "t", key: None };
+        store.add_entry(at, &entry).unwrap();
+    }
+    let kept = store.until(|| false, |s| s.search(at, "\"dog\"", 5)).unwrap();
+    assert_eq!(kept.len(), 5);
+    let given_up = store.until(|| true, |s| s.search(at, "\"dog\"", 5)).unwrap_err();
+    assert_eq!(given_up.sqlite_error_code(), Some(rusqlite::ErrorCode::OperationInterrupted), "{given_up}");
+    // The handler goes with the work: the store answers again.
+    assert_eq!(store.search(at, "\"dog\"", 5).unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn a_call_past_the_episodes_end_is_stopped_inside_sqlite() {
+    let (_dir, world) = world();
+    for i in 0..2000 {
+        call(&world, "add_entry", json!({"summary": format!("dog number {i}"), "raw_entry": ""})).await;
+    }
+    let over = Arc::new(AtomicBool::new(false));
+    let seen = over.clone();
+    world.begin(Arc::new(move || seen.load(Ordering::Relaxed)));
+    assert_eq!(summaries(&call(&world, "search_entries", json!({"query": "dog", "limit": 1})).await).len(), 1);
+    // The deadline passes (or the run is stopped): the statement is interrupted, not run out.
+    over.store(true, Ordering::Relaxed);
+    let stopped = world.call(&Actor::Main, "search_entries", json!({"query": "dog"})).await.unwrap_err();
+    assert_eq!(stopped.kind, ErrorType::TimeoutError, "{}", stopped.message);
+    assert!(stopped.message.contains("the episode's time is up"), "{}", stopped.message);
 }
