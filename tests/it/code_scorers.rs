@@ -189,3 +189,64 @@ fn a_python_scorer_written_async_is_awaited() {
     assert_eq!(outcomes["a"]["passed"], true, "{outcomes:?} {run:?}");
     assert_eq!(outcomes["b"]["passed"], false, "{outcomes:?} {run:?}");
 }
+
+/// Whether a `node` is on PATH; says so when a test is skipped for want of one.
+fn have_node() -> bool {
+    let found =
+        std::env::var_os("PATH").is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("node").is_file()));
+    if !found {
+        eprintln!("skipped: no node on PATH");
+    }
+    found
+}
+
+/// Runs one scorer over episodes whose model, about to fail, plants something other than
+/// a file at `out.txt`; each must be failed (the file is missing), never unscored.
+fn planted_files_are_missing(language: &str, scorer: &str) {
+    let sb = Sandbox::new();
+    let plants = [
+        ("fifo", "mkfifo out.txt"),
+        ("zero", "ln -s /dev/zero out.txt"),
+        ("sparse", "truncate -s 900M out.txt"),
+        ("linked", "echo hello > real.txt && ln -s real.txt out.txt"),
+        ("folder", "mkdir -p out.txt"),
+        ("deep", "mkdir -p d && ln -s /dev d/dev"),
+    ];
+    let mut suite = format!(
+        "suite: planted\nenvironment: shell\nscorers:\n  - {language}: \"{scorer}\"\n    timeout_s: 5\ntasks:\n"
+    );
+    for (id, command) in plants {
+        suite.push_str(&format!(
+            "  - id: {id}\n    input: Write hello.\n    mock:\n      - tool_calls: [{{name: run_command, arguments: \
+             {{command: \"{command}\"}}}}]\n      - text: done\n"
+        ));
+    }
+    sb.write("s.yaml", &suite);
+    let run = sb.eval(&["s.yaml"]);
+    let outcomes = outcomes(&sb.events());
+    assert_eq!(outcomes.len(), plants.len(), "{run:?}");
+    let wrong: Vec<String> = outcomes
+        .iter()
+        .filter(|(_, o)| (o["status"].as_str(), o["passed"].as_bool()) != (Some("scored"), Some(false)))
+        .map(|(task, o)| format!("{task}: {o}"))
+        .collect();
+    assert!(wrong.is_empty(), "not failed:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn a_python_scorer_takes_a_planted_pipe_device_link_or_huge_file_as_missing() {
+    if !have_python() {
+        return;
+    }
+    let scorer = "files.get('out.txt') == 'hello\\\\n' or 'out.txt' in files or files.get('d/dev/zero') is not None";
+    planted_files_are_missing("python", scorer);
+}
+
+#[test]
+fn a_js_scorer_takes_a_planted_pipe_device_link_or_huge_file_as_missing() {
+    if !have_node() {
+        return;
+    }
+    let scorer = "files['out.txt'] === 'hello\\\\n' || 'out.txt' in files || files['d/dev/zero'] !== undefined";
+    planted_files_are_missing("js", scorer);
+}

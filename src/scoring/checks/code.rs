@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::{CheckResult, Scene, quote};
+use super::{CheckResult, FILE_SCAN_CAP, Scene, quote};
 use crate::domain::scorer::{CodeScorer, CodeSource};
 use crate::log::UnscoredCause;
 use crate::sandbox::SandboxMode;
@@ -37,6 +37,8 @@ pub(crate) async fn check(
         "function": function,
         "expression": expression,
         "output": episode.ending.final_answer,
+        // The most a file of `context.files` may hold: a larger one is missing.
+        "files_cap": FILE_SCAN_CAP,
         "context": {
             "answer": episode.task.target,
             "task": {

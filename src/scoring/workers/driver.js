@@ -16,26 +16,53 @@ const lastLines = (error) => {
   return text.trimEnd().split("\n").slice(-8).join("\n").slice(-2000);
 };
 
-// The final world's files, read when asked: files["out.txt"] is its text.
-const filesOf = (root) =>
+// The final world's files, read when asked: files["out.txt"] is its text. A name is a path
+// below the folder, reached through no link; anything but a regular file of at most `cap`
+// bytes (a pipe, a device, a link, a folder, a larger file) is missing, as for the
+// `file_contains` check: a model cannot make the scorer block or read without end.
+const openRegular = (root, cap, name) => {
+  if (root === null || typeof name !== "string" || name.startsWith("/")) return null;
+  const parts = name.split("/").filter((p) => p !== "" && p !== ".");
+  if (parts.length === 0 || parts.includes("..")) return null;
+  const { O_RDONLY, O_NOFOLLOW, O_NONBLOCK } = fs.constants;
+  try {
+    let here = root;
+    for (const part of parts.slice(0, -1)) {
+      here = path.join(here, part);
+      if (!fs.lstatSync(here).isDirectory()) return null;
+    }
+    const fd = fs.openSync(path.join(here, parts[parts.length - 1]), O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
+    const status = fs.fstatSync(fd);
+    if (!status.isFile() || status.size > cap) {
+      fs.closeSync(fd);
+      return null;
+    }
+    return fd;
+  } catch (e) {
+    return null;
+  }
+};
+
+const filesOf = (root, cap) =>
   new Proxy(
     {},
     {
       get(_, name) {
-        if (root === null || typeof name !== "string") return undefined;
+        const fd = openRegular(root, cap, name);
+        if (fd === null) return undefined;
         try {
-          return fs.readFileSync(path.join(root, name), "utf8");
+          return fs.readFileSync(fd, "utf8");
         } catch (e) {
           return undefined;
+        } finally {
+          fs.closeSync(fd);
         }
       },
       has(_, name) {
-        if (root === null || typeof name !== "string") return false;
-        try {
-          return fs.statSync(path.join(root, name)).isFile();
-        } catch (e) {
-          return false;
-        }
+        const fd = openRegular(root, cap, name);
+        if (fd === null) return false;
+        fs.closeSync(fd);
+        return true;
       },
     },
   );
@@ -70,7 +97,7 @@ async function main() {
     const answer = { id: request.id };
     try {
       const context = request.context;
-      context.files = filesOf(context.files);
+      context.files = filesOf(context.files, request.files_cap);
       let result;
       if (request.function) {
         const name = request.function;

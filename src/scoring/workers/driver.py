@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import stat
 import sys
 import traceback
 
@@ -27,22 +28,53 @@ def last_lines(text, lines=8):
 
 
 class Files:
-    """The final world's files, read when asked: files["out.txt"] is its text."""
+    """The final world's files, read when asked: files["out.txt"] is its text.
 
-    def __init__(self, root):
+    A name is a path below the folder, reached through no link. Anything but a regular
+    file of at most `cap` bytes (a pipe, a device, a link, a folder, a larger file) is
+    missing, as for the `file_contains` check: a model cannot make the scorer block or
+    read without end, and so leave its episode unscored instead of failed.
+    """
+
+    def __init__(self, root, cap):
         self.root = root
+        self.cap = cap
 
     def path(self, name):
         if self.root is None:
             raise KeyError(name)
         return os.path.join(self.root, name)
 
-    def __getitem__(self, name):
+    def _open(self, name):
+        """A descriptor of the regular file `name`, or None."""
+        parts = [p for p in str(name).split("/") if p not in ("", ".")]
+        if self.root is None or not parts or ".." in parts or str(name).startswith("/"):
+            return None
+        folder = None
         try:
-            with open(self.path(name), encoding="utf-8", errors="replace") as f:
-                return f.read()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise KeyError(name) from None
+            folder = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+            for part in parts[:-1]:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=folder)
+                os.close(folder)
+                folder = inner
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+        except OSError:
+            return None
+        finally:
+            if folder is not None:
+                os.close(folder)
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > self.cap:
+            os.close(fd)
+            return None
+        return fd
+
+    def __getitem__(self, name):
+        fd = self._open(name)
+        if fd is None:
+            raise KeyError(name)
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+            return f.read()
 
     def get(self, name, default=None):
         try:
@@ -51,14 +83,20 @@ class Files:
             return default
 
     def __contains__(self, name):
-        return self.root is not None and os.path.isfile(self.path(name))
+        fd = self._open(name)
+        if fd is None:
+            return False
+        os.close(fd)
+        return True
 
     def __iter__(self):
         if self.root is None:
             return
         for folder, _, names in os.walk(self.root):
             for name in sorted(names):
-                yield os.path.relpath(os.path.join(folder, name), self.root)
+                relative = os.path.relpath(os.path.join(folder, name), self.root)
+                if relative in self:
+                    yield relative
 
     def keys(self):
         return list(self)
@@ -107,7 +145,7 @@ for line in sys.stdin:
     answer = {"id": request["id"]}
     try:
         context = request["context"]
-        context["files"] = Files(context.get("files"))
+        context["files"] = Files(context.get("files"), request["files_cap"])
         output = request["output"]
         if request.get("function"):
             function = getattr(module, request["function"], None)
