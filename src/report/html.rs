@@ -208,6 +208,8 @@ fn write_data(
         "command_line": p.header.command_line,
         "git_revision": p.header.git_revision,
         "interrupted": p.interrupted || !p.finished,
+        // The run's warnings, as the terminal's summary shows them (a re-scoring's are not the run's).
+        "warnings": if p.scoring_id.is_none() { p.header.warnings.clone() } else { Vec::new() },
         "scoring_id": p.scoring_id,
         "totals": totals,
         "models": models,

@@ -213,3 +213,19 @@ fn the_html_report_has_the_epochs_table_the_terminal_prints() {
         row.split("<td").skip(1).map(|c| &c[c.find('>').unwrap() + 1..c.find("</td>").unwrap()]).collect();
     assert_eq!(cells, ["twice", "mock", "1", "1", "1.000", "1.000", "1.000", "2", "1.000"], "{row}");
 }
+
+#[test]
+fn the_html_report_shows_every_run_warning() {
+    let sb = Sandbox::new();
+    let graded = concat!(env!("CARGO_MANIFEST_DIR"), "/tasks/graded.yaml");
+    let run = sb.run(&["eval", graded, "--model", "echo", "--run-id", "test", "--out", "results"]);
+    let warnings = of_type(&sb.events(), "run_started")[0]["warnings"].clone();
+    let warning = warnings[0].as_str().unwrap_or_else(|| panic!("the run has a warning: {run:?}")).to_owned();
+    let report = sb.run(&["report", "results/test", "--html"]);
+    assert_eq!(report.code, 0, "{report:?}");
+    let shown = dom(&sb.path().join("results/test/report.html"), "");
+    let banner = shown.find("class=\"banner run-warning\"").unwrap_or_else(|| panic!("no warning banner: {shown}"));
+    // The page holds the text as the browser escaped it.
+    let escaped = warning.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+    assert!(shown[banner..].contains(&escaped), "{warning} not in {}", &shown[banner..]);
+}
