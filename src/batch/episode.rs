@@ -230,6 +230,7 @@ impl<'a> Episode<'a> {
             task: &self.task,
             episode_id: &self.spec.id,
             under_test: Some(&self.cast.under_test),
+            model: self.cast.under_test.name(),
             recorder: Some(&self.recorder),
             ending,
             wall_s,

@@ -27,6 +27,8 @@ use crate::suite::Suite;
 #[derive(Default)]
 struct Record {
     suite: String,
+    /// The model under test, as `episode_started` names it.
+    model: String,
     task_id: String,
     task_digest: String,
     calls: Vec<ToolCall>,
@@ -91,8 +93,8 @@ impl LoggedRun {
             let record = episodes.entry(id.to_owned()).or_default();
             match event {
                 // What came before is an earlier attempt's, killed before it finished.
-                Event::EpisodeStarted { suite, task_id, task_digest, .. } => {
-                    *record = Record { suite, task_id, task_digest, ..Record::default() };
+                Event::EpisodeStarted { suite, task_id, task_digest, model, .. } => {
+                    *record = Record { suite, model, task_id, task_digest, ..Record::default() };
                 }
                 Event::IngestResumed { tool_calls, tool_errors, .. } => {
                     record.carried.tool_calls = record.carried.tool_calls.saturating_add(tool_calls);
@@ -262,6 +264,7 @@ async fn score_episode_again(
         task,
         episode_id: id,
         under_test: None,
+        model: &record.model,
         recorder: Some(&recorder),
         ending: &ending,
         wall_s: finished.wall_ms / 1e3,

@@ -572,7 +572,8 @@ pub fn limit_overrides(args: &EvalArgs) -> Result<LimitOverrides, CliError> {
 }
 
 /// A warning when a `mock` grader would judge a real model's answers: its verdicts are the
-/// suite's scripted ones whatever the model answered. A replay of a `mock` run is `mock`.
+/// suite's scripted ones whatever the model answered, so the episodes are unscored unless
+/// `--grader mock` asks for them. A replay of a `mock` run is `mock`.
 pub fn mock_graded(suites: &[Arc<Suite>], forced: Option<&str>, under_test: &[Arc<Backend>]) -> Option<String> {
     let real: Vec<&str> = under_test.iter().map(|m| m.name()).filter(|name| *name != "mock").collect();
     if real.is_empty() {
@@ -597,8 +598,13 @@ pub fn mock_graded(suites: &[Arc<Suite>], forced: Option<&str>, under_test: &[Ar
     if graded.is_empty() {
         return None;
     }
+    let consequence = if forced == Some("mock") {
+        "--grader mock takes them as they are"
+    } else {
+        "those episodes are unscored (grader_error); pass --grader MODEL to have them judged"
+    };
     Some(format!(
-        "the answers of {} are judged by the `mock` grader in {}: its verdicts are the scorers' scripted `mock:` ones, whatever the model answers; pass --grader MODEL to have them judged",
+        "the answers of {} are judged by the `mock` grader in {}: its verdicts are the scorers' scripted `mock:` ones, whatever the model answers; {consequence}",
         real.join(", "),
         graded.join("; ")
     ))

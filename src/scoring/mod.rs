@@ -107,6 +107,9 @@ pub struct Finished<'a> {
     /// The model under test, when it is at hand (not in a regrade): a replay serves the
     /// grader's recorded calls too.
     pub under_test: Option<&'a Backend>,
+    /// The name of the model under test, as the episode logged it (a replay takes the name
+    /// of the model it recorded).
+    pub model: &'a str,
     /// Where the grader's calls are logged, as `model_call` events marked with the scorer.
     pub recorder: Option<&'a crate::log::Recorder>,
     pub ending: &'a Ending,

@@ -83,6 +83,7 @@ fn finished<'a>(task: &'a Task, ending: &'a Ending, wall_s: f64) -> Finished<'a>
         task,
         episode_id: "ep_1",
         under_test: None,
+        model: "mock",
         recorder: None,
         ending,
         wall_s,

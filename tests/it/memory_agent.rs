@@ -480,7 +480,9 @@ fn the_memory_table_is_one_per_model_never_their_blend() {
     let sb = Sandbox::new();
     let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
     let suite = repo.join("tasks/memory-replay.yaml");
-    let args = ["eval", suite.to_str().unwrap(), "--model", "mock", "--model", "echo", "--run-id", "test"];
+    // The scripted verdicts asked for (`--grader mock`): what is tested is whose rows they count in.
+    let args =
+        ["eval", suite.to_str().unwrap(), "--model", "mock", "--model", "echo", "--grader", "mock", "--run-id", "test"];
     let run = sb.run(&[&args[..], &["--out", "results"]].concat());
     // `echo` answers with the prompt: its verdicts are its own, and they must not be
     // counted into mock's twelve passes (nor mock's into echo's).

@@ -97,7 +97,8 @@ async fn a_mock_grader_of_a_real_models_answers_is_named_first_and_in_the_summar
     sb.write("s.yaml", GRADED);
     let _server = serve(&sb, vec![text("The capital of France.")]).await;
     let run = eval(&sb, &["--markdown", "summary.md"]).await;
-    assert_eq!(run.code, 0, "{run:?}");
+    // The scripted verdict is not taken: the episode is unscored (grader_error).
+    assert_eq!(run.code, 3, "{run:?}");
     let markdown = std::fs::read_to_string(sb.path().join("summary.md")).unwrap();
     assert!(markdown.contains("**Warning:**") && markdown.contains("`mock` grader"), "{markdown}");
     let first = run.stderr.lines().find(|l| l.starts_with("warning:")).unwrap_or_default();

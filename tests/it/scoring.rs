@@ -362,3 +362,31 @@ fn regrade_checks_its_flags_before_touching_the_log() {
     assert_eq!(run.code, 2, "{run:?}");
     assert_eq!(sb.events().len(), before, "a bad flag appended a scoring");
 }
+
+#[test]
+fn a_mock_grader_judging_a_real_models_answers_leaves_them_unscored_unless_asked_for() {
+    // `echo` answers with the question: garbage the scripted verdicts would pass.
+    let sb = Sandbox::new();
+    let graded = concat!(env!("CARGO_MANIFEST_DIR"), "/tasks/graded.yaml");
+    let run = sb.run(&["eval", graded, "--model", "echo", "--run-id", "test", "--out", "results"]);
+    assert_eq!(run.code, 3, "every episode unscored: {run:?}");
+    assert!(run.stdout.contains("those episodes are unscored (grader_error)"), "{run:?}");
+    let events = sb.events();
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished.len(), 4);
+    for f in &finished {
+        assert_eq!(f["outcome"]["status"], "unscored", "{f}");
+        assert_eq!(f["outcome"]["cause"], "grader_error", "{f}");
+        let message = f["outcome"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("scripted verdicts cannot judge a real model's answers; pass --grader"), "{f}");
+    }
+    let started = &of_type(&events, "run_started")[0];
+    assert!(started["warnings"][0].as_str().unwrap_or_default().contains("judged by the `mock` grader"), "{started}");
+    // Asked for on the command line, the scripted verdicts are taken, and the warning says so.
+    let asked = ["eval", graded, "--model", "echo", "--grader", "mock", "--run-id", "asked", "--out", "results"];
+    let run = sb.run(&asked);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("--grader mock takes them as they are"), "{run:?}");
+    let events = crate::read_jsonl(&sb.path().join("results/asked/events.jsonl"));
+    assert!(of_type(&events, "episode_finished").iter().all(|f| f["outcome"]["status"] == "scored"));
+}

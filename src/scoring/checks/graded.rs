@@ -11,6 +11,10 @@ use crate::domain::scorer::GraderKind;
 use crate::model::LanguageModel;
 use crate::scoring::{Finished, Graders, ScoringFault, grader, grader_model};
 
+/// The grader that plays a scorer's scripted `mock:` verdicts, and the model that plays
+/// the task's scripted turns.
+const MOCK: &str = "mock";
+
 /// What a graded scorer asks: its kind, criteria and model, and how it grades.
 pub(crate) struct Asked<'a> {
     pub kind: GraderKind,
@@ -38,6 +42,13 @@ pub(crate) async fn check(
             "`{scorer}` has no grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, or --grader"
         )));
     };
+    // A `mock` grader's verdicts are written before any answer: they judge the task's own
+    // scripted turns, never a real model's, unless the command line asks for them.
+    if name == MOCK && episode.model != MOCK && graders.forced.as_deref() != Some(MOCK) {
+        return Err(ScoringFault::grader(format!(
+            "`{scorer}`: scripted verdicts cannot judge a real model's answers; pass --grader MODEL (or --grader mock to take them)"
+        )));
+    }
     // Nothing to judge: the grader is not asked, and the scorer fails.
     let Some(text) = answer.text() else { return Ok(answer.missing()) };
     let Some(model) = graders.model(&name, episode, scorer, asked.mock) else {
