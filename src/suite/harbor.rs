@@ -130,7 +130,7 @@ pub fn load(dir: &Path, overrides: &LimitOverrides) -> Result<Suite, ConfigError
                 &toml_path,
                 &toml_text,
                 field,
-                format!("must be a positive number of seconds, got {s}"),
+                format!("must be a positive number of seconds, at most {MAX_EPISODE_S}, got {}", shown(s)),
             ));
         }
     }
@@ -680,6 +680,11 @@ fn size_mb(
         Ok(n) if n > 0.0 && factor > 0.0 => Ok(Some((n * factor).ceil() as u64)),
         _ => Err(toml_field(path, text, field, format!("is `{written}`, expected a size such as \"2G\" or \"512M\""))),
     }
+}
+
+/// A number as a person reads it: `1e308`, not its three hundred digits.
+fn shown(x: f64) -> String {
+    if x.is_finite() && x.abs() < 1e15 { x.to_string() } else { format!("{x:e}") }
 }
 
 fn is_variable_name(name: &str) -> bool {
