@@ -65,7 +65,8 @@ impl AgentKind for Cli {
         &["command", "env", "answer", "setup"]
     }
 
-    /// Its `command` is given (and, when a path, is there).
+    /// Its `command` is given (and, when a path, is there), and its answer file is a path
+    /// inside the world's folder.
     fn decode(&self, keys: &KindKeys<'_>) -> Result<AgentSettings, ConfigError> {
         let command: Vec<String> = keys.decode("command")?.unwrap_or_default();
         let Some(program) = command.first() else {
@@ -78,9 +79,18 @@ impl AgentKind for Cli {
                 return Err(keys.error("command", format!("`{program}` is not installed: no file {}", path.display())));
             }
         }
+        let answer = keys.decode("answer")?.unwrap_or(CliAnswer::Stdout);
+        if let CliAnswer::File(path) = &answer
+            && !crate::domain::is_relative_inside(path)
+        {
+            let why = format!(
+                "`file: {path}` must be a path inside the world's folder, relative and without `..` (the answer is read from there)"
+            );
+            return Err(keys.error("answer", why));
+        }
         Ok(AgentSettings::Cli(Settings {
             env: keys.decode("env")?.unwrap_or_default(),
-            answer: keys.decode("answer")?.unwrap_or(CliAnswer::Stdout),
+            answer,
             setup: keys.decode("setup")?.unwrap_or_default(),
             command,
         }))
