@@ -62,14 +62,21 @@ impl Confusion {
 /// rated it). `None` when fewer than two values are pairable, or all pairable values are
 /// one value (no disagreement is expected: alpha is undefined).
 pub fn krippendorff_alpha<V: Ord + Clone>(units: &[Vec<V>]) -> Option<f64> {
-    // o[c][k]: each ordered pair of values in a unit, weighted 1 / (m_u - 1).
+    // o[c][k]: each ordered pair of values in a unit, weighted 1 / (m_u - 1), counted from
+    // how often each value occurs in the unit (n_c * n_k pairs, or n_c * (n_c - 1) for
+    // c = k) rather than pair by pair: linear in the raters of a unit, not quadratic.
     let mut coincidences: BTreeMap<(V, V), f64> = BTreeMap::new();
     for values in units.iter().filter(|v| v.len() >= 2) {
         let weight = 1.0 / (values.len() - 1) as f64;
-        for (i, c) in values.iter().enumerate() {
-            for (j, k) in values.iter().enumerate() {
-                if i != j {
-                    *coincidences.entry((c.clone(), k.clone())).or_default() += weight;
+        let mut counts: BTreeMap<&V, f64> = BTreeMap::new();
+        for value in values {
+            *counts.entry(value).or_default() += 1.0;
+        }
+        for (c, n_c) in &counts {
+            for (k, n_k) in &counts {
+                let pairs = if c == k { n_c * (n_c - 1.0) } else { n_c * n_k };
+                if pairs > 0.0 {
+                    *coincidences.entry(((*c).clone(), (*k).clone())).or_default() += pairs * weight;
                 }
             }
         }

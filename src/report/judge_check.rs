@@ -86,6 +86,10 @@ fn csv_rows(text: &str) -> Result<Vec<Row>, String> {
     if let Some(unknown) = headers.iter().find(|h| !FIELDS.contains(h)) {
         return Err(format!("1: unknown column `{unknown}`, expected: {}", FIELDS.join(", ")));
     }
+    // Two columns of one name: which one a row's value came from would be a guess.
+    if let Some((i, twice)) = headers.iter().enumerate().find(|(i, h)| headers.iter().take(*i).any(|seen| seen == *h)) {
+        return Err(format!("1: column `{twice}` appears twice (column {}), each column once", i + 1));
+    }
     let mut rows = Vec::new();
     for record in reader.records() {
         let record = record.map_err(|e| {
@@ -365,11 +369,13 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
             }
         }
     }
-    let mut by_task: HashMap<(&str, &str), Vec<&str>> = HashMap::new();
+    // A task's episodes by task id, then suite: a label finds its own at once, however
+    // many tasks the run has.
+    let mut by_task: HashMap<&str, BTreeMap<&str, Vec<&str>>> = HashMap::new();
     for (id, judged) in &episodes {
-        by_task.entry((&*judged.suite, &*judged.task_id)).or_default().push(id);
+        by_task.entry(&*judged.task_id).or_default().entry(&*judged.suite).or_default().push(id);
     }
-    for ids in by_task.values_mut() {
+    for ids in by_task.values_mut().flat_map(BTreeMap::values_mut) {
         ids.sort_unstable();
     }
 
@@ -403,8 +409,10 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
         let targets: Vec<&str> = match (&label.episode_id, &label.task_id) {
             (Some(id), _) => episodes.get_key_value(id.as_str()).map(|(k, _)| vec![k.as_str()]).unwrap_or_default(),
             (None, Some(task)) => by_task
-                .iter()
-                .filter(|((suite, t), _)| t == task && label.suite.as_deref().is_none_or(|s| s == *suite))
+                .get(task.as_str())
+                .into_iter()
+                .flatten()
+                .filter(|(suite, _)| label.suite.as_deref().is_none_or(|s| s == **suite))
                 .flat_map(|(_, ids)| ids.iter().copied())
                 .collect(),
             (None, None) => Vec::new(),

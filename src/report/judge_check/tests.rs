@@ -231,3 +231,41 @@ fn a_raters_repeated_label_counts_once_in_every_figure() {
     assert_eq!(c.both_pass + c.people_pass_judge_fail + c.people_fail_judge_pass + c.both_fail, 1, "{c:?}");
     assert_eq!(checked.scorers[0].disagreements.len() as u64, c.people_fail_judge_pass + c.people_pass_judge_fail);
 }
+
+#[test]
+fn a_column_named_twice_is_refused() {
+    let err = labels("episode_id,scorer,verdict,verdict\ne1,llm_rubric,pass,fail\n", "csv").unwrap_err();
+    assert_eq!(err, "DIR/labels.csv:1: column `verdict` appears twice (column 4), each column once");
+}
+
+#[test]
+fn many_raters_are_counted_in_time_linear_in_their_labels() {
+    // 300,000 labels: 75,000 raters on each of four tasks. Pair by pair, Krippendorff's
+    // alpha took 75,000² steps per unit; counted by value it takes 75,000.
+    let raters = 75_000;
+    let mut many = Vec::with_capacity(4 * raters);
+    for (task, passed) in [("t1", true), ("t2", true), ("t3", false), ("t4", false)] {
+        for r in 0..raters {
+            many.push(Label {
+                line: many.len() + 2,
+                episode_id: None,
+                task_id: Some(task.into()),
+                suite: None,
+                scorer: "llm_rubric".into(),
+                passed,
+                rater: Some(format!("r{r}")),
+                explanation: None,
+            });
+        }
+    }
+    let log = log();
+    let check = check(log.path(), &many, None).unwrap();
+    let c = &check.scorers[0];
+    assert_eq!((c.raters, c.labelled_episodes, c.confusion.total()), (raters, 4, 4 * raters as u64));
+    assert_eq!(c.alpha_people, Some(1.0), "the people agree on every episode");
+    // With the judge (pass, pass, pass under r1, fail): one pair of values differs, in t3's
+    // unit of 75,001: o(T,F) = o(F,T) = 1, n(T) = 150,003, n(F) = 150,001.
+    let expected = 1.0 - 300_003.0 / (150_003.0 * 150_001.0);
+    let alpha = c.alpha_with_judge.unwrap();
+    assert!((alpha - expected).abs() < 1e-9, "{alpha} != {expected}");
+}
