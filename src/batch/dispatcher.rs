@@ -74,7 +74,12 @@ impl<'a> Dispatcher<'a> {
         if let Some(definition) = suites.iter().find_map(|s| world_making_folders(s)) {
             scratch.made_for(definition).map_err(|e| RunError::Log(std::io::Error::other(e)))?;
         }
-        let grounds = Arc::new(Grounds { scratch, run_dir: opened.dir.clone(), sandbox: options.sandbox });
+        let grounds = Arc::new(Grounds {
+            scratch,
+            run_dir: opened.dir.clone(),
+            sandbox: options.sandbox,
+            run_stop: stop.clone(),
+        });
         let admitter = Arc::new(Admitter { meter, budgeted, log: log.clone(), not_run: AtomicU64::new(0) });
         let starter = Arc::new(Starter {
             task_memory: Mutex::new(KeptNotes::new(&opened.dir)),

@@ -33,6 +33,9 @@ pub struct Grounds {
     pub scratch: Arc<super::Scratch>,
     pub run_dir: std::path::PathBuf,
     pub sandbox: SandboxMode,
+    /// The run's own stop (Ctrl-C). The episodes' stop is its child, which a hard budget
+    /// cancels alone: an episode stopped while this one is not was stopped by the budget.
+    pub run_stop: CancellationToken,
 }
 
 /// Runs one episode: open, set up, play, score, close.
@@ -53,6 +56,9 @@ pub async fn run_episode(
         }
         Ok((world, setup)) => {
             let mut played = episode.play(&world, setup, stop).await;
+            if played.ending.termination == Termination::UserStop && !grounds.run_stop.is_cancelled() {
+                played.ending.termination = Termination::Budget;
+            }
             played.outcome = episode.score(&played.ending, world.world(), played.wall_s).await;
             let agent = played.agent.take();
             played.program = episode.tear_down(world, agent, (played.ending.termination, &played.outcome)).await;
@@ -222,7 +228,7 @@ impl<'a> Episode<'a> {
         if let Some(fault) = &ending.fault {
             return Outcome::Unscored { cause: fault.cause.clone(), message: fault.message.clone() };
         }
-        if ending.termination == Termination::UserStop {
+        if matches!(ending.termination, Termination::UserStop | Termination::Budget) {
             return Outcome::Cancelled;
         }
         let suite = self.suite;

@@ -230,3 +230,19 @@ fn an_epoch_a_budget_cut_short_is_the_last_epochs_auto_plans() {
     assert_eq!(not_run(&events), 5);
     assert!(of_type(&events, "epochs_decided").is_empty(), "no look after a cut epoch");
 }
+
+#[test]
+fn an_episode_a_hard_budget_cancels_ends_with_termination_budget_not_user_stop() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &two_call_suite(8));
+    // All eight start at once; the third call reaches the cap and cancels the others.
+    let run = eval_with(&sb, &["--max-model-calls", "3", "--budget-hard", "-j", "8", "--mock-delay-ms", "100-300"]);
+    assert_eq!(run.code, 5, "{run:?}");
+    let events = sb.events();
+    let cancelled: Vec<&Value> =
+        of_type(&events, "episode_finished").into_iter().filter(|e| e["outcome"]["status"] == "cancelled").collect();
+    assert!(!cancelled.is_empty(), "{run:?}");
+    for finished in cancelled {
+        assert_eq!(finished["termination"], "budget", "nobody pressed Ctrl-C: {finished}");
+    }
+}

@@ -86,6 +86,8 @@ pub enum Termination {
     EnvironmentError,
     /// The run was stopped (^C): the episode is cancelled.
     UserStop,
+    /// A hard budget (`--budget-hard`) was reached while the episode ran: it is cancelled.
+    Budget,
     /// In a conversation, the task's user said the stop word: the conversation is over.
     /// Not `user_stop`, which already means the run was stopped.
     UserEnded,
@@ -104,6 +106,7 @@ impl Termination {
             Termination::AgentError => "agent_error",
             Termination::EnvironmentError => "environment_error",
             Termination::UserStop => "user_stop",
+            Termination::Budget => "budget",
             Termination::UserEnded => "user_ended",
             Termination::NotRun => "not_run",
         }
