@@ -29,7 +29,7 @@ use crate::sandbox::Confinement;
 mod session;
 
 use crate::environment::interpreter::{self, Interpreter};
-use session::{Folders, PythonSession};
+use session::{Folders, NoAnswer, PythonSession};
 
 /// The interpreter a world (or `execute_code`) runs: `configured`, else `python3` on `PATH`.
 /// The interpreter `definition` names (`python:`), if it names one.
@@ -311,18 +311,27 @@ impl PythonWorld {
         // Should this call be dropped mid-way, `session` is dropped with it, which kills
         // the interpreter; the flag tells the next call so.
         state.running = true;
-        let asked = tokio::time::timeout(timeout, session.ask(request)).await;
+        let asked = match session.gone() {
+            // It died since the last call (killed from outside, or by its own thread): the
+            // request is not sent.
+            Some(_) => Ok(Err(NoAnswer::Gone(String::new()))),
+            None => tokio::time::timeout(timeout, session.ask(request)).await,
+        };
         state.running = false;
         let (kind, what) = match asked {
             Ok(Ok(answer)) => {
                 state.session = Some(session);
                 return outcome(answer, note);
             }
-            Ok(Err(broken)) => {
-                let how = match session.ended().await {
-                    Some(status) => describe_exit(status),
-                    None => broken,
-                };
+            Ok(Err(NoAnswer::Gone(unsent))) => {
+                let how = session.ended().await.map_or(unsent, describe_exit);
+                (
+                    ErrorType::ExecutionError,
+                    format!("the interpreter died since the last call ({how}): this call did not run"),
+                )
+            }
+            Ok(Err(NoAnswer::Broke(broken))) => {
+                let how = session.ended().await.map_or(broken, describe_exit);
                 (ErrorType::ExecutionError, format!("the interpreter died during this call ({how})"))
             }
             Err(_) => {

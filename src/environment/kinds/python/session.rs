@@ -6,6 +6,7 @@ use std::process::ExitStatus;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout, Command};
@@ -35,6 +36,16 @@ pub struct PythonSession {
     /// The longest answer read: the driver caps what it sends, so anything longer means
     /// the protocol broke.
     answer_limit: u64,
+    /// How the interpreter ended, once [`PythonSession::gone`] found it so.
+    exited: Option<ExitStatus>,
+}
+
+/// Why a request got no answer.
+pub enum NoAnswer {
+    /// The interpreter was gone before the request reached it: it died since the last call.
+    Gone(String),
+    /// It died while answering, or broke the protocol.
+    Broke(String),
 }
 
 impl PythonSession {
@@ -66,8 +77,14 @@ impl PythonSession {
             return Err("the interpreter's pipes were not set up".into());
         };
         let answer_limit = 16 * cap as u64 + (1 << 20);
-        let mut session =
-            PythonSession { process, requests, answers: BufReader::new(answers), next_id: 1, answer_limit };
+        let mut session = PythonSession {
+            process,
+            requests,
+            answers: BufReader::new(answers),
+            next_id: 1,
+            answer_limit,
+            exited: None,
+        };
         let ready = tokio::time::timeout(START_TIMEOUT, session.read_answer()).await;
         match ready {
             Ok(Ok(hello)) if hello["ready"] == true => Ok(session),
@@ -96,7 +113,7 @@ impl PythonSession {
 
     /// Sends one request (an object with `op`) and returns the driver's answer; an error
     /// when the interpreter died or the protocol broke, after which the session is useless.
-    pub async fn ask(&mut self, mut request: Value) -> Result<Value, String> {
+    pub async fn ask(&mut self, mut request: Value) -> Result<Value, NoAnswer> {
         let id = self.next_id;
         self.next_id += 1;
         request["id"] = json!(id);
@@ -106,12 +123,22 @@ impl PythonSession {
             self.requests.write_all(line.as_bytes()).await?;
             self.requests.flush().await
         };
-        sent.await.map_err(|e| format!("the request could not be sent ({e})"))?;
-        let answer = self.read_answer().await?;
+        // Nobody reads the requests any more: the interpreter was gone already.
+        sent.await.map_err(|e| NoAnswer::Gone(format!("the request could not be sent ({e})")))?;
+        let answer = self.read_answer().await.map_err(NoAnswer::Broke)?;
         if answer["id"] != json!(id) {
-            return Err(format!("it answered another request than {id}"));
+            return Err(NoAnswer::Broke(format!("it answered another request than {id}")));
         }
         Ok(answer)
+    }
+
+    /// How the interpreter ended, when it has ended already (between calls: killed from
+    /// outside, or by a thread of its own), without waiting.
+    pub fn gone(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = self.process.shell_status().now_or_never().flatten();
+        }
+        self.exited
     }
 
     async fn read_answer(&mut self) -> Result<Value, String> {
@@ -129,7 +156,10 @@ impl PythonSession {
     /// Ends a session whose interpreter died or broke the protocol; how it ended, when
     /// the interpreter itself exited.
     pub async fn ended(mut self) -> Option<ExitStatus> {
-        let status = tokio::time::timeout(Duration::from_secs(2), self.process.shell_status()).await.ok().flatten();
+        let status = match self.exited {
+            Some(status) => Some(status),
+            None => tokio::time::timeout(Duration::from_secs(2), self.process.shell_status()).await.ok().flatten(),
+        };
         self.kill().await;
         status
     }

@@ -160,6 +160,29 @@ async fn an_interpreter_that_dies_is_restarted_and_says_how_it_died() {
 }
 
 #[tokio::test]
+async fn an_interpreter_that_died_between_calls_is_said_to_have_died_since_the_last_call() {
+    let Some((_dir, w)) = world().await else { return };
+    ok(&w, "exec", json!({"code": "kept = 1"})).await;
+    let pid = ok(&w, "eval", json!({"code": "__import__('os').getpid()"})).await["value"].as_i64().unwrap();
+    // Killed between calls, from outside (the OOM killer, say).
+    // SAFETY: kill of the interpreter this test's world started.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    let status = format!("/proc/{pid}/status");
+    for _ in 0..3000 {
+        match std::fs::read_to_string(&status) {
+            Ok(text) if !text.contains("State:\tZ") => std::thread::sleep(Duration::from_millis(10)),
+            _ => break,
+        }
+    }
+    let err = failure(&w, "eval", json!({"code": "'kept' in globals()"})).await;
+    assert_eq!(err.kind, ErrorType::ExecutionError);
+    let said = "the interpreter died since the last call (killed by signal 9): this call did not run; a fresh \
+                interpreter was started, and the session's state";
+    assert!(err.message.starts_with(said), "{}", err.message);
+    assert_eq!(ok(&w, "eval", json!({"code": "'kept' in globals()"})).await["value"], false);
+}
+
+#[tokio::test]
 async fn the_session_runs_in_the_sandbox() {
     let Some((dir, w)) = world().await else { return };
     let secret = dir.path().join("secret.txt");
