@@ -37,6 +37,18 @@ const MAX_DOC_CHARS: usize = 32 * 1024;
 pub const MAX_QUERY_BYTES: usize = 4096;
 pub const MAX_QUERY_TERMS: usize = 256;
 
+/// The most characters of a query that an error or `runner search --json` repeats.
+const SHOWN_QUERY_CHARS: usize = 200;
+
+/// A query as it is repeated back: whole when short, else its first characters and how
+/// long it was (a query of a million words is not printed back a million words long).
+pub fn shown_query(query: &str) -> String {
+    match query.char_indices().nth(SHOWN_QUERY_CHARS) {
+        None => query.to_owned(),
+        Some((at, _)) => format!("{}… ({} bytes in all)", &query[..at], query.len()),
+    }
+}
+
 /// How many steps of SQLite's machine run between two questions of a progress handler.
 const PROGRESS_STEPS: i32 = 1000;
 
@@ -177,7 +189,7 @@ pub enum SearchError {
     /// The search was given up (the episode's time ran out, or the run was stopped).
     #[error("the search was stopped before it ended (the time is up, or the run was stopped)")]
     Stopped,
-    /// The query is not valid FTS5 syntax.
+    /// The query (as [`shown_query`] cuts it) is not valid FTS5 syntax.
     #[error(
         "bad query {query:?}: {message} (words match words, \"a phrase\" in double quotes, pre* a prefix, AND, OR, NOT and parentheses; quote a word that is an operator or holds punctuation)"
     )]
@@ -325,7 +337,7 @@ fn matches(
             SearchError::Stopped
         }
         rusqlite::Error::SqliteFailure(code, Some(message)) if code.code == rusqlite::ErrorCode::Unknown => {
-            SearchError::Query { query: query.to_owned(), message: message.clone() }
+            SearchError::Query { query: shown_query(query), message: message.clone() }
         }
         _ => failed(e),
     };

@@ -71,9 +71,9 @@ pub fn render(hits: &[Hit], several_runs: bool) -> String {
     text
 }
 
-/// The query and its hits, as `--json` prints them.
+/// The query (cut when long) and its hits, as `--json` prints them.
 pub fn to_json(query: &str, hits: &[Hit]) -> Value {
-    json!({"query": query, "hits": hits})
+    json!({"query": crate::log::search::shown_query(query), "hits": hits})
 }
 
 /// A snippet on one line: newlines and runs of spaces as one space.

@@ -167,3 +167,21 @@ fn a_session_search_past_the_query_caps_is_refused_and_the_agent_goes_on() {
     let message = actions[0]["error"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("the query has 300 terms; at most 256"), "{message}");
 }
+
+#[test]
+fn a_long_query_is_repeated_back_cut() {
+    let sb = searched();
+    // A bad query of 100,000 bytes: the error names it by its start and its length.
+    let bad = format!("{}AND", "turquoise ".repeat(10_000));
+    let run = sb.run(&["search", "test", &bad]);
+    assert_eq!(run.code, 2, "{}", &run.stderr[..run.stderr.len().min(500)]);
+    assert!(run.stderr.len() < 1000, "the query is echoed whole: {} bytes of stderr", run.stderr.len());
+    assert!(run.stderr.contains("… (100003 bytes in all)"), "{run:?}");
+    // --json repeats the query the same way.
+    let long = "turquoise ".repeat(50);
+    let run = sb.run(&["search", "test", &long, "--json"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let json: Value = serde_json::from_str(&run.stdout).unwrap();
+    let echoed = json["query"].as_str().unwrap();
+    assert!(echoed.starts_with(&long[..200]) && echoed.ends_with("… (500 bytes in all)"), "{echoed}");
+}
