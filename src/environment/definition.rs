@@ -378,7 +378,7 @@ impl Definition {
     }
 
     /// Finds the environment a suite names: a file in an `environments/` folder beside or
-    /// above the suite, a path to a YAML file, or a built-in kind.
+    /// above the suite (`candidate_dirs`), a path to a YAML file, or a built-in kind.
     pub fn resolve(name: &str, suite_file: &Path) -> Result<Arc<Self>, String> {
         let suite_dir = suite_file.parent().unwrap_or(Path::new("."));
         if name.ends_with(".yaml") || name.ends_with(".yml") {
@@ -397,8 +397,8 @@ impl Definition {
                 None => Ok(Arc::new(Self::builtin(kind))),
             },
             None => Err(format!(
-                "unknown environment `{name}`: no environments/{name}.yaml beside the suite or in the current \
-                 directory, and not a built-in ({})",
+                "unknown environment `{name}`: no environments/{name}.yaml in the suite's folder or one above it \
+                 (up to the repository's root) or in the current directory, and not a built-in ({})",
                 kinds::names().join(", ")
             )),
         }
@@ -525,11 +525,20 @@ fn kind_keys<'a>(
     kind_keys::split((source, path, ""), keys, (&COMMON_KEYS, kind.keys()), refusal)
 }
 
+/// The `environments/` folders a suite's environment is looked for in, nearest first: in
+/// the suite's folder and each folder above it up to the repository's root (the folder
+/// that holds `.git`), so that a suite finds its repository's environments from whatever
+/// folder runner runs in; outside a repository, in the suite's folder and the one above.
+/// Then in the current folder.
 fn candidate_dirs(suite_dir: &Path) -> Vec<PathBuf> {
-    let mut dirs = vec![suite_dir.join("environments")];
-    if let Some(parent) = suite_dir.parent() {
-        dirs.push(parent.join("environments"));
-    }
+    let here = if suite_dir.as_os_str().is_empty() { Path::new(".") } else { suite_dir };
+    let start = here.canonicalize().unwrap_or_else(|_| here.to_owned());
+    let ancestors: Vec<&Path> = start.ancestors().collect();
+    let upto = match ancestors.iter().position(|dir| dir.join(".git").exists()) {
+        Some(root) => root + 1,
+        None => ancestors.len().min(2),
+    };
+    let mut dirs: Vec<PathBuf> = ancestors[..upto].iter().map(|dir| dir.join("environments")).collect();
     dirs.push(PathBuf::from("environments"));
     dirs
 }

@@ -275,3 +275,28 @@ fn the_summary_shows_the_first_message_of_each_unscored_cause() {
     let report = sb.run(&["report", "results/test"]);
     assert!(report.stdout.contains(shown), "the report says it too: {report:?}");
 }
+
+#[test]
+fn a_suite_finds_its_repositorys_environments_from_any_folder() {
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.path().join("repo/.git")).unwrap();
+    sb.write("repo/environments/store.yaml", "name: store\nkind: kv\n");
+    let suite = "suite: deep\nenvironment: store\nscorers: [{equals: ok}]\ntasks:\n  - {id: a, input: hi, mock: [{text: ok}]}\n";
+    sb.write("repo/tasks/nested/deep.yaml", suite);
+    std::fs::create_dir_all(sb.path().join("elsewhere")).unwrap();
+    // From a folder outside the repository, and from the suite's own folder.
+    for (cwd, path) in [("elsewhere", "../repo/tasks/nested/deep.yaml"), ("repo/tasks/nested", "deep.yaml")] {
+        let mut command = sb.command();
+        command.current_dir(sb.path().join(cwd)).args(["validate", path]);
+        let run = crate::Run::from(command.output().unwrap());
+        assert_eq!(run.code, 0, "from {cwd}: {run:?}");
+        assert!(run.stdout.contains("environment `store`"), "from {cwd}: {run:?}");
+    }
+    // Outside a repository, no further than the folder above the suite's.
+    std::fs::remove_dir(sb.path().join("repo/.git")).unwrap();
+    let mut command = sb.command();
+    command.current_dir(sb.path().join("elsewhere")).args(["validate", "../repo/tasks/nested/deep.yaml"]);
+    let run = crate::Run::from(command.output().unwrap());
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("unknown environment `store`"), "{run:?}");
+}
