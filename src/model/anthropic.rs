@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::config::Provider;
+use super::config::{Provider, TOOL_CHOICE};
 use super::{Message, ModelRequest, ModelResponse, ProposedCall};
 use crate::log::Usage;
 
@@ -60,7 +60,18 @@ pub fn encode(model: &str, request: &ModelRequest<'_>, provider: &Provider) -> V
         body.insert("tool_choice".into(), json!({"type": "auto"}));
     }
     for (k, v) in &provider.sampling {
-        body.insert(k.clone(), v.clone());
+        match (k.as_str(), v.as_str()) {
+            // Without tools, the API refuses a `tool_choice`.
+            (TOOL_CHOICE, _) if request.tools.is_empty() => {}
+            // The portable words, in Anthropic's terms (`required` is its `any`).
+            (TOOL_CHOICE, Some(choice)) => {
+                let kind = if choice == "required" { "any" } else { choice };
+                body.insert(k.clone(), json!({"type": kind}));
+            }
+            _ => {
+                body.insert(k.clone(), v.clone());
+            }
+        }
     }
     body.entry("max_tokens").or_insert(json!(4096));
     Value::Object(body)
@@ -136,6 +147,22 @@ mod tests {
         assert_eq!(turns[2]["content"][0]["type"], "tool_result");
         assert_eq!(turns[2]["content"][1]["text"], "reminder");
         assert_eq!(body["tools"][0]["input_schema"], json!({"type": "object"}));
+    }
+
+    #[test]
+    fn a_portable_tool_choice_is_written_in_anthropics_terms() {
+        let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
+        let mut provider = super::super::config::ModelConfig::default().providers["anthropic"].clone();
+        let request = ModelRequest { messages: &[], tools: &tools, deadline: None };
+        for (choice, sent) in [("required", "any"), ("auto", "auto"), ("none", "none")] {
+            provider.sampling.insert("tool_choice".into(), json!(choice));
+            assert_eq!(encode("claude-x", &request, &provider)["tool_choice"], json!({"type": sent}));
+        }
+        let named = json!({"type": "tool", "name": "f"});
+        provider.sampling.insert("tool_choice".into(), named.clone());
+        assert_eq!(encode("claude-x", &request, &provider)["tool_choice"], named);
+        let without = ModelRequest { messages: &[], tools: &[], deadline: None };
+        assert_eq!(encode("claude-x", &without, &provider).get("tool_choice"), None);
     }
 
     /// A `tool_use` block's `input` must be an object: arguments that did not parse (kept

@@ -275,7 +275,12 @@ impl ModelConfig {
 }
 
 /// The keys of a request body that runner builds itself: sampling settings cannot set them.
-const BUILT_KEYS: &[&str] = &["model", "messages", "tools", "tool_choice", "stream", "system", "parallel_tool_calls"];
+const BUILT_KEYS: &[&str] = &["model", "messages", "tools", "stream", "system", "parallel_tool_calls"];
+
+/// The sampling key that says how the model must use the tools (`auto`, the default,
+/// `required`, `none`, or the provider's own object naming one tool): a weak model may need
+/// `required`. It is sent only with tools, which the provider's API demands.
+pub const TOOL_CHOICE: &str = "tool_choice";
 
 /// Checks sampling settings (a provider's, a suite's or a variant's `sampling:`) before they
 /// are merged into request bodies. Providers take keys runner does not know (`reasoning_effort`,
@@ -305,6 +310,11 @@ pub fn check_sampling(sampling: &Map<String, Value>) -> Result<(), (String, Stri
             }
             "seed" if value.as_i64().is_none() && value.as_u64().is_none() => return wrong("a whole number"),
             "stop" | "stop_sequences" if !value.is_string() && !texts => return wrong("a text or a list of texts"),
+            TOOL_CHOICE
+                if !value.is_object() && !value.as_str().is_some_and(|c| ["auto", "required", "none"].contains(&c)) =>
+            {
+                return wrong("`auto`, `required`, `none`, or the provider's object naming a tool");
+            }
             _ if value.is_null() => return wrong("a value"),
             _ => {}
         }
@@ -427,6 +437,17 @@ mod tests {
         assert_eq!(check(r#"{"stop": [1]}"#), Err("stop".into()));
         assert_eq!(check(r#"{"messages": []}"#), Err("messages".into()));
         assert_eq!(check(r#"{"logprobs": null}"#), Err("logprobs".into()));
+    }
+
+    #[test]
+    fn tool_choice_is_a_sampling_setting_of_a_known_shape() {
+        let check = |text: &str| check_sampling(&serde_json::from_str(text).unwrap()).map_err(|(key, _)| key);
+        for choice in [r#""required""#, r#""auto""#, r#""none""#, r#"{"type": "function", "function": {"name": "f"}}"#]
+        {
+            assert_eq!(check(&format!(r#"{{"tool_choice": {choice}}}"#)), Ok(()), "{choice}");
+        }
+        assert_eq!(check(r#"{"tool_choice": "always"}"#), Err("tool_choice".into()));
+        assert_eq!(check(r#"{"tool_choice": true}"#), Err("tool_choice".into()));
     }
 
     #[test]

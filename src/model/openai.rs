@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::config::Provider;
+use super::config::{Provider, TOOL_CHOICE};
 use super::{Message, ModelRequest, ModelResponse, ProposedCall};
 use crate::log::Usage;
 
@@ -65,7 +65,10 @@ pub fn encode(model: &str, request: &ModelRequest<'_>, provider: &Provider) -> V
         }
     }
     for (k, v) in &provider.sampling {
-        body.insert(k.clone(), v.clone());
+        // Without tools, the API refuses a `tool_choice`.
+        if k != TOOL_CHOICE || !request.tools.is_empty() {
+            body.insert(k.clone(), v.clone());
+        }
     }
     Value::Object(body)
 }
@@ -209,6 +212,18 @@ mod tests {
             assert_eq!(encode("m", &request, &provider)["parallel_tool_calls"], json!(setting));
         }
         assert_eq!(encode("m", &request, &config.providers["openai"])["parallel_tool_calls"], json!(true));
+    }
+
+    /// Regression: a weak local model needs `tool_choice: required`, which sampling refused.
+    #[test]
+    fn a_tool_choice_in_sampling_is_sent_with_tools_only() {
+        let tools = [crate::contract::ToolSpec::new("f", "", json!({"type": "object"}))];
+        let mut provider = crate::model::config::ModelConfig::default().providers["openai-compatible"].clone();
+        provider.sampling.insert("tool_choice".into(), json!("required"));
+        let with = ModelRequest { messages: &[], tools: &tools, deadline: None };
+        assert_eq!(encode("m", &with, &provider)["tool_choice"], "required");
+        let without = ModelRequest { messages: &[], tools: &[], deadline: None };
+        assert_eq!(encode("m", &without, &provider).get("tool_choice"), None);
     }
 
     #[test]

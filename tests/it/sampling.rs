@@ -122,3 +122,24 @@ fn a_sampling_setting_of_the_wrong_type_is_refused_at_its_line() {
     let run = sb.run(&["validate", "s.yaml"]);
     assert!(run.stderr.contains("s.yaml:3:") && run.stderr.contains("agent.sampling.messages"), "{run:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_providers_sampling_may_ask_for_tool_choice_required() {
+    // A weak local model answers in prose unless it must call a tool.
+    let server = MockServer::start().await;
+    let recorder = Recorder::default();
+    Mock::given(method("POST")).and(path("/v1/chat/completions")).respond_with(recorder.clone()).mount(&server).await;
+    let sb = Sandbox::new();
+    sb.write("s.yaml", "suite: s\nenvironment: kv\nscorers: [{equals: ok}]\ntasks:\n  - {id: t1, input: Say ok.}\n");
+    let provider = format!(
+        "providers:\n  local: {{api: openai, base_url: \"{}/v1\", sampling: {{tool_choice: required}}}}\n",
+        server.uri()
+    );
+    sb.write("local.yaml", &provider);
+    let args =
+        ["eval", "s.yaml", "--model", "local/tiny", "--config", "local.yaml", "--run-id", "t", "--out", "results"];
+    let run = run(&sb, args.map(String::from).to_vec()).await;
+    assert_eq!(run.code, 0, "{run:?}");
+    let bodies = recorder.bodies.lock().unwrap().clone();
+    assert_eq!(bodies[0]["tool_choice"], "required", "{}", bodies[0]);
+}
