@@ -457,3 +457,23 @@ fn episodes_without_model_turns_are_skipped_and_said_so() {
     assert!(run.stdout.contains("exported 0 episode(s)"), "{run:?}");
     assert!(run.stdout.contains("skipped 3: no model turns (an agent without a model)"), "{run:?}");
 }
+
+/// Regression: an episode whose model call the time limit cut (nothing of it is logged) was
+/// skipped as "an agent without a model". The loop waits 2 s past the deadline for an
+/// agent's turn: a 4 s answer is cut.
+#[test]
+fn an_episode_whose_model_call_was_cut_is_skipped_saying_so() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        "suite: s\nenvironment: kv\nscorers: [{equals: ok}]\ntasks:\n  - {id: a, input: hi, mock: [{text: ok}]}\n",
+    );
+    let args = ["eval", "s.yaml", "--model", "mock", "--mock-delay-ms", "4000", "--time-s", "0.5"];
+    let run = sb.run(&[&args[..], &["--run-id", "test", "--out", "results"]].concat());
+    assert!(run.stdout.contains("FAIL s/a (mock, epoch 1) 1 steps, time_limit"), "{run:?}");
+    let run = export(&sb, &["--format", "openai"]);
+    let why =
+        "no model turns: the episode ended (time_limit) while its first model call was running, and that call was cut";
+    assert!(run.stdout.contains(&format!("skipped 1: {why}")), "{run:?}");
+    assert!(!run.stdout.contains("an agent without a model"), "{run:?}");
+}

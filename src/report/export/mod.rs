@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::contract::Actor;
 use crate::log::projection::{EpisodeRow, Projection};
 use crate::log::reader::for_each_event_of;
-use crate::log::{LoggedEvent, for_each_event};
+use crate::log::{Event, LoggedEvent, Termination, for_each_event};
 use conversation::Conversation;
 
 /// The formats an export writes.
@@ -270,7 +271,7 @@ fn write_episode(
 ) -> Result<Written, String> {
     let conversation = Conversation::fold(events);
     let Some(main) = conversation.main().filter(|m| m.turns().next().is_some()) else {
-        return Ok(Written::Skipped("no model turns (an agent without a model)".into()));
+        return Ok(Written::Skipped(no_turns(row, events)));
     };
     let mut files = Vec::new();
     let mut line = String::new();
@@ -292,6 +293,28 @@ fn write_episode(
         cut_payloads: conversation.cut_payloads,
         without_system_prompt: main.system.is_none(),
     })
+}
+
+/// Why an episode has no model turn to export: its agent's model calls all failed, or the
+/// episode ended while its first was running (a call cut so is not logged), or its agent
+/// asks no model at all.
+fn no_turns(row: &EpisodeRow, events: &[LoggedEvent]) -> String {
+    let failed = events
+        .iter()
+        .filter_map(LoggedEvent::event)
+        .filter(|e| matches!(e, Event::ModelCall { error: Some(_), scorer: None, actor, .. } if *actor != Actor::User))
+        .count();
+    if failed > 0 {
+        return format!("no model turns: its {failed} model call(s) failed (see their `error`)");
+    }
+    let cut_short = [Termination::TimeLimit, Termination::UserStop, Termination::Budget];
+    if row.steps > 0 && cut_short.contains(&row.termination) {
+        return format!(
+            "no model turns: the episode ended ({}) while its first model call was running, and that call was cut",
+            row.termination.as_str()
+        );
+    }
+    "no model turns (an agent without a model)".into()
 }
 
 fn meta(projection: &Projection, row: &EpisodeRow) -> EpisodeMeta {
