@@ -222,3 +222,37 @@ fn anchors_are_made_from_headings_as_mdbook_makes_them() {
     let expected = ["gates-and-reports-eval-merge", "models", "runneryaml"];
     assert_eq!(anchors(text), expected.into_iter().map(String::from).collect::<BTreeSet<_>>());
 }
+
+/// The first `sh` block after `heading` in `text`: its commands, comments dropped.
+fn setup_commands(text: &str, heading: &str) -> Vec<String> {
+    let after = &text[text.find(heading).unwrap_or_else(|| panic!("no `{heading}`"))..];
+    let block = &after[after.find("```sh\n").expect("a sh block") + 6..];
+    let block = &block[..block.find("```").expect("the block ends")];
+    block.lines().map(|l| l.split('#').next().unwrap_or_default().trim().to_owned()).filter(|l| !l.is_empty()).collect()
+}
+
+/// Regression: the README's second command was `cargo test`, which fails on a fresh machine
+/// without the MCP test servers, the model SDKs and Chromium; only `.ci/run` installs them.
+#[test]
+fn the_readmes_test_command_is_what_ci_runs_and_it_says_what_it_installs() {
+    let readme = read(&root().join("README.md"));
+    let commands = setup_commands(&readme, "## Set up");
+    assert_eq!(commands.get(1).map(String::as_str), Some("bash .ci/run"), "{commands:?}");
+    let guide = read(&book().join("getting-started.md"));
+    assert_eq!(setup_commands(&guide, "## Set up"), commands, "the getting-started page runs the README's commands");
+    // `.ci/run` installs what the tests need, then runs the tests: `cargo test`, as its last command.
+    let ci = read(&root().join(".ci/run"));
+    assert!(ci.contains("bash scripts/install-test-servers.sh"), "{ci}");
+    let last = ci.lines().map(str::trim).rfind(|l| !l.is_empty() && !l.starts_with('#'));
+    assert_eq!(last, Some("cargo test"), "{ci}");
+    // The README says what that is: each package `.ci/run` installs, and the test servers.
+    let packages: Vec<&str> = ci.lines().filter_map(|l| l.split("missing+=(").nth(1)?.split(')').next()).collect();
+    assert!(packages.len() >= 5, "{packages:?}");
+    let setup = &readme[readme.find("## Set up").unwrap()..readme.find("## Commands").unwrap()];
+    assert!(
+        unnamed(setup, packages.iter().copied()).is_empty(),
+        "the README does not name {:?}",
+        unnamed(setup, packages)
+    );
+    assert!(names(setup, "scripts/install-test-servers.sh"), "{setup}");
+}
