@@ -293,6 +293,30 @@ pub struct JudgeCheck {
 /// (by default each episode's latest scoring). A scoring id the run does not have is an
 /// error that names the ones it has.
 pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<JudgeCheck, String> {
+    let (scorings, mut episodes) = read_verdicts(events, labels)?;
+    let wanted = match scoring {
+        None => None,
+        Some(id) => match scorings.iter().rposition(|s| s == id) {
+            Some(at) => Some(at),
+            None => {
+                return Err(format!("the run has no scoring `{id}`; its scorings are: {}", scorings.join(", ")));
+            }
+        },
+    };
+    keep_scoring(&mut episodes, wanted);
+    let by_task = episodes_by_task(&episodes);
+    let (mut checks, judges) = scorer_checks(&episodes);
+    let mut result =
+        JudgeCheck { scoring: scoring.unwrap_or("latest").to_owned(), labels: labels.len(), ..JudgeCheck::default() };
+    let (units, raters) = match_labels(labels, (&episodes, &by_task), &mut checks, &mut result)?;
+    finish_checks(&mut checks, judges, units, raters);
+    result.scorers = checks.into_values().collect();
+    Ok(result)
+}
+
+/// The run's scorings in order (the first the initial one), and each episode's graders'
+/// verdicts under all of them; the explanations kept only for the episodes a label names.
+fn read_verdicts(events: &Path, labels: &[Label]) -> Result<(Vec<String>, HashMap<String, Judged>), String> {
     let labelled_ids: HashSet<&str> = labels.iter().filter_map(|l| l.episode_id.as_deref()).collect();
     let labelled_tasks: HashSet<&str> = labels.iter().filter_map(|l| l.task_id.as_deref()).collect();
     let mut scorings: Vec<String> = vec![INITIAL_SCORING.to_owned()];
@@ -346,17 +370,12 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
         Ok(())
     })
     .map_err(|e| e.to_string())?;
-    let wanted = match scoring {
-        None => None,
-        Some(id) => match scorings.iter().rposition(|s| s == id) {
-            Some(at) => Some(at),
-            None => {
-                return Err(format!("the run has no scoring `{id}`; its scorings are: {}", scorings.join(", ")));
-            }
-        },
-    };
-    // Each episode's verdicts under the chosen scoring (or its latest), the second and later
-    // scorers of one name told apart as `name#2`, `name#3`.
+    Ok((scorings, episodes))
+}
+
+/// Keeps each episode's verdicts under scoring `wanted` (or its latest), the second and
+/// later scorers of one name told apart as `name#2`, `name#3`.
+fn keep_scoring(episodes: &mut HashMap<String, Judged>, wanted: Option<usize>) {
     for judged in episodes.values_mut() {
         let at = wanted.or_else(|| judged.scores.iter().map(|s| s.scoring).max());
         judged.scores.retain(|s| Some(s.scoring) == at);
@@ -369,16 +388,27 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
             }
         }
     }
-    // A task's episodes by task id, then suite: a label finds its own at once, however
-    // many tasks the run has.
+}
+
+/// A task's episodes by task id, then suite: a label finds its own at once, however many
+/// tasks the run has.
+fn episodes_by_task(episodes: &HashMap<String, Judged>) -> HashMap<&str, BTreeMap<&str, Vec<&str>>> {
     let mut by_task: HashMap<&str, BTreeMap<&str, Vec<&str>>> = HashMap::new();
-    for (id, judged) in &episodes {
+    for (id, judged) in episodes {
         by_task.entry(&*judged.task_id).or_default().entry(&*judged.suite).or_default().push(id);
     }
     for ids in by_task.values_mut().flat_map(BTreeMap::values_mut) {
         ids.sort_unstable();
     }
 
+    by_task
+}
+
+/// A check per scorer with a verdict, counting its episodes and its samples' agreement;
+/// and the judges each scorer was played by.
+fn scorer_checks(
+    episodes: &HashMap<String, Judged>,
+) -> (BTreeMap<String, ScorerCheck>, BTreeMap<String, BTreeSet<String>>) {
     let mut checks: BTreeMap<String, ScorerCheck> = BTreeMap::new();
     let mut judges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for judged in episodes.values() {
@@ -400,8 +430,22 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
             }
         }
     }
-    let mut result =
-        JudgeCheck { scoring: scoring.unwrap_or("latest").to_owned(), labels: labels.len(), ..JudgeCheck::default() };
+    (checks, judges)
+}
+
+/// What labels are matched to: each scorer's episodes, and each episode's raters.
+type Units = BTreeMap<String, BTreeMap<String, Unit>>;
+
+/// Matches each label to the episodes it names and their scorer's verdict, counting each
+/// rater's first verdict on an episode against the judge's; a label with no episode or no
+/// verdict is listed. Each scorer's units and raters.
+#[allow(clippy::type_complexity)]
+fn match_labels(
+    labels: &[Label],
+    (episodes, by_task): (&HashMap<String, Judged>, &HashMap<&str, BTreeMap<&str, Vec<&str>>>),
+    checks: &mut BTreeMap<String, ScorerCheck>,
+    result: &mut JudgeCheck,
+) -> Result<(Units, BTreeMap<String, BTreeSet<String>>), String> {
     // Per scorer, per episode: each rater's verdict (the first label of a rater counts).
     let mut units: BTreeMap<String, BTreeMap<String, Unit>> = BTreeMap::new();
     let mut raters: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -460,7 +504,19 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
             }
         }
     }
-    for (scorer, c) in &mut checks {
+    Ok((units, raters))
+}
+
+/// Each check's figures once every label is counted: accuracy, kappa, raters, the
+/// agreement among people with and without the judge, the samples' consistency, and its
+/// disagreements in order.
+fn finish_checks(
+    checks: &mut BTreeMap<String, ScorerCheck>,
+    mut judges: BTreeMap<String, BTreeSet<String>>,
+    mut units: Units,
+    raters: BTreeMap<String, BTreeSet<String>>,
+) {
+    for (scorer, c) in checks.iter_mut() {
         c.judges = judges.remove(scorer).map(|j| j.into_iter().collect()).unwrap_or_default();
         c.accuracy = c.confusion.accuracy();
         c.kappa = c.confusion.kappa();
@@ -484,8 +540,6 @@ pub fn check(events: &Path, labels: &[Label], scoring: Option<&str>) -> Result<J
             (&a.suite, &a.task_id, a.epoch, &a.episode_id).cmp(&(&b.suite, &b.task_id, b.epoch, &b.episode_id))
         });
     }
-    result.scorers = checks.into_values().collect();
-    Ok(result)
 }
 
 impl JudgeCheck {
