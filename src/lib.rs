@@ -10,6 +10,7 @@ pub mod config;
 pub mod domain;
 pub mod environment;
 pub mod gateway;
+pub mod image;
 pub mod log;
 pub mod model;
 pub mod report;

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 /// From the wire formats at the bottom to the command line at the top.
-const ORDER: [&str; 16] = [
+const ORDER: [&str; 17] = [
     "allocator",
     "contract",
     "domain",
@@ -17,6 +17,7 @@ const ORDER: [&str; 16] = [
     "model",
     "budget",
     "gateway",
+    "image",
     "agent",
     "environment",
     "scoring",

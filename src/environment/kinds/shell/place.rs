@@ -8,27 +8,8 @@ use std::sync::{Arc, OnceLock};
 
 use crate::domain::Task;
 use crate::environment::beneath::{Beneath, Links};
+pub use crate::image::{ReadyImage, ID_BASE, ID_RANGE};
 use crate::sandbox::root::{IdMap, Root, RootSpec};
-
-/// The host ids an image's ids are: image id `i` is host id `ID_BASE + i`, below `ID_RANGE`
-/// (the store unpacks layers with their owners so).
-pub const ID_BASE: u32 = 1_000_000_000;
-pub const ID_RANGE: u32 = 65536;
-
-/// An image ready for episodes: its layers (overlayfs format, the bottom one first) and
-/// what its configuration says of the processes that run in it.
-#[derive(Debug, Clone)]
-pub struct ReadyImage {
-    /// What names it (a reference, a Dockerfile's folder), for messages.
-    pub name: String,
-    pub layers: Vec<PathBuf>,
-    /// `KEY=value` entries.
-    pub env: Vec<String>,
-    /// The working folder, absolute; `/` when the image sets none.
-    pub workdir: PathBuf,
-    /// `USER`: a name or id, and an optional group; root when the image sets none.
-    pub user: Option<String>,
-}
 
 /// An episode's place in an image's root.
 pub struct InImage {
@@ -70,18 +51,19 @@ impl InImage {
         let ids = id_map()?;
         let spec = RootSpec { layers: image.layers.clone(), private: private.to_owned(), binds: Vec::new() };
         let root = Root::start(&spec).map_err(|e| format!("the image {}: {e}", image.name))?;
-        let user = resolve_user(root.path(), image.user.as_deref())
-            .map_err(|e| format!("the image {}: USER {}: {e}", image.name, image.user.as_deref().unwrap_or("")))?;
+        let user = resolve_user(root.path(), image.user())
+            .map_err(|e| format!("the image {}: USER {}: {e}", image.name, image.user().unwrap_or("")))?;
         let place = InImage {
             root: Arc::new(root),
             ids,
             user: (user.uid, user.gid),
-            workdir: image.workdir.clone(),
+            workdir: image.workdir(),
             env: BTreeMap::new(),
         };
         let workdir = place.files()?;
         seed(&workdir, files, task)?;
         let mut env: BTreeMap<String, String> = image
+            .config
             .env
             .iter()
             .filter_map(|entry| entry.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))

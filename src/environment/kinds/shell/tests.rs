@@ -261,9 +261,12 @@ fn shell_image(dir: &std::path::Path) -> ReadyImage {
     ReadyImage {
         name: "test/shell".into(),
         layers: vec![layer],
-        env: vec!["GREETING=hello from the image".into()],
-        workdir: "/app".into(),
-        user: Some("app".into()),
+        config: crate::image::ImageConfig {
+            env: vec!["GREETING=hello from the image".into()],
+            workdir: "/app".into(),
+            user: "app".into(),
+            ..Default::default()
+        },
     }
 }
 
