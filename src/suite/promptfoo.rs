@@ -953,12 +953,44 @@ impl Translator<'_> {
         let Some(kind) = o.get("type").and_then(Value::as_str) else {
             return Err(self.source.error(at, "an assertion needs a `type`"));
         };
-        let value = o.get("value").cloned().unwrap_or(Value::Null);
-        let threshold = o.get("threshold").and_then(Value::as_f64);
         let (negate, base) = match kind.strip_prefix("not-") {
             Some(base) => (true, base),
             None => (false, kind),
         };
+        let head = Assertion {
+            at,
+            o,
+            kind,
+            base,
+            negate,
+            value: o.get("value").cloned().unwrap_or(Value::Null),
+            threshold: o.get("threshold").and_then(Value::as_f64),
+        };
+        let mapped = match self.on_the_answer(&head)? {
+            Mapped::Other => self.graded_or_code(&head)?,
+            mapped => mapped,
+        };
+        let mut scorer = match mapped {
+            Mapped::Scorer(scorer) => scorer,
+            Mapped::Skipped => return Ok(None),
+            Mapped::Other => {
+                self.unsupported(&yaml::child(at, "type"), format!("the assertion type `{kind}`"))?;
+                return Ok(None);
+            }
+        };
+        if !GRADED.contains(&base) && base != "similar" && o.contains_key("provider") {
+            self.unsupported(&yaml::child(at, "provider"), format!("`provider` on `{kind}`"))?;
+        }
+        if let Some(weight) = o.get("weight") {
+            scorer["weight"] = weight.clone();
+        }
+        Ok(Some(scorer))
+    }
+
+    /// An assertion on the answer itself (its text, its JSON, its latency and cost);
+    /// `Other` for the rest.
+    fn on_the_answer(&mut self, head: &Assertion) -> Result<Mapped, ConfigError> {
+        let Assertion { at, kind, base, negate, ref value, threshold, .. } = *head;
         let not = if negate { "not_" } else { "" };
         let text = |v: &Value| match v {
             Value::String(s) => Some(Value::String(s.clone())),
@@ -966,14 +998,14 @@ impl Translator<'_> {
             _ => None,
         };
         let needs_text = |s: &Self| s.source.error(&yaml::child(at, "value"), format!("`{kind}` takes a text `value`"));
-        let mut scorer = match base {
+        let scorer = match base {
             "equals" if value.is_object() || value.is_array() => {
                 // A structured value equals the answer parsed as JSON, deeply.
                 json!({format!("{not}is_json"): {"const": value}})
             }
-            "equals" => json!({format!("{not}equals"): text(&value).ok_or_else(|| needs_text(self))?, "exact": true}),
+            "equals" => json!({format!("{not}equals"): text(value).ok_or_else(|| needs_text(self))?, "exact": true}),
             "contains" | "icontains" => {
-                let mut s = json!({format!("{not}includes"): text(&value).ok_or_else(|| needs_text(self))?});
+                let mut s = json!({format!("{not}includes"): text(value).ok_or_else(|| needs_text(self))?});
                 if base == "icontains" {
                     s["ignore_case"] = json!(true);
                 }
@@ -987,8 +1019,8 @@ impl Translator<'_> {
                 }
                 s
             }
-            "starts-with" => json!({format!("{not}starts_with"): text(&value).ok_or_else(|| needs_text(self))?}),
-            "regex" => json!({format!("{not}regex"): text(&value).ok_or_else(|| needs_text(self))?}),
+            "starts-with" => json!({format!("{not}starts_with"): text(value).ok_or_else(|| needs_text(self))?}),
+            "regex" => json!({format!("{not}regex"): text(value).ok_or_else(|| needs_text(self))?}),
             "is-json" | "contains-json" => {
                 let key = if base == "is-json" { "is_json" } else { "contains_json" };
                 let schema = match &value {
@@ -1001,13 +1033,13 @@ impl Translator<'_> {
                     },
                     _ => {
                         self.unsupported(&yaml::child(at, "value"), format!("this `value` of `{kind}`"))?;
-                        return Ok(None);
+                        return Ok(Mapped::Skipped);
                     }
                 };
                 json!({format!("{not}{key}"): schema})
             }
             "levenshtein" if !negate => {
-                let expected = text(&value).ok_or_else(|| needs_text(self))?;
+                let expected = text(value).ok_or_else(|| needs_text(self))?;
                 json!({"levenshtein": expected, "max_distance": threshold.unwrap_or(5.0)})
             }
             "latency" if !negate => match threshold {
@@ -1018,13 +1050,29 @@ impl Translator<'_> {
                 Some(usd) => json!({"max_cost": usd}),
                 None => return Err(self.source.error(at, "`cost` needs a `threshold` in USD")),
             },
+            _ => return Ok(Mapped::Other),
+        };
+        Ok(Mapped::Scorer(scorer))
+    }
+
+    /// An assertion a model grades, code checks, or an embedding compares; `Other` for the rest.
+    fn graded_or_code(&mut self, head: &Assertion) -> Result<Mapped, ConfigError> {
+        let Assertion { at, o, kind, base, negate, ref value, threshold, .. } = *head;
+        let not = if negate { "not_" } else { "" };
+        let text = |v: &Value| match v {
+            Value::String(s) => Some(Value::String(s.clone())),
+            Value::Number(n) => Some(Value::String(n.to_string())),
+            _ => None,
+        };
+        let needs_text = |s: &Self| s.source.error(&yaml::child(at, "value"), format!("`{kind}` takes a text `value`"));
+        let scorer = match base {
             "llm-rubric" | "model-graded-closedqa" | "factuality" if !negate => {
                 let key = match base {
                     "llm-rubric" => "llm_rubric",
                     "model-graded-closedqa" => "model_graded_closedqa",
                     _ => "factuality",
                 };
-                let mut s = json!({key: text(&value).ok_or_else(|| needs_text(self))?});
+                let mut s = json!({key: text(value).ok_or_else(|| needs_text(self))?});
                 if let Some(t) = threshold {
                     s["threshold"] = json!(t);
                 }
@@ -1034,7 +1082,7 @@ impl Translator<'_> {
                 s
             }
             "python" | "javascript" => {
-                let Some(code) = self.code(at, base, &value)? else { return Ok(None) };
+                let Some(code) = self.code(at, base, value)? else { return Ok(Mapped::Skipped) };
                 let key = if base == "python" { "python" } else { "js" };
                 let mut s = json!({format!("{not}{key}"): code});
                 if let Some(t) = threshold {
@@ -1047,9 +1095,9 @@ impl Translator<'_> {
                 let Some(embedding) = own.or_else(|| self.embedding.clone()) else {
                     let why = "without an embedding model (name one: `provider: openai:embedding:MODEL` on it, or in `defaultTest.options.provider`)";
                     self.unsupported(&yaml::child(at, "type"), format!("the assertion type `{kind}` {why}"))?;
-                    return Ok(None);
+                    return Ok(Mapped::Skipped);
                 };
-                let mut s = json!({format!("{not}similar"): text(&value).ok_or_else(|| needs_text(self))?});
+                let mut s = json!({format!("{not}similar"): text(value).ok_or_else(|| needs_text(self))?});
                 s["threshold"] = json!(threshold.unwrap_or(0.75));
                 s["embedding"] = json!(embedding.model);
                 if let Some(url) = embedding.url {
@@ -1057,18 +1105,9 @@ impl Translator<'_> {
                 }
                 s
             }
-            _ => {
-                self.unsupported(&yaml::child(at, "type"), format!("the assertion type `{kind}`"))?;
-                return Ok(None);
-            }
+            _ => return Ok(Mapped::Other),
         };
-        if !GRADED.contains(&base) && base != "similar" && o.contains_key("provider") {
-            self.unsupported(&yaml::child(at, "provider"), format!("`provider` on `{kind}`"))?;
-        }
-        if let Some(weight) = o.get("weight") {
-            scorer["weight"] = weight.clone();
-        }
-        Ok(Some(scorer))
+        Ok(Mapped::Scorer(scorer))
     }
 
     /// A `python` or `javascript` assertion's value as a code scorer's: an inline
@@ -1098,6 +1137,26 @@ impl Translator<'_> {
         )?;
         Ok(None)
     }
+}
+
+/// One assertion as it was written: where, its type (with and without `not-`), its value
+/// and threshold.
+struct Assertion<'a> {
+    at: &'a str,
+    o: &'a Map<String, Value>,
+    kind: &'a str,
+    base: &'a str,
+    negate: bool,
+    value: Value,
+    threshold: Option<f64>,
+}
+
+/// What an assertion became: a scorer, skipped (a refusal that `--allow-unsupported` let
+/// through), or not of the kinds asked.
+enum Mapped {
+    Scorer(Value),
+    Skipped,
+    Other,
 }
 
 /// A test's vars as promptfoo reads them before it renders a prompt: a text loses one
