@@ -26,10 +26,12 @@ impl Copy {
     /// Reads `COPY`'s (or `ADD`'s) arguments: flags, then sources and the destination, in the
     /// shell form or as a JSON array.
     pub fn parse(add: bool, args: &str, vars: &Vars, escape: char) -> Result<Copy, String> {
-        let mut words = words::split(args, vars, escape)?;
+        let mut rest = args.trim_start();
         let mut copy = Copy { add, ..Copy::default() };
-        while let Some(flag) = words.first().filter(|w| w.starts_with("--")).cloned() {
-            words.remove(0);
+        while rest.starts_with("--") {
+            let (raw, after) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            rest = after.trim_start();
+            let flag = words::expand(raw, vars, escape)?;
             let (name, value) = flag.split_once('=').unwrap_or((&flag, ""));
             match name {
                 "--chown" => copy.chown = Some(value.to_owned()),
@@ -45,10 +47,10 @@ impl Copy {
                 _ => return Err(format!("the flag `{name}` is not supported")),
             }
         }
-        let rest = words.join(" ");
-        if let Some(json) = super::parse::exec_form(&rest) {
-            words = json.iter().map(|w| words::expand(w, vars, escape)).collect::<Result<_, _>>()?;
-        }
+        let mut words = match super::parse::exec_form(rest) {
+            Some(json) => json.iter().map(|w| words::expand(w, vars, escape)).collect::<Result<_, _>>()?,
+            None => words::split(rest, vars, escape)?,
+        };
         if words.len() < 2 {
             return Err("needs at least one source and a destination".into());
         }
