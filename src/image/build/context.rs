@@ -17,12 +17,12 @@ use super::ignore::Ignore;
 pub struct Entry {
     /// Relative to the context, `/`-separated.
     pub name: String,
-    pub kind: Kind,
+    pub kind: EntryKind,
     pub meta: std::fs::Metadata,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Kind {
+pub enum EntryKind {
     Dir,
     File,
     /// A link and its target, which stays inside the context.
@@ -59,14 +59,16 @@ impl Context {
                 };
                 let meta = item.metadata().map_err(|e| format!("failed to read {}: {e}", item.path().display()))?;
                 let kind = if meta.is_dir() {
-                    Kind::Dir
+                    EntryKind::Dir
                 } else if meta.file_type().is_symlink() {
-                    Kind::Link(std::fs::read_link(item.path()).map_err(|e| format!("{}: {e}", item.path().display()))?)
+                    EntryKind::Link(
+                        std::fs::read_link(item.path()).map_err(|e| format!("{}: {e}", item.path().display()))?,
+                    )
                 } else {
-                    Kind::File
+                    EntryKind::File
                 };
                 let excluded = ignore.excludes(&name);
-                if kind == Kind::Dir && (!excluded || ignore.has_exceptions()) {
+                if kind == EntryKind::Dir && (!excluded || ignore.has_exceptions()) {
                     folders.push(name.clone());
                 }
                 if !excluded {
@@ -99,7 +101,7 @@ impl Context {
         let mut selected = Vec::new();
         for top in tops {
             let below = match top.kind {
-                Kind::Dir => {
+                EntryKind::Dir => {
                     let prefix = format!("{}/", top.name);
                     self.entries
                         .range(prefix.clone()..)
@@ -119,7 +121,7 @@ impl Context {
 
     /// Refuses a link whose target leads out of the context.
     fn check_link(&self, entry: &Entry) -> Result<(), String> {
-        let Kind::Link(target) = &entry.kind else { return Ok(()) };
+        let EntryKind::Link(target) = &entry.kind else { return Ok(()) };
         let mut depth: i64 = entry.name.matches('/').count() as i64;
         let mut out = target.is_absolute();
         for part in target.components() {
@@ -148,9 +150,9 @@ impl Context {
         for entry in selected.iter().flat_map(|s| s.top.iter().chain(&s.below)) {
             hash.update(format!("{}\0{:o}\0", entry.name, entry.meta.mode()).as_bytes());
             match &entry.kind {
-                Kind::Dir => hash.update(b"dir\0"),
-                Kind::Link(target) => hash.update(format!("link\0{}\0", target.display()).as_bytes()),
-                Kind::File => {
+                EntryKind::Dir => hash.update(b"dir\0"),
+                EntryKind::Link(target) => hash.update(format!("link\0{}\0", target.display()).as_bytes()),
+                EntryKind::File => {
                     let path = self.path(entry);
                     let failed = |e: std::io::Error| format!("failed to read {}: {e}", path.display());
                     let mut file = open_no_follow(&path).map_err(failed)?;

@@ -7,8 +7,8 @@ use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::context::{self, Context, Kind, Selected};
-use super::tree::{Meta, Tree, mtime_of, set_meta};
+use super::context::{self, Context, EntryKind, Selected};
+use super::tree::{ImageTree, Meta, mtime_of, set_meta};
 use super::words::{self, Vars};
 
 /// A `COPY` or `ADD` as written, its words expanded.
@@ -74,19 +74,25 @@ impl Copy {
 struct Item {
     from: PathBuf,
     dest: PathBuf,
-    kind: Kind,
+    kind: EntryKind,
     meta: std::fs::Metadata,
 }
 
 /// Where a copy reads: the build context, or the root of a stage or image.
-pub enum Source<'a> {
+pub enum CopySource<'a> {
     Context(&'a Context),
-    Root(&'a Tree),
+    Root(&'a ImageTree),
 }
 
 /// Copies `copy`'s sources into `tree` (the image being built, working folder `workdir`),
 /// owned by `owner`.
-pub fn copy(copy: &Copy, source: &Source<'_>, tree: &Tree, workdir: &Path, owner: (u32, u32)) -> Result<(), String> {
+pub fn copy(
+    copy: &Copy,
+    source: &CopySource<'_>,
+    tree: &ImageTree,
+    workdir: &Path,
+    owner: (u32, u32),
+) -> Result<(), String> {
     let (dest, into) = copy.destination(workdir);
     let mut items = Vec::new();
     let many = copy.sources.len() > 1 || copy.sources.iter().any(|s| s.contains(['*', '?', '[']));
@@ -97,19 +103,19 @@ pub fn copy(copy: &Copy, source: &Source<'_>, tree: &Tree, workdir: &Path, owner
     let mut archives = Vec::new();
     for name in &copy.sources {
         let selected = match source {
-            Source::Context(ctx) => ctx.select(name)?,
-            Source::Root(from) => vec![in_root(from, name)?],
+            CopySource::Context(ctx) => ctx.select(name)?,
+            CopySource::Root(from) => vec![in_root(from, name)?],
         };
         for s in selected {
             let base = |top: &str| top.rsplit('/').next().unwrap_or(top).to_owned();
             let host = |name: &str| match source {
-                Source::Context(ctx) => ctx.dir.join(name),
-                Source::Root(from) => from.host(Path::new(name)),
+                CopySource::Context(ctx) => ctx.dir.join(name),
+                CopySource::Root(from) => from.host(Path::new(name)),
             };
             match &s.top {
-                Some(top) if top.kind != Kind::Dir => {
+                Some(top) if top.kind != EntryKind::Dir => {
                     let to = if dest_is_dir { dest.join(base(&top.name)) } else { dest.clone() };
-                    if copy.add && top.kind == Kind::File && is_archive(&host(&top.name))? {
+                    if copy.add && top.kind == EntryKind::File && is_archive(&host(&top.name))? {
                         archives.push((host(&top.name), if dest_is_dir { dest.clone() } else { to }));
                         continue;
                     }
@@ -145,22 +151,22 @@ pub fn copy(copy: &Copy, source: &Source<'_>, tree: &Tree, workdir: &Path, owner
 
 /// Writes the items in order (a folder before what is in it), then gives the folders their
 /// times (writing into them changed those).
-fn write(items: &[Item], tree: &Tree, owner: (u32, u32), chmod: Option<u32>) -> Result<(), String> {
+fn write(items: &[Item], tree: &ImageTree, owner: (u32, u32), chmod: Option<u32>) -> Result<(), String> {
     let mut folders = Vec::new();
     for item in items {
         let meta = Meta { owner, mode: chmod.unwrap_or(item.meta.mode()), mtime: mtime_of(&item.meta) };
         let failed = |e: std::io::Error| format!("failed to write {}: {e}", item.dest.display());
         match &item.kind {
-            Kind::Dir => {
+            EntryKind::Dir => {
                 tree.write_dir(&item.dest, meta).map_err(failed)?;
                 folders.push((item.dest.clone(), meta));
             }
-            Kind::File => {
+            EntryKind::File => {
                 let mut from = context::open_no_follow(&item.from)
                     .map_err(|e| format!("failed to read {}: {e}", item.from.display()))?;
                 tree.write_file(&item.dest, &mut from, meta).map_err(failed)?;
             }
-            Kind::Link(target) => tree.write_link(&item.dest, target, meta).map_err(failed)?,
+            EntryKind::Link(target) => tree.write_link(&item.dest, target, meta).map_err(failed)?,
         }
     }
     for (dir, meta) in folders.iter().rev() {
@@ -172,17 +178,17 @@ fn write(items: &[Item], tree: &Tree, owner: (u32, u32), chmod: Option<u32>) -> 
 
 /// A `--from` source: a path in another root (its links followed there), with what is
 /// beneath it when it is a folder. Names are the root's paths, absolute.
-fn in_root(from: &Tree, name: &str) -> Result<Selected, String> {
+fn in_root(from: &ImageTree, name: &str) -> Result<Selected, String> {
     let path = from.resolve(&Path::new("/").join(name), true).map_err(|e| format!("`{name}`: {e}"))?;
     let entry = |path: &Path| -> Result<context::Entry, String> {
         let host = from.host(path);
         let meta = std::fs::symlink_metadata(&host).map_err(|e| format!("`{}` in the source: {e}", path.display()))?;
         let kind = if meta.is_dir() {
-            Kind::Dir
+            EntryKind::Dir
         } else if meta.file_type().is_symlink() {
-            Kind::Link(std::fs::read_link(&host).map_err(|e| format!("{}: {e}", path.display()))?)
+            EntryKind::Link(std::fs::read_link(&host).map_err(|e| format!("{}: {e}", path.display()))?)
         } else if meta.is_file() {
-            Kind::File
+            EntryKind::File
         } else {
             return Err(format!("`{}` in the source is neither a file, a folder nor a link", path.display()));
         };
@@ -190,7 +196,7 @@ fn in_root(from: &Tree, name: &str) -> Result<Selected, String> {
     };
     let top = entry(&path)?;
     let mut below = Vec::new();
-    if top.kind == Kind::Dir {
+    if top.kind == EntryKind::Dir {
         let mut folders = vec![path.clone()];
         while let Some(folder) = folders.pop() {
             let listing = std::fs::read_dir(from.host(&folder))
@@ -199,7 +205,7 @@ fn in_root(from: &Tree, name: &str) -> Result<Selected, String> {
             names.sort();
             for name in names {
                 let found = entry(&name)?;
-                if found.kind == Kind::Dir {
+                if found.kind == EntryKind::Dir {
                     folders.push(name);
                 }
                 below.push(found);
@@ -231,7 +237,13 @@ fn is_archive(path: &Path) -> Result<bool, String> {
 
 /// Unpacks the tar archive at `path` into the folder `into`: owners from the archive (or
 /// `owner`), entries that would land outside `into` refused.
-fn unpack(path: &Path, tree: &Tree, into: &Path, owner: Option<(u32, u32)>, chmod: Option<u32>) -> Result<(), String> {
+fn unpack(
+    path: &Path,
+    tree: &ImageTree,
+    into: &Path,
+    owner: Option<(u32, u32)>,
+    chmod: Option<u32>,
+) -> Result<(), String> {
     let failed = |e: std::io::Error| format!("failed to unpack {}: {e}", path.display());
     let file = context::open_no_follow(path).map_err(failed)?;
     let mut head = [0u8; 2];

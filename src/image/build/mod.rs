@@ -80,7 +80,7 @@ pub struct BuildError {
     pub dockerfile: PathBuf,
     pub line: usize,
     pub instruction: String,
-    pub failure: Failure,
+    pub failure: BuildFailure,
 }
 
 fn where_(dockerfile: &Path, line: usize, instruction: &str) -> String {
@@ -91,7 +91,7 @@ fn where_(dockerfile: &Path, line: usize, instruction: &str) -> String {
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum Failure {
+pub enum BuildFailure {
     /// The Dockerfile (or an argument) is not what this builder takes.
     #[error("{0}")]
     Invalid(String),
@@ -108,7 +108,7 @@ pub enum Failure {
 
 /// What a build says of each step as it goes.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Progress {
+pub struct BuildProgress {
     /// 1-based, of `steps`: every instruction is one.
     pub step: usize,
     pub steps: usize,
@@ -128,7 +128,7 @@ pub enum StepState {
     Note(String),
 }
 
-impl std::fmt::Display for Progress {
+impl std::fmt::Display for BuildProgress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut text: String = self.instruction.chars().take(60).collect();
         if text.len() < self.instruction.len() {
@@ -151,24 +151,24 @@ pub async fn build(
     source: &BuildSource,
     options: &BuildOptions,
     layers: &impl Layers,
-    progress: &mut dyn FnMut(&Progress),
+    progress: &mut dyn FnMut(&BuildProgress),
 ) -> Result<ReadyImage, BuildError> {
-    let whole = |failure: Failure| BuildError {
+    let whole = |failure: BuildFailure| BuildError {
         dockerfile: source.dockerfile.clone(),
         line: 0,
         instruction: String::new(),
         failure,
     };
     let text = std::fs::read_to_string(&source.dockerfile)
-        .map_err(|e| whole(Failure::Failed(format!("failed to read the Dockerfile: {e}"))))?;
+        .map_err(|e| whole(BuildFailure::Failed(format!("failed to read the Dockerfile: {e}"))))?;
     let dockerfile = parse(&text).map_err(|e| BuildError {
         dockerfile: source.dockerfile.clone(),
         line: e.line,
         instruction: text.lines().nth(e.line.saturating_sub(1)).unwrap_or_default().trim().to_owned(),
-        failure: Failure::Invalid(e.message),
+        failure: BuildFailure::Invalid(e.message),
     })?;
     stages::Build::new(source, options, layers, dockerfile, progress)
-        .map_err(|e| whole(Failure::Failed(e)))?
+        .map_err(|e| whole(BuildFailure::Failed(e)))?
         .run()
         .await
 }

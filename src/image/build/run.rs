@@ -18,7 +18,7 @@ use crate::sandbox::{Confinement, ProcessLimits, SandboxSpec};
 pub const TAIL_LINES: usize = 30;
 
 /// What a `RUN` runs, and as whom.
-pub struct Command {
+pub struct RunCommand {
     pub argv: Vec<String>,
     pub env: BTreeMap<String, String>,
     pub workdir: PathBuf,
@@ -37,7 +37,7 @@ pub enum Ended {
 pub async fn run(
     root: Arc<Root>,
     ids: Arc<IdMap>,
-    command: &Command,
+    command: &RunCommand,
     deadline: Instant,
     log: &mut dyn Write,
 ) -> Result<(), Ended> {

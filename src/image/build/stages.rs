@@ -10,11 +10,11 @@ use std::time::Instant;
 use sha2::{Digest, Sha256};
 
 use super::context::Context;
-use super::copy::{self, Copy, Source};
+use super::copy::{self, Copy, CopySource};
 use super::parse::{Dockerfile, Instruction, exec_form};
-use super::tree::{Meta, Tree};
+use super::tree::{ImageTree, Meta};
 use super::words::{self, Vars};
-use super::{BuildError, BuildOptions, BuildSource, Failure, Layers, Progress, StepState, run, user};
+use super::{BuildError, BuildFailure, BuildOptions, BuildProgress, BuildSource, Layers, StepState, run, user};
 use crate::image::{ID_BASE, ID_RANGE, ImageConfig, ReadyImage};
 use crate::sandbox::root::{Bind, IdMap, Root, RootSpec};
 
@@ -49,7 +49,7 @@ pub struct Build<'a, L: Layers> {
     options: &'a BuildOptions,
     layers: &'a L,
     file: Dockerfile,
-    progress: &'a mut dyn FnMut(&Progress),
+    progress: &'a mut dyn FnMut(&BuildProgress),
     deadline: Instant,
     context: Option<Context>,
     log: Box<dyn Write + Send>,
@@ -80,7 +80,7 @@ impl<'a, L: Layers> Build<'a, L> {
         options: &'a BuildOptions,
         layers: &'a L,
         file: Dockerfile,
-        progress: &'a mut dyn FnMut(&Progress),
+        progress: &'a mut dyn FnMut(&BuildProgress),
     ) -> Result<Self, String> {
         let log: Box<dyn Write + Send> = match &options.log_file {
             Some(path) => Box::new(
@@ -105,7 +105,7 @@ impl<'a, L: Layers> Build<'a, L> {
         let dockerfile = self.source.dockerfile.clone();
         for instruction in &instructions {
             self.step += 1;
-            let fail = |failure: Failure| BuildError {
+            let fail = |failure: BuildFailure| BuildError {
                 dockerfile: dockerfile.clone(),
                 line: instruction.line,
                 instruction: instruction.text(),
@@ -129,7 +129,7 @@ impl<'a, L: Layers> Build<'a, L> {
                 declare(&mut self.global, &global, instruction, self.options, self.file.escape).map_err(fail)?;
                 None
             } else {
-                return Err(fail(Failure::Invalid("comes before the first FROM".into())));
+                return Err(fail(BuildFailure::Invalid("comes before the first FROM".into())));
             };
             if let Some(state) = state {
                 let took = started.elapsed();
@@ -142,7 +142,7 @@ impl<'a, L: Layers> Build<'a, L> {
                 dockerfile: self.source.dockerfile.clone(),
                 line: 0,
                 instruction: String::new(),
-                failure: Failure::Invalid("the Dockerfile has no FROM".into()),
+                failure: BuildFailure::Invalid("the Dockerfile has no FROM".into()),
             });
         };
         if let Some(target) = &self.options.target
@@ -152,7 +152,7 @@ impl<'a, L: Layers> Build<'a, L> {
                 dockerfile: self.source.dockerfile.clone(),
                 line: 0,
                 instruction: String::new(),
-                failure: Failure::Invalid(format!("no stage is named `{target}`")),
+                failure: BuildFailure::Invalid(format!("no stage is named `{target}`")),
             });
         }
         let layers = last.layers.into_iter().filter(|l| !is_empty(l)).collect();
@@ -167,19 +167,19 @@ impl<'a, L: Layers> Build<'a, L> {
     }
 
     fn tell(&mut self, steps: usize, instruction: String, state: StepState) {
-        let progress = Progress { step: self.step, steps, instruction, state };
+        let progress = BuildProgress { step: self.step, steps, instruction, state };
         let _ = writeln!(self.log, "# {progress}");
         (self.progress)(&progress);
     }
 
     /// `FROM image [AS name]`: a new stage from an image, an earlier stage, or nothing.
-    async fn from(&mut self, instruction: &Instruction, steps: usize) -> Result<Stage, Failure> {
-        let words = words::split(&instruction.args, &self.global, self.file.escape).map_err(Failure::Invalid)?;
+    async fn from(&mut self, instruction: &Instruction, steps: usize) -> Result<Stage, BuildFailure> {
+        let words = words::split(&instruction.args, &self.global, self.file.escape).map_err(BuildFailure::Invalid)?;
         let words: Vec<&String> = words.iter().filter(|w| !w.starts_with("--platform")).collect();
         let (reference, name) = match words.as_slice() {
             [image] => (image.as_str(), None),
             [image, as_, name] if as_.eq_ignore_ascii_case("as") => (image.as_str(), Some(name.to_string())),
-            _ => return Err(Failure::Invalid("takes an image and an optional `AS name`".into())),
+            _ => return Err(BuildFailure::Invalid("takes an image and an optional `AS name`".into())),
         };
         let mut stage =
             match self.done.iter().rev().find(|s| s.name.as_deref().is_some_and(|n| n.eq_ignore_ascii_case(reference)))
@@ -193,7 +193,7 @@ impl<'a, L: Layers> Build<'a, L> {
                     args: Vars::new(),
                 },
                 None => {
-                    let image = self.layers.base(reference).map_err(Failure::Failed)?;
+                    let image = self.layers.base(reference).map_err(BuildFailure::Failed)?;
                     let key = image_key(reference, &image);
                     Stage { name: None, layers: image.layers, config: image.config, key, args: Vars::new() }
                 }
@@ -219,7 +219,7 @@ impl<'a, L: Layers> Build<'a, L> {
         stage: &mut Stage,
         instruction: &Instruction,
         steps: usize,
-    ) -> Result<Option<StepState>, Failure> {
+    ) -> Result<Option<StepState>, BuildFailure> {
         let escape = self.file.escape;
         let vars = vars(stage);
         let text = instruction.text();
@@ -228,15 +228,15 @@ impl<'a, L: Layers> Build<'a, L> {
             "RUN" => {
                 if args.starts_with("--") {
                     let flag = args.split_whitespace().next().unwrap_or_default();
-                    return Err(Failure::Invalid(format!("RUN's flag `{flag}` is not supported")));
+                    return Err(BuildFailure::Invalid(format!("RUN's flag `{flag}` is not supported")));
                 }
                 Work::Run(command(args, &stage.config.shell))
             }
-            "COPY" | "ADD" => {
-                Work::Copy(Copy::parse(instruction.keyword == "ADD", args, &vars, escape).map_err(Failure::Invalid)?)
-            }
+            "COPY" | "ADD" => Work::Copy(
+                Copy::parse(instruction.keyword == "ADD", args, &vars, escape).map_err(BuildFailure::Invalid)?,
+            ),
             "WORKDIR" => {
-                let dir = words::expand(args, &vars, escape).map_err(Failure::Invalid)?;
+                let dir = words::expand(args, &vars, escape).map_err(BuildFailure::Invalid)?;
                 stage.config.workdir = normal(&workdir(&stage.config).join(dir.trim())).display().to_string();
                 Work::Workdir
             }
@@ -252,12 +252,12 @@ impl<'a, L: Layers> Build<'a, L> {
 
     /// What a copy's key takes beyond its text: the digest of the context files it copies,
     /// or the key of the stage or image it copies from.
-    async fn copy_digest(&mut self, copy: &Copy) -> Result<String, Failure> {
+    async fn copy_digest(&mut self, copy: &Copy) -> Result<String, BuildFailure> {
         match &copy.from {
             Some(from) => match self.stage_named(from) {
                 Some(stage) => Ok(format!("from stage {}", stage.key)),
                 None => {
-                    let image = self.layers.base(from).map_err(Failure::Failed)?;
+                    let image = self.layers.base(from).map_err(BuildFailure::Failed)?;
                     Ok(format!("from image {}", image_key(from, &image)))
                 }
             },
@@ -265,9 +265,9 @@ impl<'a, L: Layers> Build<'a, L> {
                 let context = self.context()?;
                 let mut selected = Vec::new();
                 for source in &copy.sources {
-                    selected.extend(context.select(source).map_err(Failure::Invalid)?);
+                    selected.extend(context.select(source).map_err(BuildFailure::Invalid)?);
                 }
-                context.digest(&selected).map_err(Failure::Failed)
+                context.digest(&selected).map_err(BuildFailure::Failed)
             }
         }
     }
@@ -279,18 +279,19 @@ impl<'a, L: Layers> Build<'a, L> {
         }
     }
 
-    fn context(&mut self) -> Result<&Context, Failure> {
+    fn context(&mut self) -> Result<&Context, BuildFailure> {
         if self.context.is_none() {
-            self.context = Some(Context::read(&self.source.context).map_err(Failure::Failed)?);
+            self.context = Some(Context::read(&self.source.context).map_err(BuildFailure::Failed)?);
         }
-        self.context.as_ref().ok_or_else(|| Failure::Failed("the build context was not read".into()))
+        self.context.as_ref().ok_or_else(|| BuildFailure::Failed("the build context was not read".into()))
     }
 
-    fn certificates_digest(&self) -> Result<String, Failure> {
+    fn certificates_digest(&self) -> Result<String, BuildFailure> {
         let mut all = String::new();
         for path in &self.options.extra_ca_certificates {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Failure::Failed(format!("failed to read the CA certificate {}: {e}", path.display())))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                BuildFailure::Failed(format!("failed to read the CA certificate {}: {e}", path.display()))
+            })?;
             all.push_str(&format!("{}\n{text}\n", path.display()));
         }
         Ok(sha256(&all))
@@ -304,7 +305,7 @@ impl<'a, L: Layers> Build<'a, L> {
         extra: &str,
         work: Work,
         steps: usize,
-    ) -> Result<StepState, Failure> {
+    ) -> Result<StepState, BuildFailure> {
         let key = sha256(&format!(
             "parent {}\nstep {text}\nconfig {}\nargs {}\nextra {extra}\n",
             stage.key,
@@ -319,9 +320,9 @@ impl<'a, L: Layers> Build<'a, L> {
         }
         self.tell(steps, text.to_owned(), StepState::Running);
         let started = Instant::now();
-        let scratch = self.layers.scratch().map_err(Failure::Failed)?;
+        let scratch = self.layers.scratch().map_err(BuildFailure::Failed)?;
         let made = self.make_layer(stage, &work, &scratch).await;
-        let kept = made.and_then(|upper| self.layers.keep(&key, upper, &stage.config).map_err(Failure::Failed));
+        let kept = made.and_then(|upper| self.layers.keep(&key, upper, &stage.config).map_err(BuildFailure::Failed));
         let _ = std::fs::remove_dir_all(&scratch);
         stage.layers.push(kept?);
         stage.key = key;
@@ -330,7 +331,7 @@ impl<'a, L: Layers> Build<'a, L> {
 
     /// Starts a root of the stage's layers in `scratch`, does `work` in it, and stops it; the
     /// root's upper folder, which is now the step's layer.
-    async fn make_layer(&mut self, stage: &Stage, work: &Work, scratch: &Path) -> Result<PathBuf, Failure> {
+    async fn make_layer(&mut self, stage: &Stage, work: &Work, scratch: &Path) -> Result<PathBuf, BuildFailure> {
         let resolv = Path::new("/etc/resolv.conf");
         let binds = match work {
             Work::Run(_) if resolv.exists() => {
@@ -339,13 +340,14 @@ impl<'a, L: Layers> Build<'a, L> {
             _ => Vec::new(),
         };
         let root = Arc::new(start_root(&stage.layers, scratch, "root", binds.clone())?);
-        let tree = Tree::new(root.path());
+        let tree = ImageTree::new(root.path());
         let done = match work {
             Work::Run(argv) => self.run_step(stage, argv, root.clone(), &tree).await,
             Work::Copy(copy) => self.copy_step(stage, copy, &tree, scratch),
-            Work::Workdir => {
-                tree.make_dirs(&workdir(&stage.config), (0, 0)).map(|_| ()).map_err(|e| Failure::Failed(e.to_string()))
-            }
+            Work::Workdir => tree
+                .make_dirs(&workdir(&stage.config), (0, 0))
+                .map(|_| ())
+                .map_err(|e| BuildFailure::Failed(e.to_string())),
             Work::Certificates => self.certificates_step(&tree),
         };
         root.stop();
@@ -359,10 +361,17 @@ impl<'a, L: Layers> Build<'a, L> {
         Ok(private.join("upper"))
     }
 
-    async fn run_step(&mut self, stage: &Stage, argv: &[String], root: Arc<Root>, tree: &Tree) -> Result<(), Failure> {
-        let account = user::user(tree, &stage.config.user).map_err(|e| Failure::Failed(format!("USER: {e}")))?;
+    async fn run_step(
+        &mut self,
+        stage: &Stage,
+        argv: &[String],
+        root: Arc<Root>,
+        tree: &ImageTree,
+    ) -> Result<(), BuildFailure> {
+        let account = user::user(tree, &stage.config.user).map_err(|e| BuildFailure::Failed(format!("USER: {e}")))?;
         let dir = workdir(&stage.config);
-        tree.make_dirs(&dir, (0, 0)).map_err(|e| Failure::Failed(format!("failed to make {}: {e}", dir.display())))?;
+        tree.make_dirs(&dir, (0, 0))
+            .map_err(|e| BuildFailure::Failed(format!("failed to make {}: {e}", dir.display())))?;
         let mut env: std::collections::BTreeMap<String, String> = stage.args.clone().into_iter().collect();
         env.extend(
             stage.config.env.iter().filter_map(|e| e.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())),
@@ -374,44 +383,44 @@ impl<'a, L: Layers> Build<'a, L> {
                 env.entry(name.into()).or_insert_with(|| CA_BUNDLE.into());
             }
         }
-        let command = run::Command { argv: argv.to_vec(), env, workdir: dir, user: (account.uid, account.gid) };
-        let ids = id_map().map_err(Failure::Failed)?;
+        let command = run::RunCommand { argv: argv.to_vec(), env, workdir: dir, user: (account.uid, account.gid) };
+        let ids = id_map().map_err(BuildFailure::Failed)?;
         match run::run(root, ids, &command, self.deadline, &mut self.log).await {
             Ok(()) => Ok(()),
-            Err(run::Ended::Failed { status, tail }) => Err(Failure::Exited { status, tail }),
+            Err(run::Ended::Failed { status, tail }) => Err(BuildFailure::Exited { status, tail }),
             Err(run::Ended::TimedOut { tail }) => {
-                Err(Failure::TimedOut { limit_s: self.options.build_timeout.as_secs(), tail })
+                Err(BuildFailure::TimedOut { limit_s: self.options.build_timeout.as_secs(), tail })
             }
-            Err(run::Ended::NotStarted(why)) => Err(Failure::Failed(why)),
+            Err(run::Ended::NotStarted(why)) => Err(BuildFailure::Failed(why)),
         }
     }
 
-    fn copy_step(&mut self, stage: &Stage, copy: &Copy, tree: &Tree, scratch: &Path) -> Result<(), Failure> {
+    fn copy_step(&mut self, stage: &Stage, copy: &Copy, tree: &ImageTree, scratch: &Path) -> Result<(), BuildFailure> {
         let owner = match &copy.chown {
-            Some(spec) => user::chown(tree, spec).map_err(|e| Failure::Invalid(format!("--chown: {e}")))?,
+            Some(spec) => user::chown(tree, spec).map_err(|e| BuildFailure::Invalid(format!("--chown: {e}")))?,
             None => (0, 0),
         };
         let dir = workdir(&stage.config);
         match &copy.from {
             None => {
                 let context = self.context()?;
-                copy::copy(copy, &Source::Context(context), tree, &dir, owner).map_err(Failure::Failed)
+                copy::copy(copy, &CopySource::Context(context), tree, &dir, owner).map_err(BuildFailure::Failed)
             }
             Some(from) => {
                 let layers = match self.stage_named(from) {
                     Some(stage) => stage.layers.clone(),
-                    None => self.layers.base(from).map_err(Failure::Failed)?.layers,
+                    None => self.layers.base(from).map_err(BuildFailure::Failed)?.layers,
                 };
                 let source = start_root(&layers, scratch, "from", Vec::new())?;
-                let done = copy::copy(copy, &Source::Root(&Tree::new(source.path())), tree, &dir, owner);
+                let done = copy::copy(copy, &CopySource::Root(&ImageTree::new(source.path())), tree, &dir, owner);
                 source.stop();
-                done.map_err(Failure::Failed)
+                done.map_err(BuildFailure::Failed)
             }
         }
     }
 
-    fn certificates_step(&self, tree: &Tree) -> Result<(), Failure> {
-        let failed = |e: std::io::Error| Failure::Failed(format!("failed to add the CA certificates: {e}"));
+    fn certificates_step(&self, tree: &ImageTree) -> Result<(), BuildFailure> {
+        let failed = |e: std::io::Error| BuildFailure::Failed(format!("failed to add the CA certificates: {e}"));
         let resolved = tree.resolve(Path::new(CA_BUNDLE), true).map_err(failed)?;
         let mut bundle = std::fs::read(tree.host(&resolved)).unwrap_or_default();
         let meta = Meta { owner: (0, 0), mode: 0o644, mtime: None };
@@ -431,8 +440,8 @@ impl<'a, L: Layers> Build<'a, L> {
 
 /// Starts a root of `layers` (or of an empty folder, for a stage from `scratch`) with its
 /// private folder at `scratch/name`.
-fn start_root(layers: &[PathBuf], scratch: &Path, name: &str, binds: Vec<Bind>) -> Result<Root, Failure> {
-    let failed = |e: std::io::Error| Failure::Failed(format!("failed to start a root of the image: {e}"));
+fn start_root(layers: &[PathBuf], scratch: &Path, name: &str, binds: Vec<Bind>) -> Result<Root, BuildFailure> {
+    let failed = |e: std::io::Error| BuildFailure::Failed(format!("failed to start a root of the image: {e}"));
     let mut layers = layers.to_vec();
     if layers.is_empty() {
         let empty = scratch.join(format!("{name}-empty"));
@@ -504,16 +513,16 @@ fn declare(
     instruction: &Instruction,
     options: &BuildOptions,
     escape: char,
-) -> Result<(), Failure> {
+) -> Result<(), BuildFailure> {
     let mut visible = global.clone();
     visible.extend(into.clone());
-    for word in words::split(&instruction.args, &visible, escape).map_err(Failure::Invalid)? {
+    for word in words::split(&instruction.args, &visible, escape).map_err(BuildFailure::Invalid)? {
         let (name, default) = match word.split_once('=') {
             Some((n, d)) => (n.to_owned(), Some(d.to_owned())),
             None => (word.clone(), None),
         };
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-            return Err(Failure::Invalid(format!("`{name}` is not a name for an ARG")));
+            return Err(BuildFailure::Invalid(format!("`{name}` is not a name for an ARG")));
         }
         let value = options.build_args.get(&name).cloned().or(default).or_else(|| global.get(&name).cloned());
         if let Some(value) = value {
@@ -531,9 +540,9 @@ fn configure(
     options: &BuildOptions,
     escape: char,
     global: &Vars,
-) -> Result<StepState, Failure> {
+) -> Result<StepState, BuildFailure> {
     let args = instruction.args.as_str();
-    let invalid = Failure::Invalid;
+    let invalid = BuildFailure::Invalid;
     let config = &mut stage.config;
     match instruction.keyword.as_str() {
         "ARG" => declare(&mut stage.args, global, instruction, options, escape)?,
@@ -554,9 +563,9 @@ fn configure(
         }
         "USER" => config.user = words::expand(args, vars, escape).map_err(invalid)?.trim().to_owned(),
         "SHELL" => {
-            config.shell = exec_form(args)
-                .filter(|s| !s.is_empty())
-                .ok_or_else(|| Failure::Invalid("SHELL takes a JSON array, such as [\"/bin/bash\", \"-c\"]".into()))?;
+            config.shell = exec_form(args).filter(|s| !s.is_empty()).ok_or_else(|| {
+                BuildFailure::Invalid("SHELL takes a JSON array, such as [\"/bin/bash\", \"-c\"]".into())
+            })?;
         }
         "CMD" => config.cmd = command(args, &config.shell),
         "ENTRYPOINT" => {
@@ -567,7 +576,7 @@ fn configure(
         "VOLUME" | "HEALTHCHECK" | "STOPSIGNAL" | "ONBUILD" | "MAINTAINER" => {
             return Ok(StepState::Note("accepted; runner does not use it".into()));
         }
-        other => return Err(Failure::Invalid(format!("`{other}` is not an instruction this builder knows"))),
+        other => return Err(BuildFailure::Invalid(format!("`{other}` is not an instruction this builder knows"))),
     }
     Ok(StepState::Done(Default::default()))
 }

@@ -13,7 +13,7 @@ use crate::image::{ID_BASE, ID_RANGE};
 
 /// An image's root folder, as the runner reaches it.
 #[derive(Debug, Clone)]
-pub struct Tree {
+pub struct ImageTree {
     pub root: PathBuf,
 }
 
@@ -25,9 +25,9 @@ pub struct Meta {
     pub mtime: Option<(i64, i64)>,
 }
 
-impl Tree {
-    pub fn new(root: &Path) -> Tree {
-        Tree { root: root.to_path_buf() }
+impl ImageTree {
+    pub fn new(root: &Path) -> ImageTree {
+        ImageTree { root: root.to_path_buf() }
     }
 
     /// The host path of an image path whose folders hold no links.
@@ -207,7 +207,7 @@ mod tests {
         std::os::unix::fs::symlink("usr/bin", root.join("bin")).unwrap();
         std::os::unix::fs::symlink("/etc", root.join("usr/escape")).unwrap();
         std::os::unix::fs::symlink("../../../../..", root.join("usr/up")).unwrap();
-        let tree = Tree::new(root);
+        let tree = ImageTree::new(root);
         assert_eq!(tree.resolve(Path::new("/bin/tool"), false).unwrap(), Path::new("/usr/bin/tool"));
         assert_eq!(tree.resolve(Path::new("/usr/escape/passwd"), false).unwrap(), Path::new("/etc/passwd"));
         assert_eq!(tree.resolve(Path::new("/usr/up/x"), false).unwrap(), Path::new("/x"), "`..` stops at the root");

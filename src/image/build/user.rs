@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use super::tree::Tree;
+use super::tree::ImageTree;
 use crate::image::ID_RANGE;
 
 /// An account of the image: its ids and home.
@@ -16,7 +16,7 @@ pub struct Account {
 
 /// `USER`'s value (`name`, `uid`, either with `:group`) resolved in the image at `tree`;
 /// root when empty. A number with no account is itself, its group the same number.
-pub fn user(tree: &Tree, spec: &str) -> Result<Account, String> {
+pub fn user(tree: &ImageTree, spec: &str) -> Result<Account, String> {
     let spec = spec.trim();
     let (name, group) = match spec.split_once(':') {
         Some((u, g)) => (u, Some(g)),
@@ -49,7 +49,7 @@ pub fn user(tree: &Tree, spec: &str) -> Result<Account, String> {
 
 /// `--chown`'s value: `user[:group]`, names or numbers; without a group, the user's number
 /// is the group's too (as Docker does).
-pub fn chown(tree: &Tree, spec: &str) -> Result<(u32, u32), String> {
+pub fn chown(tree: &ImageTree, spec: &str) -> Result<(u32, u32), String> {
     let (name, group) = match spec.split_once(':') {
         Some((u, g)) => (u, Some(g)),
         None => (spec, None),
@@ -66,7 +66,7 @@ pub fn chown(tree: &Tree, spec: &str) -> Result<(u32, u32), String> {
     Ok((uid, gid))
 }
 
-fn group_id(tree: &Tree, group: &str) -> Result<u32, String> {
+fn group_id(tree: &ImageTree, group: &str) -> Result<u32, String> {
     if let Ok(gid) = group.parse::<u32>() {
         return Ok(gid);
     }
@@ -86,7 +86,7 @@ fn within_range(uid: u32, gid: u32) -> Result<(), String> {
 }
 
 /// A file of the image, empty when it has none.
-fn read(tree: &Tree, path: &str) -> String {
+fn read(tree: &ImageTree, path: &str) -> String {
     tree.resolve(Path::new(path), true).and_then(|p| std::fs::read_to_string(tree.host(&p))).unwrap_or_default()
 }
 
@@ -104,7 +104,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(dir.path().join("etc/group"), "root:x:0:\napp:x:1001:\nstaff:x:50:\n").unwrap();
-        let tree = Tree::new(dir.path());
+        let tree = ImageTree::new(dir.path());
         assert_eq!(user(&tree, ""), Ok(Account { uid: 0, gid: 0, home: "/root".into() }));
         assert_eq!(user(&tree, "app"), Ok(Account { uid: 1000, gid: 1001, home: "/home/app".into() }));
         assert_eq!(user(&tree, "1000").map(|a| (a.uid, a.gid)), Ok((1000, 1001)));
