@@ -4,6 +4,8 @@
 //! (`environment/kinds/shell/place.rs`); this module names what images are, and no
 //! environment kind.
 
+pub mod build;
+
 use std::path::PathBuf;
 
 /// The host ids an image's ids are: image id `i` is host id `ID_BASE + i`, below `ID_RANGE`.
