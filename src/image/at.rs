@@ -30,7 +30,8 @@ pub fn open_dir_beneath(root: RawFd, rel: &[u8]) -> io::Result<OwnedFd> {
     let rel = c_bytes(if rel.is_empty() { b"." } else { rel })?;
     // SAFETY: open_how is plain data; every field is set below.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+    // RESOLVE_NO_SYMLINKS covers the last component too (ELOOP, which says why).
+    how.flags = (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
     loop {
         // SAFETY: openat2 with a descriptor held open, a NUL-terminated path and the size of

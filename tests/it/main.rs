@@ -16,6 +16,7 @@ mod external;
 mod file_tools;
 mod gateway;
 mod harbor;
+mod images;
 mod judge_check;
 mod layers;
 mod lifecycle;
