@@ -252,6 +252,7 @@ impl Writer {
 
     fn make_parents(&mut self, parent: &[u8]) -> io::Result<OwnedFd> {
         let mut dir = at::open_dir_beneath(self.root.as_raw_fd(), b"")?;
+        let mut end = 0;
         for part in parent.split(|b| *b == b'/') {
             let name = at::c_bytes(part)?;
             match at::mkdir_at(dir.as_raw_fd(), &name, 0o755) {
@@ -259,7 +260,10 @@ impl Writer {
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
                 Err(e) => return Err(e),
             }
-            dir = at::open_at(dir.as_raw_fd(), &name, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+            // Each step opened beneath the root again: the kernel, not only `components`,
+            // keeps the walk inside.
+            end += part.len() + usize::from(end > 0);
+            dir = at::open_dir_beneath(self.root.as_raw_fd(), &parent[..end])?;
         }
         Ok(dir)
     }

@@ -521,13 +521,13 @@ fn unpack_in(top: &Path, archive: Vec<u8>) -> Result<unpack::Unpacked, String> {
 }
 
 /// Appends a case's entries to an archive.
-type Build = dyn Fn(&mut tar::Builder<Vec<u8>>);
+type Build<'a> = dyn Fn(&mut tar::Builder<Vec<u8>>) + 'a;
 
 #[test]
 fn entries_that_lead_out_of_the_layer_are_refused_by_name() {
     let top = tempfile::tempdir().unwrap();
     let outside = top.path().join("outside");
-    let cases: Vec<(&str, Box<Build>, &str)> = vec![
+    let cases: Vec<(&str, Box<Build<'_>>, &str)> = vec![
         (
             "an absolute link, then a file through it",
             Box::new(|b| {
@@ -586,6 +586,7 @@ fn entries_that_lead_out_of_the_layer_are_refused_by_name() {
         let e = unpack_in(&case, builder.into_inner().unwrap()).map(|_| ()).unwrap_err();
         assert!(e.contains(expected), "{what}: {e}");
         assert_eq!(entries(&outside), ["secret"], "{what}: nothing lands outside");
+        assert!(entries(&case.join("outside")).is_empty(), "{what}: nothing lands beside the layer");
     }
     assert!(!Path::new("/tmp/planted").exists());
 }
