@@ -696,3 +696,37 @@ fn runner_yaml_refuses_an_unknown_images_key_by_name() {
     assert_eq!(run.code, 2, "{run:?}");
     assert!(run.stderr.contains("runner.yaml:3:3: images.mirror: unknown field `mirror`"), "{run:?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// End to end: a pulled image as an episode's root.
+
+#[test]
+fn a_pulled_image_is_the_root_a_shell_world_runs_commands_in() {
+    use runner::environment::kind::SetupContext;
+    use runner::environment::kinds::shell::{Shell, ShellWorld};
+    use runner::environment::{Definition, World};
+    let Some(registry) = registry() else { return };
+    let (dir, store) = new_store();
+    let image =
+        pull(&format!("{}/runner-test/top:1", registry.address), &store, &insecure(&registry.address)).expect("pull");
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let definition = Definition::builtin(&Shell);
+    let task = runner::domain::Task::new("t", "go");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let context = SetupContext::new(&scratch, "ep");
+        let mut world =
+            ShellWorld::create_in_image(&definition, &task, &context, &image).expect("a world in the image");
+        let command = "cat /etc/debian_version; id -u; pwd; ls /usr/share/doc; test -e /etc/issue || echo no-issue; \
+                       echo $FOO";
+        let arguments = serde_json::json!({ "command": command });
+        let ran = world.call(&runner::contract::Actor::Main, "run_command", arguments).await.expect("ran");
+        world.teardown().await;
+        assert_eq!(ran["exit_code"], 0, "{ran}");
+        let out = ran["stdout"].as_str().unwrap_or_default();
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines.first().is_some_and(|l| l.starts_with("12.")), "{ran}");
+        assert_eq!(&lines[1..], ["1000", "/srv", "only-this", "no-issue", "bar"], "{ran}");
+    });
+}
