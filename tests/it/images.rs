@@ -730,3 +730,34 @@ fn a_pulled_image_is_the_root_a_shell_world_runs_commands_in() {
         assert_eq!(&lines[1..], ["1000", "/srv", "only-this", "no-issue", "bar"], "{ran}");
     });
 }
+
+#[test]
+fn a_full_disk_leaves_no_half_written_layer() {
+    let Some(registry) = registry() else { return };
+    let sb = Sandbox::new();
+    sb.write("up.yaml", &format!("images:\n  insecure: [\"{}\"]\n", registry.address));
+    std::fs::create_dir(sb.path().join("disk")).unwrap();
+    // 100 MB: room for the 63 MB blob, not for the 180 MB it unpacks to.
+    let script = r#"mount -t tmpfs -o size=100m tmpfs disk || exit 99
+        "$0" images --store disk/store pull "$1" --config up.yaml; echo "exit=$?"
+        ls -A disk/store/layers disk/store/tmp disk/store/images"#;
+    let runner = env!("CARGO_BIN_EXE_runner");
+    let reference = format!("{}/runner-test/base:bookworm", registry.address);
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", script, runner, &reference])
+        .current_dir(sb.path())
+        .output()
+        .expect("unshare");
+    if out.status.code() == Some(99) {
+        eprintln!("skipped: cannot mount a tmpfs here: {}", String::from_utf8_lossy(&out.stderr));
+        return;
+    }
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("exit=2\n"), "{stdout}\n{stderr}");
+    assert!(stderr.contains(&format!("failed to pull {reference}: layer sha256:")), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert_eq!(
+        stdout.lines().filter(|l| !l.is_empty()).collect::<Vec<_>>()[1..],
+        ["disk/store/images:", "disk/store/layers:", "disk/store/tmp:"]
+    );
+}
