@@ -156,3 +156,37 @@ pub fn image_config(bytes: &[u8]) -> Result<ImageConfig, PullFault> {
         exposed_ports: raw.exposed_ports.unwrap_or_default().into_keys().collect(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_document_is_read_by_its_media_type_else_its_shape() {
+        let manifest = br#"{"config":{"digest":"sha256:a","size":1},"layers":[]}"#;
+        let index =
+            br#"{"manifests":[{"digest":"sha256:b","size":2,"platform":{"os":"linux","architecture":"amd64"}}]}"#;
+        assert!(matches!(parse(Some(DOCKER_MANIFEST), manifest), Ok(Served::Image(_))));
+        assert!(matches!(parse(None, manifest), Ok(Served::Image(_))));
+        assert!(matches!(parse(Some("application/json"), index), Ok(Served::Index(_))));
+        let Ok(Served::Index(read)) = parse(Some(OCI_INDEX), index) else { panic!("an index") };
+        assert_eq!(linux_amd64(&read).map(|d| d.digest.as_str()).ok(), Some("sha256:b"));
+        let v1 = "application/vnd.docker.distribution.manifest.v1+prettyjws";
+        let e = parse(Some(v1), manifest).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(e, format!("unsupported manifest media type `{v1}`"));
+    }
+
+    #[test]
+    fn layers_are_gzip_zstd_or_plain() {
+        assert_eq!(compression("application/vnd.docker.image.rootfs.diff.tar.gzip").ok(), Some(Compression::Gzip));
+        assert_eq!(compression("application/vnd.oci.image.layer.v1.tar+zstd").ok(), Some(Compression::Zstd));
+        assert_eq!(compression("application/vnd.oci.image.layer.v1.tar").ok(), Some(Compression::None));
+        assert!(compression("application/vnd.oci.image.layer.v1.tar+lz4").is_err());
+    }
+
+    #[test]
+    fn null_fields_of_a_configuration_are_empty() {
+        let config = image_config(br#"{"config":{"Env":null,"Cmd":["sh"],"ExposedPorts":{"80/tcp":{}}}}"#).unwrap();
+        assert_eq!((config.env.len(), config.cmd, config.exposed_ports), (0, vec!["sh".into()], vec!["80/tcp".into()]));
+    }
+}

@@ -79,7 +79,9 @@ pub trait LayerStore {
         key: &str,
         fill: &mut dyn FnMut(&Path) -> Result<Vec<String>, String>,
     ) -> Result<PathBuf, String>;
-    /// Records that `reference` names the image `record` describes.
+    /// Records that `reference` names the image `record` describes (kept under
+    /// `record.digest`, a `sha256:<hex>`: a builder hashes what it built from). The
+    /// reference is taken off any other image; `record.layers` must be in the store.
     fn save(&self, reference: &str, record: ImageRecord) -> Result<(), String>;
 }
 
