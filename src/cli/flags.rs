@@ -51,6 +51,8 @@ pub enum Command {
     /// graded scorer, accuracy, Cohen's kappa, Krippendorff's alpha, the confusion matrix,
     /// the judge's self-consistency and the episodes where they disagree.
     JudgeCheck(JudgeCheckArgs),
+    /// Pull images from registries into the image store, list them, remove them.
+    Images(ImagesArgs),
     /// Check suites (and their environments and datasets) without running them.
     Validate {
         /// Suite files, or folders of them.
@@ -400,6 +402,50 @@ fn parse_epochs(text: &str) -> Result<Epochs, String> {
         return Ok(Epochs::Auto);
     }
     text.parse().map(Epochs::Fixed).map_err(|_| format!("`{text}` is neither a number of epochs nor `auto`"))
+}
+
+#[derive(Args)]
+pub struct ImagesArgs {
+    #[command(subcommand)]
+    pub action: ImagesAction,
+    /// The image store [default: $RUNNER_IMAGE_STORE, else $XDG_CACHE_HOME/runner/images,
+    /// else ~/.cache/runner/images].
+    #[arg(long, global = true)]
+    pub store: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+pub enum ImagesAction {
+    /// Pull an image into the store: `name:tag`, `name@sha256:…`, `host:port/name:tag`
+    /// (`debian:bookworm` is `docker.io/library/debian:bookworm`).
+    Pull {
+        reference: String,
+        /// When to ask the registry: `missing` uses the store's image when it has one.
+        #[arg(long, value_enum, default_value_t = PullFlag::Missing)]
+        pull: PullFlag,
+        /// The runner.yaml with the `images:` settings (mirrors, insecure registries).
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// List the images: reference, digest, size on disk and last use.
+    Ls,
+    /// Remove an image by reference or digest (12 or more hex digits), and the layers no
+    /// other image needs.
+    Rm { target: String },
+    /// Remove the images not used for DAYS (none without --older-than), the layers no
+    /// image needs and what interrupted pulls left behind.
+    Prune {
+        #[arg(long, value_name = "DAYS")]
+        older_than: Option<f64>,
+    },
+}
+
+/// When a pull asks the registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PullFlag {
+    Never,
+    Missing,
+    Always,
 }
 
 /// A setting that is on or off.

@@ -3,10 +3,30 @@
 //! The shell kind starts an episode's root from a [`ReadyImage`]
 //! (`environment/kinds/shell/place.rs`); this module names what images are, and no
 //! environment kind.
+//!
+//! Images come from registries: [`pull`] resolves a reference to its linux/amd64 manifest,
+//! downloads the blobs (each digest checked), unpacks each layer once per digest into the
+//! [`ImageStore`] and records the image there; `runner images` lists, removes and prunes
+//! what the store holds.
 
 pub mod build;
 
 use std::path::PathBuf;
+
+mod at;
+mod error;
+pub mod manifest;
+mod pull;
+pub mod reference;
+mod registry;
+mod store;
+mod tree;
+pub mod unpack;
+
+pub use error::{PullError, PullFault};
+pub use pull::{PullPolicy, pull};
+pub use store::{ImageRecord, ImageStore, LayerStore, Removed};
+pub use tree::disk_usage;
 
 /// The host ids an image's ids are: image id `i` is host id `ID_BASE + i`, below `ID_RANGE`.
 /// Layers are unpacked (and built) with their owners so, and an image root's processes run

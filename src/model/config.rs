@@ -1,6 +1,7 @@
 //! Providers and prices: built-in defaults that follow the SDKs' conventions
 //! (`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`,
-//! `OLLAMA_HOST`), extended or overridden by a `runner.yaml` config file.
+//! `OLLAMA_HOST`), extended or overridden by a `runner.yaml` config file; and that file's
+//! `images:` settings (`config::images`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::config::decode::{ConfigError, Source, check_seconds};
+use crate::config::images::RegistrySettings;
 
 /// The wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -96,6 +98,8 @@ pub struct ModelConfig {
     pub prices: BTreeMap<String, Price>,
     /// HTTP endpoints as models (a promptfoo config's `http` providers), by model name.
     pub endpoints: BTreeMap<String, std::sync::Arc<super::endpoint::Endpoint>>,
+    /// Where images are pulled from (`images:`).
+    pub images: RegistrySettings,
     /// Where it was read from, if anywhere.
     pub file: Option<PathBuf>,
 }
@@ -152,7 +156,13 @@ impl Default for ModelConfig {
             Some("OPENAI_COMPATIBLE_API_KEY"),
         );
         let providers = [openai, anthropic, ollama, compatible].into_iter().map(|p| (p.name.clone(), p)).collect();
-        ModelConfig { providers, prices: BTreeMap::new(), endpoints: BTreeMap::new(), file: None }
+        ModelConfig {
+            providers,
+            prices: BTreeMap::new(),
+            endpoints: BTreeMap::new(),
+            images: RegistrySettings::default(),
+            file: None,
+        }
     }
 }
 
@@ -163,6 +173,7 @@ struct ConfigFile {
     providers: BTreeMap<String, ProviderFile>,
     #[serde(default)]
     prices: BTreeMap<String, Price>,
+    images: Option<RegistrySettings>,
 }
 
 /// A provider as written: every field optional, over the built-in of the same name.
@@ -269,6 +280,9 @@ impl ModelConfig {
             self.providers.insert(name, p);
         }
         self.prices.extend(file.prices);
+        if let Some(images) = file.images {
+            self.images = images;
+        }
         self.file = Some(path.to_owned());
         Ok(())
     }

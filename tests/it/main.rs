@@ -17,6 +17,7 @@ mod file_tools;
 mod gateway;
 mod harbor;
 mod image_build;
+mod images;
 mod judge_check;
 mod layers;
 mod lifecycle;
