@@ -151,7 +151,7 @@ pub async fn build(
     source: &BuildSource,
     options: &BuildOptions,
     layers: &impl Layers,
-    progress: &mut dyn FnMut(&BuildProgress),
+    progress: &mut (dyn FnMut(&BuildProgress) + Send),
 ) -> Result<ReadyImage, BuildError> {
     let whole = |failure: BuildFailure| BuildError {
         dockerfile: source.dockerfile.clone(),

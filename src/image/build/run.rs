@@ -39,7 +39,7 @@ pub async fn run(
     ids: Arc<IdMap>,
     command: &RunCommand,
     deadline: Instant,
-    log: &mut dyn Write,
+    log: &mut (dyn Write + Send),
 ) -> Result<(), Ended> {
     // Builds install packages: no limit on CPU time, memory or file size; enough processes
     // for a compiler's jobs.
@@ -100,7 +100,7 @@ fn describe(status: std::process::ExitStatus) -> String {
 
 /// A step's output as it comes: all of it to the log, its end kept.
 struct Output<'a> {
-    log: &'a mut dyn Write,
+    log: &'a mut (dyn Write + Send),
     tail: Vec<u8>,
     failed_log: Option<std::io::Error>,
 }

@@ -49,7 +49,7 @@ pub struct Build<'a, L: Layers> {
     options: &'a BuildOptions,
     layers: &'a L,
     file: Dockerfile,
-    progress: &'a mut dyn FnMut(&BuildProgress),
+    progress: &'a mut (dyn FnMut(&BuildProgress) + Send),
     deadline: Instant,
     context: Option<Context>,
     log: Box<dyn Write + Send>,
@@ -80,7 +80,7 @@ impl<'a, L: Layers> Build<'a, L> {
         options: &'a BuildOptions,
         layers: &'a L,
         file: Dockerfile,
-        progress: &'a mut dyn FnMut(&BuildProgress),
+        progress: &'a mut (dyn FnMut(&BuildProgress) + Send),
     ) -> Result<Self, String> {
         let log: Box<dyn Write + Send> = match &options.log_file {
             Some(path) => Box::new(
