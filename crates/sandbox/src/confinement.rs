@@ -310,6 +310,30 @@ impl Confinement {
         ids: Arc<IdMap>,
         user: (u32, u32),
     ) -> Result<Arc<Self>, String> {
+        Self::in_root(spec, root, ids, user, None)
+    }
+
+    /// The sandbox of a program agent in an image's root: as [`Confinement::prepare_in_root`]
+    /// with `network: false`, except TCP connections to `gateway_port`, as
+    /// [`Confinement::prepare_for_gateway`] lets through on the host.
+    pub fn prepare_in_root_for_gateway(
+        spec: &SandboxSpec,
+        root: Arc<Root>,
+        ids: Arc<IdMap>,
+        user: (u32, u32),
+        gateway_port: u16,
+    ) -> Result<Arc<Self>, String> {
+        let spec = SandboxSpec { network: false, ..spec.clone() };
+        Self::in_root(&spec, root, ids, user, Some(gateway_port))
+    }
+
+    fn in_root(
+        spec: &SandboxSpec,
+        root: Arc<Root>,
+        ids: Arc<IdMap>,
+        user: (u32, u32),
+        gateway_port: Option<u16>,
+    ) -> Result<Arc<Self>, String> {
         let support = support();
         let off_hint = "";
         check_support(support, off_hint)?;
@@ -320,11 +344,15 @@ impl Confinement {
             ));
         }
         let abi = landlock::ABI::from(support.landlock_abi);
-        let ruleset =
-            ruleset(abi, spec.network, &[root.path()], &[]).map_err(|e| format!("the sandbox failed: {e}"))?;
+        let ruleset = ruleset(abi, spec.network, &[root.path()], &[])
+            .and_then(|r| to_gateway_only(r, abi, gateway_port))
+            .map_err(|e| format!("the sandbox failed: {e}"))?;
         let (limits, cgroup, processes) = process_limits(support, &spec.limits, off_hint)?;
-        let filter = Some(seccomp_filter(spec.network));
-        let mut enforced = enforced(support, spec.network, None, None, (&limits, processes));
+        let filter = Some(match gateway_port {
+            Some(_) => seccomp_filter_with(SocketRule::StreamOnly),
+            None => seccomp_filter(spec.network),
+        });
+        let mut enforced = enforced(support, spec.network, gateway_port, None, (&limits, processes));
         enforced["filesystem"] = json!(format!(
             "the image's root alone (a mount namespace of its own; landlock ABI {})",
             support.landlock_abi
