@@ -25,6 +25,44 @@ pub trait FileWorld: Send + Sync {
     fn working_directory(&self) -> Option<&std::path::Path> {
         None
     }
+
+    /// The image's root the world runs in, for what must land at the image's own paths (a
+    /// verifier's `/tests`) and the programs started there (a `cli` agent); `None` for a
+    /// world on the host.
+    fn image_root(&self) -> Option<ImageRoot> {
+        None
+    }
+}
+
+/// An image's root a world runs in, as the runner and the programs it starts there reach
+/// it: the root (held by its process), the user namespace of its ids, the image's user,
+/// and the working folder and variables its processes start with.
+#[derive(Clone)]
+pub struct ImageRoot {
+    pub root: std::sync::Arc<crate::sandbox::root::Root>,
+    pub ids: std::sync::Arc<crate::sandbox::root::IdMap>,
+    /// The image's user and group ids.
+    pub user: (u32, u32),
+    /// The working folder, as the world's processes name it.
+    pub workdir: std::path::PathBuf,
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+impl ImageRoot {
+    /// The root's folder on the host, through the process that holds it.
+    pub fn path(&self) -> &std::path::Path {
+        self.root.path()
+    }
+
+    /// The host ids of the image's user, who owns what the runner makes in the root.
+    pub fn owner(&self) -> (u32, u32) {
+        (self.ids.base + self.user.0, self.ids.base + self.user.1)
+    }
+
+    /// The working folder as the runner reaches it.
+    pub fn workdir_on_host(&self) -> std::path::PathBuf {
+        self.path().join(self.workdir.strip_prefix("/").unwrap_or(&self.workdir))
+    }
 }
 
 /// What a scorer reads back from the final world.

@@ -29,6 +29,12 @@ pub struct SetupContext<'a> {
     /// the run, and the run resumed, must see the same (the `web` kind's page cache).
     /// `None` outside a run.
     pub run_dir: Option<&'a Path>,
+    /// Where images come from and are kept (runner.yaml's `images:`); the defaults when
+    /// `None`.
+    pub images: Option<Arc<crate::image::Images>>,
+    /// Host folders a world in an image's root binds into it (a `cli` agent's program, read
+    /// only); a world on the host has no use for them.
+    pub binds: Vec<crate::sandbox::root::Bind>,
 }
 
 impl<'a> SetupContext<'a> {
@@ -42,7 +48,15 @@ impl<'a> SetupContext<'a> {
             sandbox: SandboxMode::On,
             user_model: None,
             run_dir: None,
+            images: None,
+            binds: Vec::new(),
         }
+    }
+
+    /// Where images come from and are kept.
+    pub fn images(&self) -> &crate::image::Images {
+        static DEFAULT: std::sync::OnceLock<crate::image::Images> = std::sync::OnceLock::new();
+        self.images.as_deref().unwrap_or_else(|| DEFAULT.get_or_init(crate::image::Images::default))
     }
 }
 

@@ -84,3 +84,112 @@ impl ReadyImage {
         Some(self.config.user.as_str()).filter(|u| !u.trim().is_empty())
     }
 }
+
+/// Where an episode's image comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImageSource {
+    /// A reference pulled from a registry, or found in the store (`debian:bookworm`,
+    /// `host:port/name@sha256:…`).
+    Pull(String),
+    /// A Dockerfile built by runner.
+    Build(BuildSpec),
+}
+
+/// A Dockerfile to build: its context folder, the file, `ARG` values given, and how long the
+/// whole build may take.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BuildSpec {
+    pub context: PathBuf,
+    pub dockerfile: PathBuf,
+    pub args: std::collections::BTreeMap<String, String>,
+    pub timeout_s: Option<f64>,
+}
+
+impl ImageSource {
+    /// How messages name it: the reference, or the Dockerfile's path.
+    pub fn name(&self) -> String {
+        match self {
+            ImageSource::Pull(reference) => reference.clone(),
+            ImageSource::Build(spec) => spec.dockerfile.display().to_string(),
+        }
+    }
+}
+
+/// What preparing an image needs: the store, where registries are, when to ask them.
+#[derive(Debug, Clone, Default)]
+pub struct Images {
+    /// The store's folder; the default one (`ImageStore::default_root`) when `None`.
+    pub store: Option<PathBuf>,
+    pub registries: crate::config::images::RegistrySettings,
+    pub policy: PullPolicy,
+}
+
+impl Images {
+    fn store(&self) -> Result<ImageStore, String> {
+        let root = match &self.store {
+            Some(root) => root.clone(),
+            None => ImageStore::default_root()?,
+        };
+        ImageStore::open(&root)
+    }
+}
+
+/// The image `source` names, ready for episodes: pulled (or found in the store), or built.
+/// A build says each step on stderr as it goes.
+pub async fn prepare(source: &ImageSource, images: &Images) -> Result<ReadyImage, String> {
+    let store = images.store()?;
+    match source {
+        ImageSource::Pull(reference) => {
+            pull(reference, &store, &images.registries, images.policy).await.map_err(|e| e.to_string())
+        }
+        ImageSource::Build(spec) => {
+            let layers =
+                StoreLayers { steps: build::DirLayers::new(&store.root().join("build")), store: &store, images };
+            let options = build::BuildOptions {
+                build_args: spec.args.clone(),
+                build_timeout: spec
+                    .timeout_s
+                    .map_or(build::BuildOptions::default().build_timeout, |s| std::time::Duration::from_secs_f64(s)),
+                ..build::BuildOptions::default()
+            };
+            let source = build::BuildSource { context: spec.context.clone(), dockerfile: spec.dockerfile.clone() };
+            let mut progress = |p: &build::BuildProgress| eprintln!("image: {p}");
+            build::build(&source, &options, &layers, &mut progress).await.map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// The store as a build's [`build::Layers`]: base images pulled into it, each step's layer
+/// kept under `build/` in it.
+struct StoreLayers<'a> {
+    steps: build::DirLayers,
+    store: &'a ImageStore,
+    images: &'a Images,
+}
+
+impl build::Layers for StoreLayers<'_> {
+    fn base(&self, reference: &str) -> Result<ReadyImage, String> {
+        // A build runs on a runtime of several threads (the run's, or `prepare_images`'s):
+        // this one waits for the pull while the others go on.
+        let handle = tokio::runtime::Handle::try_current().map_err(|e| format!("no runtime to pull on: {e}"))?;
+        if handle.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return Err("pulling a base image needs a runtime of several threads".into());
+        }
+        tokio::task::block_in_place(|| {
+            handle.block_on(pull(reference, self.store, &self.images.registries, self.images.policy))
+        })
+        .map_err(|e| e.to_string())
+    }
+
+    fn cached(&self, key: &str) -> Option<build::CachedStep> {
+        self.steps.cached(key)
+    }
+
+    fn keep(&self, key: &str, dir: PathBuf, config: &ImageConfig) -> Result<PathBuf, String> {
+        self.steps.keep(key, dir, config)
+    }
+
+    fn scratch(&self) -> Result<PathBuf, String> {
+        self.steps.scratch()
+    }
+}

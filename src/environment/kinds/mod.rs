@@ -149,6 +149,9 @@ pub enum KindSettings {
     Writing { style: Style, documents: BTreeMap<String, String> },
     /// `servers:`, `prompts:`, `optional:`: the MCP servers; `None` until a file lists them.
     Mcp(Option<Arc<McpSpec>>),
+    /// `image:` or `build:` of a `shell` world (or a Harbor task's own image): the image its
+    /// episodes run in, prepared once for all of them.
+    Image(Arc<shell::image::ShellImage>),
 }
 
 /// A kind's own keys of one environment file, handed to the kind to decode (split from

@@ -21,7 +21,8 @@ use serde_json::{Map, Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
-use super::EnvironmentKind;
+use super::{EnvironmentKind, KindKeys, KindSettings};
+use crate::config::decode::ConfigError;
 use crate::contract::{Actor, ErrorType, ToolAnnotations};
 use crate::domain::Task;
 use crate::environment::beneath::{self, Beneath, Kind, Links};
@@ -36,6 +37,7 @@ use crate::sandbox::resources;
 
 mod checkpoint;
 mod files;
+pub mod image;
 pub mod place;
 pub mod world_model;
 
@@ -58,14 +60,31 @@ impl EnvironmentKind for Shell {
         tool::offer(TOOLS)
     }
 
+    fn keys(&self) -> &'static [&'static str] {
+        &["image", "build"]
+    }
+
+    fn decode_settings(&self, keys: &KindKeys<'_>) -> Result<KindSettings, ConfigError> {
+        Ok(match image::decode(keys)? {
+            Some(source) => KindSettings::Image(Arc::new(image::ShellImage::new(source))),
+            None => KindSettings::Plain,
+        })
+    }
+
     async fn setup(
         &self,
         definition: &Definition,
         task: &Task,
         context: &SetupContext<'_>,
     ) -> Result<Box<dyn World>, SetupError> {
-        let world = ShellWorld::create(definition, task, context)
-            .map_err(|message| SetupError { name: definition.name.clone(), message })?;
+        let failed = |message| SetupError { name: definition.name.clone(), message };
+        let world = match &definition.settings {
+            KindSettings::Image(image) => {
+                let ready = image.ready(context.images()).await.map_err(failed)?;
+                ShellWorld::create_in_image(definition, task, context, ready).map_err(failed)?
+            }
+            _ => ShellWorld::create(definition, task, context).map_err(failed)?,
+        };
         Ok(Box::new(world))
     }
 
@@ -256,7 +275,7 @@ impl ShellWorld {
         image: &ReadyImage,
     ) -> Result<Self, String> {
         let dir = EpisodeFolder::create(&Default::default(), &Task::new("", ""), context.work_root)?;
-        let place = InImage::start(image, &dir.work, &definition.files, task)?;
+        let place = InImage::start(image, &dir.work, &definition.files, task, &context.binds)?;
         let spec = definition.sandbox.clone().unwrap_or_default();
         let sandbox =
             crate::sandbox::Confinement::prepare_in_root(&spec, place.root.clone(), place.ids.clone(), place.user)?;
@@ -528,6 +547,17 @@ impl World for ShellWorld {
 impl FileWorld for ShellWorld {
     fn working_directory(&self) -> Option<&std::path::Path> {
         Some(&self.root)
+    }
+
+    fn image_root(&self) -> Option<crate::environment::ImageRoot> {
+        let place = self.image.as_ref()?;
+        Some(crate::environment::ImageRoot {
+            root: place.root.clone(),
+            ids: place.ids.clone(),
+            user: place.user,
+            workdir: place.workdir.clone(),
+            env: place.env.clone(),
+        })
     }
 
     async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {

@@ -8,8 +8,8 @@ use std::sync::{Arc, OnceLock};
 
 use crate::domain::Task;
 use crate::environment::beneath::{Beneath, Links};
-pub use crate::image::{ReadyImage, ID_BASE, ID_RANGE};
-use crate::sandbox::root::{IdMap, Root, RootSpec};
+pub use crate::image::{ID_BASE, ID_RANGE, ReadyImage};
+use crate::sandbox::root::{Bind, IdMap, Root, RootSpec};
 
 /// An episode's place in an image's root.
 pub struct InImage {
@@ -47,9 +47,10 @@ impl InImage {
         private: &Path,
         files: &BTreeMap<String, String>,
         task: &Task,
+        binds: &[Bind],
     ) -> Result<Self, String> {
         let ids = id_map()?;
-        let spec = RootSpec { layers: image.layers.clone(), private: private.to_owned(), binds: Vec::new() };
+        let spec = RootSpec { layers: image.layers.clone(), private: private.to_owned(), binds: binds.to_vec() };
         let root = Root::start(&spec).map_err(|e| format!("the image {}: {e}", image.name))?;
         let user = resolve_user(root.path(), image.user())
             .map_err(|e| format!("the image {}: USER {}: {e}", image.name, image.user().unwrap_or("")))?;
@@ -62,6 +63,7 @@ impl InImage {
         };
         let workdir = place.files()?;
         seed(&workdir, files, task)?;
+        place.harbor_folders(task)?;
         let mut env: BTreeMap<String, String> = image
             .config
             .env
@@ -81,6 +83,22 @@ impl InImage {
     /// The working folder as the runner reaches it, through the root's holder.
     pub fn workdir_on_host(&self) -> PathBuf {
         self.root.path().join(self.workdir.strip_prefix("/").unwrap_or(&self.workdir))
+    }
+
+    /// A Harbor task's folders, as its container has them: `/logs/agent` and
+    /// `/logs/verifier` for its logs, and `/solution` (empty: the oracle copies the
+    /// solution there) when it has one, the image's user's.
+    fn harbor_folders(&self, task: &Task) -> Result<(), String> {
+        if !task.metadata.contains_key("harbor") {
+            return Ok(());
+        }
+        let root = Beneath::in_root(self.root.path(), Path::new("/"), self.owner())
+            .map_err(|e| format!("failed to open the image's root: {e}"))?;
+        let solution = (!task.solution.is_empty()).then_some("solution");
+        for folder in ["logs/agent", "logs/verifier"].into_iter().chain(solution) {
+            root.create_dir_all(Path::new(folder)).map_err(|e| format!("failed to make /{folder}: {e}"))?;
+        }
+        Ok(())
     }
 
     /// The working folder held open, the image's user owning what the runner makes there;
