@@ -21,7 +21,10 @@ use std::time::Duration;
 
 use super::{CheckResult, world_fault};
 use crate::domain::harbor::{HARBOR_DIR, map_paths};
+use crate::environment::beneath::{Beneath, Links};
 use crate::environment::{World, read_regular, remove_tree};
+
+mod in_image;
 use crate::log::UnscoredCause;
 use crate::scoring::ScoringFault;
 
@@ -40,6 +43,9 @@ pub(crate) struct Verifier<'a> {
 }
 
 pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<CheckResult, ScoringFault> {
+    if let Some(image) = world.files().and_then(|files| files.image_root()) {
+        return in_image::check(world, &image, verifier).await;
+    }
     let root = working_directory(world)?;
     let harbor = root.join(HARBOR_DIR);
     let prepared = prepare(&harbor, &root, verifier)
@@ -74,7 +80,13 @@ pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<
             ),
         ));
     }
-    match read_reward(&root, &Path::new(HARBOR_DIR).join("logs/verifier")) {
+    let folder = Beneath::open(&root).map_err(|e| fault(format!("failed to open the final world: {e}")))?;
+    verdict(read_reward(&folder, &Path::new(HARBOR_DIR).join("logs/verifier")), &how)
+}
+
+/// The verdict from the reward read (`how` the verifier ended, for the explanation).
+fn verdict(read: Result<Option<(f64, &'static str)>, String>, how: &str) -> Result<CheckResult, ScoringFault> {
+    match read {
         Ok(Some((reward, file))) if (0.0..=1.0).contains(&reward) => {
             let passed = reward >= 1.0;
             Ok(CheckResult::valued(passed, reward, format!("tests/test.sh wrote reward {reward} to {file} ({how})")))
@@ -168,12 +180,12 @@ fn copy_mapped(from: &Path, to: &Path, mappings: &[(&str, &str)]) -> std::io::Re
 
 /// The reward in `reward.txt` (a number) or `reward.json` (`{"reward": x}`, or an object
 /// with one number), with the file's name; `None` when neither exists.
-/// Read beneath the working directory `root`, through no link, each file at most
-/// [`REWARD_CAP`] bytes.
-fn read_reward(root: &Path, dir: &Path) -> Result<Option<(f64, &'static str)>, String> {
+/// Read beneath `root` (the working directory, or an image's root), through no link, each
+/// file at most [`REWARD_CAP`] bytes.
+fn read_reward(root: &Beneath, dir: &Path) -> Result<Option<(f64, &'static str)>, String> {
     for name in ["reward.txt", "reward.json"] {
-        let bytes = match read_regular(root, &dir.join(name), REWARD_CAP) {
-            Ok(Some(bytes)) => bytes,
+        let bytes = match root.read(&dir.join(name), Links::None, REWARD_CAP) {
+            Ok(Some((bytes, _))) => bytes,
             Ok(None) => continue,
             Err(e) => return Err(format!("{name}: {e}")),
         };
@@ -226,7 +238,7 @@ mod tests {
     fn reward_in(name: &str, text: &str) -> Result<Option<(f64, &'static str)>, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         std::fs::write(dir.path().join(name), text).map_err(|e| e.to_string())?;
-        read_reward(dir.path(), Path::new("."))
+        read_reward(&Beneath::open(dir.path()).map_err(|e| e.to_string())?, Path::new("."))
     }
 
     #[test]
