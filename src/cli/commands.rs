@@ -23,10 +23,11 @@ use crate::report::{Progress, Summary};
 use crate::suite;
 
 /// `runner validate`: every file is checked; any bad one fails the command.
-pub fn validate(paths: &[PathBuf]) -> Result<Exit, CliError> {
+pub fn validate(paths: &[PathBuf], build: bool) -> Result<Exit, CliError> {
     let files = resolve::suite_files(paths)?;
     let mut ok = true;
     let mut names: Vec<(String, PathBuf)> = Vec::new();
+    let mut loaded = Vec::new();
     for file in &files {
         match suite::load(file) {
             Ok(s) if !s.ungraded.is_empty() => {
@@ -60,12 +61,17 @@ pub fn validate(paths: &[PathBuf]) -> Result<Exit, CliError> {
                     }
                 }
                 names.push((s.name.clone(), file.clone()));
+                loaded.push(std::sync::Arc::new(s));
             }
             Err(e) => {
                 ok = false;
                 eprintln!("error: {e}");
             }
         }
+    }
+    let registries = || crate::model::config::ModelConfig::load(None).map(|c| c.images).map_err(CliError::usage);
+    if build && !resolve::prepare_images(&loaded, &registries()?)?.is_empty() {
+        ok = false;
     }
     Ok(if ok { Exit::Passed } else { Exit::Usage })
 }

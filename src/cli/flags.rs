@@ -58,6 +58,10 @@ pub enum Command {
         /// Suite files, or folders of them.
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+        /// Also pull or build the images the suites run in (a Harbor task's Dockerfile, an
+        /// environment's `image:` or `build:`), and say which fail.
+        #[arg(long)]
+        build: bool,
     },
 }
 

@@ -86,7 +86,7 @@ pub fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<Exit, CliError> {
     match command {
-        Command::Validate { paths } => commands::validate(&paths),
+        Command::Validate { paths, build } => commands::validate(&paths, build),
         Command::Tools { environment, sandbox } => commands::tools(&environment, sandbox),
         Command::Eval(args) => commands::eval(*args),
         Command::Regrade(args) => commands::regrade(args),

@@ -48,7 +48,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
     let caps = run_caps(args, &config, &models)?;
     let baseline = baseline(&args.gates, &args.out)?;
     let (epochs, auto_epochs) = epochs(args)?;
-    let suites = run_suites(args, early, load)?;
+    let suites = run_suites(args, early, load, &config.images)?;
     check_epochs_and_limits(&suites, epochs, &limits)?;
     // The graders are recorded and cached like the models under test, and replayed with them;
     // the models that play simulated users are opened beside them, the same way.
@@ -126,6 +126,7 @@ fn run_suites(
     args: &EvalArgs,
     early: Option<Vec<Arc<Suite>>>,
     load: suite::LoadOptions,
+    registries: &crate::config::images::RegistrySettings,
 ) -> Result<Vec<Arc<Suite>>, CliError> {
     let loaded = match early {
         Some(suites) => suites,
@@ -135,7 +136,9 @@ fn run_suites(
         eprintln!("note: {skipped}");
     }
     let suites = with_variants(with_agent(loaded, args.agent)?, &args.variants)?;
-    discover(suites, args.sandbox)
+    let suites = discover(suites, args.sandbox)?;
+    prepare_images(&suites, registries)?;
+    Ok(suites)
 }
 
 /// Refuses an episode's time past what an episode may last, and a gate (a suite's `k_of_n`,
@@ -360,6 +363,45 @@ pub fn discover(suites: Vec<Arc<Suite>>, sandbox: Switch) -> Result<Vec<Arc<Suit
         eprintln!("note: {note}");
     }
     Ok(kept)
+}
+
+/// Pulls or builds, once, the image of each suite that runs in one (the episodes then start
+/// from it at once), saying what it does on stderr. A failure is said as a note and kept:
+/// that suite's episodes will be unscored (`environment_error`) with it. The failures.
+pub fn prepare_images(
+    suites: &[Arc<Suite>],
+    registries: &crate::config::images::RegistrySettings,
+) -> Result<Vec<String>, CliError> {
+    use crate::environment::kinds::KindSettings;
+    let images: Vec<(&Suite, &crate::environment::kinds::shell::image::ShellImage)> = suites
+        .iter()
+        .filter_map(|s| match &s.environment.settings {
+            KindSettings::Image(image) => Some((s.as_ref(), image.as_ref())),
+            _ => None,
+        })
+        .collect();
+    if images.is_empty() {
+        return Ok(Vec::new());
+    }
+    let context = crate::image::Images { registries: registries.clone(), ..crate::image::Images::default() };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::usage(format!("failed to start the async runtime: {e}")))?;
+    let mut failures = Vec::new();
+    for (suite, image) in images {
+        let started = std::time::Instant::now();
+        eprintln!("image: {} for suite `{}`…", image.source.name(), suite.name);
+        match runtime.block_on(image.ready(&context)) {
+            Ok(_) => eprintln!("image: ready in {:.1} s", started.elapsed().as_secs_f64()),
+            Err(e) => {
+                let note = format!("{}: its episodes will be unscored: {e}", suite.path.display());
+                eprintln!("note: {note}");
+                failures.push(note);
+            }
+        }
+    }
+    Ok(failures)
 }
 
 /// Expands folders into what they hold, in name order: a Harbor task directory is itself;

@@ -8,6 +8,9 @@ use crate::{Sandbox, of_type};
 
 const SHIPPED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tasks/harbor");
 
+/// A task's runner.yaml that runs it on the host, its image's stand-in.
+const HOST: &str = "image: host\n";
+
 /// Writes a task directory `tasks/NAME` with this Dockerfile and verifier; the verifier
 /// and the solution are made executable.
 fn task_dir(sb: &Sandbox, name: &str, dockerfile: &str, test_sh: &str, solve_sh: Option<&str>) {
@@ -16,6 +19,8 @@ fn task_dir(sb: &Sandbox, name: &str, dockerfile: &str, test_sh: &str, solve_sh:
         "version = \"1.0\"\n[verifier]\ntimeout_sec = 20.0\n[agent]\ntimeout_sec = 30.0\n",
     );
     sb.write(&format!("tasks/{name}/instruction.md"), "Write /app/out.txt.\n");
+    // The host stands in for the image: these tasks check what that stand-in does.
+    sb.write(&format!("tasks/{name}/runner.yaml"), HOST);
     sb.write(&format!("tasks/{name}/environment/Dockerfile"), dockerfile);
     let mut scripts = vec![(format!("tasks/{name}/tests/test.sh"), test_sh)];
     if let Some(solve) = solve_sh {
@@ -120,7 +125,7 @@ fn a_verifier_that_writes_no_reward_or_crashes_is_unscored_never_zero() {
     task_dir(&sb, "crashing", base, "#!/bin/bash\necho 'Traceback: boom' >&2\nexit 3\n", None);
     // The agent plants a reward where the verifier's goes: it is not taken.
     for name in ["silent", "crashing"] {
-        let plant = "mock:\n  - tool_calls: [{name: run_command, arguments: {command: \"mkdir -p .harbor/logs/verifier && echo 1 > .harbor/logs/verifier/reward.txt\"}}]\n  - text: done\n";
+        let plant = "image: host\nmock:\n  - tool_calls: [{name: run_command, arguments: {command: \"mkdir -p .harbor/logs/verifier && echo 1 > .harbor/logs/verifier/reward.txt\"}}]\n  - text: done\n";
         sb.write(&format!("tasks/{name}/runner.yaml"), plant);
     }
     let run = sb.eval(&["tasks"]);

@@ -1,281 +1,38 @@
-//! Harbor task directories as suites: `task.toml`, `instruction.md`, `environment/`,
-//! `tests/test.sh`, `solution/solve.sh`. Each directory is a suite of one task, run in the
-//! sandboxed `shell` world, scored by its verifier (`scoring/checks/verifier.rs`).
-//!
-//! Nothing of Docker runs. The Dockerfile is read for what it puts in the working
-//! directory (`COPY` from `environment/` under `WORKDIR`) and what it needs of the host
-//! (its base image, the programs it installs); a task that needs what is not here is loaded
-//! with the reason (`Task::unavailable`), and its episodes are unscored
-//! (`environment_error`), never failed. The task's timeouts, resources and network become
-//! the suite's time limit and the `shell` world's sandbox.
+//! The host standing in for a Harbor task's image (`image: host` in the task's
+//! `runner.yaml`): nothing of Docker runs. The Dockerfile is read for what it puts in the
+//! working directory (`COPY` from `environment/` under `WORKDIR`) and what it needs of the
+//! host (its base image, the programs it installs); a task that needs what is not here is
+//! loaded with the reason (`Task::unavailable`), and its episodes are unscored
+//! (`environment_error`), never failed. The container's paths in the task's texts are
+//! mapped into the episode's folder.
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
-use std::sync::Arc;
 
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
-
-use super::task_folder::{ContextFile, CopyError, TaskFolder, files_under};
-use super::{AgentConfig, Suite};
-use crate::budget::Limits;
-use crate::config::decode::{ConfigError, Source};
+use super::super::task_folder::{ContextFile, CopyError, TaskFolder, files_under};
+use super::TEXT_FILE_CAP;
+use crate::config::decode::ConfigError;
 use crate::config::yaml::Position;
-use crate::domain::harbor::map_paths;
-use crate::domain::scorer::{Check, ScorerSpec};
-use crate::domain::{FileCopy, MAX_EPISODE_S, MockTurn, Reducer, Task};
-use crate::environment::Definition;
-use crate::environment::beneath::{Beneath, Kind, Links};
-use crate::environment::permission::Permissions;
-use crate::log::event::LimitOverrides;
+use crate::domain::FileCopy;
+use crate::environment::beneath::{Beneath, Links};
 use crate::sandbox::process::find_program;
-use crate::sandbox::{ProcessLimits, SandboxMode, SandboxSpec};
-
-/// The file that makes a folder a Harbor task directory.
-pub const TASK_FILE: &str = "task.toml";
-
-/// The largest copied file kept as text in the task; a larger one is copied as it is.
-const TEXT_FILE_CAP: u64 = 1 << 20;
 
 /// Where the agent starts when the Dockerfile names no `WORKDIR` (Harbor's tasks use it).
 const DEFAULT_WORKDIR: &str = "/app";
 
-/// Harbor's defaults for what `task.toml` leaves out.
-const DEFAULT_TIMEOUT_S: f64 = 600.0;
-const DEFAULT_MEMORY_MB: u64 = 2048;
-const DEFAULT_STORAGE_MB: u64 = 10240;
-
-/// The system prompt of the built-in agent on a Harbor task.
-const SYSTEM: &str = "You work in a Linux shell. The task's files are in the working directory. \
-Use the tools to do the task, then call final_answer with a short summary.";
-
-/// Whether `path` is a Harbor task directory.
-pub fn is_task_dir(path: &Path) -> bool {
-    path.join(TASK_FILE).is_file()
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct TaskToml {
-    #[allow(dead_code)]
-    version: Option<String>,
-    metadata: Map<String, Value>,
-    verifier: VerifierToml,
-    agent: AgentToml,
-    environment: EnvironmentToml,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct VerifierToml {
-    timeout_sec: Option<f64>,
-    env: BTreeMap<String, String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct AgentToml {
-    timeout_sec: Option<f64>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct EnvironmentToml {
-    #[allow(dead_code)]
-    build_timeout_sec: Option<f64>,
-    docker_image: Option<String>,
-    cpus: Option<f64>,
-    memory: Option<String>,
-    memory_mb: Option<u64>,
-    storage: Option<String>,
-    storage_mb: Option<u64>,
-    allow_internet: Option<bool>,
-}
-
-/// `runner.yaml` beside a task: what runner adds to it (the scripted turns of `--model mock`).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RunnerFile {
-    #[serde(default)]
-    mock: Vec<MockTurn>,
-}
-
-/// Loads one task directory as a suite named `harbor/<directory>`. Every file of it is
-/// read from inside it (`task_folder.rs`): one that leads out is refused.
-pub fn load(dir: &Path, overrides: &LimitOverrides) -> Result<Suite, ConfigError> {
-    let folder = TaskFolder::open(dir)?;
-    let name = folder
-        .path()
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| ConfigError::whole(dir, "a task directory needs a name"))?;
-    let toml_path = dir.join(TASK_FILE);
-    let toml_text = required(folder.text(dir, TASK_FILE)?, &toml_path, "a Harbor task directory needs it")?;
-    let config: TaskToml = toml::from_str(&toml_text).map_err(|e| toml_error(&toml_path, &toml_text, &e))?;
-    let instruction_path = dir.join("instruction.md");
-    let instruction =
-        required(folder.text(dir, "instruction.md")?, &instruction_path, "a Harbor task states its instruction here")?;
-    let tests = folder.folder(dir, "tests")?;
-    check_executable(&folder, dir, "tests/test.sh", "the verifier")?;
-    let solution = folder.text(dir, "solution/solve.sh")?;
-
-    let timeouts =
-        [("agent.timeout_sec", config.agent.timeout_sec), ("verifier.timeout_sec", config.verifier.timeout_sec)];
-    for (field, value) in timeouts {
-        if let Some(s) = value
-            && !(s.is_finite() && s > 0.0 && s <= MAX_EPISODE_S)
-        {
-            return Err(toml_field(
-                &toml_path,
-                &toml_text,
-                field,
-                format!("must be a positive number of seconds, at most {MAX_EPISODE_S}, got {}", shown(s)),
-            ));
-        }
-    }
-    for name in config.verifier.env.keys() {
-        if !is_variable_name(name) {
-            let message = format!("`{name}` is not a variable name (letters, digits and `_`)");
-            return Err(toml_field(&toml_path, &toml_text, "verifier.env", message));
-        }
-    }
-    let env = &config.environment;
-    let memory_mb = size_mb(&toml_path, &toml_text, "environment.memory", env.memory.as_deref(), env.memory_mb)?
-        .unwrap_or(DEFAULT_MEMORY_MB);
-    let storage_mb = size_mb(&toml_path, &toml_text, "environment.storage", env.storage.as_deref(), env.storage_mb)?
-        .unwrap_or(DEFAULT_STORAGE_MB);
-    if let Some(cpus) = env.cpus
-        && !(cpus.is_finite() && cpus > 0.0)
-    {
-        return Err(toml_field(&toml_path, &toml_text, "environment.cpus", format!("must be positive, got {cpus}")));
-    }
-    let agent_s = config.agent.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_S);
-    let verifier_s = config.verifier.timeout_sec.unwrap_or(DEFAULT_TIMEOUT_S);
-
-    let image = read_image(&folder, dir, env.docker_image.as_deref())?;
-    let workdir = image.workdir.clone();
-    let mappings = [(workdir.as_str(), ".")];
-    let input = map_paths(&instruction, &mappings);
-    let script_mappings = [(workdir.as_str(), "$HOME")];
-    let solution: Vec<String> = solution
-        .map(|text| vec![format!("bash -c {}", shell_quote(&map_paths(&text, &script_mappings)))])
-        .unwrap_or_default();
-
-    let runner_yaml = dir.join("runner.yaml");
-    let mock = match folder.text(dir, "runner.yaml")? {
-        Some(text) => {
-            let source = Source::parse(&runner_yaml, &text)?;
-            source.decode::<RunnerFile>("", &source.value)?.mock
-        }
-        None => Vec::new(),
-    };
-    let tests = required(tests, &dir.join("tests"), "a Harbor task's verifier lives here")?;
-    let scorer = ScorerSpec {
-        name: "verifier".into(),
-        check: Check::Verifier {
-            tests: tests.to_string_lossy().into_owned(),
-            workdir: workdir.clone(),
-            timeout_s: verifier_s,
-            env: config.verifier.env.clone(),
-        },
-        weight: 1.0,
-        from: None,
-        recorded: Default::default(),
-    };
-    let mut metadata = config.metadata.clone();
-    metadata.insert(
-        "harbor".into(),
-        json!({"workdir": workdir, "agent_timeout_s": agent_s, "verifier_timeout_s": verifier_s,
-               "cpus": env.cpus, "memory_mb": memory_mb, "storage_mb": storage_mb,
-               "allow_internet": env.allow_internet.unwrap_or(true)}),
-    );
-    let digest = {
-        let mut hasher = Sha256::new();
-        hasher.update(json!({"input": input, "files": image.files, "metadata": metadata}).to_string());
-        folder.hash(&mut hasher, "tests");
-        folder.hash(&mut hasher, "environment");
-        hex::encode(hasher.finalize())
-    };
-    let task = Task {
-        files: image.files,
-        copies: image.copies,
-        metadata,
-        scorers: vec![scorer],
-        mock: mock.into(),
-        digest: digest.clone(),
-        solution,
-        unavailable: image.unavailable,
-        ..Task::new(&name, &input)
-    };
-    let limits = Limits { time_s: agent_s, ..Limits::default() }.resolved(overrides);
-    Ok(Suite {
-        name: format!("harbor/{name}"),
-        share_epochs: false,
-        version: 1,
-        description: format!("Harbor task {name}"),
-        path: dir.to_owned(),
-        digest,
-        environment: Arc::new(world(agent_s.max(verifier_s), env.cpus, memory_mb, storage_mb, env.allow_internet)),
-        sandbox: SandboxMode::On,
-        permissions: Arc::new(Permissions::default()),
-        agent: AgentConfig { system: Some(SYSTEM.into()), ..AgentConfig::default() },
-        limits,
-        epochs: 1,
-        reducer: Reducer::default(),
-        k_of_n: None,
-        pass_threshold: None,
-        pass_score: None,
-        grader: None,
-        scorers: Vec::new(),
-        tasks: vec![task],
-        ungraded: Vec::new(),
-        toolsets: Vec::new(),
-        variants: Vec::new(),
-        providers: Vec::new(),
-        endpoints: Default::default(),
-        skipped: Vec::new(),
-    })
-}
-
-/// The `shell` world the task runs in: its commands may take as long as the task's
-/// longest timeout, each process gets that many CPU seconds per CPU, the task's memory as
-/// its address space, its storage as its largest file, and the network as it allows.
-fn world(longest_s: f64, cpus: Option<f64>, memory_mb: u64, storage_mb: u64, internet: Option<bool>) -> Definition {
-    let kind = crate::environment::kinds::find("shell");
-    let mut definition = match kind {
-        Some(kind) => Definition::builtin(kind),
-        None => unreachable!("the shell kind is in KINDS"),
-    };
-    definition.limits.command_timeout_s = longest_s;
-    definition.limits.tool_timeout_s = longest_s + 10.0;
-    let defaults = ProcessLimits::default();
-    definition.sandbox = Some(SandboxSpec {
-        network: internet.unwrap_or(true),
-        limits: ProcessLimits {
-            cpu_s: Some((longest_s * cpus.unwrap_or(1.0)).ceil().max(1.0) as u64),
-            memory_mb: Some(memory_mb.max(64)),
-            file_size_mb: Some(storage_mb.max(1)),
-            ..defaults
-        },
-        ..SandboxSpec::default()
-    });
-    definition
-}
-
 /// What the Dockerfile gives the working directory, and why the task cannot run here.
-struct Image {
-    workdir: String,
-    files: BTreeMap<String, String>,
+pub(super) struct Image {
+    pub workdir: String,
+    pub files: BTreeMap<String, String>,
     /// The files copied as they are: not text, or executable.
-    copies: Vec<FileCopy>,
-    unavailable: Option<String>,
+    pub copies: Vec<FileCopy>,
+    pub unavailable: Option<String>,
 }
 
 /// Reads `environment/Dockerfile` for its `WORKDIR`, the files it copies there, and what
 /// it needs that this host lacks (the first such thing is the reason). A copy that would
 /// reach out of `environment/` is refused at its line.
-fn read_image(folder: &TaskFolder, dir: &Path, docker_image: Option<&str>) -> Result<Image, ConfigError> {
+pub(super) fn read_image(folder: &TaskFolder, dir: &Path, docker_image: Option<&str>) -> Result<Image, ConfigError> {
     let mut image =
         Image { workdir: DEFAULT_WORKDIR.into(), files: BTreeMap::new(), copies: Vec::new(), unavailable: None };
     let needs = |why: String, image: &mut Image| {
@@ -605,98 +362,6 @@ fn on_path(program: &str) -> bool {
     std::env::var("PATH").is_ok_and(|path| find_program(program, &path).is_some())
 }
 
-/// The file a task needs, or an error that says it is missing and why it is needed.
-fn required<T>(found: Option<T>, path: &Path, why: &str) -> Result<T, ConfigError> {
-    found.ok_or_else(|| ConfigError::whole(path, format!("missing: {why}")))
-}
-
-fn check_executable(folder: &TaskFolder, dir: &Path, rel: &str, what: &str) -> Result<(), ConfigError> {
-    let path = dir.join(rel);
-    match folder.stat(dir, rel)? {
-        None => Err(ConfigError::whole(&path, format!("missing: {what} of a Harbor task (tests/test.sh)"))),
-        Some((kind, _)) if kind != Kind::File => Err(ConfigError::whole(&path, format!("{what} must be a file"))),
-        Some((_, mode)) if mode & 0o111 == 0 => {
-            Err(ConfigError::whole(&path, format!("{what} is not executable (chmod +x it)")))
-        }
-        Some(_) => Ok(()),
-    }
-}
-
-/// A TOML syntax or type error, at its line and column.
-fn toml_error(path: &Path, text: &str, error: &toml::de::Error) -> ConfigError {
-    let message = format!("invalid task.toml: {}", error.message());
-    match error.span() {
-        Some(span) => ConfigError::at(path, position(text, span.start), message),
-        None => ConfigError::whole(path, message),
-    }
-}
-
-/// An error about a field (`table.key`), at the line that sets it when it can be found.
-fn toml_field(path: &Path, text: &str, field: &str, message: String) -> ConfigError {
-    let (table, key) = field.split_once('.').unwrap_or(("", field));
-    let mut in_table = table.is_empty();
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        let trimmed = line.trim();
-        if trimmed.starts_with('[') {
-            in_table = trimmed.trim_matches(['[', ']']).trim() == table;
-        } else if in_table && trimmed.split(['=', ' ']).next() == Some(key) {
-            return ConfigError::at(path, position(text, offset), format!("`{field}` {message}"));
-        }
-        offset += line.len();
-    }
-    ConfigError::whole(path, format!("`{field}` {message}"))
-}
-
-fn position(text: &str, offset: usize) -> Position {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    Position { line, column }
-}
-
-/// `memory = "4G"` or `memory_mb = 4096`, in MiB.
-fn size_mb(
-    path: &Path,
-    text: &str,
-    field: &str,
-    written: Option<&str>,
-    mb: Option<u64>,
-) -> Result<Option<u64>, ConfigError> {
-    let Some(written) = written else {
-        return Ok(mb);
-    };
-    let lower = written.trim().to_lowercase();
-    let digits = lower.trim_end_matches(|c: char| c.is_alphabetic());
-    let unit = &lower[digits.len()..];
-    let factor = match unit.trim_end_matches('b').trim_end_matches('i') {
-        "k" => 1.0 / 1024.0,
-        "" | "m" => 1.0,
-        "g" => 1024.0,
-        "t" => 1024.0 * 1024.0,
-        _ => -1.0,
-    };
-    match digits.trim().parse::<f64>() {
-        Ok(n) if n > 0.0 && factor > 0.0 => Ok(Some((n * factor).ceil() as u64)),
-        _ => Err(toml_field(path, text, field, format!("is `{written}`, expected a size such as \"2G\" or \"512M\""))),
-    }
-}
-
-/// A number as a person reads it: `1e308`, not its three hundred digits.
-fn shown(x: f64) -> String {
-    if x.is_finite() && x.abs() < 1e15 { x.to_string() } else { format!("{x:e}") }
-}
-
-fn is_variable_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -726,14 +391,5 @@ mod tests {
         assert!(base_image("ghcr.io/someone/task-image:1").unwrap_err().contains("needs its image"));
         assert!(run("curl -LsSf https://astral.sh/uv/install.sh | sh").unwrap_err().contains("does not run"));
         assert!(run("mkdir -p /app/out && apt-get update").is_ok());
-    }
-
-    #[test]
-    fn sizes_read_as_mib() {
-        let p = Path::new("task.toml");
-        assert_eq!(size_mb(p, "", "environment.memory", Some("4G"), None).unwrap(), Some(4096));
-        assert_eq!(size_mb(p, "", "environment.memory", Some("512M"), None).unwrap(), Some(512));
-        assert_eq!(size_mb(p, "", "environment.memory", None, Some(100)).unwrap(), Some(100));
-        assert!(size_mb(p, "", "environment.memory", Some("lots"), None).is_err());
     }
 }
