@@ -9,7 +9,7 @@ mod setup;
 
 pub use config::AgentConfig;
 pub use episode::{CallError, Done, EpisodeState, Trajectory};
-pub use kinds::cli::{CliAnswer, ProgramRoom};
+pub use kinds::cli::{CliAnswer, ProgramRoom, RoomInImage};
 pub use kinds::tool_calling::notes;
 pub use kinds::tool_calling::subagents::ModelFor;
 pub use kinds::tool_calling::{ToolCallingAgent, plan};

@@ -14,7 +14,7 @@ use super::cast::{Cast, Roster};
 use super::kept_notes::NotesSlot;
 use super::{EpisodeReport, EpisodeSpec};
 use crate::agent::notes::{SharedStores, Stores};
-use crate::agent::{Agent, AgentConfig, AgentSetup, EpisodeState, Lent, ProgramRoom, WorldFacts};
+use crate::agent::{Agent, AgentConfig, AgentSetup, EpisodeState, Lent, ProgramRoom, RoomInImage, WorldFacts};
 use crate::config::template;
 use crate::contract::Actor;
 use crate::domain::Task;
@@ -22,7 +22,7 @@ use crate::environment::{Definition, Ending, Environment, SetupContext, World};
 use crate::log::event::{INITIAL_SCORING, ProgramEnd, Stage};
 use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause, Usage};
 use crate::model::{LanguageModel, Role};
-use crate::sandbox::SandboxMode;
+use crate::sandbox::{Confinement, SandboxMode};
 use crate::scoring::{self, Finished};
 use crate::suite::Suite;
 
@@ -191,6 +191,7 @@ impl<'a> Episode<'a> {
         }
         self.grounds.scratch.made_for(self.environment).map_err(|m| (UnscoredCause::EnvironmentError, m))?;
         let context = SetupContext {
+            binds: self.agent.settings.binds(),
             sandbox: self.sandbox(),
             user_model: self.cast.user.clone(),
             run_dir: Some(&self.grounds.run_dir),
@@ -366,11 +367,22 @@ async fn open_notes(suite: &Suite, task: &Task, slot: Option<&mut NotesSlot>) ->
 /// Where a program agent runs: the world's folder, confined with the gateway's port as
 /// its only network; `None` for a world without a folder.
 fn program_room(suite: &Suite, world: &dyn World, mode: SandboxMode) -> Option<ProgramRoom> {
+    if let Some(place) = world.files().and_then(|files| files.image_root()) {
+        // In an image's root: the program runs there, as the image's user.
+        let spec = suite.environment.sandbox.clone().unwrap_or_default();
+        let image =
+            RoomInImage { root: place.path().to_owned(), workdir: place.workdir.clone(), env: place.env.clone() };
+        let (folder, tmp) = (place.workdir_on_host(), place.path().join("tmp"));
+        let confine = move |port| {
+            Confinement::prepare_in_root_for_gateway(&spec, place.root.clone(), place.ids.clone(), place.user, port)
+        };
+        return Some(ProgramRoom { folder, tmp, image: Some(image), confine: Box::new(confine) });
+    }
     world.program_folders().map(|(folder, tmp)| {
         let definition = suite.environment.clone();
         let (own, own_tmp) = (folder.clone(), tmp.clone());
         let confine = move |port| definition.confinement_for_gateway(mode, &[own.as_path(), own_tmp.as_path()], port);
-        ProgramRoom { folder, tmp, confine: Box::new(confine) }
+        ProgramRoom { folder, tmp, image: None, confine: Box::new(confine) }
     })
 }
 

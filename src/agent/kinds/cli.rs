@@ -54,7 +54,14 @@ pub struct Settings {
     pub answer: CliAnswer,
     /// Commands run in the world, in order, before the agent starts.
     pub setup: Vec<String>,
+    /// A host folder holding the program (an npm prefix, say): in a world in an image's
+    /// root it is bound there, read only, at [`AGENT_DIR`], its `bin/` and itself first on
+    /// `PATH`; on the host they are first on `PATH`.
+    pub install: Option<PathBuf>,
 }
+
+/// Where a `cli` agent's `install:` folder is in an image's root.
+pub const AGENT_DIR: &str = "/opt/runner-agent";
 
 impl AgentKind for Cli {
     fn name(&self) -> &'static str {
@@ -62,7 +69,7 @@ impl AgentKind for Cli {
     }
 
     fn keys(&self) -> &'static [&'static str] {
-        &["command", "env", "answer", "setup"]
+        &["command", "env", "answer", "setup", "install"]
     }
 
     /// Its `command` is given (and, when a path, is there), and its answer file is a path
@@ -88,7 +95,18 @@ impl AgentKind for Cli {
             );
             return Err(keys.error("answer", why));
         }
+        let install = match keys.decode::<PathBuf>("install")? {
+            Some(folder) => {
+                let folder = keys.folder().join(folder);
+                if !folder.is_dir() {
+                    return Err(keys.error("install", format!("no folder {}", folder.display())));
+                }
+                Some(folder.canonicalize().map_err(|e| keys.error("install", format!("{}: {e}", folder.display())))?)
+            }
+            None => None,
+        };
         Ok(AgentSettings::Cli(Settings {
+            install,
             env: keys.decode("env")?.unwrap_or_default(),
             answer,
             setup: keys.decode("setup")?.unwrap_or_default(),
@@ -111,6 +129,7 @@ impl AgentKind for Cli {
                 answer: settings.answer.clone(),
                 setup: settings.setup.clone(),
                 env: settings.env.clone(),
+                install: settings.install.clone(),
                 context: setup.task.template_context(),
                 input: setup.task.input.clone(),
                 room: lent.room,
@@ -124,10 +143,21 @@ impl AgentKind for Cli {
 /// Where the program runs: the world's folder, and how to confine it once the gateway's
 /// port is known.
 pub struct ProgramRoom {
+    /// The world's working folder, as the runner reaches it (the answer file is read there).
     pub folder: PathBuf,
     pub tmp: PathBuf,
+    /// When the world is an image's root: the program runs in it.
+    pub image: Option<RoomInImage>,
     /// The world's sandbox with TCP to this port alone.
     pub confine: Box<dyn Fn(u16) -> Result<Arc<Confinement>, String> + Send + Sync>,
+}
+
+/// A program agent's place in an image's root: the root's folder on the host (to find the
+/// program in), and the working folder and variables the image's processes start with.
+pub struct RoomInImage {
+    pub root: PathBuf,
+    pub workdir: PathBuf,
+    pub env: BTreeMap<String, String>,
 }
 
 /// What a `cli` agent is built from besides the common parts.
@@ -138,6 +168,8 @@ pub struct ProgramParts {
     pub setup: Vec<String>,
     /// The suite's `agent.env`, added to the program's environment.
     pub env: BTreeMap<String, String>,
+    /// The `install:` folder, bound at [`AGENT_DIR`] in an image's root.
+    pub install: Option<PathBuf>,
     /// The task's template values, and its input (also the program's standard input).
     pub context: serde_json::Map<String, serde_json::Value>,
     pub input: String,
@@ -165,6 +197,16 @@ fn fault(cause: UnscoredCause, message: impl Into<String>) -> AgentFault {
 }
 
 /// Whether `program` can be started: a path that is a file, or a name on `SAFE_PATH`.
+/// Whether `program` is in the image's root (`root` on the host): a path from the working
+/// folder `workdir`, or a name on `path`.
+fn installed_in(program: &str, root: &Path, workdir: &Path, path: &str) -> bool {
+    let in_root = |inside: &Path| root.join(inside.strip_prefix("/").unwrap_or(inside));
+    if program.contains('/') {
+        return in_root(&workdir.join(program)).is_file();
+    }
+    path.split(':').any(|dir| in_root(&Path::new(dir).join(program)).is_file())
+}
+
 fn installed(program: &str, folder: &Path) -> bool {
     if program.contains('/') {
         return folder.join(program).is_file();
@@ -239,6 +281,7 @@ struct Launch<'a> {
     argv: Vec<String>,
     setup: Vec<String>,
     environment: Vec<(String, String)>,
+    /// Where it starts, as it names that folder.
     folder: &'a Path,
     sandbox: Arc<Confinement>,
 }
@@ -256,24 +299,41 @@ impl<'a> Launch<'a> {
         let argv = render(&program.command, "agent.command")?;
         let setup = render(&program.setup, "agent.setup")?;
         let name = argv.first().cloned().unwrap_or_default();
-        if !installed(&name, &room.folder) {
+        let (path, home, tmp, folder) = match &room.image {
+            Some(image) => {
+                let image_path = image.env.get("PATH").map_or(SAFE_PATH, String::as_str);
+                let path = match &program.install {
+                    Some(_) => format!("{AGENT_DIR}/bin:{AGENT_DIR}:{image_path}"),
+                    None => image_path.to_owned(),
+                };
+                let home = image.env.get("HOME").cloned().unwrap_or_else(|| "/".into());
+                (path, home, "/tmp".to_owned(), image.workdir.as_path())
+            }
+            None => {
+                let tmp = room.tmp.to_string_lossy().into_owned();
+                (SAFE_PATH.to_owned(), tmp.clone(), tmp, room.folder.as_path())
+            }
+        };
+        let found = match &room.image {
+            Some(image) => installed_in(&name, &image.root, folder, &path),
+            None => installed(&name, &room.folder),
+        };
+        if !found {
             return Err(fault(
                 UnscoredCause::ConfigurationError,
-                format!("the `cli` agent's command `{name}` is not installed: not found on {SAFE_PATH}"),
+                format!("the `cli` agent's command `{name}` is not installed: not found on {path}"),
             ));
         }
         let sandbox = (room.confine)(handle.port()).map_err(|e| fault(UnscoredCause::EnvironmentError, e))?;
-        let environment: Vec<(String, String)> = handle
-            .env()
-            .into_iter()
-            .chain([
-                ("PATH".to_owned(), SAFE_PATH.to_owned()),
-                ("HOME".to_owned(), room.tmp.to_string_lossy().into_owned()),
-                ("TMPDIR".to_owned(), room.tmp.to_string_lossy().into_owned()),
-            ])
+        let image_env =
+            room.image.iter().flat_map(|i| i.env.iter()).filter(|(k, _)| !["PATH", "HOME"].contains(&k.as_str()));
+        let environment: Vec<(String, String)> = image_env
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .chain(handle.env())
+            .chain([("PATH".to_owned(), path), ("HOME".to_owned(), home), ("TMPDIR".to_owned(), tmp)])
             .chain(program.env.iter().map(|(k, v)| (k.clone(), v.clone())))
             .collect();
-        Ok(Launch { name, argv, setup, environment, folder: &room.folder, sandbox })
+        Ok(Launch { name, argv, setup, environment, folder, sandbox })
     }
 
     fn command(&self, program: &str, args: &[String]) -> tokio::process::Command {

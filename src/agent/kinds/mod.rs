@@ -153,6 +153,19 @@ impl AgentSettings {
             _ => None,
         }
     }
+
+    /// Host folders the agent's world binds into an image's root for it: a `cli` agent's
+    /// `install:` folder, read only, at [`cli::AGENT_DIR`].
+    pub fn binds(&self) -> Vec<crate::sandbox::root::Bind> {
+        match self {
+            AgentSettings::Cli(cli::Settings { install: Some(folder), .. }) => vec![crate::sandbox::root::Bind {
+                from: folder.clone(),
+                to: std::path::PathBuf::from(cli::AGENT_DIR),
+                writable: false,
+            }],
+            _ => Vec::new(),
+        }
+    }
 }
 
 #[cfg(test)]
