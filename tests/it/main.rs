@@ -16,6 +16,7 @@ mod external;
 mod file_tools;
 mod gateway;
 mod harbor;
+mod harbor_images;
 mod image_build;
 mod images;
 mod judge_check;
