@@ -182,7 +182,13 @@ impl build::Layers for StoreLayers<'_> {
     }
 
     fn cached(&self, key: &str) -> Option<build::CachedStep> {
-        self.steps.cached(key)
+        let found = self.steps.cached(key)?;
+        // Used now: `runner images prune --older-than` keeps it.
+        let config = found.layer.parent().map(|step| step.join("config.json"));
+        if let Some(file) = config.and_then(|c| std::fs::File::options().append(true).open(c).ok()) {
+            let _ = file.set_modified(std::time::SystemTime::now());
+        }
+        Some(found)
     }
 
     fn keep(&self, key: &str, dir: PathBuf, config: &ImageConfig) -> Result<PathBuf, String> {

@@ -347,7 +347,28 @@ impl ImageStore {
             tree::remove(&entry.path())
                 .map_err(|e| io_error(format!("cannot remove {}", entry.path().display()), e))?;
         }
+        self.prune_builds(older_than, &mut removed)?;
         Ok(removed)
+    }
+
+    /// The build cache (`build/`, where `image::prepare` keeps each Dockerfile step's layer):
+    /// work left in `scratch/`, and, given an age, the steps no build used since (a build
+    /// that finds a step touches its `config.json`).
+    fn prune_builds(&self, older_than: Option<Duration>, removed: &mut Removed) -> Result<(), String> {
+        let build = self.root.join("build");
+        let scratch = std::fs::read_dir(build.join("scratch")).into_iter().flatten().flatten();
+        let cutoff = older_than.map(|age| SystemTime::now() - age);
+        let steps = std::fs::read_dir(build.join("steps")).into_iter().flatten().flatten().filter(|step| {
+            let used = std::fs::metadata(step.path().join("config.json")).and_then(|m| m.modified());
+            cutoff.is_some_and(|cutoff| used.map_or(true, |used| used < cutoff))
+        });
+        for entry in scratch.chain(steps) {
+            removed.bytes += tree::disk_usage(&entry.path()).unwrap_or(0);
+            removed.layers += 1;
+            tree::remove(&entry.path())
+                .map_err(|e| io_error(format!("cannot remove {}", entry.path().display()), e))?;
+        }
+        Ok(())
     }
 
     fn remove_record(&self, record: &ImageRecord) -> Result<(), String> {
@@ -385,5 +406,35 @@ fn describe(record: &ImageRecord) -> String {
     match record.references.is_empty() {
         true => record.digest.clone(),
         false => record.references.join(", "),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `prune` clears the build cache's scratch work, and with an age the steps no build
+    /// used since, keeping those used within it.
+    #[test]
+    fn prune_takes_old_build_steps_and_leftover_work_and_keeps_recent_steps() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ImageStore::open(dir.path()).unwrap();
+        let step = |name: &str, age_days: u64| {
+            let step = dir.path().join("build/steps").join(name);
+            std::fs::create_dir_all(step.join("layer")).unwrap();
+            std::fs::write(step.join("layer/file"), "x").unwrap();
+            let config = std::fs::File::create(step.join("config.json")).unwrap();
+            config.set_modified(SystemTime::now() - Duration::from_secs(age_days * 86_400)).unwrap();
+        };
+        step("old", 40);
+        step("recent", 1);
+        std::fs::create_dir_all(dir.path().join("build/scratch/left")).unwrap();
+        store.prune(None).unwrap();
+        assert!(!dir.path().join("build/scratch/left").exists());
+        assert!(dir.path().join("build/steps/old").exists(), "without an age no step goes");
+        let removed = store.prune(Some(Duration::from_secs(30 * 86_400))).unwrap();
+        assert!(!dir.path().join("build/steps/old").exists());
+        assert!(dir.path().join("build/steps/recent/layer/file").exists());
+        assert_eq!(removed.layers, 1);
     }
 }
