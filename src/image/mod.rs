@@ -22,6 +22,7 @@ mod registry;
 mod store;
 mod tree;
 pub mod unpack;
+pub mod user;
 
 pub use error::{PullError, PullFault};
 pub use pull::{PullPolicy, pull};
@@ -149,7 +150,7 @@ pub async fn prepare(source: &ImageSource, images: &Images) -> Result<ReadyImage
                 build_args: spec.args.clone(),
                 build_timeout: spec
                     .timeout_s
-                    .map_or(build::BuildOptions::default().build_timeout, |s| std::time::Duration::from_secs_f64(s)),
+                    .map_or(build::BuildOptions::default().build_timeout, std::time::Duration::from_secs_f64),
                 ..build::BuildOptions::default()
             };
             let source = build::BuildSource { context: spec.context.clone(), dockerfile: spec.dockerfile.clone() };

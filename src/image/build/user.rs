@@ -4,47 +4,19 @@
 use std::path::Path;
 
 use super::tree::ImageTree;
-use crate::image::ID_RANGE;
 
-/// An account of the image: its ids and home.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Account {
-    pub uid: u32,
-    pub gid: u32,
-    pub home: String,
+pub use crate::image::user::Account;
+use crate::image::user::{Accounts, within_range};
+
+/// The image's account files at `tree`.
+fn accounts(tree: &ImageTree) -> Accounts {
+    Accounts { passwd: read(tree, "/etc/passwd"), group: read(tree, "/etc/group") }
 }
 
 /// `USER`'s value (`name`, `uid`, either with `:group`) resolved in the image at `tree`;
 /// root when empty. A number with no account is itself, its group the same number.
 pub fn user(tree: &ImageTree, spec: &str) -> Result<Account, String> {
-    let spec = spec.trim();
-    let (name, group) = match spec.split_once(':') {
-        Some((u, g)) => (u, Some(g)),
-        None => (if spec.is_empty() { "0" } else { spec }, None),
-    };
-    let passwd = read(tree, "/etc/passwd");
-    let account = passwd.lines().map(|l| l.split(':').collect::<Vec<_>>()).find(|f| f.len() >= 6 && f[0] == name);
-    let mut found = match (account, name.parse::<u32>()) {
-        (Some(f), _) => Account {
-            uid: f[2].parse().map_err(|_| format!("the account of `{name}` in /etc/passwd has no number"))?,
-            gid: f[3].parse().map_err(|_| format!("the account of `{name}` in /etc/passwd has no group number"))?,
-            home: f[5].to_owned(),
-        },
-        (None, Ok(uid)) => {
-            let by_number =
-                passwd.lines().map(|l| l.split(':').collect::<Vec<_>>()).find(|f| f.len() >= 6 && f[2] == name);
-            match by_number {
-                Some(f) => Account { uid, gid: f[3].parse().unwrap_or(uid), home: f[5].to_owned() },
-                None => Account { uid, gid: uid, home: if uid == 0 { "/root".into() } else { "/".into() } },
-            }
-        }
-        (None, Err(_)) => return Err(format!("no user `{name}` in the image's /etc/passwd")),
-    };
-    if let Some(group) = group {
-        found.gid = group_id(tree, group)?;
-    }
-    within_range(found.uid, found.gid)?;
-    Ok(found)
+    accounts(tree).user(spec)
 }
 
 /// `--chown`'s value: `user[:group]`, names or numbers; without a group, the user's number
@@ -54,35 +26,17 @@ pub fn chown(tree: &ImageTree, spec: &str) -> Result<(u32, u32), String> {
         Some((u, g)) => (u, Some(g)),
         None => (spec, None),
     };
+    let accounts = accounts(tree);
     let uid = match name.parse::<u32>() {
         Ok(uid) => uid,
-        Err(_) => user(tree, name)?.uid,
+        Err(_) => accounts.user(name)?.uid,
     };
     let gid = match group {
-        Some(group) => group_id(tree, group)?,
+        Some(group) => accounts.group_id(group)?,
         None => uid,
     };
     within_range(uid, gid)?;
     Ok((uid, gid))
-}
-
-fn group_id(tree: &ImageTree, group: &str) -> Result<u32, String> {
-    if let Ok(gid) = group.parse::<u32>() {
-        return Ok(gid);
-    }
-    let groups = read(tree, "/etc/group");
-    let found = groups.lines().map(|l| l.split(':').collect::<Vec<_>>()).find(|f| f.len() >= 3 && f[0] == group);
-    match found {
-        Some(f) => f[2].parse().map_err(|_| format!("the group `{group}` in /etc/group has no number")),
-        None => Err(format!("no group `{group}` in the image's /etc/group")),
-    }
-}
-
-fn within_range(uid: u32, gid: u32) -> Result<(), String> {
-    if uid >= ID_RANGE || gid >= ID_RANGE {
-        return Err(format!("ids from {ID_RANGE} up are beyond what an image may use"));
-    }
-    Ok(())
 }
 
 /// A file of the image, empty when it has none.

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::domain::Task;
 use crate::environment::beneath::{Beneath, Links};
+use crate::image::user::{Account, Accounts};
 pub use crate::image::{ID_BASE, ID_RANGE, ReadyImage};
 use crate::sandbox::root::{Bind, IdMap, Root, RootSpec};
 
@@ -142,52 +143,11 @@ fn seed(workdir: &Beneath, files: &BTreeMap<String, String>, task: &Task) -> Res
     Ok(())
 }
 
-/// An image's user, as its own account files say.
-#[derive(Debug, PartialEq)]
-struct ImageUser {
-    uid: u32,
-    gid: u32,
-    home: String,
-}
-
 /// `USER` resolved in the image's `/etc/passwd` and `/etc/group` (read in `root`): a name or
 /// an id, with an optional `:group`. Root when none is given.
-fn resolve_user(root: &Path, user: Option<&str>) -> Result<ImageUser, String> {
+fn resolve_user(root: &Path, user: Option<&str>) -> Result<Account, String> {
     let read = |file: &str| std::fs::read_to_string(root.join(file)).unwrap_or_default();
-    let (passwd, group) = (read("etc/passwd"), read("etc/group"));
-    let given = user.map(str::trim).filter(|u| !u.is_empty()).unwrap_or("0");
-    let (name, group_name) = match given.split_once(':') {
-        Some((u, g)) => (u, Some(g)),
-        None => (given, None),
-    };
-    let account = passwd
-        .lines()
-        .map(|l| l.split(':').collect::<Vec<_>>())
-        .find(|f| f.len() >= 6 && (f[0] == name || f[2] == name));
-    let (uid, mut gid, home) = match (&account, name.parse::<u32>()) {
-        (Some(f), _) => (
-            f[2].parse::<u32>().map_err(|_| format!("the account of `{name}` has no number"))?,
-            f[3].parse::<u32>().map_err(|_| format!("the account of `{name}` has no group number"))?,
-            f[5].to_owned(),
-        ),
-        (None, Ok(uid)) => (uid, uid, if uid == 0 { "/root".to_owned() } else { "/".to_owned() }),
-        (None, Err(_)) => return Err(format!("no user `{name}` in the image's /etc/passwd")),
-    };
-    if let Some(group_name) = group_name {
-        let found = group
-            .lines()
-            .map(|l| l.split(':').collect::<Vec<_>>())
-            .find(|f| f.len() >= 3 && (f[0] == group_name || f[2] == group_name));
-        gid = match (found, group_name.parse::<u32>()) {
-            (Some(f), _) => f[2].parse().map_err(|_| format!("the group `{group_name}` has no number"))?,
-            (None, Ok(gid)) => gid,
-            (None, Err(_)) => return Err(format!("no group `{group_name}` in the image's /etc/group")),
-        };
-    }
-    if uid >= ID_RANGE || gid >= ID_RANGE {
-        return Err(format!("ids from {ID_RANGE} up are beyond what an image may use"));
-    }
-    Ok(ImageUser { uid, gid, home })
+    Accounts { passwd: read("etc/passwd"), group: read("etc/group") }.user(user.unwrap_or(""))
 }
 
 #[cfg(test)]
@@ -205,8 +165,8 @@ mod tests {
         .unwrap();
         std::fs::write(root.path().join("etc/group"), "root:x:0:\napp:x:1000:\nstaff:x:50:\n").unwrap();
         let user = |u: Option<&str>| resolve_user(root.path(), u);
-        assert_eq!(user(None), Ok(ImageUser { uid: 0, gid: 0, home: "/root".into() }));
-        assert_eq!(user(Some("app")), Ok(ImageUser { uid: 1000, gid: 1000, home: "/home/app".into() }));
+        assert_eq!(user(None), Ok(Account { uid: 0, gid: 0, home: "/root".into() }));
+        assert_eq!(user(Some("app")), Ok(Account { uid: 1000, gid: 1000, home: "/home/app".into() }));
         assert_eq!(user(Some("1000:staff")).map(|u| (u.uid, u.gid)), Ok((1000, 50)));
         assert_eq!(user(Some("4242")).map(|u| (u.uid, u.gid)), Ok((4242, 4242)), "a number with no account is itself");
         assert_eq!(user(Some("nobody")), Err("no user `nobody` in the image's /etc/passwd".into()));
