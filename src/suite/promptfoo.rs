@@ -992,20 +992,15 @@ impl Translator<'_> {
     fn on_the_answer(&mut self, head: &Assertion) -> Result<Mapped, ConfigError> {
         let Assertion { at, kind, base, negate, ref value, threshold, .. } = *head;
         let not = if negate { "not_" } else { "" };
-        let text = |v: &Value| match v {
-            Value::String(s) => Some(Value::String(s.clone())),
-            Value::Number(n) => Some(Value::String(n.to_string())),
-            _ => None,
-        };
-        let needs_text = |s: &Self| s.source.error(&yaml::child(at, "value"), format!("`{kind}` takes a text `value`"));
+        let text = |s: &Self| s.text_value(head);
         let scorer = match base {
             "equals" if value.is_object() || value.is_array() => {
                 // A structured value equals the answer parsed as JSON, deeply.
                 json!({format!("{not}is_json"): {"const": value}})
             }
-            "equals" => json!({format!("{not}equals"): text(value).ok_or_else(|| needs_text(self))?, "exact": true}),
+            "equals" => json!({format!("{not}equals"): text(self)?, "exact": true}),
             "contains" | "icontains" => {
-                let mut s = json!({format!("{not}includes"): text(value).ok_or_else(|| needs_text(self))?});
+                let mut s = json!({format!("{not}includes"): text(self)?});
                 if base == "icontains" {
                     s["ignore_case"] = json!(true);
                 }
@@ -1019,8 +1014,8 @@ impl Translator<'_> {
                 }
                 s
             }
-            "starts-with" => json!({format!("{not}starts_with"): text(value).ok_or_else(|| needs_text(self))?}),
-            "regex" => json!({format!("{not}regex"): text(value).ok_or_else(|| needs_text(self))?}),
+            "starts-with" => json!({format!("{not}starts_with"): text(self)?}),
+            "regex" => json!({format!("{not}regex"): text(self)?}),
             "is-json" | "contains-json" => {
                 let key = if base == "is-json" { "is_json" } else { "contains_json" };
                 let schema = match &value {
@@ -1039,7 +1034,7 @@ impl Translator<'_> {
                 json!({format!("{not}{key}"): schema})
             }
             "levenshtein" if !negate => {
-                let expected = text(value).ok_or_else(|| needs_text(self))?;
+                let expected = text(self)?;
                 json!({"levenshtein": expected, "max_distance": threshold.unwrap_or(5.0)})
             }
             "latency" if !negate => match threshold {
@@ -1059,12 +1054,7 @@ impl Translator<'_> {
     fn graded_or_code(&mut self, head: &Assertion) -> Result<Mapped, ConfigError> {
         let Assertion { at, o, kind, base, negate, ref value, threshold, .. } = *head;
         let not = if negate { "not_" } else { "" };
-        let text = |v: &Value| match v {
-            Value::String(s) => Some(Value::String(s.clone())),
-            Value::Number(n) => Some(Value::String(n.to_string())),
-            _ => None,
-        };
-        let needs_text = |s: &Self| s.source.error(&yaml::child(at, "value"), format!("`{kind}` takes a text `value`"));
+        let text = |s: &Self| s.text_value(head);
         let scorer = match base {
             "llm-rubric" | "model-graded-closedqa" | "factuality" if !negate => {
                 let key = match base {
@@ -1072,7 +1062,7 @@ impl Translator<'_> {
                     "model-graded-closedqa" => "model_graded_closedqa",
                     _ => "factuality",
                 };
-                let mut s = json!({key: text(value).ok_or_else(|| needs_text(self))?});
+                let mut s = json!({key: text(self)?});
                 if let Some(t) = threshold {
                     s["threshold"] = json!(t);
                 }
@@ -1097,7 +1087,7 @@ impl Translator<'_> {
                     self.unsupported(&yaml::child(at, "type"), format!("the assertion type `{kind}` {why}"))?;
                     return Ok(Mapped::Skipped);
                 };
-                let mut s = json!({format!("{not}similar"): text(value).ok_or_else(|| needs_text(self))?});
+                let mut s = json!({format!("{not}similar"): text(self)?});
                 s["threshold"] = json!(threshold.unwrap_or(0.75));
                 s["embedding"] = json!(embedding.model);
                 if let Some(url) = embedding.url {
@@ -1108,6 +1098,18 @@ impl Translator<'_> {
             _ => return Ok(Mapped::Other),
         };
         Ok(Mapped::Scorer(scorer))
+    }
+
+    /// The assertion's `value` as a text (a number written as one), or the error that says
+    /// its type takes one.
+    fn text_value(&self, head: &Assertion) -> Result<Value, ConfigError> {
+        match &head.value {
+            Value::String(s) => Ok(Value::String(s.clone())),
+            Value::Number(n) => Ok(Value::String(n.to_string())),
+            _ => {
+                Err(self.source.error(&yaml::child(head.at, "value"), format!("`{}` takes a text `value`", head.kind)))
+            }
+        }
     }
 
     /// A `python` or `javascript` assertion's value as a code scorer's: an inline

@@ -93,7 +93,7 @@ fn tb_task(sb: &Sandbox, registry: &str) -> PathBuf {
          WORKDIR /app\n"
     );
     let ca = std::fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
-    let dir = write_task(
+    write_task(
         sb,
         "tb-style",
         &[
@@ -126,8 +126,7 @@ fn tb_task(sb: &Sandbox, registry: &str) -> PathBuf {
                 "mock:\n  - tool_calls: [{name: run_command, arguments: {command: \"echo 4 > /app/count.txt; echo ran >> /app/trace\"}}]\n  - tool_calls: [{name: final_answer, arguments: {answer: done}}]\n",
             ),
         ],
-    );
-    dir
+    )
 }
 
 /// `runner` with the shared store and the registry allowed over plain HTTP.

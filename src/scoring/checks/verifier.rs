@@ -60,16 +60,7 @@ pub(crate) async fn check(world: &dyn World, verifier: &Verifier<'_>) -> Result<
         command.push_str(&format!("export {name}={}; ", shell_quote(value)));
     }
     command.push_str(&shell_quote(&script.to_string_lossy()));
-    let bound = Duration::from_secs_f64(verifier.timeout_s) + GRACE;
-    let ran = tokio::time::timeout(bound, world.run_check(&command, verifier.timeout_s)).await;
-    let how = match &ran {
-        Ok(Ok((code, output))) => format!("it exited {code}{}", tail(output)),
-        Ok(Err(failure)) => {
-            world_fault(failure)?;
-            format!("it could not run: {}", failure.message)
-        }
-        Err(_) => format!("it did not end within {}s", verifier.timeout_s),
-    };
+    let how = run_test(world, &command, verifier.timeout_s).await?;
     let missing = missing_programs(&root, &Path::new(HARBOR_DIR).join(MISSING_LIST));
     if !missing.is_empty() {
         return Err(ScoringFault::new(
@@ -99,6 +90,21 @@ fn verdict(read: Result<Option<(f64, &'static str)>, String>, how: &str) -> Resu
         }
         Err(why) => Err(fault(format!("tests/test.sh's reward could not be read: {why} ({how})"))),
     }
+}
+
+/// Runs the verifier's `command` in the final world within `timeout_s`; how it ended, for
+/// the explanation. A fault of the world itself is the check's fault.
+async fn run_test(world: &dyn World, command: &str, timeout_s: f64) -> Result<String, ScoringFault> {
+    let bound = Duration::from_secs_f64(timeout_s) + GRACE;
+    let ran = tokio::time::timeout(bound, world.run_check(command, timeout_s)).await;
+    Ok(match &ran {
+        Ok(Ok((code, output))) => format!("it exited {code}{}", tail(output)),
+        Ok(Err(failure)) => {
+            world_fault(failure)?;
+            format!("it could not run: {}", failure.message)
+        }
+        Err(_) => format!("it did not end within {timeout_s}s"),
+    })
 }
 
 /// Where the verifier's shell notes the programs it could not find, under `.harbor`.

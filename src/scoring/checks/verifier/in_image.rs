@@ -10,13 +10,12 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::time::Duration;
 
-use super::{GRACE, Verifier, fault, read_reward, shell_quote, tail, verdict};
+use super::{Verifier, fault, read_reward, run_test, shell_quote, verdict};
 use crate::environment::beneath::{Beneath, Links};
 use crate::environment::{ImageRoot, World, remove_tree_at};
 use crate::scoring::ScoringFault;
-use crate::scoring::checks::{CheckResult, world_fault};
+use crate::scoring::checks::CheckResult;
 
 pub(super) async fn check(
     world: &dyn World,
@@ -32,16 +31,7 @@ pub(super) async fn check(
         command.push_str(&format!("export {name}={}; ", shell_quote(value)));
     }
     command.push_str("bash /tests/test.sh");
-    let bound = Duration::from_secs_f64(verifier.timeout_s) + GRACE;
-    let ran = tokio::time::timeout(bound, world.run_check(&command, verifier.timeout_s)).await;
-    let how = match &ran {
-        Ok(Ok((code, output))) => format!("it exited {code}{}", tail(output)),
-        Ok(Err(failure)) => {
-            world_fault(failure)?;
-            format!("it could not run: {}", failure.message)
-        }
-        Err(_) => format!("it did not end within {}s", verifier.timeout_s),
-    };
+    let how = run_test(world, &command, verifier.timeout_s).await?;
     verdict(read_reward(&root, Path::new("logs/verifier")), &how)
 }
 
