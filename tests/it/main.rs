@@ -168,6 +168,22 @@ impl std::fmt::Debug for Run {
     }
 }
 
+/// Waits up to two seconds for `pid` to be gone, or a zombie about to be reaped (a killed
+/// process whose parent has not waited for it yet is dead all the same).
+pub fn assert_gone(pid: i32) {
+    assert!(std::path::Path::new("/proc/self/stat").exists(), "this check needs /proc");
+    let started = std::time::Instant::now();
+    loop {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().next());
+        if !state.is_some_and(|s| s != "Z" && s != "X") {
+            return;
+        }
+        assert!(started.elapsed().as_secs() < 2, "process {pid} still runs: {stat}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Whether a `python3` is on PATH; says so when a test is skipped for want of one.
 pub fn have_python() -> bool {
     let found = std::env::var_os("PATH")

@@ -43,22 +43,7 @@ fn a_command_that_hangs_times_out_and_its_process_group_is_killed() {
     assert_eq!(obs["error"]["type"], "TimeoutError", "{obs}");
     let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
     // The background `sleep` was in the command's group: it must be gone.
-    assert_gone(pid);
-}
-
-/// Waits up to two seconds for `pid` to be gone (or a zombie about to be reaped).
-fn assert_gone(pid: i32) {
-    assert!(std::path::Path::new("/proc/self/stat").exists(), "this check needs /proc");
-    let started = std::time::Instant::now();
-    loop {
-        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let alive = state.split_whitespace().nth(2).is_some_and(|s| s != "Z" && s != "X");
-        if !alive {
-            return;
-        }
-        assert!(started.elapsed().as_secs() < 2, "process {pid} survived its episode: {state}");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    crate::assert_gone(pid);
 }
 
 #[test]
@@ -72,7 +57,7 @@ fn a_process_that_leaves_the_group_is_killed_when_the_episode_ends() {
     let run = shell_run(&sb, "{}", &mock);
     assert_eq!(run.code, 0, "{run:?}");
     let pid: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
-    assert_gone(pid);
+    crate::assert_gone(pid);
 }
 
 /// The observation of the call with this id.
