@@ -33,8 +33,9 @@ impl ShellImage {
     /// The image ready for episodes: pulled or built by the first caller, while the others
     /// wait for it; the same failure for all when that failed.
     pub async fn ready(&self, images: &Images) -> Result<&ReadyImage, String> {
+        // A pull's failure names the image, a build's the Dockerfile and its line.
         let prepared = self.ready.get_or_init(|| crate::image::prepare(&self.source, images)).await;
-        prepared.as_ref().map_err(|e| format!("the image {}: {e}", self.source.name()))
+        prepared.as_ref().map_err(Clone::clone)
     }
 }
 
@@ -83,7 +84,9 @@ pub fn decode(keys: &KindKeys<'_>) -> Result<Option<ImageSource>, ConfigError> {
             {
                 return Err(keys.error("build", format!("`timeout_s` must be a positive number of seconds, got {t}")));
             }
+            // `environments/../env` said as `env`, when it is there.
             let context = keys.folder().join(&file.context);
+            let context = context.canonicalize().unwrap_or(context);
             let dockerfile = context.join(file.dockerfile.unwrap_or_else(|| PathBuf::from("Dockerfile")));
             if !dockerfile.is_file() {
                 return Err(keys.error("build", format!("no Dockerfile at {}", dockerfile.display())));
