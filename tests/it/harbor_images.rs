@@ -292,3 +292,32 @@ fn image_keys_that_cannot_work_are_refused_at_load_with_their_line() {
     assert_ne!(run.code, 0, "{run:?}");
     assert!(run.stderr.contains("runner.yaml") && run.stderr.contains("not an image reference"), "{run:?}");
 }
+
+/// A world in an image with the network resolves names as the host does (its resolv.conf
+/// and hosts bound in, as a container runtime gives them); one without has neither.
+#[test]
+fn a_world_with_the_network_resolves_names_in_its_image() {
+    if skip() {
+        return;
+    }
+    let registry = &shared().expect("checked").0.address;
+    let sb = Sandbox::new();
+    for (name, network) in [("net", true), ("offline", false)] {
+        sb.write(
+            &format!("environments/{name}.yaml"),
+            &format!("kind: shell\nimage: {registry}/runner-test/base:bookworm\nsandbox: {{network: {network}}}\n"),
+        );
+        sb.write(
+            &format!("{name}.yaml"),
+            &format!(
+                "suite: {name}\nenvironment: {name}\ntasks:\n  - id: t\n    input: look\n    scorers:\n      - check: 'getent hosts localhost && cmp /etc/resolv.conf /etc/resolv.conf'\n    mock: [{{text: done}}]\n"
+            ),
+        );
+        let id = format!("r-{name}");
+        let ran = run(&sb, &["eval", &format!("{name}.yaml"), "--model", "mock", "--run-id", &id, "--out", "results"]);
+        let events = crate::read_jsonl(&sb.path().join(format!("results/{id}/events.jsonl")));
+        let found = outcomes(&events);
+        assert_eq!(found.len(), 1, "{ran:?}");
+        assert_eq!(found[0]["passed"], network, "{name}: {} {ran:?}", found[0]);
+    }
+}

@@ -275,8 +275,15 @@ impl ShellWorld {
         image: &ReadyImage,
     ) -> Result<Self, String> {
         let dir = EpisodeFolder::create(&Default::default(), &Task::new("", ""), context.work_root)?;
-        let place = InImage::start(image, &dir.work, &definition.files, task, &context.binds)?;
         let spec = definition.sandbox.clone().unwrap_or_default();
+        let mut binds = context.binds.clone();
+        if spec.network {
+            // As a container runtime gives one: the host's name resolution, read only.
+            for file in ["/etc/resolv.conf", "/etc/hosts"].map(PathBuf::from).into_iter().filter(|f| f.is_file()) {
+                binds.push(crate::sandbox::root::Bind { from: file.clone(), to: file, writable: false });
+            }
+        }
+        let place = InImage::start(image, &dir.work, &definition.files, task, &binds)?;
         let sandbox =
             crate::sandbox::Confinement::prepare_in_root(&spec, place.root.clone(), place.ids.clone(), place.user)?;
         let files = place.files()?;
