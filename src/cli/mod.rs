@@ -4,7 +4,7 @@
 
 mod commands;
 pub mod flags;
-mod images;
+
 mod resolve;
 
 use std::fmt::Display;
@@ -97,7 +97,7 @@ fn run(command: Command) -> Result<Exit, CliError> {
         Command::Search(args) => commands::search(args),
         Command::JudgeCheck(args) => commands::judge_check(args),
         Command::Plan(args) => commands::plan(args),
-        Command::Images(args) => images::images(args),
+        Command::Images(args) => commands::images(args),
     }
 }
 

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::flags::{ImagesAction, ImagesArgs, PullFlag};
-use super::{CliError, Exit, outln, resolve};
+use crate::cli::flags::{ImagesAction, ImagesArgs, PullFlag};
+use crate::cli::{CliError, Exit, outln, resolve};
 use crate::image::{ImageRecord, ImageStore, PullPolicy, Removed};
 use crate::model::config::ModelConfig;
 
