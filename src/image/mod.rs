@@ -35,6 +35,19 @@ pub use tree::disk_usage;
 pub const ID_BASE: u32 = 1_000_000_000;
 pub const ID_RANGE: u32 = 65536;
 
+/// The user namespace every image root's processes enter (an episode's, a build step's),
+/// made once: image ids `0..ID_RANGE` are host ids from `ID_BASE`.
+pub fn id_map() -> Result<std::sync::Arc<crate::sandbox::root::IdMap>, String> {
+    use std::sync::{Arc, OnceLock};
+    static MAP: OnceLock<Result<Arc<crate::sandbox::root::IdMap>, String>> = OnceLock::new();
+    MAP.get_or_init(|| {
+        crate::sandbox::root::IdMap::new(ID_BASE, ID_RANGE)
+            .map(Arc::new)
+            .map_err(|e| format!("failed to make the images' user namespace: {e}"))
+    })
+    .clone()
+}
+
 /// What an image's configuration says of the processes that run in it (the OCI image
 /// configuration's `config` object, in the parts runner uses).
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]

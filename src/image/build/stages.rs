@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use sha2::{Digest, Sha256};
@@ -15,8 +15,8 @@ use super::parse::{Dockerfile, Instruction, exec_form};
 use super::tree::{ImageTree, Meta};
 use super::words::{self, Vars};
 use super::{BuildError, BuildFailure, BuildOptions, BuildProgress, BuildSource, Layers, StepState, run, user};
-use crate::image::{ID_BASE, ID_RANGE, ImageConfig, ReadyImage};
-use crate::sandbox::root::{Bind, IdMap, Root, RootSpec};
+use crate::image::{ImageConfig, ReadyImage};
+use crate::sandbox::root::{Bind, Root, RootSpec};
 
 /// Docker's `PATH` for an image that sets none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -57,17 +57,6 @@ pub struct Build<'a, L: Layers> {
     global: Vars,
     done: Vec<Stage>,
     step: usize,
-}
-
-/// The user namespace every build's processes enter, made once.
-fn id_map() -> Result<Arc<IdMap>, String> {
-    static MAP: OnceLock<Result<Arc<IdMap>, String>> = OnceLock::new();
-    MAP.get_or_init(|| {
-        IdMap::new(ID_BASE, ID_RANGE)
-            .map(Arc::new)
-            .map_err(|e| format!("failed to make the images' user namespace: {e}"))
-    })
-    .clone()
 }
 
 fn sha256(text: &str) -> String {
@@ -384,7 +373,7 @@ impl<'a, L: Layers> Build<'a, L> {
             }
         }
         let command = run::RunCommand { argv: argv.to_vec(), env, workdir: dir, user: (account.uid, account.gid) };
-        let ids = id_map().map_err(BuildFailure::Failed)?;
+        let ids = crate::image::id_map().map_err(BuildFailure::Failed)?;
         match run::run(root, ids, &command, self.deadline, &mut self.log).await {
             Ok(()) => Ok(()),
             Err(run::Ended::Failed { status, tail }) => Err(BuildFailure::Exited { status, tail }),

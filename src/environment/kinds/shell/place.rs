@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use crate::domain::Task;
 use crate::environment::beneath::{Beneath, Links};
@@ -25,16 +25,7 @@ pub struct InImage {
     pub env: BTreeMap<String, String>,
 }
 
-/// The user namespace every image root's processes enter, made once.
-pub fn id_map() -> Result<Arc<IdMap>, String> {
-    static MAP: OnceLock<Result<Arc<IdMap>, String>> = OnceLock::new();
-    MAP.get_or_init(|| {
-        IdMap::new(ID_BASE, ID_RANGE)
-            .map(Arc::new)
-            .map_err(|e| format!("failed to make the images' user namespace: {e}"))
-    })
-    .clone()
-}
+pub use crate::image::id_map;
 
 /// Docker's `PATH` for an image that sets none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
