@@ -342,6 +342,14 @@ fn run_caps(args: &EvalArgs, config: &ModelConfig, models: &[Arc<Backend>]) -> R
     Ok(caps)
 }
 
+/// The sandbox `--sandbox` asks for.
+pub fn sandbox_mode(switch: Switch) -> SandboxMode {
+    match switch {
+        Switch::Off => SandboxMode::Off("the command line"),
+        Switch::On => SandboxMode::On,
+    }
+}
+
 /// The suites with their environments' tools discovered: MCP servers are started once
 /// (and stopped) to list their tools. Suites whose optional environment is not installed
 /// are left out, each with a `note:` line.
@@ -349,15 +357,8 @@ pub fn discover(suites: Vec<Arc<Suite>>, sandbox: Switch) -> Result<Vec<Arc<Suit
     if suites.iter().all(|s| !s.environment.undiscovered) {
         return Ok(suites);
     }
-    let command_line = match sandbox {
-        Switch::Off => SandboxMode::Off("the command line"),
-        Switch::On => SandboxMode::On,
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::usage(format!("failed to start the async runtime: {e}")))?;
-    let found = runtime.block_on(suite::discover_tools(suites, |s| batch::sandbox_mode(s, command_line)));
+    let command_line = sandbox_mode(sandbox);
+    let found = runtime()?.block_on(suite::discover_tools(suites, |s| batch::sandbox_mode(s, command_line)));
     let (kept, notes) = found.map_err(|errors| CliError::each(Exit::Usage, errors))?;
     for note in notes {
         eprintln!("note: {note}");
@@ -384,10 +385,8 @@ pub fn prepare_images(
         return Ok(Vec::new());
     }
     let context = crate::image::Images { registries: registries.clone(), ..crate::image::Images::default() };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::usage(format!("failed to start the async runtime: {e}")))?;
+    // Several threads: a build waits for its base image's pull on one.
+    let runtime = runtime()?;
     let mut failures = Vec::new();
     for (suite, image) in images {
         let started = std::time::Instant::now();
@@ -683,6 +682,7 @@ pub fn fraction(flag: &str, value: Option<f64>) -> Result<(), CliError> {
     }
 }
 
+/// A runtime of several threads, for what a command does before (or instead of) a run.
 pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -9,18 +9,10 @@ use crate::cli::{CliError, Exit, outln};
 /// An MCP environment's servers are started once to list theirs.
 pub fn tools(environment: &str, sandbox: Switch) -> Result<Exit, CliError> {
     use crate::environment::definition::Definition;
-    use crate::sandbox::SandboxMode;
     // Looked up as a suite in the current folder would: environments/NAME.yaml, a path, a kind.
     let definition = Definition::resolve(environment, Path::new("./tools")).map_err(CliError::usage)?;
-    let mode = match sandbox {
-        Switch::Off => SandboxMode::Off("the command line"),
-        Switch::On => SandboxMode::On,
-    };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| CliError::usage(format!("failed to start the async runtime: {e}")))?;
-    let definition = runtime
+    let mode = crate::cli::resolve::sandbox_mode(sandbox);
+    let definition = crate::cli::resolve::runtime()?
         .block_on(definition.discovered(mode))
         .map_err(|e| CliError::usage(format!("environment `{environment}`: {e}")))?;
     let specs = serde_json::to_string_pretty(&definition.specs).map_err(CliError::usage)?;
