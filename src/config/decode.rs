@@ -60,6 +60,16 @@ impl Source {
         Ok(Source { file: file.to_owned(), value, locations })
     }
 
+    /// The mapping at the top-level `key` as a source of its own (a suite's inline
+    /// `environment:`): its errors name this file and the part's own lines.
+    pub fn part(&self, key: &str) -> Source {
+        Source {
+            file: self.file.clone(),
+            value: self.value.get(key).cloned().unwrap_or(Value::Null),
+            locations: self.locations.under(key),
+        }
+    }
+
     /// An error about the part of the file at `path` (e.g. `tasks[1].scorers[0]`).
     pub fn error(&self, path: &str, message: impl fmt::Display) -> ConfigError {
         let message = if path.is_empty() { message.to_string() } else { format!("{path}: {message}") };

@@ -34,6 +34,24 @@ pub struct Locations {
 }
 
 impl Locations {
+    /// The locations of the part at the top-level key `key`, as paths within that part
+    /// (`environment.kind` becomes `kind`): for a part read as a file of its own.
+    pub fn under(&self, key: &str) -> Locations {
+        let inside = |path: &str| -> Option<String> {
+            match path.strip_prefix(key) {
+                Some("") => Some(String::new()),
+                Some(rest) => {
+                    rest.strip_prefix('.').map(str::to_owned).or_else(|| rest.starts_with('[').then(|| rest.to_owned()))
+                }
+                None => None,
+            }
+        };
+        Locations {
+            by_path: self.by_path.iter().filter_map(|(p, at)| inside(p).map(|p| (p, *at))).collect(),
+            plain_numbers: self.plain_numbers.iter().filter_map(|p| inside(p)).collect(),
+        }
+    }
+
     /// Whether the value at `path` was written as an unquoted number.
     pub fn is_plain_number(&self, path: &str) -> bool {
         self.plain_numbers.contains(path)

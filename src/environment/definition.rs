@@ -191,6 +191,19 @@ impl Definition {
     /// Loads `environments/NAME.yaml`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let (source, _) = Source::read(path)?;
+        let name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
+        Self::from_source(&source, path, name)
+    }
+
+    /// A suite's inline `environment: {kind: …}`: read as an environment file would be,
+    /// its relative paths the suite's; named `name` unless it says its own.
+    pub fn inline(suite: &Source, name: &str) -> Result<Self, ConfigError> {
+        Self::from_source(&suite.part("environment"), &suite.file, Some(name.to_owned()))
+    }
+
+    /// An environment from its file's text, `path` the file (its relative paths are its
+    /// folder's), `name` what it is called unless it says.
+    fn from_source(source: &Source, path: &Path, name: Option<String>) -> Result<Self, ConfigError> {
         let no_keys = Map::new();
         let keys = source.value.as_object().unwrap_or(&no_keys);
         let file: DefinitionFile = match &source.value {
@@ -227,10 +240,7 @@ impl Definition {
                 return Err(source.error(&at, "file names must be relative paths inside the working directory"));
             }
         }
-        let name = file
-            .name
-            .or_else(|| path.file_stem().map(|s| s.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| kind.name().to_owned());
+        let name = file.name.or(name).unwrap_or_else(|| kind.name().to_owned());
         let sandbox = decode_sandbox(&source, file.sandbox.as_ref())?;
         let mut names: Vec<&str> = offered.iter().map(|t| t.spec.name.as_str()).collect();
         names.extend(expose.iter().flatten().map(String::as_str));

@@ -148,7 +148,9 @@ struct SuiteFile {
     version: u32,
     #[serde(default)]
     description: String,
-    environment: String,
+    /// A name (an environment file, a path, a built-in kind) or a mapping written as an
+    /// environment file would be.
+    environment: Value,
     /// The environment's tools this suite offers the agent, when not all of them.
     tools: Option<Vec<String>>,
     /// `off` runs the environment's processes unconfined.
@@ -372,7 +374,14 @@ fn from_source(
     // The depth subagents may reach, or `None` when the suite starts none.
     let reach = agent.settings.subagents().map(|(_, reach)| reach);
     check_actors(&source, "mock_subagents", file.mock_subagents.keys(), reach)?;
-    let environment = Definition::resolve(&file.environment, path).map_err(|e| source.error("environment", e))?;
+    let environment = match &file.environment {
+        Value::String(name) => Definition::resolve(name, path).map_err(|e| source.error("environment", e))?,
+        Value::Object(_) => Arc::new(Definition::inline(&source, &file.suite)?),
+        _ => {
+            let why = "a name (environments/NAME.yaml, a path, a built-in kind) or a mapping with `kind:`";
+            return Err(source.error("environment", why));
+        }
+    };
     let environment = match &file.tools {
         Some(names) => environment.narrowed(names).map_err(|e| source.error("tools", e))?,
         None => environment,

@@ -262,6 +262,30 @@ fn a_cli_agent_runs_inside_the_image_with_its_program_from_the_host() {
 /// An environment's image keys are checked when it loads: the file, line and key named.
 #[test]
 fn image_keys_that_cannot_work_are_refused_at_load_with_their_line() {
+    // Inline in a suite, the suite's file and the key's own line are named.
+    let sb = Sandbox::new();
+    sb.write(
+        "inline.yaml",
+        "suite: inline\nenvironment:\n  kind: shell\n  image: debian:bookworm\n  build: ./env\ntasks: [{id: a, input: hi, scorers: [{equals: x}]}]\n",
+    );
+    let run = sb.run(&["validate", "inline.yaml"]);
+    assert!(run.code != 0 && run.stderr.contains("inline.yaml:5") && run.stderr.contains("not both"), "{run:?}");
+    sb.write(
+        "inline.yaml",
+        "suite: inline\nenvironment: [shell]\ntasks: [{id: a, input: hi, scorers: [{equals: x}]}]\n",
+    );
+    let run = sb.run(&["validate", "inline.yaml"]);
+    assert!(
+        run.code != 0 && run.stderr.contains("inline.yaml:2") && run.stderr.contains("a mapping with `kind:`"),
+        "{run:?}"
+    );
+    sb.write(
+        "inline.yaml",
+        "suite: inline\nenvironment: {kind: shell, files: {a.txt: hi}}\ntasks: [{id: a, input: hi, scorers: [{file_contains: {path: a.txt, text: hi}}], mock: [{text: x}]}]\n",
+    );
+    let run = sb.eval(&["inline.yaml"]);
+    assert_eq!(run.code, 0, "an inline environment without an image runs on the host: {run:?}");
+
     let sb = Sandbox::new();
     let suite = "suite: s\nenvironment: img\ntasks: [{id: a, input: hi, scorers: [{equals: x}]}]\n";
     sb.write("s.yaml", suite);
@@ -303,14 +327,14 @@ fn a_world_with_the_network_resolves_names_in_its_image() {
     let registry = &shared().expect("checked").0.address;
     let sb = Sandbox::new();
     for (name, network) in [("net", true), ("offline", false)] {
-        sb.write(
-            &format!("environments/{name}.yaml"),
-            &format!("kind: shell\nimage: {registry}/runner-test/base:bookworm\nsandbox: {{network: {network}}}\n"),
+        // The one inline in the suite, as an environment file would say it.
+        let inline = format!(
+            "{{kind: shell, image: \"{registry}/runner-test/base:bookworm\", sandbox: {{network: {network}}}}}"
         );
         sb.write(
             &format!("{name}.yaml"),
             &format!(
-                "suite: {name}\nenvironment: {name}\ntasks:\n  - id: t\n    input: look\n    scorers:\n      - check: 'getent hosts localhost && cmp /etc/resolv.conf /etc/resolv.conf'\n    mock: [{{text: done}}]\n"
+                "suite: {name}\nenvironment: {inline}\ntasks:\n  - id: t\n    input: look\n    scorers:\n      - check: 'getent hosts localhost && cmp /etc/resolv.conf /etc/resolv.conf'\n    mock: [{{text: done}}]\n"
             ),
         );
         let id = format!("r-{name}");
