@@ -368,13 +368,15 @@ async fn open_notes(suite: &Suite, task: &Task, slot: Option<&mut NotesSlot>) ->
 /// its only network; `None` for a world without a folder.
 fn program_room(suite: &Suite, world: &dyn World, mode: SandboxMode) -> Option<ProgramRoom> {
     if let Some(place) = world.files().and_then(|files| files.image_root()) {
-        // In an image's root: the program runs there, as the image's user.
+        // In an image's root: the program runs there, as the image's user; a container of
+        // another provider's it cannot enter.
+        let own = place.own.clone()?;
         let spec = suite.environment.sandbox.clone().unwrap_or_default();
         let image =
             RoomInImage { root: place.path().to_owned(), workdir: place.workdir.clone(), env: place.env.clone() };
         let (folder, tmp) = (place.workdir_on_host(), place.path().join("tmp"));
         let confine = move |port| {
-            Confinement::prepare_in_root_for_gateway(&spec, place.root.clone(), place.ids.clone(), place.user, port)
+            Confinement::prepare_in_root_for_gateway(&spec, own.root.clone(), own.ids.clone(), own.user, port)
         };
         return Some(ProgramRoom { folder, tmp, image: Some(image), confine: Box::new(confine) });
     }

@@ -346,6 +346,11 @@ pub struct EvalArgs {
     /// only for trusted commands, or where the kernel cannot enforce it.
     #[arg(long, value_enum, default_value_t = Switch::On, value_name = "on|off")]
     pub sandbox: Switch,
+    /// Where an episode in an image lives: `rootfs`, runner's own root per episode, or
+    /// `podman`, a podman container per episode (the image built or pulled by podman), to
+    /// check that both give the same verdicts.
+    #[arg(long, value_enum, default_value_t = ProviderFlag::Rootfs)]
+    pub provider: ProviderFlag,
     /// The folder runs are written under.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
@@ -442,6 +447,13 @@ pub enum ImagesAction {
         #[arg(long, value_name = "DAYS")]
         older_than: Option<f64>,
     },
+}
+
+/// Where an episode in an image lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProviderFlag {
+    Rootfs,
+    Podman,
 }
 
 /// When a pull asks the registry.

@@ -137,7 +137,11 @@ fn run_suites(
     }
     let suites = with_variants(with_agent(loaded, args.agent)?, &args.variants)?;
     let suites = discover(suites, args.sandbox)?;
-    prepare_images(&suites, registries)?;
+    let provider = match args.provider {
+        crate::cli::flags::ProviderFlag::Rootfs => crate::image::Provider::Rootfs,
+        crate::cli::flags::ProviderFlag::Podman => crate::image::Provider::Podman,
+    };
+    prepare_images(&suites, registries, provider)?;
     Ok(suites)
 }
 
@@ -372,6 +376,7 @@ pub fn discover(suites: Vec<Arc<Suite>>, sandbox: Switch) -> Result<Vec<Arc<Suit
 pub fn prepare_images(
     suites: &[Arc<Suite>],
     registries: &crate::config::images::RegistrySettings,
+    provider: crate::image::Provider,
 ) -> Result<Vec<String>, CliError> {
     use crate::environment::kinds::KindSettings;
     let images: Vec<(&Suite, &crate::environment::kinds::shell::image::ShellImage)> = suites
@@ -384,7 +389,7 @@ pub fn prepare_images(
     if images.is_empty() {
         return Ok(Vec::new());
     }
-    let context = crate::image::Images { registries: registries.clone(), ..crate::image::Images::default() };
+    let context = crate::image::Images { registries: registries.clone(), provider, ..crate::image::Images::default() };
     // Several threads: a build waits for its base image's pull on one.
     let runtime = runtime()?;
     let mut failures = Vec::new();

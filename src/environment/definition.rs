@@ -218,7 +218,7 @@ impl Definition {
                 format!("unknown environment kind `{}`, expected one of: {}", file.kind, kinds::names().join(", "));
             return Err(source.error("kind", message));
         };
-        let settings = kind.decode_settings(&kind_keys(&source, path, keys, kind)?)?;
+        let settings = kind.decode_settings(&kind_keys(source, path, keys, kind)?)?;
         let discovers = kind.discovers_tools();
         if discovers && file.execute_code.is_some() {
             let message = format!("the `{}` kind does not offer `execute_code`", kind.name());
@@ -226,14 +226,14 @@ impl Definition {
         }
         // Discovered tools are checked when they are discovered, at the run's start.
         let expose = if discovers { file.tools.clone() } else { None };
-        let mut offered = chosen_tools(&source, kind, file.tools.as_deref(), discovers)?;
-        let scripts = decode_scripts(&source, file.execute_code.as_ref())?;
+        let mut offered = chosen_tools(source, kind, file.tools.as_deref(), discovers)?;
+        let scripts = decode_scripts(source, file.execute_code.as_ref())?;
         if scripts.is_some() {
             // Offered before the final answer, which stays last.
             let at = offered.iter().position(|t| t.spec.name == FINAL_TOOL).unwrap_or(offered.len());
             offered.insert(at, script::tool_decl(&offered));
         }
-        check_limits(&source, &file.limits)?;
+        check_limits(source, &file.limits)?;
         for name in file.files.keys() {
             if !crate::domain::is_relative_inside(name) {
                 let at = format!("files.{name}");
@@ -241,7 +241,7 @@ impl Definition {
             }
         }
         let name = file.name.or(name).unwrap_or_else(|| kind.name().to_owned());
-        let sandbox = decode_sandbox(&source, file.sandbox.as_ref())?;
+        let sandbox = decode_sandbox(source, file.sandbox.as_ref())?;
         let mut names: Vec<&str> = offered.iter().map(|t| t.spec.name.as_str()).collect();
         names.extend(expose.iter().flatten().map(String::as_str));
         let permissions = permission::parse_rules(&file.permissions, &format!("environment `{name}`"), &names)

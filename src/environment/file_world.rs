@@ -35,28 +35,38 @@ pub trait FileWorld: Send + Sync {
 }
 
 /// An image's root a world runs in, as the runner and the programs it starts there reach
-/// it: the root (held by its process), the user namespace of its ids, the image's user,
-/// and the working folder and variables its processes start with.
+/// it: the root's folder on the host, the host ids of the image's user (who owns what the
+/// runner makes there), the working folder and variables its processes start with, and,
+/// when the root is runner's own, the root and the user namespace programs enter it by.
 #[derive(Clone)]
 pub struct ImageRoot {
-    pub root: std::sync::Arc<crate::sandbox::root::Root>,
-    pub ids: std::sync::Arc<crate::sandbox::root::IdMap>,
-    /// The image's user and group ids.
-    pub user: (u32, u32),
+    pub path: std::path::PathBuf,
+    pub owner: (u32, u32),
     /// The working folder, as the world's processes name it.
     pub workdir: std::path::PathBuf,
     pub env: std::collections::BTreeMap<String, String>,
+    /// The root, its ids and the image's user (image ids); `None` in a container of
+    /// another provider's, which runner's programs cannot enter.
+    pub own: Option<OwnRoot>,
+}
+
+/// A root of runner's own: what a program needs to enter it.
+#[derive(Clone)]
+pub struct OwnRoot {
+    pub root: std::sync::Arc<crate::sandbox::root::Root>,
+    pub ids: std::sync::Arc<crate::sandbox::root::IdMap>,
+    pub user: (u32, u32),
 }
 
 impl ImageRoot {
-    /// The root's folder on the host, through the process that holds it.
+    /// The root's folder on the host.
     pub fn path(&self) -> &std::path::Path {
-        self.root.path()
+        &self.path
     }
 
-    /// The host ids of the image's user, who owns what the runner makes in the root.
+    /// The host ids of the image's user.
     pub fn owner(&self) -> (u32, u32) {
-        (self.ids.base + self.user.0, self.ids.base + self.user.1)
+        self.owner
     }
 
     /// The working folder as the runner reaches it.

@@ -38,7 +38,7 @@ use user::{Answered, Prompt, User};
 pub use crate::agent::{CallError, EpisodeState, Trajectory};
 pub use beneath::read_regular;
 pub use definition::{Definition, EnvLimits};
-pub use file_world::{FileWorld, ImageRoot, ReadBack};
+pub use file_world::{FileWorld, ImageRoot, OwnRoot, ReadBack};
 pub use folder::{remove_tree, remove_tree_at};
 pub use kind::{RunStore, SetupContext};
 pub use kinds::{EnvironmentKind, KINDS, KindSettings};

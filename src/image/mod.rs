@@ -136,6 +136,18 @@ pub struct Images {
     pub store: Option<PathBuf>,
     pub registries: crate::config::images::RegistrySettings,
     pub policy: PullPolicy,
+    /// Who runs the episodes of an image (`--provider`).
+    pub provider: Provider,
+}
+
+/// Where an episode's world in an image lives.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Provider {
+    /// runner's own root per episode: the image's layers under a private writable one.
+    #[default]
+    Rootfs,
+    /// A podman container per episode, the image built or pulled by podman.
+    Podman,
 }
 
 impl Images {

@@ -345,3 +345,44 @@ fn a_world_with_the_network_resolves_names_in_its_image() {
         assert_eq!(found[0]["passed"], network, "{name}: {} {ran:?}", found[0]);
     }
 }
+
+/// The same task under the `podman` provider (a container per episode, the image built by
+/// podman) gives the same verdicts as under runner's own roots: the oracle passes, the
+/// wrong scripted agent fails. Skipped, saying why, where podman cannot run a container.
+#[test]
+fn the_podman_provider_gives_the_same_verdicts_as_runners_own_roots() {
+    if skip() {
+        return;
+    }
+    let podman_runs = Command::new("podman")
+        .args(["--log-level=error", "--runtime", "runc", "info"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !podman_runs {
+        eprintln!("skipped: podman (with runc) is not installed or cannot run here");
+        return;
+    }
+    let registry = &shared().expect("checked").0.address;
+    let sb = Sandbox::new();
+    let task = tb_task(&sb, registry).to_string_lossy().into_owned();
+    let mut verdicts = Vec::new();
+    for provider in ["rootfs", "podman"] {
+        let mut seen = Vec::new();
+        for (agent, id) in [(["--agent", "oracle"], "oracle"), (["--model", "mock"], "mock")] {
+            let run_id = format!("{provider}-{id}");
+            let args =
+                ["eval", &task, agent[0], agent[1], "--provider", provider, "--run-id", &run_id, "--out", "results"];
+            let ran = run(&sb, &args);
+            let events = crate::read_jsonl(&sb.path().join(format!("results/{run_id}/events.jsonl")));
+            let found = outcomes(&events);
+            assert_eq!(found.len(), 1, "{provider} {id}: {ran:?}");
+            let explained: Vec<String> =
+                of_type(&events, "score").iter().filter_map(|s| s["explanation"].as_str().map(str::to_owned)).collect();
+            seen.push((found[0]["status"].clone(), found[0]["passed"].clone(), explained));
+        }
+        verdicts.push(seen);
+    }
+    assert_eq!(verdicts[0][0].1, true, "the oracle passes: {:?}", verdicts[0]);
+    assert_eq!(verdicts[0][1].1, false, "the wrong agent fails: {:?}", verdicts[0]);
+    assert_eq!(verdicts[0], verdicts[1], "rootfs and podman disagree");
+}

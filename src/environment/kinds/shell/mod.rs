@@ -39,6 +39,7 @@ mod checkpoint;
 mod files;
 pub mod image;
 pub mod place;
+pub mod podman;
 pub mod world_model;
 
 use checkpoint::Checkpoints;
@@ -79,10 +80,14 @@ impl EnvironmentKind for Shell {
     ) -> Result<Box<dyn World>, SetupError> {
         let failed = |message| SetupError { name: definition.name.clone(), message };
         let world = match &definition.settings {
-            KindSettings::Image(image) => {
-                let ready = image.ready(context.images()).await.map_err(failed)?;
-                ShellWorld::create_in_image(definition, task, context, ready).map_err(failed)?
-            }
+            KindSettings::Image(image) => match image.ready(context.images()).await.map_err(failed)? {
+                image::Prepared::Rootfs(ready) => {
+                    ShellWorld::create_in_image(definition, task, context, ready).map_err(failed)?
+                }
+                image::Prepared::Podman(ready) => {
+                    ShellWorld::create_in_container(definition, task, context, ready).await.map_err(failed)?
+                }
+            },
             _ => ShellWorld::create(definition, task, context).map_err(failed)?,
         };
         Ok(Box::new(world))
@@ -235,6 +240,8 @@ pub struct ShellWorld {
     /// The image's root the world is in, when it is in one; dropped after the world's
     /// processes, with `sandbox`.
     image: Option<InImage>,
+    /// The podman container the world is in, under the `podman` provider.
+    container: Option<podman::InContainer>,
     /// The working directory held open: every file tool resolves its paths from here.
     files: Arc<Beneath>,
     tmp: PathBuf,
@@ -257,6 +264,7 @@ impl ShellWorld {
             dir,
             inside: root.clone(),
             image: None,
+            container: None,
             tmp,
             root,
             limits: definition.limits.clone(),
@@ -293,9 +301,37 @@ impl ShellWorld {
             inside: place.workdir.clone(),
             tmp: place.root.path().join("tmp"),
             image: Some(place),
+            container: None,
             dir,
             limits: definition.limits.clone(),
             sandbox,
+            models: WorldModels::default(),
+            checkpoints: Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes),
+        })
+    }
+
+    /// A world in a podman container of `image` (the `podman` provider): the image's
+    /// working folder seeded with the files, commands run there by `podman exec`.
+    pub async fn create_in_container(
+        definition: &Definition,
+        task: &Task,
+        context: &SetupContext<'_>,
+        image: &podman::PodmanImage,
+    ) -> Result<Self, String> {
+        let dir = EpisodeFolder::create(&Default::default(), &Task::new("", ""), context.work_root)?;
+        let network = definition.sandbox.as_ref().is_some_and(|s| s.network);
+        let inside = podman::InContainer::start(image, network, &definition.files, task).await?;
+        let files = inside.files()?;
+        Ok(ShellWorld {
+            files: Arc::new(files),
+            root: inside.workdir_on_host(),
+            inside: inside.workdir.clone(),
+            tmp: inside.container.merged.join("tmp"),
+            image: None,
+            container: Some(inside),
+            dir,
+            limits: definition.limits.clone(),
+            sandbox: crate::sandbox::Confinement::off("the podman provider"),
             models: WorldModels::default(),
             checkpoints: Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes),
         })
@@ -326,13 +362,16 @@ impl ShellWorld {
         let timeout = Duration::from_secs_f64(args.timeout_s.unwrap_or(limit).min(limit).max(0.001));
         let mut command = Command::new("/bin/sh");
         command.arg("-c").arg(&args.command).current_dir(&self.inside).env_clear();
-        match &self.image {
+        match (&self.image, &self.container) {
             // The image's variables, as a container of it starts with.
-            Some(image) => command.envs(&image.env),
-            None => {
-                command.env("PATH", SAFE_PATH).env("HOME", &self.root).env("TMPDIR", &self.tmp).env("LANG", "C.UTF-8")
+            (Some(image), _) => {
+                command.envs(&image.env);
             }
-        };
+            (None, Some(inside)) => command = inside.exec(&args.command, timeout.as_secs_f64()),
+            (None, None) => {
+                command.env("PATH", SAFE_PATH).env("HOME", &self.root).env("TMPDIR", &self.tmp).env("LANG", "C.UTF-8");
+            }
+        }
         // From here on, however this future ends (timeout, cancellation), every process
         // the command started dies with it.
         let mut started = process::spawn(&command, process::Input::Null, &self.sandbox)
@@ -545,6 +584,9 @@ impl World for ShellWorld {
         if let Some(image) = &self.image {
             image.root.stop();
         }
+        if let Some(inside) = &self.container {
+            inside.container.remove().await;
+        }
         self.dir.remove().await;
         self.checkpoints.teardown().await;
     }
@@ -557,13 +599,26 @@ impl FileWorld for ShellWorld {
     }
 
     fn image_root(&self) -> Option<crate::environment::ImageRoot> {
-        let place = self.image.as_ref()?;
+        if let Some(place) = &self.image {
+            return Some(crate::environment::ImageRoot {
+                path: place.root.path().to_owned(),
+                owner: place.owner(),
+                workdir: place.workdir.clone(),
+                env: place.env.clone(),
+                own: Some(crate::environment::OwnRoot {
+                    root: place.root.clone(),
+                    ids: place.ids.clone(),
+                    user: place.user,
+                }),
+            });
+        }
+        let container = self.container.as_ref()?;
         Some(crate::environment::ImageRoot {
-            root: place.root.clone(),
-            ids: place.ids.clone(),
-            user: place.user,
-            workdir: place.workdir.clone(),
-            env: place.env.clone(),
+            path: container.container.merged.clone(),
+            owner: container.user,
+            workdir: container.workdir.clone(),
+            env: container.env.clone(),
+            own: None,
         })
     }
 

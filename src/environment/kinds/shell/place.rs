@@ -77,20 +77,8 @@ impl InImage {
         self.root.path().join(self.workdir.strip_prefix("/").unwrap_or(&self.workdir))
     }
 
-    /// A Harbor task's folders, as its container has them: `/logs/agent` and
-    /// `/logs/verifier` for its logs, and `/solution` (empty: the oracle copies the
-    /// solution there) when it has one, the image's user's.
     fn harbor_folders(&self, task: &Task) -> Result<(), String> {
-        if !task.metadata.contains_key("harbor") {
-            return Ok(());
-        }
-        let root = Beneath::in_root(self.root.path(), Path::new("/"), self.owner())
-            .map_err(|e| format!("failed to open the image's root: {e}"))?;
-        let solution = (!task.solution.is_empty()).then_some("solution");
-        for folder in ["logs/agent", "logs/verifier"].into_iter().chain(solution) {
-            root.create_dir_all(Path::new(folder)).map_err(|e| format!("failed to make /{folder}: {e}"))?;
-        }
-        Ok(())
+        harbor_folders(self.root.path(), self.owner(), task)
     }
 
     /// The working folder held open, the image's user owning what the runner makes there;
@@ -105,9 +93,25 @@ impl InImage {
     }
 }
 
+/// A Harbor task's folders in an image's root (`root` on the host), as its container has
+/// them: `/logs/agent` and `/logs/verifier` for its logs, and `/solution` (empty: the oracle
+/// copies the solution there) when it has one, `owner`'s (host ids).
+pub(super) fn harbor_folders(root: &Path, owner: (u32, u32), task: &Task) -> Result<(), String> {
+    if !task.metadata.contains_key("harbor") {
+        return Ok(());
+    }
+    let root =
+        Beneath::in_root(root, Path::new("/"), owner).map_err(|e| format!("failed to open the image's root: {e}"))?;
+    let solution = (!task.solution.is_empty()).then_some("solution");
+    for folder in ["logs/agent", "logs/verifier"].into_iter().chain(solution) {
+        root.create_dir_all(Path::new(folder)).map_err(|e| format!("failed to make /{folder}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Writes the definition's and the task's files in the working folder, and copies the
 /// task's host files there.
-fn seed(workdir: &Beneath, files: &BTreeMap<String, String>, task: &Task) -> Result<(), String> {
+pub(super) fn seed(workdir: &Beneath, files: &BTreeMap<String, String>, task: &Task) -> Result<(), String> {
     let write = |name: &str, bytes: &[u8]| -> Result<(), String> {
         if !crate::domain::is_relative_inside(name) {
             return Err(format!("file `{name}` would land outside the working directory"));
@@ -136,7 +140,7 @@ fn seed(workdir: &Beneath, files: &BTreeMap<String, String>, task: &Task) -> Res
 
 /// `USER` resolved in the image's `/etc/passwd` and `/etc/group` (read in `root`): a name or
 /// an id, with an optional `:group`. Root when none is given.
-fn resolve_user(root: &Path, user: Option<&str>) -> Result<Account, String> {
+pub(super) fn resolve_user(root: &Path, user: Option<&str>) -> Result<Account, String> {
     let read = |file: &str| std::fs::read_to_string(root.join(file)).unwrap_or_default();
     Accounts { passwd: read("etc/passwd"), group: read("etc/group") }.user(user.unwrap_or(""))
 }
