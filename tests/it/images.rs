@@ -716,8 +716,9 @@ fn a_pulled_image_is_the_root_a_shell_world_runs_commands_in() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let context = SetupContext::new(&scratch, "ep");
+        let image = runner::environment::kinds::shell::provider::RootfsImage(image);
         let mut world =
-            ShellWorld::create_in_image(&definition, &task, &context, &image).expect("a world in the image");
+            ShellWorld::create_in_image(&definition, &task, &context, &image).await.expect("a world in the image");
         let command = "cat /etc/debian_version; id -u; pwd; ls /usr/share/doc; test -e /etc/issue || echo no-issue; \
                        echo $FOO";
         let arguments = serde_json::json!({ "command": command });

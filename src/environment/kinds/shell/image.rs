@@ -11,21 +11,15 @@ use tokio::sync::OnceCell;
 
 use crate::config::decode::ConfigError;
 use crate::environment::kinds::KindKeys;
-use crate::image::{BuildSpec, ImageSource, Images, Provider, ReadyImage};
+use std::sync::Arc;
+
+use super::provider::Prepared;
+use crate::image::{BuildSpec, ImageSource, Images};
 
 /// An image and, once prepared, what preparing it gave.
 pub struct ShellImage {
     pub source: ImageSource,
-    ready: OnceCell<Result<Prepared, String>>,
-}
-
-/// An image ready for episodes, by the provider that prepared it.
-#[derive(Debug)]
-pub enum Prepared {
-    /// runner's own: layers in the store, each episode a root of them.
-    Rootfs(ReadyImage),
-    /// podman's: each episode a container of it.
-    Podman(super::podman::PodmanImage),
+    ready: OnceCell<Result<Arc<dyn Prepared>, String>>,
 }
 
 impl std::fmt::Debug for ShellImage {
@@ -39,22 +33,15 @@ impl ShellImage {
         ShellImage { source, ready: OnceCell::new() }
     }
 
-    /// The image ready for episodes: pulled or built by the first caller, while the others
-    /// wait for it; the same failure for all when that failed.
-    pub async fn ready(&self, images: &Images) -> Result<&Prepared, String> {
-        // A pull's failure names the image, a build's the Dockerfile and its line.
+    /// The image ready for episodes, by the provider `images` chooses: pulled or built by
+    /// the first caller, while the others wait for it; the same failure for all when that
+    /// failed (a pull's names the image, a build's the Dockerfile and its line).
+    pub async fn ready(&self, images: &Images) -> Result<Arc<dyn Prepared>, String> {
+        let provider = super::provider::chosen(images);
         let prepared = self
             .ready
-            .get_or_init(|| async {
-                match images.provider {
-                    Provider::Rootfs => crate::image::prepare(&self.source, images).await.map(Prepared::Rootfs),
-                    Provider::Podman => {
-                        super::podman::prepare(&self.source, &images.registries.insecure).await.map(Prepared::Podman)
-                    }
-                }
-            })
-            .await;
-        prepared.as_ref().map_err(Clone::clone)
+            .get_or_init(|| async { provider.prepare(&self.source, images).await.map_err(|e| e.to_string()) });
+        prepared.await.clone()
     }
 }
 

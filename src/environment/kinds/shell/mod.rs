@@ -40,10 +40,11 @@ mod files;
 pub mod image;
 pub mod place;
 pub mod podman;
+pub mod provider;
 pub mod world_model;
 
 use checkpoint::Checkpoints;
-use place::{InImage, ReadyImage};
+
 use world_model::WorldModels;
 
 use crate::sandbox::process::SAFE_PATH;
@@ -80,14 +81,10 @@ impl EnvironmentKind for Shell {
     ) -> Result<Box<dyn World>, SetupError> {
         let failed = |message| SetupError { name: definition.name.clone(), message };
         let world = match &definition.settings {
-            KindSettings::Image(image) => match image.ready(context.images()).await.map_err(failed)? {
-                image::Prepared::Rootfs(ready) => {
-                    ShellWorld::create_in_image(definition, task, context, ready).map_err(failed)?
-                }
-                image::Prepared::Podman(ready) => {
-                    ShellWorld::create_in_container(definition, task, context, ready).await.map_err(failed)?
-                }
-            },
+            KindSettings::Image(image) => {
+                let prepared = image.ready(context.images()).await.map_err(failed)?;
+                ShellWorld::create_in_image(definition, task, context, prepared.as_ref()).await.map_err(failed)?
+            }
             _ => ShellWorld::create(definition, task, context).map_err(failed)?,
         };
         Ok(Box::new(world))
@@ -237,11 +234,9 @@ pub struct ShellWorld {
     /// The working directory as the world's commands name it (the image's path, in an
     /// image's root).
     inside: PathBuf,
-    /// The image's root the world is in, when it is in one; dropped after the world's
-    /// processes, with `sandbox`.
-    image: Option<InImage>,
-    /// The podman container the world is in, under the `podman` provider.
-    container: Option<podman::InContainer>,
+    /// The image's place the world is in, when it is in one (a provider's: runner's own
+    /// root, a container); stopped after the world's processes.
+    place: Option<Box<dyn provider::Place>>,
     /// The working directory held open: every file tool resolves its paths from here.
     files: Arc<Beneath>,
     tmp: PathBuf,
@@ -263,8 +258,7 @@ impl ShellWorld {
             files: Arc::new(files),
             dir,
             inside: root.clone(),
-            image: None,
-            container: None,
+            place: None,
             tmp,
             root,
             limits: definition.limits.clone(),
@@ -274,64 +268,35 @@ impl ShellWorld {
         })
     }
 
-    /// A world in `image`'s root: its private layer in a new episode folder, the image's
-    /// working folder seeded with the files, commands run as the image's user.
-    pub fn create_in_image(
+    /// A world in an image a provider prepared: its place started over the episode's own
+    /// folder, the image's working folder seeded with the files, commands run there as the
+    /// image's user.
+    pub async fn create_in_image(
         definition: &Definition,
         task: &Task,
         context: &SetupContext<'_>,
-        image: &ReadyImage,
+        image: &dyn provider::Prepared,
     ) -> Result<Self, String> {
         let dir = EpisodeFolder::create(&Default::default(), &Task::new("", ""), context.work_root)?;
-        let spec = definition.sandbox.clone().unwrap_or_default();
-        let mut binds = context.binds.clone();
-        if spec.network {
-            // As a container runtime gives one: the host's name resolution, read only.
-            for file in ["/etc/resolv.conf", "/etc/hosts"].map(PathBuf::from).into_iter().filter(|f| f.is_file()) {
-                binds.push(crate::sandbox::root::Bind { from: file.clone(), to: file, writable: false });
+        let start = provider::Start { definition, task, private: &dir.work, binds: &context.binds };
+        let place = image.start(start).await.map_err(|e| e.to_string())?;
+        let files = match place.files() {
+            Ok(files) => files,
+            Err(e) => {
+                place.stop().await;
+                return Err(e);
             }
-        }
-        let place = InImage::start(image, &dir.work, &definition.files, task, &binds)?;
-        let sandbox =
-            crate::sandbox::Confinement::prepare_in_root(&spec, place.root.clone(), place.ids.clone(), place.user)?;
-        let files = place.files()?;
+        };
+        let root = place.root();
         Ok(ShellWorld {
             files: Arc::new(files),
-            root: place.workdir_on_host(),
-            inside: place.workdir.clone(),
-            tmp: place.root.path().join("tmp"),
-            image: Some(place),
-            container: None,
+            root: root.workdir_on_host(),
+            inside: root.workdir.clone(),
+            tmp: root.path().join("tmp"),
+            sandbox: place.sandbox(),
+            place: Some(place),
             dir,
             limits: definition.limits.clone(),
-            sandbox,
-            models: WorldModels::default(),
-            checkpoints: Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes),
-        })
-    }
-
-    /// A world in a podman container of `image` (the `podman` provider): the image's
-    /// working folder seeded with the files, commands run there by `podman exec`.
-    pub async fn create_in_container(
-        definition: &Definition,
-        task: &Task,
-        context: &SetupContext<'_>,
-        image: &podman::PodmanImage,
-    ) -> Result<Self, String> {
-        let dir = EpisodeFolder::create(&Default::default(), &Task::new("", ""), context.work_root)?;
-        let network = definition.sandbox.as_ref().is_some_and(|s| s.network);
-        let inside = podman::InContainer::start(image, network, &definition.files, task).await?;
-        let files = inside.files()?;
-        Ok(ShellWorld {
-            files: Arc::new(files),
-            root: inside.workdir_on_host(),
-            inside: inside.workdir.clone(),
-            tmp: inside.container.merged.join("tmp"),
-            image: None,
-            container: Some(inside),
-            dir,
-            limits: definition.limits.clone(),
-            sandbox: crate::sandbox::Confinement::off("the podman provider"),
             models: WorldModels::default(),
             checkpoints: Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes),
         })
@@ -360,18 +325,15 @@ impl ShellWorld {
         // Both bounds were checked when the definition loaded; the schema keeps timeout_s > 0.
         let limit = self.limits.command_timeout_s;
         let timeout = Duration::from_secs_f64(args.timeout_s.unwrap_or(limit).min(limit).max(0.001));
-        let mut command = Command::new("/bin/sh");
-        command.arg("-c").arg(&args.command).current_dir(&self.inside).env_clear();
-        match (&self.image, &self.container) {
-            // The image's variables, as a container of it starts with.
-            (Some(image), _) => {
-                command.envs(&image.env);
-            }
-            (None, Some(inside)) => command = inside.exec(&args.command, timeout.as_secs_f64()),
-            (None, None) => {
+        let command = match &self.place {
+            Some(place) => place.command(&args.command, timeout.as_secs_f64()),
+            None => {
+                let mut command = Command::new("/bin/sh");
+                command.arg("-c").arg(&args.command).current_dir(&self.inside).env_clear();
                 command.env("PATH", SAFE_PATH).env("HOME", &self.root).env("TMPDIR", &self.tmp).env("LANG", "C.UTF-8");
+                command
             }
-        }
+        };
         // From here on, however this future ends (timeout, cancellation), every process
         // the command started dies with it.
         let mut started = process::spawn(&command, process::Input::Null, &self.sandbox)
@@ -581,11 +543,8 @@ impl World for ShellWorld {
         // files; dropping `dir` then finds nothing, or retries what failed here.
         self.sandbox.kill_all();
         // An image's root goes first: its processes with it, then its layer can go.
-        if let Some(image) = &self.image {
-            image.root.stop();
-        }
-        if let Some(inside) = &self.container {
-            inside.container.remove().await;
+        if let Some(place) = &self.place {
+            place.stop().await;
         }
         self.dir.remove().await;
         self.checkpoints.teardown().await;
@@ -599,27 +558,7 @@ impl FileWorld for ShellWorld {
     }
 
     fn image_root(&self) -> Option<crate::environment::ImageRoot> {
-        if let Some(place) = &self.image {
-            return Some(crate::environment::ImageRoot {
-                path: place.root.path().to_owned(),
-                owner: place.owner(),
-                workdir: place.workdir.clone(),
-                env: place.env.clone(),
-                own: Some(crate::environment::OwnRoot {
-                    root: place.root.clone(),
-                    ids: place.ids.clone(),
-                    user: place.user,
-                }),
-            });
-        }
-        let container = self.container.as_ref()?;
-        Some(crate::environment::ImageRoot {
-            path: container.container.merged.clone(),
-            owner: container.user,
-            workdir: container.workdir.clone(),
-            env: container.env.clone(),
-            own: None,
-        })
+        self.place.as_ref().map(|place| place.root())
     }
 
     async fn read_back(&self, path: &str, cap: usize) -> Result<ReadBack, ToolFailure> {

@@ -30,6 +30,16 @@ pub use crate::image::id_map;
 /// Docker's `PATH` for an image that sets none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// The variables of a process started in an image, as a container of it starts with: the
+/// image's, Docker's `PATH` when it sets none, `HOME` its user's.
+pub(super) fn image_env(config_env: &[String], home: &str) -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> =
+        config_env.iter().filter_map(|e| e.split_once('=')).map(|(k, v)| (k.to_owned(), v.to_owned())).collect();
+    env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.into());
+    env.insert("HOME".into(), home.to_owned());
+    env
+}
+
 impl InImage {
     /// Starts the episode's root from `image` (its private layer in `private`), resolves
     /// the image's user in its own `/etc/passwd` and `/etc/group`, makes its working folder
@@ -56,14 +66,7 @@ impl InImage {
         let workdir = place.files()?;
         seed(&workdir, files, task)?;
         place.harbor_folders(task)?;
-        let mut env: BTreeMap<String, String> = image
-            .config
-            .env
-            .iter()
-            .filter_map(|entry| entry.split_once('=').map(|(k, v)| (k.to_owned(), v.to_owned())))
-            .collect();
-        env.entry("PATH".into()).or_insert_with(|| DEFAULT_PATH.into());
-        env.insert("HOME".into(), user.home);
+        let env = image_env(&image.config.env, &user.home);
         Ok(InImage { env, ..place })
     }
 

@@ -177,15 +177,7 @@ impl InContainer {
             Ok(account) => account,
             Err(e) => return Err((container, format!("the image {}: USER: {e}", image.tag))),
         };
-        let mut env: BTreeMap<String, String> = image
-            .config
-            .env
-            .iter()
-            .filter_map(|e| e.split_once('='))
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            .collect();
-        env.entry("PATH".into()).or_insert_with(|| crate::sandbox::process::SAFE_PATH.into());
-        env.insert("HOME".into(), account.home.clone());
+        let env = super::place::image_env(&image.config.env, &account.home);
         let inside = InContainer { user: (account.uid, account.gid), workdir: ready.workdir(), env, container };
         let seeded = inside
             .files()

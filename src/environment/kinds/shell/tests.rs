@@ -4,6 +4,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::environment::Definition;
+use crate::image::ReadyImage;
 
 /// A world over a fresh directory holding `files`, with output capped at `cap` bytes.
 fn world_with(files: &[(&str, &str)], cap: usize) -> (tempfile::TempDir, ShellWorld) {
@@ -286,7 +287,9 @@ async fn a_world_in_an_images_root_runs_commands_and_tools_as_the_images_user() 
     let task = Task { files: [("data.txt".to_owned(), "from the task\n".to_owned())].into(), ..Task::new("t", "go") };
     let scratch = dir.path().join("scratch");
     std::fs::create_dir(&scratch).unwrap();
-    let mut w = ShellWorld::create_in_image(&definition, &task, &SetupContext::new(&scratch, "ep"), &image).unwrap();
+    let image = provider::RootfsImage(image);
+    let mut w =
+        ShellWorld::create_in_image(&definition, &task, &SetupContext::new(&scratch, "ep"), &image).await.unwrap();
     let script = "pwd; echo \"$GREETING\"; echo \"$HOME\"; while read l; do echo \"read: $l\"; done < data.txt; \
                   while read k v rest; do [ \"$k\" = Uid: ] && echo uid=$v; done < /proc/self/status; \
                   echo written > out.txt; echo /app/out.txt > /tmp/where";
