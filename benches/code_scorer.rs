@@ -35,6 +35,7 @@ fn code_scorer(c: &mut Criterion) {
         scratch: Arc::new(runner::batch::Scratch::at(dir.path()).expect("a scratch folder")),
         run_dir: dir.path().into(),
         sandbox: SandboxMode::On,
+        keep_worlds: None,
         run_stop: stop.clone(),
     };
     let episode =

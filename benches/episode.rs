@@ -42,6 +42,7 @@ fn bench_episode(c: &mut Criterion, suite: &str, name: &str, steps: u32) {
         scratch: Arc::new(runner::batch::Scratch::at(dir.path()).expect("a scratch folder")),
         run_dir: dir.path().into(),
         sandbox: SandboxMode::On,
+        keep_worlds: None,
         run_stop: stop.clone(),
     };
     let episode = || runtime.block_on(run_episode(spec.clone(), None, &log, &roster, &grounds, &stop));

@@ -37,6 +37,7 @@ fn protocol_round_trip(c: &mut Criterion) {
         scratch: Arc::new(runner::batch::Scratch::at(dir.path()).expect("a scratch folder")),
         run_dir: dir.path().into(),
         sandbox: SandboxMode::On,
+        keep_worlds: None,
         run_stop: stop.clone(),
     };
     let episode =

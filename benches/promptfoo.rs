@@ -48,6 +48,7 @@ fn promptfoo(c: &mut Criterion) {
             roster: Arc::new(batch::Roster::default()),
             shard: None,
             resume: None,
+            keep_worlds: false,
             sandbox: runner::sandbox::SandboxMode::On,
             limits: Default::default(),
             warnings: Vec::new(),

@@ -78,6 +78,7 @@ impl<'a> Dispatcher<'a> {
             scratch,
             run_dir: opened.dir.clone(),
             sandbox: options.sandbox,
+            keep_worlds: options.keep_worlds.then(|| kept_worlds(&opened.dir)),
             run_stop: stop.clone(),
         });
         let admitter = Arc::new(Admitter { meter, budgeted, log: log.clone(), not_run: AtomicU64::new(0) });
@@ -389,4 +390,13 @@ impl Tally {
             wall_ms,
         }
     }
+}
+
+/// Where `--keep-worlds` keeps a run's worlds: beside its scratch folder (on the same
+/// filesystem, so keeping one is a rename), named after the run, said on stderr.
+fn kept_worlds(run_dir: &std::path::Path) -> std::path::PathBuf {
+    let name = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let dir = std::env::temp_dir().join(format!("runner-kept-{name}"));
+    eprintln!("worlds kept in {}", dir.display());
+    dir
 }

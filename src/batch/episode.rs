@@ -33,6 +33,8 @@ pub struct Grounds {
     pub scratch: Arc<super::Scratch>,
     pub run_dir: std::path::PathBuf,
     pub sandbox: SandboxMode,
+    /// Where each episode's world is kept instead of removed (`--keep-worlds`).
+    pub keep_worlds: Option<std::path::PathBuf>,
     /// The run's own stop (Ctrl-C). The episodes' stop is its child, which a hard budget
     /// cancels alone: an episode stopped while this one is not was stopped by the budget.
     pub run_stop: CancellationToken,
@@ -192,6 +194,7 @@ impl<'a> Episode<'a> {
         self.grounds.scratch.made_for(self.environment).map_err(|m| (UnscoredCause::EnvironmentError, m))?;
         let context = SetupContext {
             binds: self.agent.settings.binds(),
+            keep: self.grounds.keep_worlds.as_ref().map(|dir| dir.join(&self.spec.id)),
             sandbox: self.sandbox(),
             user_model: self.cast.user.clone(),
             run_dir: Some(&self.grounds.run_dir),

@@ -167,6 +167,9 @@ pub struct RunOptions {
     /// Continue this run instead of starting a new one.
     pub resume: Option<Resume>,
     /// `Off` when the command line turned the sandbox off for every suite.
+    /// Whether each episode's world is kept instead of removed (`--keep-worlds`), in
+    /// `$TMPDIR/runner-kept-RUN`.
+    pub keep_worlds: bool,
     pub sandbox: SandboxMode,
     /// The suites' limits as the command line overrides them.
     pub limits: LimitOverrides,

@@ -351,6 +351,11 @@ pub struct EvalArgs {
     /// check that both give the same verdicts.
     #[arg(long, value_enum, default_value_t = ProviderFlag::Rootfs)]
     pub provider: ProviderFlag,
+    /// Keep each episode's world instead of removing it, for debugging: a shell world's
+    /// folder (in an image, its private writable layer) is moved to
+    /// `$TMPDIR/runner-kept-RUN/EPISODE` when the episode ends, and the run says where.
+    #[arg(long)]
+    pub keep_worlds: bool,
     /// The folder runs are written under.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,

@@ -78,6 +78,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         roster: Arc::new(roster),
         shard: args.shard,
         resume,
+        keep_worlds: args.keep_worlds,
         sandbox: match args.sandbox {
             Switch::Off => SandboxMode::Off("the command line"),
             Switch::On => SandboxMode::On,

@@ -69,6 +69,14 @@ impl EpisodeFolder {
     /// Removes the folder, off the runtime's threads (it may hold many files); dropping
     /// the value then finds nothing, or retries what failed here. A failure is no failure
     /// of the episode: what is left is in the run's scratch folder, removed with it.
+    /// Moves the folder to `to` (on the same filesystem), to be kept: `--keep-worlds`.
+    pub fn keep(&self, to: &Path) -> io::Result<()> {
+        if let Some(parent) = to.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::rename(&self.dir, to)
+    }
+
     pub async fn remove(&self) {
         let dir = self.dir.clone();
         let _ = tokio::task::spawn_blocking(move || remove_tree(&dir)).await;

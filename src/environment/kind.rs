@@ -35,6 +35,9 @@ pub struct SetupContext<'a> {
     /// Host folders a world in an image's root binds into it (a `cli` agent's program, read
     /// only); a world on the host has no use for them.
     pub binds: Vec<crate::sandbox::root::Bind>,
+    /// Where the world is to be kept instead of removed when the episode ends
+    /// (`--keep-worlds`); `None`: removed.
+    pub keep: Option<std::path::PathBuf>,
 }
 
 impl<'a> SetupContext<'a> {
@@ -50,6 +53,7 @@ impl<'a> SetupContext<'a> {
             run_dir: None,
             images: None,
             binds: Vec::new(),
+            keep: None,
         }
     }
 

@@ -180,7 +180,14 @@ fn a_terminal_bench_style_task_passes_its_oracle_in_its_own_image_and_not_on_the
     assert!(!Path::new("/opt/venv").exists() && !Path::new("/opt/fixtures").exists());
 
     // The scripted agent's wrong count fails: a verdict, not an unscored episode.
-    let mock = run(&sb, &["eval", &task, "--model", "mock", "--run-id", "mock", "--out", "results"]);
+    let mock = run(&sb, &["eval", &task, "--model", "mock", "--run-id", "mock", "--out", "results", "--keep-worlds"]);
+    // Kept: the episode's private layer holds what it changed in the image, and only that.
+    let said = mock.stderr.lines().find_map(|l| l.strip_prefix("worlds kept in ")).expect("the run says where");
+    let kept: Vec<PathBuf> = std::fs::read_dir(said).expect("kept").map(|e| e.expect("entry").path()).collect();
+    let upper = kept[0].join("work/upper");
+    assert_eq!(std::fs::read_to_string(upper.join("app/count.txt")).unwrap_or_default(), "4\n", "{kept:?}");
+    assert!(!upper.join("opt/venv").exists(), "the image's own files are not in the episode's layer");
+    let _ = std::fs::remove_dir_all(said);
     let events = crate::read_jsonl(&sb.path().join("results/mock/events.jsonl"));
     let found = outcomes(&events);
     assert_eq!(found.len(), 1, "{mock:?}");

@@ -171,3 +171,22 @@ fn each_episode_gets_a_fresh_directory_seeded_with_its_files() {
         assert_eq!(obs["tool_result"]["stdout"], "mine.txt\nshared.txt\ntaskx\n", "{obs}");
     }
 }
+
+/// `--keep-worlds` keeps each episode's folder, with what the agent left in it, and says
+/// where; without it the folder is gone.
+#[test]
+fn keep_worlds_keeps_each_episodes_folder_and_says_where() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        "suite: s\nenvironment: shell\ntasks:\n  - id: t\n    input: go\n    scorers: [{equals: done}]\n    mock:\n      - tool_calls: [{name: write_file, arguments: {path: left.txt, content: kept}}]\n      - text: done\n",
+    );
+    let run = sb.run(&["eval", "s.yaml", "--model", "mock", "--run-id", "kept", "--out", "results", "--keep-worlds"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let said = run.stderr.lines().find_map(|l| l.strip_prefix("worlds kept in ")).expect("the run says where");
+    let kept: Vec<std::path::PathBuf> =
+        std::fs::read_dir(said).expect("the kept folder").map(|e| e.expect("an entry").path()).collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(std::fs::read_to_string(kept[0].join("work/left.txt")).unwrap_or_default(), "kept");
+    let _ = std::fs::remove_dir_all(said);
+}

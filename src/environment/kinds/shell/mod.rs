@@ -245,6 +245,8 @@ pub struct ShellWorld {
     /// What each actor last saw of the files it read or wrote.
     models: WorldModels,
     checkpoints: Checkpoints,
+    /// Where the world's folder goes when it ends, instead of away (`--keep-worlds`).
+    keep: Option<PathBuf>,
 }
 
 impl ShellWorld {
@@ -265,6 +267,7 @@ impl ShellWorld {
             sandbox,
             models: WorldModels::default(),
             checkpoints,
+            keep: context.keep.clone(),
         })
     }
 
@@ -299,6 +302,7 @@ impl ShellWorld {
             limits: definition.limits.clone(),
             models: WorldModels::default(),
             checkpoints: Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes),
+            keep: context.keep.clone(),
         })
     }
 
@@ -546,7 +550,14 @@ impl World for ShellWorld {
         if let Some(place) = &self.place {
             place.stop().await;
         }
-        self.dir.remove().await;
+        match &self.keep {
+            Some(to) => {
+                if let Err(e) = self.dir.keep(to) {
+                    eprintln!("warning: the world could not be kept in {}: {e}", to.display());
+                }
+            }
+            None => self.dir.remove().await,
+        }
         self.checkpoints.teardown().await;
     }
 }
