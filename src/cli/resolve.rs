@@ -139,8 +139,8 @@ fn run_suites(
     let suites = with_variants(with_agent(loaded, args.agent)?, &args.variants)?;
     let suites = discover(suites, args.sandbox)?;
     let provider = match args.provider {
-        crate::cli::flags::ProviderFlag::Rootfs => crate::image::Provider::Rootfs,
-        crate::cli::flags::ProviderFlag::Podman => crate::image::Provider::Podman,
+        crate::cli::flags::ProviderFlag::Rootfs => crate::image::ProviderName::Rootfs,
+        crate::cli::flags::ProviderFlag::Podman => crate::image::ProviderName::Podman,
     };
     prepare_images(&suites, registries, provider)?;
     Ok(suites)
@@ -377,7 +377,7 @@ pub fn discover(suites: Vec<Arc<Suite>>, sandbox: Switch) -> Result<Vec<Arc<Suit
 pub fn prepare_images(
     suites: &[Arc<Suite>],
     registries: &crate::config::images::RegistrySettings,
-    provider: crate::image::Provider,
+    provider: crate::image::ProviderName,
 ) -> Result<Vec<String>, CliError> {
     use crate::environment::kinds::KindSettings;
     let images: Vec<(&Suite, &crate::environment::kinds::shell::image::ShellImage)> = suites

@@ -137,12 +137,12 @@ pub struct Images {
     pub registries: crate::config::images::RegistrySettings,
     pub policy: PullPolicy,
     /// Who runs the episodes of an image (`--provider`).
-    pub provider: Provider,
+    pub provider: ProviderName,
 }
 
 /// Where an episode's world in an image lives.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Provider {
+pub enum ProviderName {
     /// runner's own root per episode: the image's layers under a private writable one.
     #[default]
     Rootfs,

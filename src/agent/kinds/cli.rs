@@ -226,7 +226,8 @@ impl Agent for CliAgent {
         let Some(room) = program.room.as_ref() else {
             return Err(fault(
                 UnscoredCause::EnvironmentError,
-                "a `cli` agent runs in a world with a folder (`environment: shell`)",
+                "a `cli` agent runs in a world with a folder (`environment: shell`), on the host or in runner's own \
+                 image roots (not in the podman provider's containers)",
             ));
         };
         let gateway = Gateway {

@@ -53,7 +53,7 @@ pub fn validate(paths: &[PathBuf], build: bool) -> Result<Exit, CliError> {
         }
     }
     let registries = || crate::model::config::ModelConfig::load(None).map(|c| c.images).map_err(CliError::usage);
-    if build && !resolve::prepare_images(&loaded, &registries()?, crate::image::Provider::Rootfs)?.is_empty() {
+    if build && !resolve::prepare_images(&loaded, &registries()?, crate::image::ProviderName::Rootfs)?.is_empty() {
         ok = false;
     }
     Ok(if ok { Exit::Passed } else { Exit::Usage })

@@ -22,13 +22,13 @@ use crate::sandbox::Confinement;
 use crate::sandbox::root::Bind;
 
 /// Every provider there is. Adding one is adding it here.
-pub const PROVIDERS: &[&dyn Provider] = &[&Rootfs, &Podman];
+pub const PROVIDERS: &[&dyn WorldProvider] = &[&Rootfs, &Podman];
 
 /// The provider `images` asks for.
-pub fn chosen(images: &Images) -> &'static dyn Provider {
+pub fn chosen(images: &Images) -> &'static dyn WorldProvider {
     match images.provider {
-        crate::image::Provider::Rootfs => &Rootfs,
-        crate::image::Provider::Podman => &Podman,
+        crate::image::ProviderName::Rootfs => &Rootfs,
+        crate::image::ProviderName::Podman => &Podman,
     }
 }
 
@@ -52,7 +52,7 @@ pub enum ProviderError {
 
 /// A provider of worlds in images.
 #[async_trait]
-pub trait Provider: Send + Sync {
+pub trait WorldProvider: Send + Sync {
     /// The name `--provider` takes.
     fn name(&self) -> &'static str;
     fn capabilities(&self) -> Capabilities;
@@ -96,7 +96,7 @@ pub trait Place: Send + Sync {
 pub struct Rootfs;
 
 #[async_trait]
-impl Provider for Rootfs {
+impl WorldProvider for Rootfs {
     fn name(&self) -> &'static str {
         "rootfs"
     }
@@ -177,7 +177,7 @@ impl Place for RootfsPlace {
 pub struct Podman;
 
 #[async_trait]
-impl Provider for Podman {
+impl WorldProvider for Podman {
     fn name(&self) -> &'static str {
         "podman"
     }
