@@ -56,7 +56,7 @@ pub struct Settings {
     pub setup: Vec<String>,
     /// A host folder holding the program (an npm prefix, say): in a world in an image's
     /// root it is bound there, read only, at [`AGENT_DIR`], its `bin/` and itself first on
-    /// `PATH`; on the host they are first on `PATH`.
+    /// `PATH`. A world on the host does not use it.
     pub install: Option<PathBuf>,
 }
 

@@ -6,14 +6,13 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tokio::sync::OnceCell;
 
+use super::provider::Prepared;
 use crate::config::decode::ConfigError;
 use crate::environment::kinds::KindKeys;
-use std::sync::Arc;
-
-use super::provider::Prepared;
 use crate::image::{BuildSpec, ImageSource, Images};
 
 /// An image and, once prepared, what preparing it gave.

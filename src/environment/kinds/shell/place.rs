@@ -25,7 +25,7 @@ pub struct InImage {
     pub env: BTreeMap<String, String>,
 }
 
-pub use crate::image::id_map;
+use crate::image::id_map;
 
 /// Docker's `PATH` for an image that sets none.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -77,7 +77,7 @@ impl InImage {
 
     /// The working folder as the runner reaches it, through the root's holder.
     pub fn workdir_on_host(&self) -> PathBuf {
-        self.root.path().join(self.workdir.strip_prefix("/").unwrap_or(&self.workdir))
+        in_root(self.root.path(), &self.workdir)
     }
 
     fn harbor_folders(&self, task: &Task) -> Result<(), String> {
@@ -87,13 +87,24 @@ impl InImage {
     /// The working folder held open, the image's user owning what the runner makes there;
     /// made when the image lacks it.
     pub fn files(&self) -> Result<Beneath, String> {
-        let root = Beneath::in_root(self.root.path(), Path::new("/"), self.owner())
-            .map_err(|e| format!("failed to open the image's root: {e}"))?;
-        let relative = self.workdir.strip_prefix("/").unwrap_or(&self.workdir);
-        root.create_dir_all(relative).map_err(|e| format!("failed to make {}: {e}", self.workdir.display()))?;
-        Beneath::in_root(&self.workdir_on_host(), &self.workdir, self.owner())
-            .map_err(|e| format!("failed to open {}: {e}", self.workdir.display()))
+        open_workdir(self.root.path(), &self.workdir, self.owner())
     }
+}
+
+/// `path`, as the image's processes name it, in the image's root `root` on the host.
+pub(super) fn in_root(root: &Path, path: &Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap_or(path))
+}
+
+/// The working folder `workdir` of the image's root `root` (on the host) held open, made
+/// when the image lacks it, `owner` (host ids) owning what the runner makes there.
+pub(super) fn open_workdir(root: &Path, workdir: &Path, owner: (u32, u32)) -> Result<Beneath, String> {
+    let opened =
+        Beneath::in_root(root, Path::new("/"), owner).map_err(|e| format!("failed to open the image's root: {e}"))?;
+    let relative = workdir.strip_prefix("/").unwrap_or(workdir);
+    opened.create_dir_all(relative).map_err(|e| format!("failed to make {}: {e}", workdir.display()))?;
+    Beneath::in_root(&in_root(root, workdir), workdir, owner)
+        .map_err(|e| format!("failed to open {}: {e}", workdir.display()))
 }
 
 /// A Harbor task's folders in an image's root (`root` on the host), as its container has

@@ -191,19 +191,13 @@ impl InContainer {
 
     /// The working folder as the runner reaches it.
     pub fn workdir_on_host(&self) -> PathBuf {
-        self.container.merged.join(self.workdir.strip_prefix("/").unwrap_or(&self.workdir))
+        super::place::in_root(&self.container.merged, &self.workdir)
     }
 
     /// The working folder held open, made when the image lacks it, the image's user owning
     /// what the runner makes there.
     pub fn files(&self) -> Result<crate::environment::beneath::Beneath, String> {
-        use crate::environment::beneath::Beneath;
-        let root = Beneath::in_root(&self.container.merged, Path::new("/"), self.user)
-            .map_err(|e| format!("failed to open the container's root: {e}"))?;
-        let relative = self.workdir.strip_prefix("/").unwrap_or(&self.workdir);
-        root.create_dir_all(relative).map_err(|e| format!("failed to make {}: {e}", self.workdir.display()))?;
-        Beneath::in_root(&self.workdir_on_host(), &self.workdir, self.user)
-            .map_err(|e| format!("failed to open {}: {e}", self.workdir.display()))
+        super::place::open_workdir(&self.container.merged, &self.workdir, self.user)
     }
 
     /// A command of the world, run in the container.
