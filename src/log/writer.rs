@@ -9,19 +9,17 @@
 //! emits waits until the writer has caught up, so that a slow disk slows the episodes
 //! instead of growing the runner's memory.
 //!
-//! The writer never blocks on the queue: when it finds it empty it sleeps a little (longer
-//! the longer it stays empty, up to [`MAX_IDLE`]), so that an emitter never pays for
-//! waking it. Only what must not wait for that sleep wakes it: the end of an episode or of
-//! the run (a flush) while the writer is in a sleep longer than [`MIN_IDLE`], an emitter
-//! over the cap, and the log's close. A busy run's writer never sleeps longer than
-//! [`MIN_IDLE`], so its finishes reach the file within about two of them and wake nobody
-//! (a finish that comes just as the writer starts a longer sleep waits for it: at most
-//! [`MAX_IDLE`]).
+//! The writer never blocks on a busy queue: when it finds it empty it dozes for
+//! [`MIN_IDLE`], so that an emitter of a busy run never pays for waking it, and its finishes
+//! reach the file within about two dozes. Only an emitter over the cap and the log's close
+//! wake it early. When the queue is still empty after the doze (the run waits for its
+//! models), the writer writes out its buffer and sleeps until the next emitter wakes it: a
+//! run that waits costs no CPU, and whoever follows the file sees every line.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -34,10 +32,11 @@ use super::timestamp::Timestamp;
 /// hundred milliseconds of a busy run's events.
 pub const QUEUE_BYTES: usize = 4 << 20;
 
-/// The writer's first sleep on an empty queue, doubled each time it is still empty.
+/// The writer's doze on an empty queue. Past it, the queue has been empty a while and the
+/// writer sleeps until an emitter wakes it. Each doze ends in a wake-up of the thread, which a
+/// run waiting for its models would pay for at every call; one is enough to tell a busy run
+/// (events every few microseconds) from a waiting one.
 const MIN_IDLE: Duration = Duration::from_millis(1);
-/// Its longest sleep: how late a line that wakes nobody may reach the file.
-const MAX_IDLE: Duration = Duration::from_millis(20);
 
 /// How many bytes of written bodies are kept for emitters to serialise into, and the
 /// largest body kept. A body freed by the writer thread goes back to the allocator's arena
@@ -109,10 +108,12 @@ struct Backlog {
     /// The most bytes ever queued, and how many times an emitter waited.
     peak: AtomicUsize,
     waits: AtomicUsize,
+    /// How many times the writer has looked at an empty queue (each doze ends in one).
+    empty_looks: AtomicUsize,
     /// Bodies the writer has written, emptied for emitters to serialise into again.
     spare: Mutex<Spare>,
-    /// The writer is in one of its longer sleeps: the queue has stayed empty a while.
-    dozing: AtomicBool,
+    /// The writer sleeps until an emitter wakes it: the queue stayed empty through its dozes.
+    asleep: AtomicBool,
 }
 
 impl Backlog {
@@ -125,9 +126,24 @@ impl Backlog {
             drained: Condvar::new(),
             peak: AtomicUsize::new(0),
             waits: AtomicUsize::new(0),
+            empty_looks: AtomicUsize::new(0),
             spare: Mutex::default(),
-            dozing: AtomicBool::new(false),
+            asleep: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the writer was asleep with the line just queued unseen: it is woken once,
+    /// by the emitter that takes the flag. Paired with the writer's [`Backlog::fall_asleep`]:
+    /// each side writes its own mark (the line, the flag) before it reads the other's.
+    fn woken_from_sleep(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.asleep.load(Ordering::SeqCst) && self.asleep.swap(false, Ordering::SeqCst)
+    }
+
+    /// Marks the writer asleep; it looks at the queue once more before it sleeps.
+    fn fall_asleep(&self) {
+        self.asleep.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
     }
 
     /// An empty buffer for an event's body: one the writer is done with, or a new one.
@@ -319,9 +335,8 @@ impl EventLog {
         } else if over {
             self.writer.unpark();
             self.backlog.wait_for_room();
-        } else if flush && self.backlog.dozing.load(Ordering::Acquire) {
-            // A writer that is not dozing looks again within MIN_IDLE: a busy run's
-            // finishes wake nobody.
+        } else if self.backlog.woken_from_sleep() {
+            // A writer that dozes looks again within MIN_IDLE: a busy run's lines wake nobody.
             self.writer.unpark();
         }
         for s in self.subscribers.iter().filter(|s| (s.wants)(event)) {
@@ -405,7 +420,9 @@ fn write_lines(
 ) -> std::io::Result<()> {
     let mut seq = last_seq;
     let mut owed = Duration::ZERO;
-    let mut idle = MIN_IDLE;
+    // The queue was found empty once already (and the writer dozed): the next time it sleeps.
+    let mut dozed = false;
+    let mut asleep = false;
     // When a line that asked for a flush was written and not flushed yet: it is, once the
     // lines queued behind it are written too (one write for a busy run's many finishes), or
     // once it has waited MIN_IDLE (a queue that never empties, a slow disk).
@@ -420,17 +437,35 @@ fn write_lines(
                 continue;
             }
             Err(TryRecvError::Empty) => {
+                backlog.empty_looks.fetch_add(1, Ordering::Relaxed);
                 backlog.give_back(&mut written_bodies);
-                // Woken early by a flush (when dozing), an emitter over the cap, or the close.
-                backlog.dozing.store(idle > MIN_IDLE, Ordering::Release);
-                std::thread::park_timeout(idle);
-                backlog.dozing.store(false, Ordering::Release);
-                idle = (idle * 2).min(MAX_IDLE);
+                if asleep {
+                    // Until the next line's emitter, or the close (a spurious wake-up looks
+                    // at the queue and sleeps again).
+                    std::thread::park();
+                } else if dozed {
+                    // What is written so far reaches the file before the wait, for whoever
+                    // follows the log while it is written.
+                    out.flush()?;
+                    // The queue is looked at once more after the mark: a line queued before
+                    // the emitter could see it is found there, one queued after wakes us.
+                    backlog.fall_asleep();
+                    asleep = true;
+                } else {
+                    // Woken early by an emitter over the cap, or the close.
+                    std::thread::park_timeout(MIN_IDLE);
+                    dozed = true;
+                }
                 continue;
             }
             Err(TryRecvError::Disconnected) => break,
         };
-        idle = MIN_IDLE;
+        if asleep {
+            // Taken back unless the line's emitter already took it (and woke us).
+            backlog.asleep.store(false, Ordering::SeqCst);
+            asleep = false;
+        }
+        dozed = false;
         seq += 1;
         write_line(&mut out, run_id, seq, line.ts.as_str(), line.episode_id.as_deref(), &line.body)?;
         match unflushed {
@@ -666,6 +701,66 @@ mod tests {
             interrupted: false,
             wall_ms: 1.0,
         }
+    }
+
+    /// Polls `path` until it holds `n` lines; false after 5 s.
+    fn lines_reach(path: &Path, n: usize) -> bool {
+        (0..1000).any(|_| {
+            let seen = std::fs::read_to_string(path).unwrap_or_default().lines().count();
+            seen == n || {
+                std::thread::sleep(Duration::from_millis(5));
+                false
+            }
+        })
+    }
+
+    /// Polls until the writer sleeps without a timeout; false after 5 s.
+    fn falls_asleep(log: &EventLog) -> bool {
+        (0..1000).any(|_| {
+            log.backlog.asleep.load(Ordering::SeqCst) || {
+                std::thread::sleep(Duration::from_millis(5));
+                false
+            }
+        })
+    }
+
+    /// A run that waits for its models leaves its writer asleep: no wake-up on a timer.
+    #[test]
+    fn a_waiting_writer_sleeps_until_a_line_comes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let (log, writer) = EventLog::create(&path, "r").unwrap();
+        log.emit(None, &run_finished());
+        assert!(lines_reach(&path, 1), "the finish is not in the file");
+        assert!(falls_asleep(&log), "the writer still dozes on a timer");
+        let looks = log.backlog.empty_looks.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(300));
+        let later = log.backlog.empty_looks.load(Ordering::Relaxed);
+        // A writer dozing on a timer would look at every doze; a spurious wake-up may look once.
+        assert!(later - looks <= 1, "the writer looked at its empty queue {} times in 300 ms", later - looks);
+        // What it wrote before it slept is in the file, though nothing asked for a flush.
+        log.emit(None, &Event::Final { step: 1, call_id: "c".into(), answer: "42".into() });
+        assert!(falls_asleep(&log), "the line woke the writer, which then slept again");
+        assert!(lines_reach(&path, 2), "a line that asked for no flush stayed in the buffer");
+        drop(log);
+        writer.close().unwrap();
+    }
+
+    /// A line that comes just as the writer falls asleep wakes it: 300 finishes, each
+    /// emitted after a pause around the writer's dozes, each reaches the file while the
+    /// log is open (a lost wake-up would leave one in the queue until the close).
+    #[test]
+    fn no_line_is_left_queued_behind_a_sleeping_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let (log, writer) = EventLog::create(&path, "r").unwrap();
+        for n in 1..=300usize {
+            std::thread::sleep(Duration::from_micros(fastrand::u64(0..5000)));
+            log.emit(None, &run_finished());
+            assert!(lines_reach(&path, n), "finish {n} stayed queued");
+        }
+        drop(log);
+        writer.close().unwrap();
     }
 
     #[test]
