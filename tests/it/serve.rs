@@ -39,10 +39,15 @@ impl Server {
     /// Starts `runner serve s.yaml --listen 127.0.0.1:0 --run-id test --out results ARGS`
     /// and waits for the address it says it listens on.
     fn start(sb: &Sandbox, args: &[&str]) -> Server {
+        Server::start_on(sb, "127.0.0.1:0", args)
+    }
+
+    /// [`Server::start`] listening on `listen`.
+    fn start_on(sb: &Sandbox, listen: &str, args: &[&str]) -> Server {
         let stderr = std::fs::File::options().create(true).append(true).open(sb.path().join("serve.err")).unwrap();
         let mut child = sb
             .command()
-            .args(["serve", "s.yaml", "--listen", "127.0.0.1:0", "--run-id", "test", "--out", "results"])
+            .args(["serve", "s.yaml", "--listen", listen, "--run-id", "test", "--out", "results"])
             .args(args)
             .stdout(Stdio::piped())
             .stderr(stderr)
@@ -495,4 +500,64 @@ async fn the_http_step_api_names_a_session_and_refuses_a_step_after_the_end() {
     assert_eq!(end["info"]["masked"], false, "{end}");
     let (status, after) = step(json!({"text": "4"})).await;
     assert_eq!((status, after["error"]["field"].as_str()), (409, Some("session_id")), "{after}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_episodes_events_stream_as_server_sent_events_until_it_ends() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", SUITE);
+    let server = Server::start(&sb, &["--mock-delay-ms", "300"]);
+    let (_, admitted) =
+        post(&format!("{}/v1/episodes", server.url), &json!({"task": "add", "model": "mock", "wait": false})).await;
+    let id = admitted["episode_id"].as_str().unwrap();
+    let mut response = reqwest::get(format!("{}/v1/episodes/{id}/events", server.url)).await.unwrap();
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let mut text = String::new();
+    while let Some(chunk) = tokio::time::timeout(Duration::from_secs(20), response.chunk()).await.unwrap().unwrap() {
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let kinds: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("event: ")).collect();
+    assert_eq!(kinds.first(), Some(&"episode_started"), "{text}");
+    assert_eq!(kinds.last(), Some(&"episode_finished"), "the stream ends with the episode: {text}");
+    assert_eq!(kinds.iter().filter(|k| **k == "model_call").count(), 2, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_batch_is_checked_whole_first_then_streams_each_answer_as_it_ends() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", SUITE);
+    let server = Server::start(&sb, &["-j", "2"]);
+    let batches = format!("{}/v1/batches", server.url);
+    let bad = json!({"episodes": [{"task": "add", "model": "mock"}, {"task": "nope", "model": "mock"}]});
+    let (status, refused) = post(&batches, &bad).await;
+    assert_eq!((status, refused["error"]["field"].as_str()), (404, Some("episodes[1].task")), "{refused}");
+    let (_, listed) = get(&format!("{}/v1/episodes", server.url)).await;
+    assert_eq!(listed["episodes"], json!([]), "nothing of a refused batch ran");
+    let five: Vec<Value> =
+        (0..5).map(|i| json!({"task": if i % 2 == 0 { "add" } else { "held-add" }, "model": "mock"})).collect();
+    let response = reqwest::Client::new().post(&batches).json(&json!({"episodes": five})).send().await.unwrap();
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    let text = response.text().await.unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut indexes: Vec<u64> = lines.iter().filter_map(|l| l["index"].as_u64()).collect();
+    indexes.sort();
+    assert_eq!(indexes, [0, 1, 2, 3, 4], "{text}");
+    assert!(lines.iter().all(|l| l["outcome"]["status"] == "scored"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn it_listens_on_a_unix_socket_too() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let sb = Sandbox::new();
+    sb.write("s.yaml", SUITE);
+    let socket = sb.path().join("runner.sock");
+    let listen = format!("unix:{}", socket.display());
+    let server = Server::start_on(&sb, &listen, &[]);
+    assert_eq!(server.url, listen);
+    let mut stream = tokio::net::UnixStream::connect(&socket).await.unwrap();
+    stream.write_all(b"GET /v1/tasks HTTP/1.1\r\nhost: runner\r\nconnection: close\r\n\r\n").await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"held-add\""), "{answer}");
 }
