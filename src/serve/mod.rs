@@ -299,24 +299,14 @@ pub async fn serve(
     stop: CancellationToken,
     ready: impl FnOnce(String),
 ) -> Result<(), String> {
-    let mut connections = tokio::task::JoinSet::new();
     match listen {
         Listen::Tcp(address) => {
             let listener = tokio::net::TcpListener::bind(address.as_str())
                 .await
                 .map_err(|e| format!("failed to listen on {address}: {e}"))?;
-            let bound = listener.local_addr().map_err(|e| e.to_string())?;
-            ready(format!("http://{bound}"));
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    accepted = listener.accept() => match accepted {
-                        Ok((stream, _)) => { connections.spawn(routes::connection(stream, service.clone())); }
-                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-                    },
-                }
-                while connections.try_join_next().is_some() {}
-            }
+            ready(format!("http://{}", listener.local_addr().map_err(|e| e.to_string())?));
+            let listener = &listener;
+            accept_until(&stop, &service, || async move { listener.accept().await.map(|(stream, _)| stream) }).await;
         }
         Listen::Unix(path) => {
             // A socket left by a server that was killed: nobody listens there any more.
@@ -326,21 +316,36 @@ pub async fn serve(
             let listener = tokio::net::UnixListener::bind(path)
                 .map_err(|e| format!("failed to listen on {}: {e}", path.display()))?;
             ready(format!("unix:{}", path.display()));
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    accepted = listener.accept() => match accepted {
-                        Ok((stream, _)) => { connections.spawn(routes::connection(stream, service.clone())); }
-                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-                    },
-                }
-                while connections.try_join_next().is_some() {}
-            }
+            let listener = &listener;
+            accept_until(&stop, &service, || async move { listener.accept().await.map(|(stream, _)| stream) }).await;
             let _ = std::fs::remove_file(path);
         }
     }
-    connections.shutdown().await;
     Ok(())
+}
+
+/// Serves each connection `accept` gives on a task of its own, until `stop`; then they go.
+async fn accept_until<S, F, A>(stop: &CancellationToken, service: &Arc<Service>, mut accept: F)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    F: FnMut() -> A,
+    A: std::future::Future<Output = std::io::Result<S>>,
+{
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = accept() => match accepted {
+                Ok(stream) => {
+                    connections.spawn(routes::connection(stream, service.clone()));
+                }
+                // Out of descriptors, say: wait rather than spin.
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            },
+        }
+        while connections.try_join_next().is_some() {}
+    }
+    connections.shutdown().await;
 }
 
 #[cfg(test)]
