@@ -18,7 +18,10 @@ use crate::log::Outcome;
 use crate::model::{Backend, CallerEndpoint};
 
 /// How many ended episodes' answers are kept for `GET`; older ones are in the run's log.
-const KEPT_ANSWERS: usize = 1024;
+const KEPT_ANSWERS: usize = 4096;
+/// How many of the latest keep their events and trajectory too (an episode's log runs to
+/// megabytes); the others keep their outcome, reward and scores.
+const WHOLE_ANSWERS: usize = 64;
 
 /// Where an episode is.
 #[derive(Clone)]
@@ -61,9 +64,21 @@ impl Registry {
         entry
     }
 
-    /// Marks an episode ended; the oldest answers beyond [`KEPT_ANSWERS`] are let go.
+    /// Marks an episode ended: the answer [`WHOLE_ANSWERS`] back loses its events and
+    /// trajectory, and the oldest answers beyond [`KEPT_ANSWERS`] are let go.
     pub fn ended(&mut self, id: &str) {
         self.ended.push_back(id.to_owned());
+        if let Some(older) = self.ended.len().checked_sub(WHOLE_ANSWERS + 1).and_then(|i| self.ended.get(i))
+            && let Some(entry) = self.entries.get(older)
+        {
+            let slim = match &*entry.phase.borrow() {
+                Phase::Ended(answer) if answer.get("events").is_some() => Some(slimmed(answer)),
+                _ => None,
+            };
+            if let Some(slim) = slim {
+                entry.phase.send_replace(Phase::Ended(Arc::new(slim)));
+            }
+        }
         while self.ended.len() > KEPT_ANSWERS {
             let Some(old) = self.ended.pop_front() else { break };
             // One retried since is running again: kept.
@@ -87,6 +102,19 @@ impl Registry {
         open.sort();
         open
     }
+}
+
+/// An answer without its events and trajectory, saying where they are.
+fn slimmed(answer: &Value) -> Value {
+    let mut slim: Map<String, Value> = answer
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !matches!(k.as_str(), "events" | "trajectory"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    slim.insert("events_in".into(), json!("the run's events.jsonl (answers kept here drop them after a while)"));
+    Value::Object(slim)
 }
 
 /// What a request asks for, read and checked.
@@ -451,6 +479,33 @@ mod tests {
             assert_eq!(e.field.as_deref(), Some(field), "{bad}: {}", e.message);
         }
         assert_eq!(read_model(None, "episodes[2].model").unwrap_err().field.as_deref(), Some("episodes[2].model"));
+    }
+
+    #[test]
+    fn old_answers_lose_their_events_then_go_and_memory_stays_bounded() {
+        let mut registry = Registry::default();
+        let answer =
+            |id: &str| Phase::Ended(Arc::new(json!({"episode_id": id, "reward": 1.0, "events": [{"type": "x"}]})));
+        for i in 0..KEPT_ANSWERS + 10 {
+            let id = format!("ep_{i}");
+            let admitted = Admitted {
+                episode_id: id.clone(),
+                suite: "s".into(),
+                task: "t".into(),
+                epoch: 1,
+                policy: Policy::Steps,
+            };
+            registry.insert(admitted, answer(&id), CancellationToken::new());
+            registry.ended(&id);
+        }
+        assert_eq!(registry.entries.len(), KEPT_ANSWERS);
+        assert!(registry.get("ep_9").is_none(), "the oldest are let go");
+        let events_of = |id: &str| match &*registry.get(id).unwrap().phase.borrow() {
+            Phase::Ended(a) => (a.get("events").is_some(), a["reward"].clone()),
+            _ => panic!("not ended"),
+        };
+        assert_eq!(events_of("ep_10"), (false, json!(1.0)), "an old answer keeps its reward, not its events");
+        assert_eq!(events_of(&format!("ep_{}", KEPT_ANSWERS + 9)), (true, json!(1.0)), "the latest keeps all");
     }
 
     #[test]
