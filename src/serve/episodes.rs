@@ -41,13 +41,13 @@ pub struct Entry {
 /// The episodes the server knows: running, interrupted, and the latest ended ones; and the
 /// highest epoch served of each task and model, so that each request gets a new episode.
 #[derive(Default)]
-pub struct Registry {
+pub struct ServedEpisodes {
     entries: HashMap<String, Arc<Entry>>,
     ended: VecDeque<String>,
     epochs: HashMap<(String, String, String), u32>,
 }
 
-impl Registry {
+impl ServedEpisodes {
     pub fn get(&self, id: &str) -> Option<Arc<Entry>> {
         self.entries.get(id).cloned()
     }
@@ -118,7 +118,7 @@ fn slimmed(answer: &Value) -> Value {
 }
 
 /// What a request asks for, read and checked.
-pub struct Asked {
+pub struct EpisodeRequest {
     pub suite: usize,
     pub task: usize,
     pub epoch: Option<u32>,
@@ -129,7 +129,7 @@ pub struct Asked {
 
 /// Reads `{task, suite?, epoch?, seed?, model}`; `at` prefixes the fields an error names
 /// (`episodes[3].`).
-pub fn read_request(service: &Service, body: &Value, at: &str) -> Result<Asked, ApiError> {
+pub fn read_request(service: &Service, body: &Value, at: &str) -> Result<EpisodeRequest, ApiError> {
     let field = |name: &str| format!("{at}{name}");
     let (suite, task) = service.find_task(body, at)?;
     let epoch = match body.get("epoch") {
@@ -152,7 +152,7 @@ pub fn read_request(service: &Service, body: &Value, at: &str) -> Result<Asked, 
         }
         (policy, _) => policy,
     };
-    Ok(Asked { suite, task, epoch, policy, api_key })
+    Ok(EpisodeRequest { suite, task, epoch, policy, api_key })
 }
 
 /// `model`: a name runner opens (`"mock"`), or the caller's endpoint
@@ -264,7 +264,7 @@ impl Service {
 
     /// Admits an episode of `asked` under `permit` (a place within the bound): its epoch
     /// and id, a line in the queue, then its run on a task of its own.
-    pub fn admit(self: &Arc<Self>, asked: Asked, permit: OwnedSemaphorePermit) -> Result<Started, ApiError> {
+    pub fn admit(self: &Arc<Self>, asked: EpisodeRequest, permit: OwnedSemaphorePermit) -> Result<Started, ApiError> {
         let backend = self.backend(&asked.policy, asked.api_key.clone())?;
         self.admit_with(asked, backend, permit, CancellationToken::new())
     }
@@ -272,7 +272,7 @@ impl Service {
     /// [`Service::admit`] with the backend that plays its agent, and its stop.
     pub fn admit_with(
         self: &Arc<Self>,
-        asked: Asked,
+        asked: EpisodeRequest,
         backend: Arc<Backend>,
         permit: OwnedSemaphorePermit,
         stop: CancellationToken,
@@ -483,7 +483,7 @@ mod tests {
 
     #[test]
     fn old_answers_lose_their_events_then_go_and_memory_stays_bounded() {
-        let mut registry = Registry::default();
+        let mut registry = ServedEpisodes::default();
         let answer =
             |id: &str| Phase::Ended(Arc::new(json!({"episode_id": id, "reward": 1.0, "events": [{"type": "x"}]})));
         for i in 0..KEPT_ANSWERS + 10 {

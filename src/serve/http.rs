@@ -9,7 +9,7 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::{Value, json};
 
 /// Every answer's body: whole, or streamed (a batch's results, server-sent events).
-pub type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+pub type AnswerBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 /// The largest request body the server reads.
 pub const MAX_BODY_BYTES: usize = 16 << 20;
@@ -62,7 +62,7 @@ impl ApiError {
         json!({"error": {"status": self.status.as_u16(), "field": self.field, "message": self.message}})
     }
 
-    pub fn response(&self) -> Response<Body> {
+    pub fn response(&self) -> Response<AnswerBody> {
         let mut response = json_response(self.status, &self.body());
         if let Some(s) = self.retry_after
             && let Ok(value) = hyper::header::HeaderValue::from_str(&s.to_string())
@@ -73,11 +73,11 @@ impl ApiError {
     }
 }
 
-pub fn full(bytes: impl Into<Bytes>) -> Body {
+pub fn full(bytes: impl Into<Bytes>) -> AnswerBody {
     Full::new(bytes.into()).boxed()
 }
 
-pub fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
+pub fn json_response(status: StatusCode, value: &Value) -> Response<AnswerBody> {
     let mut bytes = serde_json::to_vec(value).unwrap_or_default();
     bytes.push(b'\n');
     let mut response = Response::new(full(bytes));
@@ -88,7 +88,7 @@ pub fn json_response(status: StatusCode, value: &Value) -> Response<Body> {
     response
 }
 
-pub fn ok(value: &Value) -> Response<Body> {
+pub fn ok(value: &Value) -> Response<AnswerBody> {
     json_response(StatusCode::OK, value)
 }
 

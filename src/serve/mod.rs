@@ -87,13 +87,13 @@ pub struct Service {
     key: Option<String>,
     bound: Arc<Semaphore>,
     jobs: usize,
-    registry: Mutex<episodes::Registry>,
+    registry: Mutex<episodes::ServedEpisodes>,
     watch: Arc<Mutex<watch::Watch>>,
     journal: journal::Journal,
     backends: Mutex<HashMap<String, Arc<Backend>>>,
     config: ModelConfig,
     backend_options: BackendOptions,
-    sessions: Mutex<HashMap<String, Arc<steps::Session>>>,
+    sessions: Mutex<HashMap<String, Arc<steps::StepSession>>>,
     session_idle: Duration,
     endpoint_retries: u32,
     /// Cancelled when the server stops: WebSocket sessions and batches end.
@@ -106,7 +106,7 @@ fn lock<T: ?Sized>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// What a server that stopped leaves: its run, closed.
-pub struct Served {
+pub struct Closed {
     pub run: RunResult,
     pub interrupted: usize,
 }
@@ -121,7 +121,7 @@ impl Service {
         let subscription = Subscription::all(watch.clone());
         let on_demand = OnDemand::open(&suites, &run, &[subscription]).map_err(|e| e.to_string())?;
         let (journal, restored) = journal::Journal::open(on_demand.dir())?;
-        let mut registry = episodes::Registry::default();
+        let mut registry = episodes::ServedEpisodes::default();
         let interrupted = restore(&mut registry, &restored, &journal, &on_demand.dir().join("events.jsonl"))?;
         let service = Service {
             run: on_demand,
@@ -201,7 +201,7 @@ impl Service {
 
     /// Cancels every episode and session, waits (up to `patience`) for them to end, and
     /// closes the run.
-    pub async fn close(self: Arc<Self>, patience: Duration) -> Result<Served, String> {
+    pub async fn close(self: Arc<Self>, patience: Duration) -> Result<Closed, String> {
         self.closing.cancel();
         self.bound.close();
         let running: Vec<Arc<episodes::Entry>> = {
@@ -233,7 +233,7 @@ impl Service {
         };
         drop(service.sessions);
         let run = service.run.finish(interrupted > 0).map_err(|e| e.to_string())?;
-        Ok(Served { run, interrupted })
+        Ok(Closed { run, interrupted })
     }
 }
 
@@ -242,7 +242,7 @@ impl Service {
 /// finished after its last start (a kill between the log's line and the queue's), which
 /// the queue is then told. How many were interrupted.
 fn restore(
-    registry: &mut episodes::Registry,
+    registry: &mut episodes::ServedEpisodes,
     restored: &journal::Restored,
     journal: &journal::Journal,
     events: &std::path::Path,

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Service;
 use super::episodes::{self, Phase};
-use super::http::{self, ApiError, Body, ok};
+use super::http::{self, AnswerBody, ApiError, ok};
 
 /// Serves one connection (HTTP/1.1, upgraded to a WebSocket at `/ws`).
 pub async fn connection<S>(stream: S, service: Arc<Service>)
@@ -35,7 +35,7 @@ where
         .await;
 }
 
-async fn answer(service: Arc<Service>, request: Request<Incoming>) -> Response<Body> {
+async fn answer(service: Arc<Service>, request: Request<Incoming>) -> Response<AnswerBody> {
     let path = request.uri().path().trim_end_matches('/').to_owned();
     if path == "/health" || path == "/v1/health" {
         return ok(&json!({"status": "healthy"}));
@@ -51,7 +51,11 @@ async fn answer(service: Arc<Service>, request: Request<Incoming>) -> Response<B
     route(service, request, &path).await.unwrap_or_else(|e| e.response())
 }
 
-async fn route(service: Arc<Service>, request: Request<Incoming>, path: &str) -> Result<Response<Body>, ApiError> {
+async fn route(
+    service: Arc<Service>,
+    request: Request<Incoming>,
+    path: &str,
+) -> Result<Response<AnswerBody>, ApiError> {
     let parts: Vec<&str> = path.split('/').skip(1).collect();
     let method = request.method().clone();
     match (&method, parts.as_slice()) {
@@ -125,7 +129,7 @@ impl Drop for CancelOnDrop {
 
 /// `POST /v1/episodes`: admitted at once or refused (429); answered when it ends, or at
 /// once with `"wait": false`.
-async fn run_one(service: Arc<Service>, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+async fn run_one(service: Arc<Service>, request: Request<Incoming>) -> Result<Response<AnswerBody>, ApiError> {
     let body = http::read_json(request.into_body()).await?;
     let asked = episodes::read_request(&service, &body, "")?;
     let wait = body.get("wait").and_then(Value::as_bool).unwrap_or(true);
@@ -149,7 +153,7 @@ async fn wait_for(entry: &episodes::Entry) -> Value {
     answer
 }
 
-fn cancel(service: &Service, id: &str) -> Result<Response<Body>, ApiError> {
+fn cancel(service: &Service, id: &str) -> Result<Response<AnswerBody>, ApiError> {
     let entry = entry(service, id)?;
     if !matches!(*entry.phase.borrow(), Phase::Running) {
         return Err(ApiError::conflict("episode_id", format!("episode {id} is not running")));
@@ -161,7 +165,7 @@ fn cancel(service: &Service, id: &str) -> Result<Response<Body>, ApiError> {
 
 /// `POST /v1/episodes/{id}/retry`: runs an interrupted or ended episode again under its id.
 /// An endpoint's key, never kept, comes again in `{"model": {"api_key": …}}` or `{"api_key"}`.
-async fn retry(service: Arc<Service>, id: &str, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+async fn retry(service: Arc<Service>, id: &str, request: Request<Incoming>) -> Result<Response<AnswerBody>, ApiError> {
     let body = http::read_json(request.into_body()).await?;
     let entry = entry(&service, id)?;
     if matches!(*entry.phase.borrow(), Phase::Running) {
@@ -185,7 +189,7 @@ async fn retry(service: Arc<Service>, id: &str, request: Request<Incoming>) -> R
 
 /// `GET /v1/episodes/{id}/events`: the episode's events as server-sent events, from its
 /// first, until it ends.
-fn events(service: &Service, id: &str) -> Result<Response<Body>, ApiError> {
+fn events(service: &Service, id: &str) -> Result<Response<AnswerBody>, ApiError> {
     let entry = entry(service, id)?;
     let live = super::lock(&service.watch).get(id);
     let (sender, receiver) = mpsc::channel::<Bytes>(64);
@@ -224,7 +228,7 @@ fn events(service: &Service, id: &str) -> Result<Response<Body>, ApiError> {
     Ok(stream_response("text/event-stream", receiver))
 }
 
-fn stream_response(content_type: &'static str, receiver: mpsc::Receiver<Bytes>) -> Response<Body> {
+fn stream_response(content_type: &'static str, receiver: mpsc::Receiver<Bytes>) -> Response<AnswerBody> {
     let stream = tokio_stream_of(receiver).map(|bytes| Ok::<_, Infallible>(Frame::data(bytes)));
     let mut response = Response::new(http_body_util::BodyExt::boxed(StreamBody::new(stream)));
     response.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static(content_type));
@@ -239,7 +243,7 @@ fn tokio_stream_of(mut receiver: mpsc::Receiver<Bytes>) -> impl futures::Stream<
 /// `POST /v1/batches {episodes: [request…]}`: every request checked first (an error names
 /// `episodes[i].field`), then each run as a place within the bound comes free, and each
 /// answer streamed as one JSON line as it ends. A client that goes away cancels the rest.
-async fn batch(service: Arc<Service>, request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+async fn batch(service: Arc<Service>, request: Request<Incoming>) -> Result<Response<AnswerBody>, ApiError> {
     let body = http::read_json(request.into_body()).await?;
     let Some(list) = body["episodes"].as_array().filter(|l| !l.is_empty()) else {
         return Err(ApiError::field("episodes", "`episodes` must be a non-empty list of episode requests"));
@@ -299,7 +303,7 @@ fn ndjson(value: &Value) -> Bytes {
 }
 
 /// The WebSocket handshake at `/ws`; the session runs once the connection is upgraded.
-fn upgrade(service: Arc<Service>, mut request: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+fn upgrade(service: Arc<Service>, mut request: Request<Incoming>) -> Result<Response<AnswerBody>, ApiError> {
     let headers = request.headers();
     let wants = headers
         .get(hyper::header::UPGRADE)

@@ -15,14 +15,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Service;
-use super::episodes::{Asked, Entry, Phase, STEPS_MODEL};
+use super::episodes::{Entry, EpisodeRequest, Phase, STEPS_MODEL};
 use super::http::ApiError;
 use super::journal::Policy;
 use crate::model::limiter::Deadline;
 use crate::model::{Backend, LanguageModel, Message, ModelError, ModelRequest, ModelResponse, ProposedCall};
 
 /// One session: an episode the caller steps.
-pub struct Session {
+pub struct StepSession {
     pub entry: Arc<Entry>,
     io: tokio::sync::Mutex<Io>,
     steps: AtomicU32,
@@ -116,7 +116,7 @@ pub fn read_action(action: Option<&Value>) -> Result<ModelResponse, ApiError> {
 
 impl Service {
     /// `reset`: starts a stepped episode of the task `body` names; its first observation.
-    pub async fn reset(self: &Arc<Self>, body: &Value) -> Result<(Arc<Session>, Value), ApiError> {
+    pub async fn reset(self: &Arc<Self>, body: &Value) -> Result<(Arc<StepSession>, Value), ApiError> {
         let (suite, task) = self.find_task(body, "")?;
         let epoch = match body.get("epoch").and_then(Value::as_u64) {
             Some(e) if e >= 1 && e <= u64::from(u32::MAX) => Some(e as u32),
@@ -133,9 +133,9 @@ impl Service {
             stop: stop.clone(),
         };
         let backend = Arc::new(Backend::lent(STEPS_MODEL, Arc::new(caller), self.backend_options.clone()));
-        let asked = Asked { suite, task, epoch, policy: Policy::Steps, api_key: None };
+        let asked = EpisodeRequest { suite, task, epoch, policy: Policy::Steps, api_key: None };
         let entry = self.admit_with(asked, backend, permit, stop)?.entry;
-        let session = Arc::new(Session {
+        let session = Arc::new(StepSession {
             entry,
             io: tokio::sync::Mutex::new(Io { actions, observed, ended: None }),
             steps: AtomicU32::new(0),
@@ -147,7 +147,7 @@ impl Service {
     }
 
     /// The session `id`: open, or why not (unknown, or its episode ended).
-    pub fn session(&self, id: Option<&str>) -> Result<Arc<Session>, ApiError> {
+    pub fn session(&self, id: Option<&str>) -> Result<Arc<StepSession>, ApiError> {
         let Some(id) = id.filter(|s| !s.is_empty()) else {
             return Err(ApiError::field("session_id", "`session_id` is missing: the one `reset` gave"));
         };
@@ -164,13 +164,13 @@ impl Service {
     }
 
     /// `step`: the caller's action in, the next observation (or the end, with the reward) out.
-    pub async fn step(&self, session: &Session, action: Option<&Value>) -> Result<Value, ApiError> {
+    pub async fn step(&self, session: &StepSession, action: Option<&Value>) -> Result<Value, ApiError> {
         let action = read_action(action)?;
         Ok(self.next(session, Some(action)).await)
     }
 
     /// Sends `action` (none at reset) and waits for what the episode does next.
-    async fn next(&self, session: &Session, action: Option<ModelResponse>) -> Value {
+    async fn next(&self, session: &StepSession, action: Option<ModelResponse>) -> Value {
         let mut io = session.io.lock().await;
         if let Some(answer) = &io.ended {
             return ended(answer, true);
@@ -196,7 +196,7 @@ impl Service {
     }
 
     /// `state`: where the session's episode is.
-    pub fn state(&self, session: &Session) -> Value {
+    pub fn state(&self, session: &StepSession) -> Value {
         let a = &session.entry.admitted;
         let done = matches!(*session.entry.phase.borrow(), Phase::Ended(_));
         json!({"episode_id": a.episode_id, "session_id": a.episode_id, "step_count": session.steps.load(Ordering::Relaxed),
@@ -204,7 +204,7 @@ impl Service {
     }
 }
 
-impl Session {
+impl StepSession {
     /// Cancels the session's episode (its caller went away).
     pub fn cancel(&self) {
         self.entry.stop.cancel();

@@ -11,12 +11,12 @@ use tokio::sync::watch;
 use crate::log::{Event, Subscriber};
 
 /// One episode's events so far, and a signal of how many there are.
-pub struct Live {
+pub struct LiveEvents {
     events: Mutex<Vec<Arc<Value>>>,
     count: watch::Sender<usize>,
 }
 
-impl Live {
+impl LiveEvents {
     /// The events from `from` on; and whether the episode has finished by the last of them.
     pub fn since(&self, from: usize) -> (Vec<Arc<Value>>, bool) {
         let events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
@@ -39,22 +39,22 @@ impl Live {
 /// The subscriber: episodes watched, by id.
 #[derive(Default)]
 pub struct Watch {
-    live: HashMap<String, Arc<Live>>,
+    live: HashMap<String, Arc<LiveEvents>>,
 }
 
 impl Watch {
     /// Starts keeping the events of `episode_id`.
-    pub fn start(&mut self, episode_id: &str) -> Arc<Live> {
-        let live = Arc::new(Live { events: Mutex::default(), count: watch::Sender::new(0) });
+    pub fn start(&mut self, episode_id: &str) -> Arc<LiveEvents> {
+        let live = Arc::new(LiveEvents { events: Mutex::default(), count: watch::Sender::new(0) });
         self.live.insert(episode_id.to_owned(), live.clone());
         live
     }
 
-    pub fn get(&self, episode_id: &str) -> Option<Arc<Live>> {
+    pub fn get(&self, episode_id: &str) -> Option<Arc<LiveEvents>> {
         self.live.get(episode_id).cloned()
     }
 
-    /// Stops keeping them (those who hold the episode's `Live` still read what it has).
+    /// Stops keeping them (those who hold the episode's `LiveEvents` still read what it has).
     pub fn stop(&mut self, episode_id: &str) {
         self.live.remove(episode_id);
     }

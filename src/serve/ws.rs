@@ -14,11 +14,11 @@ use tokio_tungstenite::tungstenite::Message;
 
 use super::Service;
 use super::http::ApiError;
-use super::steps::Session;
+use super::steps::StepSession;
 
 /// Serves one WebSocket session until the client closes it.
 pub async fn session(service: Arc<Service>, mut socket: WebSocketStream<TokioIo<Upgraded>>) {
-    let mut current: Option<Arc<Session>> = None;
+    let mut current: Option<Arc<StepSession>> = None;
     loop {
         let next = tokio::select! {
             _ = service.closing.cancelled() => break,
@@ -48,7 +48,7 @@ pub async fn session(service: Arc<Service>, mut socket: WebSocketStream<TokioIo<
     let _ = socket.close(None).await;
 }
 
-async fn handle(service: &Arc<Service>, current: &mut Option<Arc<Session>>, kind: &str, data: &Value) -> Value {
+async fn handle(service: &Arc<Service>, current: &mut Option<Arc<StepSession>>, kind: &str, data: &Value) -> Value {
     match kind {
         "reset" => {
             // A new episode: the one under way, if any, is left and cancelled.
