@@ -138,9 +138,18 @@ async fn a_served_episode_is_scored_and_its_run_reads_as_any_run() {
     let (_, second) = post(&format!("{}/v1/episodes", server.url), &json!({"task": "add", "model": "mock"})).await;
     assert_eq!((second["epoch"].as_u64(), second["episode_id"] != answer["episode_id"]), (Some(2), true), "{second}");
     // The run folder is an ordinary run's, read by `runner report` while it serves.
-    let report = sb.run(&["report", "results/test"]);
-    assert_eq!(report.code, 0, "{report:?}");
-    let csv = std::fs::read_to_string(sb.path().join("results/test/episodes.csv")).unwrap();
+    // (The log's writer thread writes an episode's last lines within milliseconds of its
+    // answer: the report is asked again until they are there.)
+    let mut csv = String::new();
+    for _ in 0..50 {
+        let report = sb.run(&["report", "results/test"]);
+        assert_eq!(report.code, 0, "{report:?}");
+        csv = std::fs::read_to_string(sb.path().join("results/test/episodes.csv")).unwrap();
+        if csv.lines().count() == 3 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(csv.lines().count(), 3, "a header and the two episodes: {csv}");
     assert_eq!(server.stop(), 0);
     let events = sb.events();
@@ -560,4 +569,54 @@ async fn it_listens_on_a_unix_socket_too() {
     stream.read_to_string(&mut answer).await.unwrap();
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("\"held-add\""), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stepped_episode_is_recorded_and_replays_to_the_same_reward() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", ONE_TASK);
+    let server = Server::start(&sb, &["--record", "steps.jsonl"]);
+    let (_, first) = post(&format!("{}/reset", server.url), &json!({"task": "add"})).await;
+    let session = first["session_id"].as_str().unwrap();
+    let step = format!("{}/step", server.url);
+    let calc = json!({"session_id": session, "action": {"name": "calc", "arguments": {"expression": "2+2"}}});
+    let (_, observed) = post(&step, &calc).await;
+    assert_eq!(observed["observation"]["messages"][0]["role"], "tool", "{observed}");
+    let (_, end) = post(&step, &json!({"session_id": session, "action": {"text": "4"}})).await;
+    assert_eq!(end["reward"].as_f64(), Some(1.0), "{end}");
+    assert_eq!(server.stop(), 0);
+    let replay =
+        sb.run(&["eval", "s.yaml", "--model", "replay:steps.jsonl", "--run-id", "replayed", "--out", "results"]);
+    assert_eq!(replay.code, 0, "{replay:?}");
+    let replayed = read_jsonl(&sb.path().join("results/replayed/events.jsonl"));
+    let finished = of_type(&replayed, "episode_finished");
+    assert_eq!(finished[0]["episode_id"], end["episode_id"], "{finished:?}");
+    assert_eq!(finished[0]["outcome"]["score"], json!(1.0), "{finished:?}");
+    let calls: Vec<&str> =
+        of_type(&replayed, "action_dispatched").iter().filter_map(|e| e["call"]["name"].as_str()).collect();
+    assert_eq!(calls, ["calc", "final_answer"], "the caller's actions, replayed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_websocket_that_closes_mid_episode_cancels_it() {
+    use futures::SinkExt as _;
+    let sb = Sandbox::new();
+    sb.write("s.yaml", SUITE);
+    let server = Server::start(&sb, &[]);
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let (mut socket, _) = tokio_tungstenite::client_async(format!("ws://{address}/ws"), stream).await.unwrap();
+    let reset = json!({"type": "reset", "data": {"task": "add"}}).to_string();
+    socket.send(tokio_tungstenite::tungstenite::Message::text(reset)).await.unwrap();
+    let answer = futures::StreamExt::next(&mut socket).await.unwrap().unwrap();
+    let answer: Value = serde_json::from_str(answer.to_text().unwrap()).unwrap();
+    assert_eq!(answer["type"], "observation", "{answer}");
+    let id = answer["data"]["episode_id"].as_str().unwrap().to_owned();
+    drop(socket);
+    let ended = poll_ended(&server.url, &id).await;
+    assert_eq!(
+        (ended["outcome"]["status"].as_str(), ended["termination"].as_str()),
+        (Some("cancelled"), Some("user_stop")),
+        "{ended}"
+    );
 }
