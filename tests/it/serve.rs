@@ -620,3 +620,29 @@ async fn a_websocket_that_closes_mid_episode_cancels_it() {
         "{ended}"
     );
 }
+
+/// A kill between the log's last line of an episode and the queue's: the log says it
+/// finished, so after the restart it is reported ended, not interrupted, and the queue is told.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_episode_the_log_shows_finished_is_not_reported_interrupted() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", SUITE);
+    let server = Server::start(&sb, &[]);
+    let (_, answer) = post(&format!("{}/v1/episodes", server.url), &json!({"task": "add", "model": "mock"})).await;
+    assert_eq!(server.stop(), 0);
+    let queue = sb.path().join("results/test/serve.jsonl");
+    let lines: Vec<String> = std::fs::read_to_string(&queue).unwrap().lines().map(String::from).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    std::fs::write(&queue, format!("{}\n", lines[0])).unwrap();
+    let server = Server::start(&sb, &[]);
+    let id = answer["episode_id"].as_str().unwrap();
+    let (_, status) = get(&format!("{}/v1/episodes/{id}", server.url)).await;
+    assert_eq!(
+        (status["status"].as_str(), status["outcome"].clone()),
+        (Some("ended"), answer["outcome"].clone()),
+        "{status}"
+    );
+    let (_, open) = get(&format!("{}/v1/episodes", server.url)).await;
+    assert_eq!(open["episodes"], json!([]), "nothing interrupted");
+    assert_eq!(std::fs::read_to_string(&queue).unwrap().lines().count(), 2, "the queue was told it ended");
+}
