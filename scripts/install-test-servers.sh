@@ -6,6 +6,8 @@
 #   venv/bin/mcp-server-time                  (PyPI: mcp-server-time, in a venv of Debian's python3)
 #   sdk-venv/bin/python3                      (PyPI: the official `openai` and `anthropic` SDKs,
 #                                              the clients the model gateway's tests speak through)
+#   openenv-venv/bin/python3                  (PyPI: openenv-core, OpenEnv's own client, which
+#                                              steps `runner serve`'s environments)
 #   node_modules/.bin/claude                  (npm: @anthropic-ai/claude-code, a real CLI agent
 #                                              run against the gateway; its test is skipped,
 #                                              saying so, when it would not install)
@@ -18,6 +20,7 @@ time_version="2026.10.19"
 openai_version="3.57.0"
 anthropic_version="2.14.0"
 claude_code_version="2.1.197"
+openenv_version="0.3.0"
 mkdir -p "$dir"
 if [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
     || ! grep -q "\"version\": \"$everything_version\"" "$dir/node_modules/@modelcontextprotocol/server-everything/package.json"; then
@@ -33,6 +36,10 @@ if ! "$dir/sdk-venv/bin/pip" show openai 2>/dev/null | grep -q "^Version: $opena
     [ -x "$dir/sdk-venv/bin/python3" ] || /usr/bin/python3 -m venv "$dir/sdk-venv"
     "$dir/sdk-venv/bin/pip" install --quiet --disable-pip-version-check \
         "openai==$openai_version" "anthropic==$anthropic_version"
+fi
+if ! "$dir/openenv-venv/bin/pip" show openenv-core 2>/dev/null | grep -q "^Version: $openenv_version$"; then
+    [ -x "$dir/openenv-venv/bin/python3" ] || /usr/bin/python3 -m venv "$dir/openenv-venv"
+    "$dir/openenv-venv/bin/pip" install --quiet --disable-pip-version-check "openenv-core==$openenv_version"
 fi
 if [ ! -f "$dir/node_modules/@anthropic-ai/claude-code/package.json" ] \
     || ! grep -q "\"version\": \"$claude_code_version\"" "$dir/node_modules/@anthropic-ai/claude-code/package.json"; then

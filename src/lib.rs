@@ -15,6 +15,7 @@ pub mod log;
 pub mod model;
 pub mod report;
 pub mod scoring;
+pub mod serve;
 pub mod suite;
 
 // The two crates of the workspace, under the names the rest of the code uses.

@@ -7,6 +7,7 @@ mod episode;
 mod folder;
 pub mod kept_notes;
 pub mod merge;
+mod on_demand;
 pub mod regrade;
 pub mod resume;
 mod revision;
@@ -33,6 +34,7 @@ pub use episode::{Grounds, run_episode};
 use folder::open_run;
 pub use folder::{Scratch, lock};
 pub(crate) use folder::{StagedRun, write_run_json};
+pub use on_demand::OnDemand;
 pub use shard::{in_shard, parse_shard};
 
 /// One episode to run: `(task, model, epoch)`, under one of its suite's variants when it

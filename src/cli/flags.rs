@@ -53,6 +53,10 @@ pub enum Command {
     JudgeCheck(JudgeCheckArgs),
     /// Pull images from registries into the image store, list them, remove them.
     Images(ImagesArgs),
+    /// Serve episodes and steps on demand over HTTP (trainers, other loops): episodes with
+    /// the caller's endpoint as the policy, OpenEnv's reset/step/state with the caller as
+    /// the policy, into one run folder, within a bound, with a queue that survives a kill.
+    Serve(Box<ServeArgs>),
     /// Check suites (and their environments and datasets) without running them.
     Validate {
         /// Suite files, or folders of them.
@@ -467,6 +471,55 @@ pub enum PullFlag {
     Never,
     Missing,
     Always,
+}
+
+#[derive(Args)]
+pub struct ServeArgs {
+    /// Suite files, or folders of them.
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Where to listen: `HOST:PORT` (port 0 takes a free one, said on stdout) or `unix:PATH`.
+    #[arg(long, default_value = "127.0.0.1:8100", value_name = "HOST:PORT|unix:PATH")]
+    pub listen: String,
+    /// A file holding the key every request must carry (`Authorization: Bearer KEY`);
+    /// without it, anyone who reaches the address may run episodes.
+    #[arg(long, value_name = "FILE")]
+    pub key_file: Option<PathBuf>,
+    /// How many episodes and step sessions run at once; past it, requests get 429 with
+    /// `Retry-After`.
+    #[arg(long, short = 'j', default_value_t = 8)]
+    pub jobs: usize,
+    /// The providers and prices file (default: $RUNNER_CONFIG, else ./runner.yaml if present).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Append every model response (the callers' endpoints', and stepped callers' actions)
+    /// to this cassette, for `runner eval --model replay:FILE`.
+    #[arg(long)]
+    pub record: Option<PathBuf>,
+    /// The grader model for LLM-graded scorers, over the suites' and scorers' choice.
+    #[arg(long)]
+    pub grader: Option<String>,
+    /// The folder the run is written under.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Name the run folder; a server started again with the same id goes on with its run
+    /// and its queue (episodes a kill interrupted are reported `interrupted`).
+    #[arg(long, value_parser = batch::parse_run_id)]
+    pub run_id: Option<String>,
+    /// `off` runs every world's processes without the sandbox.
+    #[arg(long, value_enum, default_value_t = Switch::On, value_name = "on|off")]
+    pub sandbox: Switch,
+    /// How long a step session waits for the caller's next action before its episode is
+    /// cancelled, in seconds.
+    #[arg(long, default_value_t = 300.0, value_name = "S")]
+    pub session_idle_s: f64,
+    /// Retries of a call to a caller's endpoint (429, 5xx, broken connections) before the
+    /// episode is unscored `provider_error`.
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub endpoint_retries: u32,
+    /// `mock` only: each model call waits this many milliseconds (`20`, or `10-30`).
+    #[arg(long, value_parser = crate::model::mock::parse_delay)]
+    pub mock_delay_ms: Option<(u64, u64)>,
 }
 
 /// A setting that is on or off.

@@ -62,6 +62,9 @@ pub struct Task {
     pub tags: Vec<String>,
     /// `pass_k: {k, n}`: the task runs n epochs and passes when k of them pass.
     pub pass_k: Option<PassK>,
+    /// The task's `split:` (`train`, `test`, …; the suite's when the task names none), by
+    /// which `runner serve` lists tasks to a trainer.
+    pub split: Option<String>,
     /// Metadata the task shares with others, held once for all of them (a LoCoMo
     /// conversation, which each of its questions replays); the task's own wins.
     pub shared: Option<Arc<SharedMetadata>>,
@@ -115,6 +118,7 @@ impl Task {
             copies: Vec::new(),
             tags: Vec::new(),
             pass_k: None,
+            split: None,
             shared: None,
         }
     }

@@ -38,6 +38,9 @@ pub struct HttpModel {
     config_failures: AtomicU64,
     auth_failures: AtomicU64,
     last_config_error: Mutex<Option<String>>,
+    /// A caller's own endpoint (`runner serve`): a refused connection is an outage of the
+    /// caller's, never a misconfiguration that stops anything.
+    callers: bool,
 }
 
 /// One attempt that did not produce an answer.
@@ -83,7 +86,19 @@ impl HttpModel {
             config_failures: AtomicU64::new(0),
             auth_failures: AtomicU64::new(0),
             last_config_error: Mutex::new(None),
+            callers: false,
         })
+    }
+
+    /// A caller's endpoint, asked with the caller's key (kept from every log): a refused
+    /// connection is an outage (`provider_error`), whether or not a call has succeeded.
+    pub fn for_caller(mut self, key: Option<String>) -> Self {
+        if let Some(key) = &key {
+            crate::log::secrets::register(key);
+        }
+        self.key = key.filter(|k| !k.trim().is_empty());
+        self.callers = true;
+        self
     }
 
     /// Whether the config gives the model a price.
@@ -239,7 +254,7 @@ impl HttpModel {
 
     /// The failure of a request that could not be sent or whose answer broke off.
     fn not_answered(&self, e: &reqwest::Error) -> Failure {
-        if is_refused(e) && self.successes.load(Ordering::Relaxed) == 0 {
+        if is_refused(e) && self.successes.load(Ordering::Relaxed) == 0 && !self.callers {
             let message = format!(
                 "{}: connection refused at {}: is the server running, and is the port right?",
                 self.name,

@@ -328,6 +328,17 @@ fn hex_digest(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// A caller's endpoint, as `runner serve` is given it with a request.
+#[derive(Debug, Clone)]
+pub struct CallerEndpoint {
+    /// `http://host:port/v1`.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub sampling: Map<String, Value>,
+    /// Retries after the first attempt, for 429, 5xx, timeouts and broken connections.
+    pub max_retries: u32,
+}
+
 /// What wraps every backend of a run.
 #[derive(Default, Clone)]
 pub struct BackendOptions {
@@ -344,6 +355,9 @@ enum Source {
     /// An HTTP endpoint of a promptfoo config's `http` provider.
     Endpoint(Arc<endpoint::EndpointModel>),
     Replay(Arc<Replay>),
+    /// One model lent as it is to every episode (`runner serve`'s step sessions, whose
+    /// policy is the caller).
+    Lent(Arc<dyn LanguageModel>),
 }
 
 /// One model of a run (a `--model`, a grader, a simulated user's): opened once, lent to
@@ -382,6 +396,33 @@ impl Backend {
             ));
         };
         Ok(Backend { name, source, options })
+    }
+
+    /// A caller's OpenAI-compatible endpoint as a model (`runner serve`): `name` in logs and
+    /// episode ids, `model` as the endpoint knows it, the caller's key and sampling.
+    pub fn caller(
+        name: &str,
+        model: &str,
+        endpoint: CallerEndpoint,
+        config: &ModelConfig,
+        options: BackendOptions,
+    ) -> Result<Self, String> {
+        let mut provider = config.providers.get("openai-compatible").cloned().ok_or("no openai-compatible provider")?;
+        provider.base_url = Some(endpoint.base_url);
+        provider.base_url_env = None;
+        provider.key_env = None;
+        provider.sampling = endpoint.sampling;
+        provider.max_retries = endpoint.max_retries;
+        // The caller bounds its own server's load (`-j`): runner adds no cap of its own.
+        provider.max_concurrency = 1024;
+        provider.retry_base_s = 0.5;
+        let model = http::HttpModel::new(name, model, provider, None)?.for_caller(endpoint.api_key);
+        Ok(Backend { name: name.to_owned(), source: Source::Http(Arc::new(model)), options })
+    }
+
+    /// One model lent as it is to every episode and role it is asked for, named `name`.
+    pub fn lent(name: &str, model: Arc<dyn LanguageModel>, options: BackendOptions) -> Self {
+        Backend { name: name.to_owned(), source: Source::Lent(model), options }
     }
 
     /// The model's name: a replay takes the name of the model it recorded, so that its

@@ -87,6 +87,7 @@ impl Backend {
             Source::Http(m) => Arc::new(Sampled::new(m.clone(), sampling)),
             Source::Endpoint(m) => Arc::new(m.for_task(task.template_context())),
             Source::Replay(r) => r.episode(None, episode_id, &task.id),
+            Source::Lent(m) => m.clone(),
         };
         self.wrap(role, model, episode_id, epoch)
     }
@@ -132,6 +133,8 @@ impl Backend {
             // digest does not see: two tasks asking the same prompt are not the same call.
             Source::Endpoint(_) => true,
             Source::Http(_) => false,
+            // Another's decisions, each asked once.
+            Source::Lent(_) => true,
         };
         if let (Some(options), false) = (&self.options.cache, uncached) {
             model = Arc::new(Cached::new(model, options.clone()).in_epoch(epoch));

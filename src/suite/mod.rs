@@ -186,6 +186,8 @@ struct SuiteFile {
     mock_subagents: BTreeMap<String, Vec<MockTurn>>,
     #[serde(default)]
     tasks: Vec<TaskFile>,
+    /// The split of every task that names none of its own.
+    split: Option<String>,
     dataset: Option<dataset::DatasetSpec>,
     /// Named lists of the environment's tools; each episode is offered one.
     #[serde(default)]
@@ -247,6 +249,8 @@ pub(crate) struct TaskFile {
     pub tags: Vec<String>,
     /// `{k, n}`: the task runs n epochs and passes when at least k of them pass.
     pub pass_k: Option<crate::domain::PassK>,
+    /// The split the task belongs to (`train`, `test`, …), over the suite's.
+    pub split: Option<String>,
 }
 
 /// A task's `user:` as written.
@@ -420,7 +424,10 @@ fn from_source(
         file: &file,
         reach,
     };
-    let tasks = building.tasks(raw_tasks, dataset_rows)?;
+    let mut tasks = building.tasks(raw_tasks, dataset_rows)?;
+    for task in tasks.iter_mut().filter(|t| t.split.is_none()) {
+        task.split.clone_from(&file.split);
+    }
     Ok(Suite {
         name: file.suite,
         share_epochs: file.cache.share_epochs,
@@ -792,6 +799,7 @@ pub(crate) fn build_task(
         copies: Vec::new(),
         tags: raw.tags,
         pass_k: raw.pass_k,
+        split: raw.split,
         shared: raw.shared,
     };
     let ctx = task.template_context();

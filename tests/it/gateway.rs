@@ -16,7 +16,7 @@ use runner::model::{Backend, BackendOptions, Role, config::ModelConfig};
 use serde_json::json;
 
 /// Where the test servers and SDKs are installed: `$RUNNER_TEST_SERVERS`, else the cache folder.
-fn servers_dir() -> PathBuf {
+pub fn servers_dir() -> PathBuf {
     match std::env::var_os("RUNNER_TEST_SERVERS") {
         Some(dir) => PathBuf::from(dir),
         None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/runner-test-servers"),

@@ -52,6 +52,7 @@ mod scripts;
 mod search;
 mod secrets;
 mod selection;
+mod serve;
 mod shards;
 mod shell;
 mod slurm;

@@ -11,6 +11,7 @@ mod plan;
 mod regrade;
 mod report;
 mod search;
+mod serve;
 mod tools;
 mod validate;
 
@@ -24,6 +25,7 @@ pub use plan::plan;
 pub use regrade::regrade;
 pub use report::report;
 pub use search::search;
+pub use serve::serve;
 pub use tools::tools;
 pub use validate::validate;
 
