@@ -150,6 +150,7 @@ impl<'a> Episode<'a> {
             toolset: toolset.map(|t| t.name.clone()),
             variant: variant.map(|v| v.name.clone()),
             sampling: agent.sampling.clone(),
+            digests: Some(super::digests::Digester::new(roster.graders.forced.clone()).of(spec)),
         });
         let cast = Cast::of(spec, roster);
         Episode { spec, suite, task, agent, environment, grounds, cast, recorder, started, slot, notes }

@@ -19,7 +19,7 @@ use crate::environment::{CallError, Ending, ToolFailure, Trajectory, World};
 use crate::log::event::SuiteInfo;
 use crate::log::projection::Index;
 use crate::log::reader::ReadError;
-use crate::log::{Event, EventLog, Outcome, Termination, UnscoredCause, Usage};
+use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause, Usage};
 use crate::scoring::{self, Finished, Graders, Score, ScoringFault, aggregate, log_scores};
 use crate::suite::Suite;
 
@@ -189,11 +189,13 @@ pub async fn regrade(
     let mut counts = Regraded::default();
     for id in &run.order {
         let Some(record) = run.episodes.get(id) else { continue };
-        let Some((outcome, changed_task)) = score_episode_again(id, record, suites, graders, (&log, &scoring_id)).await
+        let recorder = log.recorder(id);
+        let Some((outcome, changed_task)) = score_episode_again(id, record, suites, graders, (&recorder, &scoring_id)).await
         else {
             counts.skipped += 1;
             continue;
         };
+        recorder.emit(&Event::EpisodeScored { scoring_id: scoring_id.clone(), outcome: outcome.clone() });
         counts.changed_tasks += u64::from(changed_task);
         counts.episodes += 1;
         match &outcome {
@@ -219,8 +221,24 @@ pub async fn regrade(
     Ok((scoring_id, counts))
 }
 
+impl LoggedRun {
+    /// Scores the logged episode `from` again from its trajectory as the episode `id` of
+    /// another run, its scores logged through `recorder` under the scoring `scoring_id`:
+    /// its new outcome, `None` when it cannot be (as for a regrade).
+    pub(crate) async fn score_as(
+        &self,
+        (from, id): (&str, &str),
+        suites: &[Arc<Suite>],
+        graders: &Graders,
+        (recorder, scoring_id): (&Recorder, &str),
+    ) -> Option<Outcome> {
+        let record = self.episodes.get(from)?;
+        score_episode_again(id, record, suites, graders, (recorder, scoring_id)).await.map(|(outcome, _)| outcome)
+    }
+}
+
 /// Scores a logged episode again from its trajectory, under the scoring `scoring_id`, and
-/// logs its new outcome: that outcome, and whether its task changed since it ran; `None` when it is not regraded
+/// logs its scores: its new outcome, and whether its task changed since it ran; `None` when it is not regraded
 /// (it did not finish, was cancelled or unscored for a cause a regrade cannot mend, or its
 /// suite or task is gone).
 async fn score_episode_again(
@@ -228,7 +246,7 @@ async fn score_episode_again(
     record: &Record,
     suites: &[Arc<Suite>],
     graders: &Graders,
-    (log, scoring_id): (&EventLog, &str),
+    (recorder, scoring_id): (&Recorder, &str),
 ) -> Option<(Outcome, bool)> {
     let finished = record.finished.as_ref()?;
     let regradable = match &finished.outcome {
@@ -256,7 +274,6 @@ async fn score_episode_again(
             carried_errors: record.carried.tool_errors,
         },
     };
-    let recorder = log.recorder(id);
     if suite.agent.kind.logs_stages() {
         recorder.emit(&Event::Stage { stage: crate::log::event::Stage::Judge, ingestion: None });
     }
@@ -265,7 +282,7 @@ async fn score_episode_again(
         episode_id: id,
         under_test: None,
         model: &record.model,
-        recorder: Some(&recorder),
+        recorder: Some(recorder),
         ending: &ending,
         wall_s: finished.wall_ms / 1e3,
         suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
@@ -287,7 +304,6 @@ async fn score_episode_again(
             }
         }
     };
-    recorder.emit(&Event::EpisodeScored { scoring_id: scoring_id.to_owned(), outcome: outcome.clone() });
     Some((outcome, task.digest != record.task_digest))
 }
 

@@ -331,6 +331,24 @@ impl EventLog {
         size
     }
 
+    /// Appends a line of another log under this one's header: `body` is the event's
+    /// fields (`{"type":…}`), `ts` the time it was stamped with there (`None`: now). Subscribers do not
+    /// see it: it is a record of what happened before, not an event of this run.
+    pub fn emit_copied(&self, episode_id: &Arc<str>, ts: Option<&str>, mut body: Vec<u8>) {
+        let ts = ts.and_then(Timestamp::of_text).unwrap_or_else(Timestamp::now);
+        let mut buffer = self.backlog.body();
+        buffer.append(&mut body);
+        let line = Line { episode_id: Some(episode_id.clone()), ts, body: buffer, flush: false };
+        let queued = line.queued_bytes();
+        let over = self.backlog.add(queued);
+        if self.sender.send(line).is_err() {
+            self.backlog.remove(queued);
+        } else if over {
+            self.writer.unpark();
+            self.backlog.wait_for_room();
+        }
+    }
+
     /// A handle that stamps every event with one episode's id.
     pub fn recorder(&self, episode_id: &str) -> Recorder {
         Recorder { log: self.clone(), episode_id: Arc::from(episode_id), written: Arc::default() }

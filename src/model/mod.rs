@@ -390,6 +390,15 @@ impl Backend {
         &self.name
     }
 
+    /// The sampling settings its provider adds to every request (none for `mock`, `echo`,
+    /// replays and endpoints).
+    pub fn provider_sampling(&self) -> Map<String, Value> {
+        match &self.source {
+            Source::Http(m) => m.sampling(),
+            _ => Map::new(),
+        }
+    }
+
     /// Whether its calls have a cost: a provider's model with a price in the config, or
     /// `echo`, whose calls cost nothing (as promptfoo's). `mock` and replays have none.
     pub fn priced(&self) -> bool {

@@ -54,6 +54,7 @@ mod secrets;
 mod selection;
 mod shards;
 mod shell;
+mod since;
 mod slurm;
 mod subagents;
 mod survival;
