@@ -6,6 +6,7 @@
 #   venv/bin/mcp-server-time                  (PyPI: mcp-server-time, in a venv of Debian's python3)
 #   sdk-venv/bin/python3                      (PyPI: the official `openai` and `anthropic` SDKs,
 #                                              the clients the model gateway's tests speak through)
+#   ray-venv/bin/ray                          (PyPI: ray, the cluster examples/ray/ runs on in its test)
 #   node_modules/.bin/claude                  (npm: @anthropic-ai/claude-code, a real CLI agent
 #                                              run against the gateway; its test is skipped,
 #                                              saying so, when it would not install)
@@ -18,6 +19,7 @@ time_version="2026.10.19"
 openai_version="3.57.0"
 anthropic_version="2.14.0"
 claude_code_version="2.1.197"
+ray_version="2.60.0"
 mkdir -p "$dir"
 if [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
     || ! grep -q "\"version\": \"$everything_version\"" "$dir/node_modules/@modelcontextprotocol/server-everything/package.json"; then
@@ -34,10 +36,14 @@ if ! "$dir/sdk-venv/bin/pip" show openai 2>/dev/null | grep -q "^Version: $opena
     "$dir/sdk-venv/bin/pip" install --quiet --disable-pip-version-check \
         "openai==$openai_version" "anthropic==$anthropic_version"
 fi
+if ! "$dir/ray-venv/bin/pip" show ray 2>/dev/null | grep -q "^Version: $ray_version$"; then
+    [ -x "$dir/ray-venv/bin/python3" ] || /usr/bin/python3 -m venv "$dir/ray-venv"
+    "$dir/ray-venv/bin/pip" install --quiet --disable-pip-version-check "ray==$ray_version"
+fi
 if [ ! -f "$dir/node_modules/@anthropic-ai/claude-code/package.json" ] \
     || ! grep -q "\"version\": \"$claude_code_version\"" "$dir/node_modules/@anthropic-ai/claude-code/package.json"; then
     npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
         "@anthropic-ai/claude-code@$claude_code_version" >/dev/null \
         || echo "Claude Code did not install: its test will be skipped" >&2
 fi
-echo "test MCP servers, model SDKs and Claude Code in $dir"
+echo "test MCP servers, model SDKs, Ray and Claude Code in $dir"

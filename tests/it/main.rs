@@ -41,6 +41,7 @@ mod promptfoo_side_by_side;
 mod provider_refusals;
 mod python_world;
 mod races;
+mod ray;
 mod replay;
 mod report;
 mod root_power;
