@@ -20,6 +20,7 @@ mod harbor_images;
 mod image_build;
 mod images;
 mod judge_check;
+mod kubernetes;
 mod layers;
 mod lifecycle;
 mod local_server;
