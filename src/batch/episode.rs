@@ -249,6 +249,7 @@ impl<'a> Episode<'a> {
             suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
             world_limit: suite.limits.time,
             sandbox: self.sandbox(),
+            recalled: None,
         };
         if suite.agent.kind.logs_stages() {
             self.recorder.emit(&Event::Stage { stage: Stage::Judge, ingestion: None });

@@ -190,7 +190,8 @@ pub async fn regrade(
     for id in &run.order {
         let Some(record) = run.episodes.get(id) else { continue };
         let recorder = log.recorder(id);
-        let Some((outcome, changed_task)) = score_episode_again(id, record, suites, graders, (&recorder, &scoring_id)).await
+        let logged = Logged { recorder: &recorder, scoring_id: &scoring_id, recalled: None };
+        let Some((outcome, changed_task)) = score_episode_again(id, record, suites, graders, logged).await
         else {
             counts.skipped += 1;
             continue;
@@ -231,10 +232,19 @@ impl LoggedRun {
         suites: &[Arc<Suite>],
         graders: &Graders,
         (recorder, scoring_id): (&Recorder, &str),
+        recalled: Option<&Arc<crate::model::recalled::Recalled>>,
     ) -> Option<Outcome> {
         let record = self.episodes.get(from)?;
-        score_episode_again(id, record, suites, graders, (recorder, scoring_id)).await.map(|(outcome, _)| outcome)
+        let logged = Logged { recorder, scoring_id, recalled: recalled.map(|r| (r, from)) };
+        score_episode_again(id, record, suites, graders, logged).await.map(|(outcome, _)| outcome)
     }
+}
+
+/// Where an episode scored again logs its scores, and the grader answers it may recall.
+struct Logged<'a> {
+    recorder: &'a Recorder,
+    scoring_id: &'a str,
+    recalled: Option<(&'a Arc<crate::model::recalled::Recalled>, &'a str)>,
 }
 
 /// Scores a logged episode again from its trajectory, under the scoring `scoring_id`, and
@@ -246,7 +256,7 @@ async fn score_episode_again(
     record: &Record,
     suites: &[Arc<Suite>],
     graders: &Graders,
-    (recorder, scoring_id): (&Recorder, &str),
+    Logged { recorder, scoring_id, recalled }: Logged<'_>,
 ) -> Option<(Outcome, bool)> {
     let finished = record.finished.as_ref()?;
     let regradable = match &finished.outcome {
@@ -289,6 +299,7 @@ async fn score_episode_again(
         suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
         world_limit: suite.limits.time,
         sandbox: suite.sandbox,
+        recalled,
     };
     let outcome = match score_again(record, suite, &episode, graders).await {
         Ok(scores) => {

@@ -11,9 +11,12 @@ use std::sync::Arc;
 
 use super::digests::Digester;
 use super::{EpisodeSpec, RunOptions, Tally, episodes};
-use crate::log::event::{EpisodeDigests, EpisodeFinishedRow, INITIAL_SCORING, PlannedEpisode, SCHEMA_VERSION, SincePlan};
+use crate::log::event::{
+    EpisodeDigests, EpisodeFinishedRow, INITIAL_SCORING, ModelCallTiming, PlannedEpisode, SCHEMA_VERSION, SincePlan,
+};
 use crate::log::reader::{LineHeader, for_each_line_of, split_line};
 use crate::log::{Event, EventLog, Outcome};
+use crate::model::recalled::Recalled;
 use crate::scoring::Graders;
 use crate::suite::Suite;
 
@@ -350,7 +353,9 @@ pub(super) async fn carry(
                 match kind {
                     // A new attempt: what came before it was a killed one's.
                     "episode_started" => *r = Regraded { lines, finished: None },
+                    // Its scoring is done again: the scores and the grader's calls of the earlier one go.
                     "score" | "episode_scored" => {}
+                    "model_call" if graders_call(text)? => {}
                     "episode_finished" => r.finished = Some(serde_json::from_str(text).map_err(|e| e.to_string())?),
                     _ => r.lines.extend(lines),
                 }
@@ -364,13 +369,16 @@ pub(super) async fn carry(
     }
     if !regraded.is_empty() {
         let run = super::regrade::LoggedRun::read(&since.dir).map_err(|e| e.to_string())?;
+        let froms: std::collections::HashSet<&str> =
+            regraded.keys().filter_map(|id| since.carried.get(id)).map(|c| c.from.as_str()).collect();
+        let recalled = Arc::new(Recalled::of_log(&since.dir.join("events.jsonl"), &froms)?);
         for (id, r) in regraded {
             let here: Arc<str> = Arc::from(id.as_str());
             let Some(carried) = since.carried.get(&id) else { continue };
             emit_lines(log, &here, r.lines);
             let recorder = log.recorder(&id);
             let outcome = run
-                .score_as((&carried.from, &id), suites, graders, (&recorder, INITIAL_SCORING))
+                .score_as((&carried.from, &id), suites, graders, (&recorder, INITIAL_SCORING), Some(&recalled))
                 .await
                 .unwrap_or_else(|| carried.outcome.clone());
             if let Some(Event::EpisodeFinished {
@@ -407,6 +415,12 @@ pub(super) async fn carry(
         }
     }
     Ok(tally)
+}
+
+/// Whether a `model_call` line is a grader's.
+fn graders_call(text: &str) -> Result<bool, String> {
+    let call: ModelCallTiming = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    Ok(call.scorer.is_some())
 }
 
 /// A regraded episode's lines, held until it is scored again, and its finish.

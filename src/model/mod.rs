@@ -12,6 +12,7 @@ pub mod http;
 pub mod limiter;
 pub mod mock;
 pub mod openai;
+pub mod recalled;
 pub mod replay;
 pub mod role;
 

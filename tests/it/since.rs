@@ -224,3 +224,49 @@ fn a_suite_of_the_earlier_run_and_a_new_one_plan_together() {
     assert!(both.stdout.contains("6 reused, 0 regraded, 2 to run again"), "{both:?}");
     assert!(both.stderr.contains("suite `fresh` was not part of"), "{both:?}");
 }
+
+/// Two tasks judged by a `mock` grader, each with its own rubric and verdict.
+fn graded(rubrics: [(&str, u32); 2]) -> String {
+    let tasks: String = rubrics
+        .iter()
+        .enumerate()
+        .map(|(i, (rubric, score))| {
+            let verdict = format!("\"Judged.\\n{{\\\"score\\\": {score}}}\"");
+            format!("  - id: g{i}\n    input: say ok\n    mock: [{{text: ok}}]\n    scorers:\n      - llm_rubric: {rubric}\n        mock: [{verdict}]\n")
+        })
+        .collect();
+    format!("suite: graded\nenvironment: kv\ngrader: {{model: mock}}\ntasks:\n{tasks}")
+}
+
+#[test]
+fn a_regrade_recalls_the_graders_answer_to_a_request_it_asks_again() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &graded([("The answer is ok.", 1), ("The answer is ok.", 1)]));
+    assert_eq!(eval(&sb, &["--run-id", "nightly"]).code, 0);
+    // Both scorers change (their scripted verdicts); only g1's request to the grader does.
+    sb.write("s.yaml", &graded([("The answer is ok.", 0), ("The answer says ok.", 0)]));
+    let run = eval(&sb, &["--since", "results/nightly", "--run-id", "since"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("0 reused, 2 regraded, 0 to run again"), "{run:?}");
+
+    let events = events(&sb, "since");
+    let tasks = tasks_of(&events);
+    let outcome = |task: &str| {
+        let finished = of_type(&events, "episode_finished");
+        let f = finished.iter().find(|f| tasks[f["episode_id"].as_str().unwrap()] == task).unwrap();
+        f["outcome"]["passed"].clone()
+    };
+    let recalled = |task: &str| {
+        let calls = of_type(&events, "model_call");
+        let graded: Vec<bool> = calls
+            .iter()
+            .filter(|c| c["scorer"] == "llm_rubric" && tasks[c["episode_id"].as_str().unwrap()] == task)
+            .map(|c| c["cache_hit"].as_bool().unwrap())
+            .collect();
+        graded
+    };
+    // g0 asked the grader what it asked the night before: the night's verdict, recalled.
+    assert_eq!((outcome("g0"), recalled("g0")), (serde_json::json!(true), vec![true]));
+    // g1 asked something else: the grader (its new script) answered.
+    assert_eq!((outcome("g1"), recalled("g1")), (serde_json::json!(false), vec![false]));
+}
