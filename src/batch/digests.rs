@@ -52,8 +52,8 @@ impl Digester {
         let parts = self.suites.entry(key).or_insert_with(|| suite_parts(spec)).clone();
         let suite = spec.suite.as_ref();
         let task = match spec.variant() {
-            Some(v) => v.task(&suite.tasks[spec.task]).into_owned(),
-            None => suite.tasks[spec.task].clone(),
+            Some(v) => v.task(&suite.tasks[spec.task]),
+            None => std::borrow::Cow::Borrowed(&suite.tasks[spec.task]),
         };
         let toolset = suite.toolset_for(&spec.id).map(|t| (t.name.as_str(), short(&environment_text(&t.environment))));
         EpisodeDigests {

@@ -261,16 +261,18 @@ fn read(events: &Path) -> Result<Earlier, String> {
                     before.outcome = Some(outcome);
                 }
             }
+            "episode_started" => {
+                let Some(id) = id else { return Ok(()) };
+                let Started { suite, task_id, task_digest, model, epoch, variant, digests } =
+                    serde_json::from_str(text).map_err(|e| e.to_string())?;
+                let key: Key = (suite, task_id, model, epoch, variant);
+                keys.insert(id.clone(), key.clone());
+                earlier.episodes.insert(key, Before { id, digests, task_digest, outcome: None });
+            }
             _ => match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
                 Event::RunStarted { suites, .. } if earlier.run_id.is_empty() => {
                     earlier.run_id = head.run_id.unwrap_or_default();
                     earlier.suites = suites.into_iter().map(|s| (s.name, s.digest)).collect();
-                }
-                Event::EpisodeStarted { suite, task_id, task_digest, model, epoch, variant, digests, .. } => {
-                    let Some(id) = id else { return Ok(()) };
-                    let key: Key = (suite, task_id, model, epoch, variant);
-                    keys.insert(id.clone(), key.clone());
-                    earlier.episodes.insert(key, Before { id, digests, task_digest, outcome: None });
                 }
                 _ => {}
             },
@@ -283,6 +285,21 @@ fn read(events: &Path) -> Result<Earlier, String> {
         return Err(format!("{shown}: the log has no run_started event; nothing of it can be reused"));
     }
     Ok(earlier)
+}
+
+/// What the plan reads of an `episode_started` line (decoded as a plain struct: an event
+/// is decoded through a buffer of its fields).
+#[derive(serde::Deserialize)]
+struct Started {
+    suite: String,
+    task_id: String,
+    task_digest: String,
+    model: String,
+    epoch: u32,
+    #[serde(default)]
+    variant: Option<String>,
+    #[serde(default)]
+    digests: Option<EpisodeDigests>,
 }
 
 /// An episode's outcome under a regrade.
