@@ -25,25 +25,25 @@ const SHOWN: usize = 5;
 
 /// What becomes of an episode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub enum Fate {
     Reuse,
     Regrade,
     Rerun,
 }
 
-impl Kind {
+impl Fate {
     pub fn as_str(self) -> &'static str {
         match self {
-            Kind::Reuse => "reuse",
-            Kind::Regrade => "regrade",
-            Kind::Rerun => "rerun",
+            Fate::Reuse => "reuse",
+            Fate::Regrade => "regrade",
+            Fate::Rerun => "rerun",
         }
     }
 }
 
 /// An episode carried from the earlier run, reused or regraded.
 pub struct Carried {
-    pub kind: Kind,
+    pub kind: Fate,
     /// Its id in the earlier run.
     pub from: String,
     pub reason: String,
@@ -142,7 +142,7 @@ pub fn plan(dir: &Path, suites: &[Arc<Suite>], options: &RunOptions) -> Result<S
         let task_digest = spec.suite.tasks[spec.task].digest.clone();
         let (kind, reason) = decide(before, (&digests, &task_digest), suite_unchanged, &earlier);
         since.count(&spec, &key, kind, &reason);
-        if let (Some(before), Kind::Reuse | Kind::Regrade) = (before, kind) {
+        if let (Some(before), Fate::Reuse | Fate::Regrade) = (before, kind) {
             let outcome = before.outcome.clone().unwrap_or(Outcome::Cancelled);
             let carried = Carried { kind, from: before.id.clone(), reason, digests, task_digest, outcome };
             since.carried.insert(spec.id.clone(), carried);
@@ -152,12 +152,12 @@ pub fn plan(dir: &Path, suites: &[Arc<Suite>], options: &RunOptions) -> Result<S
 }
 
 impl Since {
-    fn count(&mut self, spec: &EpisodeSpec, key: &Key, kind: Kind, reason: &str) {
+    fn count(&mut self, spec: &EpisodeSpec, key: &Key, kind: Fate, reason: &str) {
         let s = &mut self.summary;
         let (n, first) = match kind {
-            Kind::Reuse => (&mut s.reuse, &mut s.first_reused),
-            Kind::Regrade => (&mut s.regrade, &mut s.first_regraded),
-            Kind::Rerun => (&mut s.rerun, &mut s.first_rerun),
+            Fate::Reuse => (&mut s.reuse, &mut s.first_reused),
+            Fate::Regrade => (&mut s.regrade, &mut s.first_regraded),
+            Fate::Rerun => (&mut s.rerun, &mut s.first_rerun),
         };
         *n += 1;
         if first.len() < SHOWN {
@@ -185,23 +185,23 @@ fn decide(
     (now, task_digest): (&EpisodeDigests, &str),
     suite_unchanged: bool,
     earlier: &Earlier,
-) -> (Kind, String) {
+) -> (Fate, String) {
     let run = &earlier.run_id;
-    let Some(before) = before else { return (Kind::Rerun, format!("not in {run}")) };
+    let Some(before) = before else { return (Fate::Rerun, format!("not in {run}")) };
     match &before.outcome {
-        None => return (Kind::Rerun, format!("did not finish in {run} (its events stop before episode_finished)")),
-        Some(Outcome::Cancelled) => return (Kind::Rerun, format!("cancelled in {run}")),
+        None => return (Fate::Rerun, format!("did not finish in {run} (its events stop before episode_finished)")),
+        Some(Outcome::Cancelled) => return (Fate::Rerun, format!("cancelled in {run}")),
         Some(Outcome::Unscored { cause, .. }) => {
-            return (Kind::Rerun, format!("unscored in {run} ({})", cause.as_str()));
+            return (Fate::Rerun, format!("unscored in {run} ({})", cause.as_str()));
         }
         Some(Outcome::Scored { .. }) => {}
     }
     let Some(then) = &before.digests else {
         // A log from before per-episode digests: only an unchanged suite file says enough.
         return if suite_unchanged && before.task_digest == task_digest && earlier.scoring.is_none() {
-            (Kind::Reuse, format!("its suite file is unchanged ({run} has no per-episode digests)"))
+            (Fate::Reuse, format!("its suite file is unchanged ({run} has no per-episode digests)"))
         } else {
-            (Kind::Rerun, format!("its suite changed, and {run} has no per-episode digests to tell which part"))
+            (Fate::Rerun, format!("its suite changed, and {run} has no per-episode digests to tell which part"))
         };
     };
     let seen = [
@@ -213,16 +213,16 @@ fn decide(
     ];
     let changed: Vec<&str> = seen.iter().filter(|(c, _)| *c).map(|(_, why)| *why).collect();
     if !changed.is_empty() {
-        return (Kind::Rerun, changed.join("; "));
+        return (Fate::Rerun, changed.join("; "));
     }
     let graded = [(then.scorers != now.scorers, "the scorers changed"), (then.grader != now.grader, "the grader changed")];
     let changed: Vec<&str> = graded.iter().filter(|(c, _)| *c).map(|(_, why)| *why).collect();
     if !changed.is_empty() {
-        return (Kind::Regrade, changed.join("; "));
+        return (Fate::Regrade, changed.join("; "));
     }
     match &earlier.scoring {
-        Some(scoring) => (Kind::Regrade, format!("{run} was regraded (`{scoring}`): scored again as the suite scores")),
-        None => (Kind::Reuse, "unchanged".into()),
+        Some(scoring) => (Fate::Regrade, format!("{run} was regraded (`{scoring}`): scored again as the suite scores")),
+        None => (Fate::Reuse, "unchanged".into()),
     }
 }
 
@@ -364,7 +364,7 @@ pub(super) async fn carry(
             lines.push((Some(head.ts.clone()), body.into_owned()));
         }
         match carried.kind {
-            Kind::Reuse => emit_lines(log, &here, lines),
+            Fate::Reuse => emit_lines(log, &here, lines),
             _ => {
                 let r = regraded.entry((*id).to_owned()).or_default();
                 match kind {
@@ -381,7 +381,7 @@ pub(super) async fn carry(
         Ok(())
     })
     .map_err(|e| e.to_string())?;
-    for carried in since.carried.values().filter(|c| c.kind == Kind::Reuse) {
+    for carried in since.carried.values().filter(|c| c.kind == Fate::Reuse) {
         tally.add(&carried.outcome);
     }
     if !regraded.is_empty() {
@@ -398,35 +398,13 @@ pub(super) async fn carry(
                 .score_as((&carried.from, &id), suites, graders, (&recorder, INITIAL_SCORING), Some(&recalled))
                 .await
                 .unwrap_or_else(|| carried.outcome.clone());
-            if let Some(Event::EpisodeFinished {
-                termination,
-                steps,
-                tool_calls,
-                tool_errors,
-                usage,
-                cost_usd,
-                wall_ms,
-                loop_ms,
-                user_usage,
-                user_cost_usd,
-                agent_program,
-                ..
-            }) = r.finished
-            {
-                recorder.emit(&Event::EpisodeFinished {
-                    outcome: outcome.clone(),
-                    termination,
-                    steps,
-                    tool_calls,
-                    tool_errors,
-                    usage,
-                    cost_usd,
-                    wall_ms,
-                    loop_ms,
-                    user_usage,
-                    user_cost_usd,
-                    agent_program,
-                });
+            // Its finish as it was, with the new outcome.
+            let mut finished = r.finished;
+            if let Some(Event::EpisodeFinished { outcome: was, .. }) = &mut finished {
+                *was = outcome.clone();
+            }
+            if let Some(finished) = &finished {
+                recorder.emit(finished);
             }
             tally.add(&outcome);
         }
@@ -504,23 +482,23 @@ mod tests {
         let passed = Some(Outcome::Scored { score: 1.0, passed: true });
         let run = earlier();
         let same = before(passed.clone(), Some(digests("t", "s")));
-        assert_eq!(decide(Some(&same), (&digests("t", "s"), "d"), false, &run), (Kind::Reuse, "unchanged".into()));
+        assert_eq!(decide(Some(&same), (&digests("t", "s"), "d"), false, &run), (Fate::Reuse, "unchanged".into()));
         let (kind, why) = decide(Some(&same), (&digests("t", "s2"), "d"), false, &run);
-        assert_eq!((kind, why.as_str()), (Kind::Regrade, "the scorers changed"));
+        assert_eq!((kind, why.as_str()), (Fate::Regrade, "the scorers changed"));
         let (kind, why) = decide(Some(&same), (&digests("t2", "s2"), "d"), false, &run);
-        assert_eq!((kind, why.as_str()), (Kind::Rerun, "the task's input, files or user changed"));
+        assert_eq!((kind, why.as_str()), (Fate::Rerun, "the task's input, files or user changed"));
         let (kind, why) = decide(None, (&digests("t", "s"), "d"), true, &run);
-        assert_eq!((kind, why.as_str()), (Kind::Rerun, "not in nightly"));
+        assert_eq!((kind, why.as_str()), (Fate::Rerun, "not in nightly"));
         let cut = before(None, Some(digests("t", "s")));
-        assert_eq!(decide(Some(&cut), (&digests("t", "s"), "d"), true, &run).0, Kind::Rerun);
+        assert_eq!(decide(Some(&cut), (&digests("t", "s"), "d"), true, &run).0, Fate::Rerun);
         let unscored = Outcome::Unscored { cause: crate::log::UnscoredCause::ProviderError, message: String::new() };
         let failed = before(Some(unscored), Some(digests("t", "s")));
         let (kind, why) = decide(Some(&failed), (&digests("t", "s"), "d"), true, &run);
-        assert_eq!((kind, why.as_str()), (Kind::Rerun, "unscored in nightly (provider_error)"));
+        assert_eq!((kind, why.as_str()), (Fate::Rerun, "unscored in nightly (provider_error)"));
         let old = before(passed, None);
-        assert_eq!(decide(Some(&old), (&digests("t", "s"), "d"), true, &run).0, Kind::Reuse);
-        assert_eq!(decide(Some(&old), (&digests("t", "s"), "d"), false, &run).0, Kind::Rerun);
+        assert_eq!(decide(Some(&old), (&digests("t", "s"), "d"), true, &run).0, Fate::Reuse);
+        assert_eq!(decide(Some(&old), (&digests("t", "s"), "d"), false, &run).0, Fate::Rerun);
         let regraded = Earlier { scoring: Some("regrade-1".into()), ..earlier() };
-        assert_eq!(decide(Some(&same), (&digests("t", "s"), "d"), true, &regraded).0, Kind::Regrade);
+        assert_eq!(decide(Some(&same), (&digests("t", "s"), "d"), true, &regraded).0, Fate::Regrade);
     }
 }

@@ -311,19 +311,7 @@ impl EventLog {
         let ts = Timestamp::now();
         // The writer outlives every handle; if it died, its error surfaces at `close`.
         let size = body.len();
-        let line = Line { episode_id: episode_id.cloned(), ts, body, flush };
-        let queued = line.queued_bytes();
-        let over = self.backlog.add(queued);
-        if self.sender.send(line).is_err() {
-            self.backlog.remove(queued);
-        } else if over {
-            self.writer.unpark();
-            self.backlog.wait_for_room();
-        } else if flush && self.backlog.dozing.load(Ordering::Acquire) {
-            // A writer that is not dozing looks again within MIN_IDLE: a busy run's
-            // finishes wake nobody.
-            self.writer.unpark();
-        }
+        self.queue(Line { episode_id: episode_id.cloned(), ts, body, flush });
         for s in self.subscribers.iter().filter(|s| (s.wants)(event)) {
             // A subscriber that panicked has shown what it could; the run goes on.
             s.subscriber.lock().unwrap_or_else(PoisonError::into_inner).event(episode_id.map(|id| &**id), event);
@@ -338,14 +326,22 @@ impl EventLog {
         let ts = ts.and_then(Timestamp::of_text).unwrap_or_else(Timestamp::now);
         let mut buffer = self.backlog.body();
         buffer.append(&mut body);
-        let line = Line { episode_id: Some(episode_id.clone()), ts, body: buffer, flush: false };
-        let queued = line.queued_bytes();
+        self.queue(Line { episode_id: Some(episode_id.clone()), ts, body: buffer, flush: false });
+    }
+
+    /// Hands a line to the writer, waiting for room when the queue is over its cap.
+    fn queue(&self, line: Line) {
+        let (queued, flush) = (line.queued_bytes(), line.flush);
         let over = self.backlog.add(queued);
         if self.sender.send(line).is_err() {
             self.backlog.remove(queued);
         } else if over {
             self.writer.unpark();
             self.backlog.wait_for_room();
+        } else if flush && self.backlog.dozing.load(Ordering::Acquire) {
+            // A writer that is not dozing looks again within MIN_IDLE: a busy run's
+            // finishes wake nobody.
+            self.writer.unpark();
         }
     }
 
