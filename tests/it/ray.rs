@@ -156,6 +156,39 @@ fn shards_on_ray_survive_a_killed_shard_and_merge_into_the_unsharded_run() {
     let compare = Command::new(runner).current_dir(dir).args(["compare", "results/whole"]).arg(&merged).output().unwrap();
     assert!(compare.status.success(), "{}", shown(&compare));
     assert!(String::from_utf8_lossy(&compare.stdout).contains("(0 worse, 0 better)"), "{}", shown(&compare));
+
+    // A shard whose process dies at every attempt: named, and nothing merged...
+    let dying = dir.join("dying-runner");
+    std::fs::write(&dying, format!("#!/bin/sh\ncase \"$*\" in *\"--shard 2/4\"*) kill -9 $$ ;; esac\nexec {runner} \"$@\"\n"))
+        .unwrap();
+    std::fs::set_permissions(&dying, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let twice = |extra: &[&str]| {
+        Command::new(venv().join("python3"))
+            .current_dir(dir)
+            .arg(repo().join("examples/ray/driver.py"))
+            .args(["--address", &head.address(), "--shards", "4", "--out", "results", "--run-name", "dies"])
+            .args(["--max-retries", "1", "--runner"])
+            .arg(&dying)
+            .args(extra)
+            .arg("--")
+            .args(eval)
+            .output()
+            .expect("run the driver")
+    };
+    let failed = twice(&[]);
+    assert_eq!(failed.status.code(), Some(1), "{}", shown(&failed));
+    let said = String::from_utf8_lossy(&failed.stderr);
+    assert!(said.contains("shard 2/4: failed after 2 attempt(s): shard 2/4: runner was killed by SIGKILL"), "{said}");
+    assert!(said.contains("nothing merged"), "{said}");
+    assert!(!dir.join("results/dies/merged").exists(), "nothing was merged");
+    // ...and with --allow-partial, the others merged, the missing shard said.
+    let partial = twice(&["--allow-partial"]);
+    let said = String::from_utf8_lossy(&partial.stderr);
+    assert!(said.contains("warning: shard(s) 2/4 missing from the merge"), "{}", shown(&partial));
+    let merged = read_jsonl(&dir.join("results/dies/merged/events.jsonl"));
+    let whole_episodes = of_type(&read_jsonl(&dir.join("results/whole/events.jsonl")), "episode_finished").len();
+    let partial_episodes = of_type(&merged, "episode_finished").len();
+    assert!(partial_episodes > 0 && partial_episodes < whole_episodes, "{partial_episodes} of {whole_episodes}");
     drop(head);
 
     // A cluster that cannot be reached: said, and nothing merged.
