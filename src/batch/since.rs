@@ -14,7 +14,7 @@ use super::{EpisodeSpec, RunOptions, Tally, episodes};
 use crate::log::event::{
     EpisodeDigests, EpisodeFinishedRow, INITIAL_SCORING, ModelCallTiming, PlannedEpisode, SCHEMA_VERSION, SincePlan,
 };
-use crate::log::reader::{LineHeader, for_each_line_of, split_line};
+use crate::log::reader::{LineHeader, for_each_line_of, header_episode_id, split_line};
 use crate::log::{Event, EventLog, Outcome};
 use crate::model::recalled::Recalled;
 use crate::scoring::Graders;
@@ -346,6 +346,12 @@ pub(super) async fn carry(
     let from: HashMap<&str, &str> = since.carried.iter().map(|(id, c)| (c.from.as_str(), id.as_str())).collect();
     let mut regraded: std::collections::BTreeMap<String, Regraded> = Default::default();
     for_each_line_of(&since.dir.join("events.jsonl"), None, |kind, text, _| {
+        // Another episode's line, or where an earlier run had carried this one from: its own
+        // `episode_carried` takes that place.
+        let elsewhere = header_episode_id(text).is_some_and(|old| !from.contains_key(old));
+        if elsewhere || kind == "episode_carried" {
+            return Ok(());
+        }
         let (head, body) = split_line(text)?;
         let Some(id) = head.episode_id.as_deref().and_then(|old| from.get(old)) else { return Ok(()) };
         let Some(carried) = since.carried.get(*id) else { return Ok(()) };

@@ -140,8 +140,12 @@ fn since_reuses_regrades_and_reruns_each_episode_by_what_changed() {
 
     // The new run stands on its own: a later --since of it finds nothing changed, and it
     // reports and compares like any run.
-    let again = eval(&sb, &["--since", "results/since", "--dry-run"]);
+    let again = eval(&sb, &["--since", "results/since", "--run-id", "again"]);
     assert!(again.stdout.contains("7 reused, 0 regraded, 0 to run again"), "{again:?}");
+    let markers = of_type(&events(&sb, "again"), "episode_carried").into_iter().cloned().collect::<Vec<_>>();
+    assert_eq!(markers.len(), 7, "one mark an episode, naming the run it came from: {markers:?}");
+    assert!(markers.iter().all(|m| m["from_run"] == "since"), "{markers:?}");
+    assert_eq!(differences(&root.join("again"), &root.join("full")), None);
     let compare = sb.run(&["compare", "results/full", "results/since"]);
     assert_eq!(compare.code, 0, "{compare:?}");
     assert!(compare.stdout.contains("over 7 shared tasks (0 worse, 0 better)"), "{compare:?}");
