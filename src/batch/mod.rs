@@ -255,9 +255,9 @@ pub async fn run(
 ) -> Result<RunResult, RunError> {
     let opened = open_run(suites, options)?;
     let carried = match &options.since {
-        Some(since) => since::carry(since, suites, &opened.log, &options.roster.graders)
-            .await
-            .map_err(|e| RunError::Log(std::io::Error::other(format!("failed to carry episodes of {}: {e}", since.dir.display()))))?,
+        Some(since) => since::carry(since, suites, &opened.log, &options.roster.graders).await.map_err(|e| {
+            RunError::Log(std::io::Error::other(format!("failed to carry episodes of {}: {e}", since.dir.display())))
+        })?,
         None => Tally::default(),
     };
     let mut dispatcher = Dispatcher::new(suites, options, &opened, stop, subscribers)?;

@@ -191,8 +191,7 @@ pub async fn regrade(
         let Some(record) = run.episodes.get(id) else { continue };
         let recorder = log.recorder(id);
         let logged = Logged { recorder: &recorder, scoring_id: &scoring_id, recalled: None };
-        let Some((outcome, changed_task)) = score_episode_again(id, record, suites, graders, logged).await
-        else {
+        let Some((outcome, changed_task)) = score_episode_again(id, record, suites, graders, logged).await else {
             counts.skipped += 1;
             continue;
         };

@@ -209,13 +209,17 @@ fn decide(
         (then.environment != now.environment, "the environment changed"),
         (then.agent != now.agent, "the agent changed (kind, settings, prompts or limits)"),
         (then.model != now.model, "the model, its sampling or its mock script changed"),
-        (then.world_scorers != now.world_scorers, "a scorer that reads the final world changed, and that world is gone"),
+        (
+            then.world_scorers != now.world_scorers,
+            "a scorer that reads the final world changed, and that world is gone",
+        ),
     ];
     let changed: Vec<&str> = seen.iter().filter(|(c, _)| *c).map(|(_, why)| *why).collect();
     if !changed.is_empty() {
         return (Fate::Rerun, changed.join("; "));
     }
-    let graded = [(then.scorers != now.scorers, "the scorers changed"), (then.grader != now.grader, "the grader changed")];
+    let graded =
+        [(then.scorers != now.scorers, "the scorers changed"), (then.grader != now.grader, "the grader changed")];
     let changed: Vec<&str> = graded.iter().filter(|(c, _)| *c).map(|(_, why)| *why).collect();
     if !changed.is_empty() {
         return (Fate::Regrade, changed.join("; "));
@@ -316,8 +320,9 @@ fn check_first_line(events: &Path) -> Result<(), String> {
     let file = std::fs::File::open(events).map_err(|e| format!("failed to read {shown}: {e}"))?;
     let mut first = String::new();
     std::io::BufReader::new(file).read_line(&mut first).map_err(|e| format!("failed to read {shown}: {e}"))?;
-    let value: serde_json::Value = serde_json::from_str(&first)
-        .map_err(|_| format!("{shown}:1: not a run's log (its first line is not a whole event); nothing of it can be reused"))?;
+    let value: serde_json::Value = serde_json::from_str(&first).map_err(|_| {
+        format!("{shown}:1: not a run's log (its first line is not a whole event); nothing of it can be reused")
+    })?;
     let version = value["v"].as_u64();
     if version != Some(u64::from(SCHEMA_VERSION)) {
         let was = version.map_or("no `v`".to_owned(), |v| format!("format {v}"));

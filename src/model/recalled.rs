@@ -29,7 +29,8 @@ impl Recalled {
         let mut calls: HashMap<(String, String), VecDeque<ModelResponse>> = HashMap::new();
         for_each_event_of(events, Some(&["model_call"]), |e: LoggedEvent| {
             let Some(episode) = e.episode_id.clone().filter(|id| episodes.contains(id.as_str())) else { return };
-            let Some(Event::ModelCall { request_digest, response, error: None, scorer: Some(_), .. }) = e.event() else {
+            let Some(Event::ModelCall { request_digest, response, error: None, scorer: Some(_), .. }) = e.event()
+            else {
                 return;
             };
             if let Ok(response) = serde_json::from_value::<ModelResponse>(response) {

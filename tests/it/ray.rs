@@ -18,9 +18,9 @@ fn repo() -> &'static Path {
 
 /// The venv `scripts/install-test-servers.sh` installs `ray` into.
 fn venv() -> PathBuf {
-    let cache = std::env::var_os("RUNNER_TEST_SERVERS").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/runner-test-servers")
-    });
+    let cache = std::env::var_os("RUNNER_TEST_SERVERS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/runner-test-servers"));
     cache.join("ray-venv/bin")
 }
 
@@ -93,7 +93,12 @@ fn finished(events: &Path) -> usize {
 }
 
 fn shown(out: &Output) -> String {
-    format!("exit {:?}\n{}\n{}", out.status.code(), String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    format!(
+        "exit {:?}\n{}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
 }
 
 #[test]
@@ -153,14 +158,18 @@ fn shards_on_ray_survive_a_killed_shard_and_merge_into_the_unsharded_run() {
     assert_eq!(of_type(&events, "run_resumed").len(), 1, "shard 2 was resumed once");
     let merged = dir.join("results/night/merged");
     assert_eq!(differences(&dir.join("results/whole"), &merged), None);
-    let compare = Command::new(runner).current_dir(dir).args(["compare", "results/whole"]).arg(&merged).output().unwrap();
+    let compare =
+        Command::new(runner).current_dir(dir).args(["compare", "results/whole"]).arg(&merged).output().unwrap();
     assert!(compare.status.success(), "{}", shown(&compare));
     assert!(String::from_utf8_lossy(&compare.stdout).contains("(0 worse, 0 better)"), "{}", shown(&compare));
 
     // A shard whose process dies at every attempt: named, and nothing merged...
     let dying = dir.join("dying-runner");
-    std::fs::write(&dying, format!("#!/bin/sh\ncase \"$*\" in *\"--shard 2/4\"*) kill -9 $$ ;; esac\nexec {runner} \"$@\"\n"))
-        .unwrap();
+    std::fs::write(
+        &dying,
+        format!("#!/bin/sh\ncase \"$*\" in *\"--shard 2/4\"*) kill -9 $$ ;; esac\nexec {runner} \"$@\"\n"),
+    )
+    .unwrap();
     std::fs::set_permissions(&dying, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let twice = |extra: &[&str]| {
         Command::new(venv().join("python3"))

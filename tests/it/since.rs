@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::shards::differences;
-use crate::{Sandbox, Run, of_type, read_jsonl};
+use crate::{Run, Sandbox, of_type, read_jsonl};
 
 /// One task of the suite: its id, input, the answer its mock script gives, and its own
 /// scorers (YAML flow, or empty).
@@ -38,7 +38,11 @@ fn today() -> Vec<String> {
 }
 
 fn eval(sb: &Sandbox, extra: &[&str]) -> Run {
-    let args: Vec<&str> = ["eval", "s.yaml", "--model", "mock", "--out", "results", "-q"].iter().copied().chain(extra.iter().copied()).collect();
+    let args: Vec<&str> = ["eval", "s.yaml", "--model", "mock", "--out", "results", "-q"]
+        .iter()
+        .copied()
+        .chain(extra.iter().copied())
+        .collect();
     sb.run(&args)
 }
 
@@ -117,7 +121,10 @@ fn since_reuses_regrades_and_reruns_each_episode_by_what_changed() {
     let run_json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(root.join("since/run.json")).unwrap()).unwrap();
     let since = &run_json["since"];
-    assert_eq!((since["reuse"].as_u64(), since["regrade"].as_u64(), since["rerun"].as_u64()), (Some(3), Some(1), Some(3)));
+    assert_eq!(
+        (since["reuse"].as_u64(), since["regrade"].as_u64(), since["rerun"].as_u64()),
+        (Some(3), Some(1), Some(3))
+    );
     assert_eq!(since["run_id"], "nightly");
 
     // The carried episodes are marked, and what their agent said is the nightly's, not asked again.
@@ -125,14 +132,16 @@ fn since_reuses_regrades_and_reruns_each_episode_by_what_changed() {
     let tasks = tasks_of(&after);
     let marked: BTreeMap<String, String> =
         carried(&after).iter().map(|(id, (plan, _))| (tasks[id].clone(), plan.clone())).collect();
-    let expected: BTreeMap<String, String> =
-        [("t1", "regrade"), ("t2", "reuse"), ("t4", "reuse"), ("t5", "reuse")].map(|(t, p)| (t.into(), p.into())).into();
+    let expected: BTreeMap<String, String> = [("t1", "regrade"), ("t2", "reuse"), ("t4", "reuse"), ("t5", "reuse")]
+        .map(|(t, p)| (t.into(), p.into()))
+        .into();
     assert_eq!(marked, expected);
     let (calls_before, calls_after) = (agent_calls(&before), agent_calls(&after));
     for (id, (_, from)) in carried(&after) {
         assert_eq!(calls_after.get(&id), calls_before.get(&from), "episode {id} ({}) carried its calls", tasks[&id]);
     }
-    let ran: BTreeSet<&String> = tasks.iter().filter(|(id, _)| !carried(&after).contains_key(*id)).map(|(_, t)| t).collect();
+    let ran: BTreeSet<&String> =
+        tasks.iter().filter(|(id, _)| !carried(&after).contains_key(*id)).map(|(_, t)| t).collect();
     assert_eq!(ran, BTreeSet::from([&"t0".to_owned(), &"t3".to_owned(), &"t6".to_owned()]));
     // The regraded episode failed the scorer it was given: scored again, not copied.
     let regraded = of_type(&after, "score").into_iter().filter(|s| s["scorer"] == "includes").count();
@@ -203,7 +212,10 @@ fn an_earlier_run_that_cannot_be_reused_is_refused_with_why() {
     std::fs::write(&path, log.replacen("{\"v\":1,", "{\"v\":2,", 1)).unwrap();
     let newer = eval(&sb, &["--since", "results/nightly"]);
     assert_eq!(newer.code, 2, "{newer:?}");
-    assert!(newer.stderr.contains("events.jsonl:1: the log is in format 2, and this runner reads format 1"), "{newer:?}");
+    assert!(
+        newer.stderr.contains("events.jsonl:1: the log is in format 2, and this runner reads format 1"),
+        "{newer:?}"
+    );
     assert!(newer.stderr.contains("nothing of it can be reused"), "{newer:?}");
 
     // Not a run, and --dry-run alone.
@@ -222,7 +234,16 @@ fn a_suite_of_the_earlier_run_and_a_new_one_plan_together() {
     assert_eq!(eval(&sb, &["--run-id", "nightly"]).code, 0);
     sb.write("new.yaml", &suite("fresh", &nightly()[..2]));
     let both = sb.run(&[
-        "eval", "s.yaml", "new.yaml", "--model", "mock", "--out", "results", "--since", "results/nightly", "--dry-run",
+        "eval",
+        "s.yaml",
+        "new.yaml",
+        "--model",
+        "mock",
+        "--out",
+        "results",
+        "--since",
+        "results/nightly",
+        "--dry-run",
     ]);
     assert_eq!(both.code, 0, "{both:?}");
     assert!(both.stdout.contains("6 reused, 0 regraded, 2 to run again"), "{both:?}");

@@ -111,7 +111,11 @@ fn print_plan(since: &batch::since::Since) {
         plan.rerun,
         since.planned_s
     );
-    let kinds = [("reuse", plan.reuse, &plan.first_reused), ("regrade", plan.regrade, &plan.first_regraded), ("rerun", plan.rerun, &plan.first_rerun)];
+    let kinds = [
+        ("reuse", plan.reuse, &plan.first_reused),
+        ("regrade", plan.regrade, &plan.first_regraded),
+        ("rerun", plan.rerun, &plan.first_rerun),
+    ];
     for (kind, count, first) in kinds {
         for e in first {
             let variant = e.variant.as_deref().map(|v| format!(" [{v}]")).unwrap_or_default();
