@@ -56,6 +56,7 @@ fn promptfoo(c: &mut Criterion) {
             chosen: None,
             caps: Default::default(),
             auto_epochs: None,
+            since: None,
         };
         let before = cpu_time();
         let loaded = Arc::new(runner::suite::load(&path).expect("it loads"));

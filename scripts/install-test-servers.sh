@@ -8,6 +8,7 @@
 #                                              the clients the model gateway's tests speak through)
 #   openenv-venv/bin/python3                  (PyPI: openenv-core, OpenEnv's own client, which
 #                                              steps `runner serve`'s environments)
+#   ray-venv/bin/ray                          (PyPI: ray, the cluster examples/ray/ runs on in its test)
 #   node_modules/.bin/claude                  (npm: @anthropic-ai/claude-code, a real CLI agent
 #                                              run against the gateway; its test is skipped,
 #                                              saying so, when it would not install)
@@ -21,6 +22,7 @@ openai_version="3.57.0"
 anthropic_version="2.14.0"
 claude_code_version="2.1.197"
 openenv_version="0.3.0"
+ray_version="2.60.0"
 mkdir -p "$dir"
 if [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
     || ! grep -q "\"version\": \"$everything_version\"" "$dir/node_modules/@modelcontextprotocol/server-everything/package.json"; then
@@ -41,10 +43,14 @@ if ! "$dir/openenv-venv/bin/pip" show openenv-core 2>/dev/null | grep -q "^Versi
     [ -x "$dir/openenv-venv/bin/python3" ] || /usr/bin/python3 -m venv "$dir/openenv-venv"
     "$dir/openenv-venv/bin/pip" install --quiet --disable-pip-version-check "openenv-core==$openenv_version"
 fi
+if ! "$dir/ray-venv/bin/pip" show ray 2>/dev/null | grep -q "^Version: $ray_version$"; then
+    [ -x "$dir/ray-venv/bin/python3" ] || /usr/bin/python3 -m venv "$dir/ray-venv"
+    "$dir/ray-venv/bin/pip" install --quiet --disable-pip-version-check "ray==$ray_version"
+fi
 if [ ! -f "$dir/node_modules/@anthropic-ai/claude-code/package.json" ] \
     || ! grep -q "\"version\": \"$claude_code_version\"" "$dir/node_modules/@anthropic-ai/claude-code/package.json"; then
     npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
         "@anthropic-ai/claude-code@$claude_code_version" >/dev/null \
         || echo "Claude Code did not install: its test will be skipped" >&2
 fi
-echo "test MCP servers, model SDKs and Claude Code in $dir"
+echo "test MCP servers, model SDKs, Ray and Claude Code in $dir"

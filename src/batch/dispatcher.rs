@@ -110,6 +110,11 @@ impl<'a> Dispatcher<'a> {
         })
     }
 
+    /// Counts the episodes carried from an earlier run (`--since`) in the run's tally.
+    pub(super) fn count_carried(&mut self, carried: Tally) {
+        self.tally.absorb(carried);
+    }
+
     /// The next round, while the run goes on.
     pub(super) fn next_round(&mut self) -> Option<Round> {
         if self.stop.is_cancelled() {
@@ -338,6 +343,8 @@ fn log_not_run(log: &EventLog, spec: &EpisodeSpec, why: &str) {
         toolset: spec.suite.toolset_for(&spec.id).map(|t| t.name.clone()),
         variant: spec.variant().map(|v| v.name.clone()),
         sampling: spec.variant().map_or(&spec.suite.agent.sampling, |v| &v.agent.sampling).clone(),
+        // Never run: a later `--since` runs it whatever its parts.
+        digests: None,
     });
     recorder.emit(&Event::EpisodeFinished {
         outcome: Outcome::Unscored { cause: UnscoredCause::Budget, message: format!("not run: {why}") },
@@ -376,6 +383,15 @@ impl Tally {
             Outcome::Unscored { .. } => self.unscored += 1,
             Outcome::Cancelled => self.cancelled += 1,
         }
+    }
+
+    /// Adds another tally's counts to this one.
+    pub(crate) fn absorb(&mut self, other: Tally) {
+        self.episodes += other.episodes;
+        self.scored += other.scored;
+        self.passed += other.passed;
+        self.unscored += other.unscored;
+        self.cancelled += other.cancelled;
     }
 
     /// The `run_finished` event of these episodes.

@@ -150,6 +150,7 @@ impl<'a> Episode<'a> {
             toolset: toolset.map(|t| t.name.clone()),
             variant: variant.map(|v| v.name.clone()),
             sampling: agent.sampling.clone(),
+            digests: Some(super::digests::Digester::new(roster.graders.forced.clone()).of(spec)),
         });
         let cast = Cast::of(spec, roster);
         Episode { spec, suite, task, agent, environment, grounds, cast, recorder, started, slot, notes }
@@ -248,6 +249,7 @@ impl<'a> Episode<'a> {
             suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
             world_limit: suite.limits.time,
             sandbox: self.sandbox(),
+            recalled: None,
         };
         if suite.agent.kind.logs_stages() {
             self.recorder.emit(&Event::Stage { stage: Stage::Judge, ingestion: None });

@@ -76,7 +76,8 @@ fn run_started(suites: &[Arc<Suite>], options: &RunOptions, episodes: u64) -> Ev
                 ..suite_info(s)
             })
             .collect(),
-        episodes,
+        // With the episodes carried from an earlier run: the run holds them all.
+        episodes: episodes + options.since.as_ref().map_or(0, |s| s.carried.len() as u64),
         jobs: options.jobs,
         git_revision: revision::git_revision(suites.first().map(|s| s.path.as_path())),
         shard: options.shard.map(|(i, n)| format!("{i}/{n}")),
@@ -84,6 +85,7 @@ fn run_started(suites: &[Arc<Suite>], options: &RunOptions, episodes: u64) -> Ev
         limits: options.limits,
         warnings: options.warnings.clone(),
         selection: options.selection.clone(),
+        since: options.since.as_ref().map(|s| s.summary.clone()),
     }
 }
 

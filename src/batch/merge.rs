@@ -169,6 +169,7 @@ fn write_log(
         limits: first.header.limits,
         warnings: first.header.warnings.clone(),
         selection: first.header.selection.clone(),
+        since: None,
     };
     super::write_run_json(dir, run_id, &started).map_err(|e| format!("failed to write run.json: {e}"))?;
     let mut seq = 1u64;

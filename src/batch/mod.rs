@@ -2,6 +2,7 @@
 //! stream (memory stays flat in the number of episodes), every step logged.
 
 pub mod cast;
+mod digests;
 mod dispatcher;
 mod episode;
 mod folder;
@@ -13,6 +14,7 @@ pub mod resume;
 mod revision;
 pub mod select;
 mod shard;
+pub mod since;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -125,8 +127,8 @@ pub fn task_epochs(suite: &Suite, task: usize, command_line: Option<u32>) -> u32
 /// How many episodes the run will make (its shard's, when it has one; without those a
 /// resumed run keeps).
 pub fn episode_count(suites: &[Arc<Suite>], options: &RunOptions) -> u64 {
-    match (options.shard, &options.resume, &options.chosen) {
-        (None, None, None) => suites
+    match (options.shard, &options.resume, &options.chosen, &options.since) {
+        (None, None, None, None) => suites
             .iter()
             .map(|s| {
                 let epochs: u64 = (0..s.tasks.len()).map(|t| u64::from(task_epochs(s, t, options.epochs))).sum();
@@ -186,6 +188,8 @@ pub struct RunOptions {
     pub caps: crate::budget::RunCaps,
     /// `--epochs auto`: epochs up to `epochs` are added until the interval is narrow.
     pub auto_epochs: Option<AutoEpochs>,
+    /// `--since RUN`: the episodes carried from RUN instead of run.
+    pub since: Option<Arc<since::Since>>,
 }
 
 impl RunOptions {
@@ -195,6 +199,7 @@ impl RunOptions {
         self.chosen.as_ref().is_none_or(|c| c.contains(episode))
             && in_shard(episode, self.shard)
             && self.resume.as_ref().is_none_or(|r| !r.keep.contains(&episode.id))
+            && self.since.as_ref().is_none_or(|s| !s.carried.contains_key(&episode.id))
     }
 }
 
@@ -251,7 +256,14 @@ pub async fn run(
     subscribers: &[Subscription],
 ) -> Result<RunResult, RunError> {
     let opened = open_run(suites, options)?;
+    let carried = match &options.since {
+        Some(since) => since::carry(since, suites, &opened.log, &options.roster.graders).await.map_err(|e| {
+            RunError::Log(std::io::Error::other(format!("failed to carry episodes of {}: {e}", since.dir.display())))
+        })?,
+        None => Tally::default(),
+    };
     let mut dispatcher = Dispatcher::new(suites, options, &opened, stop, subscribers)?;
+    dispatcher.count_carried(carried);
     while let Some(round) = dispatcher.next_round() {
         let (admitter, starter) = (dispatcher.admitter(), dispatcher.starter());
         let admitted =

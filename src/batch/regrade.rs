@@ -19,7 +19,7 @@ use crate::environment::{CallError, Ending, ToolFailure, Trajectory, World};
 use crate::log::event::SuiteInfo;
 use crate::log::projection::Index;
 use crate::log::reader::ReadError;
-use crate::log::{Event, EventLog, Outcome, Termination, UnscoredCause, Usage};
+use crate::log::{Event, EventLog, Outcome, Recorder, Termination, UnscoredCause, Usage};
 use crate::scoring::{self, Finished, Graders, Score, ScoringFault, aggregate, log_scores};
 use crate::suite::Suite;
 
@@ -189,11 +189,13 @@ pub async fn regrade(
     let mut counts = Regraded::default();
     for id in &run.order {
         let Some(record) = run.episodes.get(id) else { continue };
-        let Some((outcome, changed_task)) = score_episode_again(id, record, suites, graders, (&log, &scoring_id)).await
-        else {
+        let recorder = log.recorder(id);
+        let logged = Logged { recorder: &recorder, scoring_id: &scoring_id, recalled: None };
+        let Some((outcome, changed_task)) = score_episode_again(id, record, suites, graders, logged).await else {
             counts.skipped += 1;
             continue;
         };
+        recorder.emit(&Event::EpisodeScored { scoring_id: scoring_id.clone(), outcome: outcome.clone() });
         counts.changed_tasks += u64::from(changed_task);
         counts.episodes += 1;
         match &outcome {
@@ -219,8 +221,33 @@ pub async fn regrade(
     Ok((scoring_id, counts))
 }
 
+impl LoggedRun {
+    /// Scores the logged episode `from` again from its trajectory as the episode `id` of
+    /// another run, its scores logged through `recorder` under the scoring `scoring_id`:
+    /// its new outcome, `None` when it cannot be (as for a regrade).
+    pub(crate) async fn score_as(
+        &self,
+        (from, id): (&str, &str),
+        suites: &[Arc<Suite>],
+        graders: &Graders,
+        (recorder, scoring_id): (&Recorder, &str),
+        recalled: Option<&Arc<crate::model::recalled::Recalled>>,
+    ) -> Option<Outcome> {
+        let record = self.episodes.get(from)?;
+        let logged = Logged { recorder, scoring_id, recalled: recalled.map(|r| (r, from)) };
+        score_episode_again(id, record, suites, graders, logged).await.map(|(outcome, _)| outcome)
+    }
+}
+
+/// Where an episode scored again logs its scores, and the grader answers it may recall.
+struct Logged<'a> {
+    recorder: &'a Recorder,
+    scoring_id: &'a str,
+    recalled: Option<(&'a Arc<crate::model::recalled::Recalled>, &'a str)>,
+}
+
 /// Scores a logged episode again from its trajectory, under the scoring `scoring_id`, and
-/// logs its new outcome: that outcome, and whether its task changed since it ran; `None` when it is not regraded
+/// logs its scores: its new outcome, and whether its task changed since it ran; `None` when it is not regraded
 /// (it did not finish, was cancelled or unscored for a cause a regrade cannot mend, or its
 /// suite or task is gone).
 async fn score_episode_again(
@@ -228,7 +255,7 @@ async fn score_episode_again(
     record: &Record,
     suites: &[Arc<Suite>],
     graders: &Graders,
-    (log, scoring_id): (&EventLog, &str),
+    Logged { recorder, scoring_id, recalled }: Logged<'_>,
 ) -> Option<(Outcome, bool)> {
     let finished = record.finished.as_ref()?;
     let regradable = match &finished.outcome {
@@ -256,7 +283,6 @@ async fn score_episode_again(
             carried_errors: record.carried.tool_errors,
         },
     };
-    let recorder = log.recorder(id);
     if suite.agent.kind.logs_stages() {
         recorder.emit(&Event::Stage { stage: crate::log::event::Stage::Judge, ingestion: None });
     }
@@ -265,13 +291,14 @@ async fn score_episode_again(
         episode_id: id,
         under_test: None,
         model: &record.model,
-        recorder: Some(&recorder),
+        recorder: Some(recorder),
         ending: &ending,
         wall_s: finished.wall_ms / 1e3,
         suite_grader: suite.grader.as_ref().map(|g| g.model.as_str()),
         suite_template: suite.grader.as_ref().and_then(|g| g.template.as_deref()),
         world_limit: suite.limits.time,
         sandbox: suite.sandbox,
+        recalled,
     };
     let outcome = match score_again(record, suite, &episode, graders).await {
         Ok(scores) => {
@@ -287,7 +314,6 @@ async fn score_episode_again(
             }
         }
     };
-    recorder.emit(&Event::EpisodeScored { scoring_id: scoring_id.to_owned(), outcome: outcome.clone() });
     Some((outcome, task.digest != record.task_digest))
 }
 

@@ -370,6 +370,15 @@ pub struct EvalArgs {
     /// scored episodes are kept, unscored and missing ones run again.
     #[arg(long, value_name = "RUN")]
     pub resume: Option<PathBuf>,
+    /// A new run that does only what changed since RUN (its folder, or its id under
+    /// --out): each episode is reused (nothing changed), regraded (only its scorers or
+    /// grader changed: scored again from its logged trajectory) or run again.
+    #[arg(long, value_name = "RUN", conflicts_with = "resume")]
+    pub since: Option<PathBuf>,
+    /// With --since: print the plan (how many episodes are reused, regraded and run
+    /// again, and why) and stop.
+    #[arg(long, requires = "since")]
+    pub dry_run: bool,
     #[command(flatten)]
     pub gates: GateArgs,
     /// `mock` only: each model call waits this many milliseconds (`20`, or `10-30` at

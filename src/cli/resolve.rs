@@ -68,7 +68,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         args.jobs.max(1),
         suites.iter().map(|s| s.environment.open_files_per_episode()),
     );
-    let options = RunOptions {
+    let mut options = RunOptions {
         models,
         epochs,
         jobs,
@@ -89,7 +89,9 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         chosen,
         caps,
         auto_epochs,
+        since: None,
     };
+    options.since = since(args, &suites, &options)?;
     refuse_sandboxes_not_enforced(&suites, options.sandbox)?;
     Ok(Eval { suites, options, baseline })
 }
@@ -196,6 +198,23 @@ fn resume(
     let Some(run) = &args.resume else { return Ok(None) };
     let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;
     batch::resume::plan(&dir, suites, &asked).map(Some).map_err(CliError::usage)
+}
+
+/// `--since RUN`: the run found and each episode of this one planned against it.
+fn since(
+    args: &EvalArgs,
+    suites: &[Arc<Suite>],
+    options: &RunOptions,
+) -> Result<Option<Arc<batch::since::Since>>, CliError> {
+    let Some(run) = &args.since else { return Ok(None) };
+    if options.auto_epochs.is_some() {
+        return Err(CliError::usage("--since plans a fixed set of episodes: give --epochs a number, not `auto`"));
+    }
+    let dir = batch::resume::find_run(run, &args.out).map_err(CliError::usage)?;
+    let started = std::time::Instant::now();
+    let mut since = batch::since::plan(&dir, suites, options).map_err(CliError::usage)?;
+    since.planned_s = started.elapsed().as_secs_f64();
+    Ok(Some(Arc::new(since)))
 }
 
 /// A sandbox this machine cannot enforce is refused before any episode starts, every

@@ -554,6 +554,7 @@ mod tests {
             toolset: None,
             variant: None,
             sampling: Default::default(),
+            digests: None,
         }
     }
 

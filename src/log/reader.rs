@@ -83,6 +83,27 @@ fn header_of(text: &str) -> Option<LineHeader> {
     })
 }
 
+/// A line's header and its body: the event's own fields as a JSON object (`{"type":…}`),
+/// which a writer can put under another header. Read from the writer's layout when the
+/// line has it, else decoded and encoded again.
+pub fn split_line(text: &str) -> Result<(LineHeader, std::borrow::Cow<'_, [u8]>), String> {
+    if let Some(head) = header_of(text)
+        && let Some(at) = TYPE_KEY.find(text.as_bytes())
+    {
+        // `,"type":"` — the body starts at its quote, after a brace of its own.
+        let mut body = Vec::with_capacity(text.len() - at);
+        body.push(b'{');
+        body.extend_from_slice(&text.as_bytes()[at + 1..]);
+        return Ok((head, std::borrow::Cow::Owned(body)));
+    }
+    let mut fields: Map<String, Value> = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let head = LineHeader::deserialize(Value::Object(fields.clone())).map_err(|e| e.to_string())?;
+    for key in ["v", "run_id", "seq", "ts", "episode_id"] {
+        fields.remove(key);
+    }
+    Ok((head, std::borrow::Cow::Owned(serde_json::to_vec(&fields).map_err(|e| e.to_string())?)))
+}
+
 impl LoggedEvent {
     /// The event as this version knows it; `None` for a type it does not know.
     pub fn event(&self) -> Option<Event> {

@@ -25,6 +25,17 @@ impl Timestamp {
         }
     }
 
+    /// A stamp as another line had it, kept as written; `None` when it does not fit.
+    pub fn of_text(text: &str) -> Option<Timestamp> {
+        let n = text.len();
+        if n == 0 || n > ROOM || !text.bytes().all(|b| b.is_ascii_graphic()) {
+            return None;
+        }
+        let mut bytes = [0u8; ROOM];
+        bytes[..n].copy_from_slice(text.as_bytes());
+        Some(Timestamp { bytes, len: n as u8 })
+    }
+
     /// The stamp of `secs` seconds and `micros` microseconds after the Unix epoch.
     fn at(secs: i64, micros: u32) -> Timestamp {
         let (days, of_day) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));

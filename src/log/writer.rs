@@ -327,8 +327,27 @@ impl EventLog {
         let ts = Timestamp::now();
         // The writer outlives every handle; if it died, its error surfaces at `close`.
         let size = body.len();
-        let line = Line { episode_id: episode_id.cloned(), ts, body, flush };
-        let queued = line.queued_bytes();
+        self.queue(Line { episode_id: episode_id.cloned(), ts, body, flush });
+        for s in self.subscribers.iter().filter(|s| (s.wants)(event)) {
+            // A subscriber that panicked has shown what it could; the run goes on.
+            s.subscriber.lock().unwrap_or_else(PoisonError::into_inner).event(episode_id.map(|id| &**id), event);
+        }
+        size
+    }
+
+    /// Appends a line of another log under this one's header: `body` is the event's
+    /// fields (`{"type":…}`), `ts` the time it was stamped with there (`None`: now). Subscribers do not
+    /// see it: it is a record of what happened before, not an event of this run.
+    pub fn emit_copied(&self, episode_id: &Arc<str>, ts: Option<&str>, mut body: Vec<u8>) {
+        let ts = ts.and_then(Timestamp::of_text).unwrap_or_else(Timestamp::now);
+        let mut buffer = self.backlog.body();
+        buffer.append(&mut body);
+        self.queue(Line { episode_id: Some(episode_id.clone()), ts, body: buffer, flush: false });
+    }
+
+    /// Hands a line to the writer, waiting for room when the queue is over its cap.
+    fn queue(&self, line: Line) {
+        let (queued, flush) = (line.queued_bytes(), line.flush);
         let over = self.backlog.add(queued);
         if self.sender.send(line).is_err() {
             self.backlog.remove(queued);
@@ -339,11 +358,6 @@ impl EventLog {
             // A writer that dozes looks again within MIN_IDLE: a busy run's lines wake nobody.
             self.writer.unpark();
         }
-        for s in self.subscribers.iter().filter(|s| (s.wants)(event)) {
-            // A subscriber that panicked has shown what it could; the run goes on.
-            s.subscriber.lock().unwrap_or_else(PoisonError::into_inner).event(episode_id.map(|id| &**id), event);
-        }
-        size
     }
 
     /// A handle that stamps every event with one episode's id.

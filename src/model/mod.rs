@@ -12,6 +12,7 @@ pub mod http;
 pub mod limiter;
 pub mod mock;
 pub mod openai;
+pub mod recalled;
 pub mod replay;
 pub mod role;
 
@@ -429,6 +430,15 @@ impl Backend {
     /// episodes have the same ids as the recorded run's.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The sampling settings its provider adds to every request (none for `mock`, `echo`,
+    /// replays and endpoints).
+    pub fn provider_sampling(&self) -> Map<String, Value> {
+        match &self.source {
+            Source::Http(m) => m.sampling(),
+            _ => Map::new(),
+        }
     }
 
     /// Whether its calls have a cost: a provider's model with a price in the config, or

@@ -150,6 +150,7 @@ mod tests {
             toolset: None,
             variant: None,
             sampling: Default::default(),
+            digests: None,
         }
     }
 

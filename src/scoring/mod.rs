@@ -125,6 +125,9 @@ pub struct Finished<'a> {
     /// Whether code scorers' workers run in the sandbox (off when the suite or the command
     /// line turned it off).
     pub sandbox: crate::sandbox::SandboxMode,
+    /// When the episode is an earlier run's scored again: that run's grader answers and the
+    /// episode's id there; a grader request made then is answered from them.
+    pub recalled: Option<(&'a std::sync::Arc<crate::model::recalled::Recalled>, &'a str)>,
 }
 
 /// An embedding model and the base URL it is asked at, when not its provider's.
@@ -191,14 +194,19 @@ impl Graders {
         scorer: &str,
         mock: &[String],
     ) -> Option<Arc<dyn LanguageModel>> {
-        if name == "mock" {
+        let model: Arc<dyn LanguageModel> = if name == "mock" {
             let turns: Vec<MockTurn> =
                 mock.iter().map(|t| MockTurn { text: Some(Text(t.clone())), tool_calls: Vec::new() }).collect();
-            return Some(Arc::new(crate::model::mock::MockModel::new(turns.into())));
-        }
-        let role = Role::Grader { scorer };
-        let opened = self.backends.get(name).map(|b| &**b);
-        lend_beside(name, role, episode.under_test, opened, episode.task, episode.episode_id)
+            Arc::new(crate::model::mock::MockModel::new(turns.into()))
+        } else {
+            let role = Role::Grader { scorer };
+            let opened = self.backends.get(name).map(|b| &**b);
+            lend_beside(name, role, episode.under_test, opened, episode.task, episode.episode_id)?
+        };
+        Some(match episode.recalled {
+            Some((recalled, from)) => recalled.grader(from, model),
+            None => model,
+        })
     }
 }
 

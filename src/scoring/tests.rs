@@ -91,6 +91,7 @@ fn finished<'a>(task: &'a Task, ending: &'a Ending, wall_s: f64) -> Finished<'a>
         suite_template: None,
         world_limit: LIMIT,
         sandbox: crate::sandbox::SandboxMode::On,
+        recalled: None,
     }
 }
 

@@ -353,6 +353,51 @@ impl LimitOverrides {
     }
 }
 
+/// Digests of the parts of an episode, each over what that part is made of once loaded:
+/// what the agent sees of the task, the environment, the agent, the model and its sampling
+/// (for `mock`, its script), the scorers (with the target) and the scorers among them that
+/// read the final world, and the grader.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpisodeDigests {
+    pub task: String,
+    pub environment: String,
+    pub agent: String,
+    pub model: String,
+    pub scorers: String,
+    pub world_scorers: String,
+    pub grader: String,
+}
+
+/// One episode of a `--since` plan, as `run_started` shows the first of each kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlannedEpisode {
+    pub suite: String,
+    pub task_id: String,
+    pub model: String,
+    pub epoch: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    pub reason: String,
+}
+
+/// What `runner eval --since RUN` planned: how many episodes of the run are reused,
+/// regraded and run again, and the first few of each with why.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SincePlan {
+    /// The earlier run: its id and its folder.
+    pub run_id: String,
+    pub path: String,
+    pub reuse: u64,
+    pub regrade: u64,
+    pub rerun: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub first_reused: Vec<PlannedEpisode>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub first_regraded: Vec<PlannedEpisode>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub first_rerun: Vec<PlannedEpisode>,
+}
+
 /// The fields of [`Event::ModelCall`] that its timing needs, decoded without the request and
 /// response the line also holds (the folds read many per episode). Tested against the event,
 /// so that a renamed field cannot drift.
@@ -452,6 +497,9 @@ pub enum Event {
         /// `--range`); absent when it chose none.
         #[serde(default, skip_serializing_if = "Selection::is_none")]
         selection: Selection,
+        /// `--since RUN`: what was reused, regraded and run again.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since: Option<SincePlan>,
     },
     EpisodeStarted {
         suite: String,
@@ -470,6 +518,21 @@ pub enum Event {
         /// suite's or variant's `agent.sampling`); absent when none.
         #[serde(default, skip_serializing_if = "Map::is_empty")]
         sampling: Map<String, Value>,
+        /// What the episode was made of, part by part, for `runner eval --since` to tell
+        /// what changed; absent in logs of runners before it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        digests: Option<EpisodeDigests>,
+    },
+    /// The episode was not run again: it was carried from an earlier run by `--since`,
+    /// reused as it was or scored again from its logged trajectory. Follows its
+    /// `episode_started`.
+    EpisodeCarried {
+        /// The run it came from, and its id there.
+        from_run: String,
+        from_episode: String,
+        /// `reuse` or `regrade`.
+        plan: String,
+        reason: String,
     },
     ModelCall {
         model: String,
@@ -987,6 +1050,7 @@ mod tests {
                 toolset: toolset.clone(),
                 variant: variant.clone(),
                 sampling: Default::default(),
+                digests: None,
             };
             let view: EpisodeStartedKey = serde_json::from_value(serde_json::to_value(&started).unwrap()).unwrap();
             let expected = EpisodeStartedKey {

@@ -27,6 +27,12 @@ pub fn eval(args: EvalArgs) -> Result<Exit, CliError> {
     if let Some(resume) = &options.resume {
         eprintln!("resuming {}: {} scored episodes kept, {total} to run", resume.dir.display(), resume.keep.len());
     }
+    if let Some(since) = &options.since {
+        print_plan(since);
+        if args.dry_run {
+            return Ok(Exit::Passed);
+        }
+    }
     let stop = CancellationToken::new();
     let progress = Arc::new(Mutex::new(Progress::new(total, args.quiet)));
     let subscriber = Subscription::new(progress.clone(), Progress::wants);
@@ -91,4 +97,36 @@ fn oracle_verdict(events: &Path) -> Result<bool, CliError> {
         outln!("  {}: {}", task.task, task.why);
     }
     Ok(false)
+}
+
+/// The plan of a `--since` run: the counts, then the first episodes of each kind with why,
+/// then what the earlier run could not give.
+fn print_plan(since: &batch::since::Since) {
+    let plan = &since.summary;
+    outln!(
+        "since {}: {} reused, {} regraded, {} to run again (planned in {:.3} s)",
+        since.dir.display(),
+        plan.reuse,
+        plan.regrade,
+        plan.rerun,
+        since.planned_s
+    );
+    let kinds = [
+        ("reuse", plan.reuse, &plan.first_reused),
+        ("regrade", plan.regrade, &plan.first_regraded),
+        ("rerun", plan.rerun, &plan.first_rerun),
+    ];
+    for (kind, count, first) in kinds {
+        for e in first {
+            let variant = e.variant.as_deref().map(|v| format!(" [{v}]")).unwrap_or_default();
+            outln!("  {kind:<7} {}/{}{variant} {} epoch {}: {}", e.suite, e.task_id, e.model, e.epoch, e.reason);
+        }
+        let more = count.saturating_sub(first.len() as u64);
+        if more > 0 {
+            outln!("  {kind:<7} … and {more} more");
+        }
+    }
+    for note in &since.notes {
+        eprintln!("note: {note}");
+    }
 }

@@ -31,6 +31,7 @@ impl Log {
             toolset: None,
             variant: None,
             sampling: Default::default(),
+            digests: None,
         };
         self.push(Some(id), event)
     }

@@ -44,6 +44,7 @@ fn log() -> tempfile::NamedTempFile {
             toolset: None,
             variant: None,
             sampling: Default::default(),
+            digests: None,
         };
         line(&mut out, &mut seq, Some(id), &started);
         let includes = Event::Score {
