@@ -347,7 +347,7 @@ impl EventLog {
 
     /// Hands a line to the writer, waiting for room when the queue is over its cap.
     fn queue(&self, line: Line) {
-        let (queued, flush) = (line.queued_bytes(), line.flush);
+        let queued = line.queued_bytes();
         let over = self.backlog.add(queued);
         if self.sender.send(line).is_err() {
             self.backlog.remove(queued);
