@@ -112,6 +112,7 @@ fn run_agent(api: &str, mode: &str, backend: &Backend) -> Ran {
     let (output, ending) = runtime.block_on(async {
         let budget = Arc::new(EpisodeState::new(EpisodeLimits::new(10, Duration::from_secs(60))));
         let gateway = Gateway {
+            run_own: Default::default(),
             model: backend.lend(Role::Agent(&Actor::Main), &task(), "e1"),
             model_name: backend.name().to_owned(),
             ledger: budget.clone(),
@@ -293,6 +294,7 @@ fn a_wrong_key_is_refused_with_401_through_the_sdk() {
     let output = runtime.block_on(async {
         let budget = Arc::new(EpisodeState::new(EpisodeLimits::new(10, Duration::from_secs(60))));
         let gateway = Gateway {
+            run_own: Default::default(),
             model: mock().lend(Role::Agent(&Actor::Main), &task(), "e1"),
             model_name: "mock".into(),
             ledger: budget,
@@ -348,6 +350,7 @@ fn a_program_confined_to_the_gateway_reaches_it_and_no_other_listener() {
         let mut task = task();
         task.mock = vec![MockTurn { text: Some(Text("hi".into())), tool_calls: vec![] }].into();
         let gateway = Gateway {
+            run_own: Default::default(),
             model: mock().lend(Role::Agent(&Actor::Main), &task, "e1"),
             model_name: "mock".into(),
             ledger: Arc::new(EpisodeState::new(EpisodeLimits::new(10, Duration::from_secs(60)))),
@@ -423,6 +426,7 @@ fn claude_code_writes_a_file_with_its_own_tool_and_answers_through_the_gateway()
         ]
         .into();
         let gateway = Gateway {
+            run_own: Default::default(),
             model: mock().lend(Role::Agent(&Actor::Main), &task, "e1"),
             model_name: "mock".into(),
             ledger: Arc::new(EpisodeState::new(EpisodeLimits::new(20, Duration::from_secs(120)))),

@@ -4,6 +4,7 @@
 mod bad_input;
 mod batch;
 mod budgets;
+mod call_evidence;
 mod checkpoints;
 mod cli_agent;
 mod code_scorers;
@@ -15,6 +16,7 @@ mod export;
 mod external;
 mod file_tools;
 mod gateway;
+mod gateway_golden;
 mod harbor;
 mod harbor_images;
 mod image_build;

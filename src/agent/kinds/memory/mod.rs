@@ -577,7 +577,13 @@ impl MemoryAgent {
         tools: &[ToolSpec],
         spent: &mut Spent,
     ) -> Result<ModelResponse, AgentFault> {
-        let request = ModelRequest { messages, tools, deadline: Some(&turn.allowance.deadline) };
+        let request = ModelRequest {
+            messages,
+            tools,
+            deadline: Some(&turn.allowance.deadline),
+            directives: &crate::model::Directives::NONE,
+            run_own: &crate::model::RunOwn::NONE,
+        };
         let (result, event) = respond_logged(
             self.model.as_ref(),
             &self.model_name,

@@ -269,8 +269,13 @@ impl ToolCallingAgent {
             None if self.own_tools.is_empty() => Cow::Borrowed(turn.tools),
             None => Cow::Owned(turn.tools.iter().chain(&self.own_tools).cloned().collect()),
         };
-        let request =
-            ModelRequest { messages: &self.transcript, tools: &offered, deadline: Some(&turn.allowance.deadline) };
+        let request = ModelRequest {
+            messages: &self.transcript,
+            tools: &offered,
+            deadline: Some(&turn.allowance.deadline),
+            directives: &crate::model::Directives::NONE,
+            run_own: &crate::model::RunOwn::NONE,
+        };
         let (result, event) = respond_logged(
             self.model.as_ref(),
             &self.model_name,
