@@ -9,6 +9,10 @@
 #   node_modules/.bin/claude                  (npm: @anthropic-ai/claude-code, a real CLI agent
 #                                              run against the gateway; its test is skipped,
 #                                              saying so, when it would not install)
+#   node_modules/.bin/codex                   (npm: @openai/codex, the Codex CLI, a real CLI agent
+#                                              speaking the Responses API to the gateway)
+#   agents-venv/bin/mini                      (PyPI: mini-swe-agent, which calls models through
+#                                              litellm, and openai-agents, the Agents SDK)
 # The venv is made from /usr/bin/python3 because the sandbox lets a server read its own
 # installation and the system's folders, not an interpreter under a home folder.
 set -euo pipefail
@@ -18,6 +22,9 @@ time_version="2026.10.19"
 openai_version="3.57.0"
 anthropic_version="2.14.0"
 claude_code_version="2.1.197"
+codex_version="0.169.0"
+mini_swe_agent_version="2.4.6"
+openai_agents_version="0.24.0"
 mkdir -p "$dir"
 if [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
     || ! grep -q "\"version\": \"$everything_version\"" "$dir/node_modules/@modelcontextprotocol/server-everything/package.json"; then
@@ -39,5 +46,18 @@ if [ ! -f "$dir/node_modules/@anthropic-ai/claude-code/package.json" ] \
     npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
         "@anthropic-ai/claude-code@$claude_code_version" >/dev/null \
         || echo "Claude Code did not install: its test will be skipped" >&2
+fi
+if [ ! -f "$dir/node_modules/@openai/codex/package.json" ] \
+    || ! grep -q "\"version\": \"$codex_version\"" "$dir/node_modules/@openai/codex/package.json"; then
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+        "@openai/codex@$codex_version" >/dev/null \
+        || echo "Codex CLI did not install: its test will be skipped" >&2
+fi
+if ! "$dir/agents-venv/bin/pip" show mini-swe-agent 2>/dev/null | grep -q "^Version: $mini_swe_agent_version$" \
+    || ! "$dir/agents-venv/bin/pip" show openai-agents 2>/dev/null | grep -q "^Version: $openai_agents_version$"; then
+    [ -x "$dir/agents-venv/bin/python3" ] || /usr/bin/python3 -m venv "$dir/agents-venv"
+    "$dir/agents-venv/bin/pip" install --quiet --disable-pip-version-check \
+        "mini-swe-agent==$mini_swe_agent_version" "openai-agents==$openai_agents_version" \
+        || echo "mini-swe-agent or openai-agents did not install: their tests will be skipped" >&2
 fi
 echo "test MCP servers, model SDKs and Claude Code in $dir"

@@ -80,10 +80,35 @@ pub struct RunOwn {
     /// (value, placeholder), the longest value first: a folder's is replaced before its
     /// parent's.
     pairs: Vec<(String, String)>,
+    /// Whether a program's own tool reports vary from run to run ([`VOLATILE`]): left out
+    /// of the digest too.
+    volatile: bool,
+}
+
+/// What a program agent's own tools report that differs in every run — a timing, a random
+/// id — though the program did the same: Codex's `exec_command` reports `Wall time: 0.0012
+/// seconds` and `Chunk ID: 2411e0`. Left out of the digest of a program's requests, never
+/// changed in what the model is sent.
+const VOLATILE: &[(&str, &str)] = &[
+    (r"Wall time: [0-9.]+ seconds", "Wall time: <runner:volatile> seconds"),
+    (r"Chunk ID: [0-9a-f]+", "Chunk ID: <runner:volatile>"),
+];
+
+fn volatile_patterns() -> &'static [(regex::Regex, &'static str)] {
+    static PATTERNS: std::sync::OnceLock<Vec<(regex::Regex, &'static str)>> = std::sync::OnceLock::new();
+    PATTERNS.get_or_init(|| {
+        VOLATILE.iter().filter_map(|(pattern, with)| Some((regex::Regex::new(pattern).ok()?, *with))).collect()
+    })
 }
 
 impl RunOwn {
-    pub const NONE: RunOwn = RunOwn { pairs: Vec::new() };
+    pub const NONE: RunOwn = RunOwn { pairs: Vec::new(), volatile: false };
+
+    /// Leaves what a program's own tools report differently in every run out of the digest.
+    pub fn with_volatile_reports(mut self) -> Self {
+        self.volatile = true;
+        self
+    }
 
     /// Adds `value` (as JSON writes it inside a string) under `<runner:NAME>`. Values shorter
     /// than 8 bytes are left out: they could match the model's own words.
@@ -98,12 +123,22 @@ impl RunOwn {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.pairs.is_empty()
+        self.pairs.is_empty() && !self.volatile
     }
 
     /// JSON text with the run's values as placeholders.
     pub fn normalise(&self, json: &str) -> String {
         self.pairs.iter().fold(json.to_owned(), |text, (value, placeholder)| text.replace(value, placeholder))
+    }
+
+    /// A request's JSON as its digest sees it: the run's values as placeholders, and what
+    /// a program's tools report differently in every run left out.
+    pub fn keyed(&self, json: &str) -> String {
+        let text = self.normalise(json);
+        if !self.volatile {
+            return text;
+        }
+        volatile_patterns().iter().fold(text, |text, (pattern, with)| pattern.replace_all(&text, *with).into_owned())
     }
 
     /// JSON text with the placeholders as this run's values.
@@ -129,6 +164,11 @@ impl RunOwn {
 
     pub fn normalised<T: Serialize + serde::de::DeserializeOwned + Clone>(&self, value: &T) -> T {
         self.through(value, |text| self.normalise(text))
+    }
+
+    /// A request as its digest sees it ([`RunOwn::keyed`]).
+    pub fn keyed_value<T: Serialize + serde::de::DeserializeOwned + Clone>(&self, value: &T) -> T {
+        self.through(value, |text| self.keyed(text))
     }
 
     pub fn restored<T: Serialize + serde::de::DeserializeOwned + Clone>(&self, value: &T) -> T {
@@ -275,7 +315,7 @@ pub fn canonical_request(model: &dyn LanguageModel, request: &ModelRequest<'_>) 
         tools: request.tools.iter().map(ToolSpec::as_offered).collect(),
         directives: (!request.directives.is_none()).then(|| request.directives.clone()),
     };
-    request.run_own.normalised(&canonical)
+    request.run_own.keyed_value(&canonical)
 }
 
 pub fn digest(request: &CanonicalRequest) -> String {
@@ -442,7 +482,7 @@ fn normalised_digest(bytes: &[u8], run_own: &RunOwn) -> String {
     if run_own.is_empty() {
         return hex_digest(bytes);
     }
-    hex_digest(run_own.normalise(&String::from_utf8_lossy(bytes)).as_bytes())
+    hex_digest(run_own.keyed(&String::from_utf8_lossy(bytes)).as_bytes())
 }
 
 /// The most a thread keeps of its buffer for digests between calls.

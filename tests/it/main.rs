@@ -1,6 +1,7 @@
 //! Integration tests through the `runner` binary: one test binary, each test in its own
 //! temporary folder.
 
+mod agent_recipes;
 mod bad_input;
 mod batch;
 mod budgets;

@@ -320,7 +320,7 @@ fn run_own(room: &ProgramRoom) -> RunOwn {
     for tmp in &scratch {
         own.add(&tmp.to_string_lossy(), "scratch");
     }
-    own
+    own.with_volatile_reports()
 }
 
 /// A `cli` agent's program, ready to start once its gateway runs: its command line and setup
