@@ -11,6 +11,9 @@
 #                                              saying so, when it would not install)
 #   node_modules/.bin/codex                   (npm: @openai/codex, the Codex CLI, a real CLI agent
 #                                              speaking the Responses API to the gateway)
+#   node_modules/.bin/tsc                     (npm: typescript with @types/node, to compile the
+#                                              TypeScript reference agent where Node is older
+#                                              than its type stripping)
 #   agents-venv/bin/mini                      (PyPI: mini-swe-agent, which calls models through
 #                                              litellm, and openai-agents, the Agents SDK)
 # The venv is made from /usr/bin/python3 because the sandbox lets a server read its own
@@ -25,6 +28,8 @@ claude_code_version="2.1.197"
 codex_version="0.169.0"
 mini_swe_agent_version="2.4.6"
 openai_agents_version="0.24.0"
+typescript_version="7.0.2"
+types_node_version="20.19.43"
 mkdir -p "$dir"
 if [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
     || ! grep -q "\"version\": \"$everything_version\"" "$dir/node_modules/@modelcontextprotocol/server-everything/package.json"; then
@@ -52,6 +57,12 @@ if [ ! -f "$dir/node_modules/@openai/codex/package.json" ] \
     npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
         "@openai/codex@$codex_version" >/dev/null \
         || echo "Codex CLI did not install: its test will be skipped" >&2
+fi
+if [ ! -f "$dir/node_modules/typescript/package.json" ] \
+    || ! grep -q "\"version\": \"$typescript_version\"" "$dir/node_modules/typescript/package.json"; then
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+        "typescript@$typescript_version" "@types/node@$types_node_version" >/dev/null \
+        || echo "TypeScript did not install: the TypeScript agent's test will be skipped" >&2
 fi
 if ! "$dir/agents-venv/bin/pip" show mini-swe-agent 2>/dev/null | grep -q "^Version: $mini_swe_agent_version$" \
     || ! "$dir/agents-venv/bin/pip" show openai-agents 2>/dev/null | grep -q "^Version: $openai_agents_version$"; then
