@@ -102,6 +102,10 @@ fn passes_and_replays(name: &str, program: &str, tool: &str) {
         "{name}: the derived trajectory shows its {tool} call and that call's observation: {first:?}"
     );
     assert!(of_type(&events, "gateway_refused").is_empty(), "{name}: {events:#?}");
+    // The episode's line says how large its prompts were: its largest call's input tokens.
+    let largest = of_type(&events, "model_call").iter().filter_map(|c| c["usage"]["input_tokens"].as_u64()).max();
+    let said = format!("input tokens (largest call {})", largest.unwrap_or_default());
+    assert!(run.stdout.contains(&said), "{name}: {said} in {}", run.stdout);
     let cassette = std::fs::read_to_string(recorded.path().join("cassette.jsonl")).unwrap();
     assert!(cassette.lines().count() >= 2, "{name}: {cassette}");
 
