@@ -115,6 +115,17 @@ impl Bench {
         self.seen.lock().unwrap().0.clone()
     }
 
+    /// The request digests of the model calls, in order.
+    fn digests(&self) -> Vec<String> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::ModelCall { request_digest, .. } => Some(request_digest),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn refusals(&self) -> Vec<(u16, Option<String>)> {
         self.events()
             .into_iter()
@@ -295,14 +306,7 @@ async fn previous_response_id_continues_the_episodes_earlier_response() {
         })
         .collect();
     assert_eq!(observed, [(Some(call_id), Some(json!("wrote 2 bytes")))]);
-    let digests: Vec<String> = bench
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::ModelCall { request_digest, .. } => Some(request_digest),
-            _ => None,
-        })
-        .collect();
+    let digests = bench.digests();
     // The same transcript sent whole has the same digest: a replay finds it either way.
     let whole = json!({"model": "m", "instructions": "You write files.", "tools": tools, "input": [
         {"role": "user", "content": "write a.txt"},
@@ -322,15 +326,7 @@ async fn previous_response_id_continues_the_episodes_earlier_response() {
         200
     );
     assert_eq!(again.post("/v1/responses", &key, whole).await.0, 200);
-    let whole_digests: Vec<String> = again
-        .events()
-        .into_iter()
-        .filter_map(|e| match e {
-            Event::ModelCall { request_digest, .. } => Some(request_digest),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(digests, whole_digests);
+    assert_eq!(digests, again.digests());
 }
 
 #[tokio::test]

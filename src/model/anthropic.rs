@@ -221,17 +221,7 @@ mod tests {
         ];
         let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
         let provider = super::super::config::ModelConfig::default().providers["anthropic"].clone();
-        let body = encode(
-            "claude-x",
-            &ModelRequest {
-                messages: &messages,
-                tools: &tools,
-                deadline: None,
-                directives: &crate::model::Directives::NONE,
-                run_own: &crate::model::RunOwn::NONE,
-            },
-            &provider,
-        );
+        let body = encode("claude-x", &ModelRequest::new(&messages, &tools), &provider);
         assert_eq!(body["system"], "sys");
         assert_eq!(body["max_tokens"], 4096);
         let turns = body["messages"].as_array().unwrap();
@@ -247,13 +237,7 @@ mod tests {
     fn a_portable_tool_choice_is_written_in_anthropics_terms() {
         let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
         let mut provider = super::super::config::ModelConfig::default().providers["anthropic"].clone();
-        let request = ModelRequest {
-            messages: &[],
-            tools: &tools,
-            deadline: None,
-            directives: &crate::model::Directives::NONE,
-            run_own: &crate::model::RunOwn::NONE,
-        };
+        let request = ModelRequest::new(&[], &tools);
         for (choice, sent) in [("required", "any"), ("auto", "auto"), ("none", "none")] {
             provider.sampling.insert("tool_choice".into(), json!(choice));
             assert_eq!(encode("claude-x", &request, &provider)["tool_choice"], json!({"type": sent}));
@@ -261,13 +245,7 @@ mod tests {
         let named = json!({"type": "tool", "name": "f"});
         provider.sampling.insert("tool_choice".into(), named.clone());
         assert_eq!(encode("claude-x", &request, &provider)["tool_choice"], named);
-        let without = ModelRequest {
-            messages: &[],
-            tools: &[],
-            deadline: None,
-            directives: &crate::model::Directives::NONE,
-            run_own: &crate::model::RunOwn::NONE,
-        };
+        let without = ModelRequest::new(&[], &[]);
         assert_eq!(encode("claude-x", &without, &provider).get("tool_choice"), None);
     }
 
@@ -283,17 +261,7 @@ mod tests {
             },
         ];
         let provider = super::super::config::ModelConfig::default().providers["anthropic"].clone();
-        let body = encode(
-            "claude-x",
-            &ModelRequest {
-                messages: &messages,
-                tools: &[],
-                deadline: None,
-                directives: &crate::model::Directives::NONE,
-                run_own: &crate::model::RunOwn::NONE,
-            },
-            &provider,
-        );
+        let body = encode("claude-x", &ModelRequest::new(&messages, &[]), &provider);
         let blocks = &body["messages"][1]["content"];
         assert_eq!(blocks[0]["input"], json!({}));
         assert_eq!(blocks[1]["input"], json!({}));

@@ -71,6 +71,17 @@ pub struct ModelRequest<'a> {
     pub run_own: &'a RunOwn,
 }
 
+impl<'a> ModelRequest<'a> {
+    /// A request of `messages` and `tools`: no deadline, nothing asked of the answer beyond
+    /// them, nothing of the run's own to leave out of its digest.
+    pub fn new(messages: &'a [Message], tools: &'a [ToolSpec]) -> Self {
+        ModelRequest { messages, tools, deadline: None, directives: &NO_DIRECTIVES, run_own: &NO_RUN_OWN }
+    }
+}
+
+static NO_DIRECTIVES: Directives = Directives::NONE;
+static NO_RUN_OWN: RunOwn = RunOwn::NONE;
+
 /// Values of a request that are the run's own — an episode's folder and scratch paths, the
 /// gateway's address and key, the day — each with the placeholder that stands for it in a
 /// request's digest and in what a cassette keeps. A response recorded with placeholders is
@@ -663,13 +674,7 @@ mod tests {
         let model = mock::MockModel::new(Vec::new().into());
         let messages = vec![Message::User { content: "hi".into() }];
         let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
-        let request = ModelRequest {
-            messages: &messages,
-            tools: &tools,
-            deadline: None,
-            directives: &crate::model::Directives::NONE,
-            run_own: &crate::model::RunOwn::NONE,
-        };
+        let request = ModelRequest::new(&messages, &tools);
         assert_eq!(request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)));
     }
 
@@ -694,13 +699,9 @@ mod tests {
         assert_eq!(first, second);
         let effort = Directives { reasoning_effort: Some("high".into()), ..Directives::default() };
         assert_ne!(digest_in("/tmp/run-a/episodes/e1", &effort).0, first);
-        let unplaced = ModelRequest {
-            messages: &[Message::User { content: "cwd: /tmp/run-a/episodes/e1/work, key rk-0123456789".into() }],
-            tools: &[],
-            deadline: None,
-            directives: &Directives::NONE,
-            run_own: &RunOwn::NONE,
-        };
+        let unplaced_messages =
+            [Message::User { content: "cwd: /tmp/run-a/episodes/e1/work, key rk-0123456789".into() }];
+        let unplaced = ModelRequest::new(&unplaced_messages, &[]);
         assert_ne!(request_digest(&model, &Map::new(), &unplaced), first, "no values, no placeholders");
         let answer = ModelResponse {
             tool_calls: vec![ProposedCall {
@@ -727,13 +728,7 @@ mod tests {
         let two = vec![a[0].clone(), ToolSpec::new("g", "does g", json!({}))];
         let mut seen = Vec::new();
         for tools in [&a, &b, &a, &two, &Vec::new(), &b] {
-            let request = ModelRequest {
-                messages: &messages,
-                tools,
-                deadline: None,
-                directives: &crate::model::Directives::NONE,
-                run_own: &crate::model::RunOwn::NONE,
-            };
+            let request = ModelRequest::new(&messages, tools);
             let borrowed = request_digest(&model, &Map::new(), &request);
             assert_eq!(borrowed, digest(&canonical_request(&model, &request)), "{tools:?}");
             seen.push(borrowed);
@@ -742,13 +737,7 @@ mod tests {
         assert_ne!(seen[0], seen[1], "the schema is part of the key");
         // Regression: a thread whose first request offered no tools keyed it without them.
         let first = std::thread::spawn(move || {
-            let request = ModelRequest {
-                messages: &messages,
-                tools: &[],
-                deadline: None,
-                directives: &crate::model::Directives::NONE,
-                run_own: &crate::model::RunOwn::NONE,
-            };
+            let request = ModelRequest::new(&messages, &[]);
             (request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)))
         });
         let (borrowed, canonical) = first.join().unwrap();
@@ -771,19 +760,8 @@ mod tests {
             ("anthropic", anthropic::encode),
         ] {
             let provider = &config.providers[provider];
-            let body = |messages: &[Message], tools: &[ToolSpec]| {
-                encode(
-                    "m",
-                    &ModelRequest {
-                        messages,
-                        tools,
-                        deadline: None,
-                        directives: &crate::model::Directives::NONE,
-                        run_own: &crate::model::RunOwn::NONE,
-                    },
-                    provider,
-                )
-            };
+            let body =
+                |messages: &[Message], tools: &[ToolSpec]| encode("m", &ModelRequest::new(messages, tools), provider);
             assert_eq!(body(&main, &plain), body(&subagent, &annotated), "{}", provider.name);
         }
     }
@@ -795,13 +773,7 @@ mod tests {
         let plain = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
         let annotated = vec![plain[0].clone().annotated(crate::contract::ToolAnnotations::READ_ONLY)];
         let key = |tools: &[ToolSpec]| {
-            let request = ModelRequest {
-                messages: &messages,
-                tools,
-                deadline: None,
-                directives: &crate::model::Directives::NONE,
-                run_own: &crate::model::RunOwn::NONE,
-            };
+            let request = ModelRequest::new(&messages, tools);
             (request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)))
         };
         let (borrowed, canonical) = key(&annotated);

@@ -214,13 +214,7 @@ mod tests {
             .map(|c| crate::contract::ToolCall::new(c.id.clone().unwrap_or_default(), &c.name, c.arguments.clone()))
             .collect();
         let messages = [Message::Assistant { content: None, tool_calls }];
-        let request = ModelRequest {
-            messages: &messages,
-            tools: &[],
-            deadline: None,
-            directives: &crate::model::Directives::NONE,
-            run_own: &crate::model::RunOwn::NONE,
-        };
+        let request = ModelRequest::new(&messages, &[]);
         let config = crate::model::config::ModelConfig::default();
         let sent = encode("m", &request, &config.providers["openai"]);
         let arguments: Vec<Value> = sent["messages"][0]["tool_calls"]
@@ -242,13 +236,7 @@ mod tests {
             parameters: json!({"type": "object"}),
             annotations: None,
         }];
-        let request = ModelRequest {
-            messages: &[],
-            tools: &tools,
-            deadline: None,
-            directives: &crate::model::Directives::NONE,
-            run_own: &crate::model::RunOwn::NONE,
-        };
+        let request = ModelRequest::new(&[], &tools);
         let config = crate::model::config::ModelConfig::default();
         let mut provider = config.providers["openai-compatible"].clone();
         assert_eq!(encode("m", &request, &provider).get("parallel_tool_calls"), None);
@@ -265,21 +253,9 @@ mod tests {
         let tools = [crate::contract::ToolSpec::new("f", "", json!({"type": "object"}))];
         let mut provider = crate::model::config::ModelConfig::default().providers["openai-compatible"].clone();
         provider.sampling.insert("tool_choice".into(), json!("required"));
-        let with = ModelRequest {
-            messages: &[],
-            tools: &tools,
-            deadline: None,
-            directives: &crate::model::Directives::NONE,
-            run_own: &crate::model::RunOwn::NONE,
-        };
+        let with = ModelRequest::new(&[], &tools);
         assert_eq!(encode("m", &with, &provider)["tool_choice"], "required");
-        let without = ModelRequest {
-            messages: &[],
-            tools: &[],
-            deadline: None,
-            directives: &crate::model::Directives::NONE,
-            run_own: &crate::model::RunOwn::NONE,
-        };
+        let without = ModelRequest::new(&[], &[]);
         assert_eq!(encode("m", &without, &provider).get("tool_choice"), None);
     }
 

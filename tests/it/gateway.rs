@@ -241,6 +241,22 @@ impl wiremock::Respond for Upstream {
     }
 }
 
+/// The backend `local/m`: an OpenAI-compatible provider at `server`, retrying `retries` times
+/// at once.
+pub fn local_backend(server: &wiremock::MockServer, retries: u32) -> Backend {
+    let mut config = ModelConfig::default();
+    let mut provider = config.providers["openai"].clone();
+    provider.name = "local".into();
+    provider.base_url = Some(format!("{}/v1", server.uri()));
+    provider.base_url_env = None;
+    provider.key_env = None;
+    provider.max_retries = retries;
+    provider.retry_base_s = 0.01;
+    provider.retry_max_s = 0.02;
+    config.providers.insert("local".into(), provider);
+    Backend::open("local/m", &config, BackendOptions::default()).unwrap()
+}
+
 /// A backend `local/m` on an OpenAI-compatible server that answers as `upstream` does.
 fn upstream(down: bool) -> (tokio::runtime::Runtime, wiremock::MockServer, Backend) {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
@@ -249,17 +265,7 @@ fn upstream(down: bool) -> (tokio::runtime::Runtime, wiremock::MockServer, Backe
         wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(Upstream { down }).mount(&server).await;
         server
     });
-    let mut config = ModelConfig::default();
-    let mut provider = config.providers["openai"].clone();
-    provider.name = "local".into();
-    provider.base_url = Some(format!("{}/v1", server.uri()));
-    provider.base_url_env = None;
-    provider.key_env = None;
-    provider.max_retries = 1;
-    provider.retry_base_s = 0.01;
-    provider.retry_max_s = 0.02;
-    config.providers.insert("local".into(), provider);
-    let backend = Backend::open("local/m", &config, BackendOptions::default()).unwrap();
+    let backend = local_backend(&server, 1);
     (runtime, server, backend)
 }
 

@@ -180,15 +180,7 @@ fn recording_upstream() -> (tokio::runtime::Runtime, wiremock::MockServer, Backe
             .await;
         server
     });
-    let mut config = ModelConfig::default();
-    let mut provider = config.providers["openai"].clone();
-    provider.name = "local".into();
-    provider.base_url = Some(format!("{}/v1", server.uri()));
-    provider.base_url_env = None;
-    provider.key_env = None;
-    provider.max_retries = 0;
-    config.providers.insert("local".into(), provider);
-    let backend = Backend::open("local/m", &config, BackendOptions::default()).unwrap();
+    let backend = crate::gateway::local_backend(&server, 0);
     (runtime, server, backend)
 }
 
