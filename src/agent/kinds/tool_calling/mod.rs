@@ -260,22 +260,27 @@ impl ToolCallingAgent {
         ToolCall { call_id, name, arguments, actor: self.actor.clone() }
     }
 
+    /// Whether the world asks for one completion: the final answer is its only tool, and a
+    /// text answer may end the episode.
+    fn completes(&self, tools: &[ToolSpec]) -> bool {
+        !self.require_final_answer && !self.conversational && tools.iter().all(|t| t.name == FINAL_TOOL)
+    }
+
     /// Asks the model and logs the call, answered or not.
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
         let offered: Cow<'_, [ToolSpec]> = match &self.plan {
             Some(plan) => {
                 Cow::Owned(plan.offer(turn.tools).into_iter().chain(self.own_tools.iter().cloned()).collect())
             }
+            // A world whose one tool is the final answer asks for a completion (a promptfoo
+            // test, a plain prompt): its text is the answer, so no tool is offered, and a
+            // small model cannot end on a call to it cut short.
+            None if self.own_tools.is_empty() && self.completes(turn.tools) => Cow::Borrowed(&[]),
             None if self.own_tools.is_empty() => Cow::Borrowed(turn.tools),
             None => Cow::Owned(turn.tools.iter().chain(&self.own_tools).cloned().collect()),
         };
-        let request = ModelRequest {
-            messages: &self.transcript,
-            tools: &offered,
-            deadline: Some(&turn.allowance.deadline),
-            directives: &crate::model::Directives::NONE,
-            run_own: &crate::model::RunOwn::NONE,
-        };
+        let request =
+            ModelRequest { deadline: Some(&turn.allowance.deadline), ..ModelRequest::new(&self.transcript, &offered) };
         let (result, event) = respond_logged(
             self.model.as_ref(),
             &self.model_name,
