@@ -34,7 +34,9 @@ use crate::contract::fit::fit_text;
 use crate::contract::{Actor, ToolCall};
 use crate::log::{Event, Recorder, Termination, Usage};
 use crate::model::limiter::Deadline;
-use crate::model::{Caller, LanguageModel, Message, ModelError, ModelRequest, ModelResponse, RunOwn, respond_logged};
+use crate::model::{
+    Caller, InFlight, LanguageModel, Message, ModelError, ModelRequest, ModelResponse, RunOwn, respond_logged,
+};
 pub use connections::Patience;
 use connections::{Connection, Connections};
 use shape::{Asked, Refusal};
@@ -406,7 +408,9 @@ async fn call(state: &State, wire: Wire, path: &str, body: &[u8]) -> Result<Resp
         directives: &asked.directives,
         run_own: &gateway.run_own,
     };
-    let mut in_flight = InFlight::new(gateway, &request, step);
+    let caller = Caller::Actor(Actor::Main);
+    let mut in_flight =
+        InFlight::new(gateway.model.as_ref(), &gateway.model_name, &request, (step, caller), &gateway.recorder);
     let (result, event) =
         respond_logged(gateway.model.as_ref(), &gateway.model_name, &request, step, Caller::Actor(Actor::Main)).await;
     in_flight.landed();
@@ -439,39 +443,6 @@ async fn call(state: &State, wire: Wire, path: &str, body: &[u8]) -> Result<Resp
         .header(http::header::CACHE_CONTROL, "no-cache")
         .body(Full::new(Bytes::from(reply)))
         .unwrap_or_default())
-}
-
-/// A model call under way: dropped before it lands (the program exited, the episode's
-/// time ran out, the run was stopped), it leaves a `cancelled` `model_call` event.
-struct InFlight<'a> {
-    gateway: &'a Gateway,
-    step: u32,
-    /// The request's digest and sampling, until the call lands.
-    asked: Option<(String, serde_json::Map<String, Value>)>,
-    started: std::time::Instant,
-}
-
-impl<'a> InFlight<'a> {
-    fn new(gateway: &'a Gateway, request: &ModelRequest<'_>, step: u32) -> Self {
-        let sampling = gateway.model.sampling();
-        let digest = crate::model::request_digest(gateway.model.as_ref(), &sampling, request);
-        InFlight { gateway, step, asked: Some((digest, sampling)), started: std::time::Instant::now() }
-    }
-
-    fn landed(&mut self) {
-        self.asked = None;
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        if let Some(asked) = self.asked.take() {
-            let name = &self.gateway.model_name;
-            let caller = Caller::Actor(Actor::Main);
-            let event = crate::model::cancelled_call(name, self.step, asked, self.started.elapsed(), caller);
-            self.gateway.recorder.emit(&event);
-        }
-    }
 }
 
 /// Logs the fields a request carried that the gateway let be, and the tools it dropped,

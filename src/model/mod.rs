@@ -458,6 +458,53 @@ pub fn cancelled_call(
     }
 }
 
+/// A model call under way: dropped before it lands (a program exited, the episode's time
+/// ran out, the run was stopped with Ctrl-C), it leaves a `cancelled` `model_call` event.
+pub struct InFlight<'a> {
+    recorder: &'a crate::log::Recorder,
+    name: &'a str,
+    step: u32,
+    caller: Option<Caller>,
+    /// The request's digest and sampling, until the call lands.
+    asked: Option<(String, Map<String, Value>)>,
+    started: std::time::Instant,
+}
+
+impl<'a> InFlight<'a> {
+    pub fn new(
+        model: &dyn LanguageModel,
+        name: &'a str,
+        request: &ModelRequest<'_>,
+        (step, caller): (u32, Caller),
+        recorder: &'a crate::log::Recorder,
+    ) -> Self {
+        let sampling = model.sampling();
+        let digest = request_digest(model, &sampling, request);
+        InFlight {
+            recorder,
+            name,
+            step,
+            caller: Some(caller),
+            asked: Some((digest, sampling)),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The call came back (answered or not): its own event says so.
+    pub fn landed(&mut self) {
+        self.asked = None;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let (Some(asked), Some(caller)) = (self.asked.take(), self.caller.take()) {
+            let event = cancelled_call(self.name, self.step, asked, self.started.elapsed(), caller);
+            self.recorder.emit(&event);
+        }
+    }
+}
+
 /// The status (and the cause) of a model call the episode's end cut short.
 pub const CANCELLED: &str = "cancelled";
 

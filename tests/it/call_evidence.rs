@@ -142,3 +142,35 @@ fn a_call_under_way_at_ctrl_c_is_a_cancelled_model_call_and_a_cassette_line() {
     let finished = of_type(&events, "episode_finished");
     assert_eq!(finished[0]["outcome"]["status"], "unscored", "{finished:?}");
 }
+
+/// The built-in agent's call under way at Ctrl-C is kept too: a `cancelled` `model_call`.
+#[cfg(unix)]
+#[test]
+fn the_built_in_agents_call_under_way_at_ctrl_c_is_a_cancelled_model_call() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let server = slow_server(&runtime, Duration::from_secs(60));
+    let sb = setup(&server, 120.0);
+    sb.write("s.yaml", "suite: built-in\nenvironment: kv\nlimits: {time_s: 60}\ntasks:\n  - {id: t, input: Say done., scorers: [{equals: done}]}\n");
+    let child = sb
+        .command()
+        .args(args("local/tiny", "rec"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while runtime.block_on(server.received_requests()).unwrap_or_default().is_empty() {
+        assert!(started.elapsed().as_secs() < 30, "the agent's call never reached the model");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: sends SIGINT to the child we spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let run = Run::from(child.wait_with_output().unwrap());
+    let events = read_jsonl(&sb.path().join("results/rec/events.jsonl"));
+    let calls = of_type(&events, "model_call");
+    assert_eq!(calls.len(), 1, "{run:?}\n{events:#?}");
+    assert_eq!(calls[0]["status"], "cancelled", "{:?}", calls[0]);
+    assert_eq!(of_type(&events, "episode_finished")[0]["outcome"]["status"], "cancelled", "{run:?}");
+}

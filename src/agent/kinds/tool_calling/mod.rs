@@ -21,7 +21,7 @@ use crate::contract::{
     ToolCall, ToolError, ToolSpec,
 };
 use crate::log::{ActionClass, Event, Usage};
-use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
+use crate::model::{Caller, InFlight, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
 pub use kind::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Settings, ToolCalling};
 use notes::SharedStores;
 use plan::PlanMode;
@@ -281,14 +281,12 @@ impl ToolCallingAgent {
         };
         let request =
             ModelRequest { deadline: Some(&turn.allowance.deadline), ..ModelRequest::new(&self.transcript, &offered) };
-        let (result, event) = respond_logged(
-            self.model.as_ref(),
-            &self.model_name,
-            &request,
-            turn.allowance.step,
-            Caller::Actor(self.actor.clone()),
-        )
-        .await;
+        let caller = || Caller::Actor(self.actor.clone());
+        let step = turn.allowance.step;
+        let mut in_flight =
+            InFlight::new(self.model.as_ref(), &self.model_name, &request, (step, caller()), turn.recorder);
+        let (result, event) = respond_logged(self.model.as_ref(), &self.model_name, &request, step, caller()).await;
+        in_flight.landed();
         turn.recorder.emit(&event);
         result.map_err(|e| AgentFault { cause: e.cause, message: e.message })
     }
