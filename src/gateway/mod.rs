@@ -35,7 +35,7 @@ use crate::contract::{Actor, ToolCall};
 use crate::log::{Event, Recorder, Termination, Usage};
 use crate::model::limiter::Deadline;
 use crate::model::{
-    Caller, InFlight, LanguageModel, Message, ModelError, ModelRequest, ModelResponse, RunOwn, respond_logged,
+    CallUnderWay, Caller, LanguageModel, Message, ModelError, ModelRequest, ModelResponse, RunOwn, respond_logged,
 };
 pub use connections::Patience;
 use connections::{Connection, Connections};
@@ -410,7 +410,7 @@ async fn call(state: &State, wire: Wire, path: &str, body: &[u8]) -> Result<Resp
     };
     let caller = Caller::Actor(Actor::Main);
     let mut in_flight =
-        InFlight::new(gateway.model.as_ref(), &gateway.model_name, &request, (step, caller), &gateway.recorder);
+        CallUnderWay::new(gateway.model.as_ref(), &gateway.model_name, &request, (step, caller), &gateway.recorder);
     let (result, event) =
         respond_logged(gateway.model.as_ref(), &gateway.model_name, &request, step, Caller::Actor(Actor::Main)).await;
     in_flight.landed();

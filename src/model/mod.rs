@@ -460,7 +460,7 @@ pub fn cancelled_call(
 
 /// A model call under way: dropped before it lands (a program exited, the episode's time
 /// ran out, the run was stopped with Ctrl-C), it leaves a `cancelled` `model_call` event.
-pub struct InFlight<'a> {
+pub struct CallUnderWay<'a> {
     recorder: &'a crate::log::Recorder,
     name: &'a str,
     step: u32,
@@ -470,7 +470,7 @@ pub struct InFlight<'a> {
     started: std::time::Instant,
 }
 
-impl<'a> InFlight<'a> {
+impl<'a> CallUnderWay<'a> {
     pub fn new(
         model: &dyn LanguageModel,
         name: &'a str,
@@ -480,7 +480,7 @@ impl<'a> InFlight<'a> {
     ) -> Self {
         let sampling = model.sampling();
         let digest = request_digest(model, &sampling, request);
-        InFlight {
+        CallUnderWay {
             recorder,
             name,
             step,
@@ -496,7 +496,7 @@ impl<'a> InFlight<'a> {
     }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for CallUnderWay<'_> {
     fn drop(&mut self) {
         if let (Some(asked), Some(caller)) = (self.asked.take(), self.caller.take()) {
             let event = cancelled_call(self.name, self.step, asked, self.started.elapsed(), caller);

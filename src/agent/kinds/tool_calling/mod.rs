@@ -21,7 +21,7 @@ use crate::contract::{
     ToolCall, ToolError, ToolSpec,
 };
 use crate::log::{ActionClass, Event, Usage};
-use crate::model::{Caller, InFlight, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
+use crate::model::{CallUnderWay, Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
 pub use kind::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Settings, ToolCalling};
 use notes::SharedStores;
 use plan::PlanMode;
@@ -284,7 +284,7 @@ impl ToolCallingAgent {
         let caller = || Caller::Actor(self.actor.clone());
         let step = turn.allowance.step;
         let mut in_flight =
-            InFlight::new(self.model.as_ref(), &self.model_name, &request, (step, caller()), turn.recorder);
+            CallUnderWay::new(self.model.as_ref(), &self.model_name, &request, (step, caller()), turn.recorder);
         let (result, event) = respond_logged(self.model.as_ref(), &self.model_name, &request, step, caller()).await;
         in_flight.landed();
         turn.recorder.emit(&event);
