@@ -110,7 +110,7 @@ fn main() {
                         let (model, messages, tools) = (model.clone(), messages.clone(), tools.clone());
                         tokio::spawn(async move {
                             for _ in 0..per_task {
-                                let request = ModelRequest { messages: &messages, tools: &tools, deadline: None };
+                                let request = ModelRequest::new(&messages, &tools);
                                 let response = model.respond(&request).await.expect("a response");
                                 assert_eq!(response.text.as_deref(), Some("4"));
                             }

@@ -12,6 +12,13 @@
 #   node_modules/.bin/claude                  (npm: @anthropic-ai/claude-code, a real CLI agent
 #                                              run against the gateway; its test is skipped,
 #                                              saying so, when it would not install)
+#   node_modules/.bin/codex                   (npm: @openai/codex, the Codex CLI, a real CLI agent
+#                                              speaking the Responses API to the gateway)
+#   node_modules/.bin/tsc                     (npm: typescript with @types/node, to compile the
+#                                              TypeScript reference agent where Node is older
+#                                              than its type stripping)
+#   agents-venv/bin/mini                      (PyPI: mini-swe-agent, which calls models through
+#                                              litellm, and openai-agents, the Agents SDK)
 # The venv is made from /usr/bin/python3 because the sandbox lets a server read its own
 # installation and the system's folders, not an interpreter under a home folder.
 set -euo pipefail
@@ -23,6 +30,11 @@ anthropic_version="2.14.0"
 claude_code_version="2.1.197"
 openenv_version="0.3.0"
 ray_version="2.60.0"
+codex_version="0.169.0"
+mini_swe_agent_version="2.4.6"
+openai_agents_version="0.24.0"
+typescript_version="7.0.2"
+types_node_version="20.19.43"
 mkdir -p "$dir"
 if [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
     || ! grep -q "\"version\": \"$everything_version\"" "$dir/node_modules/@modelcontextprotocol/server-everything/package.json"; then
@@ -53,4 +65,23 @@ if [ ! -f "$dir/node_modules/@anthropic-ai/claude-code/package.json" ] \
         "@anthropic-ai/claude-code@$claude_code_version" >/dev/null \
         || echo "Claude Code did not install: its test will be skipped" >&2
 fi
-echo "test MCP servers, model SDKs, Ray and Claude Code in $dir"
+if [ ! -f "$dir/node_modules/@openai/codex/package.json" ] \
+    || ! grep -q "\"version\": \"$codex_version\"" "$dir/node_modules/@openai/codex/package.json"; then
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+        "@openai/codex@$codex_version" >/dev/null \
+        || echo "Codex CLI did not install: its test will be skipped" >&2
+fi
+if [ ! -f "$dir/node_modules/typescript/package.json" ] \
+    || ! grep -q "\"version\": \"$typescript_version\"" "$dir/node_modules/typescript/package.json"; then
+    npm install --prefix "$dir" --no-audit --no-fund --loglevel=error \
+        "typescript@$typescript_version" "@types/node@$types_node_version" >/dev/null \
+        || echo "TypeScript did not install: the TypeScript agent's test will be skipped" >&2
+fi
+if ! "$dir/agents-venv/bin/pip" show mini-swe-agent 2>/dev/null | grep -q "^Version: $mini_swe_agent_version$" \
+    || ! "$dir/agents-venv/bin/pip" show openai-agents 2>/dev/null | grep -q "^Version: $openai_agents_version$"; then
+    [ -x "$dir/agents-venv/bin/python3" ] || /usr/bin/python3 -m venv "$dir/agents-venv"
+    "$dir/agents-venv/bin/pip" install --quiet --disable-pip-version-check \
+        "mini-swe-agent==$mini_swe_agent_version" "openai-agents==$openai_agents_version" \
+        || echo "mini-swe-agent or openai-agents did not install: their tests will be skipped" >&2
+fi
+echo "test MCP servers, model SDKs, OpenEnv, Ray and the CLI agents in $dir"

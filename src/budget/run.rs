@@ -349,6 +349,7 @@ mod tests {
             raw_response: None,
             scorer: None,
             actor: Default::default(),
+            status: None,
         }
     }
 

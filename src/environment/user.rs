@@ -241,7 +241,7 @@ impl User {
     ) -> Result<String, UserFault> {
         let mut transcript = sim.transcript.lock().await;
         transcript.push(Message::User { content: prompt.text() });
-        let request = ModelRequest { messages: &transcript, tools: &[], deadline: None };
+        let request = ModelRequest::new(&transcript, &[]);
         let caller = Caller::Actor(Actor::User);
         let (result, event) = respond_logged(sim.model.as_ref(), sim.model.name(), &request, step, caller).await;
         recorder.emit(&event);

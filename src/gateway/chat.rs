@@ -6,61 +6,101 @@ use serde_json::{Map, Value, json};
 
 use super::shape::{self, Asked, Refusal};
 use crate::contract::ToolCall;
-use crate::model::{Message, ModelResponse};
+use crate::model::{Directives, Message, ModelResponse};
 
-const USED: &[&str] = &["model", "messages", "tools", "stream", "stream_options", "n", "response_format", "logprobs"];
-/// Sampling and bookkeeping: the run's model has its own.
-const IGNORED: &[&str] = &[
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "max_completion_tokens",
-    "seed",
-    "stop",
-    "presence_penalty",
-    "frequency_penalty",
-    "user",
-    "metadata",
-    "parallel_tool_calls",
-    "tool_choice",
-    "store",
-    "reasoning_effort",
-    "service_tier",
-    "prompt_cache_key",
-    "safety_identifier",
-    "verbosity",
-    "top_logprobs",
-];
+const FIELDS: shape::Fields = shape::Fields {
+    used: &[
+        "model",
+        "messages",
+        "tools",
+        "stream",
+        "stream_options",
+        "n",
+        "response_format",
+        "logprobs",
+        "tool_choice",
+        "parallel_tool_calls",
+        "reasoning_effort",
+        "max_tokens",
+        "max_completion_tokens",
+    ],
+    ignored: &[
+        "temperature",
+        "top_p",
+        "seed",
+        "stop",
+        "presence_penalty",
+        "frequency_penalty",
+        "user",
+        "metadata",
+        "store",
+        "service_tier",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "safety_identifier",
+        "verbosity",
+        "top_logprobs",
+        // A search the provider runs: the gateway has none, and says so in the log.
+        "web_search_options",
+    ],
+};
 
 const TEXT_PARTS: &[&str] = &["text"];
 
 pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
-    shape::check_fields(body, USED, IGNORED)?;
+    let ignored = shape::check_fields(body, &FIELDS)?;
     if body.get("n").and_then(Value::as_u64).is_some_and(|n| n != 1) {
         return Err(Refusal::unsupported("n", "the gateway gives one choice per request"));
     }
     if body.get("logprobs").and_then(Value::as_bool) == Some(true) {
         return Err(Refusal::unsupported("logprobs", "the run's model gives no log probabilities"));
     }
-    let format = body.get("response_format").filter(|f| !f.is_null());
-    if format.is_some_and(|f| f.get("type").and_then(Value::as_str) != Some("text")) {
-        return Err(Refusal::unsupported("response_format", "only `{\"type\": \"text\"}` is supported"));
-    }
     let mut messages = Vec::new();
     for (i, message) in shape::array(body.get("messages"), "messages")?.iter().enumerate() {
         messages.push(decode_message(message, &format!("messages[{i}]"))?);
     }
     let mut tools = Vec::new();
+    let mut dropped = Vec::new();
     for (i, tool) in shape::array(body.get("tools"), "tools")?.iter().enumerate() {
         let at = format!("tools[{i}]");
-        if tool.get("type").and_then(Value::as_str) != Some("function") {
-            return Err(Refusal::unsupported(&format!("{at}.type"), "only `function` tools are supported"));
+        match tool.get("type").and_then(Value::as_str).unwrap_or_default() {
+            "function" => {
+                let function = shape::object(tool.get("function").unwrap_or(&Value::Null), &format!("{at}.function"))?;
+                tools.push(shape::tool(function, &format!("{at}.function"), "parameters")?);
+            }
+            kind if shape::is_server_tool(kind) => dropped.push(format!("{at} ({kind})")),
+            kind => {
+                return Err(Refusal::unsupported(
+                    &format!("{at}.type"),
+                    &format!("only `function` tools are supported, not `{kind}`"),
+                ));
+            }
         }
-        let function = shape::object(tool.get("function").unwrap_or(&Value::Null), &format!("{at}.function"))?;
-        tools.push(shape::tool(function, &format!("{at}.function"), "parameters")?);
     }
+    let response_format = match body.get("response_format") {
+        None | Some(Value::Null) => None,
+        Some(format) => shape::json_format(format, "response_format")?,
+    };
+    let reasoning_effort = match body.get("reasoning_effort") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(effort)) if effort == "none" => None,
+        effort => Some(shape::string(effort, "reasoning_effort")?),
+    };
+    let directives = Directives {
+        reasoning_effort,
+        response_format,
+        tool_choice: shape::openai_tool_choice(body.get("tool_choice"))?,
+        parallel_tool_calls: shape::maybe_flag(body, "parallel_tool_calls")?,
+        max_output_tokens: shape::count(body, "max_completion_tokens")?.or(shape::count(body, "max_tokens")?),
+    };
     let include_usage = body.get("stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool);
-    Ok(Asked { include_usage: include_usage == Some(true), ..Asked::new(body, messages, tools)? })
+    Ok(Asked {
+        include_usage: include_usage == Some(true),
+        directives,
+        ignored,
+        dropped,
+        ..Asked::new(body, messages, tools)?
+    })
 }
 
 fn decode_message(message: &Value, at: &str) -> Result<Message, Refusal> {

@@ -8,31 +8,17 @@ use serde_json::{Map, Value, json};
 
 use super::shape::{self, Asked, Refusal};
 use crate::contract::ToolCall;
-use crate::model::{Message, ModelResponse};
+use crate::model::{Directives, Message, ModelResponse, ToolChoice};
 
-const USED: &[&str] = &["model", "messages", "system", "tools", "stream"];
-/// Sampling, caching hints and bookkeeping: the run's model has its own.
-const IGNORED: &[&str] = &[
-    "max_tokens",
-    "metadata",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop_sequences",
-    "tool_choice",
-    "thinking",
-    "service_tier",
-    "context_management",
-    "output_config",
-];
+const FIELDS: shape::Fields = shape::Fields {
+    used: &["model", "messages", "system", "tools", "stream", "max_tokens", "tool_choice", "thinking", "output_config"],
+    ignored: &["metadata", "temperature", "top_p", "top_k", "stop_sequences", "service_tier", "context_management"],
+};
 
 const TEXT_BLOCKS: &[&str] = &["text"];
 
 pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
-    shape::check_fields(body, USED, IGNORED)?;
-    if body.get("output_config").and_then(|c| c.get("format")).is_some_and(|f| !f.is_null()) {
-        return Err(Refusal::unsupported("output_config.format", "structured outputs are not supported"));
-    }
+    let ignored = shape::check_fields(body, &FIELDS)?;
     let mut messages = Vec::new();
     let system = shape::text(body.get("system"), "system", TEXT_BLOCKS)?;
     if !system.is_empty() {
@@ -41,18 +27,77 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
     for (i, message) in shape::array(body.get("messages"), "messages")?.iter().enumerate() {
         decode_message(message, &format!("messages[{i}]"), &mut messages)?;
     }
-    let mut tools = Vec::new();
+    let mut asked = Asked::new(body, messages, Vec::new())?;
     for (i, tool) in shape::array(body.get("tools"), "tools")?.iter().enumerate() {
         let at = format!("tools[{i}]");
-        if let Some(kind) = tool.get("type").and_then(Value::as_str).filter(|k| *k != "custom") {
-            return Err(Refusal::unsupported(
-                &format!("{at}.type"),
-                &format!("server tools (`{kind}`) are not supported; only client tools with an input_schema"),
-            ));
+        match tool.get("type").and_then(Value::as_str).filter(|k| *k != "custom") {
+            None => asked.tools.push(shape::tool(shape::object(tool, &at)?, &at, "input_schema")?),
+            Some(kind) if shape::is_server_tool(kind) => asked.dropped.push(format!("{at} ({kind})")),
+            Some(kind) => {
+                return Err(Refusal::unsupported(
+                    &format!("{at}.type"),
+                    &format!(
+                        "Anthropic-defined tools (`{kind}`) are not supported; only client tools with an input_schema"
+                    ),
+                ));
+            }
         }
-        tools.push(shape::tool(shape::object(tool, &at)?, &at, "input_schema")?);
     }
-    Asked::new(body, messages, tools)
+    asked.directives = directives(body)?;
+    asked.ignored = ignored;
+    Ok(asked)
+}
+
+/// `max_tokens`, `tool_choice` (with `disable_parallel_tool_use`), the effort
+/// (`output_config.effort`, else a thinking budget's size) and `output_config.format`.
+fn directives(body: &Map<String, Value>) -> Result<Directives, Refusal> {
+    let config = body.get("output_config").filter(|c| !c.is_null());
+    let response_format = match config.and_then(|c| c.get("format")).filter(|f| !f.is_null()) {
+        Some(format) => shape::json_format(format, "output_config.format")?,
+        None => None,
+    };
+    let thinking = body.get("thinking").filter(|t| !t.is_null());
+    let budget_effort = match thinking.and_then(|t| t.get("budget_tokens")).and_then(Value::as_u64) {
+        Some(budget) if budget < 2048 => Some("low"),
+        Some(budget) if budget < 8192 => Some("medium"),
+        Some(_) => Some("high"),
+        None => None,
+    };
+    let disabled = thinking.and_then(|t| t.get("type")).and_then(Value::as_str) == Some("disabled");
+    let effort = match config.and_then(|c| c.get("effort")).filter(|e| !e.is_null()) {
+        Some(effort) => Some(shape::string(Some(effort), "output_config.effort")?),
+        None => budget_effort.map(str::to_owned),
+    };
+    let (tool_choice, parallel_tool_calls) = match body.get("tool_choice").filter(|c| !c.is_null()) {
+        None => (None, None),
+        Some(choice) => {
+            let kind = choice.get("type").and_then(Value::as_str).unwrap_or_default();
+            let named = choice.get("name").and_then(Value::as_str);
+            let choice_of = match (kind, named) {
+                ("auto", _) => ToolChoice::Auto,
+                ("any", _) => ToolChoice::Required,
+                ("none", _) => ToolChoice::None,
+                ("tool", Some(name)) => ToolChoice::Named(name.to_owned()),
+                _ => {
+                    return Err(Refusal::unsupported(
+                        "tool_choice.type",
+                        &format!(
+                            "a tool choice of type `{kind}` is not supported: auto, any, none or tool with a name"
+                        ),
+                    ));
+                }
+            };
+            let serial = choice.get("disable_parallel_tool_use").and_then(Value::as_bool) == Some(true);
+            (Some(choice_of), serial.then_some(false))
+        }
+    };
+    Ok(Directives {
+        reasoning_effort: if disabled { None } else { effort },
+        response_format,
+        tool_choice,
+        parallel_tool_calls,
+        max_output_tokens: shape::count(body, "max_tokens")?,
+    })
 }
 
 /// One Anthropic message, which may become several neutral ones: each tool result its own.

@@ -34,10 +34,12 @@ use crate::contract::fit::fit_text;
 use crate::contract::{Actor, ToolCall};
 use crate::log::{Event, Recorder, Termination, Usage};
 use crate::model::limiter::Deadline;
-use crate::model::{Caller, LanguageModel, ModelError, ModelRequest, respond_logged};
+use crate::model::{
+    CallUnderWay, Caller, LanguageModel, Message, ModelError, ModelRequest, ModelResponse, RunOwn, respond_logged,
+};
 pub use connections::Patience;
 use connections::{Connection, Connections};
-use shape::Refusal;
+use shape::{Asked, Refusal};
 use wire::Wire;
 
 /// The episode's limits as the gateway spends them. The episode's budget implements it
@@ -61,6 +63,9 @@ pub struct Gateway {
     pub model_name: String,
     pub ledger: Arc<dyn Ledger>,
     pub recorder: Recorder,
+    /// What in the requests is the run's own (the episode's folder): the gateway adds its
+    /// address, its key and the day.
+    pub run_own: RunOwn,
     /// Derive the trajectory from the traffic: the tool calls a response asks for become
     /// `action_dispatched` events, their results in a later request `observation`s. For a
     /// program that runs its own tools (`cli`); an `external` agent's tools are the world's.
@@ -100,7 +105,15 @@ struct State {
     patience: Patience,
     derived: Mutex<trajectory::Derived>,
     refusals: Mutex<Refusals>,
+    /// The ignored fields and dropped tools logged so far: each is logged once.
+    noted: Mutex<std::collections::BTreeSet<String>>,
+    /// The episode's last Responses answers, for `previous_response_id`: the transcript
+    /// each ended, by id, oldest first.
+    kept: Mutex<std::collections::VecDeque<(String, Vec<Message>)>>,
 }
+
+/// How many Responses answers an episode's gateway keeps for `previous_response_id`.
+const KEPT_RESPONSES: usize = 64;
 
 /// How many refusals of one episode's gateway are logged one by one; later ones are
 /// counted, so that requests nobody needs a key to send cannot fill the log.
@@ -142,10 +155,14 @@ impl Gateway {
     }
 
     /// [`Gateway::start`], waiting for what clients send as `patience` says.
-    pub async fn start_with(self, patience: Patience) -> std::io::Result<GatewayHandle> {
+    pub async fn start_with(mut self, patience: Patience) -> std::io::Result<GatewayHandle> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let key = new_key()?;
+        self.run_own.add(&addr.to_string(), "gateway");
+        self.run_own.add(&format!("localhost:{}", addr.port()), "gateway");
+        self.run_own.add(&key, "key");
+        self.run_own.add(&chrono::Utc::now().format("%Y-%m-%d").to_string(), "date");
         let (ending, ended) = watch::channel(None);
         let state = Arc::new(State {
             key: key.clone(),
@@ -158,6 +175,8 @@ impl Gateway {
             patience,
             derived: Mutex::default(),
             refusals: Mutex::default(),
+            noted: Mutex::default(),
+            kept: Mutex::default(),
         });
         let server = tokio::spawn(connections::serve(listener, state.clone()));
         Ok(GatewayHandle { addr, key, state, ended, server })
@@ -305,7 +324,7 @@ async fn answer(state: &State, connection: &Connection, request: Request<Incomin
                 Ok(body) => body,
                 Err(refusal) => return refuse(state, wire, &path, refusal),
             };
-            match call(state, wire, &body.bytes).await {
+            match call(state, wire, &path, &body.bytes).await {
                 Ok(response) => response,
                 Err(refusal) => refuse(state, wire, &path, refusal),
             }
@@ -350,10 +369,16 @@ fn authorise(state: &State, request: &Request<Incoming>) -> Result<(), Refusal> 
 }
 
 /// A model call: decoded, admitted by the limits, asked, counted, answered in `wire`'s shape.
-async fn call(state: &State, wire: Wire, body: &[u8]) -> Result<Response<Full<Bytes>>, Refusal> {
+/// A shape the gateway does not speak ends the episode unscored (`gateway_unsupported`).
+async fn call(state: &State, wire: Wire, path: &str, body: &[u8]) -> Result<Response<Full<Bytes>>, Refusal> {
     let body: Value = serde_json::from_slice(body)
         .map_err(|e| Refusal::bad_request(None, format!("the request body is not JSON: {e}")))?;
-    let asked = wire.decode(&body)?;
+    let mut asked = wire.decode(&body).inspect_err(|refusal| {
+        if let Some(gap) = refusal.gap() {
+            state.ending.send_replace(Some(GatewayEnd::Fault(gap)));
+        }
+    })?;
+    note(state, path, &asked);
     let gateway = &state.gateway;
     let _turn = state.turn.lock().await;
     // The episode may have ended while this request was read or waited its turn.
@@ -363,6 +388,7 @@ async fn call(state: &State, wire: Wire, body: &[u8]) -> Result<Response<Full<By
     if let Some(ending) = state.ending.borrow().clone() {
         return Err(Refusal::ended(&ending));
     }
+    continue_previous(state, &mut asked)?;
     let step = match gateway.ledger.admit() {
         Ok(step) => step,
         Err(termination) => {
@@ -375,10 +401,19 @@ async fn call(state: &State, wire: Wire, body: &[u8]) -> Result<Response<Full<By
     if gateway.derive_trajectory {
         trajectory::lock(&state.derived).observed(&asked.messages, step, &gateway.recorder);
     }
-    let request =
-        ModelRequest { messages: &asked.messages, tools: &asked.tools, deadline: Some(gateway.ledger.deadline()) };
+    let request = ModelRequest {
+        messages: &asked.messages,
+        tools: &asked.tools,
+        deadline: Some(gateway.ledger.deadline()),
+        directives: &asked.directives,
+        run_own: &gateway.run_own,
+    };
+    let caller = Caller::Actor(Actor::Main);
+    let mut in_flight =
+        CallUnderWay::new(gateway.model.as_ref(), &gateway.model_name, &request, (step, caller), &gateway.recorder);
     let (result, event) =
         respond_logged(gateway.model.as_ref(), &gateway.model_name, &request, step, Caller::Actor(Actor::Main)).await;
+    in_flight.landed();
     gateway.recorder.emit(&event);
     let mut response = match result {
         Ok(response) => response,
@@ -397,6 +432,9 @@ async fn call(state: &State, wire: Wire, body: &[u8]) -> Result<Response<Full<By
     if gateway.derive_trajectory {
         trajectory::lock(&state.derived).asked_for(&response.tool_calls, step, gateway);
     }
+    if wire == Wire::Responses {
+        keep(state, &asked, &response, step);
+    }
     let reply = wire.encode(&asked, &response, step);
     let content_type = if asked.stream { "text/event-stream" } else { "application/json" };
     Ok(Response::builder()
@@ -405,6 +443,63 @@ async fn call(state: &State, wire: Wire, body: &[u8]) -> Result<Response<Full<By
         .header(http::header::CACHE_CONTROL, "no-cache")
         .body(Full::new(Bytes::from(reply)))
         .unwrap_or_default())
+}
+
+/// Logs the fields a request carried that the gateway let be, and the tools it dropped,
+/// the first time each is seen in the episode.
+fn note(state: &State, path: &str, asked: &Asked) {
+    let mut noted = lock(&state.noted);
+    let mut new = |items: &[String], prefix: &str| -> Vec<String> {
+        items.iter().filter(|item| noted.insert(format!("{prefix}{item}"))).cloned().collect()
+    };
+    let fields = new(&asked.ignored, "field:");
+    // A dropped tool is named by its kind, whatever its place in the list.
+    let dropped_tools = new(&asked.dropped, "tool:");
+    if fields.is_empty() && dropped_tools.is_empty() {
+        return;
+    }
+    state.gateway.recorder.emit(&Event::GatewayIgnored {
+        path: fit_text(path, REFUSED_PATH_BYTES).0,
+        fields,
+        dropped_tools,
+    });
+}
+
+/// A Responses request that continues an earlier response of the episode: that response's
+/// transcript goes before its input (after its own instructions).
+fn continue_previous(state: &State, asked: &mut Asked) -> Result<(), Refusal> {
+    let Some(previous) = asked.previous.as_deref() else { return Ok(()) };
+    let kept = lock(&state.kept);
+    let Some((_, earlier)) = kept.iter().find(|(id, _)| id == previous) else {
+        return Err(Refusal::bad_request(
+            Some("previous_response_id".into()),
+            format!(
+                "no response `{previous}` in this episode: the gateway keeps the episode's last {KEPT_RESPONSES} responses"
+            ),
+        ));
+    };
+    let at = usize::from(asked.instructed);
+    asked.messages.splice(at..at, earlier.iter().cloned());
+    shape::name_results(&mut asked.messages);
+    Ok(())
+}
+
+/// Keeps a Responses answer's transcript (without its instructions) for a later
+/// `previous_response_id`, whether or not the client asked to `store` it: the episode's
+/// own, gone with it.
+fn keep(state: &State, asked: &Asked, response: &ModelResponse, step: u32) {
+    let mut transcript = asked.messages[usize::from(asked.instructed)..].to_vec();
+    let calls = response
+        .tool_calls
+        .iter()
+        .map(|c| ToolCall::new(c.id.clone().unwrap_or_default(), c.name.clone(), c.arguments.clone()))
+        .collect();
+    transcript.push(Message::Assistant { content: response.text.clone(), tool_calls: calls });
+    let mut kept = lock(&state.kept);
+    if kept.len() == KEPT_RESPONSES {
+        kept.pop_front();
+    }
+    kept.push_back((responses::response_id(step), transcript));
 }
 
 /// A refusal, answered in the shape `wire`'s SDK reads, and logged (its parts cut) or

@@ -8,48 +8,69 @@
 use serde_json::{Map, Value, json};
 
 use super::shape::{self, Asked, Refusal};
-use crate::contract::ToolCall;
-use crate::model::{Message, ModelResponse};
+use crate::contract::{ToolCall, ToolSpec};
+use crate::model::{Directives, Message, ModelResponse, ProposedCall};
 
-const USED: &[&str] =
-    &["model", "input", "instructions", "tools", "stream", "previous_response_id", "conversation", "background"];
-/// Sampling and bookkeeping: the run's model has its own.
-const IGNORED: &[&str] = &[
-    "temperature",
-    "top_p",
-    "max_output_tokens",
-    "metadata",
-    "parallel_tool_calls",
-    "tool_choice",
-    "store",
-    "reasoning",
-    "service_tier",
-    "user",
-    "truncation",
-    "text",
-    "include",
-    "prompt_cache_key",
-    "safety_identifier",
-    "stream_options",
-    "max_tool_calls",
-    "top_logprobs",
-];
+const FIELDS: shape::Fields = shape::Fields {
+    used: &[
+        "model",
+        "input",
+        "instructions",
+        "tools",
+        "stream",
+        "previous_response_id",
+        "conversation",
+        "background",
+        "prompt",
+        "reasoning",
+        "text",
+        "tool_choice",
+        "parallel_tool_calls",
+        "max_output_tokens",
+    ],
+    ignored: &[
+        "temperature",
+        "top_p",
+        "metadata",
+        "client_metadata",
+        "store",
+        "service_tier",
+        "user",
+        "truncation",
+        "include",
+        "prompt_cache_key",
+        "prompt_cache_retention",
+        "safety_identifier",
+        "stream_options",
+        "max_tool_calls",
+        "top_logprobs",
+    ],
+};
 
 const INPUT_TEXT: &[&str] = &["input_text", "output_text", "text"];
 
 pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
-    shape::check_fields(body, USED, IGNORED)?;
-    for field in ["previous_response_id", "conversation"] {
-        if body.get(field).is_some_and(|v| !v.is_null()) {
-            return Err(Refusal::unsupported(field, "the gateway keeps no responses: send the whole input each time"));
-        }
+    let ignored = shape::check_fields(body, &FIELDS)?;
+    if body.get("conversation").is_some_and(|v| !v.is_null()) {
+        return Err(Refusal::unsupported(
+            "conversation",
+            "the gateway keeps an episode's responses, not conversations: use previous_response_id or send the whole input",
+        ));
+    }
+    if body.get("prompt").is_some_and(|v| !v.is_null()) {
+        return Err(Refusal::unsupported("prompt", "stored prompt templates live with the provider, not the gateway"));
     }
     if body.get("background").and_then(Value::as_bool) == Some(true) {
         return Err(Refusal::unsupported("background", "the gateway answers in the foreground only"));
     }
+    let previous = match body.get("previous_response_id") {
+        None | Some(Value::Null) => None,
+        value => Some(shape::string(value, "previous_response_id")?),
+    };
     let mut messages = Vec::new();
     let instructions = shape::text(body.get("instructions"), "instructions", INPUT_TEXT)?;
-    if !instructions.is_empty() {
+    let instructed = !instructions.is_empty();
+    if instructed {
         messages.push(Message::System { content: instructions });
     }
     match body.get("input") {
@@ -60,19 +81,82 @@ pub fn decode(body: &Map<String, Value>) -> Result<Asked, Refusal> {
             }
         }
     }
-    let mut tools = Vec::new();
+    let mut asked = Asked::new(body, messages, Vec::new())?;
+    decode_tools(body, &mut asked)?;
+    asked.directives = directives(body)?;
+    asked.ignored = ignored;
+    asked.previous = previous;
+    asked.instructed = instructed;
+    Ok(asked)
+}
+
+/// The tools: functions as they are, `custom` (freeform) tools as a function of one text
+/// `input`, a `namespace`'s tools flat as `NAMESPACE__NAME`, server tools dropped.
+fn decode_tools(body: &Map<String, Value>, asked: &mut Asked) -> Result<(), Refusal> {
     for (i, tool) in shape::array(body.get("tools"), "tools")?.iter().enumerate() {
         let at = format!("tools[{i}]");
-        let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default();
-        if kind != "function" {
-            return Err(Refusal::unsupported(
-                &format!("{at}.type"),
-                &format!("only `function` tools are supported, not `{kind}`"),
-            ));
+        let spec = shape::object(tool, &at)?;
+        match spec.get("type").and_then(Value::as_str).unwrap_or_default() {
+            "function" => asked.tools.push(shape::tool(spec, &at, "parameters")?),
+            "custom" => {
+                let tool = freeform(spec, &at)?;
+                asked.freeform.push(tool.name.clone());
+                asked.tools.push(tool);
+            }
+            "namespace" => {
+                let namespace = shape::string(spec.get("name"), &format!("{at}.name"))?;
+                for (j, inner) in shape::array(spec.get("tools"), &format!("{at}.tools"))?.iter().enumerate() {
+                    let at = format!("{at}.tools[{j}]");
+                    let mut tool = shape::tool(shape::object(inner, &at)?, &at, "parameters")?;
+                    let flat = format!("{namespace}__{}", tool.name);
+                    asked.namespaced.push((flat.clone(), namespace.clone(), std::mem::take(&mut tool.name)));
+                    tool.name = flat;
+                    asked.tools.push(tool);
+                }
+            }
+            kind if shape::is_server_tool(kind) => asked.dropped.push(format!("{at} ({kind})")),
+            kind => {
+                return Err(Refusal::unsupported(
+                    &format!("{at}.type"),
+                    &format!("tools of type `{kind}` are not supported: function, custom and namespace tools are"),
+                ));
+            }
         }
-        tools.push(shape::tool(shape::object(tool, &at)?, &at, "parameters")?);
     }
-    Asked::new(body, messages, tools)
+    Ok(())
+}
+
+/// A freeform tool: the model writes its input as text (a patch, say), offered to the
+/// run's model as a function of one string, `input`; its grammar, if any, in the description.
+fn freeform(spec: &Map<String, Value>, at: &str) -> Result<ToolSpec, Refusal> {
+    let name = shape::string(spec.get("name"), &format!("{at}.name"))?;
+    let mut description = spec.get("description").and_then(Value::as_str).unwrap_or_default().to_owned();
+    if let Some(definition) = spec.get("format").and_then(|f| f.get("definition")).and_then(Value::as_str) {
+        description.push_str("\n\nThe input follows this grammar:\n");
+        description.push_str(definition);
+    }
+    let parameters = json!({"type": "object", "properties": {"input": {"type": "string", "description": "The tool's input, as text."}}, "required": ["input"]});
+    Ok(ToolSpec::new(&name, &description, parameters))
+}
+
+/// `reasoning.effort`, `text.format`, `tool_choice`, `parallel_tool_calls`, `max_output_tokens`.
+fn directives(body: &Map<String, Value>) -> Result<Directives, Refusal> {
+    let reasoning_effort = match body.get("reasoning").and_then(|r| r.get("effort")) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(effort)) if effort == "none" => None,
+        effort => Some(shape::string(effort, "reasoning.effort")?),
+    };
+    let response_format = match body.get("text").and_then(|t| t.get("format")) {
+        None | Some(Value::Null) => None,
+        Some(format) => shape::json_format(format, "text.format")?,
+    };
+    Ok(Directives {
+        reasoning_effort,
+        response_format,
+        tool_choice: shape::openai_tool_choice(body.get("tool_choice"))?,
+        parallel_tool_calls: shape::maybe_flag(body, "parallel_tool_calls")?,
+        max_output_tokens: shape::count(body, "max_output_tokens")?,
+    })
 }
 
 fn decode_item(item: &Value, at: &str, out: &mut Vec<Message>) -> Result<(), Refusal> {
@@ -94,18 +178,28 @@ fn decode_item(item: &Value, at: &str, out: &mut Vec<Message>) -> Result<(), Ref
             });
         }
         "function_call" => {
+            let name = shape::string(item.get("name"), &format!("{at}.name"))?;
+            // A namespace's tool is offered flat: its call is named so in the transcript.
+            let name = match item.get("namespace").and_then(Value::as_str) {
+                Some(namespace) => format!("{namespace}__{name}"),
+                None => name,
+            };
+            let call = ToolCall::new(
+                shape::string(item.get("call_id"), &format!("{at}.call_id"))?,
+                name,
+                shape::arguments(item.get("arguments").and_then(Value::as_str).unwrap_or("{}")),
+            );
+            push_call(out, call);
+        }
+        "custom_tool_call" => {
             let call = ToolCall::new(
                 shape::string(item.get("call_id"), &format!("{at}.call_id"))?,
                 shape::string(item.get("name"), &format!("{at}.name"))?,
-                shape::arguments(item.get("arguments").and_then(Value::as_str).unwrap_or("{}")),
+                json!({"input": shape::string(item.get("input"), &format!("{at}.input"))?}),
             );
-            // The calls of one response follow its message: one assistant turn.
-            match out.last_mut() {
-                Some(Message::Assistant { tool_calls, .. }) => tool_calls.push(call),
-                _ => out.push(Message::Assistant { content: None, tool_calls: vec![call] }),
-            }
+            push_call(out, call);
         }
-        "function_call_output" => {
+        "function_call_output" | "custom_tool_call_output" => {
             let call_id = shape::string(item.get("call_id"), &format!("{at}.call_id"))?;
             out.push(Message::Tool {
                 // Named once every message is read: `Asked::new`.
@@ -115,7 +209,8 @@ fn decode_item(item: &Value, at: &str, out: &mut Vec<Message>) -> Result<(), Ref
                 is_error: false,
             });
         }
-        // The model's reasoning of an earlier turn: the run's model is asked afresh.
+        // The model's reasoning of an earlier turn (its summary, its encrypted content): an
+        // opaque value of the provider that made it; the run's model is asked afresh.
         "reasoning" => {}
         other => {
             return Err(Refusal::unsupported(
@@ -127,16 +222,48 @@ fn decode_item(item: &Value, at: &str, out: &mut Vec<Message>) -> Result<(), Ref
     Ok(())
 }
 
+/// A response's id: by step, the same in every run of the episode.
+pub fn response_id(step: u32) -> String {
+    format!("resp_{step:02}")
+}
+
+/// The calls of one response follow its message: one assistant turn.
+fn push_call(out: &mut Vec<Message>, call: ToolCall) {
+    match out.last_mut() {
+        Some(Message::Assistant { tool_calls, .. }) => tool_calls.push(call),
+        _ => out.push(Message::Assistant { content: None, tool_calls: vec![call] }),
+    }
+}
+
+/// A call's output item: a `custom_tool_call` with its text for a freeform tool, else a
+/// `function_call` (a namespace's tool named as the client knows it).
+fn call_item(asked: &Asked, call: &ProposedCall, id: &str, status: &str, arguments: &str) -> Value {
+    if asked.freeform.contains(&call.name) {
+        let input = match &call.arguments {
+            Value::Object(fields) => fields.get("input").and_then(Value::as_str).unwrap_or(arguments).to_owned(),
+            _ => arguments.to_owned(),
+        };
+        let input = if status == "in_progress" { String::new() } else { input };
+        return json!({"id": id, "type": "custom_tool_call", "status": status, "call_id": call.id,
+                      "name": call.name, "input": input});
+    }
+    let mut item = json!({"id": id, "type": "function_call", "status": status, "call_id": call.id,
+                          "name": call.name, "arguments": arguments});
+    if let Some((_, namespace, name)) = asked.namespaced.iter().find(|(flat, ..)| *flat == call.name) {
+        item["name"] = json!(name);
+        item["namespace"] = json!(namespace);
+    }
+    item
+}
+
 pub fn encode(asked: &Asked, response: &ModelResponse, step: u32) -> String {
-    let id = format!("resp_{step:02}");
+    let id = response_id(step);
     let message_id = format!("msg_{step:02}");
     let text = response.text.as_deref().filter(|t| !t.is_empty());
     let part = |text: &str| json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []});
     let message = |status: &str, content: Vec<Value>| json!({"id": message_id, "type": "message", "status": status, "role": "assistant", "content": content});
     let call_item = |i: usize, status: &str, arguments: &str| {
-        let call = &response.tool_calls[i];
-        json!({"id": format!("fc_{step:02}_{i}"), "type": "function_call", "status": status,
-               "call_id": call.id, "name": call.name, "arguments": arguments})
+        call_item(asked, &response.tool_calls[i], &format!("fc_{step:02}_{i}"), status, arguments)
     };
     let mut output: Vec<Value> = text.map(|t| message("completed", vec![part(t)])).into_iter().collect();
     output.extend(
@@ -198,16 +325,30 @@ pub fn encode(asked: &Asked, response: &ModelResponse, step: u32) -> String {
             "response.output_item.added",
             json!({"output_index": index, "item": call_item(i, "in_progress", "")}),
         );
-        send(
-            &mut out,
-            "response.function_call_arguments.delta",
-            json!({"item_id": item_id, "output_index": index, "delta": arguments}),
-        );
-        send(
-            &mut out,
-            "response.function_call_arguments.done",
-            json!({"item_id": item_id, "output_index": index, "arguments": arguments, "name": call.name}),
-        );
+        if asked.freeform.contains(&call.name) {
+            let input = output[index]["input"].clone();
+            send(
+                &mut out,
+                "response.custom_tool_call_input.delta",
+                json!({"item_id": item_id, "output_index": index, "delta": input}),
+            );
+            send(
+                &mut out,
+                "response.custom_tool_call_input.done",
+                json!({"item_id": item_id, "output_index": index, "input": input}),
+            );
+        } else {
+            send(
+                &mut out,
+                "response.function_call_arguments.delta",
+                json!({"item_id": item_id, "output_index": index, "delta": arguments}),
+            );
+            send(
+                &mut out,
+                "response.function_call_arguments.done",
+                json!({"item_id": item_id, "output_index": index, "arguments": arguments, "name": output[index]["name"]}),
+            );
+        }
         send(&mut out, "response.output_item.done", json!({"output_index": index, "item": output[index]}));
         index += 1;
     }

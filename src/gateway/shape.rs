@@ -6,8 +6,8 @@ use serde_json::{Map, Value};
 
 use super::GatewayEnd;
 use crate::contract::ToolSpec;
-use crate::log::Termination;
-use crate::model::{Message, ModelError};
+use crate::log::{Termination, UnscoredCause};
+use crate::model::{Directives, Message, ModelError, ToolChoice};
 
 /// A request in the run's neutral shape.
 #[derive(Debug, Default)]
@@ -19,6 +19,22 @@ pub struct Asked {
     pub stream: bool,
     /// Chat Completions' `stream_options.include_usage`: a last chunk with the usage.
     pub include_usage: bool,
+    /// What the client asked of the answer, for the backend to map.
+    pub directives: Directives,
+    /// The fields read and let be (they do not change the answer), for the log.
+    pub ignored: Vec<String>,
+    /// The tools dropped from the list (server tools the gateway cannot run), for the log.
+    pub dropped: Vec<String>,
+    /// Responses' `previous_response_id`: the episode's earlier response this one continues.
+    pub previous: Option<String>,
+    /// Whether the first message is Responses' `instructions` (not carried to a response
+    /// that continues this one).
+    pub instructed: bool,
+    /// Tools offered as freeform text (Responses' `custom` tools): their calls go back as
+    /// `custom_tool_call` items with the text as `input`.
+    pub freeform: Vec<String>,
+    /// Tools of a namespace, offered flat as `NAMESPACE__NAME`: (flat name, namespace, name).
+    pub namespaced: Vec<(String, String, String)>,
 }
 
 impl Asked {
@@ -31,7 +47,7 @@ impl Asked {
             messages,
             tools,
             stream: flag(body, "stream")?,
-            include_usage: false,
+            ..Asked::default()
         })
     }
 }
@@ -43,11 +59,13 @@ pub struct Refusal {
     pub status: StatusCode,
     pub field: Option<String>,
     pub message: String,
+    /// A shape the gateway does not speak (not a client's mistake).
+    pub unsupported: bool,
 }
 
 impl Refusal {
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Refusal { status, field: None, message: message.into() }
+        Refusal { status, field: None, message: message.into(), unsupported: false }
     }
 
     pub fn unauthorised(message: &str) -> Self {
@@ -55,12 +73,28 @@ impl Refusal {
     }
 
     pub fn bad_request(field: Option<String>, message: impl Into<String>) -> Self {
-        Refusal { status: StatusCode::BAD_REQUEST, field, message: message.into() }
+        Refusal { status: StatusCode::BAD_REQUEST, field, message: message.into(), unsupported: false }
     }
 
-    /// A field the gateway does not speak.
+    /// A field the gateway does not speak: the request is fine, the gateway falls short,
+    /// so the episode is unscored (`gateway_unsupported`), never the agent's failure.
     pub fn unsupported(field: &str, what: &str) -> Self {
-        Refusal::bad_request(Some(field.to_owned()), format!("unsupported field `{field}`: {what}"))
+        Refusal {
+            status: StatusCode::BAD_REQUEST,
+            field: Some(field.to_owned()),
+            message: format!("unsupported field `{field}`: {what}"),
+            unsupported: true,
+        }
+    }
+
+    /// What ends the episode when the gateway refuses a shape it does not speak.
+    pub fn gap(&self) -> Option<ModelError> {
+        self.unsupported.then(|| {
+            ModelError::new(
+                UnscoredCause::GatewayUnsupported,
+                format!("the gateway refused a request it does not support: {}", self.message),
+            )
+        })
     }
 
     /// The episode is over: a limit was reached, or the model behind failed. 403 for a
@@ -91,13 +125,131 @@ fn limit_message(termination: Termination) -> String {
     format!("the episode's model calls are over: {limit}")
 }
 
-/// Reads a request's top-level fields: the ones the gateway uses are taken by the decoder;
-/// these are read and let be (the run's model has its own sampling); any other field is
-/// refused, naming it.
-pub fn check_fields(body: &Map<String, Value>, used: &[&str], ignored: &[&str]) -> Result<(), Refusal> {
-    match body.keys().find(|k| !used.contains(&k.as_str()) && !ignored.contains(&k.as_str())) {
-        Some(field) => Err(Refusal::unsupported(field, "the gateway does not speak it")),
-        None => Ok(()),
+/// How a wire treats a request's top-level fields.
+pub struct Fields {
+    /// Read by the decoder: mapped to the transcript, the tools or the [`Directives`].
+    pub used: &'static [&'static str],
+    /// Read and let be: they do not change the answer (bookkeeping, caching hints,
+    /// sampling the run's model has its own of). Logged once per episode.
+    pub ignored: &'static [&'static str],
+}
+
+/// Checks a request's top-level fields: the ignored ones present are returned for the log;
+/// any field neither used nor ignored is refused, naming it, so that nothing the client
+/// asked for is silently left out of the answer.
+pub fn check_fields(body: &Map<String, Value>, fields: &Fields) -> Result<Vec<String>, Refusal> {
+    let mut ignored = Vec::new();
+    for (key, value) in body {
+        if fields.used.contains(&key.as_str()) {
+            continue;
+        }
+        if !fields.ignored.contains(&key.as_str()) {
+            return Err(Refusal::unsupported(key, "the gateway does not speak it"));
+        }
+        if !value.is_null() {
+            ignored.push(key.clone());
+        }
+    }
+    Ok(ignored)
+}
+
+/// The server-side tools of the OpenAI and Anthropic APIs: run by the provider, which the
+/// gateway is not, so dropped from the list (and logged) rather than refused.
+pub const SERVER_TOOLS: &[&str] = &[
+    "web_search",
+    "web_search_preview",
+    "web_search_preview_2025_03_11",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "mcp",
+];
+
+/// Whether a tool of `kind` is one the provider runs (Anthropic's are dated:
+/// `web_search_20250305`, `code_execution_20250522`, `web_fetch_20250910`).
+pub fn is_server_tool(kind: &str) -> bool {
+    SERVER_TOOLS.contains(&kind)
+        || ["web_search_", "web_fetch_", "code_execution_"].iter().any(|prefix| kind.starts_with(prefix))
+}
+
+/// An OpenAI `tool_choice`: `auto`, `none`, `required`, or a named function (Chat's
+/// `{"type": "function", "function": {"name"}}`, Responses' `{"type": "function", "name"}`,
+/// or a custom tool's `{"type": "custom", "name"}`).
+pub fn openai_tool_choice(value: Option<&Value>) -> Result<Option<ToolChoice>, Refusal> {
+    let field = "tool_choice";
+    Ok(Some(match value {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(word)) => match word.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => return Err(Refusal::bad_request(Some(field.into()), format!("unknown tool_choice `{other}`"))),
+        },
+        Some(Value::Object(choice)) => {
+            let kind = choice.get("type").and_then(Value::as_str).unwrap_or_default();
+            let name = choice.get("name").or_else(|| choice.get("function").and_then(|f| f.get("name")));
+            match (kind, name.and_then(Value::as_str)) {
+                ("function" | "custom", Some(name)) => ToolChoice::Named(name.to_owned()),
+                _ => {
+                    return Err(Refusal::unsupported(
+                        &format!("{field}.type"),
+                        &format!(
+                            "a tool choice of type `{kind}` is not supported: auto, none, required or a named function"
+                        ),
+                    ));
+                }
+            }
+        }
+        Some(_) => return Err(Refusal::bad_request(Some(field.into()), "`tool_choice` must be a word or an object")),
+    }))
+}
+
+/// An optional whole number at `field`.
+pub fn count(body: &Map<String, Value>, field: &str) -> Result<Option<u64>, Refusal> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => value
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| Refusal::bad_request(Some(field.to_owned()), format!("`{field}` must be a whole number"))),
+    }
+}
+
+/// An optional `true | false` at `field`.
+pub fn maybe_flag(body: &Map<String, Value>, field: &str) -> Result<Option<bool>, Refusal> {
+    match body.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => flag(body, field).map(Some),
+    }
+}
+
+/// A JSON-schema answer asked for as `{"type": "json_schema", "name", "schema", "strict"}`
+/// (Responses' `text.format`, Anthropic's `output_config.format`), in Chat Completions'
+/// `response_format` shape; `json_object` as it is; `text` as nothing asked.
+pub fn json_format(format: &Value, field: &str) -> Result<Option<Value>, Refusal> {
+    let kind = format.get("type").and_then(Value::as_str).unwrap_or_default();
+    match kind {
+        "text" => Ok(None),
+        "json_object" => Ok(Some(serde_json::json!({"type": "json_object"}))),
+        "json_schema" => {
+            // Chat Completions nests the schema; the others give it flat.
+            if let Some(nested) = format.get("json_schema") {
+                return Ok(Some(serde_json::json!({"type": "json_schema", "json_schema": nested})));
+            }
+            let schema = format.get("schema").cloned().ok_or_else(|| {
+                Refusal::bad_request(Some(format!("{field}.schema")), "a `json_schema` format needs its `schema`")
+            })?;
+            let name = format.get("name").and_then(Value::as_str).unwrap_or("answer");
+            let mut nested = serde_json::json!({"name": name, "schema": schema});
+            if let Some(strict) = format.get("strict").and_then(Value::as_bool) {
+                nested["strict"] = Value::Bool(strict);
+            }
+            Ok(Some(serde_json::json!({"type": "json_schema", "json_schema": nested})))
+        }
+        other => Err(Refusal::unsupported(
+            &format!("{field}.type"),
+            &format!("an answer format of type `{other}` is not supported: text, json_object or json_schema"),
+        )),
     }
 }
 
@@ -185,7 +337,7 @@ pub fn arguments_text(arguments: &Value) -> String {
 
 /// Names each tool result by the call it answers: the latest earlier assistant call with
 /// its id (empty when none has it). One pass, whatever the number of calls and results.
-fn name_results(messages: &mut [Message]) {
+pub fn name_results(messages: &mut [Message]) {
     let mut names: std::collections::HashMap<String, String> = std::collections::HashMap::new();
     for message in messages.iter_mut() {
         match message {

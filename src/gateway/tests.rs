@@ -87,6 +87,7 @@ async fn bench_for(turns: Vec<MockTurn>, max_steps: u32, time: Duration, patienc
         calls: Mutex::default(),
     });
     let gateway = Gateway {
+        run_own: Default::default(),
         model: Arc::new(MockModel::new(turns.into())),
         model_name: "mock".into(),
         ledger: ledger.clone(),
@@ -112,6 +113,17 @@ impl Bench {
 
     fn events(&self) -> Vec<Event> {
         self.seen.lock().unwrap().0.clone()
+    }
+
+    /// The request digests of the model calls, in order.
+    fn digests(&self) -> Vec<String> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::ModelCall { request_digest, .. } => Some(request_digest),
+                _ => None,
+            })
+            .collect()
     }
 
     fn refusals(&self) -> Vec<(u16, Option<String>)> {
@@ -207,37 +219,114 @@ async fn a_wrong_missing_or_expired_key_is_refused_with_401_and_logged() {
 }
 
 #[tokio::test]
-async fn an_unsupported_shape_is_a_400_that_names_the_field() {
+async fn an_unsupported_shape_is_a_400_that_names_the_field_and_leaves_the_episode_unscored() {
     let bench = bench(two_turns(), 10).await;
     let image = json!({"model": "m", "messages": [{"role": "user", "content": [
         {"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]});
     let (status, body) = bench.chat(image).await;
     assert_eq!(status, 400);
     assert_eq!(body["error"]["param"], "messages[0].content[1].type", "{body}");
+    let Some(GatewayEnd::Fault(error)) = bench.handle.ending() else { panic!("{:?}", bench.handle.ending()) };
+    assert_eq!(error.cause, crate::log::UnscoredCause::GatewayUnsupported);
+    assert!(error.message.contains("messages[0].content[1].type"), "{error:?}");
+    assert!(!bench.events().iter().any(|e| matches!(e, Event::ModelCall { .. })), "no refused call reached the model");
+
+    let bench = super::tests::bench(two_turns(), 10).await;
     let (status, body) = bench.chat(json!({"model": "m", "messages": [], "functions": []})).await;
     assert_eq!(status, 400);
     assert!(body["error"]["message"].as_str().unwrap().contains("unsupported field `functions`"), "{body}");
+    assert!(matches!(bench.handle.ending(), Some(GatewayEnd::Fault(_))));
+}
+
+#[tokio::test]
+async fn a_clients_own_mistake_is_refused_and_the_episode_goes_on() {
+    let bench = bench(two_turns(), 10).await;
     let key = bench.handle.key().to_owned();
-    let server_tool = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
-                             "tools": [{"type": "web_search_20250305", "name": "web_search"}]});
-    let (status, body) = bench.post("/v1/messages", &key, server_tool).await;
-    assert_eq!(status, 400);
-    assert!(body.contains("invalid_request_error") && body.contains("tools[0].type"), "{body}");
     let (status, body) =
         bench.post("/v1/responses", &key, json!({"model": "m", "input": "hi", "previous_response_id": "r"})).await;
     assert_eq!(status, 400);
-    assert!(body.contains("previous_response_id"), "{body}");
-    let structured = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
-                            "output_config": {"format": {"type": "json_schema", "schema": {}}}});
-    assert_eq!(bench.post("/v1/messages", &key, structured).await.0, 400);
-    let effort_only = json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}],
-                             "output_config": {"effort": "low"}});
-    assert_eq!(bench.post("/v1/messages", &key, effort_only).await.0, 200, "what only tunes the model is let be");
+    assert!(body.contains("no response `r` in this episode"), "{body}");
+    let (status, body) = bench.chat(json!({"model": "m", "messages": [], "tool_choice": 3})).await;
+    assert_eq!(status, 400, "{body}");
     assert_eq!(
         bench.refusals().into_iter().map(|(_, f)| f.unwrap_or_default()).collect::<Vec<_>>(),
-        ["messages[0].content[1].type", "functions", "tools[0].type", "previous_response_id", "output_config.format"]
+        ["previous_response_id", "tool_choice"]
     );
-    assert_eq!(bench.handle.ending(), None, "a refused shape does not end the episode");
+    assert_eq!(bench.handle.ending(), None);
+}
+
+#[tokio::test]
+async fn server_tools_are_dropped_and_bookkeeping_let_be_each_logged_once() {
+    let bench = bench(vec![turn(Some("a"), &[]), turn(Some("b"), &[])], 10).await;
+    let key = bench.handle.key().to_owned();
+    let request = json!({"model": "m", "max_tokens": 10, "metadata": {"user_id": "u"},
+                         "messages": [{"role": "user", "content": "hi"}],
+                         "output_config": {"effort": "low", "format": {"type": "json_schema", "schema": {"type": "object"}}},
+                         "tools": [{"type": "web_search_20250305", "name": "web_search"},
+                                   {"name": "f", "input_schema": {"type": "object"}}]});
+    for _ in 0..2 {
+        let (status, body) = bench.post("/v1/messages", &key, request.clone()).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let noted: Vec<(Vec<String>, Vec<String>)> = bench
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::GatewayIgnored { fields, dropped_tools, .. } => Some((fields, dropped_tools)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(noted, [(vec!["metadata".to_owned()], vec!["tools[0] (web_search_20250305)".to_owned()])]);
+    assert!(bench.refusals().is_empty());
+}
+
+#[tokio::test]
+async fn previous_response_id_continues_the_episodes_earlier_response() {
+    let bench = bench(two_turns(), 10).await;
+    let key = bench.handle.key().to_owned();
+    let tools = json!([{"type": "function", "name": "write_file", "parameters": {"type": "object"}}]);
+    let first = json!({"model": "m", "instructions": "You write files.", "input": "write a.txt", "tools": tools, "store": true});
+    let (status, body) = bench.post("/v1/responses", &key, first).await;
+    assert_eq!(status, 200, "{body}");
+    let first: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(first["id"], "resp_01");
+    let call_id = first["output"][0]["call_id"].as_str().unwrap().to_owned();
+    let next = json!({"model": "m", "instructions": "You write files.", "previous_response_id": "resp_01", "tools": tools,
+                      "input": [{"type": "function_call_output", "call_id": call_id, "output": "wrote 2 bytes"}]});
+    let (status, body) = bench.post("/v1/responses", &key, next).await;
+    assert_eq!(status, 200, "{body}");
+    // The result is matched to the call of the earlier response: the derived trajectory
+    // has the call's observation, named after it.
+    let observed: Vec<(Option<String>, Option<Value>)> = bench
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            Event::Observation { observation, .. } => Some((observation.call_id, observation.tool_result)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(observed, [(Some(call_id), Some(json!("wrote 2 bytes")))]);
+    let digests = bench.digests();
+    // The same transcript sent whole has the same digest: a replay finds it either way.
+    let whole = json!({"model": "m", "instructions": "You write files.", "tools": tools, "input": [
+        {"role": "user", "content": "write a.txt"},
+        {"type": "function_call", "call_id": "call_01_0", "name": "write_file", "arguments": "{\"path\":\"a.txt\",\"content\":\"hi\"}"},
+        {"type": "function_call_output", "call_id": "call_01_0", "output": "wrote 2 bytes"}]});
+    let again = super::tests::bench(two_turns(), 10).await;
+    let key = again.handle.key().to_owned();
+    assert_eq!(
+        again
+            .post(
+                "/v1/responses",
+                &key,
+                json!({"model": "m", "input": "write a.txt", "instructions": "You write files.", "tools": tools})
+            )
+            .await
+            .0,
+        200
+    );
+    assert_eq!(again.post("/v1/responses", &key, whole).await.0, 200);
+    assert_eq!(digests, again.digests());
 }
 
 #[tokio::test]

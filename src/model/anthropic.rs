@@ -4,7 +4,7 @@
 use serde_json::{Map, Value, json};
 
 use super::config::{Provider, TOOL_CHOICE};
-use super::{Message, ModelRequest, ModelResponse, ProposedCall};
+use super::{Directives, Message, ModelRequest, ModelResponse, ProposedCall, ToolChoice};
 use crate::log::Usage;
 
 pub const VERSION: &str = "2023-06-01";
@@ -15,6 +15,9 @@ pub fn endpoint(base_url: &str) -> String {
 
 pub fn encode(model: &str, request: &ModelRequest<'_>, provider: &Provider) -> Value {
     let mut system = Vec::new();
+    if let Some(format) = &request.directives.response_format {
+        system.push(json_instruction(format));
+    }
     // Anthropic wants turns to alternate: consecutive messages of one role merge.
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let mut push = |role: &'static str, block: Value| match turns.last_mut() {
@@ -73,8 +76,56 @@ pub fn encode(model: &str, request: &ModelRequest<'_>, provider: &Provider) -> V
             }
         }
     }
+    directed(&mut body, request.directives, !request.tools.is_empty());
     body.entry("max_tokens").or_insert(json!(4096));
     Value::Object(body)
+}
+
+/// What a client asked of the answer, in Messages' terms: `tool_choice` (`any` for
+/// required, `tool` for a named one, `disable_parallel_tool_use`), `max_tokens`, and a
+/// reasoning effort as a thinking budget.
+fn directed(body: &mut Map<String, Value>, directives: &Directives, tools: bool) {
+    if let Some(tokens) = directives.max_output_tokens {
+        body.insert("max_tokens".into(), json!(tokens));
+    }
+    let budget = match directives.reasoning_effort.as_deref() {
+        Some("low") => Some(1024),
+        Some("medium") => Some(4096),
+        Some("high") => Some(16384),
+        _ => None,
+    };
+    // Thinking allows only an `auto` tool choice, and needs room beyond its budget.
+    let thinking = budget.filter(|_| matches!(directives.tool_choice, None | Some(ToolChoice::Auto)));
+    if let Some(budget) = thinking {
+        body.insert("thinking".into(), json!({"type": "enabled", "budget_tokens": budget}));
+        let room = body.get("max_tokens").and_then(Value::as_u64).unwrap_or(4096);
+        body.insert("max_tokens".into(), json!(room.max(budget + 1024)));
+    }
+    if !tools {
+        return;
+    }
+    let mut choice = match &directives.tool_choice {
+        None => match body.get(TOOL_CHOICE) {
+            Some(choice) => choice.clone(),
+            None => return,
+        },
+        Some(ToolChoice::Auto) => json!({"type": "auto"}),
+        Some(ToolChoice::None) => json!({"type": "none"}),
+        Some(ToolChoice::Required) => json!({"type": "any"}),
+        Some(ToolChoice::Named(name)) => json!({"type": "tool", "name": name}),
+    };
+    if directives.parallel_tool_calls == Some(false) && choice.get("type").and_then(Value::as_str) != Some("none") {
+        choice["disable_parallel_tool_use"] = json!(true);
+    }
+    body.insert(TOOL_CHOICE.into(), choice);
+}
+
+/// A JSON answer asked of a model whose API has no such field: said in its system prompt.
+fn json_instruction(format: &Value) -> String {
+    match format.get("json_schema").and_then(|s| s.get("schema")) {
+        Some(schema) => format!("Answer with one JSON value that matches this JSON schema, and nothing else: {schema}"),
+        None => "Answer with one JSON object, and nothing else.".to_owned(),
+    }
 }
 
 pub fn decode(body: &Value) -> Result<ModelResponse, String> {
@@ -124,6 +175,39 @@ mod tests {
     use crate::contract::{ToolCall, ToolSpec};
 
     #[test]
+    fn what_a_client_asks_of_the_answer_is_said_in_messages_terms() {
+        let provider = crate::model::config::ModelConfig::default().providers["anthropic"].clone();
+        let tools = vec![ToolSpec::new("Bash", "runs", json!({"type": "object"}))];
+        let directives = Directives {
+            tool_choice: Some(ToolChoice::Named("Bash".into())),
+            parallel_tool_calls: Some(false),
+            max_output_tokens: Some(900),
+            reasoning_effort: Some("high".into()),
+            response_format: Some(
+                json!({"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}),
+            ),
+        };
+        let messages = vec![Message::User { content: "hi".into() }];
+        let request = ModelRequest {
+            messages: &messages,
+            tools: &tools,
+            deadline: None,
+            directives: &directives,
+            run_own: &crate::model::RunOwn::NONE,
+        };
+        let body = encode("claude-x", &request, &provider);
+        assert_eq!(body["tool_choice"], json!({"type": "tool", "name": "Bash", "disable_parallel_tool_use": true}));
+        assert_eq!(body["max_tokens"], 900);
+        assert!(body.get("thinking").is_none(), "thinking allows only an auto tool choice: {body}");
+        assert!(body["system"].as_str().unwrap().contains(r#"{"type":"object"}"#), "{body}");
+        let thinking = Directives { reasoning_effort: Some("medium".into()), ..Directives::default() };
+        let request = ModelRequest { directives: &thinking, ..request };
+        let body = encode("claude-x", &request, &provider);
+        assert_eq!(body["thinking"], json!({"type": "enabled", "budget_tokens": 4096}));
+        assert_eq!(body["max_tokens"], 5120, "room for the answer past the budget");
+    }
+
+    #[test]
     fn tool_results_and_text_merge_into_one_user_turn() {
         let messages = vec![
             Message::System { content: "sys".into() },
@@ -137,7 +221,7 @@ mod tests {
         ];
         let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
         let provider = super::super::config::ModelConfig::default().providers["anthropic"].clone();
-        let body = encode("claude-x", &ModelRequest { messages: &messages, tools: &tools, deadline: None }, &provider);
+        let body = encode("claude-x", &ModelRequest::new(&messages, &tools), &provider);
         assert_eq!(body["system"], "sys");
         assert_eq!(body["max_tokens"], 4096);
         let turns = body["messages"].as_array().unwrap();
@@ -153,7 +237,7 @@ mod tests {
     fn a_portable_tool_choice_is_written_in_anthropics_terms() {
         let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
         let mut provider = super::super::config::ModelConfig::default().providers["anthropic"].clone();
-        let request = ModelRequest { messages: &[], tools: &tools, deadline: None };
+        let request = ModelRequest::new(&[], &tools);
         for (choice, sent) in [("required", "any"), ("auto", "auto"), ("none", "none")] {
             provider.sampling.insert("tool_choice".into(), json!(choice));
             assert_eq!(encode("claude-x", &request, &provider)["tool_choice"], json!({"type": sent}));
@@ -161,7 +245,7 @@ mod tests {
         let named = json!({"type": "tool", "name": "f"});
         provider.sampling.insert("tool_choice".into(), named.clone());
         assert_eq!(encode("claude-x", &request, &provider)["tool_choice"], named);
-        let without = ModelRequest { messages: &[], tools: &[], deadline: None };
+        let without = ModelRequest::new(&[], &[]);
         assert_eq!(encode("claude-x", &without, &provider).get("tool_choice"), None);
     }
 
@@ -177,7 +261,7 @@ mod tests {
             },
         ];
         let provider = super::super::config::ModelConfig::default().providers["anthropic"].clone();
-        let body = encode("claude-x", &ModelRequest { messages: &messages, tools: &[], deadline: None }, &provider);
+        let body = encode("claude-x", &ModelRequest::new(&messages, &[]), &provider);
         let blocks = &body["messages"][1]["content"];
         assert_eq!(blocks[0]["input"], json!({}));
         assert_eq!(blocks[1]["input"], json!({}));

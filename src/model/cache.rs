@@ -98,7 +98,8 @@ impl LanguageModel for Cached {
             _ => key,
         };
         let path = self.options.dir.join(format!("{key}.json"));
-        if let Some(mut hit) = self.lookup(&path) {
+        if let Some(hit) = self.lookup(&path) {
+            let mut hit = request.run_own.restored(&hit);
             hit.cache_hit = true;
             hit.attempts = 1;
             hit.cost_usd = Some(0.0);
@@ -107,7 +108,7 @@ impl LanguageModel for Cached {
         let response = self.inner.respond(request).await?;
         // A cache that cannot be written only costs speed; the answer stands.
         if std::fs::create_dir_all(&self.options.dir).is_ok()
-            && let Ok(bytes) = serde_json::to_vec(&response.recorded())
+            && let Ok(bytes) = serde_json::to_vec(&request.run_own.normalised(&response.recorded()))
         {
             let tmp = path.with_extension(format!("tmp{}", fastrand::u64(..)));
             if std::fs::write(&tmp, crate::log::secrets::scrub_bytes(&bytes)).is_ok() {

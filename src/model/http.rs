@@ -578,7 +578,7 @@ mod tests {
         };
         let model = HttpModel::new("local/tiny", "tiny", provider, None).unwrap();
         let messages = [super::super::Message::User { content: "hi".into() }];
-        let request = ModelRequest { messages: &messages, tools: &[], deadline: None };
+        let request = ModelRequest::new(&messages, &[]);
         assert!(model.respond(&request).await.is_err());
         server.received_requests().await.unwrap().len()
     }
@@ -597,7 +597,7 @@ mod tests {
     /// Four requests at once, each failing.
     async fn four_at_once(model: &HttpModel) {
         let messages = [super::super::Message::User { content: "hi".into() }];
-        let request = ModelRequest { messages: &messages, tools: &[], deadline: None };
+        let request = ModelRequest::new(&messages, &[]);
         let results = futures::future::join_all((0..4).map(|_| model.respond(&request))).await;
         assert!(results.iter().all(Result::is_err), "{results:?}");
     }

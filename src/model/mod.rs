@@ -63,6 +63,176 @@ pub struct ModelRequest<'a> {
     /// says so, so that an outage is not mistaken for the agent running out of time. A
     /// backend pauses it while waiting for runner's own request slots.
     pub deadline: Option<&'a limiter::Deadline>,
+    /// What the caller asked of the answer beyond its messages and tools (a program's
+    /// client through the gateway): each backend maps it to its own fields.
+    pub directives: &'a Directives,
+    /// What in the request is the run's own and not the model's input (an episode's folder,
+    /// the gateway's address and key): left out of the request's digest, so that a recorded
+    /// call replays in another run's folder.
+    pub run_own: &'a RunOwn,
+}
+
+impl<'a> ModelRequest<'a> {
+    /// A request of `messages` and `tools`: no deadline, nothing asked of the answer beyond
+    /// them, nothing of the run's own to leave out of its digest.
+    pub fn new(messages: &'a [Message], tools: &'a [ToolSpec]) -> Self {
+        ModelRequest { messages, tools, deadline: None, directives: &NO_DIRECTIVES, run_own: &NO_RUN_OWN }
+    }
+}
+
+static NO_DIRECTIVES: Directives = Directives::NONE;
+static NO_RUN_OWN: RunOwn = RunOwn::NONE;
+
+/// Values of a request that are the run's own — an episode's folder and scratch paths, the
+/// gateway's address and key, the day — each with the placeholder that stands for it in a
+/// request's digest and in what a cassette keeps. A response recorded with placeholders is
+/// given the replaying run's values back.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunOwn {
+    /// (value, placeholder), the longest value first: a folder's is replaced before its
+    /// parent's.
+    pairs: Vec<(String, String)>,
+    /// Whether a program's own tool reports vary from run to run ([`VOLATILE`]): left out
+    /// of the digest too.
+    volatile: bool,
+}
+
+/// What a program agent's own tools report that differs in every run — a timing, a random
+/// id — though the program did the same: Codex's `exec_command` reports `Wall time: 0.0012
+/// seconds` and `Chunk ID: 2411e0`. Left out of the digest of a program's requests, never
+/// changed in what the model is sent.
+const VOLATILE: &[(&str, &str)] = &[
+    (r"Wall time: [0-9.]+ seconds", "Wall time: <runner:volatile> seconds"),
+    (r"Chunk ID: [0-9a-f]+", "Chunk ID: <runner:volatile>"),
+];
+
+fn volatile_patterns() -> &'static [(regex::Regex, &'static str)] {
+    static PATTERNS: std::sync::OnceLock<Vec<(regex::Regex, &'static str)>> = std::sync::OnceLock::new();
+    PATTERNS.get_or_init(|| {
+        VOLATILE.iter().filter_map(|(pattern, with)| Some((regex::Regex::new(pattern).ok()?, *with))).collect()
+    })
+}
+
+impl RunOwn {
+    pub const NONE: RunOwn = RunOwn { pairs: Vec::new(), volatile: false };
+
+    /// Leaves what a program's own tools report differently in every run out of the digest.
+    pub fn with_volatile_reports(mut self) -> Self {
+        self.volatile = true;
+        self
+    }
+
+    /// Adds `value` (as JSON writes it inside a string) under `<runner:NAME>`. Values shorter
+    /// than 8 bytes are left out: they could match the model's own words.
+    pub fn add(&mut self, value: &str, name: &str) {
+        let escaped = serde_json::to_string(value).unwrap_or_default();
+        let escaped = escaped.trim_matches('"');
+        if escaped.len() < 8 || self.pairs.iter().any(|(v, _)| v == escaped) {
+            return;
+        }
+        self.pairs.push((escaped.to_owned(), format!("<runner:{name}>")));
+        self.pairs.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then_with(|| a.0.cmp(&b.0)));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty() && !self.volatile
+    }
+
+    /// JSON text with the run's values as placeholders.
+    pub fn normalise(&self, json: &str) -> String {
+        self.pairs.iter().fold(json.to_owned(), |text, (value, placeholder)| text.replace(value, placeholder))
+    }
+
+    /// A request's JSON as its digest sees it: the run's values as placeholders, and what
+    /// a program's tools report differently in every run left out.
+    pub fn keyed(&self, json: &str) -> String {
+        let text = self.normalise(json);
+        if !self.volatile {
+            return text;
+        }
+        volatile_patterns().iter().fold(text, |text, (pattern, with)| pattern.replace_all(&text, *with).into_owned())
+    }
+
+    /// JSON text with the placeholders as this run's values.
+    pub fn restore(&self, json: &str) -> String {
+        self.pairs.iter().fold(json.to_owned(), |text, (value, placeholder)| text.replace(placeholder, value))
+    }
+
+    /// `value` through its JSON with `change` applied; itself when nothing is to change or
+    /// the changed text does not read back.
+    fn through<T: Serialize + serde::de::DeserializeOwned + Clone>(
+        &self,
+        value: &T,
+        change: impl Fn(&str) -> String,
+    ) -> T {
+        if self.is_empty() {
+            return value.clone();
+        }
+        serde_json::to_string(value)
+            .ok()
+            .and_then(|text| serde_json::from_str(&change(&text)).ok())
+            .unwrap_or_else(|| value.clone())
+    }
+
+    pub fn normalised<T: Serialize + serde::de::DeserializeOwned + Clone>(&self, value: &T) -> T {
+        self.through(value, |text| self.normalise(text))
+    }
+
+    /// A request as its digest sees it ([`RunOwn::keyed`]).
+    pub fn keyed_value<T: Serialize + serde::de::DeserializeOwned + Clone>(&self, value: &T) -> T {
+        self.through(value, |text| self.keyed(text))
+    }
+
+    pub fn restored<T: Serialize + serde::de::DeserializeOwned + Clone>(&self, value: &T) -> T {
+        self.through(value, |text| self.restore(text))
+    }
+}
+
+/// What a client may ask of an answer besides messages and tools, in a provider-neutral
+/// shape. Part of the request's digest when any is set: it changes the answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Directives {
+    /// How hard a reasoning model thinks: `minimal`, `low`, `medium`, `high`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+    /// A JSON answer: `{"type": "json_object"}` or `{"type": "json_schema", "json_schema":
+    /// {"name", "schema", "strict"}}`, as Chat Completions' `response_format` spells it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_format: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u64>,
+}
+
+impl Directives {
+    /// Nothing asked: the backend's own settings.
+    pub const NONE: Directives = Directives {
+        reasoning_effort: None,
+        response_format: None,
+        tool_choice: None,
+        parallel_tool_calls: None,
+        max_output_tokens: None,
+    };
+
+    pub fn is_none(&self) -> bool {
+        *self == Directives::NONE
+    }
+}
+
+/// Which tools the model may or must call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    Auto,
+    /// No tool: a text answer.
+    None,
+    /// Some tool, the model's choice.
+    Required,
+    /// This tool.
+    Named(String),
 }
 
 /// A tool call as the model wrote it; the agent gives it a call id when it has none.
@@ -150,12 +320,14 @@ pub trait LanguageModel: Send + Sync {
 
 /// The request as replay and caching key it: model, sampling, messages, tools.
 pub fn canonical_request(model: &dyn LanguageModel, request: &ModelRequest<'_>) -> CanonicalRequest {
-    CanonicalRequest {
+    let canonical = CanonicalRequest {
         model: model.name().to_owned(),
         sampling: model.sampling(),
         messages: request.messages.to_vec(),
         tools: request.tools.iter().map(ToolSpec::as_offered).collect(),
-    }
+        directives: (!request.directives.is_none()).then(|| request.directives.clone()),
+    };
+    request.run_own.keyed_value(&canonical)
 }
 
 pub fn digest(request: &CanonicalRequest) -> String {
@@ -216,6 +388,7 @@ pub async fn respond_logged(
         Caller::Actor(actor) => (actor, None),
         Caller::Scorer(scorer) => (crate::contract::Actor::default(), Some(scorer)),
     };
+    let status = Some(call_status(&result).to_owned());
     let event = crate::log::Event::ModelCall {
         model: name.to_owned(),
         step,
@@ -234,9 +407,107 @@ pub async fn respond_logged(
         raw_response,
         scorer,
         actor,
+        status,
     };
     (result, event)
 }
+
+/// How a call ended, as its `model_call` event says.
+fn call_status(result: &Result<ModelResponse, ModelError>) -> &'static str {
+    match result {
+        Ok(_) => "answered",
+        Err(e) if e.cause.as_str() == CANCELLED => CANCELLED,
+        Err(e) if e.cause == UnscoredCause::ModelTooSlow || e.message.contains("the episode's time ran out") => "cut",
+        Err(e) if e.message.contains("no complete response within") => "timed_out",
+        Err(_) => "failed",
+    }
+}
+
+/// The `model_call` event of a call that was under way when it was dropped: the episode
+/// ended (its program exited, a limit, the run stopped by Ctrl-C) while the model was
+/// answering. Kept as evidence: what was asked, and for how long it waited.
+pub fn cancelled_call(
+    name: &str,
+    step: u32,
+    (request_digest, sampling): (String, Map<String, Value>),
+    waited: std::time::Duration,
+    caller: Caller,
+) -> crate::log::Event {
+    let (actor, scorer) = match caller {
+        Caller::Actor(actor) => (actor, None),
+        Caller::Scorer(scorer) => (crate::contract::Actor::default(), Some(scorer)),
+    };
+    crate::log::Event::ModelCall {
+        model: name.to_owned(),
+        step,
+        request_digest,
+        sampling,
+        response: Value::Null,
+        usage: Usage::default(),
+        latency_ms: waited.as_secs_f64() * 1e3,
+        attempts: 1,
+        cache_hit: false,
+        cost_usd: None,
+        error: Some("cancelled: the episode ended while the model was answering".to_owned()),
+        cause: Some(UnscoredCause::Other(CANCELLED.to_owned())),
+        url: None,
+        request: None,
+        raw_response: None,
+        scorer,
+        actor,
+        status: Some(CANCELLED.to_owned()),
+    }
+}
+
+/// A model call under way: dropped before it lands (a program exited, the episode's time
+/// ran out, the run was stopped with Ctrl-C), it leaves a `cancelled` `model_call` event.
+pub struct CallUnderWay<'a> {
+    recorder: &'a crate::log::Recorder,
+    name: &'a str,
+    step: u32,
+    caller: Option<Caller>,
+    /// The request's digest and sampling, until the call lands.
+    asked: Option<(String, Map<String, Value>)>,
+    started: std::time::Instant,
+}
+
+impl<'a> CallUnderWay<'a> {
+    pub fn new(
+        model: &dyn LanguageModel,
+        name: &'a str,
+        request: &ModelRequest<'_>,
+        (step, caller): (u32, Caller),
+        recorder: &'a crate::log::Recorder,
+    ) -> Self {
+        let sampling = model.sampling();
+        let digest = request_digest(model, &sampling, request);
+        CallUnderWay {
+            recorder,
+            name,
+            step,
+            caller: Some(caller),
+            asked: Some((digest, sampling)),
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The call came back (answered or not): its own event says so.
+    pub fn landed(&mut self) {
+        self.asked = None;
+    }
+}
+
+impl Drop for CallUnderWay<'_> {
+    fn drop(&mut self) {
+        if let (Some(asked), Some(caller)) = (self.asked.take(), self.caller.take()) {
+            let event = cancelled_call(self.name, self.step, asked, self.started.elapsed(), caller);
+            self.recorder.emit(&event);
+        }
+    }
+}
+
+/// The status (and the cause) of a model call the episode's end cut short.
+pub const CANCELLED: &str = "cancelled";
 
 /// The digest of `request` as `model` would send it, without copying the transcript: the
 /// same bytes as [`CanonicalRequest`] serialises to, written piece by piece into a buffer the
@@ -251,11 +522,12 @@ pub fn request_digest(model: &dyn LanguageModel, sampling: &Map<String, Value>, 
     SCRATCH.with(|scratch| {
         let Ok(mut scratch) = scratch.try_borrow_mut() else {
             // Only a digest taken while this thread takes one (never) would get here.
-            return hex_digest(offered_bytes(model, sampling, request, &mut Vec::new(), &mut OfferedTools::default()));
+            let bytes = offered_bytes(model, sampling, request, &mut Vec::new(), &mut OfferedTools::default()).to_vec();
+            return normalised_digest(&bytes, request.run_own);
         };
         let (bytes, tools) = &mut *scratch;
         bytes.clear();
-        let digest = hex_digest(offered_bytes(model, sampling, request, bytes, tools));
+        let digest = normalised_digest(offered_bytes(model, sampling, request, bytes, tools), request.run_own);
         // A long transcript's buffer is not kept for the short ones after it.
         if bytes.capacity() > KEPT_SCRATCH_BYTES {
             *bytes = Vec::new();
@@ -264,11 +536,20 @@ pub fn request_digest(model: &dyn LanguageModel, sampling: &Map<String, Value>, 
     })
 }
 
+/// The digest of a request's JSON with the run's own values as placeholders.
+fn normalised_digest(bytes: &[u8], run_own: &RunOwn) -> String {
+    if run_own.is_empty() {
+        return hex_digest(bytes);
+    }
+    hex_digest(run_own.keyed(&String::from_utf8_lossy(bytes)).as_bytes())
+}
+
 /// The most a thread keeps of its buffer for digests between calls.
 const KEPT_SCRATCH_BYTES: usize = 256 * 1024;
 
 /// The JSON of [`CanonicalRequest`] for `request` (a struct's fields in order, compact):
-/// `{"model":…,"sampling":…,"messages":[…],"tools":[…]}`, into `out`.
+/// `{"model":…,"sampling":…,"messages":[…],"tools":[…]}` (and `"directives":{…}` when
+/// any is set), into `out`.
 fn offered_bytes<'o>(
     model: &dyn LanguageModel,
     sampling: &Map<String, Value>,
@@ -285,6 +566,11 @@ fn offered_bytes<'o>(
     let _ = serde_json::to_writer(&mut *out, request.messages);
     out.extend_from_slice(b",\"tools\":");
     out.extend_from_slice(tools.bytes_of(request.tools));
+    // Absent when nothing is asked, so that requests without any keep their digests.
+    if !request.directives.is_none() {
+        out.extend_from_slice(b",\"directives\":");
+        let _ = serde_json::to_writer(&mut *out, request.directives);
+    }
     out.push(b'}');
     out
 }
@@ -486,8 +772,47 @@ mod tests {
         let model = mock::MockModel::new(Vec::new().into());
         let messages = vec![Message::User { content: "hi".into() }];
         let tools = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
-        let request = ModelRequest { messages: &messages, tools: &tools, deadline: None };
+        let request = ModelRequest::new(&messages, &tools);
         assert_eq!(request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)));
+    }
+
+    /// Two episodes in different folders ask the same: one digest, equal to the canonical
+    /// request's; what they ask of the answer makes another; a response keeps the folder as
+    /// a placeholder and gets the replaying episode's back.
+    #[test]
+    fn the_runs_own_values_leave_the_digest_and_the_asks_enter_it() {
+        let model = mock::MockModel::new(Vec::new().into());
+        let digest_in = |folder: &str, directives: &Directives| {
+            let messages = vec![Message::User { content: format!("cwd: {folder}/work, key rk-0123456789") }];
+            let mut own = RunOwn::default();
+            own.add(folder, "folder");
+            own.add("rk-0123456789", "key");
+            let request = ModelRequest { messages: &messages, tools: &[], deadline: None, directives, run_own: &own };
+            let borrowed = request_digest(&model, &Map::new(), &request);
+            assert_eq!(borrowed, digest(&canonical_request(&model, &request)));
+            (borrowed, own)
+        };
+        let (first, own) = digest_in("/tmp/run-a/episodes/e1", &Directives::NONE);
+        let (second, replaying) = digest_in("/srv/other/run-b/episodes/e1", &Directives::NONE);
+        assert_eq!(first, second);
+        let effort = Directives { reasoning_effort: Some("high".into()), ..Directives::default() };
+        assert_ne!(digest_in("/tmp/run-a/episodes/e1", &effort).0, first);
+        let unplaced_messages =
+            [Message::User { content: "cwd: /tmp/run-a/episodes/e1/work, key rk-0123456789".into() }];
+        let unplaced = ModelRequest::new(&unplaced_messages, &[]);
+        assert_ne!(request_digest(&model, &Map::new(), &unplaced), first, "no values, no placeholders");
+        let answer = ModelResponse {
+            tool_calls: vec![ProposedCall {
+                id: None,
+                name: "Write".into(),
+                arguments: json!({"file_path": "/tmp/run-a/episodes/e1/a.txt"}),
+            }],
+            ..ModelResponse::default()
+        };
+        let kept = own.normalised(&answer);
+        assert_eq!(kept.tool_calls[0].arguments["file_path"], "<runner:folder>/a.txt");
+        let replayed = replaying.restored(&kept);
+        assert_eq!(replayed.tool_calls[0].arguments["file_path"], "/srv/other/run-b/episodes/e1/a.txt");
     }
 
     /// The tools' bytes are kept between calls: a change of any part of them (here only
@@ -501,7 +826,7 @@ mod tests {
         let two = vec![a[0].clone(), ToolSpec::new("g", "does g", json!({}))];
         let mut seen = Vec::new();
         for tools in [&a, &b, &a, &two, &Vec::new(), &b] {
-            let request = ModelRequest { messages: &messages, tools, deadline: None };
+            let request = ModelRequest::new(&messages, tools);
             let borrowed = request_digest(&model, &Map::new(), &request);
             assert_eq!(borrowed, digest(&canonical_request(&model, &request)), "{tools:?}");
             seen.push(borrowed);
@@ -510,7 +835,7 @@ mod tests {
         assert_ne!(seen[0], seen[1], "the schema is part of the key");
         // Regression: a thread whose first request offered no tools keyed it without them.
         let first = std::thread::spawn(move || {
-            let request = ModelRequest { messages: &messages, tools: &[], deadline: None };
+            let request = ModelRequest::new(&messages, &[]);
             (request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)))
         });
         let (borrowed, canonical) = first.join().unwrap();
@@ -533,9 +858,8 @@ mod tests {
             ("anthropic", anthropic::encode),
         ] {
             let provider = &config.providers[provider];
-            let body = |messages: &[Message], tools: &[ToolSpec]| {
-                encode("m", &ModelRequest { messages, tools, deadline: None }, provider)
-            };
+            let body =
+                |messages: &[Message], tools: &[ToolSpec]| encode("m", &ModelRequest::new(messages, tools), provider);
             assert_eq!(body(&main, &plain), body(&subagent, &annotated), "{}", provider.name);
         }
     }
@@ -547,7 +871,7 @@ mod tests {
         let plain = vec![ToolSpec::new("f", "does f", json!({"type": "object"}))];
         let annotated = vec![plain[0].clone().annotated(crate::contract::ToolAnnotations::READ_ONLY)];
         let key = |tools: &[ToolSpec]| {
-            let request = ModelRequest { messages: &messages, tools, deadline: None };
+            let request = ModelRequest::new(&messages, tools);
             (request_digest(&model, &Map::new(), &request), digest(&canonical_request(&model, &request)))
         };
         let (borrowed, canonical) = key(&annotated);

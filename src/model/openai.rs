@@ -7,7 +7,7 @@
 use serde_json::{Map, Value, json};
 
 use super::config::{Provider, TOOL_CHOICE};
-use super::{Message, ModelRequest, ModelResponse, ProposedCall};
+use super::{Directives, Message, ModelRequest, ModelResponse, ProposedCall, ToolChoice};
 use crate::log::Usage;
 
 pub fn endpoint(base_url: &str) -> String {
@@ -70,7 +70,40 @@ pub fn encode(model: &str, request: &ModelRequest<'_>, provider: &Provider) -> V
             body.insert(k.clone(), v.clone());
         }
     }
+    directed(&mut body, request.directives, !request.tools.is_empty());
     Value::Object(body)
+}
+
+/// What a client asked of the answer, over the provider's own settings: Chat Completions'
+/// fields. A tool choice or parallel calls without tools are left out (the API refuses them).
+fn directed(body: &mut Map<String, Value>, directives: &Directives, tools: bool) {
+    if let Some(effort) = &directives.reasoning_effort {
+        body.insert("reasoning_effort".into(), json!(effort));
+    }
+    if let Some(format) = &directives.response_format {
+        body.insert("response_format".into(), format.clone());
+    }
+    if let Some(tokens) = directives.max_output_tokens {
+        // `max_tokens` is what every compatible server reads; a provider configured with
+        // OpenAI's newer name keeps it.
+        let key = if body.contains_key("max_completion_tokens") { "max_completion_tokens" } else { "max_tokens" };
+        body.insert(key.into(), json!(tokens));
+    }
+    if !tools {
+        return;
+    }
+    if let Some(choice) = &directives.tool_choice {
+        let choice = match choice {
+            ToolChoice::Auto => json!("auto"),
+            ToolChoice::None => json!("none"),
+            ToolChoice::Required => json!("required"),
+            ToolChoice::Named(name) => json!({"type": "function", "function": {"name": name}}),
+        };
+        body.insert(TOOL_CHOICE.into(), choice);
+    }
+    if let Some(parallel) = directives.parallel_tool_calls {
+        body.insert("parallel_tool_calls".into(), json!(parallel));
+    }
 }
 
 pub fn decode(body: &Value) -> Result<ModelResponse, String> {
@@ -181,7 +214,7 @@ mod tests {
             .map(|c| crate::contract::ToolCall::new(c.id.clone().unwrap_or_default(), &c.name, c.arguments.clone()))
             .collect();
         let messages = [Message::Assistant { content: None, tool_calls }];
-        let request = ModelRequest { messages: &messages, tools: &[], deadline: None };
+        let request = ModelRequest::new(&messages, &[]);
         let config = crate::model::config::ModelConfig::default();
         let sent = encode("m", &request, &config.providers["openai"]);
         let arguments: Vec<Value> = sent["messages"][0]["tool_calls"]
@@ -203,7 +236,7 @@ mod tests {
             parameters: json!({"type": "object"}),
             annotations: None,
         }];
-        let request = ModelRequest { messages: &[], tools: &tools, deadline: None };
+        let request = ModelRequest::new(&[], &tools);
         let config = crate::model::config::ModelConfig::default();
         let mut provider = config.providers["openai-compatible"].clone();
         assert_eq!(encode("m", &request, &provider).get("parallel_tool_calls"), None);
@@ -220,9 +253,9 @@ mod tests {
         let tools = [crate::contract::ToolSpec::new("f", "", json!({"type": "object"}))];
         let mut provider = crate::model::config::ModelConfig::default().providers["openai-compatible"].clone();
         provider.sampling.insert("tool_choice".into(), json!("required"));
-        let with = ModelRequest { messages: &[], tools: &tools, deadline: None };
+        let with = ModelRequest::new(&[], &tools);
         assert_eq!(encode("m", &with, &provider)["tool_choice"], "required");
-        let without = ModelRequest { messages: &[], tools: &[], deadline: None };
+        let without = ModelRequest::new(&[], &[]);
         assert_eq!(encode("m", &without, &provider).get("tool_choice"), None);
     }
 

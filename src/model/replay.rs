@@ -68,6 +68,8 @@ pub struct CanonicalRequest {
     pub sampling: Map<String, Value>,
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub directives: Option<crate::model::Directives>,
 }
 
 /// Appends entries to a cassette file as responses arrive.
@@ -89,6 +91,39 @@ impl CassetteWriter {
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         file.write_all(&line)?;
         file.flush()
+    }
+}
+
+/// A recorded call under way; see [`Recording::respond`].
+struct Pending<'a> {
+    recording: &'a Recording,
+    canonical: Option<CanonicalRequest>,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(canonical) = self.canonical.take() {
+            let failure = Failure {
+                cause: UnscoredCause::Other(crate::model::CANCELLED.to_owned()),
+                message: "cancelled: the episode ended while the model was answering".to_owned(),
+            };
+            // Nothing to report a failed write to from here: the log has the call too.
+            let _ = self.recording.cassette.append(&self.recording.entry(canonical, None, Some(failure)));
+        }
+    }
+}
+
+impl Recording {
+    fn entry(&self, request: CanonicalRequest, response: Option<ModelResponse>, failure: Option<Failure>) -> Entry {
+        Entry {
+            digest: digest(&request),
+            episode_id: Some(self.episode_id.clone()),
+            scorer: self.scorer.clone(),
+            actor: self.actor.clone(),
+            request,
+            response,
+            failure,
+        }
     }
 }
 
@@ -118,21 +153,19 @@ impl LanguageModel for Recording {
     }
 
     async fn respond(&self, request: &ModelRequest<'_>) -> Result<ModelResponse, ModelError> {
-        let answered = self.inner.respond(request).await;
         let canonical = canonical_request(self, request);
+        // A call dropped before it lands is written as cancelled: the cassette keeps every
+        // call the episode made, and a replay ends where the recording did.
+        let mut pending = Pending { recording: self, canonical: Some(canonical) };
+        let answered = self.inner.respond(request).await;
+        let canonical = pending.canonical.take().unwrap_or_else(|| canonical_request(self, request));
         let (response, failure) = match &answered {
-            Ok(response) => (Some(response.recorded()), None),
+            // The run's own values (a folder, the gateway's address) as placeholders, which
+            // a replay fills with its own.
+            Ok(response) => (Some(request.run_own.normalised(&response.recorded())), None),
             Err(e) => (None, Some(Failure { cause: e.cause.clone(), message: e.message.clone() })),
         };
-        let entry = Entry {
-            digest: digest(&canonical),
-            episode_id: Some(self.episode_id.clone()),
-            scorer: self.scorer.clone(),
-            actor: self.actor.clone(),
-            request: canonical,
-            response,
-            failure,
-        };
+        let entry = self.entry(canonical, response, failure);
         self.cassette
             .append(&entry)
             .map_err(|e| ModelError::new(UnscoredCause::RecordError, format!("failed to write the cassette: {e}")))?;
@@ -486,7 +519,8 @@ impl LanguageModel for EpisodeReplay {
         let sampling = self.sampling();
         let key = request_digest(self, &sampling, request);
         match tape.and_then(|t| t.serve(&self.episode, &key)) {
-            Some(Ok(mut response)) => {
+            Some(Ok(response)) => {
+                let mut response = request.run_own.restored(&response);
                 response.cache_hit = true;
                 response.attempts = 1;
                 return Ok(response);
@@ -564,7 +598,7 @@ mod tests {
     use super::*;
 
     fn request(messages: Vec<Message>) -> CanonicalRequest {
-        CanonicalRequest { model: "m".into(), sampling: Map::new(), messages, tools: Vec::new() }
+        CanonicalRequest { model: "m".into(), sampling: Map::new(), messages, tools: Vec::new(), directives: None }
     }
 
     fn user(text: &str) -> Message {

@@ -15,6 +15,11 @@ struct Running {
     task_id: String,
     model: String,
     epoch: u32,
+    /// Its model calls so far, their input tokens, and the largest one's: a program agent's
+    /// prompts can be far larger than its task (Claude Code's first is ~17,000 tokens).
+    calls: u32,
+    input_tokens: u64,
+    largest_input: u64,
 }
 
 pub struct Progress {
@@ -66,8 +71,17 @@ impl Progress {
             None if self.quiet => {}
             None => {
                 let width = self.total.to_string().len();
+                let calls = match episode.calls {
+                    0 => String::new(),
+                    n => format!(
+                        ", {n} model call{}, {} input tokens (largest call {})",
+                        if n == 1 { "" } else { "s" },
+                        episode.input_tokens,
+                        episode.largest_input
+                    ),
+                };
                 let line = format!(
-                    "[{:>width$}/{}] {verdict} {}/{} ({}, epoch {}) {} steps, {}, {:.0} ms\n",
+                    "[{:>width$}/{}] {verdict} {}/{} ({}, epoch {}) {} steps, {}, {:.0} ms{calls}\n",
                     self.done,
                     self.total,
                     episode.suite,
@@ -93,7 +107,7 @@ impl Progress {
 impl Progress {
     /// The events the display counts by.
     pub fn wants(event: &Event) -> bool {
-        matches!(event, Event::EpisodeStarted { .. } | Event::EpisodeFinished { .. })
+        matches!(event, Event::EpisodeStarted { .. } | Event::EpisodeFinished { .. } | Event::ModelCall { .. })
     }
 }
 
@@ -104,8 +118,24 @@ impl Subscriber for Progress {
             Event::EpisodeStarted { suite, task_id, model, epoch, variant, .. } => {
                 // Under a variant, the line names it with the model: `(echo [terse], epoch 1)`.
                 let model = super::summary::label(model, variant.as_deref());
-                let running = Running { suite: suite.clone(), task_id: task_id.clone(), model, epoch: *epoch };
+                let running = Running {
+                    suite: suite.clone(),
+                    task_id: task_id.clone(),
+                    model,
+                    epoch: *epoch,
+                    calls: 0,
+                    input_tokens: 0,
+                    largest_input: 0,
+                };
                 self.running.insert(id.to_owned(), running);
+            }
+            // The episode's own calls, not a grader's.
+            Event::ModelCall { usage, scorer: None, .. } => {
+                if let Some(episode) = self.running.get_mut(id) {
+                    episode.calls += 1;
+                    episode.input_tokens += usage.input_tokens;
+                    episode.largest_input = episode.largest_input.max(usage.input_tokens);
+                }
             }
             Event::EpisodeFinished { outcome, termination, steps, wall_ms, .. } => {
                 if let Some(episode) = self.running.remove(id) {

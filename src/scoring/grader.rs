@@ -225,7 +225,7 @@ pub async fn grade(input: &GraderInput<'_>, settings: &GraderSettings) -> Result
         raw_outputs: vec![],
     })?;
     let messages = [Message::User { content: prompt }];
-    let request = ModelRequest { messages: &messages, tools: &[], deadline: None };
+    let request = ModelRequest::new(&messages, &[]);
 
     let mut raw_outputs = Vec::new();
     let mut usage = Usage::default();

@@ -332,3 +332,29 @@ fn a_cli_agent_that_prints_before_it_reads_a_long_input_does_not_wedge() {
     let finished = of_type(&sb.events(), "episode_finished").into_iter().cloned().collect::<Vec<_>>();
     assert_eq!(finished[0]["termination"], "final_answer", "{finished:?}");
 }
+
+#[test]
+fn a_program_the_sandbox_may_not_read_names_its_folder_and_the_read_paths_to_add() {
+    let sb = Sandbox::new();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let program = elsewhere.path().join("agent.sh");
+    std::fs::write(&program, "#!/bin/sh\necho done\n").unwrap();
+    std::fs::set_permissions(&program, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let suite = format!(
+        "suite: cli\nenvironment: shell\nagent: {{kind: cli, command: [{}]}}\n\
+         tasks:\n  - {{id: t, input: go, scorers: [{{equals: done}}], mock: [{{text: x}}]}}\n",
+        program.display()
+    );
+    sb.write("s.yaml", &suite);
+    let run = sb.eval(&["s.yaml"]);
+    let events = sb.events();
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished[0]["outcome"]["status"], "unscored", "{run:?}");
+    assert_eq!(finished[0]["outcome"]["cause"], "environment_error");
+    let message = finished[0]["outcome"]["message"].as_str().unwrap();
+    let folder = elsewhere.path().canonicalize().unwrap();
+    assert!(message.contains(&format!("read_paths: [{}]", folder.display())), "{message}");
+    assert!(message.contains("os error 13"), "{message}");
+    // The terminal says why, not only the log.
+    assert!(run.stdout.contains("read_paths"), "{run:?}");
+}

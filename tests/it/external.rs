@@ -339,8 +339,13 @@ fn a_program_not_on_its_path_fails_the_episode_naming_the_suite_line() {
 const MODEL_AGENT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/agents/model_agent.py");
 
 fn model_agent_suite(reuse: bool) -> String {
+    model_agent_suite_with(&format!("[python3, {MODEL_AGENT}]"), reuse)
+}
+
+/// The two-task suite of the model agents, its agent run by `command`.
+fn model_agent_suite_with(command: &str, reuse: bool) -> String {
     format!(
-        "suite: m\nenvironment: shell\nagent: {{kind: external, command: [python3, {MODEL_AGENT}], reuse: {reuse}}}\n\
+        "suite: m\nenvironment: shell\nagent: {{kind: external, command: {command}, reuse: {reuse}}}\n\
          limits: {{max_steps: 6, time_s: 60}}\nscorers:\n  - includes: done\n  - tool_called: write_file\n\
          tasks:\n  - id: a\n    input: Write hello into a.txt, then say done.\n    mock:\n      \
          - tool_calls: [{{name: write_file, arguments: {{path: a.txt, content: hello}}}}]\n      - text: done\n  \
@@ -380,6 +385,65 @@ fn an_external_agents_model_calls_through_its_gateway_are_the_episodes_and_repla
     let served = of_type(&replayed, "model_call");
     assert_eq!(served.len(), 4, "{served:?}");
     assert!(served.iter().all(|c| c["cache_hit"] == true), "{served:?}");
+    let outcomes = |events: &[Value]| -> Vec<Value> {
+        of_type(events, "episode_finished").iter().map(|f| f["outcome"].clone()).collect()
+    };
+    assert_eq!(outcomes(&events), outcomes(&replayed));
+}
+
+/// The TypeScript model agent as Node runs it: with its type stripping (Node 22.6 and later),
+/// else compiled into `out` by the `tsc` that `scripts/install-test-servers.sh` installs.
+fn typescript_agent(out: &std::path::Path) -> Option<String> {
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/agents/model_agent.ts");
+    let strips = std::process::Command::new("node")
+        .args(["--experimental-strip-types", "-e", ""])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if strips {
+        return Some(format!("[node, --experimental-strip-types, {source}]"));
+    }
+    let servers = match std::env::var_os("RUNNER_TEST_SERVERS") {
+        Some(dir) => std::path::PathBuf::from(dir),
+        None => {
+            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/runner-test-servers")
+        }
+    };
+    let tsc = servers.join("node_modules/.bin/tsc");
+    if !tsc.is_file() {
+        eprintln!(
+            "skipped: this Node strips no types and there is no {} (scripts/install-test-servers.sh)",
+            tsc.display()
+        );
+        return None;
+    }
+    let types = servers.join("node_modules/@types");
+    let compiled = std::process::Command::new(&tsc)
+        .args(["--target", "es2022", "--module", "nodenext", "--strict", "--types", "node", "--typeRoots"])
+        .arg(&types)
+        .arg("--outDir")
+        .arg(out)
+        .arg(source)
+        .output()
+        .unwrap();
+    assert!(compiled.status.success(), "tsc: {}", String::from_utf8_lossy(&compiled.stdout));
+    Some(format!("[node, {}]", out.join("model_agent.js").display()))
+}
+
+#[test]
+fn the_typescript_model_agent_calls_the_model_and_replays_offline() {
+    let sb = Sandbox::new();
+    let Some(command) = typescript_agent(&sb.path().join("ts")) else { return };
+    sb.write("s.yaml", &model_agent_suite_with(&command, false));
+    let args = ["eval", "s.yaml", "--model", "mock", "--record", "tape.jsonl", "--run-id", "rec", "--out", "results"];
+    let record = sb.run(&args);
+    assert_eq!(record.code, 0, "{record:?}");
+    let events = crate::read_jsonl(&sb.path().join("results/rec/events.jsonl"));
+    assert_eq!(of_type(&events, "model_call").len(), 4, "two model calls per episode: {events:#?}");
+    let finished = of_type(&events, "episode_finished");
+    assert!(finished.iter().all(|f| f["outcome"]["passed"] == true), "{finished:?}");
+    let replay = sb.run(&["eval", "s.yaml", "--model", "replay:tape.jsonl", "--run-id", "rep", "--out", "results"]);
+    assert_eq!(replay.code, 0, "{replay:?}");
+    let replayed = crate::read_jsonl(&sb.path().join("results/rep/events.jsonl"));
     let outcomes = |events: &[Value]| -> Vec<Value> {
         of_type(events, "episode_finished").iter().map(|f| f["outcome"].clone()).collect()
     };

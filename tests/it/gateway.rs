@@ -112,6 +112,7 @@ fn run_agent(api: &str, mode: &str, backend: &Backend) -> Ran {
     let (output, ending) = runtime.block_on(async {
         let budget = Arc::new(EpisodeState::new(EpisodeLimits::new(10, Duration::from_secs(60))));
         let gateway = Gateway {
+            run_own: Default::default(),
             model: backend.lend(Role::Agent(&Actor::Main), &task(), "e1"),
             model_name: backend.name().to_owned(),
             ledger: budget.clone(),
@@ -240,6 +241,22 @@ impl wiremock::Respond for Upstream {
     }
 }
 
+/// The backend `local/m`: an OpenAI-compatible provider at `server`, retrying `retries` times
+/// at once.
+pub fn local_backend(server: &wiremock::MockServer, retries: u32) -> Backend {
+    let mut config = ModelConfig::default();
+    let mut provider = config.providers["openai"].clone();
+    provider.name = "local".into();
+    provider.base_url = Some(format!("{}/v1", server.uri()));
+    provider.base_url_env = None;
+    provider.key_env = None;
+    provider.max_retries = retries;
+    provider.retry_base_s = 0.01;
+    provider.retry_max_s = 0.02;
+    config.providers.insert("local".into(), provider);
+    Backend::open("local/m", &config, BackendOptions::default()).unwrap()
+}
+
 /// A backend `local/m` on an OpenAI-compatible server that answers as `upstream` does.
 fn upstream(down: bool) -> (tokio::runtime::Runtime, wiremock::MockServer, Backend) {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
@@ -248,17 +265,7 @@ fn upstream(down: bool) -> (tokio::runtime::Runtime, wiremock::MockServer, Backe
         wiremock::Mock::given(wiremock::matchers::method("POST")).respond_with(Upstream { down }).mount(&server).await;
         server
     });
-    let mut config = ModelConfig::default();
-    let mut provider = config.providers["openai"].clone();
-    provider.name = "local".into();
-    provider.base_url = Some(format!("{}/v1", server.uri()));
-    provider.base_url_env = None;
-    provider.key_env = None;
-    provider.max_retries = 1;
-    provider.retry_base_s = 0.01;
-    provider.retry_max_s = 0.02;
-    config.providers.insert("local".into(), provider);
-    let backend = Backend::open("local/m", &config, BackendOptions::default()).unwrap();
+    let backend = local_backend(&server, 1);
     (runtime, server, backend)
 }
 
@@ -293,6 +300,7 @@ fn a_wrong_key_is_refused_with_401_through_the_sdk() {
     let output = runtime.block_on(async {
         let budget = Arc::new(EpisodeState::new(EpisodeLimits::new(10, Duration::from_secs(60))));
         let gateway = Gateway {
+            run_own: Default::default(),
             model: mock().lend(Role::Agent(&Actor::Main), &task(), "e1"),
             model_name: "mock".into(),
             ledger: budget,
@@ -348,6 +356,7 @@ fn a_program_confined_to_the_gateway_reaches_it_and_no_other_listener() {
         let mut task = task();
         task.mock = vec![MockTurn { text: Some(Text("hi".into())), tool_calls: vec![] }].into();
         let gateway = Gateway {
+            run_own: Default::default(),
             model: mock().lend(Role::Agent(&Actor::Main), &task, "e1"),
             model_name: "mock".into(),
             ledger: Arc::new(EpisodeState::new(EpisodeLimits::new(10, Duration::from_secs(60)))),
@@ -423,6 +432,7 @@ fn claude_code_writes_a_file_with_its_own_tool_and_answers_through_the_gateway()
         ]
         .into();
         let gateway = Gateway {
+            run_own: Default::default(),
             model: mock().lend(Role::Agent(&Actor::Main), &task, "e1"),
             model_name: "mock".into(),
             ledger: Arc::new(EpisodeState::new(EpisodeLimits::new(20, Duration::from_secs(120)))),

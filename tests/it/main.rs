@@ -1,9 +1,11 @@
 //! Integration tests through the `runner` binary: one test binary, each test in its own
 //! temporary folder.
 
+mod agent_recipes;
 mod bad_input;
 mod batch;
 mod budgets;
+mod call_evidence;
 mod checkpoints;
 mod cli_agent;
 mod code_scorers;
@@ -15,6 +17,7 @@ mod export;
 mod external;
 mod file_tools;
 mod gateway;
+mod gateway_golden;
 mod harbor;
 mod harbor_images;
 mod image_build;

@@ -234,3 +234,38 @@ tests:
     assert_eq!(bad.code, 2, "{bad:?}");
     assert!(bad.stderr.contains("bad.yaml:3:") && bad.stderr.contains("must be a number"), "{bad:?}");
 }
+
+/// A promptfoo test is one completion, as promptfoo runs it: the rendered prompt goes to the
+/// model with no tools (no `final_answer` to call, and to cut short), and its text is the
+/// output the assertions judge.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_promptfoo_test_is_one_completion_with_no_tools_offered() {
+    let server = MockServer::start().await;
+    let answer = json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "Bonjour"},
+                        "finish_reason": "stop"}], "usage": {"prompt_tokens": 9, "completion_tokens": 1}});
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(answer))
+        .mount(&server)
+        .await;
+    let sb = Sandbox::new();
+    sb.write(
+        "promptfooconfig.yaml",
+        "prompts: ['Say hello in {{lang}}']
+providers: ['openai:chat:tiny']
+tests:
+  - vars: {lang: French}
+    assert: [{type: equals, value: Bonjour}]
+",
+    );
+    let args = ["eval", "promptfooconfig.yaml", "--run-id", "p", "--out", "results", "-q"];
+    let done = crate::models::run_with(&sb, &args, &crate::models::openai_env(&server)).await;
+    assert_eq!(done.code, 0, "{done:?}");
+    let events = read_jsonl(&sb.path().join("results/p/events.jsonl"));
+    assert_eq!(verdicts(&events), [Some(true)]);
+    let sent = server.received_requests().await.unwrap();
+    assert_eq!(sent.len(), 1, "one completion");
+    let body: Value = sent[0].body_json().unwrap();
+    assert!(body.get("tools").is_none() && body.get("tool_choice").is_none(), "no tools offered: {body}");
+    assert_eq!(body["messages"].as_array().unwrap().last().unwrap()["content"], "Say hello in French");
+}

@@ -182,11 +182,14 @@ pub enum UnscoredCause {
     /// Not run: a run-wide budget (`--max-cost-usd`, `--max-run-tokens`,
     /// `--max-model-calls`, or a provider's) stopped scheduling before the episode started.
     Budget,
+    /// The model gateway refused a request of a program agent for a shape it does not
+    /// speak (the field named in the message): the gateway's gap, not the agent's failure.
+    GatewayUnsupported,
     Other(String),
 }
 
 impl UnscoredCause {
-    const NAMED: [UnscoredCause; 16] = [
+    const NAMED: [UnscoredCause; 17] = [
         UnscoredCause::ProviderError,
         UnscoredCause::RateLimited,
         UnscoredCause::ConfigurationError,
@@ -203,6 +206,7 @@ impl UnscoredCause {
         UnscoredCause::VerifierError,
         UnscoredCause::ScorerError,
         UnscoredCause::Budget,
+        UnscoredCause::GatewayUnsupported,
     ];
 
     pub fn as_str(&self) -> &str {
@@ -223,6 +227,7 @@ impl UnscoredCause {
             UnscoredCause::VerifierError => "verifier_error",
             UnscoredCause::ScorerError => "scorer_error",
             UnscoredCause::Budget => "budget",
+            UnscoredCause::GatewayUnsupported => "gateway_unsupported",
             UnscoredCause::Other(name) => name,
         }
     }
@@ -571,6 +576,12 @@ pub enum Event {
         /// which have `scorer`, are nobody's in the episode and are written without it).
         #[serde(default, skip_serializing_if = "Actor::is_main")]
         actor: Actor,
+        /// How the call ended: `answered`, `failed`, `timed_out` (no complete answer within
+        /// the provider's `timeout_s`, after its retries), `cut` (the episode's time ran out
+        /// first) or `cancelled` (the episode ended, or the run was stopped, while the model
+        /// was answering). Absent in logs written before it was recorded.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<String>,
     },
     /// The call carries its own `actor`.
     ActionDispatched {
@@ -794,6 +805,17 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         field: Option<String>,
         message: String,
+    },
+    /// What the model gateway accepted from a program's client and let be, each logged the
+    /// first time in the episode: request fields that do not change the answer
+    /// (`client_metadata`, `store`, …) and server tools it cannot run, dropped from the tool
+    /// list (`tools[8] (web_search)`). `path` is the request's path.
+    GatewayIgnored {
+        path: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        fields: Vec<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        dropped_tools: Vec<String>,
     },
     /// Refusals of the model gateway past the first ones of the episode, counted rather
     /// than logged one by one: how many, by status. Logged once, when the gateway stops.
@@ -1025,6 +1047,7 @@ mod tests {
             raw_response: None,
             scorer,
             actor,
+            status: None,
         }
     }
 

@@ -21,7 +21,7 @@ use crate::config::template;
 use crate::contract::{FINAL_TOOL, ToolCall};
 use crate::gateway::{Gateway, GatewayEnd, GatewayHandle};
 use crate::log::{Event, Outcome, ProgramEnd, Recorder, Termination, UnscoredCause};
-use crate::model::LanguageModel;
+use crate::model::{LanguageModel, RunOwn};
 use crate::sandbox::Confinement;
 use crate::sandbox::process::{self, SAFE_PATH};
 
@@ -231,6 +231,7 @@ impl Agent for CliAgent {
             ));
         };
         let gateway = Gateway {
+            run_own: run_own(room),
             model: self.model.clone(),
             model_name: self.model_name.clone(),
             ledger: Arc::new(ProgramLedger::new(turn.episode.clone(), CallSteps::OwnLoop)),
@@ -244,8 +245,11 @@ impl Agent for CliAgent {
             handle.close();
             return Err(failed);
         }
+        // The task's input reaches the program once: in its command when the command says
+        // `{{ input }}`, else on its standard input.
+        let stdin = if program.command.iter().any(|word| names_input(word)) { "" } else { program.input.as_str() };
         let (ran, ending) = tokio::select! {
-            done = launch.agent(&program.input) => (done, None),
+            done = launch.agent(stdin) => (done, None),
             ending = handle.ended() => (Err(String::new()), Some(ending)),
         };
         handle.close();
@@ -256,7 +260,7 @@ impl Agent for CliAgent {
             None => {}
         }
         let name = &launch.name;
-        let done = ran.map_err(|e| fault(UnscoredCause::EnvironmentError, format!("`{name}` did not start: {e}")))?;
+        let done = ran.map_err(|e| fault(UnscoredCause::EnvironmentError, not_started(name, launch.folder, &e)))?;
         self.ended = Some(exited(&done, turn.recorder));
         if let Some(GatewayEnd::Fault(error)) = handle.ending() {
             return Err(fault(error.cause, error.message));
@@ -272,6 +276,51 @@ impl Agent for CliAgent {
     async fn finish(&mut self, _: Termination, _: &Outcome, _: &Recorder) -> Option<ProgramEnd> {
         self.ended.take()
     }
+}
+
+/// Why a program did not start, and, when the sandbox would not let it be read or run, what
+/// to add to the environment file.
+fn not_started(name: &str, folder: &Path, error: &str) -> String {
+    if !error.contains("os error 13") {
+        return format!("`{name}` did not start: {error}");
+    }
+    let found = if name.contains('/') { Some(folder.join(name)) } else { process::find_program(name, SAFE_PATH) };
+    let real = found.as_ref().and_then(|p| p.canonicalize().ok()).or(found);
+    let holder = real.as_ref().and_then(|p| p.parent()).map(|p| p.display().to_string());
+    let holder = holder.unwrap_or_else(|| "its folder".to_owned());
+    let shown = real.map_or_else(|| name.to_owned(), |p| p.display().to_string());
+    format!(
+        "`{name}` did not start: the sandbox may not read or run {shown} ({error}); let it: add its folder to the \
+         environment file's `sandbox: {{read_paths: [{holder}]}}` (for an npm package, its `node_modules`; for a \
+         Python virtual environment, the environment's folder)"
+    )
+}
+
+/// Whether a command word puts the task's input in the command line (`{{ input }}`).
+fn names_input(word: &str) -> bool {
+    let compact: String = word.chars().filter(|c| !c.is_whitespace()).collect();
+    compact.contains("{{input}}") || compact.contains("{{input|")
+}
+
+/// What a program's requests carry that is this episode's own: its folder (as given and as
+/// the kernel resolves it, and as Claude Code names a project, `/` turned `-`) and its
+/// scratch folder (the program's home and temporary folder).
+fn run_own(room: &ProgramRoom) -> RunOwn {
+    let mut own = RunOwn::default();
+    let mut folders = vec![room.folder.clone()];
+    folders.extend(room.folder.canonicalize().ok());
+    for folder in &folders {
+        let folder = folder.to_string_lossy();
+        own.add(&folder, "folder");
+        let dashed: String = folder.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+        own.add(&dashed, "folder-dashed");
+    }
+    let mut scratch = vec![room.tmp.clone()];
+    scratch.extend(room.tmp.canonicalize().ok());
+    for tmp in &scratch {
+        own.add(&tmp.to_string_lossy(), "scratch");
+    }
+    own.with_volatile_reports()
 }
 
 /// A `cli` agent's program, ready to start once its gateway runs: its command line and setup

@@ -119,6 +119,7 @@ fn options(args: &ServeArgs, listen: Listen, key: Option<String>) -> Result<Serv
         chosen: None,
         caps: Default::default(),
         auto_epochs: None,
+        since: None,
     };
     Ok(ServeOptions {
         suites,

@@ -296,13 +296,16 @@ fn write_episode(
 }
 
 /// Why an episode has no model turn to export: its agent's model calls all failed, or the
-/// episode ended while its first was running (a call cut so is not logged), or its agent
-/// asks no model at all.
+/// episode ended while its first was running (a call cut so is logged as `cancelled`), or
+/// its agent asks no model at all.
 fn no_turns(row: &EpisodeRow, events: &[LoggedEvent]) -> String {
     let failed = events
         .iter()
         .filter_map(LoggedEvent::event)
-        .filter(|e| matches!(e, Event::ModelCall { error: Some(_), scorer: None, actor, .. } if *actor != Actor::User))
+        .filter(|e| {
+            matches!(e, Event::ModelCall { error: Some(_), scorer: None, actor, status, .. }
+                if *actor != Actor::User && status.as_deref() != Some(crate::model::CANCELLED))
+        })
         .count();
     if failed > 0 {
         return format!("no model turns: its {failed} model call(s) failed (see their `error`)");

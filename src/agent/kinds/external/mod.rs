@@ -120,6 +120,7 @@ impl ExternalAgent {
             return Ok(gateway);
         }
         let gateway = Gateway {
+            run_own: Default::default(),
             model: self.model.0.clone(),
             model_name: self.model.1.clone(),
             ledger: Arc::new(ProgramLedger::new(turn.episode.clone(), CallSteps::WithinTurns)),

@@ -577,7 +577,7 @@ impl MemoryAgent {
         tools: &[ToolSpec],
         spent: &mut Spent,
     ) -> Result<ModelResponse, AgentFault> {
-        let request = ModelRequest { messages, tools, deadline: Some(&turn.allowance.deadline) };
+        let request = ModelRequest { deadline: Some(&turn.allowance.deadline), ..ModelRequest::new(messages, tools) };
         let (result, event) = respond_logged(
             self.model.as_ref(),
             &self.model_name,

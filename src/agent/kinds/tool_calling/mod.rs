@@ -21,7 +21,7 @@ use crate::contract::{
     ToolCall, ToolError, ToolSpec,
 };
 use crate::log::{ActionClass, Event, Usage};
-use crate::model::{Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
+use crate::model::{CallUnderWay, Caller, LanguageModel, Message, ModelRequest, ModelResponse, respond_logged};
 pub use kind::{DEFAULT_MAX_CHILDREN, DEFAULT_MAX_DEPTH, Settings, ToolCalling};
 use notes::SharedStores;
 use plan::PlanMode;
@@ -260,25 +260,33 @@ impl ToolCallingAgent {
         ToolCall { call_id, name, arguments, actor: self.actor.clone() }
     }
 
+    /// Whether the world asks for one completion: the final answer is its only tool, and a
+    /// text answer may end the episode.
+    fn completes(&self, tools: &[ToolSpec]) -> bool {
+        !self.require_final_answer && !self.conversational && tools.iter().all(|t| t.name == FINAL_TOOL)
+    }
+
     /// Asks the model and logs the call, answered or not.
     async fn ask_model(&self, turn: &Turn<'_>) -> Result<ModelResponse, AgentFault> {
         let offered: Cow<'_, [ToolSpec]> = match &self.plan {
             Some(plan) => {
                 Cow::Owned(plan.offer(turn.tools).into_iter().chain(self.own_tools.iter().cloned()).collect())
             }
+            // A world whose one tool is the final answer asks for a completion (a promptfoo
+            // test, a plain prompt): its text is the answer, so no tool is offered, and a
+            // small model cannot end on a call to it cut short.
+            None if self.own_tools.is_empty() && self.completes(turn.tools) => Cow::Borrowed(&[]),
             None if self.own_tools.is_empty() => Cow::Borrowed(turn.tools),
             None => Cow::Owned(turn.tools.iter().chain(&self.own_tools).cloned().collect()),
         };
         let request =
-            ModelRequest { messages: &self.transcript, tools: &offered, deadline: Some(&turn.allowance.deadline) };
-        let (result, event) = respond_logged(
-            self.model.as_ref(),
-            &self.model_name,
-            &request,
-            turn.allowance.step,
-            Caller::Actor(self.actor.clone()),
-        )
-        .await;
+            ModelRequest { deadline: Some(&turn.allowance.deadline), ..ModelRequest::new(&self.transcript, &offered) };
+        let caller = || Caller::Actor(self.actor.clone());
+        let step = turn.allowance.step;
+        let mut in_flight =
+            CallUnderWay::new(self.model.as_ref(), &self.model_name, &request, (step, caller()), turn.recorder);
+        let (result, event) = respond_logged(self.model.as_ref(), &self.model_name, &request, step, caller()).await;
+        in_flight.landed();
         turn.recorder.emit(&event);
         result.map_err(|e| AgentFault { cause: e.cause, message: e.message })
     }

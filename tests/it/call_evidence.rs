@@ -1,0 +1,176 @@
+//! Every model call a program agent makes through the gateway is evidence, however it
+//! ended: a call the provider's `timeout_s` cut, and one under way when the run was stopped
+//! with Ctrl-C, each leave a `model_call` event with its status and a cassette line, and the
+//! cassette replays them as what they were.
+
+use std::time::Duration;
+
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use crate::{Run, Sandbox, have_python, of_type, read_jsonl};
+
+const AGENT: &str = include_str!("../../examples/agents/urllib_cli_agent.py");
+
+/// A `cli` suite of one task run by the urllib agent, on `local/tiny`.
+fn suite() -> String {
+    let agent: String = AGENT.lines().map(|l| format!("        {l}\n")).collect();
+    format!(
+        "suite: evidence\nenvironment: shell\nagent: {{kind: cli, command: [python3, agent.py]}}\nlimits: {{max_steps: 5, time_s: 60}}\n\
+         tasks:\n  - id: slow\n    input: Say done.\n    files:\n      agent.py: |\n{agent}\
+         \x20   scorers: [{{equals: done}}]\n"
+    )
+}
+
+fn slow_server(runtime: &tokio::runtime::Runtime, delay: Duration) -> MockServer {
+    runtime.block_on(async {
+        let server = MockServer::start().await;
+        let answer = serde_json::json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "done"},
+                                         "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}});
+        Mock::given(method("POST"))
+            .respond_with(ResponseTemplate::new(200).set_body_json(answer).set_delay(delay))
+            .mount(&server)
+            .await;
+        server
+    })
+}
+
+fn setup(server: &MockServer, timeout_s: f64) -> Sandbox {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", &suite());
+    sb.write(
+        "local.yaml",
+        &format!(
+            "providers:\n  local: {{api: openai, base_url: \"{}/v1\", max_retries: 0, timeout_s: {timeout_s}}}\n",
+            server.uri()
+        ),
+    );
+    sb
+}
+
+fn args<'a>(model: &'a str, run_id: &'a str) -> Vec<&'a str> {
+    vec!["eval", "s.yaml", "--model", model, "--config", "local.yaml", "--run-id", run_id, "--out", "results"]
+}
+
+fn cassette(sb: &Sandbox) -> Vec<serde_json::Value> {
+    read_jsonl(&sb.path().join("cassette.jsonl"))
+}
+
+#[test]
+fn a_call_cut_by_the_providers_timeout_is_a_model_call_and_replays_as_one() {
+    if !have_python() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let server = slow_server(&runtime, Duration::from_secs(5));
+    let sb = setup(&server, 1.0);
+    let mut recording = args("local/tiny", "rec");
+    recording.extend(["--record", "cassette.jsonl"]);
+    let run = sb.run(&recording);
+    let events = read_jsonl(&sb.path().join("results/rec/events.jsonl"));
+    let calls = of_type(&events, "model_call");
+    assert_eq!(calls.len(), 1, "{run:?}\n{events:#?}");
+    assert_eq!(calls[0]["status"], "timed_out", "{:?}", calls[0]);
+    assert!(calls[0]["latency_ms"].as_f64().unwrap() >= 900.0, "{:?}", calls[0]);
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(
+        finished[0]["outcome"]["cause"], "provider_error",
+        "the provider's fault, not the agent's: {finished:?}"
+    );
+    let lines = cassette(&sb);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["failure"]["cause"], "provider_error");
+
+    let run = sb.run(&args("replay:cassette.jsonl", "rep"));
+    let events = read_jsonl(&sb.path().join("results/rep/events.jsonl"));
+    let calls = of_type(&events, "model_call");
+    assert_eq!(calls.len(), 1, "{run:?}");
+    assert_eq!(calls[0]["cause"], "provider_error");
+    assert_eq!(calls[0]["status"], "timed_out", "replayed as what it was: {:?}", calls[0]);
+    let replayed = of_type(&events, "episode_finished");
+    assert_eq!(replayed[0]["outcome"]["status"], "unscored");
+    assert_eq!(replayed[0]["outcome"]["cause"], finished[0]["outcome"]["cause"], "{replayed:?}");
+}
+
+#[cfg(unix)]
+#[test]
+fn a_call_under_way_at_ctrl_c_is_a_cancelled_model_call_and_a_cassette_line() {
+    if !have_python() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let server = slow_server(&runtime, Duration::from_secs(60));
+    let sb = setup(&server, 120.0);
+    let mut recording = args("local/tiny", "rec");
+    recording.extend(["--record", "cassette.jsonl"]);
+    let child = sb
+        .command()
+        .args(&recording)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while runtime.block_on(server.received_requests()).unwrap_or_default().is_empty() {
+        assert!(started.elapsed().as_secs() < 30, "the agent's call never reached the model");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: sends SIGINT to the child we spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let run = Run::from(child.wait_with_output().unwrap());
+    assert!(started.elapsed().as_secs() < 40, "{run:?}");
+    let events = read_jsonl(&sb.path().join("results/rec/events.jsonl"));
+    let calls = of_type(&events, "model_call");
+    assert_eq!(calls.len(), 1, "{run:?}\n{events:#?}");
+    assert_eq!(calls[0]["status"], "cancelled", "{:?}", calls[0]);
+    assert!(calls[0]["latency_ms"].as_f64().unwrap() >= 300.0, "how long it waited: {:?}", calls[0]);
+    assert!(!calls[0]["request_digest"].as_str().unwrap_or_default().is_empty());
+    let lines = cassette(&sb);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["failure"]["cause"], "cancelled");
+    assert_eq!(lines[0]["digest"], calls[0]["request_digest"], "the line is the call's");
+
+    // Replayed, the call is what it was: cancelled, and the episode goes no further.
+    let run = sb.run(&args("replay:cassette.jsonl", "rep"));
+    let events = read_jsonl(&sb.path().join("results/rep/events.jsonl"));
+    let calls = of_type(&events, "model_call");
+    assert_eq!(calls.len(), 1, "{run:?}\n{events:#?}");
+    assert_eq!(calls[0]["status"], "cancelled", "{:?}", calls[0]);
+    let finished = of_type(&events, "episode_finished");
+    assert_eq!(finished[0]["outcome"]["status"], "unscored", "{finished:?}");
+}
+
+/// The built-in agent's call under way at Ctrl-C is kept too: a `cancelled` `model_call`.
+#[cfg(unix)]
+#[test]
+fn the_built_in_agents_call_under_way_at_ctrl_c_is_a_cancelled_model_call() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let server = slow_server(&runtime, Duration::from_secs(60));
+    let sb = setup(&server, 120.0);
+    sb.write("s.yaml", "suite: built-in\nenvironment: kv\nlimits: {time_s: 60}\ntasks:\n  - {id: t, input: Say done., scorers: [{equals: done}]}\n");
+    let child = sb
+        .command()
+        .args(args("local/tiny", "rec"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while runtime.block_on(server.received_requests()).unwrap_or_default().is_empty() {
+        assert!(started.elapsed().as_secs() < 30, "the agent's call never reached the model");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: sends SIGINT to the child we spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let run = Run::from(child.wait_with_output().unwrap());
+    let events = read_jsonl(&sb.path().join("results/rec/events.jsonl"));
+    let calls = of_type(&events, "model_call");
+    assert_eq!(calls.len(), 1, "{run:?}\n{events:#?}");
+    assert_eq!(calls[0]["status"], "cancelled", "{:?}", calls[0]);
+    assert_eq!(of_type(&events, "episode_finished")[0]["outcome"]["status"], "cancelled", "{run:?}");
+}
