@@ -209,8 +209,9 @@ pub struct JudgeCheckArgs {
     pub run: PathBuf,
     /// The human verdicts: CSV (a header row) or JSONL, with `episode_id` or `task_id`,
     /// `scorer`, `verdict` (pass or fail), and optionally `suite`, `rater`, `explanation`.
+    /// Default: the run's `labels.jsonl`, where `runner view` saves the labels set in the page.
     #[arg(long, value_name = "FILE")]
-    pub labels: PathBuf,
+    pub labels: Option<PathBuf>,
     /// Exit 1 when a labelled scorer's Cohen's kappa with people is below X.
     #[arg(long, value_name = "X")]
     pub min_kappa: Option<f64>,
