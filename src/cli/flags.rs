@@ -53,6 +53,10 @@ pub enum Command {
     JudgeCheck(JudgeCheckArgs),
     /// Pull images from registries into the image store, list them, remove them.
     Images(ImagesArgs),
+    /// A local web app over runs: the runs newest first, a run's episodes and trajectories,
+    /// runs compared (flips, paired tests, aligned trajectories), a run being written
+    /// followed live, and labels for `judge-check` set in the page.
+    View(ViewArgs),
     /// Check suites (and their environments and datasets) without running them.
     Validate {
         /// Suite files, or folders of them.
@@ -222,6 +226,19 @@ pub struct JudgeCheckArgs {
     /// Print the check as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args)]
+pub struct ViewArgs {
+    /// Run folders (or ids under results/), or folders of runs such as results/ (the
+    /// default); runs started later in a folder of runs appear as they start.
+    pub runs: Vec<PathBuf>,
+    /// The address to serve on (a port of 0 takes a free one).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8765")]
+    pub listen: std::net::SocketAddr,
+    /// Open the viewer in the desktop's browser (xdg-open).
+    #[arg(long)]
+    pub open: bool,
 }
 
 #[derive(Args)]

@@ -98,6 +98,7 @@ fn run(command: Command) -> Result<Exit, CliError> {
         Command::JudgeCheck(args) => commands::judge_check(args),
         Command::Plan(args) => commands::plan(args),
         Command::Images(args) => commands::images(args),
+        Command::View(args) => commands::view(args),
     }
 }
 

@@ -13,6 +13,7 @@ mod report;
 mod search;
 mod tools;
 mod validate;
+mod view;
 
 pub use compare::compare;
 pub use eval::eval;
@@ -26,6 +27,7 @@ pub use report::report;
 pub use search::search;
 pub use tools::tools;
 pub use validate::validate;
+pub use view::view;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
