@@ -6,6 +6,8 @@
 #   venv/bin/mcp-server-time                  (PyPI: mcp-server-time, in a venv of Debian's python3)
 #   sdk-venv/bin/python3                      (PyPI: the official `openai` and `anthropic` SDKs,
 #                                              the clients the model gateway's tests speak through)
+#   playwright/node_modules/playwright-core   (npm: playwright-core, which drives Debian's chromium
+#                                              in the viewer's browser test; a prefix of its own)
 #   node_modules/.bin/claude                  (npm: @anthropic-ai/claude-code, a real CLI agent
 #                                              run against the gateway; its test is skipped,
 #                                              saying so, when it would not install)
@@ -18,6 +20,7 @@ time_version="2026.10.19"
 openai_version="3.57.0"
 anthropic_version="2.14.0"
 claude_code_version="2.1.197"
+playwright_version="1.65.1"
 mkdir -p "$dir"
 if [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
     || ! grep -q "\"version\": \"$everything_version\"" "$dir/node_modules/@modelcontextprotocol/server-everything/package.json"; then
@@ -40,4 +43,10 @@ if [ ! -f "$dir/node_modules/@anthropic-ai/claude-code/package.json" ] \
         "@anthropic-ai/claude-code@$claude_code_version" >/dev/null \
         || echo "Claude Code did not install: its test will be skipped" >&2
 fi
-echo "test MCP servers, model SDKs and Claude Code in $dir"
+if [ ! -f "$dir/playwright/node_modules/playwright-core/package.json" ] \
+    || ! grep -q "\"version\": \"$playwright_version\"" "$dir/playwright/node_modules/playwright-core/package.json"; then
+    mkdir -p "$dir/playwright"
+    npm install --prefix "$dir/playwright" --no-audit --no-fund --loglevel=error \
+        "playwright-core@$playwright_version" >/dev/null
+fi
+echo "test MCP servers, model SDKs, Claude Code and playwright-core in $dir"

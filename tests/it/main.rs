@@ -60,6 +60,7 @@ mod survival;
 mod toolsets;
 mod user;
 mod variants;
+mod view;
 mod web;
 mod world_hazards;
 mod writing;
