@@ -195,11 +195,11 @@ pub fn stats(suite: Option<&str>, g: &GroupStats) -> Value {
 }
 
 /// The epochs table the terminal prints (pass@1, pass@k, pass^k per suite and model), when
-/// a suite ran its tasks more than once.
-fn epochs(p: &Projection) -> Value {
+/// a suite ran its tasks more than once, and the lines it prints under its tables.
+fn epochs_and_notes(p: &Projection) -> (Value, Vec<String>) {
     let mut summary = super::summary::Summary::begin(p);
     p.episodes.iter().for_each(|e| summary.add(e));
-    summary.to_json()["epochs"].take()
+    (summary.to_json()["epochs"].take(), summary.notes())
 }
 
 /// What the page shows of a run above its episodes: its facts, its warnings and the tables
@@ -233,6 +233,7 @@ pub fn head(p: &Projection) -> Value {
             stats(Some(suite), &GroupStats::of(label, p.run_id.clone(), model.to_string(), &rows))
         })
         .collect();
+    let (epochs, notes) = epochs_and_notes(p);
     json!({
         "run_id": p.run_id,
         "generated_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
@@ -246,7 +247,9 @@ pub fn head(p: &Projection) -> Value {
         "totals": totals,
         "models": models,
         "suites": suites,
-        "epochs": epochs(p),
+        "epochs": epochs,
+        // What the terminal prints under its tables (not run, unscored causes, unpriced, …).
+        "notes": notes,
     })
 }
 

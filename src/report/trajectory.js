@@ -98,6 +98,9 @@ function grader(g) {
   }
   return box;
 }
+// What the terminal prints under its summary (episodes not run, unscored causes with their
+// first message, a cost that is a lower bound, …), one line each.
+const runNotes = notes => h('ul', {class: 'run-notes', id: 'run-notes', 'aria-label': 'What the run says'}, notes.map(n => h('li', null, n)));
 // A table of groups (totals, models, suites × models) as the terminal's summary has them.
 function statsTable(id, rows, withSuite) {
   const cols = [
@@ -175,7 +178,7 @@ function trajectory(t, evs, scoringId) {
   const current = scoringId && evs.some(v => v.type === 'score' && v.scoring_id === scoringId) ? scoringId : null;
   let shownInput = false;
   const ev = (type, title, sub, ...body) => h('div', {class: 'ev ev-' + type, 'data-seq': title && title.seq}, h('div', {class: 'ev-h'}, title.text, sub ? h('span', {class: 'muted'}, sub) : null), body);
-  for (const v of evs) {
+  const one = v => {
     const step = v.step != null ? 'step ' + v.step : '';
     const T = text => ({text, seq: v.seq});
     switch (v.type) {
@@ -276,8 +279,16 @@ function trajectory(t, evs, scoringId) {
       default:
         t.append(ev('other', T(String(v.type)), step, lazy('event', () => pre(J(v)))));
     }
-  }
+  };
+  // A long trajectory is drawn a slice at a time, so the page keeps answering while it grows.
+  const CHUNK = 400;
+  let at = 0;
+  const more = () => {
+    for (const end = Math.min(at + CHUNK, evs.length); at < end; at++) one(evs[at]);
+    if (at < evs.length) { t.dataset.drawing = 'true'; setTimeout(more, 0); } else delete t.dataset.drawing;
+  };
+  more();
 }
 
-return {h, setA, s, NF, int, p1, pct, rate, cost, ms, num, J, pre, val, args, lazy, kv, OUTCOMES, badge, statsTable, trajectory};
+return {h, setA, s, NF, int, p1, pct, rate, cost, ms, num, J, pre, val, args, lazy, kv, OUTCOMES, badge, statsTable, runNotes, trajectory};
 })();

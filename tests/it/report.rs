@@ -99,6 +99,8 @@ fn the_html_report_renders_every_episode_and_its_trajectory_in_chromium() {
     }
     assert!(listed.contains("data-outcome=\"unscored\"") && listed.contains("data-outcome=\"failed\""));
     assert!(listed.contains("id=\"pass-rate-chart\""), "the chart is drawn");
+    // The lines the terminal prints under its summary.
+    assert!(listed.contains("unscored episodes are not failures; causes:"), "{listed}");
 
     // The failed episode's trajectory: the unknown tool's error, the answer shown as text,
     // the failed score with its explanation.

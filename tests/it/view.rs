@@ -211,6 +211,10 @@ fn the_viewer_compares_runs_labels_episodes_and_follows_a_live_run_in_chromium()
     assert_eq!(run["warnings"].as_array().unwrap().len(), 1, "{run}");
     assert!(run["warnings"][0].as_str().unwrap().contains(&echo_warning), "{run}");
     assert!(run["width"].as_u64().unwrap() <= 1280, "the run page is wider than the screen: {run}");
+    // What the terminal prints under its summary is on the page too.
+    let summary = sb.run(&["report", "results/echo"]);
+    let said = summary.stdout.lines().find(|l| l.starts_with("unscored episodes are not failures")).expect("the summary says it");
+    assert!(run["notes"].as_array().unwrap().iter().any(|n| n == said), "{said} not in {run}");
     let echo = outcomes(&sb, "echo");
     for status in ["unscored", "failed", "passed"] {
         assert_eq!(sorted(&run["filtered"][format!("status={status}")]), ids_with(&echo, |_, s| s == status), "{status}");
@@ -325,7 +329,7 @@ fn check_live(sb: &Sandbox, viewer: &Viewer) {
     sb.write("slow.yaml", LIVE);
     let mut run = sb
         .command()
-        .args(["eval", "slow.yaml", "--model", "mock", "--mock-delay-ms", "700", "-j", "1", "--run-id", "live"])
+        .args(["eval", "slow.yaml", "--model", "mock", "--mock-delay-ms", "1500", "-j", "1", "--run-id", "live"])
         .args(["--out", "results", "-q"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())

@@ -2,7 +2,7 @@
 // aligned, each at its own address (#/…), every number asked of the server's API.
 (() => {
 'use strict';
-const {h, int, pct, rate, cost, ms, num, kv, badge, statsTable, trajectory} = RT;
+const {h, int, pct, rate, cost, ms, num, kv, badge, statsTable, runNotes, trajectory} = RT;
 const app = document.getElementById('app');
 const crumbs = document.getElementById('crumbs');
 const raterInput = document.getElementById('rater');
@@ -168,6 +168,7 @@ async function runPage(key, q) {
         h('dt', null, 'Command line'), h('dd', null, h('code', null, (head.command_line || []).map(shq).join(' '))),
         head.scoring_id ? [h('dt', null, 'Scoring'), h('dd', {class: 'mono'}, head.scoring_id)] : null),
       warnings(head.warnings),
+      (head.notes || []).length ? runNotes(head.notes) : null,
       head.interrupted && head.finished ? h('div', {class: 'banner', role: 'alert'}, h('b', null, 'Interrupted. '), 'The run was stopped before it finished.') : null),
     head.finished ? null : livePanel(key, head, rows),
     h('section', null, h('h2', null, 'Models'), statsTable('models-table', head.models || [], false)),
