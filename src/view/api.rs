@@ -43,7 +43,7 @@ pub fn run_item(l: &Loaded) -> Value {
 
 /// A run's page above its episodes: the report's head, what the filters can choose, and
 /// where a live view of it continues.
-pub fn run_head(l: &Loaded, labels: &[Value]) -> Value {
+pub fn run_head(l: &Loaded, labels: &[Value]) -> Result<Value, String> {
     let p = &l.projection;
     let mut out = head(p);
     let mut facets: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
@@ -64,10 +64,10 @@ pub fn run_head(l: &Loaded, labels: &[Value]) -> Value {
     out["finished"] = json!(p.finished);
     out["planned"] = json!(l.planned);
     out["episodes"] = json!(p.episodes.len());
-    out["running"] = json!(l.running());
+    out["running"] = json!(l.running()?);
     out["log_bytes"] = json!(l.log_bytes());
     out["labels"] = json!(labels.len());
-    out
+    Ok(out)
 }
 
 /// What the episodes table is filtered by.

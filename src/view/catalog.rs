@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 use serde_json::Value;
@@ -25,8 +25,9 @@ pub struct Loaded {
     /// The episodes the run planned (`run_started`; the latest resumption's).
     pub planned: u64,
     pub projection: Projection,
-    /// Each episode's latest start: where its events begin in the log.
-    pub starts: HashMap<String, u64>,
+    /// Each episode's latest start: where its events begin in the log. Read on first need
+    /// (an episode's page), not when the run opens: it is one more pass over the log.
+    starts: OnceLock<HashMap<String, u64>>,
 }
 
 impl Loaded {
@@ -39,18 +40,30 @@ impl Loaded {
         self.stamp.0
     }
 
+    /// Where each episode's latest start is in the log.
+    pub fn starts(&self) -> Result<&HashMap<String, u64>, String> {
+        if let Some(starts) = self.starts.get() {
+            return Ok(starts);
+        }
+        let starts = episode_starts(&self.events())?;
+        Ok(self.starts.get_or_init(|| starts))
+    }
+
     /// Episodes started (their latest start) that have no finish yet.
-    pub fn running(&self) -> Vec<&str> {
+    pub fn running(&self) -> Result<Vec<&str>, String> {
+        if self.projection.unfinished == 0 {
+            return Ok(Vec::new());
+        }
         let finished: std::collections::HashSet<&str> =
             self.projection.episodes.iter().map(|e| &*e.episode_id).collect();
         let mut ids: Vec<(&str, u64)> = self
-            .starts
+            .starts()?
             .iter()
             .filter(|(id, _)| !finished.contains(id.as_str()))
             .map(|(id, at)| (id.as_str(), *at))
             .collect();
         ids.sort_by_key(|(_, at)| *at);
-        ids.into_iter().map(|(id, _)| id).collect()
+        Ok(ids.into_iter().map(|(id, _)| id).collect())
     }
 }
 
@@ -136,22 +149,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Reads a run: the projection every report reads, and where each episode's events begin.
+/// Reads a run: the projection every report reads, and when it started and how many
+/// episodes it planned (its first line, `run_started`).
 fn read(key: &str, dir: &Path, stamp: (u64, SystemTime)) -> Result<Loaded, String> {
+    use std::io::BufRead as _;
     let events = dir.join("events.jsonl");
     let index = Index::build(&events).map_err(|e| e.to_string())?;
     let projection = Projection::from_index(&index).map_err(|e| e.to_string())?;
+    let mut first = String::new();
+    let file = std::fs::File::open(&events).map_err(|e| format!("failed to read {}: {e}", events.display()))?;
+    std::io::BufReader::new(file)
+        .read_line(&mut first)
+        .map_err(|e| format!("failed to read {}: {e}", events.display()))?;
+    let run: Value = serde_json::from_str(&first).unwrap_or_default();
+    let started = run["ts"].as_str().unwrap_or_default().to_owned();
+    let planned = run["episodes"].as_u64().unwrap_or(0);
+    Ok(Loaded { key: key.to_owned(), dir: dir.to_path_buf(), stamp, started, planned, projection, starts: OnceLock::new() })
+}
+
+/// Where each episode's latest start is in the log at `events`.
+fn episode_starts(events: &Path) -> Result<HashMap<String, u64>, String> {
     let mut starts = HashMap::new();
-    let (mut started, mut planned) = (String::new(), 0);
-    for_each_line_of(&events, Some(&["run_started", "episode_started"]), |kind, text, offset| {
-        if kind == "run_started" {
-            let run: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
-            if started.is_empty() {
-                started = run["ts"].as_str().unwrap_or_default().to_owned();
-            }
-            planned = run["episodes"].as_u64().unwrap_or(planned);
-            return Ok(());
-        }
+    for_each_line_of(events, Some(&["episode_started"]), |_, text, offset| {
         let id = match header_episode_id(text) {
             Some(id) => id.to_owned(),
             None => match serde_json::from_str::<LineHeader>(text) {
@@ -163,7 +182,7 @@ fn read(key: &str, dir: &Path, stamp: (u64, SystemTime)) -> Result<Loaded, Strin
         Ok(())
     })
     .map_err(|e| e.to_string())?;
-    Ok(Loaded { key: key.to_owned(), dir: dir.to_path_buf(), stamp, started, planned, projection, starts })
+    Ok(starts)
 }
 
 /// The events of episode `id` as logged, from its latest start on; the lines of other
@@ -171,7 +190,7 @@ fn read(key: &str, dir: &Path, stamp: (u64, SystemTime)) -> Result<Loaded, Strin
 /// to its end when the run was regraded (a regrade's scores come later).
 pub fn episode_events(loaded: &Loaded, id: &str) -> Result<Vec<String>, String> {
     use std::io::{BufRead as _, Seek as _};
-    let Some(&start) = loaded.starts.get(id) else { return Err(format!("no episode {id} in run {}", loaded.key)) };
+    let Some(&start) = loaded.starts()?.get(id) else { return Err(format!("no episode {id} in run {}", loaded.key)) };
     let path = loaded.events();
     let failed = |e: std::io::Error| format!("failed to read {}: {e}", path.display());
     let mut file = std::fs::File::open(&path).map_err(failed)?;

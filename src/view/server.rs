@@ -138,7 +138,7 @@ fn route(viewer: &Viewer, method: &Method, parts: &[&str], query: &HashMap<Strin
         }
         (&Method::GET, ["api", "runs", key]) => {
             let l = load(key)?;
-            let mut head = api::run_head(&l, &labels_of(&l)?);
+            let mut head = api::run_head(&l, &labels_of(&l)?).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
             head["user"] = json!(viewer.user);
             Ok(head)
         }
@@ -155,7 +155,7 @@ fn route(viewer: &Viewer, method: &Method, parts: &[&str], query: &HashMap<Strin
         (&Method::POST, ["api", "runs", key, "labels"]) => {
             let l = load(key)?;
             let new: labels::NewLabel = serde_json::from_slice(body).map_err(|e| bad(format!("not a label: {e}")))?;
-            if !l.starts.contains_key(&new.episode_id) {
+            if !l.starts().map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?.contains_key(&new.episode_id) {
                 return Err((StatusCode::NOT_FOUND, format!("no episode {} in run {key}", new.episode_id)));
             }
             let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
