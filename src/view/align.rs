@@ -8,15 +8,15 @@ use serde_json::Value;
 
 /// One turn of an episode's main agent.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Turn {
+pub struct TurnCalls {
     pub step: u64,
-    pub calls: Vec<Call>,
+    pub calls: Vec<CallMade>,
     /// The final answer, on the turn that gave it.
     pub answer: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Call {
+pub struct CallMade {
     pub name: String,
     pub arguments: Value,
     /// Whether its observation was an error.
@@ -25,22 +25,22 @@ pub struct Call {
 
 /// Turn `i` of each side, and whether they are the same.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Row {
-    pub a: Option<Turn>,
-    pub b: Option<Turn>,
+pub struct TurnPair {
+    pub a: Option<TurnCalls>,
+    pub b: Option<TurnCalls>,
     pub same: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Alignment {
-    pub rows: Vec<Row>,
+    pub rows: Vec<TurnPair>,
     /// The index of the first row whose turns differ; `None` when the two are the same.
     pub first_divergence: Option<usize>,
 }
 
 /// The turns of the main agent in an episode's events (as logged, in order).
-pub fn turns(events: &[Value]) -> Vec<Turn> {
-    let mut out: Vec<Turn> = Vec::new();
+pub fn turns(events: &[Value]) -> Vec<TurnCalls> {
+    let mut out: Vec<TurnCalls> = Vec::new();
     let mut errors = std::collections::HashSet::new();
     for e in events {
         if e["type"] == "observation" && !e["observation"]["error"].is_null() {
@@ -49,11 +49,11 @@ pub fn turns(events: &[Value]) -> Vec<Turn> {
             }
         }
     }
-    let turn_of = |out: &mut Vec<Turn>, step: u64| -> usize {
+    let turn_of = |out: &mut Vec<TurnCalls>, step: u64| -> usize {
         match out.iter().position(|t| t.step == step) {
             Some(at) => at,
             None => {
-                out.push(Turn { step, calls: Vec::new(), answer: None });
+                out.push(TurnCalls { step, calls: Vec::new(), answer: None });
                 out.len() - 1
             }
         }
@@ -68,7 +68,7 @@ pub fn turns(events: &[Value]) -> Vec<Turn> {
                 }
                 let at = turn_of(&mut out, step);
                 let error = call["call_id"].as_str().is_some_and(|id| errors.contains(id));
-                out[at].calls.push(Call {
+                out[at].calls.push(CallMade {
                     name: call["name"].as_str().unwrap_or_default().to_owned(),
                     arguments: canonical(&call["arguments"]),
                     error,
@@ -96,9 +96,9 @@ fn canonical(arguments: &Value) -> Value {
     }
 }
 
-/// Turn by turn: the same when both made the same calls (names and arguments, in order)
+/// TurnCalls by turn: the same when both made the same calls (names and arguments, in order)
 /// and gave the same answer.
-pub fn align(a: &[Turn], b: &[Turn]) -> Alignment {
+pub fn align(a: &[TurnCalls], b: &[TurnCalls]) -> Alignment {
     let n = a.len().max(b.len());
     let mut rows = Vec::with_capacity(n);
     let mut first_divergence = None;
@@ -115,7 +115,7 @@ pub fn align(a: &[Turn], b: &[Turn]) -> Alignment {
         if !same && first_divergence.is_none() {
             first_divergence = Some(i);
         }
-        rows.push(Row { a: x.cloned(), b: y.cloned(), same });
+        rows.push(TurnPair { a: x.cloned(), b: y.cloned(), same });
     }
     Alignment { rows, first_divergence }
 }

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 /// From the wire formats at the bottom to the command line at the top.
-const ORDER: [&str; 17] = [
+const ORDER: [&str; 18] = [
     "allocator",
     "contract",
     "domain",
@@ -24,6 +24,7 @@ const ORDER: [&str; 17] = [
     "suite",
     "batch",
     "report",
+    "view",
     "cli",
 ];
 
