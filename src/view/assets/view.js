@@ -299,7 +299,14 @@ async function comparePage(q) {
     filter('only', 'Show', [['', 'All tasks'], ['flips', 'Only flips'], ['failures', 'Only failures'], ['unscored', 'Only unscored']]),
     filter('cause', 'Unscored cause', [['', 'Any cause'], ...causes.map(c => [c, c])]),
     filter('suite', 'Suite', [['', 'All suites'], ...(q.get('suite') && !suites.includes(q.get('suite')) ? [q.get('suite')] : []).concat(suites).map(s => [s, s])]),
-    h('span', {id: 'task-count', class: 'muted', 'data-matched': data.matched}, `${int(data.matched)} of ${int(data.tasks)} tasks`));
+    h('span', {id: 'task-count', class: 'muted', 'data-matched': data.matched},
+      data.rows.length < data.matched ? `tasks ${int(data.offset + 1)}–${int(data.offset + data.rows.length)} of ${int(data.matched)} (of ${int(data.tasks)})` : `${int(data.matched)} of ${int(data.tasks)} tasks`));
+  const turn = by => {
+    const nq = new URLSearchParams(fq); nq.set('offset', Math.max(0, data.offset + by)); location.hash = href(['compare'], nq);
+  };
+  const pager = h('div', {class: 'pager'},
+    h('button', {id: 'tasks-prev', disabled: data.offset === 0, onclick: () => turn(-200)}, '‹ Prev'),
+    h('button', {id: 'tasks-next', disabled: data.offset + data.rows.length >= data.matched, onclick: () => turn(200)}, 'Next ›'));
   const cell = c => {
     if (!c.episodes.length) return h('span', {class: 'muted'}, '—');
     const cls = c.unscored && !c.scored ? 'cell-unscored' : c.passed * 2 > c.scored ? 'cell-pass' : 'cell-fail';
@@ -315,7 +322,7 @@ async function comparePage(q) {
     h('section', null, h('h2', null, 'Paired tests'), table('pairs-table', pairCols, data.pairs, p => ({'data-a': p.a, 'data-b': p.b})),
       h('p', {class: 'note'}, 'Per task (its epochs by majority): exact McNemar on pass/fail, a paired bootstrap of the mean score difference (shown from 10 shared tasks) — the numbers `runner compare` prints.'), flips),
     h('section', null, h('h2', null, 'Tasks'), filters,
-      table('tasks-table', taskCols, data.rows, r => Object.assign(navRow(taskHref(r)), {'data-task': `${r.suite}/${r.task_id}`, 'data-change': r.change.filter(Boolean).join(' ')}))));
+      table('tasks-table', taskCols, data.rows, r => Object.assign(navRow(taskHref(r)), {'data-task': `${r.suite}/${r.task_id}`, 'data-change': r.change.filter(Boolean).join(' ')})), pager));
 }
 const sgn = v => (v >= 0 ? '+' : '') + v.toFixed(3);
 const fmtP = p => p < 0.0001 ? '<0.0001' : p.toFixed(4);
