@@ -46,16 +46,16 @@ pub fn run_item(l: &Loaded) -> Value {
 pub fn run_head(l: &Loaded, labels: &[Value]) -> Result<Value, String> {
     let p = &l.projection;
     let mut out = head(p);
-    let mut facets: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut facets: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
     for e in &p.episodes {
-        *facets.entry("suite").or_default().entry(e.suite.to_string()).or_default() += 1;
-        *facets.entry("model").or_default().entry(e.model.to_string()).or_default() += 1;
-        *facets.entry("status").or_default().entry(e.status().to_owned()).or_default() += 1;
+        *facets.entry("suite").or_default().entry(&*e.suite).or_default() += 1;
+        *facets.entry("model").or_default().entry(&*e.model).or_default() += 1;
+        *facets.entry("status").or_default().entry(e.status()).or_default() += 1;
         if let Some(v) = &e.variant {
-            *facets.entry("variant").or_default().entry(v.to_string()).or_default() += 1;
+            *facets.entry("variant").or_default().entry(&**v).or_default() += 1;
         }
         if let Some(c) = e.unscored_cause() {
-            *facets.entry("cause").or_default().entry(c.to_owned()).or_default() += 1;
+            *facets.entry("cause").or_default().entry(c).or_default() += 1;
         }
     }
     out["key"] = json!(l.key);
