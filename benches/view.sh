@@ -22,9 +22,11 @@ at() { curl -s -o /dev/null -w '%{time_total}' "$url$1"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 : >"$out/open" ; : >"$out/failed" ; : >"$out/text" ; : >"$out/far"
 for round in $(seq "$rounds"); do
+    # A fresh file: the last round's address must not be read for this round's.
+    rm -f "$out/viewer.out"
     "$bin" view "$out/big" --listen 127.0.0.1:0 >"$out/viewer.out" 2>&1 &
     pid=$!
-    while ! grep -q '^viewer:' "$out/viewer.out"; do sleep 0.05; done
+    while ! grep -qs '^viewer:' "$out/viewer.out"; do sleep 0.05; done
     url=$(awk '/^viewer:/ {print $2}' "$out/viewer.out" | sed 's:/$::')
     start=$(date +%s.%N)
     at /api/runs/big >/dev/null
