@@ -20,7 +20,8 @@ use crate::log::reader::{LineHeader, for_each_line_of};
 
 /// The columns (CSV) or keys (JSONL) a label may have. `score` (a person's score, 0 to 1)
 /// and `ts` (when the label was made) are kept by the viewer and checked, not counted.
-const FIELDS: [&str; 9] = ["episode_id", "task_id", "suite", "scorer", "verdict", "rater", "explanation", "score", "ts"];
+const FIELDS: [&str; 9] =
+    ["episode_id", "task_id", "suite", "scorer", "verdict", "rater", "explanation", "score", "ts"];
 
 /// The labels file of a run, in its folder: where the viewer (`runner view`) appends the
 /// labels people set in the page, and what `judge-check RUN` reads without `--labels`.

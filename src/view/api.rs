@@ -127,9 +127,10 @@ impl EpisodeQuery {
             && is(&self.suite, &*e.suite)
             && is(&self.model, &*e.model)
             && self.variant.as_deref().is_none_or(|v| e.variant.as_deref() == Some(v))
-            && self.text.as_deref().is_none_or(|q| {
-                e.task_id.to_lowercase().contains(q) || e.episode_id.to_lowercase().contains(q)
-            })
+            && self
+                .text
+                .as_deref()
+                .is_none_or(|q| e.task_id.to_lowercase().contains(q) || e.episode_id.to_lowercase().contains(q))
             && (!self.labelled || labelled.contains(&*e.episode_id))
     }
 }
@@ -339,7 +340,9 @@ pub fn align(a: &Loaded, a_id: &str, b: &Loaded, b_id: &str) -> Result<Value, St
     };
     let (ea, eb) = (read(a, a_id)?, read(b, b_id)?);
     let aligned = super::align::align(&super::align::turns(&ea), &super::align::turns(&eb));
-    let row = |l: &Loaded, id: &str| l.projection.episodes.iter().find(|e| &*e.episode_id == id).map(Listed::of).map(|x| json!(x));
+    let row = |l: &Loaded, id: &str| {
+        l.projection.episodes.iter().find(|e| &*e.episode_id == id).map(Listed::of).map(|x| json!(x))
+    };
     Ok(json!({
         "a": {"key": a.key, "episode_id": a_id, "episode": row(a, a_id)},
         "b": {"key": b.key, "episode_id": b_id, "episode": row(b, b_id)},

@@ -164,7 +164,15 @@ fn read(key: &str, dir: &Path, stamp: (u64, SystemTime)) -> Result<Loaded, Strin
     let run: Value = serde_json::from_str(&first).unwrap_or_default();
     let started = run["ts"].as_str().unwrap_or_default().to_owned();
     let planned = run["episodes"].as_u64().unwrap_or(0);
-    Ok(Loaded { key: key.to_owned(), dir: dir.to_path_buf(), stamp, started, planned, projection, starts: OnceLock::new() })
+    Ok(Loaded {
+        key: key.to_owned(),
+        dir: dir.to_path_buf(),
+        stamp,
+        started,
+        planned,
+        projection,
+        starts: OnceLock::new(),
+    })
 }
 
 /// Where each episode's latest start is in the log at `events`.

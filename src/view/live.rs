@@ -109,7 +109,8 @@ mod tests {
         let path = dir.path().join("events.jsonl");
         let mut f = std::fs::File::create(&path).unwrap();
         let mut tail = Tail { path: path.clone(), offset: 0, partial: Vec::new(), polls: 0, done: false };
-        write!(f, "{{\"type\":\"episode_started\",\"episode_id\":\"e1\",\"suite\":\"s\"}}\n{{\"type\":\"episode_fin").unwrap();
+        write!(f, "{{\"type\":\"episode_started\",\"episode_id\":\"e1\",\"suite\":\"s\"}}\n{{\"type\":\"episode_fin")
+            .unwrap();
         let first = tail.read_new();
         assert!(first.starts_with("event: started\ndata: {"), "{first}");
         assert!(!first.contains("finished"), "a torn line waits for its end: {first}");

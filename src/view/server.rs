@@ -74,7 +74,8 @@ async fn answer(viewer: Arc<Viewer>, request: Request<Incoming>) -> Response<Bod
     let path = request.uri().path().to_owned();
     let query = query(request.uri().query().unwrap_or_default());
     if method == Method::GET
-        && let Some((_, kind, text)) = ASSETS.iter().copied().find(|(p, _, _)| *p == path || (*p == "/" && path == "/index.html"))
+        && let Some((_, kind, text)) =
+            ASSETS.iter().copied().find(|(p, _, _)| *p == path || (*p == "/" && path == "/index.html"))
     {
         return respond(StatusCode::OK, kind, Bytes::from_static(text.as_bytes()));
     }
@@ -86,7 +87,10 @@ async fn answer(viewer: Arc<Viewer>, request: Request<Incoming>) -> Response<Bod
     let body = if method == Method::POST {
         // A page of another site cannot send JSON here without asking first (CORS), and
         // the viewer never says yes.
-        let json = request.headers().get(hyper::header::CONTENT_TYPE).is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+        let json = request
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
         if !json {
             return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "send the label as application/json");
         }
@@ -121,7 +125,8 @@ fn route(viewer: &Viewer, method: &Method, parts: &[&str], query: &HashMap<Strin
             Missing::Unreadable(e) => (StatusCode::INTERNAL_SERVER_ERROR, e),
         })
     };
-    let labels_of = |l: &super::catalog::Loaded| labels::read(&l.dir).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e));
+    let labels_of =
+        |l: &super::catalog::Loaded| labels::read(&l.dir).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e));
     match (method, parts) {
         (&Method::GET, ["api", "runs"]) => {
             let mut runs = Vec::new();
@@ -165,7 +170,8 @@ fn route(viewer: &Viewer, method: &Method, parts: &[&str], query: &HashMap<Strin
             Ok(line)
         }
         (&Method::GET, ["api", "compare"]) => {
-            let keys: Vec<&str> = query.get("runs").map(|r| r.split(',').filter(|k| !k.is_empty()).collect()).unwrap_or_default();
+            let keys: Vec<&str> =
+                query.get("runs").map(|r| r.split(',').filter(|k| !k.is_empty()).collect()).unwrap_or_default();
             if keys.is_empty() {
                 return Err(bad("`runs`: name the runs to compare, the baseline first (runs=A,B)".into()));
             }

@@ -24,7 +24,9 @@ const JUDGE_PASSES: u32 = 6;
 
 /// The suite; `alt` makes t01 take one more turn (a `get`) before answering.
 fn suite(alt: bool) -> String {
-    let mut s = String::from("suite: cmp\nenvironment: kv\ngrader: {model: mock}\nepochs: 2\nscorers:\n  - includes: \"{{ target }}\"\ntasks:\n");
+    let mut s = String::from(
+        "suite: cmp\nenvironment: kv\ngrader: {model: mock}\nepochs: 2\nscorers:\n  - includes: \"{{ target }}\"\ntasks:\n",
+    );
     for i in 1..=TASKS {
         let target = format!("alpha{i:02}");
         let input = if ECHO_PASSES.contains(&i) { format!("Repeat {target}.") } else { "Say the word.".into() };
@@ -206,18 +208,27 @@ fn the_viewer_compares_runs_labels_episodes_and_follows_a_live_run_in_chromium()
     .expect("the echo run warns of its mock grader")
     .to_owned();
     assert!(echo_warning.contains("`mock` grader"), "{echo_warning}");
-    let filters = json!([["status", "unscored"], ["status", "failed"], ["status", "passed"], ["cause", "grader_error"]]);
+    let filters =
+        json!([["status", "unscored"], ["status", "failed"], ["status", "passed"], ["cause", "grader_error"]]);
     let run = drive(&viewer, "run", json!({"key": "echo", "filters": filters}));
     assert_eq!(run["warnings"].as_array().unwrap().len(), 1, "{run}");
     assert!(run["warnings"][0].as_str().unwrap().contains(&echo_warning), "{run}");
     assert!(run["width"].as_u64().unwrap() <= 1280, "the run page is wider than the screen: {run}");
     // What the terminal prints under its summary is on the page too.
     let summary = sb.run(&["report", "results/echo"]);
-    let said = summary.stdout.lines().find(|l| l.starts_with("unscored episodes are not failures")).expect("the summary says it");
+    let said = summary
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("unscored episodes are not failures"))
+        .expect("the summary says it");
     assert!(run["notes"].as_array().unwrap().iter().any(|n| n == said), "{said} not in {run}");
     let echo = outcomes(&sb, "echo");
     for status in ["unscored", "failed", "passed"] {
-        assert_eq!(sorted(&run["filtered"][format!("status={status}")]), ids_with(&echo, |_, s| s == status), "{status}");
+        assert_eq!(
+            sorted(&run["filtered"][format!("status={status}")]),
+            ids_with(&echo, |_, s| s == status),
+            "{status}"
+        );
     }
     let graded = ids_with(&echo, |desc, _| desc.contains(":grader_error"));
     assert_eq!(graded.len() as u32, GRADED * 2, "every graded episode of echo is unscored: {echo:?}");
@@ -286,7 +297,13 @@ fn check_labels(sb: &Sandbox, viewer: &Viewer) {
     let mut judged: Vec<(String, String, bool)> = of_type(&events, "score")
         .iter()
         .filter(|s| !s["grader"].is_null())
-        .map(|s| (s["episode_id"].as_str().unwrap().to_owned(), s["scorer"].as_str().unwrap().to_owned(), s["passed"].as_bool().unwrap()))
+        .map(|s| {
+            (
+                s["episode_id"].as_str().unwrap().to_owned(),
+                s["scorer"].as_str().unwrap().to_owned(),
+                s["passed"].as_bool().unwrap(),
+            )
+        })
         .collect();
     judged.sort();
     assert_eq!(judged.len() as u32, GRADED * 2, "{judged:?}");
@@ -319,7 +336,10 @@ fn check_labels(sb: &Sandbox, viewer: &Viewer) {
     let check: Value = serde_json::from_str(&check.stdout).unwrap();
     assert_eq!(check["episode_labels"], 1);
     let scorer = &check["scorers"][0];
-    assert_eq!(scorer["confusion"]["both_pass"].as_u64().unwrap() + scorer["confusion"]["both_fail"].as_u64().unwrap(), 16);
+    assert_eq!(
+        scorer["confusion"]["both_pass"].as_u64().unwrap() + scorer["confusion"]["both_fail"].as_u64().unwrap(),
+        16
+    );
     let expected = kappa(&pairs);
     assert!((scorer["kappa"].as_f64().unwrap() - expected).abs() < 1e-12, "kappa {} != {expected}", scorer["kappa"]);
 }
