@@ -9,6 +9,8 @@
 #   openenv-venv/bin/python3                  (PyPI: openenv-core, OpenEnv's own client, which
 #                                              steps `runner serve`'s environments)
 #   ray-venv/bin/ray                          (PyPI: ray, the cluster examples/ray/ runs on in its test)
+#   playwright/node_modules/playwright-core   (npm: playwright-core, which drives Debian's chromium
+#                                              in the viewer's browser test; a prefix of its own)
 #   node_modules/.bin/claude                  (npm: @anthropic-ai/claude-code, a real CLI agent
 #                                              run against the gateway; its test is skipped,
 #                                              saying so, when it would not install)
@@ -35,6 +37,7 @@ mini_swe_agent_version="2.4.6"
 openai_agents_version="0.24.0"
 typescript_version="7.0.2"
 types_node_version="20.19.43"
+playwright_version="1.65.1"
 mkdir -p "$dir"
 if [ ! -f "$dir/node_modules/@modelcontextprotocol/server-everything/package.json" ] \
     || ! grep -q "\"version\": \"$everything_version\"" "$dir/node_modules/@modelcontextprotocol/server-everything/package.json"; then
@@ -84,4 +87,10 @@ if ! "$dir/agents-venv/bin/pip" show mini-swe-agent 2>/dev/null | grep -q "^Vers
         "mini-swe-agent==$mini_swe_agent_version" "openai-agents==$openai_agents_version" \
         || echo "mini-swe-agent or openai-agents did not install: their tests will be skipped" >&2
 fi
-echo "test MCP servers, model SDKs, OpenEnv, Ray and the CLI agents in $dir"
+if [ ! -f "$dir/playwright/node_modules/playwright-core/package.json" ] \
+    || ! grep -q "\"version\": \"$playwright_version\"" "$dir/playwright/node_modules/playwright-core/package.json"; then
+    mkdir -p "$dir/playwright"
+    npm install --prefix "$dir/playwright" --no-audit --no-fund --loglevel=error \
+        "playwright-core@$playwright_version" >/dev/null
+fi
+echo "test MCP servers, model SDKs, OpenEnv, Ray, the CLI agents and playwright-core in $dir"

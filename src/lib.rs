@@ -17,6 +17,7 @@ pub mod report;
 pub mod scoring;
 pub mod serve;
 pub mod suite;
+pub mod view;
 
 // The two crates of the workspace, under the names the rest of the code uses.
 pub use runner_contract as contract;

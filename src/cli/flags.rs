@@ -57,6 +57,10 @@ pub enum Command {
     /// the caller's endpoint as the policy, OpenEnv's reset/step/state with the caller as
     /// the policy, into one run folder, within a bound, with a queue that survives a kill.
     Serve(Box<ServeArgs>),
+    /// A local web app over runs: the runs newest first, a run's episodes and trajectories,
+    /// runs compared (flips, paired tests, aligned trajectories), a run being written
+    /// followed live, and labels for `judge-check` set in the page.
+    View(ViewArgs),
     /// Check suites (and their environments and datasets) without running them.
     Validate {
         /// Suite files, or folders of them.
@@ -213,8 +217,9 @@ pub struct JudgeCheckArgs {
     pub run: PathBuf,
     /// The human verdicts: CSV (a header row) or JSONL, with `episode_id` or `task_id`,
     /// `scorer`, `verdict` (pass or fail), and optionally `suite`, `rater`, `explanation`.
+    /// Default: the run's `labels.jsonl`, where `runner view` saves the labels set in the page.
     #[arg(long, value_name = "FILE")]
-    pub labels: PathBuf,
+    pub labels: Option<PathBuf>,
     /// Exit 1 when a labelled scorer's Cohen's kappa with people is below X.
     #[arg(long, value_name = "X")]
     pub min_kappa: Option<f64>,
@@ -225,6 +230,19 @@ pub struct JudgeCheckArgs {
     /// Print the check as one JSON object.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Args)]
+pub struct ViewArgs {
+    /// Run folders (or ids under results/), or folders of runs such as results/ (the
+    /// default); runs started later in a folder of runs appear as they start.
+    pub runs: Vec<PathBuf>,
+    /// The address to serve on (a port of 0 takes a free one).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8765")]
+    pub listen: std::net::SocketAddr,
+    /// Open the viewer in the desktop's browser (xdg-open).
+    #[arg(long)]
+    pub open: bool,
 }
 
 #[derive(Args)]

@@ -99,6 +99,7 @@ fn run(command: Command) -> Result<Exit, CliError> {
         Command::Plan(args) => commands::plan(args),
         Command::Images(args) => commands::images(args),
         Command::Serve(args) => commands::serve(*args),
+        Command::View(args) => commands::view(args),
     }
 }
 

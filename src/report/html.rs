@@ -14,6 +14,15 @@ use crate::log::reader::{LineHeader, for_each_line_of, header_episode_id};
 
 const TEMPLATE: &str = include_str!("report.html");
 const PLACEHOLDER: &str = "/*RUN_DATA*/null";
+/// The styles and the trajectory view, shared with the viewer (`runner view`), which serves
+/// them as files where the report inlines them.
+pub const PAGE_CSS: &str = include_str!("page.css");
+pub const TRAJECTORY_JS: &str = include_str!("trajectory.js");
+
+/// The report's page with its shared parts inlined, the data's placeholder left in it.
+fn template() -> String {
+    TEMPLATE.replacen("/*PAGE_CSS*/", PAGE_CSS, 1).replacen("/*TRAJECTORY_JS*/", TRAJECTORY_JS, 1)
+}
 
 /// Writes the report page for the run whose log `index` was built from. At most `max_trajectories`
 /// episodes carry their whole trajectory (failed, unscored and cancelled ones first): the
@@ -23,7 +32,8 @@ pub fn render(index: &Index, max_trajectories: usize, out: &mut impl Write) -> R
     let p = Projection::from_index(index).map_err(|e| e.to_string())?;
     let chosen = choose(&p.episodes, max_trajectories);
     let trajectories = trajectories(index.path(), &chosen)?;
-    let (before, after) = TEMPLATE.split_once(PLACEHOLDER).ok_or("the report template has no data placeholder")?;
+    let template = template();
+    let (before, after) = template.split_once(PLACEHOLDER).ok_or("the report template has no data placeholder")?;
     let written = (|| -> std::io::Result<()> {
         out.write_all(before.as_bytes())?;
         let mut data = ScriptSafe { out: &mut *out, pending: Vec::new() };
@@ -126,9 +136,9 @@ fn trajectories(events: &Path, chosen: &HashSet<String>) -> Result<HashMap<Strin
     Ok(out)
 }
 
-/// One episode in the page's list.
+/// One episode in the page's list (the report's and the viewer's).
 #[derive(serde::Serialize)]
-struct Listed<'a> {
+pub struct Listed<'a> {
     episode_id: &'a str,
     suite: &'a str,
     task_id: &'a str,
@@ -149,7 +159,32 @@ struct Listed<'a> {
     termination: &'static str,
 }
 
-fn stats(suite: Option<&str>, g: &GroupStats) -> Value {
+impl<'a> Listed<'a> {
+    pub fn of(e: &'a EpisodeRow) -> Listed<'a> {
+        Listed {
+            episode_id: &e.episode_id,
+            suite: &e.suite,
+            task_id: &e.task_id,
+            model: &e.model,
+            variant: e.variant.as_deref(),
+            epoch: e.epoch,
+            outcome: e.status(),
+            unscored_cause: e.unscored_cause(),
+            score: e.score(),
+            steps: e.steps,
+            tool_calls: e.tool_calls,
+            tool_errors: e.tool_errors,
+            tokens: e.usage.total(),
+            cost_usd: e.cost_usd,
+            latency_ms: e.latency_ms,
+            wall_ms: e.wall_ms,
+            termination: e.termination.as_str(),
+        }
+    }
+}
+
+/// A group's line of the tables, as the pages show it.
+pub fn stats(suite: Option<&str>, g: &GroupStats) -> Value {
     json!({
         "suite": suite, "model": if g.label.is_empty() { &g.model } else { &g.label }, "episodes": g.episodes, "scored": g.scored, "passed": g.passed,
         "failed": g.scored - g.passed, "unscored": g.unscored, "cancelled": g.cancelled, "pass_rate": g.pass_rate,
@@ -159,21 +194,18 @@ fn stats(suite: Option<&str>, g: &GroupStats) -> Value {
     })
 }
 
-/// The page's data: `{…header and tables…, "episodes": […], "trajectories": {…}}`.
 /// The epochs table the terminal prints (pass@1, pass@k, pass^k per suite and model), when
-/// a suite ran its tasks more than once.
-fn epochs(p: &Projection) -> Value {
+/// a suite ran its tasks more than once, and the lines it prints under its tables.
+fn epochs_and_notes(p: &Projection) -> (Value, Vec<String>) {
     let mut summary = super::summary::Summary::begin(p);
     p.episodes.iter().for_each(|e| summary.add(e));
-    summary.to_json()["epochs"].take()
+    (summary.to_json()["epochs"].take(), summary.notes())
 }
 
-fn write_data(
-    out: &mut impl Write,
-    p: &Projection,
-    trajectories: &HashMap<String, Vec<String>>,
-    chosen: usize,
-) -> std::io::Result<()> {
+/// What the page shows of a run above its episodes: its facts, its warnings and the tables
+/// of the terminal's summary (totals, per model, per suite and model, epochs). The viewer
+/// (`runner view`) serves the same object.
+pub fn head(p: &Projection) -> Value {
     let all: Vec<&EpisodeRow> = p.episodes.iter().collect();
     let mut totals = stats(None, &GroupStats::of(String::new(), p.run_id.clone(), String::new(), &all));
     totals["model"] = Value::Null;
@@ -201,7 +233,8 @@ fn write_data(
             stats(Some(suite), &GroupStats::of(label, p.run_id.clone(), model.to_string(), &rows))
         })
         .collect();
-    let head = json!({
+    let (epochs, notes) = epochs_and_notes(p);
+    json!({
         "run_id": p.run_id,
         "generated_at": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         "runner_version": env!("CARGO_PKG_VERSION"),
@@ -214,9 +247,21 @@ fn write_data(
         "totals": totals,
         "models": models,
         "suites": suites,
-        "epochs": epochs(p),
-        "omitted_trajectories": p.episodes.len().saturating_sub(chosen),
-    });
+        "epochs": epochs,
+        // What the terminal prints under its tables (not run, unscored causes, unpriced, …).
+        "notes": notes,
+    })
+}
+
+/// The page's data: `{…header and tables…, "episodes": […], "trajectories": {…}}`.
+fn write_data(
+    out: &mut impl Write,
+    p: &Projection,
+    trajectories: &HashMap<String, Vec<String>>,
+    chosen: usize,
+) -> std::io::Result<()> {
+    let mut head = head(p);
+    head["omitted_trajectories"] = json!(p.episodes.len().saturating_sub(chosen));
     // The head object, left open for the two big members.
     let head = head.to_string();
     out.write_all(&head.as_bytes()[..head.len() - 1])?;
@@ -225,26 +270,7 @@ fn write_data(
         if i > 0 {
             out.write_all(b",")?;
         }
-        let listed = Listed {
-            episode_id: &e.episode_id,
-            suite: &e.suite,
-            task_id: &e.task_id,
-            model: &e.model,
-            variant: e.variant.as_deref(),
-            epoch: e.epoch,
-            outcome: e.status(),
-            unscored_cause: e.unscored_cause(),
-            score: e.score(),
-            steps: e.steps,
-            tool_calls: e.tool_calls,
-            tool_errors: e.tool_errors,
-            tokens: e.usage.total(),
-            cost_usd: e.cost_usd,
-            latency_ms: e.latency_ms,
-            wall_ms: e.wall_ms,
-            termination: e.termination.as_str(),
-        };
-        serde_json::to_writer(&mut *out, &listed)?;
+        serde_json::to_writer(&mut *out, &Listed::of(e))?;
     }
     out.write_all(b"],\"trajectories\":{")?;
     for (i, (id, lines)) in trajectories.iter().enumerate() {
@@ -274,7 +300,7 @@ mod tests {
         let mut safe = ScriptSafe { out: Vec::new(), pending: Vec::new() };
         serde_json::to_writer(&mut safe, data).unwrap();
         safe.finish().unwrap();
-        TEMPLATE.replacen(PLACEHOLDER, &String::from_utf8(safe.out).unwrap(), 1)
+        template().replacen(PLACEHOLDER, &String::from_utf8(safe.out).unwrap(), 1)
     }
 
     #[test]

@@ -18,8 +18,18 @@ use super::agreement::{Confusion, krippendorff_alpha};
 use crate::log::event::{Event, INITIAL_SCORING};
 use crate::log::reader::{LineHeader, for_each_line_of};
 
-/// The columns (CSV) or keys (JSONL) a label may have.
-const FIELDS: [&str; 7] = ["episode_id", "task_id", "suite", "scorer", "verdict", "rater", "explanation"];
+/// The columns (CSV) or keys (JSONL) a label may have. `score` (a person's score, 0 to 1)
+/// and `ts` (when the label was made) are kept by the viewer and checked, not counted.
+const FIELDS: [&str; 9] =
+    ["episode_id", "task_id", "suite", "scorer", "verdict", "rater", "explanation", "score", "ts"];
+
+/// The labels file of a run, in its folder: where the viewer (`runner view`) appends the
+/// labels people set in the page, and what `judge-check RUN` reads without `--labels`.
+pub const LABELS_FILE: &str = "labels.jsonl";
+
+/// The `scorer` of a label on an episode as a whole rather than on one judge's verdict: it
+/// is counted apart, as no judge is checked by it.
+pub const EPISODE_LABEL: &str = "episode";
 
 /// The most disagreements printed per scorer (`--json` has them all).
 const SHOWN_DISAGREEMENTS: usize = 20;
@@ -141,6 +151,12 @@ fn label(line: usize, mut row: BTreeMap<String, Value>) -> Result<Label, String>
     let scorer = text("scorer")?.ok_or("field `scorer`: missing (the scorer the verdict is about, e.g. llm_rubric)")?;
     let rater = text("rater")?;
     let explanation = text("explanation")?;
+    text("ts")?;
+    match row.remove("score") {
+        None | Some(Value::Null) => {}
+        Some(Value::Number(n)) if n.as_f64().is_some_and(|s| (0.0..=1.0).contains(&s)) => {}
+        Some(other) => return Err(format!("field `score`: expected a number from 0 to 1, found {other}")),
+    }
     if episode_id.is_none() && task_id.is_none() {
         return Err("field `episode_id`: missing; give an `episode_id` or a `task_id`".into());
     }
@@ -282,6 +298,8 @@ pub struct Unmatched {
 pub struct JudgeCheck {
     pub scoring: String,
     pub labels: usize,
+    /// Labels on episodes as a whole (scorer `episode`): no judge's verdict to check.
+    pub episode_labels: usize,
     pub scorers: Vec<ScorerCheck>,
     /// Labels naming an episode or task the run does not have.
     pub not_in_run: Vec<Unmatched>,
@@ -450,6 +468,10 @@ fn match_labels(
     let mut units: BTreeMap<String, BTreeMap<String, Unit>> = BTreeMap::new();
     let mut raters: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for label in labels {
+        if label.scorer == EPISODE_LABEL {
+            result.episode_labels += 1;
+            continue;
+        }
         let targets: Vec<&str> = match (&label.episode_id, &label.task_id) {
             (Some(id), _) => episodes.get_key_value(id.as_str()).map(|(k, _)| vec![k.as_str()]).unwrap_or_default(),
             (None, Some(task)) => by_task
@@ -568,6 +590,12 @@ impl JudgeCheck {
     /// What the command prints.
     pub fn render(&self) -> String {
         let mut t = format!("judge-check: {} label(s), scoring {}\n", self.labels, self.scoring);
+        if self.episode_labels > 0 {
+            t += &format!(
+                "{} label(s) on whole episodes (scorer `{EPISODE_LABEL}`): no judge's verdict to check them against\n",
+                self.episode_labels
+            );
+        }
         if self.scorers.is_empty() {
             t += "the run has no verdicts of a graded scorer (llm_rubric, model_graded_qa)\n";
         }

@@ -275,6 +275,47 @@ impl Summary {
         table(&lines)
     }
 
+    /// What the terminal says under the tables, line by line: episodes a budget kept from
+    /// running, the causes of unscored episodes with the first message of each, a cost that
+    /// is a lower bound, cancelled and unfinished episodes. The report and the viewer show
+    /// the same lines.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        let total = self.total();
+        if total.not_run > 0 {
+            notes.push(format!(
+                "not run: {} of {} planned episodes, a budget stopped scheduling; `runner eval ... --resume {}` with a larger budget runs them (after `--epochs auto`, with `--epochs N`, the epochs it reached)",
+                total.not_run,
+                total.episodes,
+                self.run_dir.as_deref().unwrap_or(&self.run_id)
+            ));
+            if let Some(message) = self.first_budget_message.as_deref() {
+                notes.push(format!("  {}", first_line(message, 300)));
+            }
+        }
+        if total.unscored > 0 {
+            let causes: Vec<String> = total.unscored_causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
+            notes.push(format!("unscored episodes are not failures; causes: {}", causes.join(", ")));
+            for (cause, message) in &self.first_messages {
+                notes.push(format!("  {cause}, the first: {}", first_line(message, 300)));
+            }
+        }
+        if total.unpriced > 0 && total.unpriced < total.episodes {
+            notes.push(format!("cost is a lower bound: {} episodes used a model without a price", total.unpriced));
+        }
+        if total.cancelled > 0 {
+            notes.push(format!("cancelled: {}", total.cancelled));
+        }
+        if self.unfinished > 0 {
+            notes.push(format!(
+                "unfinished: {} episodes started and never finished (the run was killed); `runner eval ... --resume {}` runs them",
+                self.unfinished,
+                self.run_dir.as_deref().unwrap_or(&self.run_id)
+            ));
+        }
+        notes
+    }
+
     /// A summary of no episodes yet, with the run's own facts; the rows of the episodes
     /// table come with [`Summary::add`], one at a time.
     pub fn begin(p: &Projection) -> Summary {
@@ -535,39 +576,8 @@ impl Summary {
             out.push('\n');
             out.push_str(&self.render_noise());
         }
-        let total = self.total();
-        if total.not_run > 0 {
-            let _ = writeln!(
-                out,
-                "not run: {} of {} planned episodes, a budget stopped scheduling; `runner eval ... --resume {}` with a larger budget runs them (after `--epochs auto`, with `--epochs N`, the epochs it reached)",
-                total.not_run,
-                total.episodes,
-                self.run_dir.as_deref().unwrap_or(&self.run_id)
-            );
-            if let Some(message) = self.first_budget_message.as_deref() {
-                let _ = writeln!(out, "  {}", first_line(message, 300));
-            }
-        }
-        if total.unscored > 0 {
-            let causes: Vec<String> = total.unscored_causes.iter().map(|(c, n)| format!("{c}: {n}")).collect();
-            let _ = writeln!(out, "unscored episodes are not failures; causes: {}", causes.join(", "));
-            for (cause, message) in &self.first_messages {
-                let _ = writeln!(out, "  {cause}, the first: {}", first_line(message, 300));
-            }
-        }
-        if total.unpriced > 0 && total.unpriced < total.episodes {
-            let _ = writeln!(out, "cost is a lower bound: {} episodes used a model without a price", total.unpriced);
-        }
-        if total.cancelled > 0 {
-            let _ = writeln!(out, "cancelled: {}", total.cancelled);
-        }
-        if self.unfinished > 0 {
-            let _ = writeln!(
-                out,
-                "unfinished: {} episodes started and never finished (the run was killed); `runner eval ... --resume {}` runs them",
-                self.unfinished,
-                self.run_dir.as_deref().unwrap_or(&self.run_id)
-            );
+        for note in self.notes() {
+            let _ = writeln!(out, "{note}");
         }
         for warning in &self.warnings {
             let _ = writeln!(out, "warning: {warning}");

@@ -25,6 +25,7 @@ const ORDER: [&str; 18] = [
     "batch",
     "report",
     "serve",
+    "view",
     "cli",
 ];
 

@@ -67,6 +67,7 @@ mod survival;
 mod toolsets;
 mod user;
 mod variants;
+mod view;
 mod web;
 mod world_hazards;
 mod writing;

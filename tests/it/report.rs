@@ -99,6 +99,8 @@ fn the_html_report_renders_every_episode_and_its_trajectory_in_chromium() {
     }
     assert!(listed.contains("data-outcome=\"unscored\"") && listed.contains("data-outcome=\"failed\""));
     assert!(listed.contains("id=\"pass-rate-chart\""), "the chart is drawn");
+    // The lines the terminal prints under its summary.
+    assert!(listed.contains("unscored episodes are not failures; causes:"), "{listed}");
 
     // The failed episode's trajectory: the unknown tool's error, the answer shown as text,
     // the failed score with its explanation.
@@ -228,4 +230,42 @@ fn the_html_report_shows_every_run_warning() {
     // The page holds the text as the browser escaped it.
     let escaped = warning.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
     assert!(shown[banner..].contains(&escaped), "{warning} not in {}", &shown[banner..]);
+}
+
+/// A quick tool error logged before the result of a slower call made earlier in the same
+/// turn is still shown after it: observations in the order of their calls.
+#[test]
+fn the_html_report_shows_a_turn_s_observations_in_the_order_of_its_calls() {
+    let sb = Sandbox::new();
+    sb.write(
+        "s.yaml",
+        "suite: order\nenvironment: shell\nscorers: [{equals: done}]\ntasks:\n  - id: two\n    input: Run both.\n    mock:\n      - tool_calls: [{name: run_command, arguments: {command: \"sleep 1; echo slow\"}}, {name: nope, arguments: {}}]\n      - text: done\n",
+    );
+    let run = sb.eval(&["s.yaml"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = sb.events();
+    // The first turn's two calls (the answer is a call of its own, in the next turn).
+    let called: Vec<&str> = of_type(&events, "action_dispatched")
+        .iter()
+        .filter(|e| e["call"]["name"] == "run_command" || e["call"]["name"] == "nope")
+        .map(|e| e["call"]["call_id"].as_str().unwrap())
+        .collect();
+    let logged: Vec<&str> = crate::tool_observations(&events)
+        .iter()
+        .map(|o| o["call_id"].as_str().unwrap())
+        .filter(|id| called.contains(id))
+        .collect();
+    assert_eq!(called.len(), 2);
+    assert_eq!(logged, [called[1], called[0]], "the error is logged first, or this test shows nothing");
+    let report = sb.run(&["report", "results/test", "--html"]);
+    assert_eq!(report.code, 0, "{report:?}");
+    let shown = dom(&sb.path().join("results/test/report.html"), &format!("#episode={}", task_episode(&events, "two")));
+    let trajectory = &shown[shown.find("id=\"trajectory\"").expect("the trajectory opens")..];
+    let observed: Vec<&str> = trajectory
+        .split("ev ev-observation")
+        .skip(1)
+        .filter_map(|rest| rest.split("data-call-id=\"").nth(1)?.split('"').next())
+        .filter(|id| called.contains(id))
+        .collect();
+    assert_eq!(observed, called, "{trajectory}");
 }

@@ -16,7 +16,21 @@ pub fn judge_check(args: JudgeCheckArgs) -> Result<Exit, CliError> {
         return Err(CliError::usage(format!("--min-kappa must be between -1 and 1, not {min}")));
     }
     let dir = batch::resume::find_logged_run(&args.run, Path::new("results")).map_err(CliError::usage)?;
-    let labels = judge_check::read_labels(&args.labels).map_err(CliError::usage)?;
+    let path = match &args.labels {
+        Some(path) => path.clone(),
+        None => {
+            let saved = dir.join(judge_check::LABELS_FILE);
+            if !saved.exists() {
+                return Err(CliError::usage(format!(
+                    "no labels: {} does not exist; set labels in `runner view {}`, or give a file with --labels",
+                    saved.display(),
+                    dir.display()
+                )));
+            }
+            saved
+        }
+    };
+    let labels = judge_check::read_labels(&path).map_err(CliError::usage)?;
     let checked =
         judge_check::check(&dir.join("events.jsonl"), &labels, args.scoring.as_deref()).map_err(CliError::usage)?;
     if args.json {

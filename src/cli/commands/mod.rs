@@ -14,6 +14,7 @@ mod search;
 mod serve;
 mod tools;
 mod validate;
+mod view;
 
 pub use compare::compare;
 pub use eval::eval;
@@ -28,6 +29,7 @@ pub use search::search;
 pub use serve::serve;
 pub use tools::tools;
 pub use validate::validate;
+pub use view::view;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
