@@ -240,7 +240,10 @@ impl Service {
 /// What the run's log and queue say was served before: each epoch counted as served, and
 /// each episode admitted and never ended put back as interrupted — unless the log shows it
 /// finished after its last start (a kill between the log's line and the queue's), which
-/// the queue is then told. How many were interrupted.
+/// the queue is then told. The log is the truth the other way too: an episode the queue
+/// says ended whose finish never reached the log (a kill after the answer, before the
+/// writer wrote its last lines) is interrupted, so that it is neither lost from the run's
+/// tables nor counted twice after a retry. How many were interrupted.
 fn restore(
     registry: &mut episodes::ServedEpisodes,
     restored: &journal::Restored,
@@ -254,10 +257,9 @@ fn restore(
     for admitted in restored.admitted.values() {
         registry.served(&admitted.suite, &admitted.task, &episodes::model_name(&admitted.policy), admitted.epoch);
     }
-    let open: std::collections::HashSet<&str> = restored.interrupted().map(|a| a.episode_id.as_str()).collect();
     let mut last: HashMap<String, Option<crate::log::Outcome>> = HashMap::new();
     crate::log::reader::for_each_event_of(events, Some(&["episode_started", "episode_finished"]), |e| {
-        let Some(id) = e.episode_id.as_deref().filter(|id| open.contains(id)) else { return };
+        let Some(id) = e.episode_id.as_deref().filter(|id| restored.admitted.contains_key(*id)) else { return };
         let outcome = match e.event() {
             Some(crate::log::Event::EpisodeFinished { outcome, .. }) => Some(outcome),
             _ => None,
@@ -265,16 +267,18 @@ fn restore(
         last.insert(id.to_owned(), outcome);
     })
     .map_err(|e| e.to_string())?;
+    let finished = |id: &str| last.get(id).is_some_and(Option::is_some);
     // The latest answers, known now only by their outcome, for `GET` after the restart.
     for (id, outcome) in &restored.ended {
-        if let Some(admitted) = restored.admitted.get(id) {
+        if let Some(admitted) = restored.admitted.get(id).filter(|_| finished(id)) {
             let answer = episodes::logged_answer(admitted, outcome);
             registry.insert(admitted.clone(), episodes::Phase::Ended(Arc::new(answer)), CancellationToken::new());
             registry.ended(id);
         }
     }
     let mut interrupted = 0;
-    for admitted in restored.interrupted() {
+    let unlogged = restored.admitted.values().filter(|a| restored.ended.contains_key(&a.episode_id) && !finished(&a.episode_id));
+    for admitted in restored.interrupted().chain(unlogged) {
         let stop = CancellationToken::new();
         match last.get(&admitted.episode_id).cloned().flatten() {
             Some(outcome) => {

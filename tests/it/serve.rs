@@ -646,3 +646,36 @@ async fn an_episode_the_log_shows_finished_is_not_reported_interrupted() {
     assert_eq!(open["episodes"], json!([]), "nothing interrupted");
     assert_eq!(std::fs::read_to_string(&queue).unwrap().lines().count(), 2, "the queue was told it ended");
 }
+
+/// A kill after an answer, before the log's writer wrote the episode's last lines: the
+/// queue says it ended, the log has no finish. After the restart it is interrupted (the
+/// log is the truth), so a retry runs it and the run's tables count it once.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_episode_the_queue_ended_without_a_finish_in_the_log_is_interrupted() {
+    let sb = Sandbox::new();
+    sb.write("s.yaml", SUITE);
+    let server = Server::start(&sb, &[]);
+    let (_, answer) = post(&format!("{}/v1/episodes", server.url), &json!({"task": "add", "model": "mock"})).await;
+    assert_eq!(server.stop(), 0);
+    let id = answer["episode_id"].as_str().unwrap().to_owned();
+    let log = sb.path().join("results/test/events.jsonl");
+    let kept: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| !(l.contains("\"episode_finished\"") && l.contains(&id)))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    std::fs::write(&log, kept.concat()).unwrap();
+    let server = Server::start(&sb, &[]);
+    let (_, status) = get(&format!("{}/v1/episodes/{id}", server.url)).await;
+    assert_eq!(status["status"].as_str(), Some("interrupted"), "{status}");
+    let (_, retried) = post(&format!("{}/v1/episodes/{id}/retry", server.url), &json!({})).await;
+    assert_eq!(retried["outcome"], answer["outcome"], "{retried}");
+    assert_eq!(server.stop(), 0);
+    let finishes = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .filter(|l| l.contains("\"episode_finished\"") && l.contains(&id))
+        .count();
+    assert_eq!(finishes, 1, "the retried episode is finished once in the log");
+}
