@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 /// From the wire formats at the bottom to the command line at the top.
-const ORDER: [&str; 18] = [
+const ORDER: [&str; 19] = [
     "allocator",
     "contract",
     "domain",
