@@ -187,6 +187,8 @@ mod tests {
             finished_us: 0,
             toolset: None,
             variant: None,
+            tags: Box::default(),
+            metadata: Box::default(),
         }
     }
 
