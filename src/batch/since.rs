@@ -447,23 +447,31 @@ fn emit_lines(log: &EventLog, id: &Arc<str>, lines: Vec<(Option<String>, Vec<u8>
 fn restarted(text: &str, carried: &Carried) -> Result<Vec<u8>, String> {
     let event = match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
         Event::EpisodeStarted {
-            suite, task_id, model, epoch, environment, toolset, variant, sampling, tags, metadata, ..
-        } => {
-            Event::EpisodeStarted {
-                suite,
-                task_id,
-                task_digest: carried.task_digest.clone(),
-                model,
-                epoch,
-                environment,
-                toolset,
-                variant,
-                sampling,
-                digests: Some(carried.digests.clone()),
-                tags,
-                metadata,
-            }
-        }
+            suite,
+            task_id,
+            model,
+            epoch,
+            environment,
+            toolset,
+            variant,
+            sampling,
+            tags,
+            metadata,
+            ..
+        } => Event::EpisodeStarted {
+            suite,
+            task_id,
+            task_digest: carried.task_digest.clone(),
+            model,
+            epoch,
+            environment,
+            toolset,
+            variant,
+            sampling,
+            digests: Some(carried.digests.clone()),
+            tags,
+            metadata,
+        },
         other => other,
     };
     serde_json::to_vec(&event).map_err(|e| e.to_string())
