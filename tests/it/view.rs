@@ -467,4 +467,13 @@ fn the_viewer_filters_episodes_and_compared_tasks_by_tag_and_metadata() {
     assert_eq!(compared("meta=lang%3Dfr"), ["c"]);
     assert_eq!(compared("tag=easy&meta=level%3D1"), ["a"]);
     assert_eq!(compared("only=flips&tag=math"), ["a", "b"]);
+
+    // The same filters chosen in the pages.
+    let args = json!({"key": "m", "runs": ["m", "e"], "tag": "math", "meta": "level=1"});
+    let shown = drive(&viewer, "tagged", args);
+    assert_eq!(shown["tags"], json!(["easy", "math"]), "{shown}");
+    assert_eq!(sorted(&shown["episodes"]), of(&["a"]), "{shown}");
+    assert_eq!(shown["byTag"], json!(["tagged/a", "tagged/b"]), "{shown}");
+    assert_eq!(shown["byBoth"], json!(["tagged/a"]), "{shown}");
+    assert_eq!(shown["labelled"], json!([true, true]), "{shown}");
 }
