@@ -445,35 +445,11 @@ fn emit_lines(log: &EventLog, id: &Arc<str>, lines: Vec<(Option<String>, Vec<u8>
 
 /// An `episode_started` line as the new run says it: the task's digest and the parts now.
 fn restarted(text: &str, carried: &Carried) -> Result<Vec<u8>, String> {
-    let event = match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
-        Event::EpisodeStarted {
-            suite,
-            task_id,
-            model,
-            epoch,
-            environment,
-            toolset,
-            variant,
-            sampling,
-            tags,
-            metadata,
-            ..
-        } => Event::EpisodeStarted {
-            suite,
-            task_id,
-            task_digest: carried.task_digest.clone(),
-            model,
-            epoch,
-            environment,
-            toolset,
-            variant,
-            sampling,
-            digests: Some(carried.digests.clone()),
-            tags,
-            metadata,
-        },
-        other => other,
-    };
+    let mut event = serde_json::from_str::<Event>(text).map_err(|e| e.to_string())?;
+    if let Event::EpisodeStarted { task_digest, digests, .. } = &mut event {
+        *task_digest = carried.task_digest.clone();
+        *digests = Some(carried.digests.clone());
+    }
     serde_json::to_vec(&event).map_err(|e| e.to_string())
 }
 
