@@ -48,6 +48,38 @@ pub struct EpisodeRow {
     pub metadata: Box<[(Arc<str>, Arc<str>)]>,
 }
 
+#[cfg(test)]
+impl EpisodeRow {
+    /// A row of one step's episode, epoch 1, of task `task_id` of suite `s` on `model`: the
+    /// shape unit tests of the tables and filters start from.
+    pub(crate) fn example(task_id: &str, model: &str, outcome: Outcome) -> EpisodeRow {
+        EpisodeRow {
+            episode_id: format!("{model}-{task_id}").into(),
+            suite: Arc::from("s"),
+            task_id: Arc::from(task_id),
+            task_digest: Arc::from("d"),
+            model: Arc::from(model),
+            epoch: 1,
+            outcome,
+            termination: Termination::FinalAnswer,
+            steps: 1,
+            tool_calls: 0,
+            tool_errors: 0,
+            usage: Usage::default(),
+            cost_usd: None,
+            model_calls: 1,
+            latency_ms: 1.0,
+            wall_ms: 1.0,
+            started_us: 0,
+            finished_us: 0,
+            toolset: None,
+            variant: None,
+            tags: Box::default(),
+            metadata: Box::default(),
+        }
+    }
+}
+
 impl EpisodeRow {
     /// `passed`, `failed`, `unscored` or `cancelled`.
     pub fn status(&self) -> &'static str {

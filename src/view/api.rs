@@ -403,32 +403,13 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::log::{Outcome, Termination, Usage};
+    use crate::log::Outcome;
 
     fn row(task: &str, tags: &[&str], metadata: &[(&str, &str)]) -> EpisodeRow {
         EpisodeRow {
-            episode_id: format!("{task}-e1").into(),
-            suite: Arc::from("s"),
-            task_id: Arc::from(task),
-            task_digest: Arc::from("d"),
-            model: Arc::from("mock"),
-            epoch: 1,
-            outcome: Outcome::Scored { score: 1.0, passed: true },
-            termination: Termination::FinalAnswer,
-            steps: 1,
-            tool_calls: 0,
-            tool_errors: 0,
-            usage: Usage::default(),
-            cost_usd: None,
-            model_calls: 1,
-            latency_ms: 1.0,
-            wall_ms: 1.0,
-            started_us: 0,
-            finished_us: 0,
-            toolset: None,
-            variant: None,
             tags: tags.iter().map(|&t| Arc::from(t)).collect(),
             metadata: metadata.iter().map(|&(k, v)| (Arc::from(k), Arc::from(v))).collect(),
+            ..EpisodeRow::example(task, "mock", Outcome::Scored { score: 1.0, passed: true })
         }
     }
 
