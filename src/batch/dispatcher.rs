@@ -345,6 +345,8 @@ fn log_not_run(log: &EventLog, spec: &EpisodeSpec, why: &str) {
         sampling: spec.variant().map_or(&spec.suite.agent.sampling, |v| &v.agent.sampling).clone(),
         // Never run: a later `--since` runs it whatever its parts.
         digests: None,
+        tags: task.tags.clone(),
+        metadata: task.logged_metadata(),
     });
     recorder.emit(&Event::EpisodeFinished {
         outcome: Outcome::Unscored { cause: UnscoredCause::Budget, message: format!("not run: {why}") },

@@ -151,6 +151,8 @@ impl<'a> Episode<'a> {
             variant: variant.map(|v| v.name.clone()),
             sampling: agent.sampling.clone(),
             digests: Some(super::digests::Digester::new(roster.graders.forced.clone()).of(spec)),
+            tags: task.tags.clone(),
+            metadata: task.logged_metadata(),
         });
         let cast = Cast::of(spec, roster);
         Episode { spec, suite, task, agent, environment, grounds, cast, recorder, started, slot, notes }

@@ -50,6 +50,9 @@ pub struct Carried {
     /// Its parts now, and its task's digest now (its `episode_started` says these).
     digests: EpisodeDigests,
     task_digest: String,
+    /// Its task's tags and logged metadata now (tags are not part of the task's digest).
+    tags: Vec<String>,
+    metadata: serde_json::Map<String, serde_json::Value>,
     /// Its outcome there: a reused episode's outcome here.
     outcome: Outcome,
 }
@@ -144,7 +147,10 @@ pub fn plan(dir: &Path, suites: &[Arc<Suite>], options: &RunOptions) -> Result<S
         since.count(&spec, &key, kind, &reason);
         if let (Some(before), Fate::Reuse | Fate::Regrade) = (before, kind) {
             let outcome = before.outcome.clone().unwrap_or(Outcome::Cancelled);
-            let carried = Carried { kind, from: before.id.clone(), reason, digests, task_digest, outcome };
+            let task = &spec.suite.tasks[spec.task];
+            let (tags, metadata) = (task.tags.clone(), task.logged_metadata());
+            let from = before.id.clone();
+            let carried = Carried { kind, from, reason, digests, task_digest, tags, metadata, outcome };
             since.carried.insert(spec.id.clone(), carried);
         }
     }
@@ -443,25 +449,16 @@ fn emit_lines(log: &EventLog, id: &Arc<str>, lines: Vec<(Option<String>, Vec<u8>
     }
 }
 
-/// An `episode_started` line as the new run says it: the task's digest and the parts now.
+/// An `episode_started` line as the new run says it: the task's digest, tags, metadata and
+/// the parts now.
 fn restarted(text: &str, carried: &Carried) -> Result<Vec<u8>, String> {
-    let event = match serde_json::from_str::<Event>(text).map_err(|e| e.to_string())? {
-        Event::EpisodeStarted { suite, task_id, model, epoch, environment, toolset, variant, sampling, .. } => {
-            Event::EpisodeStarted {
-                suite,
-                task_id,
-                task_digest: carried.task_digest.clone(),
-                model,
-                epoch,
-                environment,
-                toolset,
-                variant,
-                sampling,
-                digests: Some(carried.digests.clone()),
-            }
-        }
-        other => other,
-    };
+    let mut event = serde_json::from_str::<Event>(text).map_err(|e| e.to_string())?;
+    if let Event::EpisodeStarted { task_digest, digests, tags, metadata, .. } = &mut event {
+        *task_digest = carried.task_digest.clone();
+        *digests = Some(carried.digests.clone());
+        *tags = carried.tags.clone();
+        *metadata = carried.metadata.clone();
+    }
     serde_json::to_vec(&event).map_err(|e| e.to_string())
 }
 

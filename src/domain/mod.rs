@@ -96,7 +96,28 @@ pub struct FileCopy {
     pub to: String,
 }
 
+/// The most characters of a metadata string an episode's log keeps.
+pub const LOGGED_METADATA_CHARS: usize = 80;
+
 impl Task {
+    /// The task's own metadata entries whose values are strings, numbers or booleans, each
+    /// string cut to [`LOGGED_METADATA_CHARS`]: what its episodes' logs carry for filtering.
+    /// Lists, objects and shared metadata stay out: they can be large.
+    pub fn logged_metadata(&self) -> Map<String, Value> {
+        let mut out = Map::new();
+        for (key, value) in &self.metadata {
+            let kept = match value {
+                Value::String(s) if s.chars().count() > LOGGED_METADATA_CHARS => {
+                    Value::String(s.chars().take(LOGGED_METADATA_CHARS).collect())
+                }
+                Value::String(_) | Value::Number(_) | Value::Bool(_) => value.clone(),
+                Value::Null | Value::Array(_) | Value::Object(_) => continue,
+            };
+            out.insert(key.clone(), kept);
+        }
+        out
+    }
+
     /// A task with only an id and an input: no target, files, scorers, scripts, user or
     /// memory, and no digest (one made in code, not loaded from a suite).
     pub fn new(id: &str, input: &str) -> Task {

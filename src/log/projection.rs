@@ -42,6 +42,42 @@ pub struct EpisodeRow {
     pub toolset: Option<Arc<str>>,
     /// The variant the episode ran under, when its suite names `variants:`.
     pub variant: Option<Arc<str>>,
+    /// Its task's tags (`episode_started.tags`).
+    pub tags: Box<[Arc<str>]>,
+    /// Its task's scalar metadata as logged, each value as text (`7`, `true`, `hard`).
+    pub metadata: Box<[(Arc<str>, Arc<str>)]>,
+}
+
+#[cfg(test)]
+impl EpisodeRow {
+    /// A row of one step's episode, epoch 1, of task `task_id` of suite `s` on `model`: the
+    /// shape unit tests of the tables and filters start from.
+    pub(crate) fn example(task_id: &str, model: &str, outcome: Outcome) -> EpisodeRow {
+        EpisodeRow {
+            episode_id: format!("{model}-{task_id}").into(),
+            suite: Arc::from("s"),
+            task_id: Arc::from(task_id),
+            task_digest: Arc::from("d"),
+            model: Arc::from(model),
+            epoch: 1,
+            outcome,
+            termination: Termination::FinalAnswer,
+            steps: 1,
+            tool_calls: 0,
+            tool_errors: 0,
+            usage: Usage::default(),
+            cost_usd: None,
+            model_calls: 1,
+            latency_ms: 1.0,
+            wall_ms: 1.0,
+            started_us: 0,
+            finished_us: 0,
+            toolset: None,
+            variant: None,
+            tags: Box::default(),
+            metadata: Box::default(),
+        }
+    }
 }
 
 impl EpisodeRow {
@@ -147,6 +183,8 @@ struct Open {
     model_calls: u32,
     latency_ms: f64,
     toolset: Option<u32>,
+    tags: Box<[u32]>,
+    metadata: Box<[(u32, u32)]>,
 }
 
 /// Suite, task id, task digest, model and variant (indexes into the index's names), and
@@ -170,6 +208,9 @@ struct Entry {
     offset: u64,
     /// The toolset drawn (an index into the names), when there was one.
     toolset: Option<u32>,
+    /// The task's tags and scalar metadata (indexes into the names).
+    tags: Box<[u32]>,
+    metadata: Box<[(u32, u32)]>,
 }
 
 /// A log read once, keeping of each finished episode only what sorts and locates it
@@ -275,6 +316,8 @@ impl Index {
                 finished_us: micros(&head.ts),
                 toolset: e.toolset.map(name),
                 variant: e.key.variant.map(name),
+                tags: e.tags.iter().map(|&t| name(t)).collect(),
+                metadata: e.metadata.iter().map(|&(k, v)| (name(k), name(v))).collect(),
             });
         }
         Ok(())
@@ -394,7 +437,7 @@ impl Fold {
 
     /// Opens the episode under its key, its names interned.
     fn episode_started(&mut self, head: LineHeader, text: &str) -> Result<(), String> {
-        let EpisodeStartedKey { suite, task_id, task_digest, model, epoch, toolset, variant } =
+        let EpisodeStartedKey { suite, task_id, task_digest, model, epoch, toolset, variant, tags, metadata } =
             serde_json::from_str(text).map_err(|e| e.to_string())?;
         if let Some(id) = head.episode_id {
             let names = &mut self.names;
@@ -407,8 +450,20 @@ impl Fold {
                 variant: variant.map(|v| names.intern(v)),
             };
             let toolset = toolset.map(|t| names.intern(t));
+            let tags = tags.into_iter().map(|t| names.intern(t)).collect();
+            let metadata = metadata
+                .into_iter()
+                .map(|(k, v)| {
+                    let text = match v {
+                        serde_json::Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    (names.intern(k), names.intern(text))
+                })
+                .collect();
             let started_us = micros(&head.ts);
-            self.open.insert(id, Open { key, started_us, model_calls: 0, latency_ms: 0.0, toolset });
+            let open = Open { key, started_us, model_calls: 0, latency_ms: 0.0, toolset, tags, metadata };
+            self.open.insert(id, open);
         }
         Ok(())
     }
@@ -457,6 +512,8 @@ impl Fold {
             latency_ms: o.latency_ms,
             offset,
             toolset: o.toolset,
+            tags: o.tags,
+            metadata: o.metadata,
         });
     }
 
@@ -555,6 +612,8 @@ mod tests {
             variant: None,
             sampling: Default::default(),
             digests: None,
+            tags: Vec::new(),
+            metadata: Default::default(),
         }
     }
 

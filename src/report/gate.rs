@@ -163,31 +163,10 @@ mod tests {
     use super::*;
     use crate::log::event::SuiteInfo;
     use crate::log::projection::EpisodeRow;
-    use crate::log::{Outcome, Termination, UnscoredCause, Usage};
+    use crate::log::{Outcome, UnscoredCause};
 
     fn row(task: usize, model: &str, outcome: Outcome) -> EpisodeRow {
-        EpisodeRow {
-            episode_id: format!("{model}-{task}").into(),
-            suite: Arc::from("s"),
-            task_id: Arc::from(format!("t{task}")),
-            task_digest: Arc::from("d"),
-            model: Arc::from(model),
-            epoch: 1,
-            outcome,
-            termination: Termination::FinalAnswer,
-            steps: 1,
-            tool_calls: 0,
-            tool_errors: 0,
-            usage: Usage::default(),
-            cost_usd: None,
-            model_calls: 1,
-            latency_ms: 1.0,
-            wall_ms: 1.0,
-            started_us: 0,
-            finished_us: 0,
-            toolset: None,
-            variant: None,
-        }
+        EpisodeRow::example(&format!("t{task}"), model, outcome)
     }
 
     /// A finished run of `outcomes` on `model`, its suite asking for `threshold`.

@@ -181,6 +181,8 @@ mod tests {
             variant: None,
             sampling: Default::default(),
             digests: None,
+            tags: Vec::new(),
+            metadata: Default::default(),
         }
     }
 

@@ -299,6 +299,8 @@ mod tests {
             finished_us: rng.i64(0..4_000_000_000_000_000),
             toolset: rng.bool().then(|| text(rng)),
             variant: rng.bool().then(|| text(rng)),
+            tags: Box::default(),
+            metadata: Box::default(),
         }
     }
 

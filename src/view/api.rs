@@ -57,6 +57,9 @@ pub fn run_head(l: &Loaded, labels: &[Value]) -> Result<Value, String> {
         if let Some(c) = e.unscored_cause() {
             *facets.entry("cause").or_default().entry(c).or_default() += 1;
         }
+        for t in &e.tags {
+            *facets.entry("tag").or_default().entry(&**t).or_default() += 1;
+        }
     }
     out["key"] = json!(l.key);
     out["dir"] = json!(l.dir.display().to_string());
@@ -79,12 +82,43 @@ pub struct EpisodeQuery {
     pub suite: Option<String>,
     pub model: Option<String>,
     pub variant: Option<String>,
+    pub tag: Option<String>,
+    pub meta: Option<MetaFilter>,
     /// Text in the episode id or the task id.
     pub text: Option<String>,
     /// Only episodes a person labelled.
     pub labelled: bool,
     pub offset: usize,
     pub limit: usize,
+}
+
+/// `meta=KEY=VALUE`: episodes whose task's metadata has `KEY` with the value `VALUE`
+/// (as text: `3`, `true`, `hard`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetaFilter {
+    pub key: String,
+    pub value: String,
+}
+
+impl MetaFilter {
+    fn from_pairs(pairs: &HashMap<String, String>) -> Result<Option<MetaFilter>, String> {
+        let Some(given) = pairs.get("meta").map(|m| m.trim()).filter(|m| !m.is_empty()) else { return Ok(None) };
+        match given.split_once('=') {
+            Some((key, value)) if !key.trim().is_empty() => {
+                Ok(Some(MetaFilter { key: key.trim().to_owned(), value: value.trim().to_owned() }))
+            }
+            _ => Err(format!("`meta`: {given:?} is not KEY=VALUE")),
+        }
+    }
+
+    fn keeps(&self, e: &EpisodeRow) -> bool {
+        e.metadata.iter().any(|(k, v)| **k == *self.key && **v == *self.value)
+    }
+}
+
+/// Whether the episode's task has the tag and the metadata asked for (none asked: yes).
+fn labelled_as(tag: Option<&str>, meta: Option<&MetaFilter>, e: &EpisodeRow) -> bool {
+    tag.is_none_or(|t| e.tags.iter().any(|x| **x == *t)) && meta.is_none_or(|m| m.keeps(e))
 }
 
 impl EpisodeQuery {
@@ -108,6 +142,8 @@ impl EpisodeQuery {
             suite: text("suite"),
             model: text("model"),
             variant: text("variant"),
+            tag: text("tag"),
+            meta: MetaFilter::from_pairs(pairs)?,
             text: text("q").map(|q| q.to_lowercase()),
             labelled: pairs.get("labelled").is_some_and(|v| v == "1" || v == "true"),
             offset: number("offset", 0)?,
@@ -127,6 +163,7 @@ impl EpisodeQuery {
             && is(&self.suite, &*e.suite)
             && is(&self.model, &*e.model)
             && self.variant.as_deref().is_none_or(|v| e.variant.as_deref() == Some(v))
+            && labelled_as(self.tag.as_deref(), self.meta.as_ref(), e)
             && self
                 .text
                 .as_deref()
@@ -147,6 +184,7 @@ pub fn episodes(l: &Loaded, q: &EpisodeQuery, labels: &[Value]) -> Value {
         if matched >= q.offset && rows.len() < q.limit {
             let mut row = serde_json::to_value(Listed::of(e)).unwrap_or_default();
             row["labelled"] = json!(labelled.contains(&*e.episode_id));
+            row["tags"] = json!(e.tags);
             rows.push(row);
         }
         matched += 1;
@@ -179,6 +217,9 @@ pub struct CompareQuery {
     pub only: Option<String>,
     pub cause: Option<String>,
     pub suite: Option<String>,
+    /// Tasks with this tag, or this metadata (`KEY=VALUE`), in any run.
+    pub tag: Option<String>,
+    pub meta: Option<MetaFilter>,
     /// One task (with `suite`): its episodes in each group.
     pub task: Option<String>,
     pub offset: usize,
@@ -199,6 +240,8 @@ impl CompareQuery {
             only,
             cause: text("cause"),
             suite: text("suite"),
+            tag: text("tag"),
+            meta: MetaFilter::from_pairs(pairs)?,
             task: text("task"),
             offset: number("offset", 0),
             limit: number("limit", 200).clamp(1, MAX_PAGE),
@@ -252,6 +295,8 @@ pub fn compare(runs: &[std::sync::Arc<Loaded>], q: &CompareQuery) -> Value {
             }
         }
     }
+    let tags: std::collections::BTreeSet<&str> =
+        refs.iter().flat_map(|g| g.rows.iter()).flat_map(|e| e.tags.iter().map(|t| &**t)).collect();
     let mut matched = 0usize;
     let mut rows = Vec::new();
     for ((suite, task), cells) in &tasks {
@@ -291,6 +336,7 @@ pub fn compare(runs: &[std::sync::Arc<Loaded>], q: &CompareQuery) -> Value {
         "groups": comparison.groups.iter().map(|g| stats(None, g)).collect::<Vec<_>>(),
         "pairs": comparison.pairs.iter().map(pair_json).collect::<Vec<_>>(),
         "tasks": tasks.len(),
+        "tags": tags,
         "matched": matched,
         "offset": q.offset,
         "rows": rows,
@@ -314,6 +360,7 @@ fn compare_keeps(q: &CompareQuery, (suite, task): (&str, &str), cells: &[Cell], 
             _ => true,
         }
         && q.cause.as_deref().is_none_or(|c| all().any(|e| e.unscored_cause() == Some(c)))
+        && (q.tag.is_none() && q.meta.is_none() || all().any(|e| labelled_as(q.tag.as_deref(), q.meta.as_ref(), e)))
 }
 
 fn pair_json(p: &PairTest) -> Value {
@@ -349,4 +396,62 @@ pub fn align(a: &Loaded, a_id: &str, b: &Loaded, b_id: &str) -> Result<Value, St
         "rows": aligned.rows,
         "first_divergence": aligned.first_divergence,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::log::Outcome;
+
+    fn row(task: &str, tags: &[&str], metadata: &[(&str, &str)]) -> EpisodeRow {
+        EpisodeRow {
+            tags: tags.iter().map(|&t| Arc::from(t)).collect(),
+            metadata: metadata.iter().map(|&(k, v)| (Arc::from(k), Arc::from(v))).collect(),
+            ..EpisodeRow::example(task, "mock", Outcome::Scored { score: 1.0, passed: true })
+        }
+    }
+
+    fn query(pairs: &[(&str, &str)]) -> Result<EpisodeQuery, String> {
+        EpisodeQuery::from_pairs(&pairs.iter().map(|&(k, v)| (k.to_owned(), v.to_owned())).collect())
+    }
+
+    fn kept(q: &EpisodeQuery, rows: &[EpisodeRow]) -> Vec<String> {
+        rows.iter().filter(|e| q.keeps(e, &Default::default())).map(|e| e.task_id.to_string()).collect()
+    }
+
+    #[test]
+    fn episodes_are_filtered_by_tag_and_by_metadata() {
+        let rows = [
+            row("t1", &["math", "easy"], &[("level", "1"), ("lang", "en")]),
+            row("t2", &["math"], &[("level", "2")]),
+            row("t3", &[], &[("level", "1"), ("lang", "fr")]),
+            row("t4", &["mathematics"], &[]),
+        ];
+        assert_eq!(kept(&query(&[("tag", "math")]).unwrap(), &rows), ["t1", "t2"]);
+        assert_eq!(kept(&query(&[("tag", "easy")]).unwrap(), &rows), ["t1"]);
+        assert_eq!(kept(&query(&[("meta", "level=1")]).unwrap(), &rows), ["t1", "t3"]);
+        assert_eq!(kept(&query(&[("meta", " lang = fr ")]).unwrap(), &rows), ["t3"]);
+        assert_eq!(kept(&query(&[("tag", "math"), ("meta", "level=1")]).unwrap(), &rows), ["t1"]);
+        assert!(kept(&query(&[("meta", "level=3")]).unwrap(), &rows).is_empty());
+        assert_eq!(kept(&query(&[("tag", ""), ("meta", "")]).unwrap(), &rows).len(), 4);
+        let err = query(&[("meta", "level")]).unwrap_err();
+        assert!(err.contains("`meta`") && err.contains("KEY=VALUE"), "{err}");
+    }
+
+    #[test]
+    fn a_compared_task_is_kept_when_an_episode_of_any_run_has_the_tag_or_metadata() {
+        let (a, b) = (row("t1", &[], &[]), row("t1", &["hard"], &[("n", "3")]));
+        let cells = [Cell { episodes: vec![&a] }, Cell { episodes: vec![&b] }];
+        let q = |pairs: &[(&str, &str)]| {
+            CompareQuery::from_pairs(&pairs.iter().map(|&(k, v)| (k.to_owned(), v.to_owned())).collect()).unwrap()
+        };
+        let keeps = |q: &CompareQuery, cells: &[Cell]| compare_keeps(q, ("s", "t1"), cells, &[None, None]);
+        assert!(keeps(&q(&[("tag", "hard")]), &cells));
+        assert!(keeps(&q(&[("meta", "n=3")]), &cells));
+        assert!(!keeps(&q(&[("tag", "hard")]), &cells[..1]));
+        assert!(!keeps(&q(&[("meta", "n=4")]), &cells));
+        assert!(!keeps(&q(&[("tag", "easy")]), &cells));
+    }
 }

@@ -295,3 +295,26 @@ fn a_regrade_recalls_the_graders_answer_to_a_request_it_asks_again() {
     // g1 asked something else: the grader (its new script) answered.
     assert_eq!((outcome("g1"), recalled("g1")), (serde_json::json!(false), vec![false]));
 }
+
+/// Tags are no part of a task's digest: an episode reused after its task's tags changed is
+/// logged with the tags it has now.
+#[test]
+fn a_reused_episode_is_logged_with_its_tasks_tags_now() {
+    let sb = Sandbox::new();
+    let tagged = |tags: &str| {
+        format!(
+            "suite: night\nenvironment: kv\nscorers: [{{equals: ok}}]\ntasks:\n  - {{id: t0, input: q, tags: {tags}, metadata: {{n: 1}}, mock: [{{text: ok}}]}}\n"
+        )
+    };
+    sb.write("s.yaml", &tagged("[old]"));
+    assert_eq!(eval(&sb, &["--run-id", "nightly"]).code, 0);
+    sb.write("s.yaml", &tagged("[new, fast]"));
+    let run = eval(&sb, &["--since", "results/nightly", "--run-id", "since"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    let events = read_jsonl(&sb.path().join("results/since/events.jsonl"));
+    assert_eq!(of_type(&events, "episode_carried").len(), 1, "the episode is reused");
+    let started = of_type(&events, "episode_started");
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0]["tags"], serde_json::json!(["new", "fast"]));
+    assert_eq!(started[0]["metadata"], serde_json::json!({"n": 1}));
+}

@@ -374,3 +374,106 @@ fn check_live(sb: &Sandbox, viewer: &Viewer) {
         .any(|s| s["finished"] == false && s["matched"].as_u64().is_some_and(|m| m > first && m < LIVE_EPISODES));
     assert!(grew_while_running, "no episode appeared while the run ran: {shown}");
 }
+
+/// Tasks with tags and metadata: `a` and `b` are tagged `math`, `a` also `easy`; `a` and `c`
+/// have `level: 1`; `a` has a long note and a list, which the log keeps cut and leaves out.
+const TAGGED: &str = r#"suite: tagged
+environment: kv
+epochs: 2
+scorers: [{equals: ok}]
+tasks:
+  - {id: a, input: x, tags: [math, easy], metadata: {level: 1, lang: en, note: "NOTE", items: [1, 2]}, mock: [{text: ok}]}
+  - {id: b, input: x, tags: [math], metadata: {level: 2, hard: true}, mock: [{text: ok}]}
+  - {id: c, input: x, metadata: {level: 1, lang: fr}, mock: [{text: no}]}
+  - {id: d, input: x, mock: [{text: ok}]}
+"#;
+
+fn get(url: &str) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let resp = reqwest::get(url).await.unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        let status = resp.status().as_u16();
+        (status, resp.text().await.unwrap())
+    })
+}
+
+fn get_json(url: &str) -> Value {
+    let (status, body) = get(url);
+    assert_eq!(status, 200, "GET {url}: {body}");
+    serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {url}: {e}: {body}"))
+}
+
+/// The episodes and compare endpoints filter by the tags and metadata the log carries.
+#[test]
+fn the_viewer_filters_episodes_and_compared_tasks_by_tag_and_metadata() {
+    let sb = Sandbox::new();
+    let note = "n".repeat(100);
+    sb.write("tagged.yaml", &TAGGED.replace("NOTE", &note));
+    eval(&sb, "tagged.yaml", "mock", "m");
+    eval(&sb, "tagged.yaml", "echo", "e");
+
+    // The log: tags and scalar metadata of each task, strings cut, lists left out.
+    let events = read_jsonl(&sb.path().join("results/m/events.jsonl"));
+    let mut episodes_of: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for started in of_type(&events, "episode_started") {
+        let task = started["task_id"].as_str().unwrap().to_owned();
+        let (tags, metadata) = (&started["tags"], &started["metadata"]);
+        match task.as_str() {
+            "a" => {
+                assert_eq!(*tags, json!(["math", "easy"]));
+                assert_eq!(*metadata, json!({"level": 1, "lang": "en", "note": "n".repeat(80)}));
+            }
+            "b" => assert_eq!((tags, metadata), (&json!(["math"]), &json!({"level": 2, "hard": true}))),
+            "c" => assert_eq!((tags, metadata), (&Value::Null, &json!({"level": 1, "lang": "fr"}))),
+            _ => assert_eq!((tags, metadata), (&Value::Null, &Value::Null), "{started}"),
+        }
+        episodes_of.entry(task).or_default().push(started["episode_id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(episodes_of.values().map(Vec::len).sum::<usize>(), 8, "{episodes_of:?}");
+    let of = |tasks: &[&str]| -> Vec<String> {
+        let mut ids: Vec<String> = tasks.iter().flat_map(|t| episodes_of[*t].clone()).collect();
+        ids.sort();
+        ids
+    };
+
+    let viewer = start_viewer(&sb);
+    let head = get_json(&format!("{}api/runs/m", viewer.url));
+    assert_eq!(head["facets"]["tag"], json!({"easy": 2, "math": 4}), "{}", head["facets"]);
+    let filtered = |query: &str| {
+        let page = get_json(&format!("{}api/runs/m/episodes?{query}&limit=1000", viewer.url));
+        let ids: Vec<String> = sorted(&json!(
+            page["rows"].as_array().unwrap().iter().map(|r| r["episode_id"].clone()).collect::<Vec<_>>()
+        ));
+        assert_eq!(page["matched"], json!(ids.len()), "{query}");
+        ids
+    };
+    assert_eq!(filtered("tag=math"), of(&["a", "b"]));
+    assert_eq!(filtered("tag=easy"), of(&["a"]));
+    assert_eq!(filtered("meta=level%3D1"), of(&["a", "c"]));
+    assert_eq!(filtered("meta=hard%3Dtrue"), of(&["b"]));
+    assert_eq!(filtered("tag=math&meta=lang%3Den"), of(&["a"]));
+    assert_eq!(filtered(&format!("meta=note%3D{}", "n".repeat(80))), of(&["a"]));
+    assert!(filtered("meta=items%3D1").is_empty());
+    let (status, body) = get(&format!("{}api/runs/m/episodes?meta=level", viewer.url));
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("KEY=VALUE"), "{body}");
+
+    let compared = |query: &str| {
+        let data = get_json(&format!("{}api/compare?runs=m,e&{query}", viewer.url));
+        assert_eq!(data["tags"], json!(["easy", "math"]));
+        data["rows"].as_array().unwrap().iter().map(|r| r["task_id"].as_str().unwrap().to_owned()).collect::<Vec<_>>()
+    };
+    assert_eq!(compared("tag=math"), ["a", "b"]);
+    assert_eq!(compared("meta=lang%3Dfr"), ["c"]);
+    assert_eq!(compared("tag=easy&meta=level%3D1"), ["a"]);
+    assert_eq!(compared("only=flips&tag=math"), ["a", "b"]);
+
+    // The same filters chosen in the pages.
+    let args = json!({"key": "m", "runs": ["m", "e"], "tag": "math", "meta": "level=1"});
+    let shown = drive(&viewer, "tagged", args);
+    assert_eq!(shown["tags"], json!(["easy", "math"]), "{shown}");
+    assert_eq!(sorted(&shown["episodes"]), of(&["a"]), "{shown}");
+    assert_eq!(shown["byTag"], json!(["tagged/a", "tagged/b"]), "{shown}");
+    assert_eq!(shown["byBoth"], json!(["tagged/a"]), "{shown}");
+    assert_eq!(shown["labelled"], json!([true, true]), "{shown}");
+}

@@ -431,6 +431,10 @@ pub struct EpisodeStartedKey {
     pub toolset: Option<String>,
     #[serde(default)]
     pub variant: Option<String>,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub metadata: Map<String, Value>,
 }
 
 /// The fields of [`Event::EpisodeFinished`] that a table's row shows, decoded straight into
@@ -527,6 +531,13 @@ pub enum Event {
         /// what changed; absent in logs of runners before it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         digests: Option<EpisodeDigests>,
+        /// The task's `tags:`; absent when it has none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tags: Vec<String>,
+        /// The task's own metadata entries whose values are strings, numbers or booleans,
+        /// each string cut short, for a reader to filter by; absent when there are none.
+        #[serde(default, skip_serializing_if = "Map::is_empty")]
+        metadata: Map<String, Value>,
     },
     /// The episode was not run again: it was carried from an earlier run by `--since`,
     /// reused as it was or scored again from its logged trajectory. Follows its
@@ -1062,7 +1073,11 @@ mod tests {
 
     #[test]
     fn the_episode_views_read_what_the_events_write() {
-        for (toolset, variant) in [(None, None), (Some("t".to_string()), Some("v".to_string()))] {
+        let some_metadata: Map<String, Value> = serde_json::from_str(r#"{"level": "hard", "n": 3}"#).unwrap();
+        for (toolset, variant, tags, metadata) in [
+            (None, None, vec![], Map::new()),
+            (Some("t".to_string()), Some("v".to_string()), vec!["math".to_string()], some_metadata),
+        ] {
             let started = Event::EpisodeStarted {
                 suite: "s".into(),
                 task_id: "t1".into(),
@@ -1074,6 +1089,8 @@ mod tests {
                 variant: variant.clone(),
                 sampling: Default::default(),
                 digests: None,
+                tags: tags.clone(),
+                metadata: metadata.clone(),
             };
             let view: EpisodeStartedKey = serde_json::from_value(serde_json::to_value(&started).unwrap()).unwrap();
             let expected = EpisodeStartedKey {
@@ -1084,6 +1101,8 @@ mod tests {
                 epoch: 3,
                 toolset,
                 variant,
+                tags,
+                metadata,
             };
             assert_eq!(view, expected);
         }

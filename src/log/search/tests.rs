@@ -32,6 +32,8 @@ impl Log {
             variant: None,
             sampling: Default::default(),
             digests: None,
+            tags: Vec::new(),
+            metadata: Default::default(),
         };
         self.push(Some(id), event)
     }

@@ -45,6 +45,8 @@ fn log() -> tempfile::NamedTempFile {
             variant: None,
             sampling: Default::default(),
             digests: None,
+            tags: Vec::new(),
+            metadata: Default::default(),
         };
         line(&mut out, &mut seq, Some(id), &started);
         let includes = Event::Score {

@@ -124,6 +124,8 @@ async function runPage(key, q) {
     sel('status', 'Outcome', statuses, 'All outcomes'), sel('cause', 'Unscored cause', f.cause, 'Any cause'),
     sel('suite', 'Suite', f.suite, 'All suites'), sel('model', 'Model', f.model, 'All models'),
     f.variant ? sel('variant', 'Variant', f.variant, 'All variants') : null,
+    f.tag ? sel('tag', 'Tag', f.tag, 'Any tag') : null,
+    h('label', null, 'Metadata', h('input', {type: 'search', id: 'filter-meta', name: 'meta', value: q.get('meta') || '', placeholder: 'key=value'})),
     h('label', null, 'Search', h('input', {type: 'search', id: 'filter-q', name: 'q', value: q.get('q') || '', placeholder: 'task or episode id'})),
     h('label', null, 'Labelled', h('input', {type: 'checkbox', id: 'filter-labelled', name: 'labelled', checked: q.get('labelled') === '1'})));
   const tbody = h('tbody', {id: 'episode-rows'});
@@ -264,7 +266,7 @@ const item = l => h('li', {class: 'label'}, `${l.rater}: ${l.verdict}` + (l.scor
 async function comparePage(q) {
   const runs = (q.get('runs') || '').split(',').filter(Boolean);
   const fq = new URLSearchParams({runs: runs.join(',')});
-  for (const k of ['only', 'cause', 'suite', 'offset']) if (q.get(k)) fq.set(k, q.get(k));
+  for (const k of ['only', 'cause', 'suite', 'tag', 'meta', 'offset']) if (q.get(k)) fq.set(k, q.get(k));
   const data = await api(`/api/compare?${fq}`);
   document.title = 'runner view · compare';
   setCrumbs(['compare ' + runs.join(' vs '), null]);
@@ -299,6 +301,12 @@ async function comparePage(q) {
     filter('only', 'Show', [['', 'All tasks'], ['flips', 'Only flips'], ['failures', 'Only failures'], ['unscored', 'Only unscored']]),
     filter('cause', 'Unscored cause', [['', 'Any cause'], ...causes.map(c => [c, c])]),
     filter('suite', 'Suite', [['', 'All suites'], ...(q.get('suite') && !suites.includes(q.get('suite')) ? [q.get('suite')] : []).concat(suites).map(s => [s, s])]),
+    (data.tags || []).length ? filter('tag', 'Tag', [['', 'Any tag'], ...data.tags.map(t => [t, t])]) : null,
+    h('label', null, 'Metadata', h('input', {type: 'search', id: 'compare-meta', value: q.get('meta') || '', placeholder: 'key=value', onchange: ev => {
+      const nq = new URLSearchParams(fq); nq.delete('offset');
+      if (ev.target.value.trim()) nq.set('meta', ev.target.value.trim()); else nq.delete('meta');
+      location.hash = href(['compare'], nq);
+    }})),
     h('span', {id: 'task-count', class: 'muted', 'data-matched': data.matched},
       data.rows.length < data.matched ? `tasks ${int(data.offset + 1)}–${int(data.offset + data.rows.length)} of ${int(data.matched)} (of ${int(data.tasks)})` : `${int(data.matched)} of ${int(data.tasks)} tasks`));
   const turn = by => {
