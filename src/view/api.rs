@@ -220,6 +220,8 @@ pub struct CompareQuery {
     /// Tasks with this tag, or this metadata (`KEY=VALUE`), in any run.
     pub tag: Option<String>,
     pub meta: Option<MetaFilter>,
+    /// Tasks with an episode of this variant in any run.
+    pub variant: Option<String>,
     /// One task (with `suite`): its episodes in each group.
     pub task: Option<String>,
     pub offset: usize,
@@ -242,6 +244,7 @@ impl CompareQuery {
             suite: text("suite"),
             tag: text("tag"),
             meta: MetaFilter::from_pairs(pairs)?,
+            variant: text("variant"),
             task: text("task"),
             offset: number("offset", 0),
             limit: number("limit", 200).clamp(1, MAX_PAGE),
@@ -297,6 +300,8 @@ pub fn compare(runs: &[std::sync::Arc<Loaded>], q: &CompareQuery) -> Value {
     }
     let tags: std::collections::BTreeSet<&str> =
         refs.iter().flat_map(|g| g.rows.iter()).flat_map(|e| e.tags.iter().map(|t| &**t)).collect();
+    let variants: std::collections::BTreeSet<&str> =
+        refs.iter().flat_map(|g| g.rows.iter()).filter_map(|e| e.variant.as_deref()).collect();
     let mut matched = 0usize;
     let mut rows = Vec::new();
     for ((suite, task), cells) in &tasks {
@@ -337,6 +342,7 @@ pub fn compare(runs: &[std::sync::Arc<Loaded>], q: &CompareQuery) -> Value {
         "pairs": comparison.pairs.iter().map(pair_json).collect::<Vec<_>>(),
         "tasks": tasks.len(),
         "tags": tags,
+        "variants": variants,
         "matched": matched,
         "offset": q.offset,
         "rows": rows,
@@ -361,6 +367,7 @@ fn compare_keeps(q: &CompareQuery, (suite, task): (&str, &str), cells: &[Cell], 
         }
         && q.cause.as_deref().is_none_or(|c| all().any(|e| e.unscored_cause() == Some(c)))
         && (q.tag.is_none() && q.meta.is_none() || all().any(|e| labelled_as(q.tag.as_deref(), q.meta.as_ref(), e)))
+        && q.variant.as_deref().is_none_or(|v| all().any(|e| e.variant.as_deref() == Some(v)))
 }
 
 fn pair_json(p: &PairTest) -> Value {
@@ -453,5 +460,18 @@ mod tests {
         assert!(!keeps(&q(&[("tag", "hard")]), &cells[..1]));
         assert!(!keeps(&q(&[("meta", "n=4")]), &cells));
         assert!(!keeps(&q(&[("tag", "easy")]), &cells));
+    }
+
+    #[test]
+    fn a_compared_task_is_kept_when_an_episode_of_any_run_has_the_variant() {
+        let a = row("t1", &[], &[]);
+        let b = EpisodeRow { variant: Some(Arc::from("terse")), ..row("t1", &[], &[]) };
+        let cells = [Cell { episodes: vec![&a] }, Cell { episodes: vec![&b] }];
+        let q = |v: &str| CompareQuery::from_pairs(&[("variant".to_owned(), v.to_owned())].into()).unwrap();
+        let keeps = |q: &CompareQuery, cells: &[Cell]| compare_keeps(q, ("s", "t1"), cells, &[None, None]);
+        assert!(keeps(&q("terse"), &cells));
+        assert!(!keeps(&q("terse"), &cells[..1]));
+        assert!(!keeps(&q("verbose"), &cells));
+        assert!(keeps(&q(""), &cells[..1]), "an empty choice keeps every task");
     }
 }

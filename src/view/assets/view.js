@@ -266,7 +266,7 @@ const item = l => h('li', {class: 'label'}, `${l.rater}: ${l.verdict}` + (l.scor
 async function comparePage(q) {
   const runs = (q.get('runs') || '').split(',').filter(Boolean);
   const fq = new URLSearchParams({runs: runs.join(',')});
-  for (const k of ['only', 'cause', 'suite', 'tag', 'meta', 'offset']) if (q.get(k)) fq.set(k, q.get(k));
+  for (const k of ['only', 'cause', 'suite', 'tag', 'meta', 'variant', 'offset']) if (q.get(k)) fq.set(k, q.get(k));
   const data = await api(`/api/compare?${fq}`);
   document.title = 'runner view · compare';
   setCrumbs(['compare ' + runs.join(' vs '), null]);
@@ -302,6 +302,7 @@ async function comparePage(q) {
     filter('cause', 'Unscored cause', [['', 'Any cause'], ...causes.map(c => [c, c])]),
     filter('suite', 'Suite', [['', 'All suites'], ...(q.get('suite') && !suites.includes(q.get('suite')) ? [q.get('suite')] : []).concat(suites).map(s => [s, s])]),
     (data.tags || []).length ? filter('tag', 'Tag', [['', 'Any tag'], ...data.tags.map(t => [t, t])]) : null,
+    (data.variants || []).length ? filter('variant', 'Variant', [['', 'Any variant'], ...data.variants.map(v => [v, v])]) : null,
     h('label', null, 'Metadata', h('input', {type: 'search', id: 'compare-meta', value: q.get('meta') || '', placeholder: 'key=value', onchange: ev => {
       const nq = new URLSearchParams(fq); nq.delete('offset');
       if (ev.target.value.trim()) nq.set('meta', ev.target.value.trim()); else nq.delete('meta');
