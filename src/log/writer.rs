@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError, channel};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, TryRecvError, channel};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -37,6 +37,10 @@ pub const QUEUE_BYTES: usize = 4 << 20;
 /// run waiting for its models would pay for at every call; one is enough to tell a busy run
 /// (events every few microseconds) from a waiting one.
 const MIN_IDLE: Duration = Duration::from_millis(1);
+
+/// How often a close wakes a sleeping writer while handles of the log are still to be
+/// dropped.
+const CLOSE_LOOK: Duration = Duration::from_millis(10);
 
 /// How many bytes of written bodies are kept for emitters to serialise into, and the
 /// largest body kept. A body freed by the writer thread goes back to the allocator's arena
@@ -375,13 +379,19 @@ impl LogWriter {
     /// Waits until every handle is dropped and all events are written to the file; the
     /// handle it gives waits for them to reach the disk.
     pub fn close_written(self) -> std::io::Result<Syncing> {
-        // The writer may be asleep on an empty queue: it ends as soon as it looks again.
-        self.thread.thread().unpark();
+        let writer = self.thread.thread().clone();
         let syncing = Syncing { thread: Some(self.thread) };
-        match self.written.recv() {
-            Ok(()) => Ok(syncing),
-            // The writer ended before it had written everything: its result says why.
-            Err(_) => syncing.wait().map(|()| Syncing { thread: None }),
+        loop {
+            // The writer may be asleep on an empty queue: it ends as soon as it looks again
+            // after the last handle is gone, which may be dropped after this call began, so
+            // it is woken again until it has ended.
+            writer.unpark();
+            match self.written.recv_timeout(CLOSE_LOOK) {
+                Ok(()) => return Ok(syncing),
+                Err(RecvTimeoutError::Timeout) => continue,
+                // The writer ended before it had written everything: its result says why.
+                Err(RecvTimeoutError::Disconnected) => return syncing.wait().map(|()| Syncing { thread: None }),
+            }
         }
     }
 }
@@ -758,6 +768,27 @@ mod tests {
         assert!(lines_reach(&path, 2), "a line that asked for no flush stayed in the buffer");
         drop(log);
         writer.close().unwrap();
+    }
+
+    /// A close that begins while a handle of the log is still held ends once it is dropped,
+    /// though the writer is asleep by then.
+    #[test]
+    fn a_close_begun_before_the_last_handle_is_dropped_ends_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let (log, writer) = EventLog::create(&path, "r").unwrap();
+        log.emit(None, &run_finished());
+        assert!(falls_asleep(&log));
+        let held = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(log);
+        });
+        let (done, closed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(writer.close()));
+        let result = closed.recv_timeout(Duration::from_secs(10));
+        held.join().unwrap();
+        assert!(matches!(result, Ok(Ok(()))), "the close never ended: {result:?}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap().lines().count(), 1);
     }
 
     /// A line that comes just as the writer falls asleep wakes it: 300 finishes, each
