@@ -582,6 +582,16 @@ pub enum Event {
         /// was answering). Absent in logs written before it was recorded.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<String>,
+        /// Which attempt of the call this event is, when the call took more than one: each
+        /// attempt that failed or timed out before a retry has its own event (`retried`),
+        /// and the call's last attempt — answered, failed, or cancelled while under way —
+        /// has the next number. `latency_ms` is then the attempt's own wall time (the last
+        /// attempt's counts from the end of the one before). Absent on a call of one attempt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
+        /// Set on an attempt that failed and was retried: the call went on.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        retried: bool,
     },
     /// The call carries its own `actor`.
     ActionDispatched {
