@@ -888,7 +888,14 @@ mod tests {
             let mut own = RunOwn::default();
             own.add(folder, "folder");
             own.add("rk-0123456789", "key");
-            let request = ModelRequest { messages: &messages, tools: &[], deadline: None, directives, run_own: &own };
+            let request = ModelRequest {
+                messages: &messages,
+                tools: &[],
+                deadline: None,
+                directives,
+                run_own: &own,
+                watch: None,
+            };
             let borrowed = request_digest(&model, &Map::new(), &request);
             assert_eq!(borrowed, digest(&canonical_request(&model, &request)));
             (borrowed, own)

@@ -339,7 +339,17 @@ fn calls_of_log(events: &Path) -> Result<Vec<Call>, String> {
     for_each_event_of(events, Some(&["model_call"]), |e: LoggedEvent| {
         let episode = e.episode_id.clone();
         let Some(Event::ModelCall {
-            model, request_digest, sampling, response, error, cause, scorer, actor, attempt, retried, ..
+            model,
+            request_digest,
+            sampling,
+            response,
+            error,
+            cause,
+            scorer,
+            actor,
+            attempt,
+            retried,
+            ..
         }) = e.event()
         else {
             return;
@@ -741,7 +751,8 @@ mod tests {
                 (c.episode.clone().unwrap_or_default(), c.response.is_ok(), retried)
             })
             .collect();
-        let expected = [("a", false, true), ("a", true, false), ("b", true, false), ("c", false, true), ("c", false, false)];
+        let expected =
+            [("a", false, true), ("a", true, false), ("b", true, false), ("c", false, true), ("c", false, false)];
         assert_eq!(kept, expected.map(|(e, ok, r)| (e.to_owned(), ok, r)));
     }
 

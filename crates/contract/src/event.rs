@@ -1058,6 +1058,8 @@ mod tests {
             scorer,
             actor,
             status: None,
+            attempt: None,
+            retried: false,
         }
     }
 
