@@ -32,6 +32,8 @@ pub struct EpisodeRow {
     pub usage: Usage,
     pub cost_usd: Option<f64>,
     pub model_calls: u32,
+    /// The input tokens of the episode's largest model call.
+    pub largest_input: u64,
     /// The sum of the episode's model call latencies.
     pub latency_ms: f64,
     pub wall_ms: f64,
@@ -145,6 +147,7 @@ struct Open {
     key: Key,
     started_us: i64,
     model_calls: u32,
+    largest_input: u64,
     latency_ms: f64,
     toolset: Option<u32>,
 }
@@ -165,6 +168,7 @@ struct Key {
 struct Entry {
     key: Key,
     model_calls: u32,
+    largest_input: u64,
     started_us: i64,
     latency_ms: f64,
     offset: u64,
@@ -269,6 +273,7 @@ impl Index {
                 usage,
                 cost_usd,
                 model_calls: e.model_calls,
+                largest_input: e.largest_input,
                 latency_ms: e.latency_ms,
                 wall_ms,
                 started_us: e.started_us,
@@ -408,7 +413,7 @@ impl Fold {
             };
             let toolset = toolset.map(|t| names.intern(t));
             let started_us = micros(&head.ts);
-            self.open.insert(id, Open { key, started_us, model_calls: 0, latency_ms: 0.0, toolset });
+            self.open.insert(id, Open { key, started_us, model_calls: 0, largest_input: 0, latency_ms: 0.0, toolset });
         }
         Ok(())
     }
@@ -425,6 +430,7 @@ impl Fold {
             .filter(|_| call.scorer.is_none() && call.actor != crate::contract::Actor::User)
         {
             o.model_calls += 1;
+            o.largest_input = o.largest_input.max(call.usage.input_tokens);
             o.latency_ms += call.latency_ms;
         }
         Ok(())
@@ -453,6 +459,7 @@ impl Fold {
         self.entries.push(Entry {
             key: o.key,
             model_calls: o.model_calls,
+            largest_input: o.largest_input,
             started_us: o.started_us,
             latency_ms: o.latency_ms,
             offset,

@@ -181,6 +181,7 @@ mod tests {
             usage: Usage::default(),
             cost_usd: None,
             model_calls: 1,
+            largest_input: 0,
             latency_ms: 1.0,
             wall_ms: 1.0,
             started_us: 0,

@@ -409,6 +409,9 @@ pub struct SincePlan {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ModelCallTiming {
     pub latency_ms: f64,
+    /// What the call used: its input tokens size the episode's largest call.
+    #[serde(default)]
+    pub usage: Usage,
     /// Set on a grader's calls, which are not the agent's.
     #[serde(default)]
     pub scorer: Option<String>,
@@ -1068,7 +1071,7 @@ mod tests {
         for scorer in [None, Some("rubric".to_string())] {
             let event = model_call(Actor::Main, scorer.clone());
             let view: ModelCallTiming = serde_json::from_value(serde_json::to_value(&event).unwrap()).unwrap();
-            assert_eq!(view, ModelCallTiming { latency_ms: 12.5, scorer, actor: Actor::Main });
+            assert_eq!(view, ModelCallTiming { latency_ms: 12.5, usage: Usage::default(), scorer, actor: Actor::Main });
         }
     }
 
