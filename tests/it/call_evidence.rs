@@ -105,24 +105,8 @@ fn a_call_under_way_at_ctrl_c_is_a_cancelled_model_call_and_a_cassette_line() {
     let sb = setup(&server, 120.0);
     let mut recording = args("local/tiny", "rec");
     recording.extend(["--record", "cassette.jsonl"]);
-    let child = sb
-        .command()
-        .args(&recording)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     let started = std::time::Instant::now();
-    while runtime.block_on(server.received_requests()).unwrap_or_default().is_empty() {
-        assert!(started.elapsed().as_secs() < 30, "the agent's call never reached the model");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: sends SIGINT to the child we spawned.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
-    let run = Run::from(child.wait_with_output().unwrap());
+    let run = interrupted(&sb, &recording, (&runtime, &server, 1));
     assert!(started.elapsed().as_secs() < 40, "{run:?}");
     let events = read_jsonl(&sb.path().join("results/rec/events.jsonl"));
     let calls = of_type(&events, "model_call");
@@ -153,23 +137,7 @@ fn the_built_in_agents_call_under_way_at_ctrl_c_is_a_cancelled_model_call() {
     let server = slow_server(&runtime, Duration::from_secs(60));
     let sb = setup(&server, 120.0);
     sb.write("s.yaml", "suite: built-in\nenvironment: kv\nlimits: {time_s: 60}\ntasks:\n  - {id: t, input: Say done., scorers: [{equals: done}]}\n");
-    let child = sb
-        .command()
-        .args(args("local/tiny", "rec"))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = std::time::Instant::now();
-    while runtime.block_on(server.received_requests()).unwrap_or_default().is_empty() {
-        assert!(started.elapsed().as_secs() < 30, "the agent's call never reached the model");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // SAFETY: sends SIGINT to the child we spawned.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
-    let run = Run::from(child.wait_with_output().unwrap());
+    let run = interrupted(&sb, &args("local/tiny", "rec"), (&runtime, &server, 1));
     let events = read_jsonl(&sb.path().join("results/rec/events.jsonl"));
     let calls = of_type(&events, "model_call");
     assert_eq!(calls.len(), 1, "{run:?}\n{events:#?}");
@@ -266,24 +234,8 @@ fn a_timed_out_attempt_and_its_retry_under_way_at_ctrl_c_are_both_model_calls() 
     let sb = setup_retrying(&server);
     let mut recording = args("local/tiny", "rec");
     recording.extend(["--record", "cassette.jsonl"]);
-    let child = sb
-        .command()
-        .args(&recording)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     let started = std::time::Instant::now();
-    while runtime.block_on(server.received_requests()).unwrap_or_default().len() < 2 {
-        assert!(started.elapsed().as_secs() < 30, "the retry never reached the model");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    // SAFETY: sends SIGINT to the child we spawned.
-    unsafe {
-        libc::kill(child.id() as i32, libc::SIGINT);
-    }
-    let run = Run::from(child.wait_with_output().unwrap());
+    let run = interrupted(&sb, &recording, (&runtime, &server, 2));
     assert!(started.elapsed().as_secs() < 40, "{run:?}");
     let events = read_jsonl(&sb.path().join("results/rec/events.jsonl"));
     let expected = vec![("timed_out".to_owned(), 1, true), ("cancelled".to_owned(), 2, false)];
@@ -301,4 +253,32 @@ fn a_timed_out_attempt_and_its_retry_under_way_at_ctrl_c_are_both_model_calls() 
     assert_eq!(attempts_of(&replayed), expected, "replayed as what it was: {run:?}");
     let finished = of_type(&replayed, "episode_finished");
     assert_eq!(finished[0]["outcome"]["status"], "unscored", "{finished:?}");
+}
+
+/// Runs runner with `args` and stops it with SIGINT 300 ms after the model's server got
+/// `requests` requests.
+#[cfg(unix)]
+fn interrupted(
+    sb: &Sandbox,
+    args: &[&str],
+    (runtime, server, requests): (&tokio::runtime::Runtime, &MockServer, usize),
+) -> Run {
+    let child = sb
+        .command()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while runtime.block_on(server.received_requests()).unwrap_or_default().len() < requests {
+        assert!(started.elapsed().as_secs() < 30, "the agent's call never reached the model");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: sends SIGINT to the child we spawned.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    Run::from(child.wait_with_output().unwrap())
 }
