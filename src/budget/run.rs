@@ -350,6 +350,8 @@ mod tests {
             scorer: None,
             actor: Default::default(),
             status: None,
+            attempt: None,
+            retried: false,
         }
     }
 

@@ -407,13 +407,15 @@ async fn call(state: &State, wire: Wire, path: &str, body: &[u8]) -> Result<Resp
         deadline: Some(gateway.ledger.deadline()),
         directives: &asked.directives,
         run_own: &gateway.run_own,
+        watch: None,
     };
     let caller = Caller::Actor(Actor::Main);
     let mut in_flight =
         CallUnderWay::new(gateway.model.as_ref(), &gateway.model_name, &request, (step, caller), &gateway.recorder);
-    let (result, event) =
-        respond_logged(gateway.model.as_ref(), &gateway.model_name, &request, step, Caller::Actor(Actor::Main)).await;
-    in_flight.landed();
+    let watched = in_flight.watching(&request);
+    let (result, mut event) =
+        respond_logged(gateway.model.as_ref(), &gateway.model_name, &watched, step, Caller::Actor(Actor::Main)).await;
+    in_flight.landed(&mut event);
     gateway.recorder.emit(&event);
     let mut response = match result {
         Ok(response) => response,

@@ -32,6 +32,8 @@ pub struct EpisodeRow {
     pub usage: Usage,
     pub cost_usd: Option<f64>,
     pub model_calls: u32,
+    /// The input tokens of the episode's largest model call.
+    pub largest_input: u64,
     /// The sum of the episode's model call latencies.
     pub latency_ms: f64,
     pub wall_ms: f64,
@@ -68,6 +70,7 @@ impl EpisodeRow {
             usage: Usage::default(),
             cost_usd: None,
             model_calls: 1,
+            largest_input: 0,
             latency_ms: 1.0,
             wall_ms: 1.0,
             started_us: 0,
@@ -181,6 +184,7 @@ struct Open {
     key: Key,
     started_us: i64,
     model_calls: u32,
+    largest_input: u64,
     latency_ms: f64,
     toolset: Option<u32>,
     tags: Box<[u32]>,
@@ -203,6 +207,7 @@ struct Key {
 struct Entry {
     key: Key,
     model_calls: u32,
+    largest_input: u64,
     started_us: i64,
     latency_ms: f64,
     offset: u64,
@@ -310,6 +315,7 @@ impl Index {
                 usage,
                 cost_usd,
                 model_calls: e.model_calls,
+                largest_input: e.largest_input,
                 latency_ms: e.latency_ms,
                 wall_ms,
                 started_us: e.started_us,
@@ -462,7 +468,7 @@ impl Fold {
                 })
                 .collect();
             let started_us = micros(&head.ts);
-            let open = Open { key, started_us, model_calls: 0, latency_ms: 0.0, toolset, tags, metadata };
+            let open = Open { key, started_us, model_calls: 0, largest_input: 0, latency_ms: 0.0, toolset, tags, metadata };
             self.open.insert(id, open);
         }
         Ok(())
@@ -480,6 +486,7 @@ impl Fold {
             .filter(|_| call.scorer.is_none() && call.actor != crate::contract::Actor::User)
         {
             o.model_calls += 1;
+            o.largest_input = o.largest_input.max(call.usage.input_tokens);
             o.latency_ms += call.latency_ms;
         }
         Ok(())
@@ -508,6 +515,7 @@ impl Fold {
         self.entries.push(Entry {
             key: o.key,
             model_calls: o.model_calls,
+            largest_input: o.largest_input,
             started_us: o.started_us,
             latency_ms: o.latency_ms,
             offset,

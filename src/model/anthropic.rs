@@ -194,6 +194,7 @@ mod tests {
             deadline: None,
             directives: &directives,
             run_own: &crate::model::RunOwn::NONE,
+            watch: None,
         };
         let body = encode("claude-x", &request, &provider);
         assert_eq!(body["tool_choice"], json!({"type": "tool", "name": "Bash", "disable_parallel_tool_use": true}));

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 
 use super::config::{Api, Price, Provider};
 use super::limiter::{Deadline, Limiter};
-use super::{Exchange, LanguageModel, ModelError, ModelRequest, ModelResponse, anthropic, openai};
+use super::{Exchange, FailedAttempt, LanguageModel, ModelError, ModelRequest, ModelResponse, anthropic, openai};
 use crate::log::UnscoredCause;
 
 pub struct HttpModel {
@@ -414,6 +414,7 @@ impl HttpModel {
         let mut attempts = 0;
         loop {
             attempts += 1;
+            let began = std::time::Instant::now();
             let failure = match self.attempt(&body, request.deadline).await {
                 Ok(raw) => match self.decode(&raw) {
                     Ok(mut response) => {
@@ -465,6 +466,10 @@ impl HttpModel {
                     attempts,
                     exchange: None,
                 });
+            }
+            if let Some(watch) = request.watch {
+                let (cause, message) = (failure.cause.clone(), failure.message.clone());
+                watch.retried(&FailedAttempt { attempt: attempts, cause, message, wall: began.elapsed() });
             }
             tokio::time::sleep(wait).await;
         }

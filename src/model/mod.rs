@@ -70,13 +70,39 @@ pub struct ModelRequest<'a> {
     /// the gateway's address and key): left out of the request's digest, so that a recorded
     /// call replays in another run's folder.
     pub run_own: &'a RunOwn,
+    /// Told of each attempt that failed before a retry, as it ends: kept as evidence even
+    /// when the call is dropped later (a Ctrl-C while the retry is under way).
+    pub watch: Option<&'a dyn AttemptWatch>,
+}
+
+/// An attempt of a call that failed (or timed out) and was retried.
+#[derive(Debug, Clone)]
+pub struct FailedAttempt {
+    /// 1 for the call's first attempt.
+    pub attempt: u32,
+    pub cause: UnscoredCause,
+    pub message: String,
+    pub wall: std::time::Duration,
+}
+
+/// What hears of a call's retried attempts: the log's guard of a call under way
+/// ([`CallUnderWay`]) and the cassette ([`replay::Recording`]). A backend that retries
+/// tells it of each attempt before the next; a replay serves recorded ones the same way.
+pub trait AttemptWatch: Send + Sync {
+    fn retried(&self, attempt: &FailedAttempt);
+}
+
+impl std::fmt::Debug for dyn AttemptWatch + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AttemptWatch")
+    }
 }
 
 impl<'a> ModelRequest<'a> {
     /// A request of `messages` and `tools`: no deadline, nothing asked of the answer beyond
     /// them, nothing of the run's own to leave out of its digest.
     pub fn new(messages: &'a [Message], tools: &'a [ToolSpec]) -> Self {
-        ModelRequest { messages, tools, deadline: None, directives: &NO_DIRECTIVES, run_own: &NO_RUN_OWN }
+        ModelRequest { messages, tools, deadline: None, directives: &NO_DIRECTIVES, run_own: &NO_RUN_OWN, watch: None }
     }
 }
 
@@ -408,6 +434,8 @@ pub async fn respond_logged(
         scorer,
         actor,
         status,
+        attempt: None,
+        retried: false,
     };
     (result, event)
 }
@@ -416,27 +444,47 @@ pub async fn respond_logged(
 fn call_status(result: &Result<ModelResponse, ModelError>) -> &'static str {
     match result {
         Ok(_) => "answered",
-        Err(e) if e.cause.as_str() == CANCELLED => CANCELLED,
-        Err(e) if e.cause == UnscoredCause::ModelTooSlow || e.message.contains("the episode's time ran out") => "cut",
-        Err(e) if e.message.contains("no complete response within") => "timed_out",
-        Err(_) => "failed",
+        Err(e) => failure_status(&e.cause, &e.message),
     }
 }
 
-/// The `model_call` event of a call that was under way when it was dropped: the episode
-/// ended (its program exited, a limit, the run stopped by Ctrl-C) while the model was
-/// answering. Kept as evidence: what was asked, and for how long it waited.
-pub fn cancelled_call(
+/// How a call or an attempt that brought no answer ended.
+fn failure_status(cause: &UnscoredCause, message: &str) -> &'static str {
+    match cause {
+        _ if cause.as_str() == CANCELLED => CANCELLED,
+        UnscoredCause::ModelTooSlow => "cut",
+        _ if message.contains("the episode's time ran out") => "cut",
+        _ if message.contains("no complete response within") => "timed_out",
+        _ => "failed",
+    }
+}
+
+/// How an attempt without an answer ended, for its `model_call` event.
+struct Unanswered {
+    cause: UnscoredCause,
+    message: String,
+    /// Set when the call took more than one attempt.
+    attempt: Option<u32>,
+    retried: bool,
+}
+
+/// The `model_call` event of an attempt that brought no answer: one that failed before a
+/// retry, or the one under way when the call was dropped (the episode ended — its program
+/// exited, a limit, the run stopped by Ctrl-C — while the model was answering). Kept as
+/// evidence: what was asked, how it ended, and for how long it waited.
+fn unanswered_call(
     name: &str,
     step: u32,
     (request_digest, sampling): (String, Map<String, Value>),
     waited: std::time::Duration,
     caller: Caller,
+    ended: Unanswered,
 ) -> crate::log::Event {
     let (actor, scorer) = match caller {
         Caller::Actor(actor) => (actor, None),
         Caller::Scorer(scorer) => (crate::contract::Actor::default(), Some(scorer)),
     };
+    let status = failure_status(&ended.cause, &ended.message);
     crate::log::Event::ModelCall {
         model: name.to_owned(),
         step,
@@ -448,19 +496,23 @@ pub fn cancelled_call(
         attempts: 1,
         cache_hit: false,
         cost_usd: None,
-        error: Some("cancelled: the episode ended while the model was answering".to_owned()),
-        cause: Some(UnscoredCause::Other(CANCELLED.to_owned())),
+        error: Some(ended.message),
+        cause: Some(ended.cause),
         url: None,
         request: None,
         raw_response: None,
         scorer,
         actor,
-        status: Some(CANCELLED.to_owned()),
+        status: Some(status.to_owned()),
+        attempt: ended.attempt,
+        retried: ended.retried,
     }
 }
 
-/// A model call under way: dropped before it lands (a program exited, the episode's time
-/// ran out, the run was stopped with Ctrl-C), it leaves a `cancelled` `model_call` event.
+/// A model call under way: each attempt that fails before a retry leaves its own
+/// `model_call` event as it ends ([`CallUnderWay::watching`]), and the call dropped before
+/// it lands (a program exited, the episode's time ran out, the run was stopped with
+/// Ctrl-C) leaves a `cancelled` one.
 pub struct CallUnderWay<'a> {
     recorder: &'a crate::log::Recorder,
     name: &'a str,
@@ -468,7 +520,10 @@ pub struct CallUnderWay<'a> {
     caller: Option<Caller>,
     /// The request's digest and sampling, until the call lands.
     asked: Option<(String, Map<String, Value>)>,
-    started: std::time::Instant,
+    /// When the call's current attempt began: its start, or the end of the last retried one.
+    since: std::sync::Mutex<std::time::Instant>,
+    /// How many attempts failed before a retry.
+    retried: std::sync::atomic::AtomicU32,
 }
 
 impl<'a> CallUnderWay<'a> {
@@ -487,24 +542,70 @@ impl<'a> CallUnderWay<'a> {
             step,
             caller: Some(caller),
             asked: Some((digest, sampling)),
-            started: std::time::Instant::now(),
+            since: std::sync::Mutex::new(std::time::Instant::now()),
+            retried: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
-    /// The call came back (answered or not): its own event says so.
-    pub fn landed(&mut self) {
+    /// `request`, its retried attempts told to this call's log as they end.
+    pub fn watching<'r>(&'r self, request: &ModelRequest<'r>) -> ModelRequest<'r> {
+        ModelRequest { watch: Some(self), ..*request }
+    }
+
+    /// The call came back (answered or not) with `event`: after retried attempts, the
+    /// event is its last attempt's, numbered and timed as such.
+    pub fn landed(&mut self, event: &mut crate::log::Event) {
         self.asked = None;
+        let retried = *self.retried.get_mut();
+        if let (crate::log::Event::ModelCall { attempt, latency_ms, .. }, true) = (event, retried > 0) {
+            *attempt = Some(retried + 1);
+            *latency_ms = self.since().elapsed().as_secs_f64() * 1e3;
+        }
+    }
+
+    fn since(&self) -> std::time::Instant {
+        *self.since.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The number of the attempt under way, when an earlier one was retried.
+    fn attempt_under_way(&self) -> Option<u32> {
+        let retried = self.retried.load(std::sync::atomic::Ordering::SeqCst);
+        (retried > 0).then_some(retried + 1)
+    }
+}
+
+impl AttemptWatch for CallUnderWay<'_> {
+    fn retried(&self, failed: &FailedAttempt) {
+        let (Some(asked), Some(caller)) = (&self.asked, &self.caller) else { return };
+        let ended = Unanswered {
+            cause: failed.cause.clone(),
+            message: failed.message.clone(),
+            attempt: Some(failed.attempt),
+            retried: true,
+        };
+        self.recorder.emit(&unanswered_call(self.name, self.step, asked.clone(), failed.wall, caller.clone(), ended));
+        self.retried.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        *self.since.lock().unwrap_or_else(|p| p.into_inner()) = std::time::Instant::now();
     }
 }
 
 impl Drop for CallUnderWay<'_> {
     fn drop(&mut self) {
         if let (Some(asked), Some(caller)) = (self.asked.take(), self.caller.take()) {
-            let event = cancelled_call(self.name, self.step, asked, self.started.elapsed(), caller);
+            let ended = Unanswered {
+                cause: UnscoredCause::Other(CANCELLED.to_owned()),
+                message: CANCELLED_MESSAGE.to_owned(),
+                attempt: self.attempt_under_way(),
+                retried: false,
+            };
+            let event = unanswered_call(self.name, self.step, asked, self.since().elapsed(), caller, ended);
             self.recorder.emit(&event);
         }
     }
 }
+
+/// What a call the episode's end cut short says.
+pub const CANCELLED_MESSAGE: &str = "cancelled: the episode ended while the model was answering";
 
 /// The status (and the cause) of a model call the episode's end cut short.
 pub const CANCELLED: &str = "cancelled";
@@ -787,7 +888,14 @@ mod tests {
             let mut own = RunOwn::default();
             own.add(folder, "folder");
             own.add("rk-0123456789", "key");
-            let request = ModelRequest { messages: &messages, tools: &[], deadline: None, directives, run_own: &own };
+            let request = ModelRequest {
+                messages: &messages,
+                tools: &[],
+                deadline: None,
+                directives,
+                run_own: &own,
+                watch: None,
+            };
             let borrowed = request_digest(&model, &Map::new(), &request);
             assert_eq!(borrowed, digest(&canonical_request(&model, &request)));
             (borrowed, own)

@@ -21,7 +21,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::{
-    LanguageModel, Message, ModelError, ModelRequest, ModelResponse, canonical_request, digest, request_digest,
+    AttemptWatch, FailedAttempt, LanguageModel, Message, ModelError, ModelRequest, ModelResponse, canonical_request,
+    digest, request_digest,
 };
 use crate::contract::{Actor, ToolSpec};
 use crate::log::reader::for_each_event_of;
@@ -50,11 +51,24 @@ pub struct Entry {
     pub failure: Option<Failure>,
 }
 
-/// A recorded call that failed: its cause and message, served again on replay.
+/// A recorded call that failed, or one of its attempts that failed and was retried: its
+/// cause and message, served again on replay.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Failure {
     pub cause: UnscoredCause,
     pub message: String,
+    /// Which attempt of the call failed, when the call took more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// Set on an attempt that was retried: the call's next line goes on with it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retried: bool,
+}
+
+impl Failure {
+    pub fn new(cause: UnscoredCause, message: String) -> Self {
+        Failure { cause, message, attempt: None, retried: false }
+    }
 }
 
 /// What a recorded call gave: a response, or a failure.
@@ -94,18 +108,51 @@ impl CassetteWriter {
     }
 }
 
-/// A recorded call under way; see [`Recording::respond`].
+/// A recorded call under way; see [`Recording::respond`]. Each attempt that fails before a
+/// retry is written as it ends, and the call dropped before it lands as cancelled.
 struct Pending<'a> {
     recording: &'a Recording,
-    canonical: Option<CanonicalRequest>,
+    canonical: Mutex<Option<CanonicalRequest>>,
+    /// The caller's own watch, told of each retried attempt after the cassette.
+    outer: Option<&'a dyn AttemptWatch>,
+    retried: std::sync::atomic::AtomicU32,
+}
+
+impl Pending<'_> {
+    fn take(&self) -> Option<CanonicalRequest> {
+        self.canonical.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+impl AttemptWatch for Pending<'_> {
+    fn retried(&self, failed: &FailedAttempt) {
+        let canonical = self.canonical.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(canonical) = canonical {
+            let failure = Failure {
+                attempt: Some(failed.attempt),
+                retried: true,
+                ..Failure::new(failed.cause.clone(), failed.message.clone())
+            };
+            // A failed write is said by the call's last line (or its absence): the log has it too.
+            let _ = self.recording.cassette.append(&self.recording.entry(canonical, None, Some(failure)));
+            self.retried.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some(outer) = self.outer {
+            outer.retried(failed);
+        }
+    }
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        if let Some(canonical) = self.canonical.take() {
+        if let Some(canonical) = self.take() {
+            let retried = *self.retried.get_mut();
             let failure = Failure {
-                cause: UnscoredCause::Other(crate::model::CANCELLED.to_owned()),
-                message: "cancelled: the episode ended while the model was answering".to_owned(),
+                attempt: (retried > 0).then_some(retried + 1),
+                ..Failure::new(
+                    UnscoredCause::Other(crate::model::CANCELLED.to_owned()),
+                    crate::model::CANCELLED_MESSAGE.to_owned(),
+                )
             };
             // Nothing to report a failed write to from here: the log has the call too.
             let _ = self.recording.cassette.append(&self.recording.entry(canonical, None, Some(failure)));
@@ -156,14 +203,19 @@ impl LanguageModel for Recording {
         let canonical = canonical_request(self, request);
         // A call dropped before it lands is written as cancelled: the cassette keeps every
         // call the episode made, and a replay ends where the recording did.
-        let mut pending = Pending { recording: self, canonical: Some(canonical) };
-        let answered = self.inner.respond(request).await;
-        let canonical = pending.canonical.take().unwrap_or_else(|| canonical_request(self, request));
+        let pending = Pending {
+            recording: self,
+            canonical: Mutex::new(Some(canonical)),
+            outer: request.watch,
+            retried: std::sync::atomic::AtomicU32::new(0),
+        };
+        let answered = self.inner.respond(&ModelRequest { watch: Some(&pending), ..*request }).await;
+        let canonical = pending.take().unwrap_or_else(|| canonical_request(self, request));
         let (response, failure) = match &answered {
             // The run's own values (a folder, the gateway's address) as placeholders, which
             // a replay fills with its own.
             Ok(response) => (Some(request.run_own.normalised(&response.recorded())), None),
-            Err(e) => (None, Some(Failure { cause: e.cause.clone(), message: e.message.clone() })),
+            Err(e) => (None, Some(Failure::new(e.cause.clone(), e.message.clone()))),
         };
         let entry = self.entry(canonical, response, failure);
         self.cassette
@@ -259,17 +311,22 @@ impl Call {
 
 /// Keeps a failure only where it ended its episode's calls on its tape. A failure ends the
 /// episode unscored, so calls of the same episode after it belong to a later attempt (a
-/// resumed run): its failure is no part of the outcome the recording shows.
+/// resumed run): its failure is no part of the outcome the recording shows. A retried
+/// attempt's failure is kept with the call it was part of: when the line after it is.
 fn drop_failures_run_again(calls: Vec<Call>) -> Vec<Call> {
-    let mut last: HashMap<(Option<&str>, Option<&str>), usize> = HashMap::new();
-    for (i, call) in calls.iter().enumerate() {
-        last.insert((call.tape(), call.episode.as_deref()), i);
+    // Whether the next call of each tape and episode is kept; absent: none follows.
+    let mut next_kept: HashMap<(Option<&str>, Option<&str>), bool> = HashMap::new();
+    let mut keep = vec![false; calls.len()];
+    for (i, call) in calls.iter().enumerate().rev() {
+        let key = (call.tape(), call.episode.as_deref());
+        let following = next_kept.get(&key).copied();
+        keep[i] = match &call.response {
+            Ok(_) => true,
+            Err(failure) if failure.retried => following == Some(true),
+            Err(_) => following.is_none(),
+        };
+        next_kept.insert(key, keep[i]);
     }
-    let keep: Vec<bool> = calls
-        .iter()
-        .enumerate()
-        .map(|(i, call)| call.response.is_ok() || last.get(&(call.tape(), call.episode.as_deref())) == Some(&i))
-        .collect();
     calls.into_iter().zip(keep).filter_map(|(call, keep)| keep.then_some(call)).collect()
 }
 
@@ -281,8 +338,19 @@ fn calls_of_log(events: &Path) -> Result<Vec<Call>, String> {
     // response, not an episode's latest finish, and no other event.
     for_each_event_of(events, Some(&["model_call"]), |e: LoggedEvent| {
         let episode = e.episode_id.clone();
-        let Some(Event::ModelCall { model, request_digest, sampling, response, error, cause, scorer, actor, .. }) =
-            e.event()
+        let Some(Event::ModelCall {
+            model,
+            request_digest,
+            sampling,
+            response,
+            error,
+            cause,
+            scorer,
+            actor,
+            attempt,
+            retried,
+            ..
+        }) = e.event()
         else {
             return;
         };
@@ -291,7 +359,11 @@ fn calls_of_log(events: &Path) -> Result<Vec<Call>, String> {
                 Ok(response) => Ok(response),
                 Err(_) => return,
             },
-            (Some(message), cause) => Err(Failure { cause: cause.unwrap_or(UnscoredCause::ProviderError), message }),
+            (Some(message), cause) => Err(Failure {
+                attempt,
+                retried,
+                ..Failure::new(cause.unwrap_or(UnscoredCause::ProviderError), message)
+            }),
         };
         entries.push(Call {
             model,
@@ -518,7 +590,7 @@ impl LanguageModel for EpisodeReplay {
         let tape = self.replay.tape(self.grader.as_deref());
         let sampling = self.sampling();
         let key = request_digest(self, &sampling, request);
-        match tape.and_then(|t| t.serve(&self.episode, &key)) {
+        match self.serve_retried(tape, &key, request) {
             Some(Ok(response)) => {
                 let mut response = request.run_own.restored(&response);
                 response.cache_hit = true;
@@ -546,6 +618,25 @@ impl LanguageModel for EpisodeReplay {
             eprintln!("replay miss: more misses; each episode's is in the log");
         }
         Err(ModelError::new(UnscoredCause::ReplayMiss, message))
+    }
+}
+
+impl EpisodeReplay {
+    /// The next recorded line of this request past its retried attempts, which are told to
+    /// the request's watch as they were to the recording's.
+    fn serve_retried(&self, tape: Option<&Tape>, key: &str, request: &ModelRequest<'_>) -> Option<Recorded> {
+        loop {
+            match tape?.serve(&self.episode, key)? {
+                Err(failure) if failure.retried => {
+                    let Failure { cause, message, attempt, .. } = failure;
+                    let attempt = attempt.unwrap_or(1);
+                    if let Some(watch) = request.watch {
+                        watch.retried(&FailedAttempt { attempt, cause, message, wall: std::time::Duration::ZERO });
+                    }
+                }
+                served => return Some(served),
+            }
+        }
     }
 }
 
@@ -606,7 +697,7 @@ mod tests {
     }
 
     fn call(episode: &str, digest: &str, failed: bool) -> Call {
-        let failure = Failure { cause: UnscoredCause::ProviderError, message: "503".into() };
+        let failure = Failure::new(UnscoredCause::ProviderError, "503".into());
         Call {
             model: "m".into(),
             sampling: Map::new(),
@@ -629,6 +720,40 @@ mod tests {
             .collect();
         let expected = [("a:d1", true), ("b:d1", false), ("a:d2", true)];
         assert_eq!(kept, expected.map(|(k, ok)| (k.to_owned(), ok)));
+    }
+
+    /// A retried attempt's line stays with its call: kept before its answer (or the
+    /// failure that ended the recording), dropped with a failure a resume ran again.
+    #[test]
+    fn a_retried_attempt_is_kept_with_its_call() {
+        let retried = |episode: &str| {
+            let mut c = call(episode, "d1", true);
+            if let Err(failure) = &mut c.response {
+                failure.retried = true;
+                failure.attempt = Some(1);
+            }
+            c
+        };
+        // a: a retry answered; b: retried, then failed, then a resume answered; c: retried and ended failed.
+        let calls = vec![
+            retried("a"),
+            call("a", "d1", false),
+            retried("b"),
+            call("b", "d1", true),
+            call("b", "d1", false),
+            retried("c"),
+            call("c", "d1", true),
+        ];
+        let kept: Vec<(String, bool, bool)> = drop_failures_run_again(calls)
+            .iter()
+            .map(|c| {
+                let retried = c.response.as_ref().err().is_some_and(|f| f.retried);
+                (c.episode.clone().unwrap_or_default(), c.response.is_ok(), retried)
+            })
+            .collect();
+        let expected =
+            [("a", false, true), ("a", true, false), ("b", true, false), ("c", false, true), ("c", false, false)];
+        assert_eq!(kept, expected.map(|(e, ok, r)| (e.to_owned(), ok, r)));
     }
 
     #[test]

@@ -293,6 +293,7 @@ mod tests {
             usage: Usage { input_tokens: rng.u64(..), output_tokens: rng.u64(..1 << 40), cached_tokens: rng.u64(..10) },
             cost_usd: rng.bool().then(|| float(rng)),
             model_calls: rng.u32(..10),
+            largest_input: rng.u64(..1000),
             latency_ms: float(rng),
             wall_ms: float(rng),
             started_us: rng.i64(0..4_000_000_000_000_000),

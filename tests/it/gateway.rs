@@ -286,8 +286,11 @@ fn an_outage_behind_the_gateway_is_a_provider_error_not_the_agents_failure() {
     assert!(ran.stderr().contains("502") || ran.stderr().contains("InternalServerError"), "{}", ran.stderr());
     let Some(GatewayEnd::Fault(error)) = &ran.ending else { panic!("{:?}", ran.ending) };
     assert_eq!(error.cause, UnscoredCause::ProviderError, "{error:?}");
-    assert_eq!(ran.kinds(), ["model_call", "gateway_refused"]);
-    let Event::ModelCall { cause, .. } = &ran.events[0] else { unreachable!() };
+    assert_eq!(ran.kinds(), ["model_call", "model_call", "gateway_refused"], "the retried attempt, then the last");
+    let Event::ModelCall { retried: true, attempt: Some(1), .. } = &ran.events[0] else {
+        panic!("{:?}", ran.events[0])
+    };
+    let Event::ModelCall { cause, attempt: Some(2), .. } = &ran.events[1] else { panic!("{:?}", ran.events[1]) };
     assert_eq!(cause.as_ref(), Some(&UnscoredCause::ProviderError));
 }
 

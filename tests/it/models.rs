@@ -103,8 +103,24 @@ pub fn openai_env(server: &MockServer) -> Vec<(&'static str, String)> {
     vec![("OPENAI_BASE_URL", format!("{}/v1", server.uri())), ("OPENAI_API_KEY", "sk-test-key-123".into())]
 }
 
+/// The model calls, each as its last attempt's event, once it is checked that every attempt
+/// retried before it has an event of its own, numbered in order.
 fn model_calls(sb: &Sandbox) -> Vec<Value> {
-    of_type(&sb.events(), "model_call").into_iter().cloned().collect()
+    let mut calls = Vec::new();
+    let mut retried = 0;
+    for call in of_type(&sb.events(), "model_call") {
+        if call["retried"] == true {
+            retried += 1;
+            assert_eq!(call["attempt"], retried, "{call}");
+            continue;
+        }
+        if retried > 0 || call["attempts"].as_u64().unwrap_or(1) > 1 {
+            assert_eq!((&call["attempt"], &call["attempts"]), (&json!(retried + 1), &json!(retried + 1)), "{call}");
+        }
+        retried = 0;
+        calls.push(call.clone());
+    }
+    calls
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -117,6 +117,22 @@ fn the_html_report_renders_every_episode_and_its_trajectory_in_chromium() {
     assert!(!shown.contains("<title>pwned</title>"), "the model's script never ran");
     assert!(trajectory.contains("data-scorer=\"equals\"") && trajectory.contains("data-passed=\"false\""));
 
+    // The good episode's model calls and their input tokens, as its terminal line says them.
+    let good = task_episode(&events, "good");
+    let calls: Vec<u64> = of_type(&events, "model_call")
+        .iter()
+        .filter(|c| c["episode_id"] == good.as_str() && c.get("scorer").is_none())
+        .map(|c| c["usage"]["input_tokens"].as_u64().unwrap())
+        .collect();
+    assert_eq!(calls.len(), 2, "two turns of the mock");
+    let (all, largest) = (calls.iter().sum::<u64>(), calls.iter().copied().max().unwrap_or(0));
+    assert!(largest > 0 && largest < all, "{calls:?}");
+    let row = listed.split("class=\"episode-row").find(|r| r.contains(&format!("data-episode-id=\"{good}\""))).unwrap();
+    assert!(row.contains(&format!("{} (largest {})", thousands(all), thousands(largest))), "{row}");
+    let shown = dom(&page, &format!("#episode={good}"));
+    let said = format!("2 model calls, {} input tokens (largest call {})", thousands(all), thousands(largest));
+    assert!(shown.contains(&said), "{said} is not on the episode's page");
+
     // The graded episode shows the grader's reasoning.
     let graded = task_episode(&events, "graded");
     let shown = dom(&page, &format!("#episode={graded}"));
@@ -268,4 +284,17 @@ fn the_html_report_shows_a_turn_s_observations_in_the_order_of_its_calls() {
         .filter(|id| called.contains(id))
         .collect();
     assert_eq!(observed, called, "{trajectory}");
+}
+
+/// `n` as the page writes it: `12,345`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

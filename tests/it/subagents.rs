@@ -261,7 +261,9 @@ async fn a_providers_outage_under_a_child_leaves_the_episode_unscored() {
     let run = crate::models::run_with(&sb, &args, &crate::models::openai_env(&server)).await;
     assert_eq!(run.code, 3, "an unscored episode: {run:?}");
     let events = sb.events();
-    let calls = of_type(&events, "model_call");
+    let (retried, calls): (Vec<_>, Vec<_>) =
+        of_type(&events, "model_call").into_iter().partition(|c| c["retried"] == true);
+    assert_eq!(retried.len(), 2, "the child's retried attempts: {retried:?}");
     assert_eq!(calls.len(), 2, "main's delegation and the child's failed call: {calls:?}");
     assert!(calls[0].get("actor").is_none() && calls[0]["error"].is_null(), "{}", calls[0]);
     assert_eq!(calls[1]["actor"], "main.1");

@@ -409,6 +409,9 @@ pub struct SincePlan {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ModelCallTiming {
     pub latency_ms: f64,
+    /// What the call used: its input tokens size the episode's largest call.
+    #[serde(default)]
+    pub usage: Usage,
     /// Set on a grader's calls, which are not the agent's.
     #[serde(default)]
     pub scorer: Option<String>,
@@ -593,6 +596,16 @@ pub enum Event {
         /// was answering). Absent in logs written before it was recorded.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         status: Option<String>,
+        /// Which attempt of the call this event is, when the call took more than one: each
+        /// attempt that failed or timed out before a retry has its own event (`retried`),
+        /// and the call's last attempt — answered, failed, or cancelled while under way —
+        /// has the next number. `latency_ms` is then the attempt's own wall time (the last
+        /// attempt's counts from the end of the one before). Absent on a call of one attempt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        attempt: Option<u32>,
+        /// Set on an attempt that failed and was retried: the call went on.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        retried: bool,
     },
     /// The call carries its own `actor`.
     ActionDispatched {
@@ -1059,6 +1072,8 @@ mod tests {
             scorer,
             actor,
             status: None,
+            attempt: None,
+            retried: false,
         }
     }
 
@@ -1067,7 +1082,7 @@ mod tests {
         for scorer in [None, Some("rubric".to_string())] {
             let event = model_call(Actor::Main, scorer.clone());
             let view: ModelCallTiming = serde_json::from_value(serde_json::to_value(&event).unwrap()).unwrap();
-            assert_eq!(view, ModelCallTiming { latency_ms: 12.5, scorer, actor: Actor::Main });
+            assert_eq!(view, ModelCallTiming { latency_ms: 12.5, usage: Usage::default(), scorer, actor: Actor::Main });
         }
     }
 

@@ -291,6 +291,8 @@ fn grader_replies_are_left_to_their_scores() {
         scorer: scorer.map(str::to_owned),
         actor: Actor::Main,
         status: None,
+        attempt: None,
+        retried: false,
     };
     log.push(Some("e1"), call(None, "I will look for the marmot"));
     log.push(Some("e1"), call(Some("llm_rubric"), "The marmot was found {\"score\": 1}"));

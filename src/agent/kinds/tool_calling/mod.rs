@@ -285,8 +285,10 @@ impl ToolCallingAgent {
         let step = turn.allowance.step;
         let mut in_flight =
             CallUnderWay::new(self.model.as_ref(), &self.model_name, &request, (step, caller()), turn.recorder);
-        let (result, event) = respond_logged(self.model.as_ref(), &self.model_name, &request, step, caller()).await;
-        in_flight.landed();
+        let watched = in_flight.watching(&request);
+        let (result, mut event) =
+            respond_logged(self.model.as_ref(), &self.model_name, &watched, step, caller()).await;
+        in_flight.landed(&mut event);
         turn.recorder.emit(&event);
         result.map_err(|e| AgentFault { cause: e.cause, message: e.message })
     }
