@@ -25,14 +25,26 @@ fn racer(outside: &Path, seconds: f64) -> Value {
         "import ctypes, os, time\n\
          lib = ctypes.CDLL(None, use_errno=True)\n\
          os.path.lexists('l') or os.symlink({outside:?}, 'l')\n\
+         open('{RACING}', 'w').close()\n\
          end = time.time() + {seconds}\n\
          while time.time() < end:\n    \
              if lib.renameat2(-100, b'd', -100, b'l', 2) != 0 and not os.path.lexists('l'):\n        \
                  os.symlink({outside:?}, 'l')\n\
+         os.remove('{RACING}')\n\
          if os.path.islink('d'):\n    lib.renameat2(-100, b'd', -100, b'l', 2)\n",
         outside = outside.display().to_string()
     );
     json!({"name": "run_command", "arguments": {"command": format!("python3 -S -c {}", shell_quote(&script))}})
+}
+
+/// The file the racer makes once it swaps, and removes when it stops.
+const RACING: &str = ".racing";
+
+/// A command that waits (up to 30 s) until the racer swaps: the calls after it, run one at a
+/// time beside the racer, meet the swaps even when a loaded machine starts Python slowly.
+fn await_racer() -> Value {
+    let command = format!("i=0; while [ ! -e {RACING} ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done");
+    json!({"name": "run_command", "arguments": {"command": command}})
 }
 
 fn shell_quote(text: &str) -> String {
@@ -113,7 +125,7 @@ fn race(
         turns.push(json!({"tool_calls": before}));
     }
     for turn in 0..TURNS {
-        let mut calls = vec![racer(&outside, 1.0)];
+        let mut calls = vec![racer(&outside, 1.0), await_racer()];
         for i in 0..CALLS {
             calls.extend(call(turn, i));
         }
