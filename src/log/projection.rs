@@ -468,7 +468,8 @@ impl Fold {
                 })
                 .collect();
             let started_us = micros(&head.ts);
-            let open = Open { key, started_us, model_calls: 0, largest_input: 0, latency_ms: 0.0, toolset, tags, metadata };
+            let open =
+                Open { key, started_us, model_calls: 0, largest_input: 0, latency_ms: 0.0, toolset, tags, metadata };
             self.open.insert(id, open);
         }
         Ok(())

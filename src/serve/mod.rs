@@ -277,7 +277,8 @@ fn restore(
         }
     }
     let mut interrupted = 0;
-    let unlogged = restored.admitted.values().filter(|a| restored.ended.contains_key(&a.episode_id) && !finished(&a.episode_id));
+    let unlogged =
+        restored.admitted.values().filter(|a| restored.ended.contains_key(&a.episode_id) && !finished(&a.episode_id));
     for admitted in restored.interrupted().chain(unlogged) {
         let stop = CancellationToken::new();
         match last.get(&admitted.episode_id).cloned().flatten() {

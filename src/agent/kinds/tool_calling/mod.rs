@@ -286,8 +286,7 @@ impl ToolCallingAgent {
         let mut in_flight =
             CallUnderWay::new(self.model.as_ref(), &self.model_name, &request, (step, caller()), turn.recorder);
         let watched = in_flight.watching(&request);
-        let (result, mut event) =
-            respond_logged(self.model.as_ref(), &self.model_name, &watched, step, caller()).await;
+        let (result, mut event) = respond_logged(self.model.as_ref(), &self.model_name, &watched, step, caller()).await;
         in_flight.landed(&mut event);
         turn.recorder.emit(&event);
         result.map_err(|e| AgentFault { cause: e.cause, message: e.message })
