@@ -66,6 +66,7 @@ fn turns() -> Vec<MockTurn> {
 fn start(log: &EventLog) -> (GatewayHandle, i64, tokio::runtime::Runtime) {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     let gateway = Gateway {
+        run_own: Default::default(),
         model: Arc::new(MockModel::new(turns().into())),
         model_name: "mock".into(),
         ledger: Arc::new(Unlimited(AtomicU32::new(0), Deadline::after(Duration::from_secs(3600)))),

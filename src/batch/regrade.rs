@@ -302,12 +302,12 @@ async fn score_episode_again(
     };
     let outcome = match score_again(record, suite, &episode, graders).await {
         Ok(scores) => {
-            log_scores(&recorder, scoring_id, &scores);
+            log_scores(recorder, scoring_id, &scores);
             let (score, passed) = aggregate(&scores, suite.pass_score);
             Outcome::Scored { score, passed }
         }
         Err(fault) => {
-            log_scores(&recorder, scoring_id, &fault.scores);
+            log_scores(recorder, scoring_id, &fault.scores);
             match fault.settled(suite.pass_score) {
                 Some((score, passed)) => Outcome::Scored { score, passed },
                 None => Outcome::Unscored { cause: fault.cause, message: fault.message },

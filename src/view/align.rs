@@ -43,10 +43,11 @@ pub fn turns(events: &[Value]) -> Vec<TurnCalls> {
     let mut out: Vec<TurnCalls> = Vec::new();
     let mut errors = std::collections::HashSet::new();
     for e in events {
-        if e["type"] == "observation" && !e["observation"]["error"].is_null() {
-            if let Some(id) = e["observation"]["call_id"].as_str() {
-                errors.insert(id.to_owned());
-            }
+        if e["type"] == "observation"
+            && !e["observation"]["error"].is_null()
+            && let Some(id) = e["observation"]["call_id"].as_str()
+        {
+            errors.insert(id.to_owned());
         }
     }
     let turn_of = |out: &mut Vec<TurnCalls>, step: u64| -> usize {

@@ -160,8 +160,8 @@ impl EpisodeQuery {
         let is = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
         status_ok
             && self.cause.as_deref().is_none_or(|c| e.unscored_cause() == Some(c))
-            && is(&self.suite, &*e.suite)
-            && is(&self.model, &*e.model)
+            && is(&self.suite, &e.suite)
+            && is(&self.model, &e.model)
             && self.variant.as_deref().is_none_or(|v| e.variant.as_deref() == Some(v))
             && labelled_as(self.tag.as_deref(), self.meta.as_ref(), e)
             && self
