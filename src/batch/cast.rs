@@ -23,6 +23,9 @@ pub struct Roster {
     users: HashMap<String, Arc<Backend>>,
     /// `--user-model`: plays every simulated user, over the suites' choice.
     forced_user: Option<String>,
+    /// The episodes' digests (`episode_started.digests`), what each suite fixes worked out
+    /// once for the run.
+    pub(crate) digester: super::digests::Digester,
 }
 
 impl Roster {
@@ -52,7 +55,8 @@ impl Roster {
                 users.insert(name, Arc::new(backend));
             }
         }
-        Ok(Roster { graders, users, forced_user })
+        let digester = super::digests::Digester::new(graders.forced.clone());
+        Ok(Roster { graders, users, forced_user, digester })
     }
 
     /// The model a simulated user asks for: `--user-model` when given, else the task's.

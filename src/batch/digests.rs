@@ -5,7 +5,7 @@
 //! (a comment, a reordering of keys) changes no digest.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -32,24 +32,29 @@ struct SuiteParts {
     shows_target: bool,
 }
 
-/// Works out episodes' digests, keeping what a suite fixes for its next episodes.
+/// Works out episodes' digests, keeping what a suite fixes for its next episodes: one for
+/// the run, shared by its episodes, so that an environment's file is read and its tools
+/// serialised once, not once per episode.
 #[derive(Default)]
 pub struct Digester {
     /// By suite (its address: the run holds each once) and variant.
-    suites: HashMap<(usize, Option<usize>), SuiteParts>,
+    suites: Mutex<HashMap<(usize, Option<usize>), SuiteParts>>,
     /// The `--grader` given, which stands over every suite's and scorer's.
     forced_grader: Option<String>,
 }
 
 impl Digester {
     pub fn new(forced_grader: Option<String>) -> Self {
-        Digester { suites: HashMap::new(), forced_grader }
+        Digester { suites: Mutex::default(), forced_grader }
     }
 
     /// The digests of one episode.
-    pub fn of(&mut self, spec: &EpisodeSpec) -> EpisodeDigests {
+    pub fn of(&self, spec: &EpisodeSpec) -> EpisodeDigests {
         let key = (Arc::as_ptr(&spec.suite) as usize, spec.variant);
-        let parts = self.suites.entry(key).or_insert_with(|| suite_parts(spec)).clone();
+        let parts = {
+            let mut suites = self.suites.lock().unwrap_or_else(PoisonError::into_inner);
+            suites.entry(key).or_insert_with(|| suite_parts(spec)).clone()
+        };
         let suite = spec.suite.as_ref();
         let task = match spec.variant() {
             Some(v) => v.task(&suite.tasks[spec.task]),

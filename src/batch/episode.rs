@@ -150,7 +150,7 @@ impl<'a> Episode<'a> {
             toolset: toolset.map(|t| t.name.clone()),
             variant: variant.map(|v| v.name.clone()),
             sampling: agent.sampling.clone(),
-            digests: Some(super::digests::Digester::new(roster.graders.forced.clone()).of(spec)),
+            digests: Some(roster.digester.of(spec)),
             tags: task.tags.clone(),
             metadata: task.logged_metadata(),
         });

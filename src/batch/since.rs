@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::digests::Digester;
 use super::{EpisodeSpec, RunOptions, Tally, episodes};
 use crate::log::event::{
     EpisodeDigests, EpisodeFinishedRow, INITIAL_SCORING, ModelCallTiming, PlannedEpisode, SCHEMA_VERSION, SincePlan,
@@ -122,7 +121,6 @@ pub fn plan(dir: &Path, suites: &[Arc<Suite>], options: &RunOptions) -> Result<S
             "{shown}/events.jsonl ends before the run finished (cut, or killed): the {finished} episode(s) it finished can still be reused; the {unfinished} it started and did not finish run again"
         ));
     }
-    let mut digester = Digester::new(options.roster.graders.forced.clone());
     let mut since = Since {
         dir: dir.to_path_buf(),
         run_id: earlier.run_id.clone(),
@@ -132,7 +130,7 @@ pub fn plan(dir: &Path, suites: &[Arc<Suite>], options: &RunOptions) -> Result<S
         planned_s: 0.0,
     };
     for spec in episodes(suites, &options.models, options.epochs).filter(|e| options.plans(e)) {
-        let digests = digester.of(&spec);
+        let digests = options.roster.digester.of(&spec);
         let key: Key = (
             spec.suite.name.clone(),
             spec.suite.tasks[spec.task].id.clone(),
