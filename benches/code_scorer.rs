@@ -1,15 +1,15 @@
-//! A Python code scorer's cost to the runner: the same one-turn `kv` episode scored by a
-//! `python:` scorer (a long-lived worker, started once) and by the built-in `equals:`,
-//! 1,000 episodes each, through the real event log. The difference is what the code scorer
-//! costs the runner's own process per scored episode (the worker's CPU is not counted) and
-//! in wall time. Medians of 5 rounds of 200.
+//! A code scorer's cost: the same one-turn `kv` episode scored by a `python:` scorer, by a
+//! `js:` scorer (each a long-lived worker, started once) and by the built-in `equals:`,
+//! 1,000 episodes each, through the real event log. The differences are what a code scorer
+//! costs per scored episode: the runner's own process, and the runner with its worker (the
+//! worker's CPU read from `/proc`), and in wall time. Medians of 5 rounds of 200.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
 mod common;
-use common::cpu_time;
+use common::{cpu_time, descendants_cpu_time};
 use criterion::{Criterion, criterion_group, criterion_main};
 use tokio_util::sync::CancellationToken;
 
@@ -24,7 +24,7 @@ fn code_scorer(c: &mut Criterion) {
     let suite = Arc::new(runner::suite::load(&suite_path).expect("the bench suite loads"));
     let model = Arc::new(Backend::open("mock", &ModelConfig::default(), BackendOptions::default()).expect("mock"));
     let specs: Vec<EpisodeSpec> = batch::episodes(&[suite], &[model], Some(1)).collect();
-    let (python, builtin) = (&specs[0], &specs[1]);
+    let [python, js, builtin] = [&specs[0], &specs[1], &specs[2]];
 
     let dir = tempfile::tempdir().expect("temp dir");
     let (log, writer) = EventLog::create(&dir.path().join("events.jsonl"), "bench").expect("event log");
@@ -40,53 +40,72 @@ fn code_scorer(c: &mut Criterion) {
     };
     let episode =
         |spec: &EpisodeSpec| runtime.block_on(run_episode(spec.clone(), None, &log, &roster, &grounds, &stop));
-    for spec in [python, builtin] {
+    for spec in [python, js, builtin] {
         let report = episode(spec);
-        assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{report:?}");
+        assert!(matches!(report.outcome, Outcome::Scored { passed: true, .. }), "{}: {report:?}", spec.id);
     }
 
     c.bench_function("code_scorer/episode scored by a python worker", |b| b.iter(|| episode(python)));
+    c.bench_function("code_scorer/episode scored by a js worker", |b| b.iter(|| episode(js)));
 
-    let (python_cpu, python_wall) = per_episode(|| {
-        episode(python);
-    });
-    let (builtin_cpu, builtin_wall) = per_episode(|| {
+    let builtin_cost = per_episode(|| {
         episode(builtin);
     });
     let us = |d: f64| d * 1e6;
     println!(
-        "code_scorer: episode scored by python: {:.0} µs CPU, {:.0} µs wall; by equals: {:.0} µs CPU, {:.0} µs wall",
-        us(python_cpu),
-        us(python_wall),
-        us(builtin_cpu),
-        us(builtin_wall)
+        "code_scorer: episode scored by equals: {:.0} µs CPU, {:.0} µs wall",
+        us(builtin_cost.runner),
+        us(builtin_cost.wall)
     );
-    println!(
-        "code_scorer: per python-scored episode: runner CPU {:.0} µs, wall {:.0} µs (medians of 5 rounds of 200)",
-        us(python_cpu - builtin_cpu),
-        us(python_wall - builtin_wall)
-    );
+    for (name, spec) in [("python", python), ("js", js)] {
+        let cost = per_episode(|| {
+            episode(spec);
+        });
+        println!(
+            "code_scorer: episode scored by {name}: {:.0} µs runner CPU, {:.0} µs with its worker, {:.0} µs wall",
+            us(cost.runner),
+            us(cost.runner + cost.workers),
+            us(cost.wall)
+        );
+        println!(
+            "code_scorer: per {name}-scored episode: runner CPU {:.0} µs, with its worker {:.0} µs, wall {:.0} µs \
+             (medians of 5 rounds of 200, less equals')",
+            us(cost.runner - builtin_cost.runner),
+            us(cost.runner + cost.workers - builtin_cost.runner - builtin_cost.workers),
+            us(cost.wall - builtin_cost.wall)
+        );
+    }
     drop(log);
     writer.close().expect("log closes");
 }
 
-/// Runner's CPU and the wall time of one run of `episode`, in seconds: medians of 5 rounds
-/// of 200 (1,000 episodes).
-fn per_episode(mut episode: impl FnMut()) -> (f64, f64) {
+/// What one run of an episode costs, in seconds.
+struct Cost {
+    /// CPU of the runner's own process.
+    runner: f64,
+    /// CPU of its workers (its living descendants).
+    workers: f64,
+    wall: f64,
+}
+
+/// The medians of 5 rounds of 200 (1,000 episodes), each figure's on its own.
+fn per_episode(mut episode: impl FnMut()) -> Cost {
     const N: u32 = 200;
-    let mut cpu = Vec::new();
-    let mut wall = Vec::new();
+    let (mut runner, mut workers, mut wall) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..5 {
-        let (before, started) = (cpu_time(), Instant::now());
+        let (before, before_workers, started) = (cpu_time(), descendants_cpu_time(), Instant::now());
         for _ in 0..N {
             episode();
         }
-        cpu.push((cpu_time() - before).as_secs_f64() / f64::from(N));
+        runner.push((cpu_time() - before).as_secs_f64() / f64::from(N));
+        workers.push((descendants_cpu_time().saturating_sub(before_workers)).as_secs_f64() / f64::from(N));
         wall.push(started.elapsed().as_secs_f64() / f64::from(N));
     }
-    cpu.sort_by(f64::total_cmp);
-    wall.sort_by(f64::total_cmp);
-    (cpu[2], wall[2])
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[2]
+    };
+    Cost { runner: median(runner), workers: median(workers), wall: median(wall) }
 }
 
 criterion_group!(benches, code_scorer);

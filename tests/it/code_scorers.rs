@@ -190,6 +190,32 @@ fn a_python_scorer_written_async_is_awaited() {
     assert_eq!(outcomes["b"]["passed"], false, "{outcomes:?} {run:?}");
 }
 
+#[test]
+fn a_js_scorer_written_async_is_awaited_and_a_long_request_is_read_whole() {
+    if !have_node() {
+        return;
+    }
+    let sb = Sandbox::new();
+    sb.write(
+        "check.mjs",
+        "export async function score(output, context) {\n  await new Promise((done) => setTimeout(done, 1));\n  \
+         return output === 'hi' && context.task.input.length === 200000;\n}\n",
+    );
+    // A request of over 200 KB arrives in several reads of the worker's pipe.
+    let long = "x".repeat(200_000);
+    sb.write(
+        "s.yaml",
+        &format!(
+            "suite: s\nenvironment: kv\nscorers:\n  - js: check.mjs:score\ntasks:\n  - {{id: a, input: {long}, mock: [{{text: hi}}]}}\n  - {{id: b, input: {long}, mock: [{{text: no}}]}}\n  - {{id: c, input: short, mock: [{{text: hi}}]}}\n"
+        ),
+    );
+    let run = sb.eval(&["s.yaml"]);
+    let outcomes = outcomes(&sb.events());
+    assert_eq!(outcomes["a"]["passed"], true, "{outcomes:?} {run:?}");
+    assert_eq!(outcomes["b"]["passed"], false, "{outcomes:?} {run:?}");
+    assert_eq!(outcomes["c"]["passed"], false, "{outcomes:?} {run:?}");
+}
+
 /// Whether a `node` is on PATH; says so when a test is skipped for want of one.
 fn have_node() -> bool {
     let found =

@@ -4,7 +4,6 @@
 "use strict";
 const fs = require("fs");
 const path = require("path");
-const readline = require("readline");
 const { pathToFileURL } = require("url");
 
 const send = (message) => fs.writeSync(1, JSON.stringify(message) + "\n");
@@ -79,6 +78,38 @@ const inline = (expression) => {
   return f;
 };
 
+// Requests are read straight from the descriptor, blocking until one comes: a stream and a
+// turn of the event loop per request cost several times the call itself. A scorer's
+// promise is still awaited (the event loop runs while it settles).
+const lineReader = (fd) => {
+  const chunk = Buffer.alloc(1 << 16);
+  let held = [];
+  let rest = Buffer.alloc(0);
+  return () => {
+    for (;;) {
+      const end = rest.indexOf(10);
+      if (end >= 0) {
+        const line = Buffer.concat([...held, rest.subarray(0, end)]).toString("utf8");
+        held = [];
+        rest = rest.subarray(end + 1);
+        return line;
+      }
+      if (rest.length > 0) held.push(rest);
+      let n;
+      try {
+        n = fs.readSync(fd, chunk, 0, chunk.length, null);
+      } catch (e) {
+        // A descriptor left non-blocking: wait a millisecond and read again.
+        if (e.code !== "EAGAIN") throw e;
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1);
+        n = -1;
+      }
+      if (n === 0) return null;
+      rest = n > 0 ? Buffer.from(chunk.subarray(0, n)) : Buffer.alloc(0);
+    }
+  };
+};
+
 async function main() {
   const file = process.argv[1] || "";
   let scorer = null;
@@ -91,8 +122,8 @@ async function main() {
     }
   }
   send({ ready: true });
-  const lines = readline.createInterface({ input: process.stdin, crlfDelay: Infinity });
-  for await (const line of lines) {
+  const nextLine = lineReader(0);
+  for (let line = nextLine(); line !== null; line = nextLine()) {
     const request = JSON.parse(line);
     const answer = { id: request.id };
     try {
@@ -103,11 +134,12 @@ async function main() {
         const name = request.function;
         const found = scorer[name] ?? (scorer.default && scorer.default[name]);
         if (typeof found !== "function") throw new Error(`the scorer file has no function \`${name}\``);
-        result = await found(request.output, context);
+        result = found(request.output, context);
       } else {
         const f = inline(request.expression);
-        result = await f(...NAMES.map((n) => (n === "output" ? request.output : n === "context" ? context : context[n])));
+        result = f(...NAMES.map((n) => (n === "output" ? request.output : n === "context" ? context : context[n])));
       }
+      if (result !== null && typeof result === "object" && typeof result.then === "function") result = await result;
       const kept = result === undefined ? undefined : JSON.stringify(result);
       if (kept === undefined || (typeof result === "number" && !Number.isFinite(result))) {
         answer.other = String(result).slice(0, 300);
