@@ -46,91 +46,55 @@ pub fn parse_delay(text: &str) -> Result<(u64, u64), String> {
 
 /// A sleep that ends within tens of microseconds of its deadline. Tokio's timer works in
 /// whole milliseconds and rounds up, which adds up to 5% to a 20 ms mock call: too coarse
-/// for the latency `--mock-delay-ms` stands in for when scheduling is measured. One thread
-/// waits on a condition variable until the earliest deadline and wakes the sleepers due.
+/// for the latency `--mock-delay-ms` stands in for when scheduling is measured. Each sleep
+/// is a `timerfd` armed for its deadline and watched by the runtime's reactor, so the
+/// thread that waits for it is the one woken, as for a model's answer on a socket: no
+/// thread of its own hands the wake-up on (which cost each call two more context switches).
 mod timer {
-    use std::collections::BinaryHeap;
-    use std::sync::{Condvar, Mutex, OnceLock};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::time::{Duration, Instant};
 
-    use tokio::sync::oneshot;
+    use tokio::io::Interest;
+    use tokio::io::unix::AsyncFd;
 
-    struct Due(Instant, oneshot::Sender<()>);
-
-    impl PartialEq for Due {
-        fn eq(&self, other: &Self) -> bool {
-            self.0 == other.0
+    /// A timer descriptor that becomes readable once `duration` has passed.
+    fn armed(duration: Duration) -> std::io::Result<OwnedFd> {
+        // SAFETY: timerfd_create makes a new descriptor, owned from here on.
+        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
         }
-    }
-    impl Eq for Due {}
-    impl PartialOrd for Due {
-        fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-            Some(self.cmp(other))
+        // SAFETY: `fd` is a new descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // A zero expiry would disarm the timer: the shortest sleep is a nanosecond.
+        let nanos = duration.as_nanos().max(1);
+        let value = libc::itimerspec {
+            it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
+            it_value: libc::timespec {
+                tv_sec: (nanos / 1_000_000_000) as libc::time_t,
+                tv_nsec: (nanos % 1_000_000_000) as libc::c_long,
+            },
+        };
+        // SAFETY: the descriptor is a timer, and `value` lives through the call.
+        if unsafe { libc::timerfd_settime(fd.as_raw_fd(), 0, &value, std::ptr::null_mut()) } != 0 {
+            return Err(std::io::Error::last_os_error());
         }
-    }
-    impl Ord for Due {
-        /// The earliest deadline is the greatest: `BinaryHeap` pops it first.
-        fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-            other.0.cmp(&self.0)
-        }
-    }
-
-    struct Timer {
-        due: Mutex<BinaryHeap<Due>>,
-        changed: Condvar,
-    }
-
-    fn timer() -> Option<&'static Timer> {
-        static TIMER: OnceLock<Option<&'static Timer>> = OnceLock::new();
-        *TIMER.get_or_init(|| {
-            let timer: &'static Timer =
-                Box::leak(Box::new(Timer { due: Mutex::new(BinaryHeap::new()), changed: Condvar::new() }));
-            let spawned = std::thread::Builder::new().name("mock-timer".into()).spawn(move || run(timer));
-            spawned.is_ok().then_some(timer)
-        })
-    }
-
-    fn run(timer: &Timer) {
-        let Ok(mut due) = timer.due.lock() else { return };
-        loop {
-            let now = Instant::now();
-            while due.peek().is_some_and(|d| d.0 <= now) {
-                if let Some(Due(_, wake)) = due.pop() {
-                    let _ = wake.send(());
-                }
-            }
-            let wait = due.peek().map(|d| d.0 - now);
-            due = match wait {
-                Some(wait) => match timer.changed.wait_timeout(due, wait) {
-                    Ok((guard, _)) => guard,
-                    Err(_) => return,
-                },
-                None => match timer.changed.wait(due) {
-                    Ok(guard) => guard,
-                    Err(_) => return,
-                },
-            };
-        }
+        Ok(fd)
     }
 
     pub async fn sleep(duration: Duration) {
         let deadline = Instant::now() + duration;
-        let (wake, woken) = oneshot::channel();
-        let queued = timer().and_then(|t| {
-            let mut due = t.due.lock().ok()?;
-            let earliest = due.peek().is_none_or(|d| deadline < d.0);
-            due.push(Due(deadline, wake));
-            if earliest {
-                t.changed.notify_one();
-            }
-            Some(())
+        let watched = armed(duration).and_then(|fd| {
+            // SAFETY: an `OwnedFd` keeps its one descriptor open until the `AsyncFd` drops it.
+            unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into_parts().1)
         });
-        match queued {
-            Some(()) => {
-                let _ = woken.await;
+        match watched {
+            Ok(timer) => {
+                // Readable once expired: the readiness is all that is needed, the count is not read.
+                let _ = timer.readable().await;
             }
-            // No timer thread: tokio's coarser sleep still waits.
-            None => tokio::time::sleep_until(deadline.into()).await,
+            // No timer descriptor: tokio's coarser sleep still waits.
+            Err(_) => tokio::time::sleep_until(deadline.into()).await,
         }
     }
 
