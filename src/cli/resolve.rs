@@ -708,9 +708,12 @@ pub fn fraction(flag: &str, value: Option<f64>) -> Result<(), CliError> {
 }
 
 /// A runtime of several threads, for what a command does before (or instead of) a run.
+/// A worker about to park wakes the log's writer for what it emitted (see
+/// [`crate::log::on_worker_park`]).
 pub fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(crate::log::on_worker_park)
         .build()
         .map_err(|e| CliError::usage(format!("failed to start the async runtime: {e}")))
 }

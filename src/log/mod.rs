@@ -14,4 +14,4 @@ pub use event::{
     add_cost, usd,
 };
 pub use reader::{LoggedEvent, for_each_event, read_events};
-pub use writer::{EventLog, LogWriter, Recorder, Subscriber, Subscription};
+pub use writer::{EventLog, LogWriter, Recorder, Subscriber, Subscription, on_worker_park};

@@ -14,7 +14,10 @@
 //! reach the file within about two dozes. Only an emitter over the cap and the log's close
 //! wake it early. When the queue is still empty after the doze (the run waits for its
 //! models), the writer writes out its buffer and sleeps until the next emitter wakes it: a
-//! run that waits costs no CPU, and whoever follows the file sees every line.
+//! run that waits costs no CPU, and whoever follows the file sees every line. An emitter on
+//! a runtime's worker leaves that wake to the moment its thread parks (see [`owed`]): the
+//! writer then wakes once for all the events of a model's answer, and sleeps again without
+//! a doze.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -118,6 +121,9 @@ struct Backlog {
     spare: Mutex<Spare>,
     /// The writer sleeps until an emitter wakes it: the queue stayed empty through its dozes.
     asleep: AtomicBool,
+    /// The writer was woken by a thread about to park: what it queued is all there is for
+    /// now, and the writer need not doze before it sleeps again.
+    batch_done: AtomicBool,
 }
 
 impl Backlog {
@@ -133,6 +139,7 @@ impl Backlog {
             empty_looks: AtomicUsize::new(0),
             spare: Mutex::default(),
             asleep: AtomicBool::new(false),
+            batch_done: AtomicBool::new(false),
         }
     }
 
@@ -360,13 +367,104 @@ impl EventLog {
             self.backlog.wait_for_room();
         } else if self.backlog.woken_from_sleep() {
             // A writer that dozes looks again within MIN_IDLE: a busy run's lines wake nobody.
-            self.writer.unpark();
+            // A sleeping one is woken once this thread's work is done, when it can.
+            if !owed::defer(&self.backlog, &self.writer) {
+                self.writer.unpark();
+            }
+        } else {
+            owed::count_line();
         }
     }
 
     /// A handle that stamps every event with one episode's id.
     pub fn recorder(&self, episode_id: &str) -> Recorder {
         Recorder { log: self.clone(), episode_id: Arc::from(episode_id), written: Arc::default() }
+    }
+}
+
+/// What a runtime's worker thread runs before it parks: the wakes of sleeping writers its
+/// emitters owe are paid, all lines of its work so far written in one go. From its first
+/// park on, the thread's emitters owe their wakes instead of waking a writer at once.
+pub fn on_worker_park() {
+    owed::pay(true);
+}
+
+/// Wakes of sleeping writers deferred to the moment the emitting thread parks: a run that
+/// waits for its models then wakes its writer once per wait (after the events of a model's
+/// answer, the tool calls and observations that follow), not once per event nor twice per
+/// wait. Only a thread known to park (a runtime's worker, marked at its first park) defers;
+/// any other wakes the writer at once. A thread that goes on working without parking pays
+/// what it owes after [`OWED_LINES`] more lines.
+mod owed {
+    use std::cell::RefCell;
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::thread::Thread;
+
+    use super::Backlog;
+
+    /// The most lines a thread queues while owing a wake before it pays it.
+    pub(super) const OWED_LINES: u32 = 64;
+
+    #[derive(Default)]
+    struct Owed {
+        /// The thread parks (a worker of the runtime): its wakes may wait for that.
+        parks: bool,
+        writers: Vec<(Arc<Backlog>, Thread)>,
+        lines: u32,
+    }
+
+    thread_local! {
+        static OWED: RefCell<Owed> = RefCell::default();
+    }
+
+    /// Owes `writer` a wake when this thread parks; `false` when it does not park (the
+    /// caller wakes the writer itself).
+    pub(super) fn defer(backlog: &Arc<Backlog>, writer: &Thread) -> bool {
+        OWED.try_with(|owed| {
+            let mut owed = owed.borrow_mut();
+            if !owed.parks {
+                return false;
+            }
+            if !owed.writers.iter().any(|(b, _)| Arc::ptr_eq(b, backlog)) {
+                owed.writers.push((backlog.clone(), writer.clone()));
+            }
+            true
+        })
+        .unwrap_or(false)
+    }
+
+    /// Counts a line queued by this thread; pays its wakes once it owes them for too long.
+    pub(super) fn count_line() {
+        let due = OWED
+            .try_with(|owed| {
+                let mut owed = owed.borrow_mut();
+                if owed.writers.is_empty() {
+                    return false;
+                }
+                owed.lines += 1;
+                owed.lines >= OWED_LINES
+            })
+            .unwrap_or(false);
+        if due {
+            pay(false);
+        }
+    }
+
+    /// Wakes the writers this thread owes; `parking` marks it as a thread that parks, whose
+    /// work is done for now: a writer it wakes writes what it finds and sleeps again at once.
+    pub(super) fn pay(parking: bool) {
+        let _ = OWED.try_with(|owed| {
+            let mut owed = owed.borrow_mut();
+            owed.parks |= parking;
+            owed.lines = 0;
+            for (backlog, writer) in owed.writers.drain(..) {
+                if parking {
+                    backlog.batch_done.store(true, Ordering::Release);
+                }
+                writer.unpark();
+            }
+        });
     }
 }
 
@@ -467,7 +565,7 @@ fn write_lines(
                     // Until the next line's emitter, or the close (a spurious wake-up looks
                     // at the queue and sleeps again).
                     std::thread::park();
-                } else if dozed {
+                } else if dozed || backlog.batch_done.swap(false, Ordering::AcqRel) {
                     // What is written so far reaches the file before the wait, for whoever
                     // follows the log while it is written.
                     out.flush()?;
@@ -766,6 +864,84 @@ mod tests {
         log.emit(None, &Event::Final { step: 1, call_id: "c".into(), answer: "42".into() });
         assert!(falls_asleep(&log), "the line woke the writer, which then slept again");
         assert!(lines_reach(&path, 2), "a line that asked for no flush stayed in the buffer");
+        drop(log);
+        writer.close().unwrap();
+    }
+
+    /// A runtime whose workers pay their owed wakes when they park, as the command line's.
+    fn parking_runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .on_thread_park(super::on_worker_park)
+            .build()
+            .unwrap()
+    }
+
+    /// An episode's events emitted on a runtime's worker, then a wait (for a model): the
+    /// sleeping writer is woken once, when the worker parks, for all of them; and it sleeps
+    /// again without dozing (no look at the empty queue on a timer).
+    #[test]
+    fn a_workers_events_wake_a_sleeping_writer_once_when_it_parks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let (log, writer) = EventLog::create(&path, "r").unwrap();
+        log.emit(None, &run_finished());
+        assert!(falls_asleep(&log));
+        let runtime = parking_runtime();
+        // The worker's first park marks it as a thread that parks.
+        runtime.block_on(async { tokio::spawn(async {}).await.unwrap() });
+        std::thread::sleep(Duration::from_millis(20));
+        let looks = log.backlog.empty_looks.load(Ordering::Relaxed);
+        let emitting = log.clone();
+        let queued_unwritten = runtime.block_on(async move {
+            tokio::spawn(async move {
+                for step in 0..5 {
+                    emitting.emit(None, &Event::Final { step, call_id: "c".into(), answer: "42".into() });
+                }
+                // The writer sleeps on: the wake is owed until this thread parks.
+                std::thread::sleep(Duration::from_millis(50));
+                std::fs::read_to_string(&path).unwrap().lines().count() == 1
+            })
+            .await
+            .unwrap()
+        });
+        assert!(queued_unwritten, "the writer was woken before the worker parked");
+        assert!(lines_reach(&dir.path().join("events.jsonl"), 6), "the worker's lines stayed queued after it parked");
+        assert!(falls_asleep(&log));
+        let later = log.backlog.empty_looks.load(Ordering::Relaxed);
+        // Woken once: it looks at the empty queue when it has written the five lines, and
+        // once more as it falls asleep; a doze would add a third.
+        assert!(later - looks <= 2, "the writer looked at its empty queue {} times", later - looks);
+        drop(log);
+        writer.close().unwrap();
+    }
+
+    /// A worker that goes on working without parking pays its owed wake after a few dozen
+    /// lines: its lines do not wait for the queue's cap.
+    #[test]
+    fn a_worker_that_never_parks_wakes_the_writer_after_a_few_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.jsonl");
+        let (log, writer) = EventLog::create(&path, "r").unwrap();
+        log.emit(None, &run_finished());
+        assert!(falls_asleep(&log));
+        let runtime = parking_runtime();
+        runtime.block_on(async { tokio::spawn(async {}).await.unwrap() });
+        let emitting = log.clone();
+        let path_seen = path.clone();
+        let reached = runtime.block_on(async move {
+            tokio::spawn(async move {
+                for step in 0..super::owed::OWED_LINES + 1 {
+                    emitting.emit(None, &Event::Final { step, call_id: "c".into(), answer: "42".into() });
+                }
+                // Still on the worker, which has not parked since.
+                lines_reach(&path_seen, super::owed::OWED_LINES as usize + 2)
+            })
+            .await
+            .unwrap()
+        });
+        assert!(reached, "the lines waited for the worker to park");
         drop(log);
         writer.close().unwrap();
     }
