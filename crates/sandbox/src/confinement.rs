@@ -652,7 +652,7 @@ fn enforced(
         "signals": if scoped { "scoped to the sandbox" } else { "not scoped" },
         "other_processes": "no tracing, signals, limits or priorities of processes outside",
         "capabilities": if support.root {
-            "CAP_DAC_READ_SEARCH alone (to read what Landlock allows), bounding set emptied of the rest"
+            "CAP_DAC_READ_SEARCH alone (to read what Landlock allows), no_new_privs: no program gains more"
         } else {
             "none (not root)"
         },
