@@ -18,7 +18,12 @@ fn is_root() -> bool {
 /// Runs one shell episode whose agent runs `commands`, one per turn, with the task's
 /// `files`; returns the commands' observations.
 fn run_commands(sb: &Sandbox, files: &str, commands: &[String]) -> Vec<Value> {
-    sb.write("environments/box.yaml", "kind: shell\nlimits: {command_timeout_s: 20}\n");
+    run_commands_in(sb, "kind: shell\nlimits: {command_timeout_s: 20}\n", files, commands)
+}
+
+/// [`run_commands`] in a world of the `environment` given (the YAML of its file).
+fn run_commands_in(sb: &Sandbox, environment: &str, files: &str, commands: &[String]) -> Vec<Value> {
+    sb.write("environments/box.yaml", environment);
     let mut mock = String::new();
     for command in commands {
         mock.push_str(&format!(
@@ -158,4 +163,77 @@ fn as_root_the_python_world_cannot_change_the_mode_of_a_file_outside_either() {
     assert!(obs["error"].to_string().contains("PermissionError"), "{obs}");
     let mode = std::fs::metadata(&locked).unwrap().mode() & 0o7777;
     assert_eq!(mode, 0o600, "the python world changed the mode: {obs}");
+}
+
+/// The user and capabilities in a `/proc/PID/status`: the `Uid:` line's four ids, and the
+/// permitted and effective sets.
+fn ids_and_capabilities(status: &str) -> (Vec<u32>, u64, u64) {
+    let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).unwrap_or_default().trim().to_owned();
+    let uids = field("Uid:").split_whitespace().filter_map(|id| id.parse().ok()).collect();
+    let set = |name: &str| u64::from_str_radix(&field(name), 16).unwrap_or(u64::MAX);
+    (uids, set("CapPrm:"), set("CapEff:"))
+}
+
+/// `CAP_DAC_READ_SEARCH`, the one capability a root runner's commands keep.
+const DAC_READ_SEARCH: u64 = 1 << 2;
+
+/// A command cannot get a capability back, nor root's uid, by running a program that has
+/// file capabilities or is set-user-ID root: `no_new_privs` keeps `exec` from adding any
+/// (the sandbox no longer empties the bounding set, which would also stop them). The same
+/// programs run by that user without `no_new_privs` get both, so that the test can tell.
+#[test]
+fn as_root_a_command_gains_no_capability_or_uid_from_a_set_user_id_or_file_capability_program() {
+    use std::os::unix::process::CommandExt;
+    if !is_root() {
+        eprintln!("skipped: runner is not root here, and root's power is what this test is about");
+        return;
+    }
+    let sb = Sandbox::new();
+    // A folder of its own, which the user the programs run as may search.
+    let folder = tempfile::tempdir().unwrap();
+    let programs = folder.path();
+    std::fs::set_permissions(programs, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cat = std::fs::canonicalize("/bin/cat").unwrap();
+    let (setuid, capable) = (programs.join("setuid-cat"), programs.join("capable-cat"));
+    std::fs::copy(&cat, &setuid).unwrap();
+    std::fs::set_permissions(&setuid, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    std::fs::copy(&cat, &capable).unwrap();
+    // `struct vfs_cap_data`, revision 2, effective at once: owning and changing any file,
+    // killing, any uid and gid, and CAP_SYS_ADMIN. (An `exec` that cannot grant all of a
+    // file's permitted set fails: these are in any bounding set root usually has.)
+    let wanted: u32 = (1 << 0) | (1 << 3) | (1 << 5) | (1 << 6) | (1 << 7) | (1 << 21);
+    let mut caps = Vec::new();
+    for word in [0x0200_0001u32, wanted, 0, 0, 0] {
+        caps.extend_from_slice(&word.to_le_bytes());
+    }
+    let path = std::ffi::CString::new(capable.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path and attribute name, and a value of the length given.
+    let set =
+        unsafe { libc::setxattr(path.as_ptr(), c"security.capability".as_ptr(), caps.as_ptr().cast(), caps.len(), 0) };
+    assert_eq!(set, 0, "file capabilities: {}", std::io::Error::last_os_error());
+
+    // Without no_new_privs, a user who has no capability gets them, or root's uid.
+    let unconfined = |program: &Path| {
+        // std drops the supplementary groups too, as root changing user.
+        let output = std::process::Command::new(program).arg("/proc/self/status").uid(65_123).gid(65_123).output();
+        let output = output.unwrap();
+        assert!(output.status.success(), "{output:?}");
+        ids_and_capabilities(&String::from_utf8_lossy(&output.stdout))
+    };
+    let (uids, _, _) = unconfined(&setuid);
+    assert!(uids.contains(&0), "the set-user-ID copy gave no root uid unconfined: {uids:?}");
+    let (_, permitted, effective) = unconfined(&capable);
+    assert_eq!((permitted, effective), (wanted.into(), wanted.into()), "the file's capabilities unconfined");
+
+    let environment =
+        format!("kind: shell\nlimits: {{command_timeout_s: 20}}\nsandbox: {{read_paths: [{}]}}\n", programs.display());
+    let commands = [&setuid, &capable].map(|p| format!("{} /proc/self/status", p.display()));
+    let obs = run_commands_in(&sb, &environment, "{}", &commands);
+    for (i, o) in obs[..commands.len()].iter().enumerate() {
+        assert_eq!(exit_code(o), 0, "`{}`: {o}", commands[i]);
+        let (uids, permitted, effective) = ids_and_capabilities(o["tool_result"]["stdout"].as_str().unwrap_or(""));
+        assert!(uids.len() == 4 && !uids.contains(&0), "`{}` ran with root's uid: {uids:?}", commands[i]);
+        assert_eq!(permitted & !DAC_READ_SEARCH, 0, "`{}` gained capabilities {permitted:x}", commands[i]);
+        assert_eq!(effective & !DAC_READ_SEARCH, 0, "`{}` gained capabilities {effective:x}", commands[i]);
+    }
 }
