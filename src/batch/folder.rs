@@ -175,6 +175,7 @@ impl Scratch {
 impl Drop for Scratch {
     fn drop(&mut self) {
         if self.made.get().is_some_and(Result::is_ok) {
+            crate::environment::forget_spares(&self.path);
             let _ = crate::environment::remove_tree(&self.path);
         }
     }

@@ -20,7 +20,7 @@ use super::kinds::{self, EnvironmentKind, KindKeys, KindSettings};
 use super::permission::{self, Permissions};
 use super::script::{self, ScriptSettings};
 use super::tool::{self, ToolDecl};
-use crate::sandbox::{Confinement, SandboxMode, SandboxSpec};
+use crate::sandbox::{Confinement, Plan, SandboxMode, SandboxSpec};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -373,6 +373,13 @@ impl Definition {
     ) -> Result<std::sync::Arc<Confinement>, String> {
         let spec = self.sandbox.clone().unwrap_or_default();
         Confinement::prepare(&spec, self.sandbox_mode(mode), writable, readable)
+    }
+
+    /// What the sandboxes of this definition's worlds share, worked out once per run: each
+    /// world makes its own from it (`Plan::confine`) when it starts its first process.
+    pub fn sandbox_plan(&self, mode: SandboxMode) -> Result<std::sync::Arc<Plan>, String> {
+        let default = SandboxSpec::default();
+        Plan::shared(self.sandbox.as_ref().unwrap_or(&default), self.sandbox_mode(mode), &[])
     }
 
     /// The sandbox of a program agent in one world of this definition: the world's, with

@@ -1,6 +1,10 @@
 //! An episode's folder, for worlds that have files: `work/`, the working directory (and
 //! `HOME`), seeded with the definition's and the task's `files:`, and `tmp/`, the
-//! processes' `TMPDIR`. Both are what the sandbox lets a world's processes write. Also
+//! processes' `TMPDIR`, made with their sandbox (an episode that runs none makes none). Both
+//! are what the sandbox lets a world's processes write. The folder of an episode in which
+//! no process ran is emptied and given to a later episode of the run ([`EpisodeFolder::
+//! give_back`]): making and removing folders is most of what such an episode costs (ext4
+//! looks through its recently freed inodes for every folder it makes). Also
 //! [`remove_tree`], which removes such a folder however deep a command made it.
 
 use std::collections::BTreeMap;
@@ -9,6 +13,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::beneath::{Beneath, Kind, Links, fstat};
 use crate::domain::{FileCopy, Task};
@@ -19,27 +25,75 @@ pub struct EpisodeFolder {
     dir: PathBuf,
     /// The working directory, with symlinks resolved.
     pub work: PathBuf,
+    /// The processes' `TMPDIR`, beside `work`: made by [`EpisodeFolder::make_tmp`].
     pub tmp: PathBuf,
+    /// Whether `tmp/` was made: a process may have run in the folder.
+    tmp_made: AtomicBool,
+    /// The run's scratch folder it is in, where it may go to a later episode.
+    work_root: PathBuf,
+    /// Whether the folder went to a later episode ([`EpisodeFolder::give_back`]).
+    given_back: bool,
+}
+
+/// An emptied episode folder, ready for another episode of the run whose scratch folder
+/// holds it: `dir`, and `work` empty inside it (both with symlinks resolved).
+struct Spare {
+    work_root: PathBuf,
+    dir: PathBuf,
+    work: PathBuf,
+}
+
+/// The spare folders, as many as episodes ran at once (at most [`SPARES_KEPT`]).
+static SPARES: Mutex<Vec<Spare>> = Mutex::new(Vec::new());
+
+/// The most spare folders kept: beyond, a folder given back is removed.
+const SPARES_KEPT: usize = 256;
+
+/// Forgets the spare folders in `work_root`, which is being removed with them.
+pub fn forget_spares(work_root: &Path) {
+    SPARES.lock().unwrap_or_else(|e| e.into_inner()).retain(|spare| spare.work_root != work_root);
+}
+
+/// A spare folder in `work_root`, if one is there still.
+fn spare_in(work_root: &Path) -> Option<Spare> {
+    let mut spares = SPARES.lock().unwrap_or_else(|e| e.into_inner());
+    let at = spares.iter().rposition(|spare| spare.work_root == work_root)?;
+    let spare = spares.swap_remove(at);
+    drop(spares);
+    // Only this runner writes in its scratch folder; that folder may have been removed.
+    std::fs::symlink_metadata(&spare.work).is_ok_and(|m| m.is_dir()).then_some(spare)
 }
 
 impl EpisodeFolder {
-    /// Makes `runner-episode-XXXX/{work,tmp}` in `work_root` and writes the files: the
+    /// Makes `runner-episode-XXXX/work` in `work_root` and writes the files: the
     /// definition's `files`, then the task's.
     pub fn create(files: &BTreeMap<String, String>, task: &Task, work_root: &Path) -> Result<Self, String> {
         let made = |what: &str| {
             let what = what.to_owned();
             move |e: std::io::Error| format!("failed to create {what}: {e}")
         };
-        let dir = tempfile::Builder::new()
-            .prefix("runner-episode-")
-            .tempdir_in(work_root)
-            .map_err(made("the episode's folder"))?;
-        let base = dir.path().canonicalize().map_err(|e| format!("failed to resolve the episode's folder: {e}"))?;
-        // From here on removed by `remove_tree`, when the value is dropped.
-        let mut folder = EpisodeFolder { dir: dir.keep(), work: PathBuf::new(), tmp: PathBuf::new() };
-        let (work, tmp) = (base.join("work"), base.join("tmp"));
-        std::fs::create_dir(&work).map_err(made("the working directory"))?;
-        std::fs::create_dir(&tmp).map_err(made("the temp dir"))?;
+        let folder = |dir: PathBuf, work: PathBuf| {
+            let tmp = dir.join("tmp");
+            let work_root = work_root.to_owned();
+            EpisodeFolder { dir, work, tmp, tmp_made: AtomicBool::new(false), work_root, given_back: false }
+        };
+        let folder = match spare_in(work_root) {
+            Some(Spare { dir, work, .. }) => folder(dir, work),
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("runner-episode-")
+                    .tempdir_in(work_root)
+                    .map_err(made("the episode's folder"))?;
+                let base =
+                    dir.path().canonicalize().map_err(|e| format!("failed to resolve the episode's folder: {e}"))?;
+                // From here on removed by `remove_tree`, when the value is dropped.
+                let folder = folder(base.clone(), base.join("work"));
+                let _ = dir.keep();
+                std::fs::create_dir(&folder.work).map_err(made("the working directory"))?;
+                folder
+            }
+        };
+        let work = folder.work.clone();
         for (name, content) in files.iter().chain(&task.files) {
             if !crate::domain::is_relative_inside(name) {
                 return Err(format!("file `{name}` would land outside the working directory"));
@@ -62,13 +116,59 @@ impl EpisodeFolder {
             copy_beneath(copy, &path)
                 .map_err(|e| format!("failed to copy {} to {}: {e}", copy.from.display(), copy.to))?;
         }
-        (folder.work, folder.tmp) = (work, tmp);
         Ok(folder)
     }
 
-    /// Removes the folder, off the runtime's threads (it may hold many files); dropping
-    /// the value then finds nothing, or retries what failed here. A failure is no failure
-    /// of the episode: what is left is in the run's scratch folder, removed with it.
+    /// Makes `tmp/`, unless it is there: before the world's first process.
+    pub fn make_tmp(&self) -> Result<(), String> {
+        self.tmp_made.store(true, Ordering::Release);
+        match std::fs::create_dir(&self.tmp) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(format!("failed to create the temp dir: {e}")),
+            _ => Ok(()),
+        }
+    }
+
+    /// Empties the working directory and keeps the folder for a later episode of the run,
+    /// when no process ran in it (`tmp/` was never made): then only the runner wrote there,
+    /// and what it wrote is removed here. Otherwise, or if it cannot be emptied, removes it
+    /// ([`EpisodeFolder::remove`]).
+    pub async fn give_back(&mut self) {
+        if self.tmp_made.load(Ordering::Acquire) || self.empty_work().is_err() {
+            return self.remove().await;
+        }
+        let kept = {
+            let mut spares = SPARES.lock().unwrap_or_else(|e| e.into_inner());
+            let room = spares.len() < SPARES_KEPT;
+            if room {
+                let (dir, work) = (self.dir.clone(), self.work.clone());
+                spares.push(Spare { work_root: self.work_root.clone(), dir, work });
+            }
+            room
+        };
+        match kept {
+            true => self.given_back = true,
+            false => self.remove().await,
+        }
+    }
+
+    /// Removes everything in the working directory, which only the runner wrote: on this
+    /// thread, as the runner wrote it.
+    fn empty_work(&self) -> io::Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir: OwnedFd = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(&self.work)?
+            .into();
+        for (name, _) in super::beneath::names(&dir)? {
+            remove_tree_at(dir.as_raw_fd(), &name)?;
+        }
+        match super::beneath::names(&dir)?.is_empty() {
+            true => Ok(()),
+            false => Err(io::Error::other("the working directory is not empty")),
+        }
+    }
+
     /// Moves the folder to `to` (on the same filesystem), to be kept: `--keep-worlds`.
     pub fn keep(&self, to: &Path) -> io::Result<()> {
         if let Some(parent) = to.parent() {
@@ -77,6 +177,9 @@ impl EpisodeFolder {
         std::fs::rename(&self.dir, to)
     }
 
+    /// Removes the folder, off the runtime's threads (it may hold many files); dropping
+    /// the value then finds nothing, or retries what failed here. A failure is no failure
+    /// of the episode: what is left is in the run's scratch folder, removed with it.
     pub async fn remove(&self) {
         let dir = self.dir.clone();
         let _ = tokio::task::spawn_blocking(move || remove_tree(&dir)).await;
@@ -85,7 +188,9 @@ impl EpisodeFolder {
 
 impl Drop for EpisodeFolder {
     fn drop(&mut self) {
-        let _ = remove_tree(&self.dir);
+        if !self.given_back {
+            let _ = remove_tree(&self.dir);
+        }
     }
 }
 

@@ -39,7 +39,7 @@ pub use crate::agent::{CallError, EpisodeState, Trajectory};
 pub use beneath::read_regular;
 pub use definition::{Definition, EnvLimits};
 pub use file_world::{FileWorld, ImageRoot, OwnRoot, ReadBack};
-pub use folder::{remove_tree, remove_tree_at};
+pub use folder::{forget_spares, remove_tree, remove_tree_at};
 pub use kind::{RunStore, SetupContext};
 pub use kinds::{EnvironmentKind, KINDS, KindSettings};
 pub use run::Ending;

@@ -1,6 +1,7 @@
 //! The sandbox every process a world starts runs in: commands of `shell`, `check:` scorers,
-//! interpreters. It is prepared once per world, in the runner, and entered by each new
-//! process just before its `exec` with a handful of system calls that allocate nothing:
+//! interpreters. It is planned once per run ([`Plan`]), made for a world in the runner (at
+//! its first process, for a `shell` world), and entered by each new process just before its
+//! `exec` with a handful of system calls that allocate nothing:
 //!
 //! - **files** (Landlock): read-write beneath the episode's own folders, read-only on the
 //!   system's (`/usr`, `/bin`, `/lib*`, `/etc` less what is hidden) and on the paths a world
@@ -231,7 +232,7 @@ impl Confinement {
         writable: &[&Path],
         readable: &[PathBuf],
     ) -> Result<Arc<Self>, String> {
-        Self::prepare_on(support(), spec, mode, writable, readable)
+        Plan::shared(spec, mode, readable)?.confine(writable)
     }
 
     /// Prepares the sandbox of a program agent whose only network is the model gateway: as
@@ -252,6 +253,7 @@ impl Confinement {
         Self::prepare_with(support(), &spec, mode, writable, readable, Some(gateway_port))
     }
 
+    #[cfg(test)]
     fn prepare_on(
         support: &Support,
         spec: &SandboxSpec,
@@ -270,34 +272,7 @@ impl Confinement {
         readable: &[PathBuf],
         gateway_port: Option<u16>,
     ) -> Result<Arc<Self>, String> {
-        if let SandboxMode::Off(by) = mode {
-            return Ok(Self::off(by));
-        }
-        let off_hint = "; to run without the sandbox, say `sandbox: off` in the suite or pass `--sandbox off`";
-        check_support(support, off_hint)?;
-        let abi = landlock::ABI::from(support.landlock_abi);
-        let hidden: Vec<PathBuf> = match &spec.hide {
-            Some(paths) => resolved(paths),
-            None => resolved(&HIDDEN_BY_DEFAULT.iter().map(PathBuf::from).collect::<Vec<_>>()),
-        };
-        let mut read: Vec<PathBuf> = Vec::new();
-        for root in SYSTEM_READ.iter().map(Path::new).chain(spec.read_paths.iter().map(PathBuf::as_path)) {
-            expand_without(root, &hidden, &mut read);
-        }
-        read.extend(readable.iter().cloned());
-        let mut writable = writable.to_vec();
-        writable.extend(spec.write_paths.iter().map(PathBuf::as_path));
-        let ruleset = ruleset(abi, spec.network, &writable, &read)
-            .and_then(|r| to_gateway_only(r, abi, gateway_port))
-            .map_err(|e| format!("the sandbox failed: {e}"))?;
-        let unprivileged = unprivileged(support, &writable, off_hint)?;
-        let (limits, cgroup, processes) = process_limits(support, &spec.limits, off_hint)?;
-        let filter = Some(match gateway_port {
-            Some(_) => seccomp_filter_with(SocketRule::StreamOnly),
-            None => seccomp_filter(spec.network),
-        });
-        let enforced = enforced(support, spec.network, gateway_port, unprivileged.as_ref(), (&limits, processes));
-        Ok(Arc::new(Confinement { ruleset: Some(ruleset), filter, limits, cgroup, unprivileged, root: None, enforced }))
+        Plan::new(support, spec, mode, readable, gateway_port)?.confine(writable)
     }
 
     /// Prepares the sandbox of a world in an image's `root`: its processes enter the root's
@@ -347,7 +322,8 @@ impl Confinement {
         let ruleset = ruleset(abi, spec.network, &[root.path()], &[])
             .and_then(|r| to_gateway_only(r, abi, gateway_port))
             .map_err(|e| format!("the sandbox failed: {e}"))?;
-        let (limits, cgroup, processes) = process_limits(support, &spec.limits, off_hint)?;
+        let (limits, pids_max, processes) = process_limits(support, &spec.limits);
+        let cgroup = pids_max.map(|n| pids_cgroup(n, off_hint)).transpose()?;
         let filter = Some(match gateway_port {
             Some(_) => seccomp_filter_with(SocketRule::StreamOnly),
             None => seccomp_filter(spec.network),
@@ -481,9 +457,151 @@ impl Confinement {
     }
 }
 
-/// When the runner is root, the user its processes become and the folders they write,
-/// which are handed to that user; `None` otherwise.
-fn unprivileged(support: &Support, writable: &[&Path], off_hint: &str) -> Result<Option<Handover>, String> {
+/// What the sandboxes of one definition's worlds share, worked out once
+/// ([`Plan::shared`]): the kernel's support checked, the paths their processes read (a
+/// hidden path's siblings listed one by one), the seccomp program, the limits, the user
+/// they become and what is enforced. A world's own sandbox over its folders is made from it
+/// by [`Plan::confine`], which a world calls when it starts its first process.
+pub struct Plan {
+    /// `Some(by)` when the sandbox is off: [`Plan::confine`] makes none.
+    off: Option<&'static str>,
+    abi: landlock::ABI,
+    network: bool,
+    gateway_port: Option<u16>,
+    /// What processes may read: the system's folders less what is hidden, the spec's
+    /// `read_paths` and what the world needs.
+    read: Vec<PathBuf>,
+    /// The spec's `write_paths`, writable besides each world's own folders.
+    write_paths: Vec<PathBuf>,
+    filter: Box<[libc::sock_filter]>,
+    limits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
+    /// The most processes of a world, held by a pids cgroup of its own (a root runner).
+    pids_max: Option<u64>,
+    /// The user a root runner's processes become.
+    unprivileged_id: Option<u32>,
+    enforced: Value,
+}
+
+/// How many plans [`Plan::shared`] keeps: one per definition and sandbox mode of a run.
+const PLANS_KEPT: usize = 16;
+
+impl Plan {
+    /// The plan of `spec` under `mode` with `readable` added, made at its first use and kept
+    /// for the process's lifetime: every world of a run shares it. A plan that fails is not
+    /// kept (each asks again and is told why).
+    pub fn shared(spec: &SandboxSpec, mode: SandboxMode, readable: &[PathBuf]) -> Result<Arc<Plan>, String> {
+        type Kept = Vec<(SandboxSpec, SandboxMode, Vec<PathBuf>, Arc<Plan>)>;
+        static PLANS: std::sync::Mutex<Kept> = std::sync::Mutex::new(Vec::new());
+        let found = |plans: &Kept| {
+            plans.iter().find(|(s, m, r, _)| s == spec && *m == mode && r == readable).map(|kept| kept.3.clone())
+        };
+        if let Some(plan) = found(&PLANS.lock().unwrap_or_else(|e| e.into_inner())) {
+            return Ok(plan);
+        }
+        // Made outside the lock: it reads the file system. Two threads may both make one.
+        let plan = Arc::new(Plan::new(support(), spec, mode, readable, None)?);
+        let mut plans = PLANS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(kept) = found(&plans) {
+            return Ok(kept);
+        }
+        if plans.len() == PLANS_KEPT {
+            plans.remove(0);
+        }
+        plans.push((spec.clone(), mode, readable.to_vec(), plan.clone()));
+        Ok(plan)
+    }
+
+    fn new(
+        support: &Support,
+        spec: &SandboxSpec,
+        mode: SandboxMode,
+        readable: &[PathBuf],
+        gateway_port: Option<u16>,
+    ) -> Result<Plan, String> {
+        let abi = landlock::ABI::from(support.landlock_abi);
+        if let SandboxMode::Off(by) = mode {
+            return Ok(Plan {
+                off: Some(by),
+                abi,
+                network: true,
+                gateway_port,
+                read: Vec::new(),
+                write_paths: Vec::new(),
+                filter: Box::default(),
+                limits: Vec::new(),
+                pids_max: None,
+                unprivileged_id: None,
+                enforced: Confinement::off(by).enforced.clone(),
+            });
+        }
+        let off_hint = "; to run without the sandbox, say `sandbox: off` in the suite or pass `--sandbox off`";
+        check_support(support, off_hint)?;
+        let hidden: Vec<PathBuf> = match &spec.hide {
+            Some(paths) => resolved(paths),
+            None => resolved(&HIDDEN_BY_DEFAULT.iter().map(PathBuf::from).collect::<Vec<_>>()),
+        };
+        let mut read: Vec<PathBuf> = Vec::new();
+        for root in SYSTEM_READ.iter().map(Path::new).chain(spec.read_paths.iter().map(PathBuf::as_path)) {
+            expand_without(root, &hidden, &mut read);
+        }
+        read.extend(readable.iter().cloned());
+        let unprivileged_id = unprivileged_id(support, off_hint)?;
+        let (limits, pids_max, processes) = process_limits(support, &spec.limits);
+        let filter = match gateway_port {
+            Some(_) => seccomp_filter_with(SocketRule::StreamOnly),
+            None => seccomp_filter(spec.network),
+        };
+        let enforced = enforced(support, spec.network, gateway_port, unprivileged_id, (&limits, processes));
+        Ok(Plan {
+            off: None,
+            abi,
+            network: spec.network,
+            gateway_port,
+            read,
+            write_paths: spec.write_paths.clone(),
+            filter,
+            limits,
+            pids_max,
+            unprivileged_id,
+            enforced,
+        })
+    }
+
+    /// What the sandboxes made from this plan enforce, as `run.json` and the first
+    /// observation record it.
+    pub fn enforced(&self) -> &Value {
+        &self.enforced
+    }
+
+    /// The sandbox of one world, over `writable`, its own folders (which must exist): its
+    /// Landlock ruleset, its pids cgroup, the hand-over of its folders.
+    pub fn confine(&self, writable: &[&Path]) -> Result<Arc<Confinement>, String> {
+        if let Some(by) = self.off {
+            return Ok(Confinement::off(by));
+        }
+        let off_hint = "; to run without the sandbox, say `sandbox: off` in the suite or pass `--sandbox off`";
+        let mut writable = writable.to_vec();
+        writable.extend(self.write_paths.iter().map(PathBuf::as_path));
+        let ruleset = ruleset(self.abi, self.network, &writable, &self.read)
+            .and_then(|r| to_gateway_only(r, self.abi, self.gateway_port))
+            .map_err(|e| format!("the sandbox failed: {e}"))?;
+        let cgroup = self.pids_max.map(|n| pids_cgroup(n, off_hint)).transpose()?;
+        let unprivileged =
+            self.unprivileged_id.map(|id| Handover::new(id, writable.iter().map(|p| p.to_path_buf()).collect()));
+        Ok(Arc::new(Confinement {
+            ruleset: Some(ruleset),
+            filter: Some(self.filter.clone()),
+            limits: self.limits.clone(),
+            cgroup,
+            unprivileged,
+            root: None,
+            enforced: self.enforced.clone(),
+        }))
+    }
+}
+
+/// When the runner is root, the user its processes become; `None` otherwise.
+fn unprivileged_id(support: &Support, off_hint: &str) -> Result<Option<u32>, String> {
     if !support.root {
         return Ok(None);
     }
@@ -493,7 +611,7 @@ fn unprivileged(support: &Support, writable: &[&Path], off_hint: &str) -> Result
              65000 to 65500 is free of an account and mapped in this user namespace{off_hint}"
         ));
     };
-    Ok(Some(Handover::new(id, writable.iter().map(|p| p.to_path_buf()).collect())))
+    Ok(Some(id))
 }
 
 /// A summary of what the sandbox would enforce for `spec` on this machine, without
@@ -571,14 +689,14 @@ fn check_support(support: &Support, off_hint: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The resource limits of a world's processes, each lowered to the runner's own, the pids
-/// cgroup that holds a root runner's to their number, and that number as `enforced` says it.
+/// The resource limits of a world's processes, each lowered to the runner's own, the number
+/// a pids cgroup of each world holds a root runner's to, and that number as `enforced` says
+/// it.
 #[allow(clippy::type_complexity)]
 fn process_limits(
     support: &Support,
     l: &ProcessLimits,
-    off_hint: &str,
-) -> Result<(Vec<(libc::__rlimit_resource_t, libc::rlimit)>, Option<Cgroup>, String), String> {
+) -> (Vec<(libc::__rlimit_resource_t, libc::rlimit)>, Option<u64>, String) {
     let mut limits = vec![(libc::RLIMIT_CORE, rlimit(0, 0))];
     if let Some(s) = l.cpu_s {
         // The soft limit sends SIGXCPU, the hard one a second later SIGKILL.
@@ -595,18 +713,12 @@ fn process_limits(
     if let Some(n) = l.open_files {
         limits.push((libc::RLIMIT_NOFILE, rlimit(n, n)));
     }
-    let mut cgroup = None;
+    let mut pids_max = None;
     let processes = match l.processes {
         None => "unlimited".to_owned(),
         // The kernel does not hold root to RLIMIT_NPROC: a pids cgroup does it.
         Some(n) if support.root => {
-            cgroup = Some(Cgroup::create(n).map_err(|e| {
-                format!(
-                    "the sandbox cannot limit processes: the runner runs as root, whom the kernel exempts from \
-                     RLIMIT_NPROC, and no pids cgroup could be made ({e}); set `limits.processes: null` in the \
-                     environment's sandbox to run without that limit{off_hint}"
-                )
-            })?);
+            pids_max = Some(n);
             format!("{n} (pids cgroup)")
         }
         Some(n) => {
@@ -618,7 +730,18 @@ fn process_limits(
         }
     };
     let limits = limits.into_iter().map(|(resource, l)| (resource, within_own(resource, l))).collect();
-    Ok((limits, cgroup, processes))
+    (limits, pids_max, processes)
+}
+
+/// A world's own pids cgroup, holding its processes to `max`.
+fn pids_cgroup(max: u64, off_hint: &str) -> Result<Cgroup, String> {
+    Cgroup::create(max).map_err(|e| {
+        format!(
+            "the sandbox cannot limit processes: the runner runs as root, whom the kernel exempts from \
+             RLIMIT_NPROC, and no pids cgroup could be made ({e}); set `limits.processes: null` in the \
+             environment's sandbox to run without that limit{off_hint}"
+        )
+    })
 }
 
 /// What a sandbox enforces, as `run.json` and the first observation say it.
@@ -626,7 +749,7 @@ fn enforced(
     support: &Support,
     network: bool,
     gateway_port: Option<u16>,
-    unprivileged: Option<&Handover>,
+    unprivileged_id: Option<u32>,
     (limits, processes): (&[(libc::__rlimit_resource_t, libc::rlimit)], String),
 ) -> Value {
     // What each limit is once lowered to the runner's own, in the unit of the spec.
@@ -656,10 +779,8 @@ fn enforced(
         } else {
             "none (not root)"
         },
-        "user": match unprivileged {
-            Some(handover) => {
-                format!("uid and gid {}, no account, no other groups (the runner is root)", handover.id)
-            }
+        "user": match unprivileged_id {
+            Some(id) => format!("uid and gid {id}, no account, no other groups (the runner is root)"),
             None => "the runner's".to_owned(),
         },
         "limits": {

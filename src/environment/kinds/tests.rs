@@ -76,6 +76,8 @@ async fn every_offered_tool_reaches_its_world() {
     }
 }
 
+/// A folder a command ran in is removed; one that no command ran in is emptied and given to
+/// the run's next episode (shell's `tests.rs`), and removed with the run's scratch folder.
 #[tokio::test]
 async fn a_shell_world_removes_its_folder_on_teardown() {
     let dir = tempfile::tempdir().unwrap();
@@ -85,6 +87,7 @@ async fn a_shell_world_removes_its_folder_on_teardown() {
     let mut world = shell.setup(&definition, &task(), &context).await.unwrap();
     let folders = || std::fs::read_dir(dir.path()).unwrap().count();
     assert_eq!(folders(), 1, "the episode's folder is made in the work root");
+    world.call(&Actor::Main, "run_command", json!({"command": "echo x > f"})).await.unwrap();
     world.teardown().await;
     assert_eq!(folders(), 0, "teardown left the episode's folder behind");
 }

@@ -278,6 +278,7 @@ impl PythonWorld {
     pub async fn create(definition: &Definition, task: &Task, context: &SetupContext<'_>) -> Result<Self, String> {
         let interpreter = interpreter::find(interpreter_of(definition)).await?;
         let dir = EpisodeFolder::create(&definition.files, task, context.work_root)?;
+        dir.make_tmp()?;
         let (root, tmp) = (dir.work.clone(), dir.tmp.clone());
         let sandbox = definition.confinement(context.sandbox, &[&root, &tmp], &interpreter.readable)?;
         let folders = Folders { work: &root, tmp: &tmp };

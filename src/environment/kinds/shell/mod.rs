@@ -23,7 +23,7 @@ use tokio::process::Command;
 
 use super::{EnvironmentKind, KindKeys, KindSettings};
 use crate::config::decode::ConfigError;
-use crate::contract::{Actor, ErrorType, ToolAnnotations};
+use crate::contract::{Actor, CallFault, ErrorType, ToolAnnotations};
 use crate::domain::Task;
 use crate::environment::beneath::{self, Beneath, Kind, Links};
 use crate::environment::folder::EpisodeFolder;
@@ -31,9 +31,9 @@ use crate::environment::tool::{self, Tool, ToolDecl};
 use crate::environment::{
     Definition, EnvLimits, FileWorld, ReadBack, SetupContext, SetupError, ToolFailure, World, decode_arguments,
 };
-use crate::sandbox::Confinement;
 use crate::sandbox::process::{self, Captured, read_capped};
 use crate::sandbox::resources;
+use crate::sandbox::{Confinement, LazyConfinement};
 
 mod checkpoint;
 mod files;
@@ -241,7 +241,8 @@ pub struct ShellWorld {
     files: Arc<Beneath>,
     tmp: PathBuf,
     limits: EnvLimits,
-    sandbox: Arc<Confinement>,
+    /// Made, with `tmp`, when the world starts its first process.
+    sandbox: LazyConfinement,
     /// What each actor last saw of the files it read or wrote.
     models: WorldModels,
     checkpoints: Checkpoints,
@@ -253,7 +254,8 @@ impl ShellWorld {
     pub fn create(definition: &Definition, task: &Task, context: &SetupContext<'_>) -> Result<Self, String> {
         let dir = EpisodeFolder::create(&definition.files, task, context.work_root)?;
         let (root, tmp) = (dir.work.clone(), dir.tmp.clone());
-        let sandbox = definition.confinement(context.sandbox, &[&root, &tmp], &[])?;
+        let plan = definition.sandbox_plan(context.sandbox)?;
+        let sandbox = LazyConfinement::new(plan, vec![root.clone(), tmp.clone()]);
         let checkpoints = Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes);
         let files = Beneath::open(&root).map_err(|e| format!("failed to open the working directory: {e}"))?;
         Ok(ShellWorld {
@@ -296,7 +298,7 @@ impl ShellWorld {
             root: root.workdir_on_host(),
             inside: root.workdir.clone(),
             tmp: root.path().join("tmp"),
-            sandbox: place.sandbox(),
+            sandbox: LazyConfinement::made(place.sandbox()),
             place: Some(place),
             dir,
             limits: definition.limits.clone(),
@@ -304,6 +306,11 @@ impl ShellWorld {
             checkpoints: Checkpoints::new(context.work_root, definition.limits.checkpoint_bytes),
             keep: context.keep.clone(),
         })
+    }
+
+    /// The world's sandbox, made with `tmp/` at its first process.
+    fn sandbox(&self) -> Result<&Arc<Confinement>, String> {
+        self.sandbox.get(|| self.dir.make_tmp())
     }
 
     /// The path a model gave, relative to the working directory, refusing one that names a
@@ -338,9 +345,13 @@ impl ShellWorld {
                 command
             }
         };
+        let sandbox = self.sandbox().map_err(|message| ToolFailure {
+            fault: Some(CallFault::EnvironmentFailed),
+            ..ToolFailure::new(ErrorType::ExecutionError, message)
+        })?;
         // From here on, however this future ends (timeout, cancellation), every process
         // the command started dies with it.
-        let mut started = process::spawn(&command, process::Input::Null, &self.sandbox)
+        let mut started = process::spawn(&command, process::Input::Null, sandbox)
             .map_err(|e| ToolFailure::io("failed to start the shell", e))?;
         let (Some(stdout), Some(stderr)) = (started.keeper.stdout.take(), started.keeper.stderr.take()) else {
             return Err(ToolFailure::new(ErrorType::ExecutionError, "the shell's output was not captured"));
@@ -523,6 +534,11 @@ impl World for ShellWorld {
     }
 
     fn program_folders(&self) -> Option<(PathBuf, PathBuf)> {
+        // A program agent's own sandbox covers `tmp/` as well: it must be there. Were it
+        // not made, the program could not write it, and would say so.
+        if self.place.is_none() {
+            let _ = self.dir.make_tmp();
+        }
         Some((self.root.clone(), self.tmp.clone()))
     }
 
@@ -556,6 +572,8 @@ impl World for ShellWorld {
                     eprintln!("warning: the world could not be kept in {}: {e}", to.display());
                 }
             }
+            // Only a folder no process ran in can go to another episode (`give_back`).
+            None if self.place.is_none() => self.dir.give_back().await,
             None => self.dir.remove().await,
         }
         self.checkpoints.teardown().await;

@@ -235,6 +235,71 @@ async fn no_file_tool_reaches_outside_the_working_directory() {
     assert_eq!(std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(), "secret needle\n");
 }
 
+/// The host folder of the cgroup a process is in, from its `/proc/self/cgroup`: the pids
+/// hierarchy's (cgroup v1) or the unified one's, where such a folder exists.
+fn cgroup_folder(proc_cgroup: &str) -> Option<std::path::PathBuf> {
+    let line = proc_cgroup.lines().find(|l| l.split(':').nth(1) == Some("pids"))?;
+    let path = line.splitn(3, ':').nth(2)?.trim_start_matches('/');
+    ["/sys/fs/cgroup/pids", "/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .iter()
+        .map(|base| std::path::Path::new(base).join(path))
+        .find(|folder| folder.join("cgroup.procs").exists())
+}
+
+#[tokio::test]
+async fn a_world_that_runs_no_command_makes_no_sandbox_and_its_emptied_folder_goes_to_the_next() {
+    let scratch = tempfile::tempdir().unwrap();
+    let definition = Definition::builtin(&Shell);
+    let context = SetupContext::new(scratch.path(), "ep_test");
+    let files = [("in.txt".to_owned(), "x".to_owned()), ("a/b/c.txt".to_owned(), "y".to_owned())];
+    let task = Task { files: files.into_iter().collect(), ..Task::new("t", "go") };
+    let mut w = ShellWorld::create(&definition, &task, &context).unwrap();
+    call(&w, "read_file", json!({"path": "in.txt"})).await.unwrap();
+    call(&w, "write_file", json!({"path": "d/e/new.txt", "content": "z"})).await.unwrap();
+    assert!(!w.sandbox.is_made(), "file tools need no sandbox");
+    assert!(!w.tmp.exists(), "nor a temp dir");
+    assert_eq!(w.describe()["sandbox"]["enabled"], true, "what it would enforce is recorded all the same");
+    let (episode, first_root) = (w.root.parent().unwrap().to_owned(), w.root.clone());
+    w.teardown().await;
+    drop(w);
+    assert_eq!(std::fs::read_dir(&first_root).unwrap().count(), 0, "its folder is kept, emptied");
+    let mut next = ShellWorld::create(&definition, &Task::new("t", "go"), &context).unwrap();
+    assert_eq!(next.root, first_root, "the next world has it");
+    assert_eq!(call(&next, "list_dir", json!({})).await.unwrap()["entries"], json!([]), "with nothing of the last");
+    // A folder a command ran in goes away with its world.
+    call(&next, "run_command", json!({"command": "echo x > f"})).await.unwrap();
+    next.teardown().await;
+    drop(next);
+    assert!(!episode.exists(), "a folder a command ran in is removed");
+    let third = ShellWorld::create(&definition, &Task::new("t", "go"), &context).unwrap();
+    assert_ne!(third.root, first_root, "and never given to another world");
+}
+
+#[tokio::test]
+async fn a_worlds_sandbox_and_tmp_are_made_for_its_first_command_and_removed_with_it() {
+    let (_dir, mut w) = world(&[("in.txt", "x")]);
+    let episode = w.root.parent().unwrap().to_owned();
+    let script = "echo made > \"$TMPDIR/t\" && cat \"$TMPDIR/t\"; echo x > ../escape; cat /proc/self/cgroup";
+    let ran = call(&w, "run_command", json!({"command": script})).await.unwrap();
+    let (out, err) = (ran["stdout"].as_str().unwrap(), ran["stderr"].as_str().unwrap());
+    assert!(out.starts_with("made\n"), "the first command finds its TMPDIR: {ran}");
+    assert!(err.contains("Permission denied") && !episode.join("escape").exists(), "confined from the first: {ran}");
+    // SAFETY: geteuid cannot fail.
+    let cgroup = if unsafe { libc::geteuid() } == 0 {
+        let cgroup = cgroup_folder(out);
+        assert!(out.contains("/world-") && cgroup.is_some(), "a root runner's command is in its world's cgroup: {out}");
+        cgroup
+    } else {
+        None
+    };
+    w.teardown().await;
+    assert!(!episode.exists(), "the episode's folder is removed, its temp dir with it");
+    drop(w);
+    if let Some(cgroup) = cgroup {
+        assert!(!cgroup.exists(), "the world's cgroup {} is removed with it", cgroup.display());
+    }
+}
+
 /// A layer with a shell and the libraries it needs, copied from the host and given to the
 /// image's root (host id `place::ID_BASE`): the image the tests below run in.
 fn shell_image(dir: &std::path::Path) -> ReadyImage {
