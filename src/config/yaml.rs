@@ -115,10 +115,10 @@ pub fn parse_taking(
     parse_with(text, Some((key, take)))
 }
 
-fn parse_with<'a>(
-    text: &str,
-    take: Option<(&'a str, &'a mut dyn FnMut(usize, Value, &Locations))>,
-) -> Result<(Value, Locations), YamlError> {
+/// The top-level key whose list's items are handed out as they are parsed, and to what.
+type Taker<'a> = (&'a str, &'a mut dyn FnMut(usize, Value, &Locations));
+
+fn parse_with<'a>(text: &str, take: Option<Taker<'a>>) -> Result<(Value, Locations), YamlError> {
     // A byte-order mark is not part of the text (editors on Windows write one).
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     check_printable(text)?;
@@ -179,7 +179,7 @@ enum Frame {
 #[derive(Default)]
 struct Builder<'a> {
     /// The top-level key whose list's items are handed out as they are parsed, and to what.
-    take: Option<(&'a str, &'a mut dyn FnMut(usize, Value, &Locations))>,
+    take: Option<Taker<'a>>,
     stack: Vec<Frame>,
     root: Option<Value>,
     /// Each anchor's value and its weight (values and characters).
