@@ -38,6 +38,7 @@ pub fn eval(args: &EvalArgs) -> Result<Eval, CliError> {
         skip_unsupported: args.skip_unsupported,
         allow_outside_files: args.allow_outside_files,
         limits,
+        check_only: false,
     };
     // Without --model, the models are what promptfoo configs' `providers:` name: read first.
     let early = match (args.models.is_empty(), args.agent) {

@@ -54,6 +54,22 @@ impl Source {
         Ok((source, bytes))
     }
 
+    /// Reads a file whose top-level `key` is a long list (a suite's `tasks:`): each item is
+    /// handed to `take` as soon as it is parsed, with its index and the file's [`Items`]
+    /// to decode it by, and is not kept in the value (its place holds `null`).
+    pub fn read_taking(
+        file: &Path,
+        key: &str,
+        mut take: impl FnMut(usize, Value, Items<'_>),
+    ) -> Result<(Self, Vec<u8>), ConfigError> {
+        let bytes = std::fs::read(file).map_err(|e| ConfigError::whole(file, format!("failed to read: {e}")))?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| ConfigError::whole(file, format!("not UTF-8: {e}")))?;
+        let (value, locations) =
+            yaml::parse_taking(text, key, &mut |i, value, locations| take(i, value, Items { file, locations }))
+                .map_err(|e| ConfigError::at(file, e.position, format!("invalid YAML: {}", e.message)))?;
+        Ok((Source { file: file.to_owned(), value, locations }, bytes))
+    }
+
     pub fn parse(file: &Path, text: &str) -> Result<Self, ConfigError> {
         let (value, locations) =
             yaml::parse(text).map_err(|e| ConfigError::at(file, e.position, format!("invalid YAML: {}", e.message)))?;
@@ -77,6 +93,26 @@ impl Source {
     }
 
     /// Decodes the value at `path` into `T`, failing on unknown keys and wrong types.
+    pub fn decode<T: DeserializeOwned>(&self, path: &str, value: &Value) -> Result<T, ConfigError> {
+        Items { file: &self.file, locations: &self.locations }.decode(path, value)
+    }
+}
+
+/// What the items of a file read by [`Source::read_taking`] are decoded by: the file and
+/// the positions parsed so far.
+#[derive(Clone, Copy)]
+pub struct Items<'a> {
+    file: &'a Path,
+    locations: &'a Locations,
+}
+
+impl Items<'_> {
+    fn error(&self, path: &str, message: impl fmt::Display) -> ConfigError {
+        let message = if path.is_empty() { message.to_string() } else { format!("{path}: {message}") };
+        ConfigError::at(self.file, self.locations.find(path), message)
+    }
+
+    /// As [`Source::decode`].
     pub fn decode<T: DeserializeOwned>(&self, path: &str, value: &Value) -> Result<T, ConfigError> {
         // Unquoted numbers whose text would change stay text (`target: 1.50`); a field that
         // wants a number gets them as numbers, one at a time as the decoder asks for them.

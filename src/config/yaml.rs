@@ -101,10 +101,28 @@ pub const MAX_ALIAS_EXPANSION: usize = 1_000_000;
 
 /// Parses one YAML document; a second one (after `---`) is an error, not ignored.
 pub fn parse(text: &str) -> Result<(Value, Locations), YamlError> {
+    parse_with(text, None)
+}
+
+/// Hands each item of the list at the top-level `key` to `take` once it is parsed,
+/// with the positions so far, and keeps `null` in its place: a list of a hundred
+/// thousand tasks is never held whole as values.
+pub fn parse_taking(
+    text: &str,
+    key: &str,
+    take: &mut dyn FnMut(usize, Value, &Locations),
+) -> Result<(Value, Locations), YamlError> {
+    parse_with(text, Some((key, take)))
+}
+
+/// The top-level key whose list's items are handed out as they are parsed, and to what.
+type Taker<'a> = (&'a str, &'a mut dyn FnMut(usize, Value, &Locations));
+
+fn parse_with<'a>(text: &str, take: Option<Taker<'a>>) -> Result<(Value, Locations), YamlError> {
     // A byte-order mark is not part of the text (editors on Windows write one).
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     check_printable(text)?;
-    let mut builder = Builder::default();
+    let mut builder = Builder { take, ..Builder::default() };
     let mut parser = Parser::new_from_str(text);
     parser
         .load(&mut builder, true)
@@ -159,7 +177,9 @@ enum Frame {
 }
 
 #[derive(Default)]
-struct Builder {
+struct Builder<'a> {
+    /// The top-level key whose list's items are handed out as they are parsed, and to what.
+    take: Option<Taker<'a>>,
     stack: Vec<Frame>,
     root: Option<Value>,
     /// Each anchor's value and its weight (values and characters).
@@ -171,7 +191,7 @@ struct Builder {
     error: Option<YamlError>,
 }
 
-impl Builder {
+impl Builder<'_> {
     /// The path of the value about to start, and whether it is a map key.
     fn next_path(&self) -> (String, bool) {
         match self.stack.last() {
@@ -192,6 +212,13 @@ impl Builder {
         if anchor > 0 {
             self.anchors.insert(anchor, (value.clone(), weight));
         }
+        let value = match (&mut self.take, self.stack.as_slice()) {
+            (Some((key, take)), [Frame::Map { key: Some(at), .. }, Frame::Seq { items, .. }]) if at == key => {
+                take(items.len(), value, &self.locations);
+                Value::Null
+            }
+            _ => value,
+        };
         match self.stack.last_mut() {
             None => self.root = Some(value),
             Some(Frame::Seq { items, weight: total, .. }) => {
@@ -233,7 +260,7 @@ impl Builder {
     }
 }
 
-impl MarkedEventReceiver for Builder {
+impl MarkedEventReceiver for Builder<'_> {
     fn on_event(&mut self, event: Event, mark: Marker) {
         // After the first error the rest is not built: an alias bomb stops where it was caught.
         if self.error.is_some() {

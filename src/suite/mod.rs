@@ -70,6 +70,9 @@ pub struct Suite {
     pub grader: Option<GraderConfig>,
     pub scorers: Vec<ScorerSpec>,
     pub tasks: Vec<Task>,
+    /// Tasks checked and not kept ([`LoadOptions::check_only`]): tasks of the suite
+    /// besides `tasks`.
+    pub tasks_checked: usize,
     /// Grader scorers that name no model in a suite without `grader:`, with where they
     /// are: an error unless `--grader` gives one.
     pub ungraded: Vec<ConfigError>,
@@ -97,6 +100,9 @@ pub struct LoadOptions {
     pub allow_outside_files: bool,
     /// The command line's limits over every suite's `limits:`, applied as it loads.
     pub limits: LimitOverrides,
+    /// Check each task and keep none (`validate`): the load holds one dataset row at a
+    /// time, however many the file has.
+    pub check_only: bool,
 }
 
 /// A named list of the environment's tools an episode may be offered, and its weight.
@@ -184,7 +190,10 @@ struct SuiteFile {
     /// The default scripts of subagents for `--model mock`, keyed by actor (`main.1`).
     #[serde(default)]
     mock_subagents: BTreeMap<String, Vec<MockTurn>>,
+    /// Each task is decoded on its own as it is parsed ([`load_with`]); left here only when
+    /// it is not a list, for the decoder's error.
     #[serde(default)]
+    #[allow(dead_code)]
     tasks: Vec<TaskFile>,
     /// The split of every task that names none of its own.
     split: Option<String>,
@@ -347,16 +356,33 @@ pub fn load_with(path: &Path, options: LoadOptions) -> Result<Suite, ConfigError
     if path.is_dir() {
         return harbor::load(path, &options.limits);
     }
-    let (source, bytes) = Source::read(path)?;
+    // Each task is decoded as soon as it is parsed: the file is never held whole as values.
+    let mut written = Vec::new();
+    let mut mistake = None;
+    let (source, bytes) = Source::read_taking(path, "tasks", |i, value, items| {
+        if mistake.is_none() {
+            match items.decode::<TaskFile>(&yaml::item("tasks", i), &value) {
+                Ok(task) => written.push(task),
+                Err(e) => mistake = Some(e),
+            }
+        }
+    })?;
     if !promptfoo::is_config(&source.value) {
-        return from_source((path, &options.limits), source, bytes, (Vec::new(), Vec::new()));
+        let decoded = (&source, bytes, (Vec::new(), Vec::new()));
+        return from_source((path, &options), decoded, mistake.map_or(Ok(written), Err));
     }
     let translated = promptfoo::translate(&source, &options)?;
     let aliases = translated.aliases;
     let extra = (translated.providers, translated.skipped);
     let endpoints = translated.endpoints.into_iter().map(|(name, e)| (name, Arc::new(e))).collect();
     // Its errors name the config's parts (`tests[3].assert[1]`), not the suite's it became.
-    let suite = from_source((path, &options.limits), translated.source, bytes, extra)
+    let mut source = translated.source;
+    let written = match source.value.get_mut("tasks") {
+        Some(Value::Array(items)) => std::mem::take(items),
+        _ => Vec::new(),
+    };
+    let written = written.iter().enumerate().map(|(i, t)| source.decode(&yaml::item("tasks", i), t)).collect();
+    let suite = from_source((path, &options), (&source, bytes, extra), written)
         .map_err(|e| promptfoo::in_config_terms(e, &aliases))?;
     Ok(Suite { endpoints, ..suite })
 }
@@ -365,22 +391,22 @@ pub fn load_with(path: &Path, options: LoadOptions) -> Result<Suite, ConfigError
 /// config it came from, if it did: its settings checked, its agent and environment
 /// resolved, then each task built and checked against them.
 fn from_source(
-    (path, overrides): (&Path, &LimitOverrides),
-    mut source: Source,
-    bytes: Vec<u8>,
-    (providers, skipped): (Vec<String>, Vec<String>),
+    (path, options): (&Path, &LoadOptions),
+    (source, bytes, (providers, skipped)): (&Source, Vec<u8>, (Vec<String>, Vec<String>)),
+    written: Result<Vec<TaskFile>, ConfigError>,
 ) -> Result<Suite, ConfigError> {
-    let mut file = decode_file(&mut source)?;
+    let mut file = decode_file(source)?;
+    let written = written?;
     let mut hasher = Sha256::new();
     hasher.update(&bytes);
-    check_settings(&source, &file)?;
-    let agent = AgentConfig::decode(&source, source.value.get("agent"))?;
+    check_settings(source, &file)?;
+    let agent = AgentConfig::decode(source, source.value.get("agent"))?;
     // The depth subagents may reach, or `None` when the suite starts none.
     let reach = agent.settings.subagents().map(|(_, reach)| reach);
-    check_actors(&source, "mock_subagents", file.mock_subagents.keys(), reach)?;
+    check_actors(source, "mock_subagents", file.mock_subagents.keys(), reach)?;
     let environment = match &file.environment {
         Value::String(name) => Definition::resolve(name, path).map_err(|e| source.error("environment", e))?,
-        Value::Object(_) => Arc::new(Definition::inline(&source, &file.suite)?),
+        Value::Object(_) => Arc::new(Definition::inline(source, &file.suite)?),
         _ => {
             let why = "a name (environments/NAME.yaml, a path, a built-in kind) or a mapping with `kind:`";
             return Err(source.error("environment", why));
@@ -390,43 +416,45 @@ fn from_source(
         Some(names) => environment.narrowed(names).map_err(|e| source.error("tools", e))?,
         None => environment,
     };
-    let sandbox = suite_sandbox(&source, file.sandbox.as_ref())?;
+    let sandbox = suite_sandbox(source, file.sandbox.as_ref())?;
     // A `cli` agent's tools are its own, not the environment's: its scorers may name any.
     if !agent.kind.owns_its_tools() {
-        check_tool_refs(&source, "scorers", &file.scorers, &environment)?;
+        check_tool_refs(source, "scorers", &file.scorers, &environment)?;
     }
-    code::resolve(&source, "scorers", &mut file.scorers, path.parent())?;
-    let toolsets = toolsets(&source, &file.toolsets, file.toolset_distribution.as_ref(), &environment)?;
-    let variants =
-        variants::resolve(&source, &variants::decode(&source)?, &agent, (&environment, !toolsets.is_empty()))?;
+    code::resolve(source, "scorers", &mut file.scorers, path.parent())?;
+    let toolsets = toolsets(source, &file.toolsets, file.toolset_distribution.as_ref(), &environment)?;
+    let variants = variants::resolve(source, &variants::decode(source)?, &agent, (&environment, !toolsets.is_empty()))?;
     let tools: Vec<&str> = environment.specs.iter().map(|t| t.name.as_str()).collect();
     let permissions = permission::parse_rules(&file.permissions, "suite", &tools)
         .map_err(|(at, e)| source.error(&at, e))?
         .then(&environment.permissions);
-    let raw_tasks: Vec<(String, TaskFile)> =
-        std::mem::take(&mut file.tasks).into_iter().enumerate().map(|(i, t)| (yaml::item("tasks", i), t)).collect();
-    let mut dataset_rows = Vec::new();
-    if let Some(spec) = &file.dataset {
-        let (rows, data_bytes) = dataset::load(&source, spec)?;
-        hasher.update(&data_bytes);
-        dataset_rows = rows;
-    }
-    if raw_tasks.is_empty() && dataset_rows.is_empty() {
-        return Err(source.error("tasks", "the suite has no tasks: add `tasks:` or a `dataset:`"));
-    }
-    let ungraded = ungraded(&source, &file, &raw_tasks);
+    let mut ungraded = ungraded(source, &file, "scorers", &file.scorers);
     let building = Building {
-        source: &source,
+        source,
         path,
         agent: &agent,
         environment: &environment,
         variants: &variants,
         file: &file,
         reach,
+        suite_mock: file.mock.clone().into(),
     };
-    let mut tasks = building.tasks(raw_tasks, dataset_rows)?;
-    for task in tasks.iter_mut().filter(|t| t.split.is_none()) {
-        task.split.clone_from(&file.split);
+    let mut tasks = Tasks { check_only: options.check_only, ..Tasks::default() };
+    for (i, raw) in written.into_iter().enumerate() {
+        let at = yaml::item("tasks", i);
+        ungraded.extend(self::ungraded(source, &file, &yaml::child(&at, "scorers"), &raw.scorers));
+        let task = building.written_task(&at, raw)?;
+        tasks.add(&building, &at, task)?;
+    }
+    if let Some(spec) = &file.dataset {
+        dataset::read(source, spec, &mut hasher, |row| {
+            let task = build_task(row.task, &building.suite_mock, &file.mock_subagents)
+                .map_err(|(field, e)| ConfigError::at(&row.file, row.position, format!("{field}: {e}")))?;
+            tasks.add(&building, &row.origin, task).map_err(|e| ConfigError::at(&row.file, row.position, e.message))
+        })?;
+    }
+    if tasks.kept.is_empty() && tasks.checked == 0 {
+        return Err(source.error("tasks", "the suite has no tasks: add `tasks:` or a `dataset:`"));
     }
     Ok(Suite {
         name: file.suite,
@@ -439,7 +467,7 @@ fn from_source(
         sandbox,
         permissions: Arc::new(permissions),
         agent,
-        limits: file.limits.resolved(overrides),
+        limits: file.limits.resolved(&options.limits),
         epochs: file.epochs,
         reducer: file.reducer,
         k_of_n: file.k_of_n,
@@ -447,7 +475,8 @@ fn from_source(
         pass_score: file.pass_score,
         grader: file.grader,
         scorers: file.scorers,
-        tasks,
+        tasks: tasks.kept,
+        tasks_checked: tasks.checked,
         ungraded,
         toolsets,
         variants,
@@ -457,18 +486,22 @@ fn from_source(
     })
 }
 
-/// The suite file's keys, decoded (`dataset: PATH` read as `dataset: {path: PATH}`).
-fn decode_file(source: &mut Source) -> Result<SuiteFile, ConfigError> {
-    if let Some(Value::String(p)) = source.value.get("dataset") {
-        let short = json!({"path": p});
-        if let Some(obj) = source.value.as_object_mut() {
-            obj.insert("dataset".into(), short);
-        }
-    }
-    if !source.value.is_object() {
+/// The suite file's keys but its tasks (decoded one at a time), `dataset: PATH` read as
+/// `dataset: {path: PATH}`.
+fn decode_file(source: &Source) -> Result<SuiteFile, ConfigError> {
+    let Some(keys) = source.value.as_object() else {
         return Err(source.error("", "a suite must be a mapping with `suite`, `environment` and `tasks`"));
+    };
+    // Only the keys are copied, and what the tasks' places hold (`null`) is left out.
+    let mut keys = keys.clone();
+    if matches!(keys.get("tasks"), Some(Value::Array(_))) {
+        keys.remove("tasks");
     }
-    source.decode("", &source.value)
+    if let Some(Value::String(p)) = keys.get("dataset") {
+        let short = json!({"path": p});
+        keys.insert("dataset".into(), short);
+    }
+    source.decode("", &Value::Object(keys))
 }
 
 /// Refuses a suite-wide setting no run could use: no name, no epoch, a gate out of range,
@@ -522,21 +555,17 @@ fn suite_sandbox(source: &Source, given: Option<&Value>) -> Result<SandboxMode, 
     }
 }
 
-/// Grader scorers that name no model in a suite without `grader:`, with where they are:
-/// an error unless `--grader` gives one.
-fn ungraded(source: &Source, file: &SuiteFile, raw_tasks: &[(String, TaskFile)]) -> Vec<ConfigError> {
-    let mut ungraded = Vec::new();
+/// Grader scorers (of the suite or a task, at `at`) that name no model in a suite without
+/// `grader:`, with where they are: an error unless `--grader` gives one.
+fn ungraded(source: &Source, file: &SuiteFile, at: &str, scorers: &[ScorerSpec]) -> Vec<ConfigError> {
     if file.grader.is_some() {
-        return ungraded;
+        return Vec::new();
     }
-    let task_scorers = raw_tasks.iter().flat_map(|(at, t)| {
-        t.scorers.iter().enumerate().map(move |(i, s)| (yaml::item(&yaml::child(at, "scorers"), i), s))
-    });
-    let all = file.scorers.iter().enumerate().map(|(i, s)| (yaml::item("scorers", i), s)).chain(task_scorers);
-    for (at, scorer) in all {
+    let mut ungraded = Vec::new();
+    for (i, scorer) in scorers.iter().enumerate() {
         if let Check::Grader { model: None, .. } = scorer.check {
             ungraded.push(source.error(
-                &at,
+                &yaml::item(at, i),
                 format!(
                     "`{}` needs a grader model: set `grader: {{model: …}}` in the suite, `model:` on the scorer, \
                      or pass --grader",
@@ -559,46 +588,53 @@ struct Building<'a> {
     file: &'a SuiteFile,
     /// The depth subagents may reach, or `None` when the suite starts none.
     reach: Option<u32>,
+    /// The suite's `mock:`, shared by the tasks whose script has no template.
+    suite_mock: Arc<[MockTurn]>,
+}
+
+/// The tasks a load keeps, and the ids it has seen.
+#[derive(Default)]
+struct Tasks {
+    kept: Vec<Task>,
+    /// Tasks checked and not kept.
+    checked: usize,
+    check_only: bool,
+    /// A fingerprint of each id seen (16 bytes of its SHA-256): a load that keeps no rows
+    /// still finds an id given twice, without holding every id.
+    seen: HashSet<[u8; 16]>,
+}
+
+impl Tasks {
+    /// Checks `task` (at `at`) against the suite, then keeps it, or only counts it when
+    /// the load keeps none.
+    fn add(&mut self, building: &Building, at: &str, mut task: Task) -> Result<(), ConfigError> {
+        let source = building.source;
+        let agent = building.agent;
+        let system = agent.system.as_deref().unwrap_or("");
+        let subagent = agent.settings.subagents().map_or("", |(prompt, _)| prompt);
+        let mut fingerprint = [0u8; 16];
+        fingerprint.copy_from_slice(&Sha256::digest(task.id.as_bytes())[..16]);
+        if !self.seen.insert(fingerprint) {
+            return Err(source.error(&yaml::child(at, "id"), format!("duplicate task id `{}`", task.id)));
+        }
+        check_task(source, at, &task, (system, subagent), &building.file.scorers)?;
+        variants::check_task(source, building.variants, &task)?;
+        if self.check_only {
+            self.checked += 1;
+            return Ok(());
+        }
+        if task.split.is_none() {
+            task.split.clone_from(&building.file.split);
+        }
+        self.kept.push(task);
+        Ok(())
+    }
 }
 
 impl Building<'_> {
-    /// The suite's tasks, those it writes then its dataset's rows, each built and checked;
-    /// an id twice is refused.
-    fn tasks(
-        &self,
-        raw_tasks: Vec<(String, TaskFile)>,
-        dataset_rows: Vec<dataset::DatasetRow>,
-    ) -> Result<Vec<Task>, ConfigError> {
-        let source = self.source;
-        let system = self.agent.system.as_deref().unwrap_or("");
-        let subagent = self.agent.settings.subagents().map_or("", |(prompt, _)| prompt);
-        let suite_mock: Arc<[MockTurn]> = self.file.mock.clone().into();
-        let mut seen = HashSet::new();
-        let mut tasks = Vec::with_capacity(raw_tasks.len() + dataset_rows.len());
-        for (at, raw) in raw_tasks {
-            let task = self.written_task(&at, raw, &suite_mock)?;
-            finish_task(source, &at, task, (system, subagent), &self.file.scorers, &mut seen, &mut tasks)?;
-            if let Some(task) = tasks.last() {
-                variants::check_task(source, self.variants, task)?;
-            }
-        }
-        for row in dataset_rows {
-            let at = row.origin.clone();
-            let task = build_task(row.task, &suite_mock, &self.file.mock_subagents)
-                .map_err(|(field, e)| ConfigError::at(&row.file, row.position, format!("{field}: {e}")))?;
-            finish_task(source, &at, task, (system, subagent), &self.file.scorers, &mut seen, &mut tasks)
-                .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
-            if let Some(task) = tasks.last() {
-                variants::check_task(source, self.variants, task)
-                    .map_err(|e| ConfigError::at(&row.file, row.position, e.message))?;
-            }
-        }
-        Ok(tasks)
-    }
-
     /// A task the suite writes (at `at`), built and checked: its scorers, its gate, its
     /// subagents' scripts, its files, its notes, and what its agent's kind asks of it.
-    fn written_task(&self, at: &str, mut raw: TaskFile, suite_mock: &Arc<[MockTurn]>) -> Result<Task, ConfigError> {
+    fn written_task(&self, at: &str, mut raw: TaskFile) -> Result<Task, ConfigError> {
         let (source, agent) = (self.source, self.agent);
         code::resolve(source, &yaml::child(at, "scorers"), &mut raw.scorers, self.path.parent())?;
         if let Some(pass_k) = &raw.pass_k {
@@ -622,7 +658,7 @@ impl Building<'_> {
             let message = "the task has memory entries, but the suite's agent has no `memory:`";
             return Err(source.error(&yaml::child(at, "memory"), message));
         }
-        let task = build_task(raw, suite_mock, &self.file.mock_subagents)
+        let task = build_task(raw, &self.suite_mock, &self.file.mock_subagents)
             .map_err(|(field, e)| source.error(&yaml::child(at, field), e))?;
         agent
             .kind
@@ -677,19 +713,14 @@ fn toolsets(
         .collect()
 }
 
-/// Checks that the templates a task will meet render, and that its id is new.
-fn finish_task(
+/// Checks that the templates a task will meet render.
+fn check_task(
     source: &Source,
     at: &str,
-    task: Task,
+    task: &Task,
     (system, subagent): (&str, &str),
     suite_scorers: &[ScorerSpec],
-    seen: &mut HashSet<String>,
-    tasks: &mut Vec<Task>,
 ) -> Result<(), ConfigError> {
-    if !seen.insert(task.id.clone()) {
-        return Err(source.error(&yaml::child(at, "id"), format!("duplicate task id `{}`", task.id)));
-    }
     if suite_scorers.is_empty() && task.scorers.is_empty() {
         return Err(
             source.error(at, format!("task `{}` has no scorers: add `scorers:` to the suite or to the task", task.id))
@@ -746,7 +777,6 @@ fn finish_task(
                 .map_err(|e| source.error(&where_, format!("invalid JSON Schema: {e}")))?;
         }
     }
-    tasks.push(task);
     Ok(())
 }
 
@@ -1082,6 +1112,42 @@ mod tests {
         assert!(patterns.kept(r"^kept by the loader \d+$", false), "the fixed pattern was not kept");
         assert!(patterns.kept("also kept one", true) && patterns.kept("also kept two", true), "rendered ones");
         assert!(!patterns.kept("also kept one", false), "kept under its own case setting");
+    }
+
+    fn dataset_suite(rows: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let path = dir.path().join("s.yaml");
+        let suite = "suite: s\nenvironment: kv\nscorers: [{equals: '{{ target }}'}]\ndataset: rows.csv\n";
+        std::fs::write(&path, suite).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.path().join("rows.csv"), rows).unwrap_or_else(|e| panic!("{e}"));
+        (dir, path)
+    }
+
+    /// The dataset is digested as it is read, row by row: the suite's digest must stay the
+    /// one of the whole files, or `--since` would stop reusing the runs made before.
+    #[test]
+    fn a_streamed_dataset_keeps_the_digest_of_the_whole_files() {
+        let rows = "id,input,target\na,\"one, \"\"quoted\"\"\",1\nb,\"two\nlines\",2\n";
+        let (dir, path) = dataset_suite(rows);
+        let suite = load(&path).unwrap_or_else(|e| panic!("{e}"));
+        let mut whole = Sha256::new();
+        whole.update(std::fs::read(&path).unwrap_or_else(|e| panic!("{e}")));
+        whole.update(rows.as_bytes());
+        assert_eq!(suite.digest, hex::encode(whole.finalize()));
+        assert_eq!(suite.tasks.len(), 2);
+        drop(dir);
+    }
+
+    #[test]
+    fn a_load_that_only_checks_keeps_no_task_and_still_finds_an_id_twice() {
+        let (_dir, path) = dataset_suite("id,input,target\na,x,1\nb,y,2\nc,z,3\n");
+        let options = LoadOptions { check_only: true, ..LoadOptions::default() };
+        let suite = load_with(&path, options).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((suite.tasks.len(), suite.tasks_checked), (0, 3));
+        let (_dir, path) = dataset_suite("id,input,target\na,x,1\nb,y,2\na,z,3\n");
+        let error = load_with(&path, options).err().unwrap_or_else(|| panic!("`a` is there twice"));
+        assert!(error.message.contains("duplicate task id `a`"), "{error}");
+        assert_eq!(error.position.map(|p| p.line), Some(4), "{error}");
     }
 
     #[test]

@@ -733,13 +733,21 @@ impl Translator<'_> {
         let in_file = |e: String| ConfigError::whole(&path, e);
         match path.extension().and_then(|e| e.to_str()) {
             Some("csv") => {
-                let rows = super::dataset::read_csv(&path, text.as_bytes())?;
-                rows.into_iter().map(|(_, row)| csv_test(row).map_err(&in_file)).collect()
+                let mut tests = Vec::new();
+                super::dataset::read_csv(&path, text.as_bytes(), &mut |_, row| {
+                    tests.push(csv_test(row).map_err(&in_file)?);
+                    Ok(())
+                })?;
+                Ok(tests)
             }
-            Some("jsonl") => Ok(super::dataset::read_jsonl(&path, text.as_bytes())?
-                .into_iter()
-                .map(|(_, row)| Value::Object(row))
-                .collect()),
+            Some("jsonl") => {
+                let mut tests = Vec::new();
+                super::dataset::read_jsonl(&path, text.as_bytes(), &mut |_, row| {
+                    tests.push(Value::Object(row));
+                    Ok(())
+                })?;
+                Ok(tests)
+            }
             Some("yaml" | "yml" | "json") => {
                 let (value, _) = yaml::parse(&text)
                     .map_err(|e| ConfigError::at(&path, e.position, format!("invalid YAML: {}", e.message)))?;

@@ -206,6 +206,7 @@ fn suite_of(
         grader: None,
         scorers: Vec::new(),
         tasks: vec![task],
+        tasks_checked: 0,
         ungraded: Vec::new(),
         toolsets: Vec::new(),
         variants: Vec::new(),
