@@ -20,7 +20,7 @@ use super::kinds::{self, EnvironmentKind, KindKeys, KindSettings};
 use super::permission::{self, Permissions};
 use super::script::{self, ScriptSettings};
 use super::tool::{self, ToolDecl};
-use crate::sandbox::{Confinement, Plan, SandboxMode, SandboxSpec};
+use crate::sandbox::{Confinement, ConfinementPlan, SandboxMode, SandboxSpec};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -376,10 +376,10 @@ impl Definition {
     }
 
     /// What the sandboxes of this definition's worlds share, worked out once per run: each
-    /// world makes its own from it (`Plan::confine`) when it starts its first process.
-    pub fn sandbox_plan(&self, mode: SandboxMode) -> Result<std::sync::Arc<Plan>, String> {
+    /// world makes its own from it (`ConfinementPlan::confine`) when it starts its first process.
+    pub fn sandbox_plan(&self, mode: SandboxMode) -> Result<std::sync::Arc<ConfinementPlan>, String> {
         let default = SandboxSpec::default();
-        Plan::shared(self.sandbox.as_ref().unwrap_or(&default), self.sandbox_mode(mode), &[])
+        ConfinementPlan::shared(self.sandbox.as_ref().unwrap_or(&default), self.sandbox_mode(mode), &[])
     }
 
     /// The sandbox of a program agent in one world of this definition: the world's, with

@@ -1,5 +1,5 @@
 //! The sandbox every process a world starts runs in: commands of `shell`, `check:` scorers,
-//! interpreters. It is planned once per run ([`Plan`]), made for a world in the runner (at
+//! interpreters. It is planned once per run ([`ConfinementPlan`]), made for a world in the runner (at
 //! its first process, for a `shell` world), and entered by each new process just before its
 //! `exec` with a handful of system calls that allocate nothing:
 //!
@@ -232,7 +232,7 @@ impl Confinement {
         writable: &[&Path],
         readable: &[PathBuf],
     ) -> Result<Arc<Self>, String> {
-        Plan::shared(spec, mode, readable)?.confine(writable)
+        ConfinementPlan::shared(spec, mode, readable)?.confine(writable)
     }
 
     /// Prepares the sandbox of a program agent whose only network is the model gateway: as
@@ -272,7 +272,7 @@ impl Confinement {
         readable: &[PathBuf],
         gateway_port: Option<u16>,
     ) -> Result<Arc<Self>, String> {
-        Plan::new(support, spec, mode, readable, gateway_port)?.confine(writable)
+        ConfinementPlan::new(support, spec, mode, readable, gateway_port)?.confine(writable)
     }
 
     /// Prepares the sandbox of a world in an image's `root`: its processes enter the root's
@@ -458,12 +458,12 @@ impl Confinement {
 }
 
 /// What the sandboxes of one definition's worlds share, worked out once
-/// ([`Plan::shared`]): the kernel's support checked, the paths their processes read (a
+/// ([`ConfinementPlan::shared`]): the kernel's support checked, the paths their processes read (a
 /// hidden path's siblings listed one by one), the seccomp program, the limits, the user
 /// they become and what is enforced. A world's own sandbox over its folders is made from it
-/// by [`Plan::confine`], which a world calls when it starts its first process.
-pub struct Plan {
-    /// `Some(by)` when the sandbox is off: [`Plan::confine`] makes none.
+/// by [`ConfinementPlan::confine`], which a world calls when it starts its first process.
+pub struct ConfinementPlan {
+    /// `Some(by)` when the sandbox is off: [`ConfinementPlan::confine`] makes none.
     off: Option<&'static str>,
     abi: landlock::ABI,
     network: bool,
@@ -482,15 +482,15 @@ pub struct Plan {
     enforced: Value,
 }
 
-/// How many plans [`Plan::shared`] keeps: one per definition and sandbox mode of a run.
+/// How many plans [`ConfinementPlan::shared`] keeps: one per definition and sandbox mode of a run.
 const PLANS_KEPT: usize = 16;
 
-impl Plan {
+impl ConfinementPlan {
     /// The plan of `spec` under `mode` with `readable` added, made at its first use and kept
     /// for the process's lifetime: every world of a run shares it. A plan that fails is not
     /// kept (each asks again and is told why).
-    pub fn shared(spec: &SandboxSpec, mode: SandboxMode, readable: &[PathBuf]) -> Result<Arc<Plan>, String> {
-        type Kept = Vec<(SandboxSpec, SandboxMode, Vec<PathBuf>, Arc<Plan>)>;
+    pub fn shared(spec: &SandboxSpec, mode: SandboxMode, readable: &[PathBuf]) -> Result<Arc<ConfinementPlan>, String> {
+        type Kept = Vec<(SandboxSpec, SandboxMode, Vec<PathBuf>, Arc<ConfinementPlan>)>;
         static PLANS: std::sync::Mutex<Kept> = std::sync::Mutex::new(Vec::new());
         let found = |plans: &Kept| {
             plans.iter().find(|(s, m, r, _)| s == spec && *m == mode && r == readable).map(|kept| kept.3.clone())
@@ -499,7 +499,7 @@ impl Plan {
             return Ok(plan);
         }
         // Made outside the lock: it reads the file system. Two threads may both make one.
-        let plan = Arc::new(Plan::new(support(), spec, mode, readable, None)?);
+        let plan = Arc::new(ConfinementPlan::new(support(), spec, mode, readable, None)?);
         let mut plans = PLANS.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(kept) = found(&plans) {
             return Ok(kept);
@@ -517,10 +517,10 @@ impl Plan {
         mode: SandboxMode,
         readable: &[PathBuf],
         gateway_port: Option<u16>,
-    ) -> Result<Plan, String> {
+    ) -> Result<ConfinementPlan, String> {
         let abi = landlock::ABI::from(support.landlock_abi);
         if let SandboxMode::Off(by) = mode {
-            return Ok(Plan {
+            return Ok(ConfinementPlan {
                 off: Some(by),
                 abi,
                 network: true,
@@ -552,7 +552,7 @@ impl Plan {
             None => seccomp_filter(spec.network),
         };
         let enforced = enforced(support, spec.network, gateway_port, unprivileged_id, (&limits, processes));
-        Ok(Plan {
+        Ok(ConfinementPlan {
             off: None,
             abi,
             network: spec.network,

@@ -1,16 +1,16 @@
 //! A world's sandbox made when the world starts its first process, not when the world is
 //! set up: an episode that runs no command makes no Landlock ruleset and no pids cgroup.
-//! What it will enforce is known before, from its definition's [`Plan`].
+//! What it will enforce is known before, from its definition's [`ConfinementPlan`].
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
-use super::confinement::{Confinement, Plan};
+use super::confinement::{Confinement, ConfinementPlan};
 
 pub struct LazyConfinement {
-    plan: Option<Arc<Plan>>,
+    plan: Option<Arc<ConfinementPlan>>,
     /// The world's own folders, writable by its processes.
     writable: Vec<PathBuf>,
     made: OnceLock<Result<Arc<Confinement>, String>>,
@@ -18,7 +18,7 @@ pub struct LazyConfinement {
 
 impl LazyConfinement {
     /// A sandbox to make from `plan` over `writable` at its first use.
-    pub fn new(plan: Arc<Plan>, writable: Vec<PathBuf>) -> Self {
+    pub fn new(plan: Arc<ConfinementPlan>, writable: Vec<PathBuf>) -> Self {
         LazyConfinement { plan: Some(plan), writable, made: OnceLock::new() }
     }
 

@@ -13,5 +13,7 @@ pub mod resources;
 pub mod root;
 mod unprivileged;
 
-pub use confinement::{Confinement, HIDDEN_BY_DEFAULT, Plan, ProcessLimits, SandboxMode, SandboxSpec, check};
+pub use confinement::{
+    Confinement, ConfinementPlan, HIDDEN_BY_DEFAULT, ProcessLimits, SandboxMode, SandboxSpec, check,
+};
 pub use lazy::LazyConfinement;
